@@ -1,0 +1,84 @@
+// BackendStorage: the trait every device backend implements, one virtual method per op family.
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtype.h"
+#include "layout.h"
+
+namespace ember {
+
+enum class DeviceKind : uint8_t { Cpu = 0, Metal = 1, Cuda = 2 };
+struct Device {
+  DeviceKind kind = DeviceKind::Cpu;
+  int index = 0;
+  bool operator==(const Device& o) const { return kind == o.kind && index == o.index; }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+  std::string str() const;
+};
+
+// Elementwise ops with up to two scalar parameters (affine: mul, add; powf: e; clamp: lo, hi).
+enum class UnaryOp : uint8_t {
+  Exp, Log, Sin, Cos, Tanh, Sqrt, Sqr, Abs, Neg, Recip, Relu, Gelu, Silu, Erf, Ceil, Floor, Round,
+  Sign, Sigmoid, Affine, Powf, Clamp, Count
+};
+enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Maximum, Minimum, Pow, Eq, Ne, Lt, Le, Gt, Ge, Count };
+enum class ReduceOp : uint8_t { Sum, Max, Min, ArgMax, ArgMin, Count };
+constexpr int kNumUnary = (int)UnaryOp::Count;
+constexpr int kNumBinary = (int)BinaryOp::Count;
+inline bool is_cmp(BinaryOp op) { return op >= BinaryOp::Eq; }
+const char* op_name(UnaryOp op);
+const char* op_name(BinaryOp op);
+const char* op_name(ReduceOp op);
+
+class BackendStorage;
+using StoragePtr = std::shared_ptr<BackendStorage>;
+
+class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
+ public:
+  BackendStorage(DType dtype, Device device, int64_t numel) : dtype_(dtype), device_(device), numel_(numel) {}
+  virtual ~BackendStorage() = default;
+  DType dtype() const { return dtype_; }
+  Device device() const { return device_; }
+  int64_t numel() const { return numel_; }
+  // Bumped by every in-place write, so autograd can tell a saved tensor was modified.
+  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+  // True when both storages are the same buffer (in-place ops must snapshot shared operands).
+  virtual bool same_buffer(const BackendStorage& other) const = 0;
+
+  // Every method reads `this` through layout `l`; results are new contiguous storages.
+  // Binary/where/matmul layouts come already broadcast to the output shape by the caller.
+  virtual StoragePtr unary(UnaryOp op, const Layout& l, double p0, double p1) const = 0;
+  virtual StoragePtr binary(BinaryOp op, const Layout& l, const BackendStorage& rhs, const Layout& rl) const = 0;
+  virtual StoragePtr where(const Layout& cl, const BackendStorage& a, const Layout& al,
+                           const BackendStorage& b, const Layout& bl) const = 0;
+  virtual StoragePtr to_dtype(const Layout& l, DType dt) const = 0;
+  // Reduces over `dims` (sorted, unique); the result has the input's shape with those dims set to 1.
+  virtual StoragePtr reduce(ReduceOp op, const Layout& l, const std::vector<int64_t>& dims) const = 0;
+  // l: (..., m, k), rl: (..., k, n) with equal batch dims; result (..., m, n).
+  virtual StoragePtr matmul(const Layout& l, const BackendStorage& rhs, const Layout& rl) const = 0;
+  // Copies this (through l) into dst (through dl); shapes equal, dtypes equal. Bumps dst's version.
+  virtual void copy_into(const Layout& l, BackendStorage& dst, const Layout& dl) const = 0;
+  // Writes `value` into every element of this seen through l. Bumps the version.
+  virtual void fill(const Layout& l, double value) = 0;
+  virtual StoragePtr index_select(const Layout& l, const BackendStorage& ids, const Layout& il,
+                                  int64_t dim) const = 0;
+  virtual StoragePtr gather(const Layout& l, const BackendStorage& ids, const Layout& il, int64_t dim) const = 0;
+  // Adds src (through sl) into this (through l) at ids along dim, in place: index_add / scatter_add.
+  virtual void index_add(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src,
+                         const Layout& sl, int64_t dim) = 0;
+  virtual void scatter_add(const Layout& l, const BackendStorage& ids, const Layout& il,
+                           const BackendStorage& src, const Layout& sl, int64_t dim) = 0;
+
+ protected:
+  DType dtype_;
+  Device device_;
+  int64_t numel_;
+  std::atomic<uint64_t> version_{0};
+};
+
+}  // namespace ember

@@ -1,0 +1,73 @@
+// One struct per elementwise op, usable on scalars of the compute type (float for halves).
+// Included only inside ISA translation units, in an anonymous namespace.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "cpu/simd/vmath.h"
+
+template <typename C> static inline C fm_exp(C x) {
+  if constexpr (std::is_same_v<C, float>) return vm_exp(x); else return std::exp(x);
+}
+template <typename C> static inline C fm_log(C x) {
+  if constexpr (std::is_same_v<C, float>) return vm_log(x); else return std::log(x);
+}
+template <typename C> static inline C fm_tanh(C x) {
+  if constexpr (std::is_same_v<C, float>) return vm_tanh(x); else return std::tanh(x);
+}
+template <typename C> static inline C fm_sigmoid(C x) { return C(1) / (C(1) + fm_exp<C>(-x)); }
+
+// Unary functors: `kFloatOnly` ops have no integer version.
+#define EMBER_UNARY(NAME, FLOAT_ONLY, EXPR)                              \
+  struct NAME {                                                          \
+    static constexpr bool kFloatOnly = FLOAT_ONLY;                       \
+    template <typename C> static inline C f(C x, C p0, C p1) { return EXPR; } \
+  };
+EMBER_UNARY(UExp, true, fm_exp<C>(x))
+EMBER_UNARY(ULog, true, fm_log<C>(x))
+EMBER_UNARY(USin, true, std::sin(x))
+EMBER_UNARY(UCos, true, std::cos(x))
+EMBER_UNARY(UTanh, true, fm_tanh<C>(x))
+EMBER_UNARY(USqrt, true, std::sqrt(x))
+EMBER_UNARY(USqr, false, x * x)
+EMBER_UNARY(UAbs, false, (x < C(0) ? C(0) - x : x))
+EMBER_UNARY(UNeg, false, C(0) - x)
+EMBER_UNARY(URecip, true, C(1) / x)
+EMBER_UNARY(URelu, false, (x < C(0) ? C(0) : x))
+EMBER_UNARY(UGelu, true, C(0.5) * x * (C(1) + std::erf(x * C(0.70710678118654752440))))
+EMBER_UNARY(USilu, true, x * fm_sigmoid<C>(x))
+EMBER_UNARY(UErf, true, std::erf(x))
+EMBER_UNARY(UCeil, false, std::ceil(x))
+EMBER_UNARY(UFloor, false, std::floor(x))
+EMBER_UNARY(URound, false, std::nearbyint(x))
+EMBER_UNARY(USign, false, (x > C(0) ? C(1) : (x < C(0) ? C(-1) : x)))
+EMBER_UNARY(USigmoid, true, fm_sigmoid<C>(x))
+EMBER_UNARY(UAffine, false, x * p0 + p1)
+EMBER_UNARY(UPowf, true, std::pow(x, p0))
+EMBER_UNARY(UClamp, false, (x < p0 ? p0 : (x > p1 ? p1 : x)))
+#undef EMBER_UNARY
+
+// Binary functors; comparisons return 0/1 (stored as uint8 by the caller).
+template <typename C> static inline C int_safe_div(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) return a / b; else return b == C(0) ? C(0) : a / b;
+}
+#define EMBER_BINARY(NAME, EXPR) \
+  struct NAME { template <typename C> static inline C f(C a, C b) { return EXPR; } };
+EMBER_BINARY(BAdd, a + b)
+EMBER_BINARY(BSub, a - b)
+EMBER_BINARY(BMul, a * b)
+EMBER_BINARY(BDiv, int_safe_div<C>(a, b))
+EMBER_BINARY(BMaximum, (a != a ? a : (a > b || b != b ? (b != b ? b : a) : b)))
+EMBER_BINARY(BMinimum, (a != a ? a : (a < b || b != b ? (b != b ? b : a) : b)))
+EMBER_BINARY(BPow, std::pow(a, b))
+#undef EMBER_BINARY
+#define EMBER_CMP(NAME, EXPR) \
+  struct NAME { template <typename C> static inline uint8_t f(C a, C b) { return (EXPR) ? 1 : 0; } };
+EMBER_CMP(BEq, a == b)
+EMBER_CMP(BNe, a != b)
+EMBER_CMP(BLt, a < b)
+EMBER_CMP(BLe, a <= b)
+EMBER_CMP(BGt, a > b)
+EMBER_CMP(BGe, a >= b)
+#undef EMBER_CMP

@@ -1,0 +1,106 @@
+// Fused CPU kernels (softmax, log_softmax, rms_norm, layer_norm, sdpa, sigmoid/silu/gelu) forward and
+// backward. Row kernels are compiled per ISA (fused_isa.cpp) into a FusedTable; fused.cpp walks rows
+// of any layout (last dim contiguous read in place, otherwise gathered per row) across the pool.
+//
+// Saved statistics (rms/layer norm rstd and mean, sdpa logsumexp) use the "stats type": float for
+// f32/f16/bf16 inputs and double for f64, so f64 stays exact through the backward.
+#pragma once
+#include <optional>
+#include <tuple>
+
+#include "cpu/cpu_storage.h"
+
+namespace ember::cpu {
+
+// ---- per-ISA row kernels. Rows are contiguous (stride 1) of n elements; `rows` rows start at
+// x + r*ldx (elements); outputs are dense (row r at y + r*n). `S` = the stats type (see above).
+using SoftmaxFwdFn = void (*)(const void* x, int64_t ldx, void* y, int64_t rows, int64_t n, bool log);
+using SoftmaxBwdFn = void (*)(const void* y, int64_t ldy, const void* g, int64_t ldg, void* dx, int64_t rows,
+                              int64_t n, bool log);
+// w: contiguous (n,); rstd: S[rows].
+using RmsFwdFn = void (*)(const void* x, int64_t ldx, const void* w, void* y, void* rstd, int64_t rows,
+                          int64_t n, double eps);
+// dw_acc: S[n] accumulator (+= g*x*rstd).
+using RmsBwdFn = void (*)(const void* x, int64_t ldx, const void* w, const void* rstd, const void* g,
+                          int64_t ldg, void* dx, void* dw_acc, int64_t rows, int64_t n);
+// w, b may be null (treated as ones / zeros).
+using LnFwdFn = void (*)(const void* x, int64_t ldx, const void* w, const void* b, void* y, void* mean,
+                         void* rstd, int64_t rows, int64_t n, double eps);
+using LnBwdFn = void (*)(const void* x, int64_t ldx, const void* w, const void* mean, const void* rstd,
+                         const void* g, int64_t ldg, void* dx, void* dw_acc, void* db_acc, int64_t rows,
+                         int64_t n);
+// Elementwise backward over n contiguous elements: dx = g * f'(a).
+using EltBwdFn = void (*)(const void* a, const void* g, void* dx, int64_t n);
+
+// Everything the attention kernels need; strides in elements for (b, h, row, col).
+struct SdpaParams {
+  int64_t B = 0, H = 0, Lq = 0, Lk = 0, D = 0, Dv = 0;
+  const void *q = nullptr, *k = nullptr, *v = nullptr;
+  int64_t sq[4] = {}, sk[4] = {}, sv[4] = {};
+  // Optional mask (additive float, or uint8 where 0 = masked out); broadcast dims have stride 0.
+  const void* mask = nullptr;
+  DType mask_dtype = DType::F32;
+  int64_t sm[4] = {};
+  double scale = 1.0;
+  bool causal = false;
+  // Forward outputs: out (B,H,Lq,Dv) dense in the input dtype, lse (B,H,Lq) dense in the stats type.
+  void* out = nullptr;
+  void* lse = nullptr;
+  // Backward inputs (o = forward output, g = its gradient) and outputs (dense like q, k, v).
+  const void *o = nullptr, *g = nullptr;
+  int64_t so[4] = {}, sg[4] = {};
+  const void* lse_in = nullptr;
+  void *dq = nullptr, *dk = nullptr, *dv = nullptr;
+};
+// Forward for one (batch*head) index bh and query rows [i0, i1); backward for one bh (all rows).
+using SdpaFwdFn = void (*)(const SdpaParams& p, int64_t bh, int64_t i0, int64_t i1);
+using SdpaBwdFn = void (*)(const SdpaParams& p, int64_t bh);
+
+// Filled per ISA by fused_isa.cpp; indexed by (int)DType for the four float dtypes.
+struct FusedTable {
+  SoftmaxFwdFn softmax_fwd[4] = {};
+  SoftmaxBwdFn softmax_bwd[4] = {};
+  RmsFwdFn rms_fwd[4] = {};
+  RmsBwdFn rms_bwd[4] = {};
+  LnFwdFn ln_fwd[4] = {};
+  LnBwdFn ln_bwd[4] = {};
+  EltBwdFn sigmoid_bwd[4] = {};  // a = y (the forward output)
+  EltBwdFn silu_bwd[4] = {};     // a = x
+  EltBwdFn gelu_bwd[4] = {};     // a = x (exact erf gelu)
+  SdpaFwdFn sdpa_fwd[4] = {};
+  SdpaBwdFn sdpa_bwd[4] = {};
+};
+const FusedTable& fused_kernels();
+void register_fused_base(FusedTable& t);
+void register_fused_avx2(FusedTable& t);
+void register_fused_avx512(FusedTable& t);
+
+// ---- public entry points (outputs are new dense storages) ------------------------------------
+using Sto = std::shared_ptr<BackendStorage>;
+struct StoLayout {
+  const CpuStorage* s = nullptr;
+  Layout l;
+};
+
+Sto softmax_fwd(const CpuStorage& x, const Layout& lx, bool log);
+Sto softmax_bwd(const CpuStorage& y, const Layout& ly, const CpuStorage& g, const Layout& lg, bool log);
+std::tuple<Sto, Sto> rms_norm_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage& w, const Layout& lw,
+                                  double eps);
+std::tuple<Sto, Sto> rms_norm_bwd(const CpuStorage& x, const Layout& lx, const CpuStorage& w, const Layout& lw,
+                                  const CpuStorage& rstd, const CpuStorage& g, const Layout& lg);
+std::tuple<Sto, Sto, Sto> layer_norm_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w,
+                                         const Layout* lw, const CpuStorage* b, const Layout* lb, double eps);
+std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w,
+                                         const Layout* lw, const CpuStorage& mean, const CpuStorage& rstd,
+                                         const CpuStorage& g, const Layout& lg);
+// kind: "sigmoid" (a = y), "silu" or "gelu" (a = x).
+Sto act_bwd(const char* kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg);
+std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
+                              const CpuStorage& v, const Layout& lv, const StoLayout* mask, double scale,
+                              bool causal);
+std::tuple<Sto, Sto, Sto> sdpa_bwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
+                                   const CpuStorage& v, const Layout& lv, const CpuStorage& o, const Layout& lo,
+                                   const CpuStorage& lse, const CpuStorage& g, const Layout& lg,
+                                   const StoLayout* mask, double scale, bool causal);
+
+}  // namespace ember::cpu

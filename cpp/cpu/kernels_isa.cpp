@@ -1,0 +1,193 @@
+// Contiguous/strided inner loops for unary, binary and reduction ops, compiled once per ISA
+// (EMBER_ISA) and registered into a KernelTable; the compiler vectorises the fixed-width bodies.
+#include <cmath>
+#include <cstdint>
+#include <type_traits>
+
+#include "cpu/dispatch.h"
+#include "dtype.h"
+
+#ifndef EMBER_ISA
+#define EMBER_ISA base
+#endif
+#define EMBER_CAT2(a, b) a##b
+#define EMBER_CAT(a, b) EMBER_CAT2(a, b)
+
+namespace ember::cpu {
+namespace {
+#include "cpu/functors.h"
+
+template <typename T> using C_t = typename Acc<T>::type;
+
+template <typename Op, typename T>
+void unary_loop(const void* in_, int64_t is, void* out_, int64_t os, int64_t n, double p0d, double p1d) {
+  using C = C_t<T>;
+  const T* in = static_cast<const T*>(in_);
+  T* out = static_cast<T*>(out_);
+  const C p0 = (C)p0d, p1 = (C)p1d;
+  if (is == 1 && os == 1) {
+    for (int64_t i = 0; i < n; ++i) out[i] = store<T>(Op::template f<C>(load(in[i]), p0, p1));
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i * os] = store<T>(Op::template f<C>(load(in[i * is]), p0, p1));
+  }
+}
+
+// Integer affine/clamp parameters are applied in double so that e.g. affine(x, 0.5, 0) truncates.
+template <typename Op, typename T>
+void unary_loop_int_via_double(const void* in_, int64_t is, void* out_, int64_t os, int64_t n, double p0,
+                               double p1) {
+  const T* in = static_cast<const T*>(in_);
+  T* out = static_cast<T*>(out_);
+  for (int64_t i = 0; i < n; ++i) out[i * os] = (T)Op::template f<double>((double)in[i * is], p0, p1);
+}
+
+template <typename Op, typename T, typename Out, typename F>
+inline void binary_body(const T* a, int64_t sa, const T* b, int64_t sb, Out* out, int64_t n, F&& st) {
+  using C = C_t<T>;
+  if (sa == 1 && sb == 1) {
+    for (int64_t i = 0; i < n; ++i) out[i] = st(Op::template f<C>(load(a[i]), load(b[i])));
+  } else if (sa == 0 && sb == 1) {
+    const C av = load(a[0]);
+    for (int64_t i = 0; i < n; ++i) out[i] = st(Op::template f<C>(av, load(b[i])));
+  } else if (sa == 1 && sb == 0) {
+    const C bv = load(b[0]);
+    for (int64_t i = 0; i < n; ++i) out[i] = st(Op::template f<C>(load(a[i]), bv));
+  } else {
+    for (int64_t i = 0; i < n; ++i) out[i] = st(Op::template f<C>(load(a[i * sa]), load(b[i * sb])));
+  }
+}
+
+template <typename Op, typename T>
+void binary_loop(const void* a, int64_t sa, const void* b, int64_t sb, void* out, int64_t n) {
+  binary_body<Op, T>(static_cast<const T*>(a), sa, static_cast<const T*>(b), sb, static_cast<T*>(out), n,
+                     [](C_t<T> v) { return store<T>(v); });
+}
+template <typename Op, typename T>
+void cmp_loop(const void* a, int64_t sa, const void* b, int64_t sb, void* out, int64_t n) {
+  binary_body<Op, T>(static_cast<const T*>(a), sa, static_cast<const T*>(b), sb, static_cast<uint8_t*>(out),
+                     n, [](uint8_t v) { return v; });
+}
+
+// --- reductions over a contiguous row ------------------------------------------------------
+// Sums in blocks with 16 independent lanes (vectorisable), combining block sums in double so
+// million-element rows stay accurate.
+template <typename T> void sum_row(const void* in_, int64_t n, void* out_) {
+  const T* in = static_cast<const T*>(in_);
+  using C = C_t<T>;
+  if constexpr (std::is_integral_v<T>) {
+    int64_t acc = 0;
+    for (int64_t i = 0; i < n; ++i) acc += (int64_t)in[i];
+    *static_cast<T*>(out_) = (T)acc;
+  } else {
+    constexpr int W = 16;
+    constexpr int64_t kBlock = 2048;
+    double total = 0;
+    for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
+      const int64_t b1 = b0 + kBlock < n ? b0 + kBlock : n;
+      C lanes[W] = {};
+      int64_t i = b0;
+      for (; i + W <= b1; i += W)
+        for (int j = 0; j < W; ++j) lanes[j] += load(in[i + j]);
+      C s = 0;
+      for (; i < b1; ++i) s += load(in[i]);
+      for (int j = 0; j < W; ++j) s += lanes[j];
+      total += (double)s;
+    }
+    *static_cast<T*>(out_) = store<T>((C)total);
+  }
+}
+
+template <bool IsMax, typename T> void minmax_row(const void* in_, int64_t n, void* out_) {
+  const T* in = static_cast<const T*>(in_);
+  using C = C_t<T>;
+  constexpr int W = 16;
+  C lanes[W];
+  const C first = load(in[0]);
+  for (int j = 0; j < W; ++j) lanes[j] = first;
+  bool nan = false;
+  int64_t i = 0;
+  for (; i + W <= n; i += W)
+    for (int j = 0; j < W; ++j) {
+      C v = load(in[i + j]);
+      nan |= (v != v);
+      lanes[j] = IsMax ? (v > lanes[j] ? v : lanes[j]) : (v < lanes[j] ? v : lanes[j]);
+    }
+  C r = first;
+  for (; i < n; ++i) {
+    C v = load(in[i]);
+    nan |= (v != v);
+    r = IsMax ? (v > r ? v : r) : (v < r ? v : r);
+  }
+  for (int j = 0; j < W; ++j) r = IsMax ? (lanes[j] > r ? lanes[j] : r) : (lanes[j] < r ? lanes[j] : r);
+  if constexpr (!std::is_integral_v<T>) {
+    if (nan) r = (C)NAN;
+  }
+  *static_cast<T*>(out_) = store<T>(r);
+}
+
+// Column step: acc[j] = acc[j] (op) in[j]. acc is C_t<T> (float for halves).
+template <int Kind, typename T> void col_step(const void* in_, int64_t n, void* acc_) {
+  const T* in = static_cast<const T*>(in_);
+  using C = C_t<T>;
+  C* acc = static_cast<C*>(acc_);
+  for (int64_t j = 0; j < n; ++j) {
+    C v = load(in[j]);
+    if constexpr (Kind == 0) acc[j] += v;
+    else if constexpr (Kind == 1) acc[j] = (v > acc[j] || v != v) ? v : acc[j];
+    else acc[j] = (v < acc[j] || v != v) ? v : acc[j];
+  }
+}
+
+template <typename T> void register_dtype(KernelTable& t) {
+  constexpr int d = (int)DTypeOf<T>::value;
+  constexpr bool flt = !std::is_integral_v<T>;
+#define EMBER_REG_UNARY(E, F)                                                            \
+  if constexpr (flt) t.unary[(int)UnaryOp::E][d] = &unary_loop<F, T>;                   \
+  else if constexpr (!F::kFloatOnly) t.unary[(int)UnaryOp::E][d] = &unary_loop_int_via_double<F, T>;
+  EMBER_REG_UNARY(Exp, UExp) EMBER_REG_UNARY(Log, ULog) EMBER_REG_UNARY(Sin, USin)
+  EMBER_REG_UNARY(Cos, UCos) EMBER_REG_UNARY(Tanh, UTanh) EMBER_REG_UNARY(Sqrt, USqrt)
+  EMBER_REG_UNARY(Sqr, USqr) EMBER_REG_UNARY(Abs, UAbs) EMBER_REG_UNARY(Recip, URecip)
+  EMBER_REG_UNARY(Relu, URelu) EMBER_REG_UNARY(Gelu, UGelu) EMBER_REG_UNARY(Silu, USilu)
+  EMBER_REG_UNARY(Erf, UErf) EMBER_REG_UNARY(Ceil, UCeil) EMBER_REG_UNARY(Floor, UFloor)
+  EMBER_REG_UNARY(Round, URound) EMBER_REG_UNARY(Sign, USign) EMBER_REG_UNARY(Sigmoid, USigmoid)
+  EMBER_REG_UNARY(Affine, UAffine) EMBER_REG_UNARY(Powf, UPowf) EMBER_REG_UNARY(Clamp, UClamp)
+#undef EMBER_REG_UNARY
+  // Negating unsigned integers is refused rather than silently wrapping.
+  if constexpr (flt) t.unary[(int)UnaryOp::Neg][d] = &unary_loop<UNeg, T>;
+  else if constexpr (std::is_signed_v<T>) t.unary[(int)UnaryOp::Neg][d] = &unary_loop_int_via_double<UNeg, T>;
+
+  t.binary[(int)BinaryOp::Add][d] = &binary_loop<BAdd, T>;
+  t.binary[(int)BinaryOp::Sub][d] = &binary_loop<BSub, T>;
+  t.binary[(int)BinaryOp::Mul][d] = &binary_loop<BMul, T>;
+  t.binary[(int)BinaryOp::Div][d] = &binary_loop<BDiv, T>;
+  t.binary[(int)BinaryOp::Maximum][d] = &binary_loop<BMaximum, T>;
+  t.binary[(int)BinaryOp::Minimum][d] = &binary_loop<BMinimum, T>;
+  if constexpr (flt) t.binary[(int)BinaryOp::Pow][d] = &binary_loop<BPow, T>;
+  t.binary[(int)BinaryOp::Eq][d] = &cmp_loop<BEq, T>;
+  t.binary[(int)BinaryOp::Ne][d] = &cmp_loop<BNe, T>;
+  t.binary[(int)BinaryOp::Lt][d] = &cmp_loop<BLt, T>;
+  t.binary[(int)BinaryOp::Le][d] = &cmp_loop<BLe, T>;
+  t.binary[(int)BinaryOp::Gt][d] = &cmp_loop<BGt, T>;
+  t.binary[(int)BinaryOp::Ge][d] = &cmp_loop<BGe, T>;
+
+  t.reduce_row[0][d] = &sum_row<T>;
+  t.reduce_row[1][d] = &minmax_row<true, T>;
+  t.reduce_row[2][d] = &minmax_row<false, T>;
+  t.reduce_col[0][d] = &col_step<0, T>;
+  t.reduce_col[1][d] = &col_step<1, T>;
+  t.reduce_col[2][d] = &col_step<2, T>;
+}
+
+}  // namespace
+
+void EMBER_CAT(register_kernels_, EMBER_ISA)(KernelTable& t) {
+  register_dtype<float>(t);
+  register_dtype<f16>(t);
+  register_dtype<bf16>(t);
+  register_dtype<double>(t);
+  register_dtype<int64_t>(t);
+  register_dtype<uint32_t>(t);
+  register_dtype<uint8_t>(t);
+}
+
+}  // namespace ember::cpu

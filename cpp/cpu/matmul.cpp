@@ -1,0 +1,172 @@
+// Batched matmul on CPU through BLAS (OpenBLAS from scipy-openblas32, Accelerate on macOS): f32/f64
+// natively, f16/bf16 through f32, integers with a plain loop. Any strides; operands BLAS cannot read
+// directly are copied once.
+#include <algorithm>
+#include <climits>
+#include <vector>
+
+#include "cpu/cpu_storage.h"
+#include "cpu/nditer.h"
+
+#if defined(EMBER_ACCELERATE)
+#include <Accelerate/Accelerate.h>
+#define EMBER_SGEMM cblas_sgemm
+#define EMBER_DGEMM cblas_dgemm
+#elif defined(EMBER_OPENBLAS)
+#include <cblas.h>
+#define EMBER_SGEMM scipy_cblas_sgemm
+#define EMBER_DGEMM scipy_cblas_dgemm
+#endif
+
+namespace ember::cpu {
+
+void blas_set_num_threads(int n) {
+#if defined(EMBER_OPENBLAS)
+  scipy_openblas_set_num_threads(n);
+#else
+  (void)n;
+#endif
+}
+
+namespace {
+
+struct Mat {  // one operand: batch layout (offsets) + the 2-D strides of each matrix
+  Layout batch;
+  int64_t rows, cols, rs, cs;
+};
+
+Mat split(const Layout& l) {
+  int64_t nd = l.ndim();
+  Shape bs(l.shape().begin(), l.shape().end() - 2), bst(l.stride().begin(), l.stride().end() - 2);
+  Mat m{Layout(bs, bst, l.offset()), l.shape()[nd - 2], l.shape()[nd - 1], l.stride()[nd - 2], l.stride()[nd - 1]};
+  // size-1 dims may carry any stride; normalise so the BLAS-readability test below is not fooled
+  if (m.rows == 1) m.rs = m.cols;
+  if (m.cols == 1) m.cs = 1;
+  return m;
+}
+
+// 'N' when row-major readable with ld, 'T' when column-major readable, 0 otherwise.
+char blas_mode(const Mat& m, int64_t& ld) {
+  if (m.cs == 1 && m.rs >= std::max<int64_t>(1, m.cols)) { ld = m.rs; return 'N'; }
+  if (m.rs == 1 && m.cs >= std::max<int64_t>(1, m.rows)) { ld = m.cs; return 'T'; }
+  return 0;
+}
+
+std::vector<int64_t> batch_offsets(const Layout& b) {
+  std::vector<int64_t> offs;
+  offs.reserve(b.numel());
+  if (b.ndim() == 0) { offs.push_back(b.offset()); return offs; }
+  for_each_block(b, [&](int64_t off, int64_t len, int64_t st) {
+    for (int64_t k = 0; k < len; ++k) offs.push_back(off + k * st);
+  });
+  return offs;
+}
+
+template <typename T>
+void gemm(const T* a, char ta, int64_t lda, const T* b, char tb, int64_t ldb, T* c, int64_t m, int64_t n,
+          int64_t k) {
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    EMBER_CHECK(m < INT_MAX && n < INT_MAX && k < INT_MAX && lda < INT_MAX && ldb < INT_MAX, Shape,
+                "[matmul] matrix dims exceed the 32-bit BLAS interface");
+    auto TA = ta == 'N' ? CblasNoTrans : CblasTrans;
+    auto TB = tb == 'N' ? CblasNoTrans : CblasTrans;
+    if (k == 0) { std::fill(c, c + m * n, T(0)); return; }
+    if constexpr (std::is_same_v<T, float>)
+      EMBER_SGEMM(CblasRowMajor, TA, TB, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, 0.0f, c, (int)n);
+    else
+      EMBER_DGEMM(CblasRowMajor, TA, TB, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b, (int)ldb, 0.0, c, (int)n);
+  }
+}
+
+template <typename T>
+void matmul_blas(const CpuStorage& A, const Layout& la, const CpuStorage& B, const Layout& lb, CpuStorage& out) {
+  Mat ma = split(la), mb = split(lb);
+  int64_t lda = 0, ldb = 0;
+  char ta = blas_mode(ma, lda), tb = blas_mode(mb, ldb);
+  CpuStoragePtr ca, cb;  // contiguous copies when BLAS cannot read an operand as is
+  const CpuStorage* pa = &A;
+  const CpuStorage* pb = &B;
+  if (!ta) {
+    ca = new_cpu(A.dtype(), la.numel());
+    Layout cl = Layout::contiguous(la.shape());
+    A.copy_into(la, *ca, cl);
+    ma = split(cl);
+    ta = blas_mode(ma, lda);
+    pa = ca.get();
+  }
+  if (!tb) {
+    cb = new_cpu(B.dtype(), lb.numel());
+    Layout cl = Layout::contiguous(lb.shape());
+    B.copy_into(lb, *cb, cl);
+    mb = split(cl);
+    tb = blas_mode(mb, ldb);
+    pb = cb.get();
+  }
+  const int64_t m = ma.rows, k = ma.cols, n = mb.cols;
+  T* c = out.data<T>();
+  // Fold the batch into M when B is shared by every batch and A's batches stack as rows.
+  Shape bsh = ma.batch.shape(), bst = ma.batch.stride();
+  coalesce(bsh, bst);
+  bool b_shared = std::all_of(mb.batch.stride().begin(), mb.batch.stride().end(), [](int64_t s) { return s == 0; });
+  if (b_shared && ta == 'N' && bsh.size() == 1 && bst[0] == m * lda) {
+    gemm<T>(pa->data<T>() + ma.batch.offset(), 'N', lda, pb->data<T>() + mb.batch.offset(), tb, ldb, c, m * bsh[0],
+            n, k);
+    return;
+  }
+  auto oa = batch_offsets(ma.batch), ob = batch_offsets(mb.batch);
+  for (size_t i = 0; i < oa.size(); ++i)
+    gemm<T>(pa->data<T>() + oa[i], ta, lda, pb->data<T>() + ob[i], tb, ldb, c + i * m * n, m, n, k);
+}
+
+template <typename T>
+void matmul_loop(const CpuStorage& A, const Layout& la, const CpuStorage& B, const Layout& lb, CpuStorage& out) {
+  Mat ma = split(la), mb = split(lb);
+  auto oa = batch_offsets(ma.batch), ob = batch_offsets(mb.batch);
+  const int64_t m = ma.rows, k = ma.cols, n = mb.cols;
+  const T* a = A.data<T>();
+  const T* b = B.data<T>();
+  T* c = out.data<T>();
+  parallel_for((int64_t)oa.size() * m, std::max<int64_t>(1, 4096 / std::max<int64_t>(1, n * k)),
+               [&](int64_t lo, int64_t hi) {
+                 for (int64_t r = lo; r < hi; ++r) {
+                   int64_t bi = r / m, i = r % m;
+                   for (int64_t j = 0; j < n; ++j) {
+                     T acc = 0;
+                     for (int64_t p = 0; p < k; ++p)
+                       acc += a[oa[bi] + i * ma.rs + p * ma.cs] * b[ob[bi] + p * mb.rs + j * mb.cs];
+                     c[r * n + j] = acc;
+                   }
+                 }
+               });
+}
+
+}  // namespace
+
+StoragePtr CpuStorage::matmul(const Layout& l, const BackendStorage& rhs_, const Layout& rl) const {
+  const auto& rhs = as_cpu(rhs_);
+  Shape os(l.shape().begin(), l.shape().end() - 1);
+  os.push_back(rl.shape().back());
+  const int64_t numel = shape_numel(os);
+  switch (dtype_) {
+    case DType::F32: { auto out = new_cpu(dtype_, numel); matmul_blas<float>(*this, l, rhs, rl, *out); return out; }
+    case DType::F64: { auto out = new_cpu(dtype_, numel); matmul_blas<double>(*this, l, rhs, rl, *out); return out; }
+    case DType::F16:
+    case DType::BF16: {
+      // through f32: cast both operands (contiguous), multiply, round once
+      StoragePtr a32 = to_dtype(l, DType::F32), b32 = rhs.to_dtype(rl, DType::F32);
+      auto out = new_cpu(DType::F32, numel);
+      matmul_blas<float>(as_cpu(*a32), Layout::contiguous(l.shape()), as_cpu(*b32), Layout::contiguous(rl.shape()),
+                         *out);
+      return out->to_dtype(Layout::contiguous(os), dtype_);
+    }
+    default: {
+      auto out = new_cpu(dtype_, numel);
+      EMBER_DISPATCH(dtype_, {
+        if constexpr (std::is_integral_v<T>) matmul_loop<T>(*this, l, rhs, rl, *out);
+      });
+      return out;
+    }
+  }
+}
+
+}  // namespace ember::cpu

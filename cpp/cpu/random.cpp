@@ -1,0 +1,70 @@
+// Random fills: value i of a draw is a hash of (seed, counter + i), so threads need no shared state
+// and manual_seed(n) makes every later rand/randn reproducible.
+#include "cpu/random.h"
+
+#include <atomic>
+#include <cmath>
+
+#include "cpu/parallel.h"
+
+namespace ember::cpu {
+namespace {
+
+std::atomic<uint64_t> g_seed{0x853c49e6748fea9bULL};
+std::atomic<uint64_t> g_counter{0};
+
+inline uint64_t mix(uint64_t z) {
+  z += 0x9e3779b97f4a7c15ULL;
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ULL;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
+  return z ^ (z >> 31);
+}
+// Uniform in [0, 1) with 53 random bits.
+inline double unit(uint64_t seed, uint64_t i) { return (double)(mix(seed ^ mix(i)) >> 11) * 0x1.0p-53; }
+
+template <typename F> StoragePtr generate(DType dt, int64_t n, F&& value_at) {
+  auto out = new_cpu(dt, n);
+  uint64_t seed = g_seed.load();
+  uint64_t base = g_counter.fetch_add((uint64_t)n + 1);
+  EMBER_DISPATCH_FLOAT(dt, {
+    T* o = out->data<T>();
+    parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) o[i] = store<T>((typename Acc<T>::type)value_at(seed, base, i));
+    });
+  });
+  return out;
+}
+
+}  // namespace
+
+void manual_seed(uint64_t seed) {
+  g_seed.store(mix(seed));
+  g_counter.store(0);
+}
+
+StoragePtr rand_uniform(DType dt, int64_t n, double lo, double hi) {
+  return generate(dt, n, [lo, hi](uint64_t s, uint64_t base, int64_t i) {
+    double v = lo + (hi - lo) * unit(s, base + (uint64_t)i);
+    return v < hi ? v : lo;  // rounding to a narrow dtype must not reach hi
+  });
+}
+
+StoragePtr rand_normal(DType dt, int64_t n, double mean, double std) {
+  // Box-Muller on a pair of independent uniforms per element.
+  return generate(dt, n, [mean, std](uint64_t s, uint64_t base, int64_t i) {
+    uint64_t k = 2 * (base + (uint64_t)i);
+    double u1 = 1.0 - unit(s, k), u2 = unit(s, k + 1);
+    return mean + std * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+  });
+}
+
+StoragePtr arange(DType dt, double start, double step, int64_t n) {
+  auto out = new_cpu(dt, n);
+  EMBER_DISPATCH(dt, {
+    T* o = out->data<T>();
+    for (int64_t i = 0; i < n; ++i) o[i] = convert<T, double>(start + step * (double)i);
+  });
+  return out;
+}
+
+}  // namespace ember::cpu

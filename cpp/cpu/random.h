@@ -1,0 +1,10 @@
+// Seeded counter-based random numbers (splitmix64 over a global counter): reproducible, parallel.
+#pragma once
+#include "cpu/cpu_storage.h"
+
+namespace ember::cpu {
+void manual_seed(uint64_t seed);
+StoragePtr rand_uniform(DType dt, int64_t n, double lo, double hi);
+StoragePtr rand_normal(DType dt, int64_t n, double mean, double std);
+StoragePtr arange(DType dt, double start, double step, int64_t n);
+}  // namespace ember::cpu

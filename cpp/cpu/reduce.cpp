@@ -1,0 +1,179 @@
+// Reductions on CPU (sum, max, min, argmax, argmin) over any set of dims. Three shapes of work:
+// rows (reduced dims innermost and contiguous), columns (kept dims innermost and contiguous), and
+// everything else, which is first copied so the reduced dims become contiguous rows.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "cpu/cpu_storage.h"
+#include "cpu/dispatch.h"
+#include "cpu/nditer.h"
+#include "storage.h"
+
+namespace ember::cpu {
+namespace {
+
+struct Split {
+  Layout kept, red;  // kept dims (in order) and reduced dims of the input, as separate layouts
+};
+Split split_dims(const Layout& l, const std::vector<int64_t>& dims) {
+  Shape ks, kst, rs, rst;
+  for (int64_t i = 0; i < l.ndim(); ++i) {
+    bool r = std::binary_search(dims.begin(), dims.end(), i);
+    (r ? rs : ks).push_back(l.shape()[i]);
+    (r ? rst : kst).push_back(l.stride()[i]);
+  }
+  return {Layout(ks, kst, l.offset()), Layout(rs, rst, 0)};
+}
+
+// Single coalesced run (len, stride) if the layout is one strided line, else nullopt-like (-1).
+std::pair<int64_t, int64_t> as_line(const Layout& l) {
+  Shape sh = l.shape(), st = l.stride();
+  coalesce(sh, st);
+  if (sh.empty()) return {1, 1};
+  if (sh.size() == 1) return {sh[0], st[0]};
+  return {-1, 0};
+}
+
+template <typename T> using C_t = typename Acc<T>::type;
+
+template <typename T> inline C_t<T> combine(int kind, C_t<T> a, C_t<T> b) {
+  if (kind == 0) return a + b;
+  if (kind == 1) return (b > a || b != b) ? b : a;
+  return (b < a || b != b) ? b : a;
+}
+
+template <typename T>
+void reduce_values(int kind, const CpuStorage& s, const Layout& l, const std::vector<int64_t>& dims,
+                   CpuStorage& out) {
+  const KernelTable& K = kernels();
+  ReduceRowFn row = K.reduce_row[kind][(int)s.dtype()];
+  ReduceColFn col = K.reduce_col[kind][(int)s.dtype()];
+  Split sp = split_dims(l, dims);
+  const T* in = s.data<T>();
+  T* o = out.data<T>();
+  const int64_t nout = sp.kept.numel(), nred = sp.red.numel();
+  auto [rlen, rstride] = as_line(sp.red);
+
+  if (nred == 0) {  // sum over an empty dim
+    for (int64_t i = 0; i < nout; ++i) o[i] = store<T>(C_t<T>(0));
+    return;
+  }
+  if (rlen > 0 && rstride == 1) {
+    const Layout ol = Layout::contiguous(sp.kept.shape());
+    if (nout >= 4 || nred < 4 * kGrain) {
+      // many rows: threads take whole rows
+      nd_for_each<2>(sp.kept.shape(), {&sp.kept, &ol}, std::max<int64_t>(1, kGrain / nred),
+                     [&](const auto& off, const auto& st, int64_t n) {
+                       for (int64_t i = 0; i < n; ++i) row(in + off[0] + i * st[0], nred, o + off[1] + i * st[1]);
+                     });
+    } else {
+      // few long rows: split each row across threads, then combine the partials
+      for (int64_t r = 0; r < nout; ++r) {
+        int64_t base = sp.kept.offset();
+        int64_t rem = r;
+        for (int64_t d = sp.kept.ndim() - 1; d >= 0; --d) {
+          base += (rem % sp.kept.shape()[d]) * sp.kept.stride()[d];
+          rem /= sp.kept.shape()[d];
+        }
+        const int64_t parts = std::min<int64_t>(64, (nred + kGrain - 1) / kGrain);
+        std::vector<double> partial(parts);
+        parallel_for(parts, 1, [&](int64_t b, int64_t e) {
+          for (int64_t p = b; p < e; ++p) {
+            int64_t lo = nred * p / parts, hi = nred * (p + 1) / parts;
+            T v;
+            row(in + base + lo, hi - lo, &v);
+            partial[p] = (double)load(v);
+          }
+        });
+        double acc = partial[0];
+        for (int64_t p = 1; p < parts; ++p)
+          acc = kind == 0 ? acc + partial[p] : (double)combine<double>(kind, acc, partial[p]);
+        o[r] = store<T>((C_t<T>)acc);
+      }
+    }
+    return;
+  }
+  auto [klen, kstride] = as_line(sp.kept);
+  if (klen > 0 && kstride == 1) {
+    // columns: accumulate whole rows of kept elements, parallel over column blocks
+    std::vector<int64_t> roffs;
+    roffs.reserve(nred);
+    for_each_block(sp.red, [&](int64_t off, int64_t len, int64_t st) {
+      for (int64_t k = 0; k < len; ++k) roffs.push_back(off + k * st);
+    });
+    const int64_t base = sp.kept.offset();
+    parallel_for(nout, std::max<int64_t>(256, kGrain / nred), [&](int64_t b, int64_t e) {
+      std::vector<C_t<T>> acc(e - b);
+      for (int64_t j = b; j < e; ++j) acc[j - b] = load(in[base + roffs[0] + j]);
+      for (int64_t r = 1; r < nred; ++r) col(in + base + roffs[r] + b, e - b, acc.data());
+      for (int64_t j = b; j < e; ++j) o[j] = store<T>(acc[j - b]);
+    });
+    return;
+  }
+  // general: gather into (kept..., reduced...) contiguous order, then rows
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < l.ndim(); ++i)
+    if (!std::binary_search(dims.begin(), dims.end(), i)) perm.push_back(i);
+  for (auto d : dims) perm.push_back(d);
+  auto tmp = new_cpu(s.dtype(), l.numel());
+  Layout pl = l.permute(perm);
+  s.copy_into(pl, *tmp, Layout::contiguous(pl.shape()));
+  std::vector<int64_t> tdims;
+  for (int64_t i = (int64_t)(l.ndim() - dims.size()); i < l.ndim(); ++i) tdims.push_back(i);
+  reduce_values<T>(kind, *tmp, Layout::contiguous(pl.shape()), tdims, out);
+}
+
+template <typename T>
+void reduce_arg(bool is_max, const CpuStorage& s, const Layout& l, const std::vector<int64_t>& dims,
+                CpuStorage& out) {
+  Split sp = split_dims(l, dims);
+  auto [rlen, rstride] = as_line(sp.red);
+  if (!(rlen > 0)) {  // several non-mergeable reduced dims: make them one contiguous row first
+    std::vector<int64_t> perm;
+    for (int64_t i = 0; i < l.ndim(); ++i)
+      if (!std::binary_search(dims.begin(), dims.end(), i)) perm.push_back(i);
+    for (auto d : dims) perm.push_back(d);
+    auto tmp = new_cpu(s.dtype(), l.numel());
+    Layout pl = l.permute(perm);
+    s.copy_into(pl, *tmp, Layout::contiguous(pl.shape()));
+    std::vector<int64_t> tdims;
+    for (int64_t i = (int64_t)(l.ndim() - dims.size()); i < l.ndim(); ++i) tdims.push_back(i);
+    reduce_arg<T>(is_max, *tmp, Layout::contiguous(pl.shape()), tdims, out);
+    return;
+  }
+  const T* in = s.data<T>();
+  int64_t* o = out.data<int64_t>();
+  const int64_t n = sp.red.numel();
+  const Layout ol = Layout::contiguous(sp.kept.shape());
+  nd_for_each<2>(sp.kept.shape(), {&sp.kept, &ol}, std::max<int64_t>(1, kGrain / std::max<int64_t>(n, 1)),
+                 [&](const auto& off, const auto& st, int64_t cnt) {
+                   for (int64_t i = 0; i < cnt; ++i) {
+                     const T* p = in + off[0] + i * st[0];
+                     C_t<T> best = load(p[0]);
+                     int64_t bi = 0;
+                     for (int64_t k = 1; k < n && best == best; ++k) {  // a NaN wins, as in torch
+                       C_t<T> v = load(p[k * rstride]);
+                       if (v != v || (is_max ? v > best : v < best)) { best = v; bi = k; }
+                     }
+                     o[off[1] + i * st[1]] = bi;
+                   }
+                 });
+}
+
+}  // namespace
+
+StoragePtr CpuStorage::reduce(ReduceOp op, const Layout& l, const std::vector<int64_t>& dims) const {
+  Split sp = split_dims(l, dims);
+  const int64_t nout = sp.kept.numel();
+  if (op == ReduceOp::ArgMax || op == ReduceOp::ArgMin) {
+    auto out = new_cpu(DType::I64, nout);
+    if (nout) EMBER_DISPATCH(dtype_, reduce_arg<T>(op == ReduceOp::ArgMax, *this, l, dims, *out));
+    return out;
+  }
+  auto out = new_cpu(dtype_, nout);
+  if (nout) EMBER_DISPATCH(dtype_, reduce_values<T>((int)op, *this, l, dims, *out));
+  return out;
+}
+
+}  // namespace ember::cpu

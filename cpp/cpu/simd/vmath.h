@@ -1,0 +1,79 @@
+// Branch-free float math (exp, log, tanh, sigmoid) written so the compiler vectorises it in a loop.
+// Included only inside ISA translation units, within an anonymous namespace (internal linkage), so
+// each ISA keeps its own copy. Accuracy: exp/log within ~2 ulp over the normal range.
+#pragma once
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+
+static inline float vm_bits_to_f(int32_t i) { float f; std::memcpy(&f, &i, 4); return f; }
+static inline int32_t vm_f_to_bits(float f) { int32_t i; std::memcpy(&i, &f, 4); return i; }
+
+// exp(x) = 2^n * e^r, |r| <= ln2/2, degree-6 polynomial. Underflows to 0 below -87.3 (no subnormals).
+static inline float vm_exp(float x) {
+  const float hi = 88.3762626647949f, lo = -87.3365478515625f;
+  float xc = x > hi ? hi : (x < lo ? lo : x);
+  float t = xc * 1.44269504088896341f;
+  float n = (t + 12582912.0f) - 12582912.0f;  // round to nearest integer (1.5 * 2^23 trick)
+  float r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  float res = p * vm_bits_to_f(((int32_t)n + 127) << 23);
+  res = x < lo ? 0.0f : res;
+  res = x > hi ? INFINITY : res;
+  return x != x ? x : res;
+}
+
+// log(x) for x > 0: x = m * 2^e with m in [sqrt(1/2), sqrt(2)), polynomial in (m - 1).
+static inline float vm_log(float x) {
+  int32_t bits = vm_f_to_bits(x);
+  int32_t e = ((bits >> 23) & 0xff) - 127;
+  float m = vm_bits_to_f((bits & 0x007fffff) | 0x3f800000);  // [1, 2)
+  bool big = m > 1.41421356f;
+  m = big ? m * 0.5f : m;
+  float ef = (float)(big ? e + 1 : e);
+  float f = m - 1.0f;
+  float z = f * f;
+  float p = 7.0376836292e-2f;
+  p = p * f - 1.1514610310e-1f;
+  p = p * f + 1.1676998740e-1f;
+  p = p * f - 1.2420140846e-1f;
+  p = p * f + 1.4249322787e-1f;
+  p = p * f - 1.6668057665e-1f;
+  p = p * f + 2.0000714765e-1f;
+  p = p * f - 2.4999993993e-1f;
+  p = p * f + 3.3333331174e-1f;
+  float y = f * z * p;
+  y += ef * -2.12194440e-4f;
+  y += -0.5f * z;
+  float res = f + y + ef * 0.693359375f;
+  // Special values: subnormals/zero -> -inf (we do not handle subnormal inputs precisely), negatives nan.
+  res = x < 1.17549435e-38f ? -INFINITY : res;
+  res = x < 0.0f ? NAN : res;
+  res = x == INFINITY ? INFINITY : res;
+  return x != x ? x : res;
+}
+
+// tanh: odd polynomial near zero (keeps relative accuracy), 1 - 2/(e^{2x}+1) elsewhere.
+static inline float vm_tanh(float x) {
+  float ax = x < 0 ? -x : x;
+  float z = x * x;
+  float p = -5.70498872745e-3f;
+  p = p * z + 2.06390887954e-2f;
+  p = p * z - 5.37397155531e-2f;
+  p = p * z + 1.33314422036e-1f;
+  p = p * z - 3.33332819422e-1f;
+  float small = x + x * z * p;
+  float e = vm_exp(2.0f * ax);
+  float big = 1.0f - 2.0f / (e + 1.0f);
+  big = x < 0 ? -big : big;
+  return ax < 0.625f ? small : big;
+}
+
+static inline float vm_sigmoid(float x) { return 1.0f / (1.0f + vm_exp(-x)); }

@@ -1,0 +1,286 @@
+// Storage-level entry points: argument checks common to every backend, then the backend call.
+// Creation functions are the one place that switches on the device kind.
+#include "storage.h"
+
+#include <algorithm>
+
+#include "cpu/cpu_storage.h"
+#include "cpu/random.h"
+
+namespace ember {
+
+std::string Device::str() const {
+  switch (kind) {
+    case DeviceKind::Cpu: return "cpu";
+    case DeviceKind::Metal: return "metal:" + std::to_string(index);
+    case DeviceKind::Cuda: return "cuda:" + std::to_string(index);
+  }
+  return "?";
+}
+
+const char* op_name(UnaryOp op) {
+  static const char* n[] = {"exp",  "log",   "sin",  "cos",   "tanh", "sqrt",  "sqr",     "abs",
+                            "neg",  "recip", "relu", "gelu",  "silu", "erf",   "ceil",    "floor",
+                            "round", "sign", "sigmoid", "affine", "powf", "clamp"};
+  return n[(int)op];
+}
+const char* op_name(BinaryOp op) {
+  static const char* n[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
+                            "eq",  "ne",  "lt",  "le",  "gt",      "ge"};
+  return n[(int)op];
+}
+const char* op_name(ReduceOp op) {
+  static const char* n[] = {"sum", "max", "min", "argmax", "argmin"};
+  return n[(int)op];
+}
+
+namespace {
+[[noreturn]] void no_backend(Device d, const char* what) {
+  throw Error(ErrorKind::Device, cat_str("[", what, "] device ", d.str(), " is not available in this build"));
+}
+}  // namespace
+
+StoragePtr alloc(Device dev, DType dt, int64_t numel, bool zeroed) {
+  EMBER_CHECK(numel >= 0, Value, "[alloc] negative element count ", numel);
+  switch (dev.kind) {
+    case DeviceKind::Cpu: return cpu::new_cpu(dt, numel, zeroed);
+    default: no_backend(dev, "alloc");
+  }
+}
+
+StoragePtr full(Device dev, DType dt, int64_t numel, double value) {
+  StoragePtr s = alloc(dev, dt, numel, value == 0.0);
+  if (value != 0.0) s->fill(Layout::contiguous({numel}), value);
+  return s;
+}
+
+StoragePtr arange(Device dev, DType dt, double start, double step, int64_t n) {
+  switch (dev.kind) {
+    case DeviceKind::Cpu: return cpu::arange(dt, start, step, n);
+    default: no_backend(dev, "arange");
+  }
+}
+
+StoragePtr rand_uniform(Device dev, DType dt, int64_t n, double lo, double hi) {
+  EMBER_CHECK(is_float(dt), DType, "[rand] expected a float dtype, got ", dtype_name(dt));
+  switch (dev.kind) {
+    case DeviceKind::Cpu: return cpu::rand_uniform(dt, n, lo, hi);
+    default: no_backend(dev, "rand");
+  }
+}
+
+StoragePtr rand_normal(Device dev, DType dt, int64_t n, double mean, double std) {
+  EMBER_CHECK(is_float(dt), DType, "[randn] expected a float dtype, got ", dtype_name(dt));
+  switch (dev.kind) {
+    case DeviceKind::Cpu: return cpu::rand_normal(dt, n, mean, std);
+    default: no_backend(dev, "randn");
+  }
+}
+
+void manual_seed(uint64_t seed) { cpu::manual_seed(seed); }
+
+void check_same_device(const BackendStorage& a, const BackendStorage& b, const char* op) {
+  EMBER_CHECK(a.device() == b.device(), Device, "[", op, "] device mismatch: ", a.device().str(), " and ",
+              b.device().str());
+}
+void check_same_dtype(const BackendStorage& a, const BackendStorage& b, const char* op) {
+  EMBER_CHECK(a.dtype() == b.dtype(), DType, "[", op, "] dtype mismatch: ", dtype_name(a.dtype()), " and ",
+              dtype_name(b.dtype()));
+}
+
+namespace {
+void check_in_bounds(const BackendStorage& s, const Layout& l, const char* op) {
+  auto [lo, hi] = l.extent();
+  EMBER_CHECK(l.numel() == 0 || (lo >= 0 && hi <= s.numel()), Index, "[", op, "] layout ", l.repr(),
+              " reaches outside a storage of ", s.numel(), " elements");
+}
+}  // namespace
+
+std::pair<StoragePtr, Layout> unary(UnaryOp op, const BackendStorage& s, const Layout& l, double p0, double p1) {
+  return {s.unary(op, l, p0, p1), Layout::contiguous(l.shape())};
+}
+
+std::pair<StoragePtr, Layout> binary(BinaryOp op, const BackendStorage& a, const Layout& la,
+                                     const BackendStorage& b, const Layout& lb) {
+  const char* name = op_name(op);
+  check_same_device(a, b, name);
+  check_same_dtype(a, b, name);
+  Shape out = broadcast_shapes(la.shape(), lb.shape(), name);
+  return {a.binary(op, la.broadcast_as(out), b, lb.broadcast_as(out)), Layout::contiguous(out)};
+}
+
+std::pair<StoragePtr, Layout> where(const BackendStorage& c, const Layout& lc, const BackendStorage& a,
+                                    const Layout& la, const BackendStorage& b, const Layout& lb) {
+  check_same_device(c, a, "where");
+  check_same_device(a, b, "where");
+  check_same_dtype(a, b, "where");
+  EMBER_CHECK(!is_float(c.dtype()), DType, "[where] condition must be an integer or bool tensor, got ",
+              dtype_name(c.dtype()));
+  Shape out = broadcast_shapes(broadcast_shapes(lc.shape(), la.shape(), "where"), lb.shape(), "where");
+  return {c.where(lc.broadcast_as(out), a, la.broadcast_as(out), b, lb.broadcast_as(out)),
+          Layout::contiguous(out)};
+}
+
+std::pair<StoragePtr, Layout> to_dtype(const BackendStorage& s, const Layout& l, DType dt) {
+  return {s.to_dtype(l, dt), Layout::contiguous(l.shape())};
+}
+
+std::pair<StoragePtr, Layout> reduce(ReduceOp op, const BackendStorage& s, const Layout& l,
+                                     std::vector<int64_t> dims, bool keepdim) {
+  const char* name = op_name(op);
+  for (auto& d : dims) d = normalize_dim(d, l.ndim(), name);
+  std::sort(dims.begin(), dims.end());
+  dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
+  if (l.ndim() == 0) dims.clear();
+  for (auto d : dims)
+    EMBER_CHECK(l.shape()[d] > 0 || op == ReduceOp::Sum, Shape, "[", name,
+                "] cannot reduce over an empty dim ", d, " of shape ", shape_str(l.shape()));
+  StoragePtr out = s.reduce(op, l, dims);
+  Shape kept = l.shape();
+  for (auto d : dims) kept[d] = 1;
+  if (!keepdim) {
+    Shape squeezed;
+    for (int64_t i = 0; i < l.ndim(); ++i)
+      if (!std::binary_search(dims.begin(), dims.end(), i)) squeezed.push_back(l.shape()[i]);
+    kept = squeezed;
+  }
+  return {out, Layout::contiguous(kept)};
+}
+
+std::pair<StoragePtr, Layout> matmul(const BackendStorage& a, const Layout& la, const BackendStorage& b,
+                                     const Layout& lb) {
+  check_same_device(a, b, "matmul");
+  check_same_dtype(a, b, "matmul");
+  EMBER_CHECK(la.ndim() >= 1 && lb.ndim() >= 1, Shape, "[matmul] both operands need at least 1 dim, got ",
+              shape_str(la.shape()), " @ ", shape_str(lb.shape()));
+  // 1-D operands are promoted (prepend / append a dim) and the dim removed from the result, as numpy.
+  Layout A = la.ndim() == 1 ? la.unsqueeze(0) : la;
+  Layout B = lb.ndim() == 1 ? lb.unsqueeze(1) : lb;
+  int64_t m = A.shape()[A.ndim() - 2], k = A.shape()[A.ndim() - 1];
+  int64_t k2 = B.shape()[B.ndim() - 2], n = B.shape()[B.ndim() - 1];
+  EMBER_CHECK(k == k2, Shape, "[matmul] shape mismatch ", shape_str(la.shape()), " @ ", shape_str(lb.shape()));
+  Shape ba(A.shape().begin(), A.shape().end() - 2), bb(B.shape().begin(), B.shape().end() - 2);
+  Shape batch = broadcast_shapes(ba, bb, "matmul");
+  Shape sa = batch, sb = batch;
+  sa.push_back(m); sa.push_back(k);
+  sb.push_back(k); sb.push_back(n);
+  StoragePtr out = a.matmul(A.broadcast_as(sa), b, B.broadcast_as(sb));
+  Shape os = batch;
+  if (la.ndim() > 1) os.push_back(m);
+  if (lb.ndim() > 1) os.push_back(n);
+  return {out, Layout::contiguous(os)};
+}
+
+std::pair<StoragePtr, Layout> contiguous_copy(const BackendStorage& s, const Layout& l) {
+  StoragePtr out = alloc(s.device(), s.dtype(), l.numel(), false);
+  Layout ol = Layout::contiguous(l.shape());
+  s.copy_into(l, *out, ol);
+  return {out, ol};
+}
+
+void copy_into(const BackendStorage& src, const Layout& sl, BackendStorage& dst, const Layout& dl,
+               const char* op) {
+  check_same_device(src, dst, op);
+  check_same_dtype(src, dst, op);
+  EMBER_CHECK(sl.shape() == dl.shape(), Shape, "[", op, "] shape mismatch: source ", shape_str(sl.shape()),
+              ", destination ", shape_str(dl.shape()));
+  check_in_bounds(dst, dl, op);
+  src.copy_into(sl, dst, dl);
+}
+
+namespace {
+void check_ids(const BackendStorage& s, const BackendStorage& ids, const char* op) {
+  check_same_device(s, ids, op);
+  EMBER_CHECK(ids.dtype() == DType::I64 || ids.dtype() == DType::U32 || ids.dtype() == DType::U8, DType, "[",
+              op, "] indices must be int64, uint32 or uint8, got ", dtype_name(ids.dtype()));
+}
+}  // namespace
+
+std::pair<StoragePtr, Layout> index_select(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
+                                           const Layout& il, int64_t dim) {
+  check_ids(s, ids, "index_select");
+  dim = normalize_dim(dim, l.ndim(), "index_select");
+  EMBER_CHECK(il.ndim() == 1, Shape, "[index_select] indices must be 1-D, got ", shape_str(il.shape()));
+  Shape os = l.shape();
+  os[dim] = il.shape()[0];
+  return {s.index_select(l, ids, il, dim), Layout::contiguous(os)};
+}
+
+std::pair<StoragePtr, Layout> gather(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
+                                     const Layout& il, int64_t dim) {
+  check_ids(s, ids, "gather");
+  dim = normalize_dim(dim, l.ndim(), "gather");
+  EMBER_CHECK(il.ndim() == l.ndim(), Shape, "[gather] indices ", shape_str(il.shape()), " must have as many dims as ",
+              shape_str(l.shape()));
+  for (int64_t i = 0; i < l.ndim(); ++i)
+    EMBER_CHECK(i == dim || il.shape()[i] <= l.shape()[i], Shape, "[gather] indices ", shape_str(il.shape()),
+                " do not fit ", shape_str(l.shape()), " outside dim ", dim);
+  return {s.gather(l, ids, il, dim), Layout::contiguous(il.shape())};
+}
+
+std::pair<StoragePtr, Layout> index_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
+                                        const Layout& il, const BackendStorage& src, const Layout& sl,
+                                        int64_t dim) {
+  check_ids(s, ids, "index_add");
+  check_same_dtype(s, src, "index_add");
+  check_same_device(s, src, "index_add");
+  dim = normalize_dim(dim, l.ndim(), "index_add");
+  EMBER_CHECK(il.ndim() == 1, Shape, "[index_add] indices must be 1-D, got ", shape_str(il.shape()));
+  Shape want = l.shape();
+  want[dim] = il.shape()[0];
+  EMBER_CHECK(sl.shape() == want, Shape, "[index_add] source shape ", shape_str(sl.shape()), " should be ",
+              shape_str(want));
+  auto [out, ol] = contiguous_copy(s, l);
+  out->index_add(ol, ids, il, src, sl, dim);
+  return {out, ol};
+}
+
+std::pair<StoragePtr, Layout> scatter_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
+                                          const Layout& il, const BackendStorage& src, const Layout& sl,
+                                          int64_t dim) {
+  check_ids(s, ids, "scatter_add");
+  check_same_dtype(s, src, "scatter_add");
+  check_same_device(s, src, "scatter_add");
+  dim = normalize_dim(dim, l.ndim(), "scatter_add");
+  EMBER_CHECK(il.shape() == sl.shape(), Shape, "[scatter_add] indices ", shape_str(il.shape()),
+              " and source ", shape_str(sl.shape()), " must have the same shape");
+  EMBER_CHECK(il.ndim() == l.ndim(), Shape, "[scatter_add] indices ", shape_str(il.shape()),
+              " must have as many dims as ", shape_str(l.shape()));
+  for (int64_t i = 0; i < l.ndim(); ++i)
+    EMBER_CHECK(i == dim || il.shape()[i] <= l.shape()[i], Shape, "[scatter_add] indices ",
+                shape_str(il.shape()), " do not fit ", shape_str(l.shape()), " outside dim ", dim);
+  auto [out, ol] = contiguous_copy(s, l);
+  out->scatter_add(ol, ids, il, src, sl, dim);
+  return {out, ol};
+}
+
+std::pair<StoragePtr, Layout> cat(const std::vector<const BackendStorage*>& ss, const std::vector<Layout>& ls,
+                                  int64_t dim) {
+  EMBER_CHECK(!ss.empty(), Value, "[cat] expected at least one tensor");
+  const Layout& l0 = ls[0];
+  EMBER_CHECK(l0.ndim() > 0, Shape, "[cat] cannot concatenate 0-dim tensors");
+  dim = normalize_dim(dim, l0.ndim(), "cat");
+  Shape os = l0.shape();
+  os[dim] = 0;
+  for (size_t i = 0; i < ss.size(); ++i) {
+    check_same_device(*ss[0], *ss[i], "cat");
+    check_same_dtype(*ss[0], *ss[i], "cat");
+    EMBER_CHECK(ls[i].ndim() == l0.ndim(), Shape, "[cat] tensor ", i, " has shape ", shape_str(ls[i].shape()),
+                ", expected ", l0.ndim(), " dims like ", shape_str(l0.shape()));
+    for (int64_t d = 0; d < l0.ndim(); ++d)
+      EMBER_CHECK(d == dim || ls[i].shape()[d] == l0.shape()[d], Shape, "[cat] tensor ", i, " has shape ",
+                  shape_str(ls[i].shape()), ", incompatible with ", shape_str(l0.shape()), " outside dim ", dim);
+    os[dim] += ls[i].shape()[dim];
+  }
+  StoragePtr out = alloc(ss[0]->device(), ss[0]->dtype(), shape_numel(os), false);
+  Layout ol = Layout::contiguous(os);
+  int64_t at = 0;
+  for (size_t i = 0; i < ss.size(); ++i) {
+    int64_t len = ls[i].shape()[dim];
+    ss[i]->copy_into(ls[i], *out, ol.narrow(dim, at, len));
+    at += len;
+  }
+  return {out, ol};
+}
+
+}  // namespace ember

@@ -1,0 +1,48 @@
+// Storage-level API: creation on a device and the checked entry points (same device, dtypes, shapes)
+// that forward to the backend. This is the one place that switches on the device kind.
+#pragma once
+#include "backend.h"
+
+namespace ember {
+
+StoragePtr alloc(Device dev, DType dt, int64_t numel, bool zeroed);
+StoragePtr full(Device dev, DType dt, int64_t numel, double value);
+StoragePtr arange(Device dev, DType dt, double start, double step, int64_t n);
+// Seeded uniform [lo, hi) or normal(mean, std); the global generator advances by n draws.
+StoragePtr rand_uniform(Device dev, DType dt, int64_t n, double lo, double hi);
+StoragePtr rand_normal(Device dev, DType dt, int64_t n, double mean, double std);
+void manual_seed(uint64_t seed);
+
+void check_same_device(const BackendStorage& a, const BackendStorage& b, const char* op);
+void check_same_dtype(const BackendStorage& a, const BackendStorage& b, const char* op);
+
+// Each returns the result storage and its (contiguous) layout.
+std::pair<StoragePtr, Layout> unary(UnaryOp op, const BackendStorage& s, const Layout& l, double p0 = 0,
+                                    double p1 = 0);
+std::pair<StoragePtr, Layout> binary(BinaryOp op, const BackendStorage& a, const Layout& la,
+                                     const BackendStorage& b, const Layout& lb);
+std::pair<StoragePtr, Layout> where(const BackendStorage& c, const Layout& lc, const BackendStorage& a,
+                                    const Layout& la, const BackendStorage& b, const Layout& lb);
+std::pair<StoragePtr, Layout> to_dtype(const BackendStorage& s, const Layout& l, DType dt);
+std::pair<StoragePtr, Layout> reduce(ReduceOp op, const BackendStorage& s, const Layout& l,
+                                     std::vector<int64_t> dims, bool keepdim);
+std::pair<StoragePtr, Layout> matmul(const BackendStorage& a, const Layout& la, const BackendStorage& b,
+                                     const Layout& lb);
+std::pair<StoragePtr, Layout> contiguous_copy(const BackendStorage& s, const Layout& l);
+void copy_into(const BackendStorage& src, const Layout& sl, BackendStorage& dst, const Layout& dl,
+               const char* op);
+std::pair<StoragePtr, Layout> index_select(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
+                                           const Layout& il, int64_t dim);
+std::pair<StoragePtr, Layout> gather(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
+                                     const Layout& il, int64_t dim);
+// Returns a new storage: a copy of (s, l) with src added at ids (index_add / scatter_add semantics).
+std::pair<StoragePtr, Layout> index_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
+                                        const Layout& il, const BackendStorage& src, const Layout& sl,
+                                        int64_t dim);
+std::pair<StoragePtr, Layout> scatter_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
+                                          const Layout& il, const BackendStorage& src, const Layout& sl,
+                                          int64_t dim);
+std::pair<StoragePtr, Layout> cat(const std::vector<const BackendStorage*>& ss, const std::vector<Layout>& ls,
+                                  int64_t dim);
+
+}  // namespace ember

@@ -1,0 +1,41 @@
+"""ember's exception classes; the C++ core raises these through ember._C's translator."""
+
+
+class EmberError(Exception):
+    """Base class of every error ember raises on bad input. Messages start with ``[op]``."""
+
+
+class EmberValueError(EmberError, ValueError):
+    """A bad value (for example a negative size)."""
+
+
+class ShapeError(EmberError, ValueError):
+    """Shapes that do not fit together."""
+
+
+class DTypeError(EmberError, TypeError):
+    """A dtype the op cannot take, or two operands whose dtypes differ."""
+
+
+class DeviceError(EmberError, ValueError):
+    """Operands on different devices, or a device this build cannot use."""
+
+
+class IndexOutOfRange(EmberError, IndexError):
+    """A dim or index out of range."""
+
+
+class UnsupportedOp(EmberError, NotImplementedError):
+    """An op that has no implementation for these arguments."""
+
+
+class BackwardNotSupported(EmberError, NotImplementedError):
+    """Backward reached an op that has no gradient rule. ``.op`` names the op."""
+
+    def __init__(self, op, message=None):
+        self.op = op
+        super().__init__(message or f"[{op}] backward is not supported for {op}")
+
+
+class InplaceModifiedError(EmberError, RuntimeError):
+    """A tensor saved for backward was modified in place after it was saved."""

@@ -1,0 +1,27 @@
+// Shared helpers for the bindings: dtype/device codes and the pybind11 includes.
+#pragma once
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+#include <pybind11/stl.h>
+
+#include "backend.h"
+#include "cpu/cpu_storage.h"
+
+namespace py = pybind11;
+
+namespace ember::bind {
+
+inline DType to_dtype(int code) {
+  EMBER_CHECK(code >= 0 && code < kNumDTypes, DType, "[dtype] unknown dtype code ", code);
+  return static_cast<DType>(code);
+}
+inline Device to_device(int kind, int index) { return Device{static_cast<DeviceKind>(kind), index}; }
+using GilFree = py::call_guard<py::gil_scoped_release>;
+
+void bind_layout(py::module_& m);
+void bind_storage(py::module_& m);
+void bind_ops(py::module_& m);
+
+}  // namespace ember::bind
+
+void bind_fused(py::module_& m);

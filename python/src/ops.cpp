@@ -1,0 +1,72 @@
+// Bindings for the op families: thin wrappers over cpp/storage.h that release the GIL.
+#include "common.h"
+#include "storage.h"
+
+namespace ember::bind {
+namespace {
+using SL = std::pair<StoragePtr, Layout>;
+const BackendStorage& S(const StoragePtr& p) { return *p; }
+}  // namespace
+
+void bind_ops(py::module_& m) {
+  m.def("alloc", [](int kind, int index, int dt, int64_t n, bool zeroed) {
+    return ember::alloc(to_device(kind, index), to_dtype(dt), n, zeroed);
+  }, GilFree());
+  m.def("full", [](int kind, int index, int dt, int64_t n, double v) {
+    return ember::full(to_device(kind, index), to_dtype(dt), n, v);
+  }, GilFree());
+  m.def("arange", [](int kind, int index, int dt, double start, double step, int64_t n) {
+    return ember::arange(to_device(kind, index), to_dtype(dt), start, step, n);
+  }, GilFree());
+  m.def("rand_uniform", [](int kind, int index, int dt, int64_t n, double lo, double hi) {
+    return ember::rand_uniform(to_device(kind, index), to_dtype(dt), n, lo, hi);
+  }, GilFree());
+  m.def("rand_normal", [](int kind, int index, int dt, int64_t n, double mean, double std) {
+    return ember::rand_normal(to_device(kind, index), to_dtype(dt), n, mean, std);
+  }, GilFree());
+
+  m.def("unary", [](int op, const StoragePtr& s, const Layout& l, double p0, double p1) -> SL {
+    return ember::unary(static_cast<UnaryOp>(op), S(s), l, p0, p1);
+  }, py::arg("op"), py::arg("s"), py::arg("l"), py::arg("p0") = 0.0, py::arg("p1") = 0.0, GilFree());
+  m.def("binary", [](int op, const StoragePtr& a, const Layout& la, const StoragePtr& b, const Layout& lb) -> SL {
+    return ember::binary(static_cast<BinaryOp>(op), S(a), la, S(b), lb);
+  }, GilFree());
+  m.def("where", [](const StoragePtr& c, const Layout& lc, const StoragePtr& a, const Layout& la,
+                    const StoragePtr& b, const Layout& lb) -> SL { return ember::where(S(c), lc, S(a), la, S(b), lb); },
+        GilFree());
+  m.def("to_dtype", [](const StoragePtr& s, const Layout& l, int dt) -> SL {
+    return ember::to_dtype(S(s), l, to_dtype(dt));
+  }, GilFree());
+  m.def("reduce", [](int op, const StoragePtr& s, const Layout& l, std::vector<int64_t> dims, bool keepdim) -> SL {
+    return ember::reduce(static_cast<ReduceOp>(op), S(s), l, std::move(dims), keepdim);
+  }, GilFree());
+  m.def("matmul", [](const StoragePtr& a, const Layout& la, const StoragePtr& b, const Layout& lb) -> SL {
+    return ember::matmul(S(a), la, S(b), lb);
+  }, GilFree());
+  m.def("contiguous", [](const StoragePtr& s, const Layout& l) -> SL { return ember::contiguous_copy(S(s), l); },
+        GilFree());
+  m.def("copy_into", [](const StoragePtr& src, const Layout& sl, const StoragePtr& dst, const Layout& dl,
+                        const std::string& op) { ember::copy_into(S(src), sl, *dst, dl, op.c_str()); }, GilFree());
+  m.def("fill", [](const StoragePtr& s, const Layout& l, double v) { s->fill(l, v); }, GilFree());
+  m.def("index_select", [](const StoragePtr& s, const Layout& l, const StoragePtr& ids, const Layout& il,
+                           int64_t dim) -> SL { return ember::index_select(S(s), l, S(ids), il, dim); }, GilFree());
+  m.def("gather", [](const StoragePtr& s, const Layout& l, const StoragePtr& ids, const Layout& il, int64_t dim) -> SL {
+    return ember::gather(S(s), l, S(ids), il, dim);
+  }, GilFree());
+  m.def("index_add", [](const StoragePtr& s, const Layout& l, const StoragePtr& ids, const Layout& il,
+                        const StoragePtr& src, const Layout& sl, int64_t dim) -> SL {
+    return ember::index_add(S(s), l, S(ids), il, S(src), sl, dim);
+  }, GilFree());
+  m.def("scatter_add", [](const StoragePtr& s, const Layout& l, const StoragePtr& ids, const Layout& il,
+                          const StoragePtr& src, const Layout& sl, int64_t dim) -> SL {
+    return ember::scatter_add(S(s), l, S(ids), il, S(src), sl, dim);
+  }, GilFree());
+  m.def("cat", [](const std::vector<StoragePtr>& ss, const std::vector<Layout>& ls, int64_t dim) -> SL {
+    EMBER_CHECK(ss.size() == ls.size(), Value, "[cat] storages and layouts differ in count");
+    std::vector<const BackendStorage*> ps;
+    for (auto& s : ss) ps.push_back(s.get());
+    return ember::cat(ps, ls, dim);
+  }, GilFree());
+}
+
+}  // namespace ember::bind

@@ -1,0 +1,105 @@
+// Bindings for Storage / CpuStorage: metadata, version counter, and zero-copy numpy access.
+#include <cstring>
+
+#include "common.h"
+#include "storage.h"
+
+namespace ember::bind {
+namespace {
+
+using cpu::CpuStorage;
+
+// numpy dtype for an ember dtype; bfloat16 is ml_dtypes.bfloat16 when installed, else raw uint16 bits.
+py::dtype np_dtype(DType dt) {
+  switch (dt) {
+    case DType::F32: return py::dtype::of<float>();
+    case DType::F64: return py::dtype::of<double>();
+    case DType::F16: return py::dtype("float16");
+    case DType::BF16: {
+      static py::object bf = [] {
+        try {
+          return py::object(py::module_::import("ml_dtypes").attr("bfloat16"));
+        } catch (py::error_already_set&) {
+          return py::object(py::none());
+        }
+      }();
+      return bf.is_none() ? py::dtype("uint16") : py::dtype::from_args(bf);
+    }
+    case DType::I64: return py::dtype::of<int64_t>();
+    case DType::U32: return py::dtype::of<uint32_t>();
+    case DType::U8: return py::dtype::of<uint8_t>();
+  }
+  return py::dtype::of<float>();
+}
+
+// Strided view of (s, l) that keeps `owner` (the Python storage object) alive.
+py::array view(const CpuStorage& s, const Layout& l, py::handle owner, bool writable, const char* op) {
+  auto [lo, hi] = l.extent();
+  EMBER_CHECK(l.numel() == 0 || (lo >= 0 && hi <= s.numel()), Index, "[", op, "] layout ", l.repr(),
+              " reaches outside a storage of ", s.numel(), " elements");
+  const ssize_t isz = (ssize_t)itemsize(s.dtype());
+  std::vector<ssize_t> shape(l.shape().begin(), l.shape().end()), strides;
+  for (auto st : l.stride()) strides.push_back(st * isz);
+  char* ptr = static_cast<char*>(s.raw()) + (l.numel() ? l.offset() * isz : 0);
+  py::array a(np_dtype(s.dtype()), shape, strides, ptr, owner);
+  if (!writable) a.attr("flags").attr("writeable") = false;
+  return a;
+}
+
+}  // namespace
+
+void bind_storage(py::module_& m) {
+  py::class_<BackendStorage, std::shared_ptr<BackendStorage>>(m, "Storage")
+      .def_property_readonly("dtype_code", [](const BackendStorage& s) { return (int)s.dtype(); })
+      .def_property_readonly("device_kind", [](const BackendStorage& s) { return (int)s.device().kind; })
+      .def_property_readonly("device_index", [](const BackendStorage& s) { return s.device().index; })
+      .def_property_readonly("numel", &BackendStorage::numel)
+      .def_property_readonly("version", &BackendStorage::version)
+      .def("bump_version", &BackendStorage::bump_version)
+      .def("same_buffer", &BackendStorage::same_buffer);
+
+  py::class_<CpuStorage, BackendStorage, std::shared_ptr<CpuStorage>>(m, "CpuStorage")
+      .def(
+          "numpy", [](py::object self) {
+            const auto& s = self.cast<const CpuStorage&>();
+            return view(s, Layout::contiguous({s.numel()}), self, true, "numpy");
+          },
+          "Flat, writable, zero-copy view of the whole buffer.")
+      .def(
+          "as_numpy",
+          [](py::object self, const Layout& l, bool writable) {
+            return view(self.cast<const CpuStorage&>(), l, self, writable, "as_numpy");
+          },
+          py::arg("layout"), py::arg("writable") = false, "Zero-copy strided view through a layout.")
+      .def_property_readonly("data_ptr", [](const CpuStorage& s) { return (uintptr_t)s.raw(); })
+      .def_property_readonly("nbytes", &CpuStorage::nbytes)
+      .def_static(
+          "_from_numpy_code",
+          [](py::array arr, int code) {
+            DType dt = to_dtype(code);
+            EMBER_CHECK(arr.flags() & py::array::c_style, Value, "[from_numpy] expected a C-contiguous array");
+            EMBER_CHECK((size_t)arr.itemsize() == itemsize(dt), DType, "[from_numpy] itemsize mismatch");
+            auto s = cpu::new_cpu(dt, (int64_t)arr.size());
+            std::memcpy(s->raw(), arr.data(), s->nbytes());
+            return std::static_pointer_cast<BackendStorage>(s);
+          },
+          "Copies a C-contiguous array whose itemsize matches the dtype code.")
+      .def_static(
+          "_borrow",
+          [](uintptr_t ptr, int64_t numel, int code, py::object keep_alive) {
+            // Zero-copy: the storage holds a reference to `keep_alive` until it dies.
+            auto* ref = new py::object(std::move(keep_alive));
+            auto release = [ref] {
+              py::gil_scoped_acquire g;
+              delete ref;
+            };
+            auto s = std::make_shared<CpuStorage>(to_dtype(code), numel, reinterpret_cast<void*>(ptr), release);
+            return std::static_pointer_cast<BackendStorage>(s);
+          },
+          "Wraps external memory without copying (DLPack / numpy).")
+      .def_static(
+          "_empty_code",
+          [](int64_t n, int code) { return std::static_pointer_cast<BackendStorage>(cpu::new_cpu(to_dtype(code), n)); });
+}
+
+}  // namespace ember::bind
