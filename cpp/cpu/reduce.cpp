@@ -124,6 +124,10 @@ void reduce_values(int kind, const CpuStorage& s, const Layout& l, const std::ve
   reduce_values<T>(kind, *tmp, Layout::contiguous(pl.shape()), tdims, out);
 }
 
+template <typename C> inline bool is_nan(C v) {
+  if constexpr (std::is_floating_point_v<C>) return v != v; else return false;
+}
+
 template <typename T>
 void reduce_arg(bool is_max, const CpuStorage& s, const Layout& l, const std::vector<int64_t>& dims,
                 CpuStorage& out) {
@@ -152,9 +156,9 @@ void reduce_arg(bool is_max, const CpuStorage& s, const Layout& l, const std::ve
                      const T* p = in + off[0] + i * st[0];
                      C_t<T> best = load(p[0]);
                      int64_t bi = 0;
-                     for (int64_t k = 1; k < n && best == best; ++k) {  // a NaN wins, as in torch
+                     for (int64_t k = 1; k < n && !is_nan(best); ++k) {  // a NaN wins, as in torch
                        C_t<T> v = load(p[k * rstride]);
-                       if (v != v || (is_max ? v > best : v < best)) { best = v; bi = k; }
+                       if (is_nan(v) || (is_max ? v > best : v < best)) { best = v; bi = k; }
                      }
                      o[off[1] + i * st[1]] = bi;
                    }

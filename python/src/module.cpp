@@ -9,7 +9,8 @@ namespace {
 
 // Maps an ErrorKind to the Python class defined in ember/errors.py (imported lazily).
 PyObject* error_class(ember::ErrorKind kind) {
-  static py::object mod = py::module_::import("ember.errors");
+  // Leaked on purpose: a static py::object would be released after the interpreter is gone.
+  static PyObject* mod = py::module_::import("ember.errors").release().ptr();
   const char* name = "EmberError";
   switch (kind) {
     case ember::ErrorKind::Shape: name = "ShapeError"; break;
@@ -19,7 +20,7 @@ PyObject* error_class(ember::ErrorKind kind) {
     case ember::ErrorKind::Unsupported: name = "UnsupportedOp"; break;
     case ember::ErrorKind::Value: name = "EmberValueError"; break;
   }
-  return mod.attr(name).ptr();
+  return py::handle(mod).attr(name).ptr();
 }
 
 }  // namespace

@@ -16,14 +16,15 @@ py::dtype np_dtype(DType dt) {
     case DType::F64: return py::dtype::of<double>();
     case DType::F16: return py::dtype("float16");
     case DType::BF16: {
-      static py::object bf = [] {
+      // Leaked on purpose: a static py::object would be released after the interpreter is gone.
+      static PyObject* bf = [] {
         try {
-          return py::object(py::module_::import("ml_dtypes").attr("bfloat16"));
+          return py::object(py::module_::import("ml_dtypes").attr("bfloat16")).release().ptr();
         } catch (py::error_already_set&) {
-          return py::object(py::none());
+          return py::none().release().ptr();
         }
       }();
-      return bf.is_none() ? py::dtype("uint16") : py::dtype::from_args(bf);
+      return bf == Py_None ? py::dtype("uint16") : py::dtype::from_args(py::reinterpret_borrow<py::object>(bf));
     }
     case DType::I64: return py::dtype::of<int64_t>();
     case DType::U32: return py::dtype::of<uint32_t>();

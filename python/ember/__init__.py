@@ -1,0 +1,85 @@
+"""ember: a tensor library with a C++ core whose centre is custom operators."""
+import sys as _sys
+
+if _sys.platform != "darwin":
+    # _C links libscipy_openblas by name; load it from the scipy-openblas32 package first so the
+    # extension finds it wherever ember is installed (the rpath covers only the site-packages case).
+    import ctypes as _ctypes
+    import os as _os
+
+    import scipy_openblas32 as _openblas
+
+    _ctypes.CDLL(_os.path.join(_openblas.get_lib_dir(), "libscipy_openblas.so"), mode=_ctypes.RTLD_GLOBAL)
+
+from . import _C  # noqa: E402
+from .backprop import is_grad_enabled, no_grad
+from .dtypes import (
+    ALL_DTYPES,
+    Device,
+    DType,
+    bfloat16,
+    cpu,
+    float16,
+    float32,
+    float64,
+    int64,
+    metal_is_available,
+    uint8,
+    uint32,
+)
+from .errors import (
+    BackwardNotSupported,
+    DeviceError,
+    DTypeError,
+    EmberError,
+    IndexOutOfRange,
+    InplaceModifiedError,
+    ShapeError,
+    UnsupportedOp,
+)
+from .tensor import (
+    Tensor,
+    Var,
+    arange,
+    cat,
+    from_numpy,
+    full,
+    full_like,
+    manual_seed,
+    maximum,
+    minimum,
+    ones,
+    ones_like,
+    rand,
+    randn,
+    stack,
+    tensor,
+    where,
+    zeros,
+    zeros_like,
+)
+
+Layout = _C.Layout
+Storage = _C.Storage
+CpuStorage = _C.CpuStorage
+
+
+def set_num_threads(n: int) -> None:
+    """Threads for ember's pool and BLAS (also set by the EMBER_NUM_THREADS environment variable)."""
+    _C.set_num_threads(int(n))
+
+
+def get_num_threads() -> int:
+    return _C.get_num_threads()
+
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "ALL_DTYPES", "BackwardNotSupported", "CpuStorage", "DType", "DTypeError", "Device", "DeviceError",
+    "EmberError", "IndexOutOfRange", "InplaceModifiedError", "Layout", "ShapeError", "Storage", "Tensor",
+    "UnsupportedOp", "Var", "arange", "bfloat16", "cat", "cpu", "float16", "float32", "float64",
+    "from_numpy", "full", "full_like", "get_num_threads", "int64", "is_grad_enabled", "manual_seed",
+    "maximum", "metal_is_available", "minimum", "no_grad", "ones", "ones_like", "rand", "randn",
+    "set_num_threads", "stack", "tensor", "uint8", "uint32", "where", "zeros", "zeros_like",
+]

@@ -1,0 +1,136 @@
+"""DType and Device: value objects shared by the facade, with the numpy dtype mappings."""
+from __future__ import annotations
+
+import numpy as np
+
+from .errors import DeviceError, DTypeError
+
+try:  # bfloat16 numpy interop when ml_dtypes is installed
+    import ml_dtypes as _ml_dtypes
+
+    _NP_BF16 = np.dtype(_ml_dtypes.bfloat16)
+except ImportError:  # pragma: no cover - exercised only without ml_dtypes
+    _NP_BF16 = None
+
+
+class DType:
+    """An element type. Compare with ``==`` or ``is``; instances are singletons."""
+
+    __slots__ = ("name", "itemsize", "is_float", "code")
+
+    def __init__(self, name, itemsize, is_float, code):
+        self.name, self.itemsize, self.is_float, self.code = name, itemsize, is_float, code
+
+    def __repr__(self):
+        return f"ember.{self.name}"
+
+    def __reduce__(self):
+        return (_dtype_by_name, (self.name,))
+
+
+float32 = DType("float32", 4, True, 0)
+float16 = DType("float16", 2, True, 1)
+bfloat16 = DType("bfloat16", 2, True, 2)
+float64 = DType("float64", 8, True, 3)
+int64 = DType("int64", 8, False, 4)
+uint32 = DType("uint32", 4, False, 5)
+uint8 = DType("uint8", 1, False, 6)
+ALL_DTYPES = (float32, float16, bfloat16, float64, int64, uint32, uint8)
+BY_CODE = ALL_DTYPES  # indexed by the C++ code
+_BY_NAME = {d.name: d for d in ALL_DTYPES}
+
+
+def _dtype_by_name(name):
+    return _BY_NAME[name]
+
+
+def to_dtype(dt) -> DType:
+    """Accepts an ember DType, its name, or a numpy dtype."""
+    if isinstance(dt, DType):
+        return dt
+    if isinstance(dt, str) and dt in _BY_NAME:
+        return _BY_NAME[dt]
+    try:
+        return from_numpy_dtype(np.dtype(dt))
+    except TypeError:
+        raise DTypeError(f"[dtype] unknown dtype {dt!r}") from None
+
+
+_NP_TO_EMBER = {
+    np.dtype(np.float32): float32,
+    np.dtype(np.float16): float16,
+    np.dtype(np.float64): float64,
+    np.dtype(np.int64): int64,
+    np.dtype(np.uint32): uint32,
+    np.dtype(np.uint8): uint8,
+}
+# numpy dtypes ember has no slot for are widened (like torch's defaults): ints -> int64, bool -> uint8.
+_NP_WIDEN = {
+    np.dtype(np.bool_): uint8,
+    np.dtype(np.int8): int64,
+    np.dtype(np.int16): int64,
+    np.dtype(np.int32): int64,
+    np.dtype(np.uint16): int64,
+}
+
+
+def from_numpy_dtype(npdt: np.dtype) -> DType:
+    if npdt in _NP_TO_EMBER:
+        return _NP_TO_EMBER[npdt]
+    if _NP_BF16 is not None and npdt == _NP_BF16:
+        return bfloat16
+    if npdt in _NP_WIDEN:
+        return _NP_WIDEN[npdt]
+    raise DTypeError(f"[tensor] numpy dtype {npdt} is not supported")
+
+
+def numpy_dtype(dt: DType):
+    """The numpy dtype that holds ``dt`` exactly (bfloat16 needs ml_dtypes, else None)."""
+    if dt is bfloat16:
+        return _NP_BF16
+    return np.dtype(dt.name)
+
+
+class Device:
+    """A device: ``Device("cpu")``, ``Device("metal", 0)``. Compares by value."""
+
+    __slots__ = ("type", "index", "kind")
+    _KINDS = {"cpu": 0, "metal": 1, "cuda": 2}
+
+    def __init__(self, type="cpu", index=0):
+        if isinstance(type, Device):
+            type, index = type.type, type.index
+        if isinstance(type, str) and ":" in type:
+            type, idx = type.split(":", 1)
+            index = int(idx)
+        if type not in self._KINDS:
+            raise DeviceError(f"[device] unknown device type {type!r}")
+        self.type, self.index, self.kind = type, int(index), self._KINDS[type]
+
+    def __eq__(self, other):
+        if isinstance(other, str):
+            other = Device(other)
+        return isinstance(other, Device) and self.type == other.type and self.index == other.index
+
+    def __hash__(self):
+        return hash((self.type, self.index))
+
+    def __repr__(self):
+        return "Device('cpu')" if self.type == "cpu" else f"Device({self.type!r}, {self.index})"
+
+    def __str__(self):
+        return self.type if self.type == "cpu" else f"{self.type}:{self.index}"
+
+
+cpu = Device("cpu")
+
+
+def to_device(dev) -> Device:
+    if dev is None:
+        return cpu
+    return dev if isinstance(dev, Device) else Device(dev)
+
+
+def metal_is_available() -> bool:
+    """True when this build has the Metal backend and a Metal device exists (never, on Linux)."""
+    return False

@@ -1,0 +1,738 @@
+"""Tensor and Var: the Python facade over ember._C storages and layouts. Shape logic and op
+recording live here; bytes never do."""
+from __future__ import annotations
+
+import itertools
+import numbers
+
+import numpy as np
+
+from . import _C
+from . import dtypes as _dt
+from .backprop import no_grad, record
+from .dtypes import DType, Device
+from .errors import DTypeError, EmberError, IndexOutOfRange, ShapeError
+
+_ids = itertools.count(1)
+
+UNARY = {n: i for i, n in enumerate(
+    "exp log sin cos tanh sqrt sqr abs neg recip relu gelu silu erf ceil floor round sign sigmoid "
+    "affine powf clamp".split())}
+BINARY = {n: i for i, n in enumerate("add sub mul div maximum minimum pow eq ne lt le gt ge".split())}
+REDUCE = {n: i for i, n in enumerate("sum max min argmax argmin".split())}
+_PRUNED = frozenset(("ceil", "floor", "round", "sign"))  # zero gradient: never recorded
+
+
+def _wrap(storage, layout, dtype, device, cls=None):
+    t = object.__new__(cls or Tensor)
+    t._storage = storage
+    t._layout = layout
+    t._dtype = dtype
+    t._device = device
+    t._op = None
+    t._id = next(_ids)
+    t._shape = None
+    return t
+
+
+def _dims(dim, ndim, op):
+    """dim (int, tuple, None) -> sorted list of normalised dims."""
+    if dim is None:
+        return list(range(ndim))
+    if isinstance(dim, numbers.Integral):
+        dim = (dim,)
+    out = sorted({_C.normalize_dim(int(d), ndim, op) for d in dim})
+    return out if ndim else []
+
+
+class Tensor:
+    """An n-dimensional array on a device: a storage seen through a layout, plus the op that made it."""
+
+    __slots__ = ("_storage", "_layout", "_dtype", "_device", "_op", "_id", "_shape", "__weakref__")
+    is_variable = False
+    __array_priority__ = 1000  # numpy defers to our operators
+
+    # ----------------------------------------------------------------- attributes
+    @property
+    def shape(self):
+        s = self._shape
+        if s is None:
+            s = self._shape = self._layout.shape
+        return s
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+    @property
+    def dtype(self) -> DType:
+        return self._dtype
+
+    @property
+    def device(self) -> Device:
+        return self._device
+
+    @property
+    def layout(self):
+        return self._layout
+
+    @property
+    def id(self) -> int:
+        return self._id
+
+    @property
+    def op(self):
+        return self._op
+
+    @property
+    def storage(self):
+        return self._storage
+
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def dims(self):
+        return self.shape
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[_C.normalize_dim(dim, self.ndim, "size")]
+
+    def __len__(self):
+        if not self.shape:
+            raise TypeError("len() of a 0-d tensor")
+        return self.shape[0]
+
+    def __hash__(self):
+        return id(self)
+
+    def __bool__(self):
+        if self.numel() != 1:
+            raise EmberError("[bool] the truth value of a tensor with more than one element is ambiguous")
+        return bool(self.item())
+
+    def __repr__(self):
+        body = np.array2string(self._np_values(), separator=", ", threshold=200, edgeitems=3)
+        extra = "" if self._device.type == "cpu" else f", device={self._device}"
+        grad = ", var" if self.is_variable else (f", op={self._op.name}" if self._op is not None else "")
+        return f"Tensor({body}, shape={self.shape}, dtype={self._dtype.name}{extra}{grad})"
+
+    # ----------------------------------------------------------------- conversions
+    def _np_values(self):
+        """A numpy view of the values for reading (not a copy; callers copy)."""
+        t = self if self._device.type == "cpu" else self.to_device("cpu")
+        arr = t._storage.as_numpy(t._layout)
+        if self._dtype is _dt.bfloat16 and _dt.numpy_dtype(_dt.bfloat16) is None:
+            arr = (arr.astype(np.uint32) << 16).view(np.float32)
+        return arr
+
+    def numpy(self) -> np.ndarray:
+        """A new numpy array with the values (never aliases the tensor)."""
+        return np.array(self._np_values(), copy=True)
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype, copy=False)
+
+    def tolist(self):
+        return self.numpy().tolist()
+
+    def item(self):
+        if self.numel() != 1:
+            raise ShapeError(f"[item] expected a tensor with one element, got shape {self.shape}")
+        return self.numpy().reshape(()).item()
+
+    def __float__(self):
+        return float(self.item())
+
+    def __int__(self):
+        return int(self.item())
+
+    def __index__(self):
+        if self._dtype.is_float:
+            raise TypeError("only integer tensors can be used as an index")
+        return int(self.item())
+
+    def to_dtype(self, dtype) -> "Tensor":
+        dtype = _dt.to_dtype(dtype)
+        if dtype is self._dtype:
+            return self
+        s, l = _C.to_dtype(self._storage, self._layout, dtype.code)
+        out = _wrap(s, l, dtype, self._device)
+        if self._dtype.is_float:  # casts from ints are pruned
+            record(out, "to_dtype", (self,), self._dtype)
+        return out
+
+    astype = to_dtype
+
+    def to_device(self, device) -> "Tensor":
+        device = _dt.to_device(device)
+        if device == self._device:
+            return self
+        raise EmberError(f"[to_device] device {device} is not available in this build")
+
+    to = to_device
+
+    def contiguous(self) -> "Tensor":
+        return self if self._layout.is_contiguous() else self.copy()
+
+    def copy(self) -> "Tensor":
+        """A copy in a new storage, on every device (never aliases); differentiable."""
+        s, l = _C.contiguous(self._storage, self._layout)
+        return record(_wrap(s, l, self._dtype, self._device), "copy", (self,))
+
+    clone = copy
+
+    def detach(self) -> "Tensor":
+        """Shares the storage, drops the op (and variable-ness)."""
+        return _wrap(self._storage, self._layout, self._dtype, self._device)
+
+    # ----------------------------------------------------------------- views
+    def _view(self, layout, name, saved=None):
+        out = _wrap(self._storage, layout, self._dtype, self._device)
+        return record(out, name, (self,), saved)
+
+    def transpose(self, d0, d1):
+        return self._view(self._layout.transpose(d0, d1), "transpose", (d0, d1))
+
+    def t(self):
+        if self.ndim < 2:
+            raise ShapeError(f"[t] expected at least 2 dims, got shape {self.shape}")
+        return self.transpose(-2, -1)
+
+    @property
+    def T(self):
+        return self.permute(*reversed(range(self.ndim)))
+
+    def permute(self, *dims):
+        if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
+            dims = tuple(dims[0])
+        dims = tuple(int(d) for d in dims)
+        layout = self._layout.permute(list(dims))
+        return self._view(layout, "permute", tuple(_C.normalize_dim(d, self.ndim, "permute") for d in dims))
+
+    def narrow(self, dim, start, length):
+        dim = _C.normalize_dim(dim, self.ndim, "narrow")
+        return self._view(self._layout.narrow(dim, start, length), "narrow", (dim, start, length))
+
+    def squeeze(self, dim=None):
+        if dim is None:
+            t = self
+            for d in reversed(range(self.ndim)):
+                if self.shape[d] == 1:
+                    t = t.squeeze(d)
+            return t
+        dim = _C.normalize_dim(dim, self.ndim, "squeeze")
+        return self._view(self._layout.squeeze(dim), "reshape", self.shape)
+
+    def unsqueeze(self, dim):
+        return self._view(self._layout.unsqueeze(dim), "reshape", self.shape)
+
+    def broadcast_as(self, *shape):
+        shape = _shape_arg(shape)
+        return self._view(self._layout.broadcast_as(list(shape)), "broadcast_as", self.shape)
+
+    expand = broadcast_as
+
+    def broadcast_left(self, *shape):
+        return self.broadcast_as(tuple(_shape_arg(shape)) + self.shape)
+
+    def reshape(self, *shape):
+        shape = _C.resolve_reshape(list(_shape_arg(shape)), self.numel())
+        layout = self._layout.reshape(shape)
+        if layout is not None:
+            return self._view(layout, "reshape", self.shape)
+        s, l = _C.contiguous(self._storage, self._layout)
+        out = _wrap(s, l.reshape(shape), self._dtype, self._device)
+        return record(out, "reshape", (self,), self.shape)
+
+    view = reshape
+
+    def flatten(self, start_dim=0, end_dim=-1):
+        if self.ndim == 0:
+            return self.reshape(1)
+        s = _C.normalize_dim(start_dim, self.ndim, "flatten")
+        e = _C.normalize_dim(end_dim, self.ndim, "flatten")
+        shape = self.shape
+        n = 1
+        for d in shape[s : e + 1]:
+            n *= d
+        return self.reshape(shape[:s] + (n,) + shape[e + 1 :])
+
+    def flatten_all(self):
+        return self.reshape(-1)
+
+    def __getitem__(self, idx):
+        if not isinstance(idx, tuple):
+            idx = (idx,)
+        if len(idx) == 1 and isinstance(idx[0], (Tensor, list, np.ndarray)):
+            ids = idx[0] if isinstance(idx[0], Tensor) else tensor(np.asarray(idx[0]))
+            return self.index_select(ids, 0)
+        n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
+        if sum(1 for i in idx if i is Ellipsis) > 1:
+            raise IndexOutOfRange("[index] an index can only have a single ellipsis")
+        if n_real > self.ndim:
+            raise IndexOutOfRange(f"[index] too many indices ({n_real}) for a tensor with {self.ndim} dims")
+        layout, dim = self._layout, 0
+        for i in idx:
+            if i is Ellipsis:
+                dim += self.ndim - n_real
+            elif i is None:
+                layout = layout.unsqueeze(dim)
+                dim += 1
+            elif isinstance(i, slice):
+                start, stop, step = i.start, i.stop, i.step
+                if step is not None and step < 1:
+                    raise EmberError(f"[index] slice step must be >= 1, got {step}")
+                size = layout.shape[dim]
+                layout = layout.slice(dim, 0 if start is None else int(start),
+                                      size if stop is None else int(stop), 1 if step is None else int(step))
+                dim += 1
+            elif isinstance(i, (numbers.Integral, np.integer)) and not isinstance(i, bool):
+                layout = layout.select(dim, int(i))
+            elif isinstance(i, Tensor) and not i._dtype.is_float and i.numel() == 1 and i.ndim == 0:
+                layout = layout.select(dim, int(i.item()))
+            else:
+                raise IndexOutOfRange(f"[index] unsupported index {i!r} (use ints, slices, None, ...)")
+        return self._view(layout, "index", self._layout)
+
+    # ----------------------------------------------------------------- elementwise
+    def _unary(self, name, p0=0.0, p1=0.0, saved=None):
+        s, l = _C.unary(UNARY[name], self._storage, self._layout, p0, p1)
+        out = _wrap(s, l, self._dtype, self._device)
+        if name in _PRUNED:
+            return out
+        return record(out, name, (self,), saved)
+
+    def exp(self): return self._unary("exp")
+    def log(self): return self._unary("log")
+    def sin(self): return self._unary("sin")
+    def cos(self): return self._unary("cos")
+    def tanh(self): return self._unary("tanh")
+    def sqrt(self): return self._unary("sqrt")
+    def sqr(self): return self._unary("sqr")
+    def abs(self): return self._unary("abs")
+    def neg(self): return self._unary("neg")
+    def recip(self): return self._unary("recip")
+    def relu(self): return self._unary("relu")
+    def gelu(self): return self._unary("gelu")
+    def silu(self): return self._unary("silu")
+    def erf(self): return self._unary("erf")
+    def ceil(self): return self._unary("ceil")
+    def floor(self): return self._unary("floor")
+    def round(self): return self._unary("round")
+    def sign(self): return self._unary("sign")
+    def sigmoid(self): return self._unary("sigmoid")
+
+    def affine(self, mul, add):
+        mul, add = float(mul), float(add)
+        s, l = _C.unary(UNARY["affine"], self._storage, self._layout, mul, add)
+        out = _wrap(s, l, self._dtype, self._device)
+        return out if mul == 0.0 else record(out, "affine", (self,), (mul, add))
+
+    def powf(self, e):
+        return self._unary("powf", float(e), 0.0, float(e))
+
+    def clamp(self, lo=None, hi=None):
+        lo = -float("inf") if lo is None else float(lo)
+        hi = float("inf") if hi is None else float(hi)
+        if not self._dtype.is_float:
+            lo, hi = max(lo, -9.2e18), min(hi, 1.8e19)
+        return self._unary("clamp", lo, hi, (lo, hi))
+
+    def _binary(self, other, name, reverse=False):
+        a, b = _operands(self, other, name)
+        if reverse:
+            a, b = b, a
+        s, l = _C.binary(BINARY[name], a._storage, a._layout, b._storage, b._layout)
+        if BINARY[name] >= BINARY["eq"]:
+            return _wrap(s, l, _dt.uint8, a._device)
+        return record(_wrap(s, l, a._dtype, a._device), name, (a, b))
+
+    def __add__(self, o): return self._binary(o, "add")
+    def __radd__(self, o): return self._binary(o, "add", True)
+    def __sub__(self, o): return self._binary(o, "sub")
+    def __rsub__(self, o): return self._binary(o, "sub", True)
+    def __mul__(self, o): return self._binary(o, "mul")
+    def __rmul__(self, o): return self._binary(o, "mul", True)
+    def __neg__(self): return self.neg()
+    def __pos__(self): return self
+    def __abs__(self): return self.abs()
+
+    def __truediv__(self, o):
+        a = self if self._dtype.is_float else self.to_dtype(_float_for(o))
+        return a._binary(o, "div")
+
+    def __rtruediv__(self, o):
+        a = self if self._dtype.is_float else self.to_dtype(_float_for(o))
+        return a._binary(o, "div", True)
+
+    def __pow__(self, e):
+        if isinstance(e, numbers.Real) and not isinstance(e, bool):
+            return self.powf(e)
+        return self._binary(e, "pow")
+
+    def __rpow__(self, base):
+        return self._binary(base, "pow", True)
+
+    def add(self, o): return self._binary(o, "add")
+    def sub(self, o): return self._binary(o, "sub")
+    def mul(self, o): return self._binary(o, "mul")
+    def div(self, o): return self / o
+    def maximum(self, o): return self._binary(o, "maximum")
+    def minimum(self, o): return self._binary(o, "minimum")
+    def pow(self, o): return self ** o
+
+    def eq(self, o): return self._binary(o, "eq")
+    def ne(self, o): return self._binary(o, "ne")
+    def lt(self, o): return self._binary(o, "lt")
+    def le(self, o): return self._binary(o, "le")
+    def gt(self, o): return self._binary(o, "gt")
+    def ge(self, o): return self._binary(o, "ge")
+    __eq__ = eq  # type: ignore[assignment]
+    __ne__ = ne  # type: ignore[assignment]
+    __lt__ = lt
+    __le__ = le
+    __gt__ = gt
+    __ge__ = ge
+
+    # ----------------------------------------------------------------- reductions
+    def _reduce(self, name, dim, keepdim):
+        dims = _dims(dim, self.ndim, name)
+        s, l = _C.reduce(REDUCE[name], self._storage, self._layout, dims, keepdim)
+        if name in ("argmax", "argmin"):
+            return _wrap(s, l, _dt.int64, self._device)
+        return record(_wrap(s, l, self._dtype, self._device), name, (self,), (tuple(dims), keepdim))
+
+    def sum(self, dim=None, keepdim=False): return self._reduce("sum", dim, keepdim)
+    def max(self, dim=None, keepdim=False): return self._reduce("max", dim, keepdim)
+    def min(self, dim=None, keepdim=False): return self._reduce("min", dim, keepdim)
+    def argmax(self, dim=None, keepdim=False): return self._reduce("argmax", dim, keepdim)
+    def argmin(self, dim=None, keepdim=False): return self._reduce("argmin", dim, keepdim)
+
+    def mean(self, dim=None, keepdim=False):
+        dims = _dims(dim, self.ndim, "mean")
+        n = 1
+        for d in dims:
+            n *= self.shape[d]
+        if not self._dtype.is_float:
+            raise DTypeError(f"[mean] expected a float dtype, got {self._dtype.name}")
+        return self.sum(dims, keepdim).affine(1.0 / n if n else float("nan"), 0.0)
+
+    def logsumexp(self, dim=None, keepdim=False):
+        dims = _dims(dim, self.ndim, "logsumexp")
+        with no_grad():
+            m = self.max(dims, keepdim=True)
+            m = where(m.abs().lt(float("inf")), m, zeros_like(m))  # all -inf rows stay -inf, not nan
+        out = (self - m).exp().sum(dims, keepdim=True).log() + m
+        return out if keepdim else out.squeeze_dims(dims)
+
+    def squeeze_dims(self, dims):
+        t = self
+        for d in sorted(dims, reverse=True):
+            t = t.squeeze(d)
+        return t
+
+    # ----------------------------------------------------------------- linear algebra & indexing
+    def matmul(self, other):
+        if not isinstance(other, Tensor):
+            return NotImplemented
+        s, l = _C.matmul(self._storage, self._layout, other._storage, other._layout)
+        return record(_wrap(s, l, self._dtype, self._device), "matmul", (self, other))
+
+    __matmul__ = matmul
+
+    def __rmatmul__(self, other):
+        return tensor(other, dtype=self._dtype).matmul(self)
+
+    def index_select(self, indices, dim):
+        dim = _C.normalize_dim(dim, self.ndim, "index_select")
+        ids = _as_index(indices, "index_select")
+        s, l = _C.index_select(self._storage, self._layout, ids._storage, ids._layout, dim)
+        return record(_wrap(s, l, self._dtype, self._device), "index_select", (self, ids), dim)
+
+    def gather(self, indices, dim):
+        dim = _C.normalize_dim(dim, self.ndim, "gather")
+        ids = _as_index(indices, "gather")
+        s, l = _C.gather(self._storage, self._layout, ids._storage, ids._layout, dim)
+        return record(_wrap(s, l, self._dtype, self._device), "gather", (self, ids), dim)
+
+    def index_add(self, indices, source, dim):
+        """Out of place: a copy of self with source's slices added at indices along dim."""
+        dim = _C.normalize_dim(dim, self.ndim, "index_add")
+        ids = _as_index(indices, "index_add")
+        s, l = _C.index_add(self._storage, self._layout, ids._storage, ids._layout,
+                            source._storage, source._layout, dim)
+        return record(_wrap(s, l, self._dtype, self._device), "index_add", (self, ids, source), dim)
+
+    def scatter_add(self, indices, source, dim):
+        """Out of place: a copy of self with source added at indices along dim (torch semantics)."""
+        dim = _C.normalize_dim(dim, self.ndim, "scatter_add")
+        ids = _as_index(indices, "scatter_add")
+        s, l = _C.scatter_add(self._storage, self._layout, ids._storage, ids._layout,
+                              source._storage, source._layout, dim)
+        return record(_wrap(s, l, self._dtype, self._device), "scatter_add", (self, ids, source), dim)
+
+    # ----------------------------------------------------------------- in place
+    def slice_set(self, src, dim, offset):
+        """Writes src into self at [offset, offset + src.shape[dim]) along dim; every view sees it."""
+        dim = _C.normalize_dim(dim, self.ndim, "slice_set")
+        if src.ndim != self.ndim:
+            raise ShapeError(f"[slice_set] src has shape {src.shape}, expected {self.ndim} dims like {self.shape}")
+        dst = self._layout.narrow(dim, offset, src.shape[dim]) if 0 <= offset else None
+        if dst is None:
+            raise IndexOutOfRange(f"[slice_set] negative offset {offset}")
+        s_st, s_l = src._storage, src._layout
+        if s_st.same_buffer(self._storage):  # snapshot an aliasing source so the write reads old values
+            s_st, s_l = _C.contiguous(s_st, s_l)
+        _C.copy_into(s_st, s_l, self._storage, dst, "slice_set")
+
+    def zero_set(self):
+        _C.fill(self._storage, self._layout, 0.0)
+
+    def fill_(self, value):
+        _C.fill(self._storage, self._layout, float(value))
+        return self
+
+    # ----------------------------------------------------------------- autograd
+    def backward(self, create_graph=False):
+        from .backprop import backward
+
+        return backward(self, create_graph=create_graph)
+
+    # custom ops are attached by custom_op.py (apply_op1/2/3, inplace_op1/2/3)
+
+
+class Var(Tensor):
+    """A leaf that tracks gradients. ``Var(t)`` copies ``t``'s data."""
+
+    __slots__ = ()
+    is_variable = True
+
+    def __new__(cls, data, dtype=None, device=None):
+        src = data if isinstance(data, Tensor) else tensor(data, dtype=dtype, device=device)
+        if isinstance(data, Tensor):
+            if dtype is not None:
+                src = src.to_dtype(dtype)
+            if device is not None:
+                src = src.to_device(device)
+        s, l = _C.contiguous(src._storage, src._layout)
+        return _wrap(s, l, src._dtype, src._device, cls)
+
+    def __init__(self, *args, **kwargs):
+        pass
+
+    def set(self, t):
+        """Writes t's values into this variable's storage (shape/dtype/device checked)."""
+        if not isinstance(t, Tensor):
+            t = tensor(t, dtype=self._dtype)
+        if t.shape != self.shape:
+            raise ShapeError(f"[set] shape mismatch: variable {self.shape}, value {t.shape}")
+        if t._dtype is not self._dtype:
+            raise DTypeError(f"[set] dtype mismatch: variable {self._dtype.name}, value {t._dtype.name}")
+        if t._device != self._device:
+            raise EmberError(f"[set] device mismatch: variable {self._device}, value {t._device}")
+        s_st, s_l = t._storage, t._layout
+        if s_st.same_buffer(self._storage):
+            s_st, s_l = _C.contiguous(s_st, s_l)
+        _C.copy_into(s_st, s_l, self._storage, self._layout, "set")
+
+    def as_tensor(self):
+        return self
+
+    def as_detached_tensor(self):
+        return self.detach()
+
+
+# --------------------------------------------------------------------- helpers
+def _shape_arg(shape):
+    if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        shape = tuple(shape[0])
+    return tuple(int(d) for d in shape)
+
+
+def _float_for(other):
+    return other._dtype if isinstance(other, Tensor) and other._dtype.is_float else _dt.float32
+
+
+def _scalar(value, dtype, device):
+    s = _C.full(device.kind, device.index, dtype.code, 1, float(value))
+    return _wrap(s, _SCALAR_LAYOUT, dtype, device)
+
+
+_SCALAR_LAYOUT = _C.Layout([], [], 0)
+
+
+def _operands(a, b, op):
+    """Brings a Python scalar / numpy operand to a tensor; floats promote int tensors to float32."""
+    if isinstance(b, Tensor):
+        return a, b
+    if isinstance(b, (bool, numbers.Integral)):
+        return a, _scalar(int(b), a._dtype, a._device)
+    if isinstance(b, numbers.Real):
+        if not a._dtype.is_float:
+            a = a.to_dtype(_dt.float32)
+        return a, _scalar(float(b), a._dtype, a._device)
+    if isinstance(b, (np.ndarray, list)):
+        return a, tensor(b, dtype=a._dtype, device=a._device)
+    raise DTypeError(f"[{op}] unsupported operand type {type(b).__name__}")
+
+
+def _as_index(ids, op):
+    if not isinstance(ids, Tensor):
+        ids = tensor(np.asarray(ids, dtype=np.int64))
+    if ids._dtype.is_float:
+        raise DTypeError(f"[{op}] indices must be an integer tensor, got {ids._dtype.name}")
+    return ids
+
+
+# --------------------------------------------------------------------- creation
+def tensor(data, dtype=None, device=None) -> Tensor:
+    """A new tensor from a scalar, nested lists, a numpy array or a Tensor (always copies)."""
+    device = _dt.to_device(device)
+    if isinstance(data, Tensor):
+        out = data.detach().to_dtype(dtype) if dtype is not None else data.detach()
+        return out.copy().detach() if out is data or out._storage is data._storage else out
+    arr = data if isinstance(data, np.ndarray) else None
+    if arr is None:
+        if hasattr(data, "__dlpack__") and not isinstance(data, (list, tuple)):
+            arr = np.from_dlpack(data)
+        else:
+            arr = np.asarray(data)
+            if arr.dtype == np.float64 and not isinstance(data, np.generic):
+                arr = arr.astype(np.float32)  # Python floats default to float32
+            elif arr.dtype.kind in "iu" and not isinstance(data, np.generic) and arr.dtype != np.int64:
+                arr = arr.astype(np.int64)
+            elif arr.dtype == object:
+                raise DTypeError("[tensor] cannot build a tensor from ragged or non-numeric data")
+    src_dt = _dt.from_numpy_dtype(arr.dtype)
+    target = _dt.to_dtype(dtype) if dtype is not None else src_dt
+    npt = _dt.numpy_dtype(src_dt)
+    if npt is not None and arr.dtype != npt:
+        arr = arr.astype(npt)
+    arr = np.ascontiguousarray(arr)
+    s = _C.CpuStorage._from_numpy_code(arr.reshape(-1), src_dt.code)
+    out = _wrap(s, _C.Layout.contiguous(list(arr.shape)), src_dt, _dt.cpu)
+    if target is not src_dt:
+        out = out.to_dtype(target)
+    return out.to_device(device)
+
+
+def from_numpy(arr) -> Tensor:
+    return tensor(arr)
+
+
+def _alloc_full(shape, value, dtype, device):
+    shape = tuple(int(d) for d in shape)
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"[full] negative dimension in shape {shape}")
+    n = 1
+    for d in shape:
+        n *= d
+    s = _C.full(device.kind, device.index, dtype.code, n, float(value))
+    return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
+
+
+def zeros(*shape, dtype=None, device=None):
+    return _alloc_full(_shape_arg(shape), 0, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device))
+
+
+def ones(*shape, dtype=None, device=None):
+    return _alloc_full(_shape_arg(shape), 1, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device))
+
+
+def full(shape, value, dtype=None, device=None):
+    if isinstance(shape, numbers.Integral):
+        shape = (shape,)
+    if dtype is None:
+        dtype = _dt.int64 if isinstance(value, numbers.Integral) and not isinstance(value, bool) else _dt.float32
+    return _alloc_full(tuple(shape), value, _dt.to_dtype(dtype), _dt.to_device(device))
+
+
+def zeros_like(t, dtype=None):
+    return _alloc_full(t.shape, 0, _dt.to_dtype(dtype or t._dtype), t._device)
+
+
+def ones_like(t, dtype=None):
+    return _alloc_full(t.shape, 1, _dt.to_dtype(dtype or t._dtype), t._device)
+
+
+def full_like(t, value, dtype=None):
+    return _alloc_full(t.shape, value, _dt.to_dtype(dtype or t._dtype), t._device)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None):
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        raise EmberError("[arange] step must be nonzero")
+    all_int = all(isinstance(v, numbers.Integral) for v in (start, end, step))
+    dtype = _dt.to_dtype(dtype or (_dt.int64 if all_int else _dt.float32))
+    n = max(0, int(np.ceil((end - start) / step)))
+    device = _dt.to_device(device)
+    s = _C.arange(device.kind, device.index, dtype.code, float(start), float(step), n)
+    return _wrap(s, _C.Layout.contiguous([n]), dtype, device)
+
+
+def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0):
+    shape = _shape_arg(shape)
+    dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
+    n = int(np.prod(shape)) if shape else 1
+    s = _C.rand_uniform(device.kind, device.index, dtype.code, n, float(lo), float(hi))
+    return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
+
+
+def randn(*shape, dtype=None, device=None, mean=0.0, std=1.0):
+    shape = _shape_arg(shape)
+    dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
+    n = int(np.prod(shape)) if shape else 1
+    s = _C.rand_normal(device.kind, device.index, dtype.code, n, float(mean), float(std))
+    return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
+
+
+def manual_seed(n: int):
+    _C.manual_seed(int(n) & 0xFFFFFFFFFFFFFFFF)
+
+
+# --------------------------------------------------------------------- functions of several tensors
+def where(cond, a, b):
+    """Elementwise cond ? a : b with broadcasting; a and b may be Python scalars."""
+    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
+        raise DTypeError("[where] at least one of a, b must be a tensor")
+    if not isinstance(a, Tensor):
+        b, a = _operands(b, a, "where")
+    elif not isinstance(b, Tensor):
+        a, b = _operands(a, b, "where")
+    s, l = _C.where(cond._storage, cond._layout, a._storage, a._layout, b._storage, b._layout)
+    return record(_wrap(s, l, a._dtype, a._device), "where", (a, b, cond))
+
+
+def maximum(a, b):
+    return a.maximum(b) if isinstance(a, Tensor) else b.maximum(a)
+
+
+def minimum(a, b):
+    return a.minimum(b) if isinstance(a, Tensor) else b.minimum(a)
+
+
+def cat(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise EmberError("[cat] expected at least one tensor")
+    dim = _C.normalize_dim(dim, tensors[0].ndim, "cat")
+    s, l = _C.cat([t._storage for t in tensors], [t._layout for t in tensors], dim)
+    t0 = tensors[0]
+    return record(_wrap(s, l, t0._dtype, t0._device), "cat", tuple(tensors), (dim, tuple(t.shape[dim] for t in tensors)))
+
+
+def stack(tensors, dim=0):
+    tensors = list(tensors)
+    if not tensors:
+        raise EmberError("[stack] expected at least one tensor")
+    dim = _C.normalize_dim(dim, tensors[0].ndim + 1, "stack")
+    for t in tensors[1:]:
+        if t.shape != tensors[0].shape:
+            raise ShapeError(f"[stack] all tensors must have the same shape, got {tensors[0].shape} and {t.shape}")
+    return cat([t.unsqueeze(dim) for t in tensors], dim)
