@@ -59,6 +59,9 @@ from .tensor import (
     zeros_like,
 )
 
+from .interop import from_dlpack  # noqa: E402  (also attaches Tensor.__dlpack__)
+from .io import load_safetensors, save_safetensors  # noqa: E402
+
 Layout = _C.Layout
 Storage = _C.Storage
 CpuStorage = _C.CpuStorage
@@ -79,7 +82,7 @@ __all__ = [
     "ALL_DTYPES", "BackwardNotSupported", "CpuStorage", "DType", "DTypeError", "Device", "DeviceError",
     "EmberError", "IndexOutOfRange", "InplaceModifiedError", "Layout", "ShapeError", "Storage", "Tensor",
     "UnsupportedOp", "Var", "arange", "bfloat16", "cat", "cpu", "float16", "float32", "float64",
-    "from_numpy", "full", "full_like", "get_num_threads", "int64", "is_grad_enabled", "manual_seed",
+    "from_dlpack", "from_numpy", "full", "full_like", "get_num_threads", "int64", "is_grad_enabled", "manual_seed",
     "maximum", "metal_is_available", "minimum", "no_grad", "ones", "ones_like", "rand", "randn",
-    "set_num_threads", "stack", "tensor", "uint8", "uint32", "where", "zeros", "zeros_like",
+    "load_safetensors", "save_safetensors", "set_num_threads", "stack", "tensor", "uint8", "uint32", "where", "zeros", "zeros_like",
 ]

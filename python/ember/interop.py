@@ -1,0 +1,241 @@
+"""DLPack interop: Tensor.__dlpack__ / __dlpack_device__ and em.from_dlpack, zero-copy on CPU."""
+from __future__ import annotations
+
+import ctypes as C
+
+import numpy as np
+
+from . import _C
+from . import dtypes as _dt
+from .errors import DeviceError, DTypeError, EmberError
+from .tensor import Tensor, _wrap, tensor
+
+# The DLPack C structs (dlpack.h v1.x), declared with ctypes. numpy's own exporter cannot carry
+# bfloat16, so ember builds and reads the capsules itself: one code path for every dtype.
+
+
+class _DLDevice(C.Structure):
+    _fields_ = [("device_type", C.c_int32), ("device_id", C.c_int32)]
+
+
+class _DLDataType(C.Structure):
+    _fields_ = [("code", C.c_uint8), ("bits", C.c_uint8), ("lanes", C.c_uint16)]
+
+
+class _DLTensor(C.Structure):
+    _fields_ = [("data", C.c_void_p), ("device", _DLDevice), ("ndim", C.c_int32), ("dtype", _DLDataType),
+                ("shape", C.POINTER(C.c_int64)), ("strides", C.POINTER(C.c_int64)),
+                ("byte_offset", C.c_uint64)]
+
+
+_DELETER = C.CFUNCTYPE(None, C.c_void_p)
+
+
+class _DLManaged(C.Structure):
+    _fields_ = [("dl_tensor", _DLTensor), ("manager_ctx", C.c_void_p), ("deleter", _DELETER)]
+
+
+class _DLVersion(C.Structure):
+    _fields_ = [("major", C.c_uint32), ("minor", C.c_uint32)]
+
+
+class _DLManagedVersioned(C.Structure):
+    _fields_ = [("version", _DLVersion), ("manager_ctx", C.c_void_p), ("deleter", _DELETER),
+                ("flags", C.c_uint64), ("dl_tensor", _DLTensor)]
+
+
+_KDL_CPU, _KDL_METAL = 1, 8
+_FLAG_READ_ONLY = 1
+_NAME, _USED = b"dltensor", b"used_dltensor"
+_NAME_V, _USED_V = b"dltensor_versioned", b"used_dltensor_versioned"
+
+# (DLPack type code, bits) <-> ember dtype; 0 int, 1 uint, 2 float, 4 bfloat, 6 bool.
+_TO_DL = {_dt.float32: (2, 32), _dt.float16: (2, 16), _dt.bfloat16: (4, 16), _dt.float64: (2, 64),
+          _dt.int64: (0, 64), _dt.uint32: (1, 32), _dt.uint8: (1, 8)}
+_FROM_DL = {v: k for k, v in _TO_DL.items()}
+_FROM_DL[(6, 8)] = _dt.uint8  # bool: same bytes, 0 or 1
+# Types ember has no slot for: read through numpy and widened (a copy), like em.tensor does.
+_WIDEN_NP = {(0, 8): np.int8, (0, 16): np.int16, (0, 32): np.int32, (1, 16): np.uint16}
+
+_api = C.pythonapi
+_api.PyCapsule_New.restype = C.py_object
+_api.PyCapsule_New.argtypes = [C.c_void_p, C.c_char_p, C.c_void_p]
+_api.PyCapsule_IsValid.restype = C.c_int
+_api.PyCapsule_IsValid.argtypes = [C.c_void_p, C.c_char_p]
+_api.PyCapsule_GetPointer.restype = C.c_void_p
+_api.PyCapsule_GetPointer.argtypes = [C.c_void_p, C.c_char_p]
+_api.PyCapsule_SetName.restype = C.c_int
+_api.PyCapsule_SetName.argtypes = [C.c_void_p, C.c_char_p]
+
+# ----------------------------------------------------------------------------- export
+# address of the managed struct -> everything that must live until the consumer calls the deleter
+# (the struct itself, its shape/stride arrays and the exported tensor's storage).
+_LIVE: dict = {}
+
+
+@_DELETER
+def _release(addr):
+    _LIVE.pop(addr, None)
+
+
+@_DELETER
+def _capsule_destructor(cap):
+    # Runs when the capsule dies. If no consumer renamed it, nobody owns the tensor: release it here.
+    for name in (_NAME, _NAME_V):
+        if _api.PyCapsule_IsValid(cap, name):
+            _release(_api.PyCapsule_GetPointer(cap, name))
+            return
+
+
+_DESTRUCTOR_PTR = C.cast(_capsule_destructor, C.c_void_p)
+
+
+def _fill_tensor(dl: _DLTensor, t: Tensor, keep: list):
+    ndim = t.ndim
+    shape = (C.c_int64 * max(ndim, 1))(*t.shape)
+    strides = (C.c_int64 * max(ndim, 1))(*t.layout.stride)
+    keep += [shape, strides]
+    code, bits = _TO_DL[t.dtype]
+    # Point data at the first element (byte_offset 0): some consumers ignore byte_offset.
+    dl.data = t.storage.data_ptr + t.layout.start_offset * t.dtype.itemsize
+    dl.device = _DLDevice(_KDL_CPU, 0)
+    dl.ndim = ndim
+    dl.dtype = _DLDataType(code, bits, 1)
+    dl.shape = C.cast(shape, C.POINTER(C.c_int64))
+    dl.strides = C.cast(strides, C.POINTER(C.c_int64))
+    dl.byte_offset = 0
+
+
+def _dlpack(self: Tensor, *, stream=None, max_version=None, dl_device=None, copy=None):
+    """Exports the tensor as a DLPack capsule; on CPU it shares this tensor's memory (zero-copy)."""
+    if self.device.type != "cpu":
+        raise BufferError(f"[__dlpack__] export from {self.device} is not supported yet; move to cpu first")
+    if stream is not None and stream != -1:
+        raise BufferError("[__dlpack__] stream must be None for a CPU tensor")
+    if dl_device is not None and tuple(dl_device) != (_KDL_CPU, 0):
+        raise BufferError(f"[__dlpack__] cannot export to device {tuple(dl_device)}")
+    t = self.detach()
+    if copy:
+        s, l = _C.contiguous(t._storage, t._layout)
+        t = _wrap(s, l, t._dtype, t._device)
+    versioned = max_version is not None and tuple(max_version)[0] >= 1
+    m = _DLManagedVersioned() if versioned else _DLManaged()
+    keep = [m, t._storage]
+    _fill_tensor(m.dl_tensor, t, keep)
+    m.manager_ctx = None
+    m.deleter = _release
+    if versioned:
+        m.version = _DLVersion(1, 0)
+        m.flags = 2 if copy else 0  # IS_COPIED
+    addr = C.addressof(m)
+    _LIVE[addr] = keep
+    return _api.PyCapsule_New(addr, _NAME_V if versioned else _NAME, _DESTRUCTOR_PTR)
+
+
+def _dlpack_device(self: Tensor):
+    if self.device.type == "cpu":
+        return (_KDL_CPU, 0)
+    if self.device.type == "metal":
+        return (_KDL_METAL, self.device.index)
+    raise BufferError(f"[__dlpack_device__] no DLPack device for {self.device}")
+
+
+Tensor.__dlpack__ = _dlpack
+Tensor.__dlpack_device__ = _dlpack_device
+
+
+# ----------------------------------------------------------------------------- import
+class _Owner:
+    """Holds a consumed DLPack tensor; calls the producer's deleter when ember's storage dies."""
+
+    __slots__ = ("addr", "deleter")
+
+    def __init__(self, addr, deleter):
+        self.addr, self.deleter = addr, deleter
+
+    def __del__(self):
+        if self.deleter:
+            self.deleter(self.addr)
+            self.deleter = None
+
+
+def _capsule_of(obj):
+    if type(obj).__name__ == "PyCapsule":
+        return obj
+    if hasattr(obj, "__dlpack_device__"):
+        dev = tuple(obj.__dlpack_device__())
+        if int(dev[0]) != _KDL_CPU:
+            raise DeviceError(f"[from_dlpack] only CPU tensors can be imported, got DLPack device {dev}")
+    if not hasattr(obj, "__dlpack__"):
+        raise EmberError(f"[from_dlpack] {type(obj).__name__} does not implement __dlpack__")
+    try:
+        return obj.__dlpack__(max_version=(1, 0))
+    except TypeError:  # producers from before DLPack 1.0 take no max_version
+        return obj.__dlpack__()
+
+
+def from_dlpack(obj) -> Tensor:
+    """An ember tensor sharing the memory of any DLPack producer (torch, numpy, jax, ...) on CPU."""
+    if isinstance(obj, Tensor):
+        return obj.detach()
+    cap = _capsule_of(obj)
+    cap_addr = id(cap)  # CPython: id is the object's address, which the C API calls take
+    if _api.PyCapsule_IsValid(cap_addr, _NAME_V):
+        name, used = _NAME_V, _USED_V
+        addr = _api.PyCapsule_GetPointer(cap_addr, name)
+        m = _DLManagedVersioned.from_address(addr)
+        if m.version.major != 1:
+            raise EmberError(f"[from_dlpack] unsupported DLPack version {m.version.major}.{m.version.minor}")
+        read_only = bool(m.flags & _FLAG_READ_ONLY)
+    elif _api.PyCapsule_IsValid(cap_addr, _NAME):
+        name, used = _NAME, _USED
+        addr = _api.PyCapsule_GetPointer(cap_addr, name)
+        m = _DLManaged.from_address(addr)
+        read_only = False
+    else:
+        raise EmberError("[from_dlpack] expected an unconsumed DLPack capsule")
+    dl = m.dl_tensor
+    if dl.device.device_type != _KDL_CPU:
+        raise DeviceError(f"[from_dlpack] only CPU tensors can be imported, got device type {dl.device.device_type}")
+    key = (dl.dtype.code, dl.dtype.bits)
+    if dl.dtype.lanes != 1 or (key not in _FROM_DL and key not in _WIDEN_NP):
+        raise DTypeError(f"[from_dlpack] unsupported DLPack dtype (code {key[0]}, bits {key[1]}, "
+                         f"lanes {dl.dtype.lanes})")
+    # From here on ember owns the managed tensor: rename so the producer's destructor leaves it alone.
+    _api.PyCapsule_SetName(cap_addr, used)
+    owner = _Owner(addr, m.deleter if m.deleter else None)
+    ndim = dl.ndim
+    shape = [int(dl.shape[i]) for i in range(ndim)]
+    if dl.strides:
+        strides = [int(dl.strides[i]) for i in range(ndim)]
+    else:  # NULL strides mean compact row-major
+        strides, acc = [0] * ndim, 1
+        for i in reversed(range(ndim)):
+            strides[i], acc = acc, acc * shape[i]
+    itemsize = dl.dtype.bits // 8
+    data = (dl.data or 0) + int(dl.byte_offset)
+    numel = int(np.prod(shape)) if ndim else 1
+    span = 0 if numel == 0 else 1 + sum((n - 1) * s for n, s in zip(shape, strides) if n > 1)
+    zero_copy = key in _FROM_DL and not read_only and all(s >= 0 for s in strides) and numel > 0
+    if zero_copy:
+        dt = _FROM_DL[key]
+        storage = _C.CpuStorage._borrow(data, span, dt.code, owner)
+        return _wrap(storage, _C.Layout(shape, strides, 0), dt, _dt.cpu)
+    # Fallback (widened dtypes, read-only or negatively strided producers, empty tensors): copy.
+    if numel == 0:
+        npt = _WIDEN_NP.get(key) or _dt.numpy_dtype(_FROM_DL[key])
+        out = tensor(np.zeros(shape, dtype=npt))
+        return out.to_dtype(_FROM_DL[key]) if key in _FROM_DL else out
+    npt = np.dtype(_WIDEN_NP[key]) if key in _WIDEN_NP else np.dtype(f"u{itemsize}")
+    lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)  # lowest element, relative to data
+    hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
+    raw = (C.c_uint8 * ((hi - lo + 1) * itemsize)).from_address(data + lo * itemsize)
+    flat = np.frombuffer(raw, dtype=npt)
+    arr = np.lib.stride_tricks.as_strided(flat[-lo:], shape, [s * itemsize for s in strides])
+    arr = np.ascontiguousarray(arr)
+    del owner  # the copy is made: release the producer's memory now
+    if key in _WIDEN_NP:
+        return tensor(arr)
+    dt = _FROM_DL[key]
+    s = _C.CpuStorage._from_numpy_code(arr.reshape(-1), dt.code)
+    return _wrap(s, _C.Layout.contiguous(shape), dt, _dt.cpu)

@@ -1,0 +1,127 @@
+"""Safetensors checkpoints: save_safetensors / load_safetensors in the real on-disk format."""
+from __future__ import annotations
+
+import json
+import os
+import struct
+import sys
+
+import numpy as np
+
+from . import _C
+from . import dtypes as _dt
+from .errors import DTypeError, EmberError
+from .tensor import Tensor, _wrap
+
+# Format: u64 little-endian header length N, N bytes of JSON (padded with spaces to a multiple of 8
+# so tensor data stays aligned), then one flat byte buffer that every data_offsets pair indexes.
+_TO_CODE = {
+    _dt.float32: "F32", _dt.float16: "F16", _dt.bfloat16: "BF16", _dt.float64: "F64",
+    _dt.int64: "I64", _dt.uint32: "U32", _dt.uint8: "U8",
+}
+_FROM_CODE = {v: k for k, v in _TO_CODE.items()}
+# Types ember has no slot for are widened on load, like em.tensor does for numpy arrays.
+_WIDEN = {"BOOL": (np.bool_, _dt.uint8), "I8": (np.int8, _dt.int64), "I16": (np.int16, _dt.int64),
+          "I32": (np.int32, _dt.int64), "U16": (np.uint16, _dt.int64)}
+_MAX_HEADER = 100_000_000  # the safetensors package refuses larger headers too
+
+if sys.byteorder != "little":  # pragma: no cover - every platform ember targets is little-endian
+    raise ImportError("ember.io assumes a little-endian host")
+
+
+def _raw_bytes(t: Tensor) -> np.ndarray:
+    """The tensor's values as a flat, C-ordered uint8 array (bf16 stays bf16 bit for bit)."""
+    t = t.detach().to_device("cpu")
+    s, l = _C.contiguous(t._storage, t._layout)
+    start, end = l.contiguous_offsets()
+    return s.numpy()[start:end].view(np.uint8)
+
+
+def save_safetensors(tensors, path, metadata=None) -> None:
+    """Writes ``{name: tensor}`` to ``path`` in the safetensors format (``metadata``: str -> str)."""
+    if not isinstance(tensors, dict):
+        raise EmberError(f"[save_safetensors] expected a dict of name -> Tensor, got {type(tensors).__name__}")
+    header, blobs, offset = {}, [], 0
+    if metadata:
+        if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
+            raise EmberError("[save_safetensors] metadata keys and values must be strings")
+        header["__metadata__"] = dict(metadata)
+    for name in sorted(tensors):
+        t = tensors[name]
+        if not isinstance(name, str) or name == "__metadata__":
+            raise EmberError(f"[save_safetensors] invalid tensor name {name!r}")
+        if not isinstance(t, Tensor):
+            raise EmberError(f"[save_safetensors] value for {name!r} is a {type(t).__name__}, not a Tensor")
+        raw = _raw_bytes(t)
+        header[name] = {"dtype": _TO_CODE[t.dtype], "shape": list(t.shape),
+                        "data_offsets": [offset, offset + raw.nbytes]}
+        blobs.append(raw)
+        offset += raw.nbytes
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * (-len(text) % 8)
+    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
+    with open(tmp, "wb") as f:  # write then rename: a crash never leaves a half-written checkpoint
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for raw in blobs:
+            f.write(raw.data)
+    os.replace(tmp, path)
+
+
+def _read_header(buf: np.ndarray, path):
+    if buf.size < 8:
+        raise EmberError(f"[load_safetensors] {path}: file too small to be safetensors")
+    n = int(buf[:8].view("<u8")[0])
+    if n > _MAX_HEADER or 8 + n > buf.size:
+        raise EmberError(f"[load_safetensors] {path}: header length {n} does not fit the file")
+    try:
+        header = json.loads(buf[8 : 8 + n].tobytes().decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise EmberError(f"[load_safetensors] {path}: header is not valid JSON ({e})") from None
+    if not isinstance(header, dict):
+        raise EmberError(f"[load_safetensors] {path}: header is not a JSON object")
+    return header, 8 + n
+
+
+def load_safetensors(path, device=None) -> dict:
+    """Reads a safetensors file into ``{name: Tensor}`` (on ``device``, default CPU)."""
+    buf = np.fromfile(path, dtype=np.uint8)
+    header, data_start = _read_header(buf, path)
+    data = buf[data_start:]
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        try:
+            code, shape, (begin, end) = info["dtype"], [int(d) for d in info["shape"]], info["data_offsets"]
+        except (KeyError, TypeError, ValueError):
+            raise EmberError(f"[load_safetensors] {path}: malformed entry for {name!r}") from None
+        if code in _FROM_CODE:
+            dt = _FROM_CODE[code]
+            npt = np.dtype(f"<u{dt.itemsize}") if dt is _dt.bfloat16 else _dt.numpy_dtype(dt)
+        elif code in _WIDEN:
+            npt, dt = np.dtype(_WIDEN[code][0]), _WIDEN[code][1]
+        else:
+            raise DTypeError(f"[load_safetensors] tensor {name!r} has dtype {code}, which ember cannot hold")
+        n = int(np.prod(shape)) if shape else 1
+        if not (0 <= begin <= end <= data.size) or end - begin != n * npt.itemsize:
+            raise EmberError(f"[load_safetensors] {path}: data_offsets {[begin, end]} of {name!r} do not match "
+                             f"shape {tuple(shape)} and dtype {code}")
+        # Copy out of the file buffer: offsets in foreign files need not be aligned to the itemsize.
+        arr = np.array(data[begin:end]).view(npt)
+        if arr.dtype != _dt.numpy_dtype(dt) and dt is not _dt.bfloat16:
+            arr = arr.astype(_dt.numpy_dtype(dt))
+        s = _C.CpuStorage._from_numpy_code(arr, dt.code)
+        t = _wrap(s, _C.Layout.contiguous(shape), dt, _dt.cpu)
+        out[name] = t if device is None else t.to_device(device)
+    return out
+
+
+def load_safetensors_metadata(path) -> dict:
+    """The ``__metadata__`` mapping of a safetensors file ({} when absent)."""
+    with open(path, "rb") as f:
+        head = np.frombuffer(f.read(8), dtype=np.uint8)
+        n = int(head.view("<u8")[0]) if head.size == 8 else 0
+        buf = np.concatenate([head, np.frombuffer(f.read(min(n, _MAX_HEADER)), dtype=np.uint8)])
+    header, _ = _read_header(buf, path)
+    return dict(header.get("__metadata__", {}))
