@@ -1,2 +1,491 @@
-// Fused kernels: row walking and threading (see fused.h).
+// Fused kernels' host side: argument checks, walking the rows of any layout (dense rows in place,
+// strided rows gathered into a per-chunk buffer), splitting rows across the pool, dw/db reductions.
 #include "cpu/fused.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "cpu/parallel.h"
+
+namespace ember::cpu {
+namespace {
+
+using Ptr = std::shared_ptr<BackendStorage>;
+
+DType stats_dtype(DType dt) { return dt == DType::F64 ? DType::F64 : DType::F32; }
+
+void check_float(const BackendStorage& s, const char* op, const char* what) {
+  EMBER_CHECK(is_float(s.dtype()), DType, "[", op, "] expected a float ", what, ", got ", dtype_name(s.dtype()));
+}
+void check_same_dtype(const BackendStorage& a, const BackendStorage& b, const char* op, const char* what) {
+  EMBER_CHECK(a.dtype() == b.dtype(), DType, "[", op, "] ", what, " has dtype ", dtype_name(b.dtype()),
+              ", expected ", dtype_name(a.dtype()));
+}
+void check_bounds(const BackendStorage& s, const Layout& l, const char* op) {
+  auto [lo, hi] = l.extent();
+  EMBER_CHECK(lo >= 0 && hi <= s.numel(), Value, "[", op, "] layout ", l.repr(),
+              " reaches outside its storage of ", s.numel(), " elements");
+}
+
+// The rows of a layout: last dim n (any stride), outer dims coalesced for cheap row offsets.
+struct Rows {
+  const char* base = nullptr;
+  size_t isz = 0;
+  int64_t n = 0, nrows = 0, cstride = 1, off = 0;
+  Shape osh, ost;
+  Rows(const CpuStorage& s, const Layout& l) {
+    base = (const char*)s.raw();
+    isz = itemsize(s.dtype());
+    const int64_t nd = l.ndim();
+    n = nd ? l.shape()[nd - 1] : 1;
+    cstride = nd ? l.stride()[nd - 1] : 1;
+    if (n <= 1) cstride = 1;
+    off = l.offset();
+    osh.assign(l.shape().begin(), l.shape().end() - (nd ? 1 : 0));
+    ost.assign(l.stride().begin(), l.stride().end() - (nd ? 1 : 0));
+    nrows = shape_numel(osh);
+    coalesce(osh, ost);
+  }
+  bool dense_rows() const { return cstride == 1 && osh.size() <= 1; }
+  int64_t ld() const { return osh.empty() ? 0 : ost[0]; }
+  int64_t row_off(int64_t r) const {
+    int64_t o = off;
+    for (int64_t d = (int64_t)osh.size() - 1; d >= 0 && r; --d) {
+      o += (r % osh[d]) * ost[d];
+      r /= osh[d];
+    }
+    return o;
+  }
+  const void* at(int64_t elem) const { return base + elem * (int64_t)isz; }
+  // Pointer to row r's first element, gathering it into `tmp` when its elements are strided.
+  const void* row(int64_t r, std::vector<char>& tmp) const {
+    const int64_t o = row_off(r);
+    if (cstride == 1) return at(o);
+    tmp.resize(n * isz);
+    for (int64_t j = 0; j < n; ++j) std::memcpy(tmp.data() + j * isz, at(o + j * cstride), isz);
+    return tmp.data();
+  }
+};
+
+// Splits `nrows` rows of n elements into at most one chunk per thread (fewer for small work) and
+// calls body(r0, r1, chunk). Returns the number of chunks used.
+template <typename F> int64_t run_chunks(int64_t nrows, int64_t n, int64_t nchunks_max, F&& body) {
+  const int64_t work = nrows * std::max<int64_t>(n, 1);
+  int64_t nc = std::min<int64_t>({nchunks_max, nrows, std::max<int64_t>(1, work / 16384)});
+  nc = std::max<int64_t>(nc, 1);
+  parallel_for(nc, 1, [&](int64_t c0, int64_t c1) {
+    for (int64_t c = c0; c < c1; ++c) body(nrows * c / nc, nrows * (c + 1) / nc, c);
+  });
+  return nc;
+}
+
+// A dense copy of a 1-D (n,) parameter (weight/bias) when it is strided; else its data in place.
+const void* param_ptr(const CpuStorage& s, const Layout& l, int64_t n, std::vector<char>& tmp, const char* op,
+                      const char* what) {
+  EMBER_CHECK(l.ndim() == 1 && l.shape()[0] == n, Shape, "[", op, "] expected ", what, " of shape ",
+              shape_str({n}), ", got ", shape_str(l.shape()));
+  check_bounds(s, l, op);
+  Rows r(s, l);
+  return r.row(0, tmp);
+}
+
+template <typename C> void sum_partials(const std::vector<char>& parts, int64_t nc, int64_t n, DType dt, void* out) {
+  const C* p = (const C*)parts.data();
+  EMBER_DISPATCH_FLOAT(dt, {
+    T* o = (T*)out;
+    parallel_for(n, 4096, [&](int64_t j0, int64_t j1) {
+      for (int64_t j = j0; j < j1; ++j) {
+        C s = 0;
+        for (int64_t c = 0; c < nc; ++c) s += p[c * n + j];
+        o[j] = store<T>((typename Acc<T>::type)s);
+      }
+    });
+  });
+}
+void reduce_partials(const std::vector<char>& parts, int64_t nc, int64_t n, DType dt, void* out) {
+  if (dt == DType::F64) sum_partials<double>(parts, nc, n, dt, out);
+  else sum_partials<float>(parts, nc, n, dt, out);
+}
+
+int fi(DType dt) { return (int)dt; }
+
+}  // namespace
+
+// ================================ softmax ========================================================
+Sto softmax_fwd(const CpuStorage& x, const Layout& lx, bool log) {
+  const char* op = log ? "log_softmax" : "softmax";
+  check_float(x, op, "input");
+  check_bounds(x, lx, op);
+  Rows rx(x, lx);
+  auto y = new_cpu(x.dtype(), lx.numel());
+  if (lx.numel() == 0) return y;
+  auto fn = fused_kernels().softmax_fwd[fi(x.dtype())];
+  const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype());
+  char* yb = (char*)y->raw();
+  run_chunks(rx.nrows, n, get_num_threads(), [&](int64_t r0, int64_t r1, int64_t) {
+    if (rx.dense_rows()) return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), yb + r0 * n * isz, r1 - r0, n, log);
+    std::vector<char> t;
+    for (int64_t r = r0; r < r1; ++r) fn(rx.row(r, t), n, yb + r * n * isz, 1, n, log);
+  });
+  return y;
+}
+
+Sto softmax_bwd(const CpuStorage& y, const Layout& ly, const CpuStorage& g, const Layout& lg, bool log) {
+  const char* op = log ? "log_softmax_bwd" : "softmax_bwd";
+  check_float(y, op, "input");
+  check_same_dtype(y, g, op, "grad");
+  EMBER_CHECK(ly.shape() == lg.shape(), Shape, "[", op, "] grad shape ", shape_str(lg.shape()),
+              " does not match ", shape_str(ly.shape()));
+  check_bounds(y, ly, op);
+  check_bounds(g, lg, op);
+  Rows ry(y, ly), rg(g, lg);
+  auto dx = new_cpu(y.dtype(), ly.numel());
+  if (ly.numel() == 0) return dx;
+  auto fn = fused_kernels().softmax_bwd[fi(y.dtype())];
+  const int64_t n = ry.n, isz = (int64_t)itemsize(y.dtype());
+  char* ob = (char*)dx->raw();
+  run_chunks(ry.nrows, n, get_num_threads(), [&](int64_t r0, int64_t r1, int64_t) {
+    if (ry.dense_rows() && rg.dense_rows())
+      return fn(ry.at(ry.off + r0 * ry.ld()), ry.ld(), rg.at(rg.off + r0 * rg.ld()), rg.ld(), ob + r0 * n * isz,
+                r1 - r0, n, log);
+    std::vector<char> t1, t2;
+    for (int64_t r = r0; r < r1; ++r) fn(ry.row(r, t1), n, rg.row(r, t2), n, ob + r * n * isz, 1, n, log);
+  });
+  return dx;
+}
+
+// ================================ rms_norm =======================================================
+std::tuple<Sto, Sto> rms_norm_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage& w, const Layout& lw,
+                                  double eps) {
+  const char* op = "rms_norm";
+  check_float(x, op, "input");
+  check_same_dtype(x, w, op, "weight");
+  EMBER_CHECK(lx.ndim() >= 1, Shape, "[rms_norm] expected at least 1 dim, got a scalar");
+  check_bounds(x, lx, op);
+  Rows rx(x, lx);
+  const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype()), ssz = (int64_t)itemsize(stats_dtype(x.dtype()));
+  std::vector<char> wt;
+  const void* wp = param_ptr(w, lw, n, wt, op, "weight");
+  auto y = new_cpu(x.dtype(), lx.numel());
+  auto rstd = new_cpu(stats_dtype(x.dtype()), rx.nrows);
+  if (lx.numel() == 0) return {y, rstd};
+  auto fn = fused_kernels().rms_fwd[fi(x.dtype())];
+  char* yb = (char*)y->raw();
+  char* sb = (char*)rstd->raw();
+  run_chunks(rx.nrows, n, get_num_threads(), [&](int64_t r0, int64_t r1, int64_t) {
+    if (rx.dense_rows())
+      return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, yb + r0 * n * isz, sb + r0 * ssz, r1 - r0, n, eps);
+    std::vector<char> t;
+    for (int64_t r = r0; r < r1; ++r) fn(rx.row(r, t), n, wp, yb + r * n * isz, sb + r * ssz, 1, n, eps);
+  });
+  return {y, rstd};
+}
+
+std::tuple<Sto, Sto> rms_norm_bwd(const CpuStorage& x, const Layout& lx, const CpuStorage& w, const Layout& lw,
+                                  const CpuStorage& rstd, const CpuStorage& g, const Layout& lg) {
+  const char* op = "rms_norm_bwd";
+  check_float(x, op, "input");
+  check_same_dtype(x, w, op, "weight");
+  check_same_dtype(x, g, op, "grad");
+  EMBER_CHECK(lx.shape() == lg.shape(), Shape, "[rms_norm_bwd] grad shape ", shape_str(lg.shape()),
+              " does not match ", shape_str(lx.shape()));
+  check_bounds(x, lx, op);
+  check_bounds(g, lg, op);
+  Rows rx(x, lx), rg(g, lg);
+  const DType sdt = stats_dtype(x.dtype());
+  EMBER_CHECK(rstd.dtype() == sdt && rstd.numel() >= rx.nrows, Value,
+              "[rms_norm_bwd] rstd must hold one ", dtype_name(sdt), " per row");
+  const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype()), ssz = (int64_t)itemsize(sdt);
+  std::vector<char> wt;
+  const void* wp = param_ptr(w, lw, n, wt, "rms_norm_bwd", "weight");
+  auto dx = new_cpu(x.dtype(), lx.numel());
+  auto dw = new_cpu(x.dtype(), n);
+  const int64_t maxc = get_num_threads();
+  std::vector<char> parts((size_t)(maxc * n * ssz), 0);
+  auto fn = fused_kernels().rms_bwd[fi(x.dtype())];
+  char* ob = (char*)dx->raw();
+  const char* sb = (const char*)rstd.raw();
+  int64_t nc = 0;
+  if (lx.numel() > 0)
+    nc = run_chunks(rx.nrows, n, maxc, [&](int64_t r0, int64_t r1, int64_t c) {
+      void* acc = parts.data() + c * n * ssz;
+      if (rx.dense_rows() && rg.dense_rows())
+        return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, sb + r0 * ssz, rg.at(rg.off + r0 * rg.ld()), rg.ld(),
+                  ob + r0 * n * isz, acc, r1 - r0, n);
+      std::vector<char> t1, t2;
+      for (int64_t r = r0; r < r1; ++r)
+        fn(rx.row(r, t1), n, wp, sb + r * ssz, rg.row(r, t2), n, ob + r * n * isz, acc, 1, n);
+    });
+  reduce_partials(parts, std::max<int64_t>(nc, 1), n, x.dtype(), dw->raw());
+  return {dx, dw};
+}
+
+// ================================ layer_norm =====================================================
+namespace {
+// Weight/bias pointers for layer norm; a missing one becomes ones/zeros.
+const void* ln_param(const CpuStorage* s, const Layout* l, int64_t n, DType dt, double fillv,
+                     std::vector<char>& tmp, const char* op, const char* what) {
+  if (s) {
+    EMBER_CHECK(l, Value, "[", op, "] ", what, " given without a layout");
+    return param_ptr(*s, *l, n, tmp, op, what);
+  }
+  tmp.resize(n * itemsize(dt));
+  EMBER_DISPATCH_FLOAT(dt, {
+    T* p = (T*)tmp.data();
+    for (int64_t j = 0; j < n; ++j) p[j] = store<T>((typename Acc<T>::type)fillv);
+  });
+  return tmp.data();
+}
+}  // namespace
+
+std::tuple<Sto, Sto, Sto> layer_norm_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w,
+                                         const Layout* lw, const CpuStorage* b, const Layout* lb, double eps) {
+  const char* op = "layer_norm";
+  check_float(x, op, "input");
+  if (w) check_same_dtype(x, *w, op, "weight");
+  if (b) check_same_dtype(x, *b, op, "bias");
+  EMBER_CHECK(lx.ndim() >= 1, Shape, "[layer_norm] expected at least 1 dim, got a scalar");
+  check_bounds(x, lx, op);
+  Rows rx(x, lx);
+  const DType sdt = stats_dtype(x.dtype());
+  const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype()), ssz = (int64_t)itemsize(sdt);
+  std::vector<char> wt, bt;
+  const void* wp = ln_param(w, lw, n, x.dtype(), 1.0, wt, op, "weight");
+  const void* bp = ln_param(b, lb, n, x.dtype(), 0.0, bt, op, "bias");
+  auto y = new_cpu(x.dtype(), lx.numel());
+  auto mean = new_cpu(sdt, rx.nrows);
+  auto rstd = new_cpu(sdt, rx.nrows);
+  if (lx.numel() == 0) return {y, mean, rstd};
+  auto fn = fused_kernels().ln_fwd[fi(x.dtype())];
+  char* yb = (char*)y->raw();
+  char* mb = (char*)mean->raw();
+  char* sb = (char*)rstd->raw();
+  run_chunks(rx.nrows, n, get_num_threads(), [&](int64_t r0, int64_t r1, int64_t) {
+    if (rx.dense_rows())
+      return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, bp, yb + r0 * n * isz, mb + r0 * ssz, sb + r0 * ssz,
+                r1 - r0, n, eps);
+    std::vector<char> t;
+    for (int64_t r = r0; r < r1; ++r)
+      fn(rx.row(r, t), n, wp, bp, yb + r * n * isz, mb + r * ssz, sb + r * ssz, 1, n, eps);
+  });
+  return {y, mean, rstd};
+}
+
+std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w,
+                                         const Layout* lw, const CpuStorage& mean, const CpuStorage& rstd,
+                                         const CpuStorage& g, const Layout& lg) {
+  const char* op = "layer_norm_bwd";
+  check_float(x, op, "input");
+  if (w) check_same_dtype(x, *w, op, "weight");
+  check_same_dtype(x, g, op, "grad");
+  EMBER_CHECK(lx.shape() == lg.shape(), Shape, "[layer_norm_bwd] grad shape ", shape_str(lg.shape()),
+              " does not match ", shape_str(lx.shape()));
+  check_bounds(x, lx, op);
+  check_bounds(g, lg, op);
+  Rows rx(x, lx), rg(g, lg);
+  const DType sdt = stats_dtype(x.dtype());
+  EMBER_CHECK(mean.dtype() == sdt && rstd.dtype() == sdt && mean.numel() >= rx.nrows && rstd.numel() >= rx.nrows,
+              Value, "[layer_norm_bwd] mean and rstd must hold one ", dtype_name(sdt), " per row");
+  const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype()), ssz = (int64_t)itemsize(sdt);
+  std::vector<char> wt;
+  const void* wp = ln_param(w, lw, n, x.dtype(), 1.0, wt, op, "weight");
+  auto dx = new_cpu(x.dtype(), lx.numel());
+  auto dw = new_cpu(x.dtype(), n);
+  auto db = new_cpu(x.dtype(), n);
+  const int64_t maxc = get_num_threads();
+  std::vector<char> pw((size_t)(maxc * n * ssz), 0), pb((size_t)(maxc * n * ssz), 0);
+  auto fn = fused_kernels().ln_bwd[fi(x.dtype())];
+  char* ob = (char*)dx->raw();
+  const char* mb = (const char*)mean.raw();
+  const char* sb = (const char*)rstd.raw();
+  int64_t nc = 0;
+  if (lx.numel() > 0)
+    nc = run_chunks(rx.nrows, n, maxc, [&](int64_t r0, int64_t r1, int64_t c) {
+      void* aw = pw.data() + c * n * ssz;
+      void* ab = pb.data() + c * n * ssz;
+      if (rx.dense_rows() && rg.dense_rows())
+        return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, mb + r0 * ssz, sb + r0 * ssz,
+                  rg.at(rg.off + r0 * rg.ld()), rg.ld(), ob + r0 * n * isz, aw, ab, r1 - r0, n);
+      std::vector<char> t1, t2;
+      for (int64_t r = r0; r < r1; ++r)
+        fn(rx.row(r, t1), n, wp, mb + r * ssz, sb + r * ssz, rg.row(r, t2), n, ob + r * n * isz, aw, ab, 1, n);
+    });
+  reduce_partials(pw, std::max<int64_t>(nc, 1), n, x.dtype(), dw->raw());
+  reduce_partials(pb, std::max<int64_t>(nc, 1), n, x.dtype(), db->raw());
+  return {dx, dw, db};
+}
+
+// ================================ activations' backward ==========================================
+Sto act_bwd(const char* kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg) {
+  const std::string op = std::string(kind) + "_bwd";
+  check_float(a, op.c_str(), "input");
+  check_same_dtype(a, g, op.c_str(), "grad");
+  EMBER_CHECK(la.shape() == lg.shape(), Shape, "[", op, "] grad shape ", shape_str(lg.shape()),
+              " does not match ", shape_str(la.shape()));
+  check_bounds(a, la, op.c_str());
+  check_bounds(g, lg, op.c_str());
+  const FusedTable& t = fused_kernels();
+  const int d = fi(a.dtype());
+  EltBwdFn fn = !std::strcmp(kind, "sigmoid") ? t.sigmoid_bwd[d]
+                : !std::strcmp(kind, "silu")  ? t.silu_bwd[d]
+                : !std::strcmp(kind, "gelu")  ? t.gelu_bwd[d]
+                                              : nullptr;
+  EMBER_CHECK(fn, Value, "[", op, "] unknown activation");
+  const int64_t n = la.numel(), isz = (int64_t)itemsize(a.dtype());
+  auto dx = new_cpu(a.dtype(), n);
+  auto ca = la.contiguous_offsets(), cg = lg.contiguous_offsets();
+  char* ob = (char*)dx->raw();
+  if (ca && cg) {
+    const char* ap = (const char*)a.raw() + ca->first * isz;
+    const char* gp = (const char*)g.raw() + cg->first * isz;
+    parallel_for(n, 16384, [&](int64_t i0, int64_t i1) { fn(ap + i0 * isz, gp + i0 * isz, ob + i0 * isz, i1 - i0); });
+    return dx;
+  }
+  // Strided inputs: walk them as rows of their last dim, gathering each row.
+  Rows ra(a, la), rg(g, lg);
+  run_chunks(ra.nrows, ra.n, get_num_threads(), [&](int64_t r0, int64_t r1, int64_t) {
+    std::vector<char> t1, t2;
+    for (int64_t r = r0; r < r1; ++r) fn(ra.row(r, t1), rg.row(r, t2), ob + r * ra.n * isz, ra.n);
+  });
+  return dx;
+}
+
+// ================================ sdpa ===========================================================
+namespace {
+
+// Strides of a 3-D (B, L, D) or 4-D (B, H, L, D) layout as 4 dims (H = 1 for 3-D).
+void dims4(const Layout& l, const char* what, int64_t sh[4], int64_t st[4]) {
+  EMBER_CHECK(l.ndim() == 3 || l.ndim() == 4, Shape, "[sdpa] expected ", what,
+              " of shape (B, H, L, D) or (B, L, D), got ", shape_str(l.shape()));
+  const int64_t off = 4 - l.ndim();
+  for (int i = 0; i < 4; ++i) {
+    sh[i] = i < off ? 1 : l.shape()[i - off];
+    st[i] = i < off ? 0 : l.stride()[i - off];
+  }
+}
+
+void setup_mask(const StoLayout* mask, const int64_t target[4], SdpaParams& p) {
+  if (!mask || !mask->s) return;
+  const Layout& l = mask->l;
+  const DType dt = mask->s->dtype();
+  EMBER_CHECK(is_float(dt) || dt == DType::U8, DType, "[sdpa] mask must be a float (additive) or bool/uint8 tensor, got ",
+              dtype_name(dt));
+  EMBER_CHECK(l.ndim() <= 4, Shape, "[sdpa] mask of shape ", shape_str(l.shape()), " has more than 4 dims");
+  check_bounds(*mask->s, l, "sdpa");
+  const int64_t off = 4 - l.ndim();
+  for (int i = 0; i < 4; ++i) {
+    const int64_t sz = i < off ? 1 : l.shape()[i - off], st = i < off ? 0 : l.stride()[i - off];
+    EMBER_CHECK(sz == 1 || sz == target[i], Shape, "[sdpa] mask of shape ", shape_str(l.shape()),
+                " cannot be broadcast to ", shape_str({target[0], target[1], target[2], target[3]}));
+    p.sm[i] = sz == 1 ? 0 : st;
+  }
+  p.mask = (const char*)mask->s->raw() + l.offset() * (int64_t)itemsize(dt);
+  p.mask_dtype = dt;
+}
+
+// Common checks and strides; fills p's shapes and input pointers.
+void setup_sdpa(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk, const CpuStorage& v,
+                const Layout& lv, const StoLayout* mask, double scale, bool causal, SdpaParams& p) {
+  check_float(q, "sdpa", "query");
+  check_same_dtype(q, k, "sdpa", "key");
+  check_same_dtype(q, v, "sdpa", "value");
+  check_bounds(q, lq, "sdpa");
+  check_bounds(k, lk, "sdpa");
+  check_bounds(v, lv, "sdpa");
+  int64_t shq[4], shk[4], shv[4];
+  dims4(lq, "query", shq, p.sq);
+  dims4(lk, "key", shk, p.sk);
+  dims4(lv, "value", shv, p.sv);
+  EMBER_CHECK(lq.ndim() == lk.ndim() && lq.ndim() == lv.ndim() && shq[0] == shk[0] && shq[1] == shk[1] &&
+                  shk[0] == shv[0] && shk[1] == shv[1] && shk[2] == shv[2] && shq[3] == shk[3],
+              Shape, "[sdpa] incompatible shapes q ", shape_str(lq.shape()), ", k ", shape_str(lk.shape()), ", v ",
+              shape_str(lv.shape()));
+  p.B = shq[0];
+  p.H = shq[1];
+  p.Lq = shq[2];
+  p.Lk = shk[2];
+  p.D = shq[3];
+  p.Dv = shv[3];
+  const size_t isz = itemsize(q.dtype());
+  p.q = (const char*)q.raw() + lq.offset() * isz;
+  p.k = (const char*)k.raw() + lk.offset() * isz;
+  p.v = (const char*)v.raw() + lv.offset() * isz;
+  p.scale = scale;
+  p.causal = causal;
+  const int64_t target[4] = {p.B, p.H, p.Lq, p.Lk};
+  setup_mask(mask, target, p);
+}
+
+constexpr int64_t kQChunk = 64;  // query rows per forward work item
+
+}  // namespace
+
+std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
+                              const CpuStorage& v, const Layout& lv, const StoLayout* mask, double scale,
+                              bool causal) {
+  SdpaParams p;
+  setup_sdpa(q, lq, k, lk, v, lv, mask, scale, causal, p);
+  const int64_t BH = p.B * p.H;
+  auto out = new_cpu(q.dtype(), BH * p.Lq * p.Dv);
+  auto lse = new_cpu(stats_dtype(q.dtype()), BH * p.Lq);
+  p.out = out->raw();
+  p.lse = lse->raw();
+  if (BH * p.Lq == 0) return {out, lse};
+  auto fn = fused_kernels().sdpa_fwd[fi(q.dtype())];
+  const int64_t nqc = (p.Lq + kQChunk - 1) / kQChunk;
+  parallel_for(BH * nqc, 1, [&](int64_t a, int64_t e) {
+    for (int64_t it = a; it < e; ++it) {
+      const int64_t bh = it / nqc, c = it % nqc;
+      fn(p, bh, c * kQChunk, std::min(p.Lq, (c + 1) * kQChunk));
+    }
+  });
+  return {out, lse};
+}
+
+std::tuple<Sto, Sto, Sto> sdpa_bwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
+                                   const CpuStorage& v, const Layout& lv, const CpuStorage& o, const Layout& lo,
+                                   const CpuStorage& lse, const CpuStorage& g, const Layout& lg,
+                                   const StoLayout* mask, double scale, bool causal) {
+  SdpaParams p;
+  setup_sdpa(q, lq, k, lk, v, lv, mask, scale, causal, p);
+  check_same_dtype(q, o, "sdpa_bwd", "out");
+  check_same_dtype(q, g, "sdpa_bwd", "grad");
+  check_bounds(o, lo, "sdpa_bwd");
+  check_bounds(g, lg, "sdpa_bwd");
+  int64_t sho[4], shg[4];
+  dims4(lo, "out", sho, p.so);
+  dims4(lg, "grad", shg, p.sg);
+  const int64_t want[4] = {p.B, p.H, p.Lq, p.Dv};
+  for (int i = 0; i < 4; ++i)
+    EMBER_CHECK(sho[i] == want[i] && shg[i] == want[i], Shape, "[sdpa_bwd] out/grad shapes ", shape_str(lo.shape()),
+                ", ", shape_str(lg.shape()), " do not match the attention output");
+  const int64_t BH = p.B * p.H;
+  EMBER_CHECK(lse.dtype() == stats_dtype(q.dtype()) && lse.numel() >= BH * p.Lq, Value,
+              "[sdpa_bwd] lse must hold one ", dtype_name(stats_dtype(q.dtype())), " per query row");
+  const size_t isz = itemsize(q.dtype());
+  p.o = (const char*)o.raw() + lo.offset() * isz;
+  p.g = (const char*)g.raw() + lg.offset() * isz;
+  p.lse_in = lse.raw();
+  auto dq = new_cpu(q.dtype(), BH * p.Lq * p.D);
+  auto dk = new_cpu(q.dtype(), BH * p.Lk * p.D);
+  auto dv = new_cpu(q.dtype(), BH * p.Lk * p.Dv);
+  p.dq = dq->raw();
+  p.dk = dk->raw();
+  p.dv = dv->raw();
+  if (BH == 0) return {dq, dk, dv};
+  if (p.Lq == 0 || p.Lk == 0) {  // nothing attends: all gradients are zero
+    std::memset(dq->raw(), 0, dq->nbytes());
+    std::memset(dk->raw(), 0, dk->nbytes());
+    std::memset(dv->raw(), 0, dv->nbytes());
+    return {dq, dk, dv};
+  }
+  auto fn = fused_kernels().sdpa_bwd[fi(q.dtype())];
+  parallel_for(BH, 1, [&](int64_t a, int64_t e) {
+    for (int64_t bh = a; bh < e; ++bh) fn(p, bh);
+  });
+  return {dq, dk, dv};
+}
+
+}  // namespace ember::cpu

@@ -1,5 +1,19 @@
-// Per-ISA row kernels for the fused ops (see fused.h).
+// Per-ISA row kernels and attention micro-kernels for the fused ops (see fused.h), written with GCC
+// vector extensions so one source compiles to SSE2 / AVX2 / AVX-512 widths (EMBER_ISA picks the name).
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#if defined(__AVX2__) || defined(__AVX512F__) || defined(__F16C__)
+#include <immintrin.h>
+#endif
+
 #include "cpu/fused.h"
+#include "dtype.h"
 
 #ifndef EMBER_ISA
 #define EMBER_ISA base
@@ -8,5 +22,552 @@
 #define EMBER_FCAT(a, b) EMBER_FCAT2(a, b)
 
 namespace ember::cpu {
-void EMBER_FCAT(register_fused_, EMBER_ISA)(FusedTable& t) {}
+// Everything below has internal linkage so the three ISA copies never get merged by the linker.
+namespace {
+
+#if defined(__AVX512F__)
+constexpr int kVB = 64;
+#elif defined(__AVX2__)
+constexpr int kVB = 32;
+#else
+constexpr int kVB = 16;
+#endif
+
+template <typename C> struct VecT;
+template <> struct VecT<float> {
+  typedef float V __attribute__((vector_size(kVB)));
+  typedef int32_t I __attribute__((vector_size(kVB)));
+};
+template <> struct VecT<double> {
+  typedef double V __attribute__((vector_size(kVB)));
+  typedef int64_t I __attribute__((vector_size(kVB)));
+};
+template <typename C> using Vec = typename VecT<C>::V;
+template <typename C> using IVec = typename VecT<C>::I;
+template <typename C> constexpr int kL = kVB / (int)sizeof(C);
+template <typename T> using C_t = typename Acc<T>::type;
+typedef uint16_t H16 __attribute__((vector_size(kVB / 2)));
+typedef uint32_t U32V __attribute__((vector_size(kVB)));
+
+constexpr float kInfF = std::numeric_limits<float>::infinity();
+template <typename C> constexpr C kInf = std::numeric_limits<C>::infinity();
+
+template <typename C> static inline Vec<C> vbc(C s) { return Vec<C>{} + s; }
+template <typename C> static inline Vec<C> vld(const C* p) {
+  Vec<C> v;
+  __builtin_memcpy(&v, p, sizeof v);
+  return v;
+}
+template <typename C> static inline void vst(C* p, Vec<C> v) { __builtin_memcpy(p, &v, sizeof v); }
+template <typename V> static inline V vmax(V a, V b) { return a > b ? a : b; }
+
+// ---- typed loads/stores: T in memory, compute type C_t<T> in registers ----------------------
+static inline Vec<float> vload(const float* p) { return vld(p); }
+static inline Vec<double> vload(const double* p) { return vld(p); }
+static inline Vec<float> vload(const bf16* p) {
+  H16 h;
+  __builtin_memcpy(&h, p, sizeof h);
+  return (Vec<float>)(__builtin_convertvector(h, U32V) << 16);
+}
+static inline Vec<float> vload(const f16* p) {
+#if defined(__AVX512F__)
+  return (Vec<float>)_mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
+#elif defined(__AVX2__) && defined(__F16C__)
+  return (Vec<float>)_mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p));
+#else
+  Vec<float> v;
+  for (int i = 0; i < kL<float>; ++i) v[i] = f16_to_f32(p[i].bits);
+  return v;
+#endif
+}
+static inline void vstore(float* p, Vec<float> v) { vst(p, v); }
+static inline void vstore(double* p, Vec<double> v) { vst(p, v); }
+static inline void vstore(bf16* p, Vec<float> v) {
+  // Round to nearest even; NaNs stay quiet NaNs (same rule as the scalar f32_to_bf16).
+  U32V u = (U32V)v;
+  U32V r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  r = ((u & 0x7fffffffu) > 0x7f800000u) ? ((u >> 16) | 0x40u) : r;
+  H16 h = __builtin_convertvector(r, H16);
+  __builtin_memcpy(p, &h, sizeof h);
+}
+static inline void vstore(f16* p, Vec<float> v) {
+#if defined(__AVX512F__)
+  _mm256_storeu_si256((__m256i*)p, _mm512_cvtps_ph((__m512)v, _MM_FROUND_TO_NEAREST_INT));
+#elif defined(__AVX2__) && defined(__F16C__)
+  _mm_storeu_si128((__m128i*)p, _mm256_cvtps_ph((__m256)v, _MM_FROUND_TO_NEAREST_INT));
+#else
+  for (int i = 0; i < kL<float>; ++i) p[i].bits = f32_to_f16(v[i]);
+#endif
+}
+// Partial vectors at row ends: lanes past n get `fill`.
+template <typename T> static inline Vec<C_t<T>> vload_n(const T* p, int64_t n, C_t<T> fill) {
+  using C = C_t<T>;
+  C tmp[kL<C>];
+  for (int i = 0; i < kL<C>; ++i) tmp[i] = i < n ? (C)load(p[i]) : fill;
+  return vld(tmp);
+}
+template <typename T> static inline void vstore_n(T* p, Vec<C_t<T>> v, int64_t n) {
+  using C = C_t<T>;
+  C tmp[kL<C>];
+  vst(tmp, v);
+  for (int64_t i = 0; i < n; ++i) p[i] = store<T>(tmp[i]);
+}
+// Horizontal sum / max (once per row, so a plain lane loop is fine).
+template <typename V> static inline auto hsum(V v) {
+  auto s = v[0];
+  for (int i = 1; i < (int)(sizeof(V) / sizeof(s)); ++i) s += v[i];
+  return s;
+}
+template <typename V> static inline auto hmax(V v) {
+  auto s = v[0];
+  for (int i = 1; i < (int)(sizeof(V) / sizeof(s)); ++i) s = v[i] > s ? v[i] : s;
+  return s;
+}
+
+// ---- exp: Cody-Waite reduction x = n*ln2 + r, polynomial for e^r, 2^n built in the exponent bits.
+// The rounding adds a 1.5*2^mantissa constant; its low bits then hold n as an integer.
+static inline Vec<float> vexp(Vec<float> x) {
+  using V = Vec<float>;
+  using I = IVec<float>;
+  const V hi = vbc(88.0f), lo = vbc(-87.33f), magic = vbc(12582912.0f);
+  V xc = x > hi ? hi : x;
+  xc = xc < lo ? lo : xc;
+  V tm = xc * 1.44269504088896341f + magic;
+  V n = tm - magic;
+  I ni = (I)tm - (I)magic;
+  V r = xc - n * 0.693359375f;
+  r = r - n * -2.12194440e-4f;
+  V p = vbc(1.9875691500e-4f);
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * (r * r) + r + 1.0f;
+  V res = p * (V)((ni + 127) << 23);
+  res = x < lo ? vbc(0.0f) : res;
+  res = x > hi ? vbc(kInfF) : res;
+  return x != x ? x : res;
+}
+static inline Vec<double> vexp(Vec<double> x) {
+  using V = Vec<double>;
+  using I = IVec<double>;
+  const V hi = vbc(709.0), lo = vbc(-708.0), magic = vbc(6755399441055744.0);
+  V xc = x > hi ? hi : x;
+  xc = xc < lo ? lo : xc;
+  V tm = xc * 1.4426950408889634074 + magic;
+  V n = tm - magic;
+  I ni = (I)tm - (I)magic;
+  V r = xc - n * 6.93147180369123816490e-01;
+  r = r - n * 1.90821492927058770002e-10;
+  // Taylor to degree 13: remainder < 1e-17 for |r| <= ln2/2.
+  V p = vbc(1.0 / 6227020800.0);
+  const double inv_fact[] = {1.0 / 479001600.0, 1.0 / 39916800.0, 1.0 / 3628800.0, 1.0 / 362880.0,
+                             1.0 / 40320.0, 1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0,
+                             1.0 / 6.0, 0.5, 1.0, 1.0};
+  for (double c : inv_fact) p = p * r + c;
+  V res = p * (V)((ni + 1023) << 52);
+  res = x < lo ? vbc(0.0) : res;
+  res = x > hi ? vbc(kInf<double>) : res;
+  return x != x ? x : res;
+}
+template <typename C> static inline C sexp(C x) { return vexp(vbc(x))[0]; }
+
+// Walks a row in blocks so long-row sums are combined in double (1M-column rows stay accurate).
+constexpr int64_t kBlk = 4096;
+
+// ============================ softmax / log_softmax ============================================
+template <typename T> static void softmax_fwd_rows(const void* x_, int64_t ldx, void* y_, int64_t rows,
+                                                  int64_t n, bool log) {
+  using C = C_t<T>;
+  using V = Vec<C>;
+  constexpr int L = kL<C>;
+  static thread_local std::vector<C> scratch;
+  for (int64_t row = 0; row < rows; ++row) {
+    const T* x = (const T*)x_ + row * ldx;
+    T* y = (T*)y_ + row * n;
+    // pass 1: row max (4 accumulators hide the compare latency)
+    V m0 = vbc(-kInf<C>), m1 = m0, m2 = m0, m3 = m0;
+    int64_t i = 0;
+    for (; i + 4 * L <= n; i += 4 * L) {
+      m0 = vmax(m0, vload(x + i));
+      m1 = vmax(m1, vload(x + i + L));
+      m2 = vmax(m2, vload(x + i + 2 * L));
+      m3 = vmax(m3, vload(x + i + 3 * L));
+    }
+    for (; i + L <= n; i += L) m0 = vmax(m0, vload(x + i));
+    if (i < n) m1 = vmax(m1, vload_n(x + i, n - i, -kInf<C>));
+    const C mx = hmax(vmax(vmax(m0, m1), vmax(m2, m3)));
+    const V vm = vbc(mx);
+    // pass 2: e = exp(x - max) and its sum; softmax keeps e (in y, or a float row for halves).
+    C* e = nullptr;
+    if (!log) {
+      if constexpr (std::is_same_v<T, C>) {
+        e = y;
+      } else {
+        if ((int64_t)scratch.size() < n + L) scratch.resize(n + L);
+        e = scratch.data();
+      }
+    }
+    double total = 0;
+    for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
+      const int64_t b1 = std::min(n, b0 + kBlk);
+      V s0 = V{}, s1 = V{};
+      int64_t j = b0;
+      for (; j + 2 * L <= b1; j += 2 * L) {
+        V e0 = vexp(vload(x + j) - vm), e1 = vexp(vload(x + j + L) - vm);
+        if (e) vst(e + j, e0), vst(e + j + L, e1);
+        s0 += e0;
+        s1 += e1;
+      }
+      for (; j < b1; j += L) {
+        const int64_t c = std::min<int64_t>(L, b1 - j);
+        V e0 = vexp((c == L ? vload(x + j) : vload_n(x + j, c, -kInf<C>)) - vm);
+        if (e) {
+          C tmp[L];
+          vst(tmp, e0);
+          for (int64_t t = 0; t < c; ++t) e[j + t] = tmp[t];
+        }
+        s0 += e0;
+      }
+      total += (double)hsum(s0 + s1);
+    }
+    if (log) {
+      // (x - max) - log(sum): subtracting in two steps keeps log(sum) when max is huge.
+      const V sub = vbc((C)std::log(total));
+      for (i = 0; i + L <= n; i += L) vstore(y + i, (vload(x + i) - vm) - sub);
+      if (i < n) vstore_n(y + i, (vload_n(x + i, n - i, 0) - vm) - sub, n - i);
+    } else {
+      const V inv = vbc((C)(1.0 / total));
+      for (i = 0; i + L <= n; i += L) vstore(y + i, vld(e + i) * inv);
+      for (; i < n; ++i) y[i] = store<T>(e[i] * inv[0]);
+    }
+  }
+}
+
+template <typename T> static void softmax_bwd_rows(const void* y_, int64_t ldy, const void* g_, int64_t ldg,
+                                                  void* dx_, int64_t rows, int64_t n, bool log) {
+  using C = C_t<T>;
+  using V = Vec<C>;
+  constexpr int L = kL<C>;
+  for (int64_t row = 0; row < rows; ++row) {
+    const T* y = (const T*)y_ + row * ldy;
+    const T* g = (const T*)g_ + row * ldg;
+    T* dx = (T*)dx_ + row * n;
+    // softmax: dx = y * (g - sum(g*y)); log_softmax: dx = g - exp(y) * sum(g)
+    double total = 0;
+    for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
+      const int64_t b1 = std::min(n, b0 + kBlk);
+      V s0 = V{}, s1 = V{};
+      int64_t j = b0;
+      for (; j + 2 * L <= b1; j += 2 * L) {
+        if (log) {
+          s0 += vload(g + j);
+          s1 += vload(g + j + L);
+        } else {
+          s0 += vload(g + j) * vload(y + j);
+          s1 += vload(g + j + L) * vload(y + j + L);
+        }
+      }
+      for (; j < b1; j += L) {
+        const int64_t c = std::min<int64_t>(L, b1 - j);
+        V gv = vload_n(g + j, c, 0);
+        s0 += log ? gv : gv * vload_n(y + j, c, 0);
+      }
+      total += (double)hsum(s0 + s1);
+    }
+    const V vs = vbc((C)total);
+    int64_t i = 0;
+    if (log) {
+      for (; i + L <= n; i += L) vstore(dx + i, vload(g + i) - vexp(vload(y + i)) * vs);
+      if (i < n) vstore_n(dx + i, vload_n(g + i, n - i, 0) - vexp(vload_n(y + i, n - i, 0)) * vs, n - i);
+    } else {
+      for (; i + L <= n; i += L) {
+        V yv = vload(y + i);
+        vstore(dx + i, yv * (vload(g + i) - vs));
+      }
+      if (i < n) vstore_n(dx + i, vload_n(y + i, n - i, 0) * (vload_n(g + i, n - i, 0) - vs), n - i);
+    }
+  }
+}
+
+// ============================ rms_norm ===========================================================
+template <typename T> static double sum_sq(const T* x, int64_t n) {
+  using C = C_t<T>;
+  using V = Vec<C>;
+  constexpr int L = kL<C>;
+  double total = 0;
+  for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
+    const int64_t b1 = std::min(n, b0 + kBlk);
+    V s0 = V{}, s1 = V{}, s2 = V{}, s3 = V{};
+    int64_t j = b0;
+    for (; j + 4 * L <= b1; j += 4 * L) {
+      V a = vload(x + j), b = vload(x + j + L), c = vload(x + j + 2 * L), d = vload(x + j + 3 * L);
+      s0 += a * a;
+      s1 += b * b;
+      s2 += c * c;
+      s3 += d * d;
+    }
+    for (; j < b1; j += L) {
+      V a = vload_n(x + j, std::min<int64_t>(L, b1 - j), 0);
+      s0 += a * a;
+    }
+    total += (double)hsum((s0 + s1) + (s2 + s3));
+  }
+  return total;
+}
+
+template <typename T> static void rms_fwd_rows(const void* x_, int64_t ldx, const void* w_, void* y_, void* rstd_,
+                                              int64_t rows, int64_t n, double eps) {
+  using C = C_t<T>;
+  using V = Vec<C>;
+  constexpr int L = kL<C>;
+  const T* w = (const T*)w_;
+  for (int64_t row = 0; row < rows; ++row) {
+    const T* x = (const T*)x_ + row * ldx;
+    T* y = (T*)y_ + row * n;
+    const C r = (C)(1.0 / std::sqrt(sum_sq(x, n) / (double)n + eps));
+    ((C*)rstd_)[row] = r;
+    const V vr = vbc(r);
+    int64_t i = 0;
+    for (; i + L <= n; i += L) vstore(y + i, vload(x + i) * vr * vload(w + i));
+    if (i < n) vstore_n(y + i, vload_n(x + i, n - i, 0) * vr * vload_n(w + i, n - i, 0), n - i);
+  }
+}
+
+template <typename T>
+static void rms_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void* rstd_, const void* g_,
+                         int64_t ldg, void* dx_, void* dw_, int64_t rows, int64_t n) {
+  using C = C_t<T>;
+  using V = Vec<C>;
+  constexpr int L = kL<C>;
+  const T* w = (const T*)w_;
+  C* dw = (C*)dw_;
+  for (int64_t row = 0; row < rows; ++row) {
+    const T* x = (const T*)x_ + row * ldx;
+    const T* g = (const T*)g_ + row * ldg;
+    T* dx = (T*)dx_ + row * n;
+    const C r = ((const C*)rstd_)[row];
+    // dx = r*g*w - x * r^3 * sum(g*w*x) / n ; dw += g*x*r
+    double total = 0;
+    for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
+      const int64_t b1 = std::min(n, b0 + kBlk);
+      V s0 = V{}, s1 = V{};
+      int64_t j = b0;
+      for (; j + 2 * L <= b1; j += 2 * L) {
+        s0 += vload(g + j) * vload(w + j) * vload(x + j);
+        s1 += vload(g + j + L) * vload(w + j + L) * vload(x + j + L);
+      }
+      for (; j < b1; j += L) {
+        const int64_t c = std::min<int64_t>(L, b1 - j);
+        s0 += vload_n(g + j, c, 0) * vload_n(w + j, c, 0) * vload_n(x + j, c, 0);
+      }
+      total += (double)hsum(s0 + s1);
+    }
+    const V vr = vbc(r), coef = vbc((C)((double)r * r * r * total / (double)n));
+    int64_t i = 0;
+    for (; i + L <= n; i += L) {
+      V xv = vload(x + i), gv = vload(g + i);
+      vstore(dx + i, vr * gv * vload(w + i) - coef * xv);
+      vst(dw + i, vld(dw + i) + gv * xv * vr);
+    }
+    for (; i < n; ++i) {
+      C xv = load(x[i]), gv = load(g[i]);
+      dx[i] = store<T>(r * gv * (C)load(w[i]) - coef[0] * xv);
+      dw[i] += gv * xv * r;
+    }
+  }
+}
+
+// ============================ layer_norm =========================================================
+// Mean and variance per row: two passes over each L1-sized block, blocks merged with Chan's formula
+// in double. Safe for large offsets and 1M-column rows.
+template <typename T> static void mean_var(const T* x, int64_t n, double& mean, double& var) {
+  using C = C_t<T>;
+  using V = Vec<C>;
+  constexpr int L = kL<C>;
+  double cnt = 0, mu = 0, m2 = 0;
+  for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
+    const int64_t b1 = std::min(n, b0 + kBlk), nb = b1 - b0;
+    V s0 = V{}, s1 = V{};
+    int64_t j = b0;
+    for (; j + 2 * L <= b1; j += 2 * L) s0 += vload(x + j), s1 += vload(x + j + L);
+    for (; j < b1; j += L) s0 += vload_n(x + j, std::min<int64_t>(L, b1 - j), 0);
+    const C bm = (C)((double)hsum(s0 + s1) / (double)nb);
+    const V vbm = vbc(bm);
+    V q0 = V{}, q1 = V{};
+    j = b0;
+    for (; j + 2 * L <= b1; j += 2 * L) {
+      V a = vload(x + j) - vbm, b = vload(x + j + L) - vbm;
+      q0 += a * a;
+      q1 += b * b;
+    }
+    for (; j < b1; j += L) {
+      const int64_t c = std::min<int64_t>(L, b1 - j);
+      V a = vload_n(x + j, c, bm) - vbm;
+      q0 += a * a;
+    }
+    const double bm2 = (double)hsum(q0 + q1);
+    const double tot = cnt + (double)nb, delta = (double)bm - mu;
+    mu += delta * (double)nb / tot;
+    m2 += bm2 + delta * delta * cnt * (double)nb / tot;
+    cnt = tot;
+  }
+  mean = mu;
+  var = m2 / (double)n;
+}
+
+template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const void* w_, const void* b_,
+                                             void* y_, void* mean_, void* rstd_, int64_t rows, int64_t n,
+                                             double eps) {
+  using C = C_t<T>;
+  using V = Vec<C>;
+  constexpr int L = kL<C>;
+  const T* w = (const T*)w_;
+  const T* bb = (const T*)b_;
+  for (int64_t row = 0; row < rows; ++row) {
+    const T* x = (const T*)x_ + row * ldx;
+    T* y = (T*)y_ + row * n;
+    double mu, var;
+    mean_var(x, n, mu, var);
+    const C r = (C)(1.0 / std::sqrt(var + eps));
+    ((C*)mean_)[row] = (C)mu;
+    ((C*)rstd_)[row] = r;
+    const V vr = vbc(r), vmu = vbc((C)mu);
+    int64_t i = 0;
+    for (; i + L <= n; i += L) vstore(y + i, (vload(x + i) - vmu) * vr * vload(w + i) + vload(bb + i));
+    if (i < n) {
+      const int64_t c = n - i;
+      vstore_n(y + i, (vload_n(x + i, c, 0) - vmu) * vr * vload_n(w + i, c, 0) + vload_n(bb + i, c, 0), c);
+    }
+  }
+}
+
+template <typename T>
+static void ln_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void* mean_, const void* rstd_,
+                        const void* g_, int64_t ldg, void* dx_, void* dw_, void* db_, int64_t rows, int64_t n) {
+  using C = C_t<T>;
+  using V = Vec<C>;
+  constexpr int L = kL<C>;
+  const T* w = (const T*)w_;
+  C* dw = (C*)dw_;
+  C* db = (C*)db_;
+  for (int64_t row = 0; row < rows; ++row) {
+    const T* x = (const T*)x_ + row * ldx;
+    const T* g = (const T*)g_ + row * ldg;
+    T* dx = (T*)dx_ + row * n;
+    const C mu = ((const C*)mean_)[row], r = ((const C*)rstd_)[row];
+    const V vmu = vbc(mu), vr = vbc(r);
+    // xhat = (x-mu)*r, gw = g*w: dx = r * (gw - mean(gw) - xhat * mean(gw*xhat))
+    double sa = 0, sb = 0;
+    for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
+      const int64_t b1 = std::min(n, b0 + kBlk);
+      V a0 = V{}, c0 = V{};
+      int64_t j = b0;
+      for (; j + L <= b1; j += L) {
+        V gw = vload(g + j) * vload(w + j);
+        a0 += gw;
+        c0 += gw * ((vload(x + j) - vmu) * vr);
+      }
+      if (j < b1) {
+        const int64_t c = b1 - j;
+        V gw = vload_n(g + j, c, 0) * vload_n(w + j, c, 0);
+        a0 += gw;
+        c0 += gw * ((vload_n(x + j, c, mu) - vmu) * vr);
+      }
+      sa += (double)hsum(a0);
+      sb += (double)hsum(c0);
+    }
+    const V ma = vbc((C)(sa / (double)n)), mb = vbc((C)(sb / (double)n));
+    int64_t i = 0;
+    for (; i + L <= n; i += L) {
+      V gv = vload(g + i), xh = (vload(x + i) - vmu) * vr;
+      vstore(dx + i, vr * (gv * vload(w + i) - ma - xh * mb));
+      vst(dw + i, vld(dw + i) + gv * xh);
+      vst(db + i, vld(db + i) + gv);
+    }
+    for (; i < n; ++i) {
+      C gv = load(g[i]), xh = ((C)load(x[i]) - mu) * r;
+      dx[i] = store<T>(r * (gv * (C)load(w[i]) - ma[0] - xh * mb[0]));
+      dw[i] += gv * xh;
+      db[i] += gv;
+    }
+  }
+}
+
+// ============================ activations' backward ==============================================
+template <typename T> static void sigmoid_bwd_k(const void* a_, const void* g_, void* dx_, int64_t n) {
+  using C = C_t<T>;
+  using V = Vec<C>;
+  constexpr int L = kL<C>;
+  const T* y = (const T*)a_;
+  const T* g = (const T*)g_;
+  T* dx = (T*)dx_;
+  const V one = vbc((C)1);
+  int64_t i = 0;
+  for (; i + L <= n; i += L) {
+    V yv = vload(y + i);
+    vstore(dx + i, vload(g + i) * yv * (one - yv));
+  }
+  if (i < n) {
+    V yv = vload_n(y + i, n - i, 0);
+    vstore_n(dx + i, vload_n(g + i, n - i, 0) * yv * (one - yv), n - i);
+  }
+}
+template <typename T> static void silu_bwd_k(const void* a_, const void* g_, void* dx_, int64_t n) {
+  using C = C_t<T>;
+  using V = Vec<C>;
+  constexpr int L = kL<C>;
+  const T* x = (const T*)a_;
+  const T* g = (const T*)g_;
+  T* dx = (T*)dx_;
+  const V one = vbc((C)1);
+  auto f = [&](V xv, V gv) {
+    V s = one / (one + vexp(-xv));
+    return gv * s * (one + xv * (one - s));
+  };
+  int64_t i = 0;
+  for (; i + L <= n; i += L) vstore(dx + i, f(vload(x + i), vload(g + i)));
+  if (i < n) vstore_n(dx + i, f(vload_n(x + i, n - i, 0), vload_n(g + i, n - i, 0)), n - i);
+}
+template <typename T> static void gelu_bwd_k(const void* a_, const void* g_, void* dx_, int64_t n) {
+  using C = C_t<T>;
+  const T* x = (const T*)a_;
+  const T* g = (const T*)g_;
+  T* dx = (T*)dx_;
+  // d/dx [x * Phi(x)] = Phi(x) + x * phi(x), exact erf form (torch's default gelu).
+  for (int64_t i = 0; i < n; ++i) {
+    const C xv = load(x[i]);
+    const C cdf = (C)0.5 * ((C)1 + std::erf(xv * (C)0.70710678118654752440));
+    const C pdf = std::exp((C)-0.5 * xv * xv) * (C)0.39894228040143267794;
+    dx[i] = store<T>((C)load(g[i]) * (cdf + xv * pdf));
+  }
+}
+
+#include "cpu/fused_attn.inc"
+
+template <typename T> void register_dtype(FusedTable& t) {
+  constexpr int d = (int)DTypeOf<T>::value;
+  t.softmax_fwd[d] = &softmax_fwd_rows<T>;
+  t.softmax_bwd[d] = &softmax_bwd_rows<T>;
+  t.rms_fwd[d] = &rms_fwd_rows<T>;
+  t.rms_bwd[d] = &rms_bwd_rows<T>;
+  t.ln_fwd[d] = &ln_fwd_rows<T>;
+  t.ln_bwd[d] = &ln_bwd_rows<T>;
+  t.sigmoid_bwd[d] = &sigmoid_bwd_k<T>;
+  t.silu_bwd[d] = &silu_bwd_k<T>;
+  t.gelu_bwd[d] = &gelu_bwd_k<T>;
+  t.sdpa_fwd[d] = &sdpa_fwd_item<T>;
+  t.sdpa_bwd[d] = &sdpa_bwd_item<T>;
+}
+
+}  // namespace
+
+void EMBER_FCAT(register_fused_, EMBER_ISA)(FusedTable& t) {
+  register_dtype<float>(t);
+  register_dtype<f16>(t);
+  register_dtype<bf16>(t);
+  register_dtype<double>(t);
+}
+
 }  // namespace ember::cpu

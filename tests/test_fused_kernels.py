@@ -1,0 +1,256 @@
+"""The _C.fused kernels called directly on storages/layouts, checked against torch (values and grads)."""
+import math
+
+import numpy as np
+import pytest
+import torch
+
+from ember import _C
+from ember.errors import EmberError
+
+F = _C.fused
+CODES = {torch.float32: 0, torch.float16: 1, torch.bfloat16: 2, torch.float64: 3, torch.int64: 4, torch.uint8: 6,
+         torch.bool: 6}
+TOL = {torch.float64: (1e-10, 1e-10), torch.float32: (2e-5, 2e-5), torch.float16: (2e-2, 2e-2),
+       torch.bfloat16: (5e-2, 5e-2)}
+HALF = (torch.float16, torch.bfloat16)
+
+
+def sto(t):
+    """A torch tensor -> (CpuStorage, Layout) over a copy of its whole storage, keeping strides/offset."""
+    if t.dtype == torch.bool:
+        t = t.view(torch.uint8)
+    flat = torch.empty(0, dtype=t.dtype).set_(t.untyped_storage())
+    arr = flat.view(torch.int16).numpy() if flat.dtype == torch.bfloat16 else flat.numpy()
+    code = CODES[t.dtype]
+    s = _C.CpuStorage._from_numpy_code(np.ascontiguousarray(arr), code)
+    return s, _C.Layout(list(t.shape), list(t.stride()), t.storage_offset())
+
+
+def tt(s, shape, dtype):
+    """A dense storage -> torch tensor of `shape`."""
+    a = np.array(s.numpy(), copy=True)
+    if dtype == torch.bfloat16:
+        return torch.from_numpy(a.view(np.int16)).view(torch.bfloat16).reshape(shape)
+    return torch.from_numpy(a).reshape(shape)
+
+
+def close(a, b, dtype, scale=1.0):
+    rtol, atol = TOL[dtype]
+    torch.testing.assert_close(a.double(), b.double(), rtol=rtol, atol=atol * scale)
+
+
+def strided_rows(rows, n, dtype, kind):
+    """Inputs with awkward layouts: 'dense', 'offset' (narrowed), 'colstride' (last dim strided)."""
+    if kind == "dense":
+        return torch.randn(rows, n, dtype=torch.float64).to(dtype)
+    if kind == "offset":
+        return torch.randn(rows + 2, n + 5, dtype=torch.float64).to(dtype)[1:-1, 3:3 + n]
+    return torch.randn(n, rows, dtype=torch.float64).to(dtype).t()
+
+
+DTYPES = [torch.float32, torch.float64, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1, 3, 17, 1000])
+@pytest.mark.parametrize("kind", ["dense", "offset", "colstride"])
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax(dtype, n, kind, log):
+    x = strided_rows(5, n, dtype, kind) * 3
+    s, l = sto(x)
+    y = tt(F.softmax_fwd(s, l, log), x.shape, dtype)
+    ref = (torch.log_softmax if log else torch.softmax)(x.double(), -1)
+    close(y, ref, dtype)
+    g = strided_rows(5, n, dtype, kind)
+    ys, yl = sto(y)
+    gs, gl = sto(g)
+    dx = tt(F.softmax_bwd(ys, yl, gs, gl, log), x.shape, dtype)
+    xr = x.double().requires_grad_()
+    yr = (torch.log_softmax if log else torch.softmax)(xr, -1)
+    (ref_dx,) = torch.autograd.grad(yr, xr, g.double())
+    close(dx, ref_dx, dtype)
+
+
+def test_softmax_long_row_and_3d():
+    x = torch.randn(2, 1_000_003, dtype=torch.float32) * 5
+    s, l = sto(x)
+    close(tt(F.softmax_fwd(s, l, False), x.shape, x.dtype), torch.softmax(x.double(), -1), x.dtype, 1e-3)
+    close(tt(F.softmax_fwd(s, l, True), x.shape, x.dtype), torch.log_softmax(x.double(), -1), x.dtype, 10)
+    x3 = torch.randn(4, 3, 6, 10).permute(1, 0, 2, 3)[:, :, 1:5]  # non-mergeable outer dims
+    s, l = sto(x3)
+    close(tt(F.softmax_fwd(s, l, False), x3.shape, x3.dtype), torch.softmax(x3.double(), -1), torch.float32)
+
+
+def test_softmax_extremes():
+    x = torch.tensor([[0.0, -math.inf, 1.0], [1e30, 1e30, -1e30], [-100.0, -200.0, -300.0]])
+    s, l = sto(x)
+    close(tt(F.softmax_fwd(s, l, False), x.shape, x.dtype), torch.softmax(x.double(), -1), torch.float32)
+    close(tt(F.softmax_fwd(s, l, True), x.shape, x.dtype), torch.log_softmax(x.double(), -1), torch.float32)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1, 3, 17, 1000])
+@pytest.mark.parametrize("kind", ["dense", "offset", "colstride"])
+def test_rms_norm(dtype, n, kind):
+    x = strided_rows(6, n, dtype, kind)
+    w = torch.randn(2 * n + 3, dtype=torch.float64).to(dtype)[1::2][:n]  # strided, offset weight
+    g = strided_rows(6, n, dtype, kind)
+    xs, xl = sto(x)
+    ws, wl = sto(w)
+    gs, gl = sto(g)
+    ys, rs = F.rms_norm_fwd(xs, xl, ws, wl, 1e-5)
+    xr, wr = x.double().requires_grad_(), w.double().requires_grad_()
+    yr = torch.nn.functional.rms_norm(xr, (n,), wr, 1e-5)
+    close(tt(ys, x.shape, dtype), yr, dtype)
+    dxs, dws = F.rms_norm_bwd(xs, xl, ws, wl, rs, gs, gl)
+    rdx, rdw = torch.autograd.grad(yr, (xr, wr), g.double())
+    close(tt(dxs, x.shape, dtype), rdx, dtype)
+    close(tt(dws, (n,), dtype), rdw, dtype, 4)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("n", [1, 3, 17, 1000])
+@pytest.mark.parametrize("kind", ["dense", "offset", "colstride"])
+def test_layer_norm(dtype, n, kind):
+    x = strided_rows(6, n, dtype, kind) + 2
+    w = torch.randn(n, dtype=torch.float64).to(dtype)
+    b = torch.randn(n, dtype=torch.float64).to(dtype)
+    g = strided_rows(6, n, dtype, kind)
+    (xs, xl), (ws, wl), (bs, bl), (gs, gl) = sto(x), sto(w), sto(b), sto(g)
+    ys, ms, rs = F.layer_norm_fwd(xs, xl, ws, wl, bs, bl, 1e-5)
+    xr, wr, br = (t.double().requires_grad_() for t in (x, w, b))
+    yr = torch.nn.functional.layer_norm(xr, (n,), wr, br, 1e-5)
+    # n == 1: y = b exactly and dx = 0; half rounding of x can't change that
+    close(tt(ys, x.shape, dtype), yr, dtype, 2)
+    dxs, dws, dbs = F.layer_norm_bwd(xs, xl, ws, wl, ms, rs, gs, gl)
+    rdx, rdw, rdb = torch.autograd.grad(yr, (xr, wr, br), g.double())
+    close(tt(dxs, x.shape, dtype), rdx, dtype, 4)
+    close(tt(dws, (n,), dtype), rdw, dtype, 4)
+    close(tt(dbs, (n,), dtype), rdb, dtype, 4)
+
+
+def test_layer_norm_no_affine_and_long_offset_rows():
+    x = torch.randn(2, 1_000_003, dtype=torch.float32) * 0.01 + 1000.0  # catastrophic for E[x^2]-E[x]^2
+    xs, xl = sto(x)
+    ys, ms, rs = F.layer_norm_fwd(xs, xl, None, None, None, None, 1e-5)
+    ref = torch.nn.functional.layer_norm(x.double(), (x.shape[1],), eps=1e-5)
+    torch.testing.assert_close(tt(ys, x.shape, x.dtype).double(), ref, rtol=1e-3, atol=2e-3)
+    var = x.double().var(-1, unbiased=False)
+    torch.testing.assert_close(tt(rs, (2,), torch.float32).double(), 1 / torch.sqrt(var + 1e-5), rtol=1e-4, atol=0)
+    g = torch.randn_like(x)
+    dxs, dws, dbs = F.layer_norm_bwd(xs, xl, None, None, ms, rs, *sto(g))
+    xr = x.double().requires_grad_()
+    (rdx,) = torch.autograd.grad(torch.nn.functional.layer_norm(xr, (x.shape[1],), eps=1e-5), xr, g.double())
+    torch.testing.assert_close(tt(dxs, x.shape, x.dtype).double(), rdx, rtol=1e-3, atol=1e-2)
+
+
+def test_rms_norm_long_row():
+    x = torch.randn(1, 1_000_003, dtype=torch.float64)
+    w = torch.rand(1_000_003, dtype=torch.float64)
+    ys, rs = F.rms_norm_fwd(*sto(x), *sto(w), 1e-6)
+    close(tt(ys, x.shape, x.dtype), torch.nn.functional.rms_norm(x, (x.shape[1],), w, 1e-6), x.dtype)
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("kind", ["sigmoid", "silu", "gelu"])
+def test_activation_bwd(dtype, kind):
+    x = (torch.randn(7, 37, dtype=torch.float64) * 4).to(dtype)
+    g = torch.randn(37, 7, dtype=torch.float64).to(dtype).t()  # strided grad
+    xr = x.double().requires_grad_()
+    fn = {"sigmoid": torch.sigmoid, "silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu}[kind]
+    y = fn(xr)
+    (ref,) = torch.autograd.grad(y, xr, g.double())
+    a = y.detach().to(dtype) if kind == "sigmoid" else x
+    out = tt(getattr(F, kind + "_bwd")(*sto(a), *sto(g)), x.shape, dtype)
+    close(out, ref, dtype, 2)
+
+
+def sdpa_ref(q, k, v, mask, scale, causal):
+    qr, kr, vr = (t.double().requires_grad_() for t in (q, k, v))
+    m = mask
+    if m is not None and m.dtype != torch.bool:
+        m = m.double()
+    o = torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, attn_mask=m, scale=scale, is_causal=causal)
+    return o, (qr, kr, vr)
+
+
+def run_sdpa(q, k, v, mask=None, scale=None, causal=False):
+    dtype = q.dtype
+    ms, ml = sto(mask) if mask is not None else (None, None)
+    o, lse = F.sdpa_fwd(*sto(q), *sto(k), *sto(v), ms, ml, scale, causal)
+    shape_o = q.shape[:-1] + v.shape[-1:]
+    out = tt(o, shape_o, dtype)
+    g = torch.randn(shape_o, dtype=torch.float64).to(dtype)
+    dq, dk, dv = F.sdpa_bwd(*sto(q), *sto(k), *sto(v), *sto(out), lse, *sto(g), ms, ml, scale, causal)
+    return out, g, (tt(dq, q.shape, dtype), tt(dk, k.shape, dtype), tt(dv, v.shape, dtype))
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("D", [32, 64, 128, 17])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa(dtype, D, causal):
+    B, H, Lq, Lk = 2, 3, 70, 133
+    q, k, v = (torch.randn(B, H, L, D, dtype=torch.float64).to(dtype) for L in (Lq, Lk, Lk))
+    out, g, grads = run_sdpa(q, k, v, causal=causal)
+    ro, ins = sdpa_ref(q, k, v, None, None, causal)
+    close(out, ro, dtype)
+    rgrads = torch.autograd.grad(ro, ins, g.double())
+    for a, b in zip(grads, rgrads):
+        close(a, b, dtype, 4)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("mask_kind", ["bool", "additive", "bool_full_row"])
+def test_sdpa_mask_and_layouts(dtype, mask_kind):
+    B, H, Lq, Lk, D, Dv = 2, 4, 37, 45, 24, 40
+    # (B, L, H, D) storage permuted to (B, H, L, D): strided batch/head/row dims; k with strided last dim.
+    q = torch.randn(B, Lq, H, D, dtype=dtype).permute(0, 2, 1, 3)
+    k = torch.randn(B, H, D, Lk, dtype=dtype).transpose(-1, -2)
+    v = torch.randn(B, H, Lk + 3, Dv, dtype=dtype)[:, :, 2:-1]
+    if mask_kind == "additive":
+        mask = torch.randn(1, H, Lq, Lk, dtype=dtype)
+    else:
+        mask = torch.rand(Lq, Lk) > 0.3
+        if mask_kind == "bool_full_row":
+            mask[5] = False
+    out, g, grads = run_sdpa(q, k, v, mask=mask, scale=0.3)
+    ro, ins = sdpa_ref(q, k, v, mask, 0.3, False)
+    if mask_kind == "bool_full_row":  # torch gives NaN for a fully masked row; ember gives 0
+        assert torch.all(out[:, :, 5] == 0)
+        ro = torch.nan_to_num(ro, 0.0)
+        g[:, :, 5] = 0
+    close(out, ro, dtype)
+    rgrads = torch.autograd.grad(ro, ins, g.double())
+    for a, b in zip(grads, rgrads):
+        assert torch.isfinite(a).all()
+        close(a, torch.nan_to_num(b, 0.0), dtype, 4)
+
+
+def test_sdpa_3d_and_causal_top_left():
+    q = torch.randn(3, 10, 16)
+    k = torch.randn(3, 6, 16)
+    v = torch.randn(3, 6, 16)
+    out, g, grads = run_sdpa(q, k, v, causal=True)
+    ro, ins = sdpa_ref(q, k, v, None, None, True)
+    close(out, ro, torch.float32)
+    for a, b in zip(grads, torch.autograd.grad(ro, ins, g.double())):
+        close(a, b, torch.float32, 4)
+
+
+def test_errors():
+    x = torch.randn(4, 8)
+    w = torch.randn(7)
+    with pytest.raises(EmberError, match=r"^\[rms_norm\] "):
+        F.rms_norm_fwd(*sto(x), *sto(w), 1e-5)
+    with pytest.raises(EmberError, match=r"^\[layer_norm\] "):
+        F.layer_norm_fwd(*sto(x), *sto(w), None, None, 1e-5)
+    with pytest.raises(EmberError, match=r"^\[rms_norm\] "):
+        F.rms_norm_fwd(*sto(x), *sto(torch.randn(8, dtype=torch.float64)), 1e-5)
+    with pytest.raises(EmberError, match=r"^\[softmax\] "):
+        F.softmax_fwd(*sto(torch.arange(6).reshape(2, 3)), False)
+    q = torch.randn(1, 2, 4, 8)
+    with pytest.raises(EmberError, match=r"^\[sdpa\] "):
+        F.sdpa_fwd(*sto(q), *sto(torch.randn(1, 2, 4, 9)), *sto(q), None, None, None, False)
+    with pytest.raises(EmberError, match=r"^\[sdpa\] "):
+        F.sdpa_fwd(*sto(q), *sto(q), *sto(q), *sto(torch.randn(3, 4)), None, False)
