@@ -20,10 +20,11 @@ UNARY = {n: i for i, n in enumerate(
     "affine powf clamp".split())}
 BINARY = {n: i for i, n in enumerate("add sub mul div maximum minimum pow eq ne lt le gt ge".split())}
 REDUCE = {n: i for i, n in enumerate("sum max min argmax argmin".split())}
+_FIRST_CMP = BINARY["eq"]
 _PRUNED = frozenset(("ceil", "floor", "round", "sign"))  # zero gradient: never recorded
 
 
-def _wrap(storage, layout, dtype, device, cls=None):
+def _wrap(storage, layout, dtype, device, cls=None, shape=None):
     t = object.__new__(cls or Tensor)
     t._storage = storage
     t._layout = layout
@@ -31,8 +32,29 @@ def _wrap(storage, layout, dtype, device, cls=None):
     t._device = device
     t._op = None
     t._id = next(_ids)
-    t._shape = None
+    t._shape = shape
     return t
+
+
+_CONTIG = {}
+
+
+def _contig(shape):
+    """The contiguous Layout of a shape; layouts are immutable, so one object per shape is shared."""
+    l = _CONTIG.get(shape)
+    if l is None:
+        if len(_CONTIG) > 4096:
+            _CONTIG.clear()
+        l = _CONTIG[shape] = _C.Layout.contiguous(list(shape))
+    return l
+
+
+def _broadcast_shape(sa, sb):
+    if sa == sb:
+        return sa
+    n = max(len(sa), len(sb))
+    sa, sb = (1,) * (n - len(sa)) + sa, (1,) * (n - len(sb)) + sb
+    return tuple(b if a == 1 else a for a, b in zip(sa, sb))
 
 
 def _dims(dim, ndim, op):
@@ -300,8 +322,9 @@ class Tensor:
 
     # ----------------------------------------------------------------- elementwise
     def _unary(self, name, p0=0.0, p1=0.0, saved=None):
-        s, l = _C.unary(UNARY[name], self._storage, self._layout, p0, p1)
-        out = _wrap(s, l, self._dtype, self._device)
+        shape = self.shape
+        s = _C.unary(UNARY[name], self._storage, self._layout, p0, p1)
+        out = _wrap(s, _contig(shape), self._dtype, self._device, None, shape)
         if name in _PRUNED:
             return out
         return record(out, name, (self,), saved)
@@ -328,8 +351,9 @@ class Tensor:
 
     def affine(self, mul, add):
         mul, add = float(mul), float(add)
-        s, l = _C.unary(UNARY["affine"], self._storage, self._layout, mul, add)
-        out = _wrap(s, l, self._dtype, self._device)
+        shape = self.shape
+        s = _C.unary(UNARY["affine"], self._storage, self._layout, mul, add)
+        out = _wrap(s, _contig(shape), self._dtype, self._device, None, shape)
         return out if mul == 0.0 else record(out, "affine", (self,), (mul, add))
 
     def powf(self, e):
@@ -346,10 +370,12 @@ class Tensor:
         a, b = _operands(self, other, name)
         if reverse:
             a, b = b, a
-        s, l = _C.binary(BINARY[name], a._storage, a._layout, b._storage, b._layout)
-        if BINARY[name] >= BINARY["eq"]:
-            return _wrap(s, l, _dt.uint8, a._device)
-        return record(_wrap(s, l, a._dtype, a._device), name, (a, b))
+        code = BINARY[name]
+        s = _C.binary(code, a._storage, a._layout, b._storage, b._layout)
+        shape = _broadcast_shape(a.shape, b.shape)
+        if code >= _FIRST_CMP:
+            return _wrap(s, _contig(shape), _dt.uint8, a._device, None, shape)
+        return record(_wrap(s, _contig(shape), a._dtype, a._device, None, shape), name, (a, b))
 
     def __add__(self, o): return self._binary(o, "add")
     def __radd__(self, o): return self._binary(o, "add", True)

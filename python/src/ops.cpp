@@ -1,4 +1,6 @@
 // Bindings for the op families: thin wrappers over cpp/storage.h that release the GIL.
+#include <optional>
+
 #include "common.h"
 #include "storage.h"
 
@@ -6,6 +8,12 @@ namespace ember::bind {
 namespace {
 using SL = std::pair<StoragePtr, Layout>;
 const BackendStorage& S(const StoragePtr& p) { return *p; }
+struct MaybeGilFree {
+  std::optional<py::gil_scoped_release> rel;
+  explicit MaybeGilFree(int64_t numel) {
+    if (numel > 16384) rel.emplace();
+  }
+};
 }  // namespace
 
 void bind_ops(py::module_& m) {
@@ -25,12 +33,17 @@ void bind_ops(py::module_& m) {
     return ember::rand_normal(to_device(kind, index), to_dtype(dt), n, mean, std);
   }, GilFree());
 
-  m.def("unary", [](int op, const StoragePtr& s, const Layout& l, double p0, double p1) -> SL {
-    return ember::unary(static_cast<UnaryOp>(op), S(s), l, p0, p1);
-  }, py::arg("op"), py::arg("s"), py::arg("l"), py::arg("p0") = 0.0, py::arg("p1") = 0.0, GilFree());
-  m.def("binary", [](int op, const StoragePtr& a, const Layout& la, const StoragePtr& b, const Layout& lb) -> SL {
-    return ember::binary(static_cast<BinaryOp>(op), S(a), la, S(b), lb);
-  }, GilFree());
+  // The two hottest entry points return only the storage (the facade knows the output shape and
+  // caches contiguous layouts) and keep the GIL for tiny inputs, where releasing it costs more
+  // than the kernel.
+  m.def("unary", [](int op, const StoragePtr& s, const Layout& l, double p0, double p1) -> StoragePtr {
+    MaybeGilFree g(l.numel());
+    return ember::unary(static_cast<UnaryOp>(op), S(s), l, p0, p1).first;
+  }, py::arg("op"), py::arg("s"), py::arg("l"), py::arg("p0") = 0.0, py::arg("p1") = 0.0);
+  m.def("binary", [](int op, const StoragePtr& a, const Layout& la, const StoragePtr& b, const Layout& lb) {
+    MaybeGilFree g(std::max(la.numel(), lb.numel()));
+    return ember::binary(static_cast<BinaryOp>(op), S(a), la, S(b), lb).first;
+  });
   m.def("where", [](const StoragePtr& c, const Layout& lc, const StoragePtr& a, const Layout& la,
                     const StoragePtr& b, const Layout& lb) -> SL { return ember::where(S(c), lc, S(a), la, S(b), lb); },
         GilFree());
