@@ -61,6 +61,7 @@ from .tensor import (
 
 from .interop import from_dlpack  # noqa: E402  (also attaches Tensor.__dlpack__)
 from .io import load_safetensors, save_safetensors  # noqa: E402
+from . import nn, optim  # noqa: E402
 
 Layout = _C.Layout
 Storage = _C.Storage
@@ -83,6 +84,6 @@ __all__ = [
     "EmberError", "IndexOutOfRange", "InplaceModifiedError", "Layout", "ShapeError", "Storage", "Tensor",
     "UnsupportedOp", "Var", "arange", "bfloat16", "cat", "cpu", "float16", "float32", "float64",
     "from_dlpack", "from_numpy", "full", "full_like", "get_num_threads", "int64", "is_grad_enabled", "manual_seed",
-    "maximum", "metal_is_available", "minimum", "no_grad", "ones", "ones_like", "rand", "randn",
+    "maximum", "metal_is_available", "minimum", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randn",
     "load_safetensors", "save_safetensors", "set_num_threads", "stack", "tensor", "uint8", "uint32", "where", "zeros", "zeros_like",
 ]
