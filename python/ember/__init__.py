@@ -12,7 +12,7 @@ if _sys.platform != "darwin":
     _ctypes.CDLL(_os.path.join(_openblas.get_lib_dir(), "libscipy_openblas.so"), mode=_ctypes.RTLD_GLOBAL)
 
 from . import _C  # noqa: E402
-from .backprop import is_grad_enabled, no_grad
+from .backprop import GradStore, is_grad_enabled, no_grad
 from .dtypes import (
     ALL_DTYPES,
     Device,
@@ -62,6 +62,7 @@ from .tensor import (
 from .interop import from_dlpack  # noqa: E402  (also attaches Tensor.__dlpack__)
 from .io import load_safetensors, save_safetensors  # noqa: E402
 from . import nn, optim  # noqa: E402
+from . import testing  # noqa: E402
 
 Layout = _C.Layout
 Storage = _C.Storage
@@ -80,10 +81,10 @@ def get_num_threads() -> int:
 __version__ = "0.1.0"
 
 __all__ = [
-    "ALL_DTYPES", "BackwardNotSupported", "CpuStorage", "DType", "DTypeError", "Device", "DeviceError",
+    "ALL_DTYPES", "BackwardNotSupported", "GradStore", "CpuStorage", "DType", "DTypeError", "Device", "DeviceError",
     "EmberError", "IndexOutOfRange", "InplaceModifiedError", "Layout", "ShapeError", "Storage", "Tensor",
     "UnsupportedOp", "Var", "arange", "bfloat16", "cat", "cpu", "float16", "float32", "float64",
     "from_dlpack", "from_numpy", "full", "full_like", "get_num_threads", "int64", "is_grad_enabled", "manual_seed",
     "maximum", "metal_is_available", "minimum", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randn",
-    "load_safetensors", "save_safetensors", "set_num_threads", "stack", "tensor", "uint8", "uint32", "where", "zeros", "zeros_like",
+    "load_safetensors", "save_safetensors", "set_num_threads", "stack", "tensor", "testing", "uint8", "uint32", "where", "zeros", "zeros_like",
 ]

@@ -1,12 +1,18 @@
 """Autograd core: the recorded Node, grad mode (no_grad), the iterative backward walk and GradStore.
 
-Works only through the tensors it is handed (never imports tensor.py), so there is no import cycle.
+Works only through the tensors it is handed (never imports tensor.py at import time), so there is no
+import cycle; the rule table (grad_rules.py) is loaded on the first backward.
 """
 from __future__ import annotations
 
 import threading
 
-from .errors import BackwardNotSupported, EmberError  # noqa: F401  (re-exported for the walk)
+from .errors import BackwardNotSupported, DTypeError, EmberError, InplaceModifiedError, ShapeError
+
+__all__ = [
+    "NO_BACKWARD", "GradStore", "Node", "backward", "is_grad_enabled", "no_grad", "record", "sorted_nodes",
+    "tracks",
+]
 
 
 class _GradMode(threading.local):
@@ -42,15 +48,28 @@ class no_grad:
         return wrapped
 
 
+class _NoBackward:
+    """Marker rule for results of ``apply_op*_no_bwd``: backward through them must fail loudly."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "NO_BACKWARD"
+
+
+NO_BACKWARD = _NoBackward()
+
+
 class Node:
     """What an op result remembers: the op name, its inputs, the parameters its rule needs, the
-    storage versions of the inputs when recorded (in-place check), and an optional rule override
-    (custom ops carry their own ``bwd``)."""
+    storage versions of the inputs (and of the result) when recorded (in-place check), and an
+    optional rule override: a callable ``rule(node, out, grad)`` for custom ops, or NO_BACKWARD."""
 
-    __slots__ = ("name", "inputs", "saved", "versions", "rule")
+    __slots__ = ("name", "inputs", "saved", "versions", "rule", "out_version")
 
-    def __init__(self, name, inputs, saved, versions, rule):
+    def __init__(self, name, inputs, saved, versions, rule, out_version=None):
         self.name, self.inputs, self.saved, self.versions, self.rule = name, inputs, saved, versions, rule
+        self.out_version = out_version
 
     def __repr__(self):
         return f"Node({self.name})"
@@ -70,5 +89,251 @@ def record(out, name, inputs, saved=None, rule=None):
             break
     else:
         return out
-    out._op = Node(name, inputs, saved, tuple(t._storage.version if t is not None else 0 for t in inputs), rule)
+    versions = tuple(t._storage.version if t is not None else 0 for t in inputs)
+    out._op = Node(name, inputs, saved, versions, rule, out._storage.version)
     return out
+
+
+# --------------------------------------------------------------------- the walk
+# Ops whose gradient is zero (or flows only to ints): candle prunes them from the graph.
+_PRUNED = frozenset(("ceil", "floor", "round", "sign", "argmax", "argmin"))
+
+
+def _pruned(node) -> bool:
+    name = node.name
+    if name in _PRUNED:
+        return True
+    if name == "affine":
+        return node.saved is not None and node.saved[0] == 0.0
+    if name == "to_dtype":  # a cast from an int tensor carries no gradient
+        return node.saved is not None and not getattr(node.saved, "is_float", True)
+    return False
+
+
+def sorted_nodes(root):
+    """The results with an op on some path from ``root`` to a variable, root first (a topological
+    order). Iterative depth-first search, memoised on "leads to a variable", so deep chains never
+    recurse and shared subgraphs are visited once."""
+    if root._op is None:
+        return []
+    memo = {}  # id(tensor) -> leads to a variable
+    expanded = set()
+    order = []
+    stack = [root]
+    while stack:
+        t = stack[-1]
+        k = id(t)
+        if k in memo:
+            stack.pop()
+            continue
+        node = t._op
+        if k not in expanded:
+            expanded.add(k)
+            if _pruned(node):
+                memo[k] = False
+                stack.pop()
+                continue
+            for inp in node.inputs:
+                if inp is not None and inp._op is not None and id(inp) not in memo and inp._dtype.is_float:
+                    stack.append(inp)
+            continue
+        stack.pop()
+        leads = False
+        for inp in node.inputs:
+            if inp is None or not inp._dtype.is_float:
+                continue
+            if inp.is_variable or (inp._op is not None and memo[id(inp)]):
+                leads = True
+                break
+        memo[k] = leads
+        if leads:
+            order.append(t)
+    order.reverse()
+    return order
+
+
+# --------------------------------------------------------------------- the gradient store
+def _key(t):
+    return t if isinstance(t, int) else t._id
+
+
+class GradStore:
+    """Gradients keyed by tensor id: ``get(t)``, ``gs[t]``, ``t in gs``, ``insert``, ``remove``,
+    ``extend`` (sums where both hold a gradient), ``ids()``, ``len()``."""
+
+    __slots__ = ("_map",)
+
+    def __init__(self):
+        self._map = {}  # id -> (tensor, grad)
+
+    def get(self, t):
+        e = self._map.get(_key(t))
+        return None if e is None else e[1]
+
+    def __getitem__(self, t):
+        e = self._map.get(_key(t))
+        if e is None:
+            raise KeyError(f"no gradient for tensor id {_key(t)}")
+        return e[1]
+
+    def __contains__(self, t):
+        return _key(t) in self._map
+
+    def insert(self, t, g):
+        """Sets (replaces) the gradient of t."""
+        self._map[t._id] = (t, g)
+
+    __setitem__ = insert
+
+    def remove(self, t):
+        """Removes and returns the gradient of t (None when absent)."""
+        e = self._map.pop(_key(t), None)
+        return None if e is None else e[1]
+
+    def extend(self, other):
+        """Adds other's gradients into this store, summing where both hold one."""
+        for k, (t, g) in other._map.items():
+            e = self._map.get(k)
+            self._map[k] = (t, g) if e is None else (t, e[1] + g)
+
+    def ids(self):
+        return list(self._map)
+
+    def items(self):
+        """(tensor, gradient) pairs."""
+        return [(t, g) for t, g in self._map.values()]
+
+    def tensors(self):
+        return [t for t, _ in self._map.values()]
+
+    def __len__(self):
+        return len(self._map)
+
+    def __iter__(self):
+        return iter(list(self._map))
+
+    def __repr__(self):
+        return f"GradStore({len(self._map)} gradients)"
+
+
+# --------------------------------------------------------------------- backward
+_rules = None  # grad_rules module, loaded on first use (it needs tensor.py fully imported)
+
+
+def _load_rules():
+    global _rules
+    from . import grad_rules
+
+    _rules = grad_rules
+    return grad_rules
+
+
+def _check_versions(node, out, uses):
+    """Raises when a tensor the rule reads was modified in place after it was recorded."""
+    idx, use_out = uses
+    versions, inputs = node.versions, node.inputs
+    for i in (range(len(inputs)) if idx is None else idx):
+        t = inputs[i]
+        if t is not None and t._storage.version != versions[i]:
+            raise InplaceModifiedError(
+                f"[backward] an input of {node.name} was modified in place (version {versions[i]} -> "
+                f"{t._storage.version}) after it was saved; its gradient would be wrong. Clone the "
+                f"tensor before modifying it, or modify it before the op.")
+    if use_out and node.out_version is not None and out._storage.version != node.out_version:
+        raise InplaceModifiedError(
+            f"[backward] the result of {node.name} was modified in place (version {node.out_version} -> "
+            f"{out._storage.version}) after it was saved; its gradient would be wrong. Clone it "
+            f"before modifying it.")
+
+
+def _custom_grads(node, out, g, rule):
+    """Calls a custom op's rule and checks what it returns (count, shape, dtype, device)."""
+    res = rule(node, out, g)
+    n = len(node.inputs)
+    if res is None:
+        return (None,) * n
+    if hasattr(res, "_storage"):
+        res = (res,)
+    res = tuple(res)
+    if len(res) != n:
+        raise EmberError(f"[{node.name}] bwd returned {len(res)} gradients for {n} inputs")
+    for i, (inp, gi) in enumerate(zip(node.inputs, res)):
+        if gi is None or inp is None:
+            continue
+        if not hasattr(gi, "_storage"):
+            raise EmberError(f"[{node.name}] bwd returned a {type(gi).__name__} for input {i}, expected a Tensor")
+        if gi.shape != inp.shape:
+            raise ShapeError(f"[{node.name}] bwd returned a gradient of shape {gi.shape} for input {i} of "
+                             f"shape {inp.shape}")
+        if gi._dtype is not inp._dtype and inp._dtype.is_float:
+            raise DTypeError(f"[{node.name}] bwd returned a {gi._dtype.name} gradient for input {i} of "
+                             f"dtype {inp._dtype.name}")
+        if gi._device != inp._device:
+            raise EmberError(f"[{node.name}] bwd returned a gradient on {gi._device} for input {i} on "
+                             f"{inp._device}")
+    return res
+
+
+def backward(root, create_graph=False):
+    """Gradients of ``root`` (seeded with ones, any shape) with respect to every variable it depends
+    on, and of the plain inputs a rule gave a gradient to. With ``create_graph`` the gradients keep
+    their graph (second order); otherwise the walk records nothing."""
+    rules = _rules or _load_rules()
+    store = GradStore()
+    if not root._dtype.is_float:
+        raise DTypeError(f"[backward] expected a float tensor, got {root._dtype.name}")
+    if root._op is None and not root.is_variable:
+        return store  # nothing leads to a variable
+    nodes = sorted_nodes(root)
+    table, uses_of, wanted = rules.RULES, rules.USES, rules.wanted
+    grads = {id(root): [root, rules.ones_like(root)]}  # id -> [tensor, grad]
+    prev = _mode.enabled
+    _mode.enabled = bool(create_graph)
+    try:
+        for t in nodes:
+            e = grads.pop(id(t), None)
+            if e is None:  # no gradient arrived (a bwd returned None): nothing to propagate
+                continue
+            g = e[1]
+            if not create_graph and g._op is not None:
+                g = g.detach()
+            node = t._op
+            rule = node.rule
+            if rule is None:
+                fn = table.get(node.name)
+                if fn is None:
+                    raise BackwardNotSupported(node.name)
+                _check_versions(node, t, uses_of[node.name])
+                res = fn(node, t, g)
+                for inp, gi in zip(node.inputs, res):
+                    if gi is not None and inp.shape != gi.shape:
+                        raise ShapeError(f"[backward] the rule of {node.name} gave a gradient of shape "
+                                         f"{gi.shape} for an input of shape {inp.shape}")
+            elif rule is NO_BACKWARD:
+                n = len(node.inputs)
+                raise BackwardNotSupported(
+                    node.name,
+                    f"[{node.name}] backward is not supported: this result was made by apply_op{n}_no_bwd, "
+                    f"which records no backward rule; use apply_op{n} (it records the op's bwd) or "
+                    f"detach() the inputs")
+            else:
+                _check_versions(node, t, (None, True))
+                res = _custom_grads(node, t, g, rule)
+            for inp, gi in zip(node.inputs, res):
+                if gi is None or not wanted(inp):
+                    continue
+                k = id(inp)
+                acc = grads.get(k)
+                if acc is None:
+                    grads[k] = [inp, gi]
+                else:
+                    acc[1] = acc[1] + gi
+    finally:
+        _mode.enabled = prev
+    m = store._map
+    for t, g in grads.values():
+        if t._op is None:  # variables and plain inputs; intermediates were popped (or pruned)
+            if not create_graph and g._op is not None:
+                g = g.detach()
+            m[t._id] = (t, g)
+    return store

@@ -318,7 +318,7 @@ class Tensor:
                 layout = layout.select(dim, int(i.item()))
             else:
                 raise IndexOutOfRange(f"[index] unsupported index {i!r} (use ints, slices, None, ...)")
-        return self._view(layout, "index", self._layout)
+        return self._view(layout, "index", idx)  # the rule replays idx on zeros
 
     # ----------------------------------------------------------------- elementwise
     def _unary(self, name, p0=0.0, p1=0.0, saved=None):

@@ -1,0 +1,403 @@
+"""The backward rules: one short function per recorded op, written with ordinary Tensor ops so that
+second order works. Each takes (node, out, grad) and returns one gradient (or None) per input.
+
+Loaded by backprop on the first backward, once tensor.py is fully imported (no import cycle).
+"""
+from __future__ import annotations
+
+import importlib
+import math
+
+from .backprop import record
+
+# the module, not the ember.tensor() function that shadows it on the package
+_t = importlib.import_module(".tensor", __package__)
+
+RULES = {}
+# Which saved tensors a rule reads, for the in-place check: (input indices or None = all, reads out).
+# Rules that only need shapes read nothing, so harmless in-place edits there do not raise.
+USES = {}
+
+
+def rule(name, inputs=None, out=False):
+    """Registers fn as the rule of op ``name``; ``inputs``/``out`` say which values it reads."""
+
+    def deco(fn):
+        RULES[name] = fn
+        USES[name] = (inputs, out)
+        return fn
+
+    return deco
+
+
+def wanted(t) -> bool:
+    """Whether an input should receive a gradient: float tensors, except the 0-d constants that
+    tensor.py makes from Python scalars (the user has no handle on them)."""
+    return t is not None and t._dtype.is_float and t._layout is not _SCALAR_LAYOUT
+
+
+_SCALAR_LAYOUT = getattr(_t, "_SCALAR_LAYOUT", object())
+
+
+def ones_like(t):
+    return _t.ones_like(t)
+
+
+def _zeros(shape, like):
+    return _t.zeros(shape, dtype=like._dtype, device=like._device)
+
+
+def _sum_to(g, shape):
+    """Sums a broadcast gradient back to an operand's shape (numpy broadcasting rules)."""
+    gs = g.shape
+    if gs == shape:
+        return g
+    lead = len(gs) - len(shape)
+    dims = list(range(lead)) + [lead + i for i, n in enumerate(shape) if n == 1 and gs[lead + i] != 1]
+    if dims:
+        g = g.sum(dims, keepdim=True)
+    return g.reshape(shape) if g.shape != shape else g
+
+
+def _mask(cond, g):
+    """g where cond holds, else 0 (differentiable in g, exact for inf/nan elsewhere)."""
+    return _t.where(cond, g, 0.0)
+
+
+def _scatter_view(g, shape, idx):
+    """Zeros of ``shape`` with g written into the region ``zeros[idx]`` (the adjoint of basic
+    indexing); recorded as ``index_scatter`` so that second order goes back through indexing."""
+    z = _zeros(shape, g)
+    view = z[idx]
+    _t._C.copy_into(g._storage, g._layout, z._storage, view._layout, "index")
+    return record(z, "index_scatter", (g,), idx)
+
+
+# --------------------------------------------------------------------- views and copies
+@rule("copy", ())
+def _copy(n, out, g):
+    return (g,)
+
+
+@rule("to_dtype", ())
+def _to_dtype(n, out, g):
+    return (g.to_dtype(n.saved),)
+
+
+@rule("transpose", ())
+def _transpose(n, out, g):
+    return (g.transpose(*n.saved),)
+
+
+@rule("permute", ())
+def _permute(n, out, g):
+    inv = [0] * len(n.saved)
+    for i, d in enumerate(n.saved):
+        inv[d] = i
+    return (g.permute(inv),)
+
+
+@rule("narrow", ())
+def _narrow(n, out, g):
+    dim, start, length = n.saved
+    shape = n.inputs[0].shape
+    after = shape[dim] - start - length
+    if start == 0 and after == 0:
+        return (g,)
+    parts = []
+    if start:
+        parts.append(_zeros(shape[:dim] + (start,) + shape[dim + 1 :], g))
+    parts.append(g)
+    if after:
+        parts.append(_zeros(shape[:dim] + (after,) + shape[dim + 1 :], g))
+    return (_t.cat(parts, dim),)
+
+
+@rule("reshape", ())
+def _reshape(n, out, g):
+    return (g.reshape(n.saved),)
+
+
+@rule("broadcast_as", ())
+def _broadcast_as(n, out, g):
+    return (_sum_to(g, n.saved),)
+
+
+@rule("index", ())
+def _index(n, out, g):
+    return (_scatter_view(g, n.inputs[0].shape, n.saved),)
+
+
+@rule("index_scatter", ())
+def _index_scatter(n, out, g):
+    return (g[n.saved],)
+
+
+# --------------------------------------------------------------------- unary
+@rule("exp", (), out=True)
+def _exp(n, out, g):
+    return (g * out,)
+
+
+@rule("log", (0,))
+def _log(n, out, g):
+    return (g / n.inputs[0],)
+
+
+@rule("sin", (0,))
+def _sin(n, out, g):
+    return (g * n.inputs[0].cos(),)
+
+
+@rule("cos", (0,))
+def _cos(n, out, g):
+    return (g * n.inputs[0].sin().neg(),)
+
+
+@rule("tanh", (), out=True)
+def _tanh(n, out, g):
+    return (g * out.sqr().affine(-1.0, 1.0),)
+
+
+@rule("sqrt", (), out=True)
+def _sqrt(n, out, g):
+    return (g / out.affine(2.0, 0.0),)
+
+
+@rule("sqr", (0,))
+def _sqr(n, out, g):
+    return (g * n.inputs[0].affine(2.0, 0.0),)
+
+
+@rule("abs", (0,))
+def _abs(n, out, g):
+    return (g * n.inputs[0].sign(),)  # sign(0) = 0: abs'(0) = 0, like torch
+
+
+@rule("neg", ())
+def _neg(n, out, g):
+    return (g.neg(),)
+
+
+@rule("recip", (), out=True)
+def _recip(n, out, g):
+    return (g * out.sqr().neg(),)
+
+
+@rule("relu", (0,))
+def _relu(n, out, g):
+    return (_mask(n.inputs[0].gt(0.0), g),)  # relu'(0) = 0, like torch
+
+
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+@rule("gelu", (0,))
+def _gelu(n, out, g):
+    x = n.inputs[0]  # exact gelu: x * Phi(x); derivative Phi(x) + x * phi(x)
+    cdf = x.affine(_INV_SQRT2, 0.0).erf().affine(0.5, 0.5)
+    pdf = x.sqr().affine(-0.5, 0.0).exp().affine(_INV_SQRT_2PI, 0.0)
+    return (g * (cdf + x * pdf),)
+
+
+@rule("silu", (0,))
+def _silu(n, out, g):
+    x = n.inputs[0]
+    s = x.sigmoid()  # silu' = s * (1 + x * (1 - s))
+    return (g * (s * (x * s.affine(-1.0, 1.0)).affine(1.0, 1.0)),)
+
+
+@rule("erf", (0,))
+def _erf(n, out, g):
+    return (g * n.inputs[0].sqr().affine(-1.0, 0.0).exp().affine(_TWO_OVER_SQRT_PI, 0.0),)
+
+
+@rule("sigmoid", (), out=True)
+def _sigmoid(n, out, g):
+    return (g * (out * out.affine(-1.0, 1.0)),)
+
+
+@rule("affine", ())
+def _affine(n, out, g):
+    return (g.affine(n.saved[0], 0.0),)
+
+
+@rule("powf", (0,))
+def _powf(n, out, g):
+    e = n.saved
+    if e == 0.0:
+        return (g.affine(0.0, 0.0),)
+    if e == 1.0:
+        return (g,)
+    return (g * n.inputs[0].powf(e - 1.0).affine(e, 0.0),)
+
+
+@rule("clamp", (0,))
+def _clamp(n, out, g):
+    lo, hi = n.saved
+    x = n.inputs[0]
+    return (_mask(x.ge(lo) * x.le(hi), g),)  # inclusive bounds pass the gradient, like torch
+
+
+# --------------------------------------------------------------------- binary (numpy broadcasting)
+@rule("add", ())
+def _add(n, out, g):
+    a, b = n.inputs
+    return (_sum_to(g, a.shape) if wanted(a) else None, _sum_to(g, b.shape) if wanted(b) else None)
+
+
+@rule("sub", ())
+def _sub(n, out, g):
+    a, b = n.inputs
+    return (_sum_to(g, a.shape) if wanted(a) else None, _sum_to(g.neg(), b.shape) if wanted(b) else None)
+
+
+@rule("mul", (0, 1))
+def _mul(n, out, g):
+    a, b = n.inputs
+    return (_sum_to(g * b, a.shape) if wanted(a) else None, _sum_to(g * a, b.shape) if wanted(b) else None)
+
+
+@rule("div", (0, 1))
+def _div(n, out, g):
+    a, b = n.inputs
+    ga = _sum_to(g / b, a.shape) if wanted(a) else None
+    gb = _sum_to((g * a / b.sqr()).neg(), b.shape) if wanted(b) else None
+    return ga, gb
+
+
+def _minmax_weights(a, b, first_wins):
+    """Weight of a's side: 1 where a wins, 0.5 on ties (the gradient is shared evenly), else 0."""
+    win = a.gt(b) if first_wins else a.lt(b)
+    dt = a._dtype
+    return win.to_dtype(dt) + a.eq(b).to_dtype(dt).affine(0.5, 0.0)
+
+
+def _minmax(n, g, first_wins):
+    a, b = n.inputs
+    ga = g * _minmax_weights(a, b, first_wins)
+    gb = g - ga
+    return (_sum_to(ga, a.shape) if wanted(a) else None, _sum_to(gb, b.shape) if wanted(b) else None)
+
+
+@rule("maximum", (0, 1))
+def _maximum(n, out, g):
+    return _minmax(n, g, True)
+
+
+@rule("minimum", (0, 1))
+def _minimum(n, out, g):
+    return _minmax(n, g, False)
+
+
+@rule("pow", (0, 1), out=True)
+def _pow(n, out, g):
+    a, b = n.inputs
+    ga = gb = None
+    if wanted(a):  # b * a^(b-1), zero where b == 0 (torch's convention)
+        ga = _sum_to(_t.where(b.eq(0.0), 0.0, g * b * (a ** (b - 1.0))), a.shape)
+    if wanted(b):  # a^b * log(a), zero where a == 0 and b >= 0 (torch's convention)
+        gb = _sum_to(_t.where(a.eq(0.0) * b.ge(0.0), 0.0, g * out * a.log()), b.shape)
+    return ga, gb
+
+
+# --------------------------------------------------------------------- reductions
+def _keep_shape(shape, dims):
+    return tuple(1 if i in dims else s for i, s in enumerate(shape))
+
+
+@rule("sum", ())
+def _sum(n, out, g):
+    dims, keepdim = n.saved
+    shape = n.inputs[0].shape
+    if not keepdim:
+        g = g.reshape(_keep_shape(shape, dims))
+    return (g.broadcast_as(shape) if g.shape != shape else g,)
+
+
+def _extremum(n, out, g):
+    """max/min: the gradient goes to the elements equal to the result, split evenly among ties."""
+    x = n.inputs[0]
+    dims, keepdim = n.saved
+    if not keepdim:
+        ks = _keep_shape(x.shape, dims)
+        g, out = g.reshape(ks), out.reshape(ks)
+    hit = x.eq(out).to_dtype(x._dtype)
+    return (hit * (g / hit.sum(dims, keepdim=True)),)
+
+
+RULES["max"] = RULES["min"] = _extremum
+USES["max"] = USES["min"] = ((0,), True)
+
+
+# --------------------------------------------------------------------- matmul
+@rule("matmul", (0, 1))
+def _matmul(n, out, g):
+    a, b = n.inputs
+    # 1-D operands become (1, k) / (k, 1) matrices; the dims matmul dropped come back in g
+    a2 = a.unsqueeze(0) if a.ndim == 1 else a
+    b2 = b.unsqueeze(1) if b.ndim == 1 else b
+    if b.ndim == 1:
+        g = g.unsqueeze(-1)
+    if a.ndim == 1:
+        g = g.unsqueeze(-2)
+    ga = gb = None
+    if wanted(a):
+        ga = _sum_to(g.matmul(b2.transpose(-1, -2)), a2.shape)
+        if a.ndim == 1:
+            ga = ga.reshape(a.shape)
+    if wanted(b):
+        gb = _sum_to(a2.transpose(-1, -2).matmul(g), b2.shape)
+        if b.ndim == 1:
+            gb = gb.reshape(b.shape)
+    return ga, gb
+
+
+# --------------------------------------------------------------------- selection and indexing
+@rule("where", (2,))
+def _where(n, out, g):
+    a, b, cond = n.inputs
+    ga = _sum_to(_t.where(cond, g, 0.0), a.shape) if wanted(a) else None
+    gb = _sum_to(_t.where(cond, 0.0, g), b.shape) if wanted(b) else None
+    return ga, gb, None
+
+
+@rule("index_select", (1,))
+def _index_select(n, out, g):
+    x, ids = n.inputs
+    return (_zeros(x.shape, g).index_add(ids, g, n.saved), None)
+
+
+@rule("gather", (1,))
+def _gather(n, out, g):
+    x, ids = n.inputs
+    return (_zeros(x.shape, g).scatter_add(ids, g, n.saved), None)
+
+
+@rule("index_add", (1,))
+def _index_add(n, out, g):
+    x, ids, src = n.inputs
+    return (g if wanted(x) else None, None, g.index_select(ids, n.saved) if wanted(src) else None)
+
+
+@rule("scatter_add", (1,))
+def _scatter_add(n, out, g):
+    x, ids, src = n.inputs
+    gsrc = None
+    if wanted(src):
+        gsrc = g.gather(ids, n.saved)
+        if gsrc.shape != src.shape:  # only src's leading block (the index's shape) was added
+            gsrc = _scatter_view(gsrc, src.shape, tuple(slice(0, k) for k in ids.shape))
+    return (g if wanted(x) else None, None, gsrc)
+
+
+@rule("cat", ())
+def _cat(n, out, g):
+    dim, sizes = n.saved
+    res, off = [], 0
+    for t, k in zip(n.inputs, sizes):
+        res.append(g.narrow(dim, off, k) if wanted(t) else None)
+        off += k
+    return tuple(res)
