@@ -228,6 +228,9 @@ def _load_rules():
     return grad_rules
 
 
+_READS_NOTHING = ((), False)
+
+
 def _check_versions(node, out, uses):
     """Raises when a tensor the rule reads was modified in place after it was recorded."""
     idx, use_out = uses
@@ -287,43 +290,49 @@ def backward(root, create_graph=False):
     nodes = sorted_nodes(root)
     table, uses_of, wanted = rules.RULES, rules.USES, rules.wanted
     grads = {id(root): [root, rules.ones_like(root)]}  # id -> [tensor, grad]
+    pop, get = grads.pop, grads.get
     prev = _mode.enabled
     _mode.enabled = bool(create_graph)
     try:
         for t in nodes:
-            e = grads.pop(id(t), None)
+            e = pop(id(t), None)
             if e is None:  # no gradient arrived (a bwd returned None): nothing to propagate
                 continue
             g = e[1]
-            if not create_graph and g._op is not None:
-                g = g.detach()
             node = t._op
             rule = node.rule
             if rule is None:
                 fn = table.get(node.name)
                 if fn is None:
                     raise BackwardNotSupported(node.name)
-                _check_versions(node, t, uses_of[node.name])
-                res = fn(node, t, g)
-                for inp, gi in zip(node.inputs, res):
-                    if gi is not None and inp.shape != gi.shape:
-                        raise ShapeError(f"[backward] the rule of {node.name} gave a gradient of shape "
-                                         f"{gi.shape} for an input of shape {inp.shape}")
-            elif rule is NO_BACKWARD:
+                uses = uses_of[node.name]
+                if uses is not _READS_NOTHING:
+                    _check_versions(node, t, uses)
+                # table rules give None to inputs that take no gradient (ints, scalar constants)
+                for inp, gi in zip(node.inputs, fn(node, t, g)):
+                    if gi is not None:
+                        k = id(inp)
+                        acc = get(k)
+                        if acc is None:
+                            grads[k] = [inp, gi]
+                        else:
+                            acc[1] = acc[1] + gi
+                continue
+            if rule is NO_BACKWARD:
                 n = len(node.inputs)
                 raise BackwardNotSupported(
                     node.name,
                     f"[{node.name}] backward is not supported: this result was made by apply_op{n}_no_bwd, "
                     f"which records no backward rule; use apply_op{n} (it records the op's bwd) or "
                     f"detach() the inputs")
-            else:
-                _check_versions(node, t, (None, True))
-                res = _custom_grads(node, t, g, rule)
-            for inp, gi in zip(node.inputs, res):
+            _check_versions(node, t, (None, True))
+            for inp, gi in zip(node.inputs, _custom_grads(node, t, g, rule)):
                 if gi is None or not wanted(inp):
                     continue
+                if not create_graph and gi._op is not None:
+                    gi = gi.detach()
                 k = id(inp)
-                acc = grads.get(k)
+                acc = get(k)
                 if acc is None:
                     grads[k] = [inp, gi]
                 else:

@@ -8,7 +8,7 @@ from __future__ import annotations
 import importlib
 import math
 
-from .backprop import record
+from .backprop import _READS_NOTHING, record
 
 # the module, not the ember.tensor() function that shadows it on the package
 _t = importlib.import_module(".tensor", __package__)
@@ -24,7 +24,7 @@ def rule(name, inputs=None, out=False):
 
     def deco(fn):
         RULES[name] = fn
-        USES[name] = (inputs, out)
+        USES[name] = _READS_NOTHING if inputs == () and not out else (inputs, out)
         return fn
 
     return deco
@@ -385,12 +385,8 @@ def _index_add(n, out, g):
 @rule("scatter_add", (1,))
 def _scatter_add(n, out, g):
     x, ids, src = n.inputs
-    gsrc = None
-    if wanted(src):
-        gsrc = g.gather(ids, n.saved)
-        if gsrc.shape != src.shape:  # only src's leading block (the index's shape) was added
-            gsrc = _scatter_view(gsrc, src.shape, tuple(slice(0, k) for k in ids.shape))
-    return (g if wanted(x) else None, None, gsrc)
+    # the core requires src.shape == ids.shape, so gathering back gives src's shape
+    return (g if wanted(x) else None, None, g.gather(ids, n.saved) if wanted(src) else None)
 
 
 @rule("cat", ())
