@@ -11,7 +11,7 @@ from . import _C
 from . import dtypes as _dt
 from .backprop import no_grad, record
 from .dtypes import DType, Device
-from .errors import DTypeError, EmberError, IndexOutOfRange, ShapeError
+from .errors import DeviceError, DTypeError, EmberError, IndexOutOfRange, ShapeError
 
 _ids = itertools.count(1)
 
@@ -193,7 +193,7 @@ class Tensor:
         device = _dt.to_device(device)
         if device == self._device:
             return self
-        raise EmberError(f"[to_device] device {device} is not available in this build")
+        raise DeviceError(f"[to_device] device {device} is not available in this build")
 
     to = to_device
 
@@ -289,9 +289,8 @@ class Tensor:
     def __getitem__(self, idx):
         if not isinstance(idx, tuple):
             idx = (idx,)
-        if len(idx) == 1 and isinstance(idx[0], (Tensor, list, np.ndarray)):
-            ids = idx[0] if isinstance(idx[0], Tensor) else tensor(np.asarray(idx[0]))
-            return self.index_select(ids, 0)
+        if len(idx) == 1 and (isinstance(idx[0], (list, np.ndarray)) or (isinstance(idx[0], Tensor) and idx[0].ndim)):
+            return self.index_select(_as_index(idx[0], "index"), 0)
         n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
         if sum(1 for i in idx if i is Ellipsis) > 1:
             raise IndexOutOfRange("[index] an index can only have a single ellipsis")
@@ -388,11 +387,11 @@ class Tensor:
     def __abs__(self): return self.abs()
 
     def __truediv__(self, o):
-        a = self if self._dtype.is_float else self.to_dtype(_float_for(o))
+        a, o = _true_div_operands(self, o)
         return a._binary(o, "div")
 
     def __rtruediv__(self, o):
-        a = self if self._dtype.is_float else self.to_dtype(_float_for(o))
+        a, o = _true_div_operands(self, o)
         return a._binary(o, "div", True)
 
     def __pow__(self, e):
@@ -507,9 +506,10 @@ class Tensor:
         dim = _C.normalize_dim(dim, self.ndim, "slice_set")
         if src.ndim != self.ndim:
             raise ShapeError(f"[slice_set] src has shape {src.shape}, expected {self.ndim} dims like {self.shape}")
-        dst = self._layout.narrow(dim, offset, src.shape[dim]) if 0 <= offset else None
-        if dst is None:
-            raise IndexOutOfRange(f"[slice_set] negative offset {offset}")
+        if offset < 0 or offset + src.shape[dim] > self.shape[dim]:
+            raise IndexOutOfRange(f"[slice_set] offset {offset} + length {src.shape[dim]} out of range for dim "
+                                  f"{dim} of size {self.shape[dim]}")
+        dst = self._layout.narrow(dim, offset, src.shape[dim])
         s_st, s_l = src._storage, src._layout
         if s_st.same_buffer(self._storage):  # snapshot an aliasing source so the write reads old values
             s_st, s_l = _C.contiguous(s_st, s_l)
@@ -583,6 +583,15 @@ def _float_for(other):
     return other._dtype if isinstance(other, Tensor) and other._dtype.is_float else _dt.float32
 
 
+def _true_div_operands(a, o):
+    """True division of ints gives floats (like torch): int tensor operands are cast to a float dtype."""
+    if not a._dtype.is_float:
+        a = a.to_dtype(_float_for(o))
+    if isinstance(o, Tensor) and not o._dtype.is_float:
+        o = o.to_dtype(a._dtype)
+    return a, o
+
+
 def _scalar(value, dtype, device):
     s = _C.full(device.kind, device.index, dtype.code, 1, float(value))
     return _wrap(s, _SCALAR_LAYOUT, dtype, device)
@@ -608,7 +617,12 @@ def _operands(a, b, op):
 
 def _as_index(ids, op):
     if not isinstance(ids, Tensor):
-        ids = tensor(np.asarray(ids, dtype=np.int64))
+        arr = np.asarray(ids)
+        if arr.size == 0:
+            arr = arr.astype(np.int64)
+        if arr.dtype.kind not in "iu":  # never truncate float indices, never read a bool mask as 0/1
+            raise DTypeError(f"[{op}] indices must be integers, got {arr.dtype}")
+        ids = tensor(arr.astype(np.int64))
     if ids._dtype.is_float:
         raise DTypeError(f"[{op}] indices must be an integer tensor, got {ids._dtype.name}")
     return ids
@@ -626,7 +640,10 @@ def tensor(data, dtype=None, device=None) -> Tensor:
         if hasattr(data, "__dlpack__") and not isinstance(data, (list, tuple)):
             arr = np.from_dlpack(data)
         else:
-            arr = np.asarray(data)
+            try:
+                arr = np.asarray(data)
+            except ValueError as e:  # ragged nesting
+                raise DTypeError(f"[tensor] cannot build a tensor from ragged or non-numeric data: {e}") from None
             if arr.dtype == np.float64 and not isinstance(data, np.generic):
                 arr = arr.astype(np.float32)  # Python floats default to float32
             elif arr.dtype.kind in "iu" and not isinstance(data, np.generic) and arr.dtype != np.int64:
@@ -638,7 +655,8 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     npt = _dt.numpy_dtype(src_dt)
     if npt is not None and arr.dtype != npt:
         arr = arr.astype(npt)
-    arr = np.ascontiguousarray(arr)
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")  # not np.ascontiguousarray: it turns a 0-d array into shape (1,)
     s = _C.CpuStorage._from_numpy_code(arr.reshape(-1), src_dt.code)
     out = _wrap(s, _C.Layout.contiguous(list(arr.shape)), src_dt, _dt.cpu)
     if target is not src_dt:

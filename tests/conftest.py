@@ -1,0 +1,111 @@
+"""Shared fixtures and helpers for the foundation tests: devices, dtypes, random data and view makers."""
+import zlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ember as em
+
+DEVICES = ["cpu"] + (["metal"] if em.metal_is_available() else [])
+
+ALL = [em.float32, em.float16, em.bfloat16, em.float64, em.int64, em.uint32, em.uint8]
+FLOATS = [em.float32, em.float16, em.bfloat16, em.float64]
+INTS = [em.int64, em.uint32, em.uint8]
+
+NP = {
+    "float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float64": np.float64,
+    "int64": np.int64, "uint32": np.uint32, "uint8": np.uint8,
+}
+# (rtol, atol) for comparing a result computed in the dtype against a float64 reference.
+TOL = {"float32": (2e-5, 1e-6), "float16": (2e-3, 1e-4), "bfloat16": (1.6e-2, 1e-3), "float64": (1e-12, 1e-14)}
+
+# How a test tensor is laid out in its storage; every op must agree with numpy for each of these.
+VIEWS = ["contiguous", "transposed", "narrowed", "stepped", "offset", "broadcast"]
+
+
+@pytest.fixture(params=DEVICES)
+def device(request):
+    return em.Device(request.param)
+
+
+@pytest.fixture
+def rng(request):
+    # One seed per test (stable across runs), so a failure reproduces.
+    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+
+
+def npdt(dt):
+    return np.dtype(NP[dt.name])
+
+
+def rand_np(rng, shape, dt, lo=-3.0, hi=3.0):
+    """Random values exactly representable in dt (halves are rounded first), as an array of dt's numpy type."""
+    shape = tuple(shape)
+    if dt.is_float:
+        return rng.uniform(lo, hi, size=shape).astype(npdt(dt))
+    if dt is em.int64:
+        return rng.integers(-20, 20, size=shape, dtype=np.int64)
+    return rng.integers(0, 20, size=shape).astype(npdt(dt))
+
+
+def f64(a):
+    """A numpy array (any dtype, including ml_dtypes.bfloat16) as float64."""
+    return np.asarray(a).astype(np.float64)
+
+
+def make_view(rng, shape, dt, kind, device="cpu", lo=-3.0, hi=3.0):
+    """(tensor, numpy reference) where the tensor has the given shape, laid out as `kind` in a larger storage."""
+    shape = tuple(shape)
+    nd = len(shape)
+    if nd == 0 or kind == "contiguous":
+        base = rand_np(rng, shape, dt, lo, hi)
+        return em.tensor(base, device=device), base
+    if kind == "transposed":  # reversed dims: the last dim has the largest stride
+        base = rand_np(rng, shape[::-1], dt, lo, hi)
+        perm = tuple(reversed(range(nd)))
+        return em.tensor(base, device=device).permute(*perm), base.transpose(perm)
+    if kind == "narrowed":  # a window of the last dim
+        base = rand_np(rng, shape[:-1] + (shape[-1] + 3,), dt, lo, hi)
+        t = em.tensor(base, device=device).narrow(-1, 2, shape[-1])
+        return t, base[..., 2 : 2 + shape[-1]]
+    if kind == "stepped":  # every other element of dim 0 and of the last dim
+        big = (shape[0] * 2,) + shape[1:-1] + (shape[-1] * 2,) if nd > 1 else (shape[0] * 2,)
+        base = rand_np(rng, big, dt, lo, hi)
+        idx = (slice(None, None, 2),) + (slice(None),) * (nd - 2) + ((slice(1, None, 2),) if nd > 1 else ())
+        return em.tensor(base, device=device)[idx], base[idx]
+    if kind == "offset":  # the second block of a stacked storage: start_offset > 0
+        base = rand_np(rng, (3,) + shape, dt, lo, hi)
+        return em.tensor(base, device=device)[1], base[1]
+    if kind == "broadcast":  # dim 0 is a stride-0 broadcast of size-1 data
+        base = rand_np(rng, (1,) + shape[1:], dt, lo, hi)
+        return em.tensor(base, device=device).broadcast_as(shape), np.broadcast_to(base, shape)
+    raise ValueError(kind)
+
+
+def rand_shape(rng, nd, lo=1, hi=6):
+    return tuple(int(s) for s in rng.integers(lo, hi + 1, size=nd))
+
+
+def assert_close(t, ref, dt=None, rtol=None, atol=None):
+    """Compares tensor t with a reference array computed in float64 (or exactly for ints)."""
+    dt = dt or t.dtype
+    got = t.numpy()
+    assert got.dtype == npdt(dt), (got.dtype, dt)
+    ref = np.asarray(ref)
+    assert got.shape == ref.shape, (got.shape, ref.shape)
+    if dt.is_float:
+        r, a = TOL[dt.name]
+        np.testing.assert_allclose(f64(got), f64(ref), rtol=rtol or r, atol=atol or a, equal_nan=True)
+    else:
+        np.testing.assert_array_equal(got, ref.astype(npdt(dt)))
+
+
+def expect_error(fn, op, cls=em.EmberError):
+    """fn() raises cls (an EmberError subclass) whose message starts with [op]."""
+    with pytest.raises(cls) as ei:
+        fn()
+    assert isinstance(ei.value, em.EmberError)
+    msg = str(ei.value)
+    assert msg.startswith(f"[{op}]"), msg
+    return ei.value

@@ -1,0 +1,124 @@
+"""Indexing vs numpy: index_select, gather, cat, stack, tensor[...] with index lists, index_add/scatter_add,
+and their error paths (out-of-range and float indices, shape/dtype mismatches)."""
+import numpy as np
+import pytest
+
+import ember as em
+from conftest import ALL, VIEWS, expect_error, make_view, npdt
+
+ID_DTYPES = [em.int64, em.uint32, em.uint8]
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
+def test_index_select(dt, rng):
+    for shape in [(5,), (4, 6), (3, 4, 5), (3, 0, 2)]:
+        for kind in VIEWS:
+            t, a = make_view(rng, shape, dt, kind)
+            for dim in range(-len(shape), len(shape)):
+                n = a.shape[dim]
+                for idt in ID_DTYPES:
+                    k = int(rng.integers(0, 7))
+                    ids = rng.integers(0, n, size=k) if n else np.zeros(0, dtype=np.int64)
+                    it, _ = make_view(rng, ids.shape, idt, "contiguous")
+                    it = em.tensor(ids.astype(npdt(idt)))
+                    out = t.index_select(it, dim)
+                    assert out.dtype is dt
+                    np.testing.assert_array_equal(out.numpy(), np.take(a, ids, axis=dim))
+    # strided index tensors, repeated indices, and a list / numpy array as the index
+    t, a = make_view(rng, (6, 3), dt, "transposed")
+    ids = em.tensor(np.array([5, 0, 5, 2, 2, 1, 3, 0], dtype=np.int64))[::2]
+    np.testing.assert_array_equal(t.index_select(ids, 0).numpy(), a[[5, 5, 2, 3]])
+    np.testing.assert_array_equal(t.index_select([2, 1], 1).numpy(), a[:, [2, 1]])
+    np.testing.assert_array_equal(t[[4, 0, 4]].numpy(), a[[4, 0, 4]])
+    np.testing.assert_array_equal(t[np.array([1, 2])].numpy(), a[[1, 2]])
+    np.testing.assert_array_equal(t[em.tensor([3, 1])].numpy(), a[[3, 1]])
+
+
+def torch_gather_ref(a, ids, dim):
+    """out[...i_dim...] = a[...ids[...]...] where ids may be smaller than a outside dim (torch semantics)."""
+    region = tuple(slice(0, s) if d != dim % a.ndim else slice(None) for d, s in enumerate(ids.shape))
+    return np.take_along_axis(a[region], ids, axis=dim)
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
+def test_gather(dt, rng):
+    for shape in [(6,), (4, 5), (3, 4, 5)]:
+        for kind in ("contiguous", "transposed", "stepped", "offset", "broadcast"):
+            t, a = make_view(rng, shape, dt, kind)
+            for dim in range(-len(shape), len(shape)):
+                ishape = tuple(int(rng.integers(1, s + 1)) for s in shape)
+                ishape = ishape[:dim % len(shape)] + (int(rng.integers(0, 7)),) + ishape[dim % len(shape) + 1:]
+                ids = rng.integers(0, shape[dim], size=ishape)
+                for idt in ID_DTYPES:
+                    out = t.gather(em.tensor(ids.astype(npdt(idt))), dim)
+                    assert out.shape == ishape and out.dtype is dt
+                    np.testing.assert_array_equal(out.numpy(), torch_gather_ref(a, ids, dim))
+    ids = em.tensor(np.array([[0, 1, 1, 0]], dtype=np.int64)).t()  # strided indices
+    t = em.tensor(np.arange(8, dtype=np.float32).reshape(4, 2))
+    np.testing.assert_array_equal(t.gather(ids, 1).numpy(), [[0], [3], [5], [6]])
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
+def test_cat_and_stack(dt, rng):
+    for shape in [(3,), (2, 4), (2, 3, 4)]:
+        for dim in range(-len(shape), len(shape)):
+            parts, refs = [], []
+            for i, kind in enumerate(("contiguous", "transposed", "stepped", "offset")):
+                s = list(shape)
+                s[dim] = [2, 1, 0, 3][i]
+                t, a = make_view(rng, tuple(s), dt, kind)
+                parts.append(t)
+                refs.append(a)
+            out = em.cat(parts, dim)
+            assert out.dtype is dt
+            np.testing.assert_array_equal(out.numpy(), np.concatenate(refs, axis=dim))
+        same = [make_view(rng, shape, dt, k) for k in ("contiguous", "transposed", "broadcast")]
+        for dim in range(-len(shape) - 1, len(shape) + 1):
+            out = em.stack([t for t, _ in same], dim)
+            np.testing.assert_array_equal(out.numpy(), np.stack([a for _, a in same], axis=dim))
+    one = em.tensor(np.arange(3, dtype=npdt(dt)))
+    c = em.cat([one], 0)
+    assert not c.storage.same_buffer(one.storage)
+    np.testing.assert_array_equal(em.cat((one, one), 0).numpy(), np.tile(np.arange(3, dtype=npdt(dt)), 2))
+
+
+def test_index_add_scatter_add(rng):
+    x = rng.standard_normal((5, 3)).astype(np.float32)
+    src = rng.standard_normal((4, 3)).astype(np.float32)
+    ids = np.array([0, 4, 0, 2])
+    want = x.copy()
+    np.add.at(want, ids, src)
+    np.testing.assert_allclose(em.tensor(x).index_add(em.tensor(ids), em.tensor(src), 0).numpy(), want, rtol=1e-6)
+    sids = rng.integers(0, 5, size=(4, 3))
+    want = x.copy()
+    for i in range(4):
+        for j in range(3):
+            want[sids[i, j], j] += src[i, j]
+    got = em.tensor(x).scatter_add(em.tensor(sids), em.tensor(src), 0).numpy()
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+
+
+def test_index_errors():
+    t = em.zeros(4, 3)
+    e = expect_error(lambda: t.index_select(em.tensor([0, 4]), 0), "index_select", em.IndexOutOfRange)
+    assert isinstance(e, IndexError)
+    expect_error(lambda: t.index_select(em.tensor([0, -5]), 0), "index_select", em.IndexOutOfRange)
+    expect_error(lambda: t.index_select(em.tensor([0.0, 1.0]), 0), "index_select", em.DTypeError)
+    expect_error(lambda: t.index_select(em.tensor([[0, 1]]), 0), "index_select", em.ShapeError)
+    expect_error(lambda: t.index_select(em.tensor([0]), 2), "index_select", em.IndexOutOfRange)
+    expect_error(lambda: t.index_select([0.5], 0), "index_select", em.DTypeError)
+    expect_error(lambda: t.gather(em.tensor([[0, 3]]), 1), "gather", em.IndexOutOfRange)
+    expect_error(lambda: t.gather(em.tensor([0, 1]), 1), "gather", em.ShapeError)
+    expect_error(lambda: t.gather(em.tensor([[0]] * 5), 1), "gather", em.ShapeError)
+    expect_error(lambda: t.gather(em.tensor([[0.0]]), 1), "gather", em.DTypeError)
+    expect_error(lambda: em.cat([t, em.zeros(4, 2)], 0), "cat", em.ShapeError)
+    expect_error(lambda: em.cat([t, em.zeros(4)], 0), "cat", em.ShapeError)
+    expect_error(lambda: em.cat([t, em.zeros(4, 3, dtype=em.float64)], 0), "cat", em.DTypeError)
+    expect_error(lambda: em.cat([t, t], 2), "cat", em.IndexOutOfRange)
+    expect_error(lambda: em.cat([], 0), "cat")
+    expect_error(lambda: em.cat([em.zeros(()), em.zeros(())], 0), "cat")
+    expect_error(lambda: em.stack([t, em.zeros(3, 4)], 0), "stack", em.ShapeError)
+    expect_error(lambda: em.stack([], 0), "stack")
+    expect_error(lambda: em.stack([t, t], 3), "stack", em.IndexOutOfRange)
+    expect_error(lambda: t.index_add(em.tensor([0]), em.zeros(2, 3), 0), "index_add", em.ShapeError)
+    expect_error(lambda: t.index_add(em.tensor([7]), em.zeros(1, 3), 0), "index_add", em.IndexOutOfRange)

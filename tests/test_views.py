@@ -1,0 +1,137 @@
+"""Views share storage: every view op never copies, and in-place writes (slice_set, zero_set, fill_) through
+one view are seen by all the others; basic indexing semantics and its errors."""
+import numpy as np
+import pytest
+
+import ember as em
+from conftest import ALL, expect_error, npdt
+
+
+def views_of(t):
+    return [t.transpose(0, 1), t.t(), t.permute(1, 0, 2), t.narrow(1, 1, 2), t[1], t[:, ::2], t[..., None],
+            t[None], t.squeeze(), t.unsqueeze(1), t.reshape(12, 2), t.flatten(), t[0, 1:, 1].broadcast_as((5, 3)),
+            t.detach(), t.T]
+
+
+def test_views_share_storage_and_see_writes():
+    base = np.arange(24, dtype=np.float32).reshape(3, 4, 2)
+    t = em.tensor(base)
+    vs = views_of(t)
+    refs = [np.swapaxes(base, 0, 1), np.swapaxes(base, -2, -1), base.transpose(1, 0, 2), base[:, 1:3], base[1],
+            base[:, ::2], base[..., None], base[None], base, base[:, None], base.reshape(12, 2), base.reshape(-1),
+            np.broadcast_to(base[0, 1:, 1], (5, 3)), base, base.T]
+    for v, r in zip(vs, refs):
+        assert v.storage.same_buffer(t.storage)
+        np.testing.assert_array_equal(v.numpy(), r)
+    t.fill_(-1.0)
+    for v in vs:
+        assert (v.numpy() == -1).all()
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
+def test_slice_set_through_views(dt, rng):
+    base = rng.integers(0, 50, size=(4, 6, 3)).astype(npdt(dt))
+    t = em.tensor(base)
+    alias = t.permute(2, 0, 1)  # another view of the same storage
+    ref = base.copy()
+    for dim, off, n in [(0, 1, 2), (1, 0, 6), (1, 4, 2), (2, 2, 1), (-1, 0, 3)]:
+        shape = list(base.shape)
+        shape[dim] = n
+        src_np = rng.integers(0, 50, size=shape).astype(npdt(dt))
+        src = em.tensor(src_np)
+        if dim == 1:  # a strided source
+            src = em.tensor(np.ascontiguousarray(np.swapaxes(src_np, 0, 2))).permute(2, 1, 0)
+        t.slice_set(src, dim, off)
+        idx = [slice(None)] * 3
+        idx[dim] = slice(off, off + n)
+        ref[tuple(idx)] = src_np
+        np.testing.assert_array_equal(t.numpy(), ref)
+        np.testing.assert_array_equal(alias.numpy(), ref.transpose(2, 0, 1))
+    # writing into a view writes the base
+    v = t[1:3, ::2]
+    v.slice_set(em.zeros(2, 3, 1, dtype=dt), 2, 1)
+    ref[1:3, ::2, 1] = 0
+    np.testing.assert_array_equal(t.numpy(), ref)
+
+
+def test_slice_set_overlapping_source_reads_old_values():
+    t = em.tensor(np.arange(10, dtype=np.float64))
+    t.slice_set(t.narrow(0, 0, 6), 0, 4)  # src and dst overlap
+    np.testing.assert_array_equal(t.numpy(), [0, 1, 2, 3, 0, 1, 2, 3, 4, 5])
+    m = em.tensor(np.arange(9, dtype=np.float32).reshape(3, 3))
+    m.slice_set(m.t(), 0, 0)  # transpose in place through an alias
+    np.testing.assert_array_equal(m.numpy(), np.arange(9).reshape(3, 3).T)
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
+def test_zero_set_on_views(dt, rng):
+    base = rng.integers(1, 50, size=(5, 4)).astype(npdt(dt))
+    t = em.tensor(base)
+    other = t.t()
+    t[1:4, 1::2].zero_set()
+    ref = base.copy()
+    ref[1:4, 1::2] = 0
+    np.testing.assert_array_equal(t.numpy(), ref)
+    np.testing.assert_array_equal(other.numpy(), ref.T)
+    t[:, 0].zero_set()
+    ref[:, 0] = 0
+    np.testing.assert_array_equal(other.numpy(), ref.T)
+    t.zero_set()
+    assert not t.numpy().any()
+
+
+def test_inplace_bumps_version_and_copy_is_independent():
+    t = em.ones(3, 3)
+    c = t.copy()
+    v0 = t.storage.version
+    t.zero_set()
+    assert t.storage.version > v0
+    v1 = t.storage.version
+    t.slice_set(em.ones(1, 3), 0, 1)
+    assert t.storage.version > v1
+    np.testing.assert_array_equal(c.numpy(), np.ones((3, 3)))
+
+
+def test_slice_set_errors():
+    t = em.zeros(4, 3)
+    expect_error(lambda: t.slice_set(em.ones(2, 3), 0, 3), "slice_set", em.IndexOutOfRange)
+    expect_error(lambda: t.slice_set(em.ones(2, 3), 0, -1), "slice_set", em.IndexOutOfRange)
+    expect_error(lambda: t.slice_set(em.ones(2, 2), 0, 0), "slice_set", em.ShapeError)
+    expect_error(lambda: t.slice_set(em.ones(2), 0, 0), "slice_set", em.ShapeError)
+    expect_error(lambda: t.slice_set(em.ones(2, 3, dtype=em.float64), 0, 0), "slice_set", em.DTypeError)
+    expect_error(lambda: t.slice_set(em.ones(2, 3), 2, 0), "slice_set", em.IndexOutOfRange)
+    assert (t.numpy() == 0).all()  # failed writes leave the tensor untouched
+
+
+def test_basic_indexing_matches_numpy(rng):
+    base = rng.standard_normal((4, 5, 6)).astype(np.float32)
+    t = em.tensor(base)
+    for idx in [0, -1, (1, 2), (1, 2, 3), (slice(1, -1), 0), (Ellipsis, 2), (None, 0, None), (Ellipsis, None),
+                (slice(None, None, 3), slice(4, 1), 5), (slice(-100, 100),), (2, Ellipsis, slice(1, 6, 2)),
+                (np.int64(1), np.int32(-2))]:
+        got = t[idx]
+        want = base[idx]
+        assert got.shape == want.shape, idx
+        np.testing.assert_array_equal(got.numpy(), want)
+    assert t[1, 2, 3].shape == () and t[1, 2, 3].item() == base[1, 2, 3]
+    assert t[em.tensor(2)].shape == (5, 6)
+
+
+def test_indexing_errors():
+    t = em.zeros(4, 5)
+    e = expect_error(lambda: t[4], "index", em.IndexOutOfRange)
+    assert isinstance(e, IndexError)
+    expect_error(lambda: t[-5], "index", em.IndexOutOfRange)
+    expect_error(lambda: t[0, 5], "index", em.IndexOutOfRange)
+    expect_error(lambda: t[0, 0, 0], "index", em.IndexOutOfRange)
+    expect_error(lambda: t[1.5], "index", em.IndexOutOfRange)
+    expect_error(lambda: t[0, 1.0], "index", em.IndexOutOfRange)
+    expect_error(lambda: t[::-1], "index")
+    expect_error(lambda: t[::0], "index")
+    expect_error(lambda: t[..., 0, ...], "index", em.IndexOutOfRange)
+    expect_error(lambda: t["a"], "index", em.IndexOutOfRange)
+    expect_error(lambda: t[True], "index", em.IndexOutOfRange)
+    expect_error(lambda: t[np.array([True, False, True, True])], "index", em.DTypeError)
+    expect_error(lambda: t[[0.0, 1.0]], "index", em.DTypeError)
+    expect_error(lambda: t[em.tensor(1.0)], "index", em.IndexOutOfRange)
+    expect_error(lambda: em.zeros(())[0], "index", em.IndexOutOfRange)
