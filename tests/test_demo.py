@@ -1,0 +1,86 @@
+"""Tests for the demo: a few-step smoke run of `python -m ember.demo`, its custom op and its baseline."""
+import math
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import ember as em
+from ember import demo
+
+FINAL = re.compile(r"^final loss (\d+\.\d{3}) \(unigram baseline (\d+\.\d{3})\)$")
+
+
+def test_demo_smoke_run_output_format():
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(em.__file__).parents[1]), env.get("PYTHONPATH", "")])
+    proc = subprocess.run([sys.executable, "-m", "ember.demo", "--quick", "--steps", "3"],
+                          capture_output=True, text=True, env=env, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    m = FINAL.match(lines[-1])
+    assert m, lines[-1]
+    final, baseline = float(m.group(1)), float(m.group(2))
+    assert 0 < final < 10 and math.isfinite(final)
+    data = demo.CharData(demo.load_corpus(), 64, 0)
+    _, ys = data.eval_set(16)
+    assert baseline == pytest.approx(demo.unigram_baseline(ys, len(data.chars)), abs=5e-4)
+    out = proc.stdout
+    assert "step     3  train loss" in out and "sample: 'The " in out
+    assert "reloaded logits identical" in out and "gradcheck: swiglu" in out
+    assert "training" in proc.stderr  # the tqdm bar
+
+
+def test_corpus_ships_in_the_package():
+    path = Path(demo.__file__).with_name("data") / "corpus.txt"
+    text = demo.load_corpus()
+    assert path.is_file() and text == path.read_text(encoding="utf-8")
+    assert len(text) > 20_000 and len(set(text)) < 64 and text.count("\n") >= 300
+
+
+def test_unigram_baseline_is_the_best_unigram_cross_entropy():
+    rng = np.random.default_rng(0)
+    targets = rng.choice(5, size=(40, 7), p=[0.5, 0.2, 0.2, 0.1, 0.0])
+    h = demo.unigram_baseline(targets, 5)
+    freq = np.bincount(targets.ravel(), minlength=5) / targets.size
+    for q in (freq, np.full(5, 0.2), np.array([0.4, 0.3, 0.1, 0.1, 0.1])):
+        with np.errstate(divide="ignore"):
+            ce = -np.mean(np.log(q[targets]))
+        assert h <= ce + 1e-12  # no unigram model does better than the empirical frequencies
+    assert h == pytest.approx(-np.mean(np.log(freq[targets])))
+    assert demo.unigram_baseline(np.arange(8), 8) == pytest.approx(math.log(8))
+
+
+def test_swiglu_custom_op_matches_torch():
+    rng = np.random.default_rng(1)
+    g, u = rng.standard_normal((5, 8)).astype(np.float32) * 4, rng.standard_normal((8, 5)).astype(np.float32)
+    eg, eu = em.Var(g), em.Var(u)
+    out = demo.swiglu(eg, eu.t())  # a strided second operand reaches cpu_fwd as it is
+    w = rng.standard_normal((5, 8)).astype(np.float32)
+    grads = (out * em.tensor(w)).sum().backward()
+    tg, tu = torch.tensor(g, requires_grad=True), torch.tensor(u, requires_grad=True)
+    ref = torch.nn.functional.silu(tg) * tu.T
+    (ref * torch.from_numpy(w)).sum().backward()
+    np.testing.assert_allclose(out.numpy(), ref.detach().numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(grads[eg].numpy(), tg.grad.numpy(), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(grads[eu].numpy(), tu.grad.numpy(), rtol=1e-5, atol=1e-5)
+    assert demo.check_custom_op() is True
+
+
+def test_swiglu_custom_op_errors():
+    with pytest.raises(em.EmberError, match=r"\[swiglu\]"):
+        demo.swiglu(em.ones(2, 3), em.ones(3, 2))
+    with pytest.raises(em.EmberError, match=r"\[swiglu\]"):
+        demo.swiglu(em.ones(2, 3, dtype=em.int64), em.ones(2, 3, dtype=em.int64))
+
+
+def test_demo_time_budget_stops_training_early(capsys):
+    final, baseline = demo.main(["--quick", "--steps", "50", "--time-budget", "0"])
+    out = capsys.readouterr().out
+    assert "stopping after 1 steps" in out and "trained 1 steps" in out
+    assert out.strip().splitlines()[-1] == f"final loss {final:.3f} (unigram baseline {baseline:.3f})"
