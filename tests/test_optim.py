@@ -1,9 +1,8 @@
 """Tests for em.optim: SGD and AdamW match torch.optim over 10 steps (to 1e-6)."""
+import ember as em
 import numpy as np
 import pytest
 import torch
-
-import ember as em
 
 
 class _Store:
@@ -39,19 +38,19 @@ def _run_pair(make_em, make_torch, steps=10, shapes=((4, 3), (5,)), dtype=np.flo
 
 
 @pytest.mark.parametrize("kw", [
-    dict(lr=0.1),
-    dict(lr=0.05, momentum=0.9),
-    dict(lr=0.05, momentum=0.9, dampening=0.3, weight_decay=0.01),
-    dict(lr=0.05, momentum=0.8, nesterov=True, weight_decay=0.1),
+    {"lr": 0.1},
+    {"lr": 0.05, "momentum": 0.9},
+    {"lr": 0.05, "momentum": 0.9, "dampening": 0.3, "weight_decay": 0.01},
+    {"lr": 0.05, "momentum": 0.8, "nesterov": True, "weight_decay": 0.1},
 ], ids=["plain", "momentum", "dampening_wd", "nesterov"])
 def test_sgd_matches_torch(kw):
     _run_pair(lambda p: em.optim.SGD(p, **kw), lambda p: torch.optim.SGD(p, **kw))
 
 
 @pytest.mark.parametrize("kw", [
-    dict(),
-    dict(lr=0.01, betas=(0.8, 0.95), eps=1e-6, weight_decay=0.1),
-    dict(lr=0.02, weight_decay=0.0),
+    {},
+    {"lr": 0.01, "betas": (0.8, 0.95), "eps": 1e-6, "weight_decay": 0.1},
+    {"lr": 0.02, "weight_decay": 0.0},
 ], ids=["defaults", "custom", "no_decay"])
 def test_adamw_matches_torch(kw):
     _run_pair(lambda p: em.optim.AdamW(p, **kw), lambda p: torch.optim.AdamW(p, **kw))

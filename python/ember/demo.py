@@ -189,7 +189,7 @@ def main(argv=None):
 
     device = em.Device("metal", 0) if em.metal_is_available() else em.cpu
     em.manual_seed(args.seed)
-    config = dict(dim=64, n_layers=2, n_heads=4, ctx=64)
+    config = {"dim": 64, "n_layers": 2, "n_heads": 4, "ctx": 64}
     data = CharData(load_corpus(), config["ctx"], args.seed)
     config["vocab"] = len(data.chars)
     model = CharTransformer(**config, device=device)

@@ -118,7 +118,7 @@ def _dlpack(self: Tensor, *, stream=None, max_version=None, dl_device=None, copy
     if copy:
         s, l = _C.contiguous(t._storage, t._layout)
         t = _wrap(s, l, t._dtype, t._device)
-    versioned = max_version is not None and tuple(max_version)[0] >= 1
+    versioned = max_version is not None and int(max_version[0]) >= 1
     m = _DLManagedVersioned() if versioned else _DLManaged()
     keep = [m, t._storage]
     _fill_tensor(m.dl_tensor, t, keep)
