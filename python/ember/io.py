@@ -85,7 +85,11 @@ def _read_header(buf: np.ndarray, path):
 
 def load_safetensors(path, device=None) -> dict:
     """Reads a safetensors file into ``{name: Tensor}`` (on ``device``, default CPU)."""
-    buf = np.fromfile(path, dtype=np.uint8)
+    # Map the file instead of reading it: each tensor is copied out once, so peak memory stays ~1x.
+    try:
+        buf = np.memmap(path, dtype=np.uint8, mode="r")
+    except ValueError:  # numpy cannot map an empty file
+        buf = np.zeros(0, dtype=np.uint8)
     header, data_start = _read_header(buf, path)
     data = buf[data_start:]
     out = {}
