@@ -164,10 +164,12 @@ def check_checkpoint(model, config, xs, device) -> str:
 
 
 def check_custom_op():
-    """gradcheck of the SwiGLU custom op (float64 central differences against its bwd)."""
+    """gradcheck of the SwiGLU custom op (float64 central differences against its bwd), then
+    check_op (strided inputs, aliasing, dtypes, devices). Returns check_op's one-line summary."""
     em.manual_seed(7)
     gate, up = em.randn(4, 6) * 3.0, em.randn(4, 6)
-    return em.testing.gradcheck(swiglu, [gate, up])
+    em.testing.gradcheck(swiglu, [gate, up])
+    return str(em.testing.check_op(SwiGLU(), gate, up)).splitlines()[0]
 
 
 # ----------------------------------------------------------------------------- main
@@ -227,8 +229,8 @@ def main(argv=None):
     print("sample: " + repr(sample(model, data, "The ", 60 if args.quick else 200, device)))
     print(f"checkpoint: safetensors round trip, {check_checkpoint(model, config, xs_val[:4], device)}, "
           "reloaded logits identical")
-    check_custom_op()
-    print("gradcheck: swiglu custom op backward matches finite differences")
+    summary = check_custom_op()
+    print(f"gradcheck: swiglu custom op backward matches finite differences; {summary}")
     final = evaluate(model, xs_val, ys_val, device)
     print(f"final loss {final:.3f} (unigram baseline {baseline:.3f})")
     return final, baseline
