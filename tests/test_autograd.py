@@ -69,6 +69,25 @@ def test_backward_twice_gives_equal_independent_stores(rng):
     assert x in g2
 
 
+def test_stored_gradients_never_share_storage():
+    """add and sum hand one (broadcast) tensor to both inputs; the store materialises each."""
+    x, y = em.Var(np.ones((2, 3))), em.Var(np.ones((2, 3)))
+    c = em.tensor(np.ones((2, 3)))
+    gs = (x + y + c).sum().backward()
+    gx, gy, gc = gs[x], gs[y], gs[c]
+    assert not gx.storage.same_buffer(gy.storage) and not gx.storage.same_buffer(gc.storage)
+    assert gx.layout.is_contiguous() and gy.layout.stride == (3, 1)
+    gx.zero_set()
+    np.testing.assert_array_equal(gy.numpy(), np.ones((2, 3)))
+
+
+def test_user_0d_tensors_are_plain_inputs():
+    x = em.Var([1.0, 2.0])
+    c = em.tensor(2.0)  # a 0-d tensor the user holds (unlike the constant behind `x * 2.0`)
+    gs = (x * c).sum().backward()
+    assert c in gs and gs[c].shape == () and gs[c].item() == 3.0
+
+
 def test_non_scalar_root_seeded_with_ones(rng):
     x = em.Var(rng.standard_normal((3, 2)))
     gs = (x * 3.0).backward()

@@ -340,9 +340,16 @@ def backward(root, create_graph=False):
     finally:
         _mode.enabled = prev
     m = store._map
+    owners = set()  # storages already handed out: each stored gradient gets its own
     for t, g in grads.values():
         if t._op is None:  # variables and plain inputs; intermediates were popped (or pruned)
             if not create_graph and g._op is not None:
                 g = g.detach()
+            # pass-through rules (add, views, sum's broadcast) can hand one tensor, or views of one
+            # storage, to several inputs: materialise so that an in-place update of one gradient
+            # (an optimizer, clipping) never changes another
+            if id(g._storage) in owners or not g._layout.is_contiguous():
+                g = g.copy()
+            owners.add(id(g._storage))
             m[t._id] = (t, g)
     return store

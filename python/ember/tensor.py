@@ -597,7 +597,7 @@ def _scalar(value, dtype, device):
     return _wrap(s, _SCALAR_LAYOUT, dtype, device)
 
 
-_SCALAR_LAYOUT = _C.Layout([], [], 0)
+_SCALAR_LAYOUT = _C.Layout([], [], 0)  # only _scalar uses it: grad_rules.wanted() spots constants by it
 
 
 def _operands(a, b, op):
