@@ -62,6 +62,28 @@ def test_adamw_float64_and_defaults():
     _run_pair(lambda p: em.optim.AdamW(p, lr=0.05), lambda p: torch.optim.AdamW(p, lr=0.05), dtype=np.float64)
 
 
+@pytest.mark.parametrize("which", ["SGD", "AdamW"])
+def test_param_groups_match_torch(which):
+    def groups(p):
+        return [{"params": [p[0]], "lr": 0.02, "weight_decay": 0.0}, {"params": [p[1]]}]
+
+    kw = {"lr": 0.05, "momentum": 0.9, "weight_decay": 0.1} if which == "SGD" else {"lr": 0.03, "weight_decay": 0.2}
+    _run_pair(lambda p: getattr(em.optim, which)(groups(p), **kw),
+              lambda p: getattr(torch.optim, which)(groups(p), **kw))
+
+
+def test_lr_setter_updates_every_group():
+    a, b = em.Var([1.0]), em.Var([1.0])
+    opt = em.optim.AdamW([{"params": [a]}, {"params": [b], "lr": 0.5}])
+    assert opt.lr == 1e-3 and opt.param_groups[1]["lr"] == 0.5 and opt.params == [a, b]
+    opt.lr = 0.1
+    assert [g["lr"] for g in opt.param_groups] == [0.1, 0.1]
+    with pytest.raises(em.EmberError, match=r"^\[AdamW\] unknown options \['momentum'\]"):
+        em.optim.AdamW([{"params": [a], "momentum": 0.9}])
+    with pytest.raises(em.EmberError, match=r"^\[SGD\] a parameter appears in more than one group"):
+        em.optim.SGD([{"params": [a]}, {"params": [a]}], lr=0.1)
+
+
 def test_updates_in_place_and_missing_grads_skip():
     a, b = em.Var(np.ones((2, 2), np.float32)), em.Var(np.ones(3, np.float32))
     view = a[0]  # a view taken before the step must see the update: the storage is written in place

@@ -9,41 +9,72 @@ from .tensor import Var
 
 
 class Optimizer:
-    """Holds the variables to update. ``step(grads)`` applies one update from a GradStore;
-    ``backward_step(loss)`` runs ``loss.backward()`` then ``step``. Variables without a
-    gradient in the store are left untouched (as torch does for ``grad is None``)."""
+    """Holds the variables to update, in torch-style param groups (``params`` is an iterable of
+    Vars, of (name, Var) pairs, or of dicts ``{"params": [...], "lr": ..., ...}`` that override the
+    defaults per group). ``step(grads)`` applies one update from a GradStore; ``backward_step(loss)``
+    runs ``loss.backward()`` then ``step``. Variables without a gradient in the store are left
+    untouched (as torch does for ``grad is None``)."""
 
     name = "optimizer"
 
-    def __init__(self, params, lr):
-        params = list(params)
-        # Accept model.named_parameters() as well as model.parameters().
-        params = [p[1] if isinstance(p, tuple) else p for p in params]
-        if not params:
+    def __init__(self, params, defaults):
+        items = list(params)
+        groups = [dict(g) for g in items] if items and isinstance(items[0], dict) else [{"params": items}]
+        seen = set()
+        for g in groups:
+            # Accept model.named_parameters() as well as model.parameters().
+            ps = [p[1] if isinstance(p, tuple) else p for p in g.get("params", ())]
+            for p in ps:
+                if not isinstance(p, Var):
+                    raise EmberError(f"[{self.name}] parameters must be em.Var, got {type(p).__name__}")
+                if not p.dtype.is_float:
+                    raise EmberError(f"[{self.name}] parameters must be float, got {p.dtype.name}")
+                if id(p) in seen:
+                    raise EmberError(f"[{self.name}] a parameter appears in more than one group")
+                seen.add(id(p))
+            g["params"] = ps
+            unknown = set(g) - set(defaults) - {"params"}
+            if unknown:
+                raise EmberError(f"[{self.name}] unknown options {sorted(unknown)}")
+            for k, v in defaults.items():
+                g.setdefault(k, v)
+            self._check(g)
+        if not seen:
             raise EmberError(f"[{self.name}] got an empty parameter list")
-        for p in params:
-            if not isinstance(p, Var):
-                raise EmberError(f"[{self.name}] parameters must be em.Var, got {type(p).__name__}")
-            if not p.dtype.is_float:
-                raise EmberError(f"[{self.name}] parameters must be float, got {p.dtype.name}")
-        if lr < 0:
-            raise EmberError(f"[{self.name}] invalid learning rate {lr}")
-        self.params = params
-        self.lr = float(lr)
+        self.param_groups = groups
         self.state = {}  # id(var) -> per-variable state (ember tensors)
+
+    @property
+    def params(self):
+        return [p for g in self.param_groups for p in g["params"]]
+
+    @property
+    def lr(self):
+        return self.param_groups[0]["lr"]
+
+    @lr.setter
+    def lr(self, value):
+        """Sets the learning rate of every group (what a schedule wants)."""
+        for g in self.param_groups:
+            g["lr"] = float(value)
+
+    def _check(self, group):
+        if group["lr"] < 0:
+            raise EmberError(f"[{self.name}] invalid learning rate {group['lr']}")
 
     def step(self, grads) -> None:
         with no_grad():  # updates are never part of a graph
-            for p in self.params:
-                g = grads.get(p)
-                if g is None:
-                    continue
-                if g.shape != p.shape:
-                    raise EmberError(f"[{self.name}] gradient shape {g.shape} does not match parameter {p.shape}")
-                g = g.detach()
-                if g.dtype is not p.dtype:
-                    g = g.to_dtype(p.dtype)
-                p.set(self._update(p.detach(), g, self.state.setdefault(id(p), {})))
+            for group in self.param_groups:
+                for p in group["params"]:
+                    g = grads.get(p)
+                    if g is None:
+                        continue
+                    if g.shape != p.shape:
+                        raise EmberError(f"[{self.name}] gradient shape {g.shape} does not match parameter {p.shape}")
+                    g = g.detach()
+                    if g.dtype is not p.dtype:
+                        g = g.to_dtype(p.dtype)
+                    p.set(self._update(p.detach(), g, self.state.setdefault(id(p), {}), group))
 
     def backward_step(self, loss):
         """loss.backward() then step(); returns the GradStore."""
@@ -51,7 +82,7 @@ class Optimizer:
         self.step(grads)
         return grads
 
-    def _update(self, p, g, state):
+    def _update(self, p, g, state, group):
         raise NotImplementedError
 
 
@@ -62,23 +93,26 @@ class SGD(Optimizer):
     name = "SGD"
 
     def __init__(self, params, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
-        super().__init__(params, lr)
-        if momentum < 0 or weight_decay < 0:
-            raise EmberError(f"[SGD] invalid momentum {momentum} or weight_decay {weight_decay}")
-        if nesterov and (momentum <= 0 or dampening != 0):
-            raise EmberError("[SGD] nesterov momentum requires a momentum and zero dampening")
-        self.momentum, self.dampening = float(momentum), float(dampening)
-        self.weight_decay, self.nesterov = float(weight_decay), bool(nesterov)
+        super().__init__(params, {"lr": float(lr), "momentum": float(momentum), "dampening": float(dampening),
+                                  "weight_decay": float(weight_decay), "nesterov": bool(nesterov)})
 
-    def _update(self, p, g, state):
-        if self.weight_decay:
-            g = g + p.affine(self.weight_decay, 0.0)
-        if self.momentum:
+    def _check(self, g):
+        super()._check(g)
+        if g["momentum"] < 0 or g["weight_decay"] < 0:
+            raise EmberError(f"[SGD] invalid momentum {g['momentum']} or weight_decay {g['weight_decay']}")
+        if g["nesterov"] and (g["momentum"] <= 0 or g["dampening"] != 0):
+            raise EmberError("[SGD] nesterov momentum requires a momentum and zero dampening")
+
+    def _update(self, p, g, state, group):
+        wd, mom, lr = group["weight_decay"], group["momentum"], group["lr"]
+        if wd:
+            g = g + p.affine(wd, 0.0)
+        if mom:
             buf = state.get("momentum_buffer")
-            buf = g.copy() if buf is None else buf.affine(self.momentum, 0.0) + g.affine(1.0 - self.dampening, 0.0)
+            buf = g.copy() if buf is None else buf.affine(mom, 0.0) + g.affine(1.0 - group["dampening"], 0.0)
             state["momentum_buffer"] = buf
-            g = g + buf.affine(self.momentum, 0.0) if self.nesterov else buf
-        return p - g.affine(self.lr, 0.0)
+            g = g + buf.affine(mom, 0.0) if group["nesterov"] else buf
+        return p - g.affine(lr, 0.0)
 
 
 class AdamW(Optimizer):
@@ -88,14 +122,22 @@ class AdamW(Optimizer):
     name = "AdamW"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
-        super().__init__(params, lr)
-        b1, b2 = betas
-        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0) or eps < 0 or weight_decay < 0:
-            raise EmberError(f"[AdamW] invalid betas {betas}, eps {eps} or weight_decay {weight_decay}")
-        self.betas, self.eps, self.weight_decay = (float(b1), float(b2)), float(eps), float(weight_decay)
+        super().__init__(params, {"lr": float(lr), "betas": (float(betas[0]), float(betas[1])), "eps": float(eps),
+                                  "weight_decay": float(weight_decay)})
 
-    def _update(self, p, g, state):
-        b1, b2 = self.betas
+    def _check(self, g):
+        super()._check(g)
+        b1, b2 = g["betas"]
+        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0) or g["eps"] < 0 or g["weight_decay"] < 0:
+            raise EmberError(f"[AdamW] invalid betas {g['betas']}, eps {g['eps']} or weight_decay {g['weight_decay']}")
+
+    # The defaults of the first group, readable as attributes like torch's optimizer.defaults.
+    betas = property(lambda self: self.param_groups[0]["betas"])
+    eps = property(lambda self: self.param_groups[0]["eps"])
+    weight_decay = property(lambda self: self.param_groups[0]["weight_decay"])
+
+    def _update(self, p, g, state, group):
+        (b1, b2), lr, wd = group["betas"], group["lr"], group["weight_decay"]
         t = state["step"] = state.get("step", 0) + 1
         m, v = state.get("exp_avg"), state.get("exp_avg_sq")
         if m is None:  # first step: the averages start from zero
@@ -104,8 +146,8 @@ class AdamW(Optimizer):
             m = m.affine(b1, 0.0) + g.affine(1.0 - b1, 0.0)
             v = v.affine(b2, 0.0) + g.sqr().affine(1.0 - b2, 0.0)
         state["exp_avg"], state["exp_avg_sq"] = m, v
-        step_size = self.lr / (1.0 - b1 ** t)
-        denom = v.sqrt().affine(1.0 / math.sqrt(1.0 - b2 ** t), self.eps)
-        if self.weight_decay:
-            p = p.affine(1.0 - self.lr * self.weight_decay, 0.0)
+        step_size = lr / (1.0 - b1 ** t)
+        denom = v.sqrt().affine(1.0 / math.sqrt(1.0 - b2 ** t), group["eps"])
+        if wd:
+            p = p.affine(1.0 - lr * wd, 0.0)
         return p - m.affine(step_size, 0.0) / denom
