@@ -8,9 +8,8 @@ from __future__ import annotations
 import argparse
 import time
 
-import numpy as np
-
 import ember as em
+import numpy as np
 
 
 def best_of(fn, reps):

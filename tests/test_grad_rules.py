@@ -3,12 +3,11 @@
 narrowed, stepped and offset views taken inside the graph)."""
 import math
 
+import ember as em
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-
-import ember as em
 
 KINDS = ["contiguous", "transposed", "narrowed", "stepped", "offset"]
 
@@ -388,3 +387,17 @@ def test_erf_gelu_constants():
     x = em.Var(np.zeros(1))
     assert abs(x.erf().sum().backward()[x].item() - 2 / math.sqrt(math.pi)) < 1e-12
     assert abs(x.gelu().sum().backward()[x].item() - 0.5) < 1e-12
+
+
+@pytest.mark.parametrize("dt", [em.float16, em.bfloat16], ids=lambda d: d.name)
+def test_half_precision_gradients(rng, dt):
+    """Rules keep the input's dtype; values agree with a float64 torch reference loosely."""
+    xs, ws = rng.uniform(-1, 1, (4, 3)), rng.uniform(-1, 1, (3, 5))
+    x, w = em.Var(xs, dtype=dt), em.Var(ws, dtype=dt)
+    gs = ((x @ w).tanh().relu() * x.sigmoid().sum(1, keepdim=True)).max(1).sum().backward()
+    tx, tw = (torch.tensor(np.asarray(v.numpy(), np.float64), requires_grad=True) for v in (x, w))
+    ((tx @ tw).tanh().relu() * tx.sigmoid().sum(1, keepdim=True)).amax(1).sum().backward()
+    tol = 2e-2 if dt is em.float16 else 8e-2
+    for v, t in ((x, tx), (w, tw)):
+        assert gs[v].dtype is dt
+        np.testing.assert_allclose(np.asarray(gs[v].numpy(), np.float64), t.grad.numpy(), rtol=tol, atol=tol)

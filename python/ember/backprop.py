@@ -65,7 +65,7 @@ class Node:
     storage versions of the inputs (and of the result) when recorded (in-place check), and an
     optional rule override: a callable ``rule(node, out, grad)`` for custom ops, or NO_BACKWARD."""
 
-    __slots__ = ("name", "inputs", "saved", "versions", "rule", "out_version")
+    __slots__ = ("inputs", "name", "out_version", "rule", "saved", "versions")
 
     def __init__(self, name, inputs, saved, versions, rule, out_version=None):
         self.name, self.inputs, self.saved, self.versions, self.rule = name, inputs, saved, versions, rule

@@ -82,10 +82,10 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
             k = int(np.argmax(excess))
             if excess.flat[k] > 0 and (worst is None or excess.flat[k] > worst[0]):
                 idx = np.unravel_index(k, base[i].shape)
-                worst = (excess.flat[k],
-                         f"[gradcheck] input {i} element {tuple(int(v) for v in idx)}: backward gives "
-                         f"{analytic[idx]:.8g}, finite differences give {numeric[idx]:.8g} "
-                         f"(|diff| {err[idx]:.3g} > atol {atol:g} + rtol {rtol:g} * |numeric|)")
+                msg = (f"[gradcheck] input {i} element {tuple(int(v) for v in idx)}: backward gives "
+                       f"{analytic[idx]:.8g}, finite differences give {numeric[idx]:.8g} "
+                       f"(|diff| {err[idx]:.3g} > atol {atol:g} + rtol {rtol:g} * |numeric|)")
+                worst = (excess.flat[k], msg)
     if worst is not None:
         raise GradcheckError(worst[1])
     return True
