@@ -68,6 +68,17 @@ Layout = _C.Layout
 Storage = _C.Storage
 CpuStorage = _C.CpuStorage
 
+from . import testing  # noqa: E402
+from .custom_op import (  # noqa: E402  (also attaches apply_op*/inplace_op* to Tensor)
+    CustomOp1,
+    CustomOp2,
+    CustomOp3,
+    InplaceOp1,
+    InplaceOp2,
+    InplaceOp3,
+    MetalStorage,
+)
+
 
 def set_num_threads(n: int) -> None:
     """Threads for ember's pool and BLAS (also set by the EMBER_NUM_THREADS environment variable)."""

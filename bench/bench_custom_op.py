@@ -1,0 +1,112 @@
+"""Custom-op overhead: ember's apply_op1 beside torch.library.custom_op on a 4-element tensor.
+
+    python bench/bench_custom_op.py [--reps R]
+
+Each row is the median of R timed runs (libraries interleaved inside every repetition). The ratio is
+torch's time / ember's time: above 1 means ember's custom-op path is cheaper. The target for
+apply_op1 with a trivial op is <= 15 us per call and below torch's.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+ap.add_argument("--reps", type=int, default=15)
+ap.add_argument("--inner", type=int, default=4000)
+args = ap.parse_args()
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import ember as em  # noqa: E402
+
+TARGET_US = 15.0
+
+
+def timed(fn, inner):
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - t0) / inner
+
+
+def bench(cases, inner, reps):
+    for fn in cases.values():  # warm up (lazy init, caches)
+        timed(fn, max(1, inner // 10))
+    times = {lib: [] for lib in cases}
+    for _ in range(reps):
+        for lib, fn in cases.items():
+            times[lib].append(timed(fn, inner))
+    return {lib: statistics.median(ts) for lib, ts in times.items()}
+
+
+# ----------------------------------------------------------------------------- the ops
+class EmptyLike(em.CustomOp1):
+    """The most trivial op: a fresh output of the input's shape (measures pure dispatch overhead)."""
+
+    name = "empty_like"
+
+    def cpu_fwd(self, storage, layout):
+        return em.CpuStorage.empty(storage.numel, storage.dtype), layout.shape
+
+
+class Double(em.CustomOp1):
+    """x * 2 through numpy: the usual shape of a Python custom op (view in, array out)."""
+
+    name = "double"
+
+    def cpu_fwd(self, storage, layout):
+        return em.CpuStorage.from_numpy(storage.as_numpy(layout) * 2), layout.shape
+
+    def bwd(self, arg, res, grad_res):
+        return grad_res * 2.0
+
+
+@torch.library.custom_op("emberbench::empty_like", mutates_args=())
+def t_empty_like(x: torch.Tensor) -> torch.Tensor:
+    return torch.empty_like(x)
+
+
+@torch.library.custom_op("emberbench::double", mutates_args=())
+def t_double(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+@t_double.register_fake
+def _(x):
+    return torch.empty_like(x)
+
+
+t_double.register_autograd(lambda ctx, g: g * 2)
+
+
+def main():
+    x4 = np.arange(4, dtype=np.float32)
+    ex, tx = em.tensor(x4), torch.from_numpy(x4.copy())
+    ev, tv = em.Var(x4), torch.from_numpy(x4.copy()).requires_grad_(True)
+    e_empty, e_double = EmptyLike(), Double()
+    rows = [
+        ("trivial op (empty_like), no grad", bench(
+            {"ember": lambda: ex.apply_op1(e_empty), "torch": lambda: t_empty_like(tx)}, args.inner, args.reps)),
+        ("x * 2 via numpy / torch, no grad", bench(
+            {"ember": lambda: ex.apply_op1(e_double), "torch": lambda: t_double(tx)}, args.inner, args.reps)),
+        ("x * 2, input tracks grad (recorded)", bench(
+            {"ember": lambda: ev.apply_op1(e_double), "torch": lambda: t_double(tv)}, args.inner, args.reps)),
+    ]
+    print(f"custom-op overhead, 4-element float32 tensor, median of {args.reps} x {args.inner} calls\n")
+    print("| case | ember (us) | torch (us) | torch / ember | ember <= 15 us |")
+    print("|---|---:|---:|---:|:---:|")
+    ok = True
+    for name, r in rows:
+        e_us, t_us = r["ember"] * 1e6, r["torch"] * 1e6
+        hit = e_us <= TARGET_US and e_us < t_us
+        ok &= hit
+        print(f"| {name} | {e_us:.2f} | {t_us:.2f} | {t_us / e_us:.2f}x | {'yes' if hit else 'NO'} |")
+    print("\nall targets met" if ok else "\nsome targets missed")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,346 @@
+"""Custom ops written in Python (SPEC §4): CustomOp1/2/3, InplaceOp1/2/3, device dispatch, output checks."""
+from __future__ import annotations
+
+import math
+
+from . import _C, backprop
+from . import dtypes as _dt
+from . import storage_ext  # noqa: F401  (attaches CpuStorage.from_numpy/empty and .dtype/.device)
+from .backprop import Node, record
+from .errors import (
+    BackwardNotSupported,
+    DeviceError,
+    DTypeError,
+    EmberError,
+    InplaceModifiedError,
+    ShapeError,
+    UnsupportedOp,
+)
+from .tensor import Tensor, _contig, _wrap
+
+CpuStorage = _C.CpuStorage
+_BY_CODE = _dt.BY_CODE
+_FWD_NAMES = ("cpu_fwd", "metal_fwd", "cuda_fwd")  # indexed by the storage's device kind
+
+MetalStorage = getattr(_C, "MetalStorage", None)
+if MetalStorage is None:
+
+    class MetalStorage:  # type: ignore[no-redef]
+        """Placeholder: this build has no Metal backend, so no MetalStorage can exist."""
+
+        def __new__(cls, *args, **kwargs):
+            raise DeviceError("[metal] this build of ember has no Metal backend")
+
+
+# ----------------------------------------------------------------------------- the op classes
+def _default_bwd(self, *args):
+    raise BackwardNotSupported(
+        self.name,
+        f"[{self.name}] custom op {self.name} defines no bwd: add bwd() to {type(self).__name__}, "
+        "or detach() its inputs if no gradient is needed",
+    )
+
+
+class _OpBase:
+    """What every custom op shares: a name, per-device forwards and the default failures."""
+
+    name = ""
+    # Expected output dtype: None means "the first input's dtype"; else an em.DType (or its name),
+    # or a callable taking the inputs' dtypes and returning one. A forward returning another
+    # dtype is an error, which catches numpy's silent float64 promotion.
+    out_dtype = None
+    _arity = 0
+    _has_bwd = False
+
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if cls.__module__ == __name__:
+            return  # the base classes themselves
+        if not getattr(cls, "name", ""):
+            cls.name = cls.__name__
+        # Decided once per class (not per call): check_op skips the gradient check without a bwd.
+        cls._has_bwd = getattr(cls, "bwd", _default_bwd) is not _default_bwd
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name!r}>"
+
+    def cpu_fwd(self, *args):
+        raise UnsupportedOp(f"[{self.name}] no cpu implementation for {self.name}")
+
+    def metal_fwd(self, *args):
+        raise UnsupportedOp(f"[{self.name}] no metal implementation for {self.name}")
+
+    def cuda_fwd(self, *args):
+        raise UnsupportedOp(f"[{self.name}] no cuda implementation for {self.name}")
+
+
+class _CustomOpBase(_OpBase):
+    bwd = _default_bwd
+
+
+class CustomOp1(_CustomOpBase):
+    """One input: ``cpu_fwd(storage, layout) -> (storage, shape)``; ``bwd(arg, res, grad_res)``
+    returns the gradient of ``arg`` (a Tensor or None)."""
+
+    _arity = 1
+
+
+class CustomOp2(_CustomOpBase):
+    """Two inputs: ``cpu_fwd(s1, l1, s2, l2) -> (storage, shape)``; ``bwd(arg1, arg2, res, grad_res)``
+    returns ``(grad1, grad2)``, each a Tensor or None."""
+
+    _arity = 2
+
+
+class CustomOp3(_CustomOpBase):
+    """Three inputs: ``cpu_fwd(s1, l1, s2, l2, s3, l3) -> (storage, shape)``;
+    ``bwd(arg1, arg2, arg3, res, grad_res)`` returns ``(grad1, grad2, grad3)``."""
+
+    _arity = 3
+
+
+class InplaceOp1(_OpBase):
+    """Mutates its operand: ``cpu_fwd(storage, layout)`` writes through ``storage.as_numpy(layout)``
+    (writable for this operand) and returns None."""
+
+    _arity = 1
+
+
+class InplaceOp2(_OpBase):
+    """``cpu_fwd(s1, l1, s2, l2)`` mutates the first operand, reads the second; returns None."""
+
+    _arity = 2
+
+
+class InplaceOp3(_OpBase):
+    """``cpu_fwd(s1, l1, s2, l2, s3, l3)`` mutates the first operand, reads the others; returns None."""
+
+    _arity = 3
+
+
+# ----------------------------------------------------------------------------- forward helpers
+def _fwd(op, storage):
+    """The forward for the device that holds ``storage``."""
+    if type(storage) is CpuStorage:
+        return op.cpu_fwd
+    kind = storage.device_kind
+    if kind >= len(_FWD_NAMES):
+        raise DeviceError(f"[{op.name}] no forward slot for device kind {kind}")
+    return getattr(op, _FWD_NAMES[kind])
+
+
+def _check_op(op, cls, method):
+    if not isinstance(op, cls):
+        raise EmberError(f"[{method}] expected a {cls.__name__} instance, got {type(op).__name__}")
+
+
+def _check_inputs(op, tensors):
+    """All operands must be tensors on one device (same storage class and index)."""
+    x = tensors[0]
+    xs = x._storage
+    for i in range(1, len(tensors)):
+        t = tensors[i]
+        if not isinstance(t, Tensor):
+            raise EmberError(f"[{op.name}] input {i} must be a Tensor, got {type(t).__name__}")
+        if type(t._storage) is not type(xs) or (type(xs) is not CpuStorage and x._device != t._device):
+            raise DeviceError(f"[{op.name}] inputs on different devices: {x._device} and {t._device}")
+
+
+def _resolve_dtype(op, want, tensors):
+    """An op's declared out_dtype (a DType, its name, or a callable of the input dtypes) as a DType."""
+    if callable(want):
+        want = want(*(t._dtype for t in tensors))
+    try:
+        return _dt.to_dtype(want)
+    except EmberError:
+        raise DTypeError(f"[{op.name}] out_dtype gave {want!r}, expected an ember dtype") from None
+
+
+def _shape_of(op, shape):
+    """A forward's returned shape as a tuple of non-negative Python ints."""
+    try:
+        shape = tuple(int(d) for d in shape)
+    except (TypeError, ValueError):
+        raise ShapeError(f"[{op.name}] forward returned shape {shape!r}, expected a tuple of ints") from None
+    if any(d < 0 for d in shape):
+        raise ShapeError(f"[{op.name}] forward returned a negative dimension in shape {shape}")
+    return shape
+
+
+def _output(op, res, tensors):
+    """Validates what a forward returned and wraps it as the result tensor (the hot path: every
+    check is one attribute read or one call into _C)."""
+    if type(res) is tuple and len(res) == 2:
+        st, shape = res
+    else:
+        try:
+            st, shape = res
+        except (TypeError, ValueError):
+            raise EmberError(
+                f"[{op.name}] a forward must return (storage, shape), got {type(res).__name__}") from None
+    x = tensors[0]
+    xs = x._storage
+    if type(st) is not type(xs):
+        if not isinstance(st, _C.Storage):
+            raise EmberError(f"[{op.name}] forward returned a {type(st).__name__}, expected a storage")
+        raise DeviceError(f"[{op.name}] forward returned a {type(st).__name__} for inputs on {x._device}")
+    if type(st) is not CpuStorage and st.device_index != x._device.index:
+        raise DeviceError(f"[{op.name}] forward returned a storage on {st.device}, inputs are on {x._device}")
+    want = op.out_dtype
+    if want is None:
+        want = x._dtype
+    elif type(want) is not _dt.DType:
+        want = _resolve_dtype(op, want, tensors)
+    if st.dtype_code != want.code:
+        raise DTypeError(
+            f"[{op.name}] forward returned a {_BY_CODE[st.dtype_code].name} storage, expected {want.name} "
+            "(convert the result, or declare out_dtype on the op)")
+    if type(shape) is not tuple:
+        shape = _shape_of(op, shape)
+    n = 1
+    for d in shape:
+        if type(d) is not int or d < 0:
+            shape = _shape_of(op, shape)  # numpy ints become ints; negative or non-int dims raise
+            n = math.prod(shape)
+            break
+        n *= d
+    if st.numel != n:
+        raise ShapeError(
+            f"[{op.name}] forward returned a storage of {st.numel} elements for shape {shape} ({n} elements)")
+    for i, t in enumerate(tensors):
+        if st.same_buffer(t._storage):
+            raise EmberError(
+                f"[{op.name}] forward returned a storage that shares memory with input {i}; return a new "
+                "storage (e.g. CpuStorage.from_numpy(result))")
+    return _wrap(st, _contig(shape), want, x._device, None, shape)
+
+
+# ----------------------------------------------------------------------------- backward rules
+# The walk (backprop._custom_grads) checks what bwd returns: one Tensor-or-None per input, each
+# shaped, typed and placed like its input; None is always accepted.
+def _rule1(node, out, grad):
+    a, = node.inputs
+    return node.saved.bwd(a, out, grad)
+
+
+def _rule2(node, out, grad):
+    a, b = node.inputs
+    return node.saved.bwd(a, b, out, grad)
+
+
+def _rule3(node, out, grad):
+    a, b, c = node.inputs
+    return node.saved.bwd(a, b, c, out, grad)
+
+
+def _modified_rule(node, out, grad):
+    raise InplaceModifiedError(
+        f"[{node.name}] this tensor was modified in place by {node.name} after it was computed, so "
+        "backward through it would use the new values; clone() it before the in-place op")
+
+
+_NO_BWD = backprop.NO_BACKWARD  # the walk raises BackwardNotSupported naming the op and the fixes
+
+
+# ----------------------------------------------------------------------------- apply (Tensor methods)
+def apply_op1(self, op):
+    """``op``'s forward on this tensor's device, the output checked; recorded for backward."""
+    if not isinstance(op, CustomOp1):
+        _check_op(op, CustomOp1, "apply_op1")
+    s = self._storage
+    res = (op.cpu_fwd if type(s) is CpuStorage else _fwd(op, s))(s, self._layout)
+    return record(_output(op, res, (self,)), op.name, (self,), op, _rule1)
+
+
+def apply_op2(self, other, op):
+    _check_op(op, CustomOp2, "apply_op2")
+    ins = (self, other)
+    _check_inputs(op, ins)
+    res = _fwd(op, self._storage)(self._storage, self._layout, other._storage, other._layout)
+    return record(_output(op, res, ins), op.name, ins, op, _rule2)
+
+
+def apply_op3(self, b, c, op):
+    _check_op(op, CustomOp3, "apply_op3")
+    ins = (self, b, c)
+    _check_inputs(op, ins)
+    res = _fwd(op, self._storage)(self._storage, self._layout, b._storage, b._layout, c._storage, c._layout)
+    return record(_output(op, res, ins), op.name, ins, op, _rule3)
+
+
+def apply_op1_no_bwd(self, op):
+    """Like apply_op1, but a later backward that must pass through the result raises
+    BackwardNotSupported instead of dropping the gradient."""
+    _check_op(op, CustomOp1, "apply_op1_no_bwd")
+    res = _fwd(op, self._storage)(self._storage, self._layout)
+    return record(_output(op, res, (self,)), op.name, (self,), op, _NO_BWD)
+
+
+def apply_op2_no_bwd(self, other, op):
+    _check_op(op, CustomOp2, "apply_op2_no_bwd")
+    ins = (self, other)
+    _check_inputs(op, ins)
+    res = _fwd(op, self._storage)(self._storage, self._layout, other._storage, other._layout)
+    return record(_output(op, res, ins), op.name, ins, op, _NO_BWD)
+
+
+def apply_op3_no_bwd(self, b, c, op):
+    _check_op(op, CustomOp3, "apply_op3_no_bwd")
+    ins = (self, b, c)
+    _check_inputs(op, ins)
+    res = _fwd(op, self._storage)(self._storage, self._layout, b._storage, b._layout, c._storage, c._layout)
+    return record(_output(op, res, ins), op.name, ins, op, _NO_BWD)
+
+
+# ----------------------------------------------------------------------------- in place
+def _inplace(op, target, others):
+    """Runs an in-place forward on ``target`` reading ``others``; see InplaceOp1."""
+    _check_inputs(op, (target,) + others)
+    s, l = target._storage, target._layout
+    for d, st in zip(l.shape, l.stride):
+        if st == 0 and d > 1:
+            raise EmberError(f"[{op.name}] cannot write in place through a broadcast (stride 0) view {l!r}")
+    args = [s, l]
+    for t in others:
+        ts, tl = t._storage, t._layout
+        if ts is s or ts.same_buffer(s):
+            # Snapshot an operand that overlaps the target so it is read as it was before the
+            # write (a.inplace_op2(a, add) doubles a); no lock is involved, so nothing can deadlock.
+            ts, tl = _C.contiguous(ts, tl)
+        args += (ts, tl)
+    fwd = _fwd(op, s)
+    prev = _C._set_inplace_target(s)  # this thread's as_numpy views of s default to writable
+    try:
+        res = fwd(*args)
+    finally:
+        _C._restore_inplace_target(prev)
+        s.bump_version()  # even after a failure: the forward may have written part of the data
+    if res is not None:
+        raise EmberError(
+            f"[{op.name}] an in-place forward mutates its first operand and returns None, got {type(res).__name__}")
+    node = target._op
+    if node is not None:
+        # target's own backward rule may read its (now overwritten) values: make that loud.
+        target._op = Node(op.name, node.inputs, None, node.versions, _modified_rule)
+
+
+def inplace_op1(self, op):
+    """Mutates this tensor's storage (every view sees it) and bumps its version counter."""
+    _check_op(op, InplaceOp1, "inplace_op1")
+    _inplace(op, self, ())
+
+
+def inplace_op2(self, other, op):
+    _check_op(op, InplaceOp2, "inplace_op2")
+    _inplace(op, self, (other,))
+
+
+def inplace_op3(self, b, c, op):
+    _check_op(op, InplaceOp3, "inplace_op3")
+    _inplace(op, self, (b, c))
+
+
+for _f in (apply_op1, apply_op2, apply_op3, apply_op1_no_bwd, apply_op2_no_bwd, apply_op3_no_bwd,
+           inplace_op1, inplace_op2, inplace_op3):
+    setattr(Tensor, _f.__name__, _f)
+del _f

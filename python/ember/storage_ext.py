@@ -1,0 +1,66 @@
+"""Python conveniences on _C storages for custom-op authors: .dtype/.device, CpuStorage.from_numpy/empty."""
+from __future__ import annotations
+
+import numpy as np
+
+from . import _C
+from . import dtypes as _dt
+from .errors import DTypeError, EmberValueError
+
+_BY_CODE = _dt.BY_CODE
+_KIND_NAMES = {v: k for k, v in _dt.Device._KINDS.items()}
+
+# numpy dtype -> ember dtype code for the dtypes a storage holds exactly (bf16 only with ml_dtypes).
+_EXACT = {np.dtype(_dt.numpy_dtype(d)): d for d in _dt.ALL_DTYPES if _dt.numpy_dtype(d) is not None}
+
+
+def _storage_dtype(self) -> _dt.DType:
+    return _BY_CODE[self.dtype_code]
+
+
+def _storage_device(self) -> _dt.Device:
+    kind = self.device_kind
+    if kind == 0:
+        return _dt.cpu  # the shared singleton: no allocation on the hot path
+    return _dt.Device(_KIND_NAMES[kind], self.device_index)
+
+
+def _from_numpy(arr, dtype=None):
+    """A new CpuStorage holding a copy of ``arr`` (flattened in C order), in ember's aligned memory.
+
+    The dtype follows the array's (int32/int16/bool are widened like ``em.tensor`` does); pass
+    ``dtype=`` to convert, e.g. ``dtype=em.bfloat16`` for uint16 bit patterns without ml_dtypes.
+    """
+    if type(arr) is not np.ndarray:
+        arr = np.asarray(arr)
+    if dtype is None:
+        dt = _EXACT.get(arr.dtype)
+        if dt is None:
+            dt = _dt.from_numpy_dtype(arr.dtype)
+            arr = arr.astype(_dt.numpy_dtype(dt))
+    else:
+        dt = _dt.to_dtype(dtype)
+        npt = _dt.numpy_dtype(dt)
+        if npt is None:  # bf16 without ml_dtypes: accept the raw 16-bit patterns
+            if arr.dtype.itemsize != 2 or arr.dtype.kind not in "uif":
+                raise DTypeError(f"[from_numpy] bfloat16 without ml_dtypes needs uint16 bits, got {arr.dtype}")
+            arr = arr.view(np.uint16)
+        elif arr.dtype != npt:
+            arr = arr.astype(npt)
+    if not arr.flags.c_contiguous:
+        arr = np.ascontiguousarray(arr)
+    return _C.CpuStorage._from_numpy_code(arr, dt.code)
+
+
+def _empty(n, dtype):
+    """A new CpuStorage of ``n`` uninitialised elements of ``dtype`` (an em.DType, name or numpy dtype)."""
+    n = int(n)
+    if n < 0:
+        raise EmberValueError(f"[empty] element count must be >= 0, got {n}")
+    return _C.CpuStorage._empty_code(n, _dt.to_dtype(dtype).code)
+
+
+_C.Storage.dtype = property(_storage_dtype, doc="The element type, an em.DType.")
+_C.Storage.device = property(_storage_device, doc="The device holding the buffer, an em.Device.")
+_C.CpuStorage.from_numpy = staticmethod(_from_numpy)
+_C.CpuStorage.empty = staticmethod(_empty)
