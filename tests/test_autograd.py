@@ -393,3 +393,13 @@ def test_gradcheck_uses_float64_and_passes_other_args_through():
 
     assert em.testing.gradcheck(f, [em.randn(3, dtype=em.float32), 3])
     assert set(seen) == {em.float64}
+
+
+def test_rules_reading_the_result_get_its_version_recorded():
+    """record() reads the result's version only for ops in backprop._READS_OUT; it must list every
+    table rule that reads its result, or the in-place check would silently skip them."""
+    from ember import backprop, grad_rules
+
+    assert {n for n, (_, out) in grad_rules.USES.items() if out} == set(backprop._READS_OUT)
+    x = em.Var([1.0, 2.0])
+    assert x.exp().op.out_version == 0 and (x + 1.0).op.out_version is None

@@ -68,7 +68,11 @@ class Node:
     __slots__ = ("inputs", "name", "out_version", "rule", "saved", "versions")
 
     def __init__(self, name, inputs, saved, versions, rule, out_version=None):
-        self.name, self.inputs, self.saved, self.versions, self.rule = name, inputs, saved, versions, rule
+        self.name = name
+        self.inputs = inputs
+        self.saved = saved
+        self.versions = versions
+        self.rule = rule
         self.out_version = out_version
 
     def __repr__(self):
@@ -80,8 +84,13 @@ def tracks(t) -> bool:
     return (t._op is not None or t.is_variable) and t._dtype.is_float
 
 
+# Ops whose table rule reads the op's result: only these pay for reading its version when recorded.
+_READS_OUT = frozenset(("exp", "tanh", "sqrt", "recip", "sigmoid", "pow", "max", "min"))
+
+
 def record(out, name, inputs, saved=None, rule=None):
-    """Attaches a Node to ``out`` when grad mode is on and some float input leads to a variable."""
+    """Attaches a Node to ``out`` when grad mode is on and some float input leads to a variable.
+    This runs on every op, so it is written for speed (no generators, one version read per input)."""
     if not _mode.enabled or not out._dtype.is_float:
         return out
     for t in inputs:
@@ -89,8 +98,17 @@ def record(out, name, inputs, saved=None, rule=None):
             break
     else:
         return out
-    versions = tuple(t._storage.version if t is not None else 0 for t in inputs)
-    out._op = Node(name, inputs, saved, versions, rule, out._storage.version)
+    n = len(inputs)
+    if n == 2 and inputs[0] is not None and inputs[1] is not None:
+        versions = (inputs[0]._storage.version, inputs[1]._storage.version)
+    elif n == 1 and inputs[0] is not None:
+        versions = (inputs[0]._storage.version,)
+    else:
+        versions = tuple([t._storage.version if t is not None else 0 for t in inputs])
+    node = Node(name, inputs, saved, versions, rule)
+    if rule is not None or name in _READS_OUT:
+        node.out_version = out._storage.version
+    out._op = node
     return out
 
 
