@@ -117,6 +117,10 @@ def record(out, name, inputs, saved=None, rule=None):
 _PRUNED = frozenset(("ceil", "floor", "round", "sign", "argmax", "argmin"))
 
 
+_MAYBE_PRUNED = _PRUNED | {"affine", "to_dtype"}
+_UNSEEN = object()
+
+
 def _pruned(node) -> bool:
     name = node.name
     if name in _PRUNED:
@@ -134,36 +138,35 @@ def sorted_nodes(root):
     recurse and shared subgraphs are visited once."""
     if root._op is None:
         return []
-    memo = {}  # id(tensor) -> leads to a variable
-    expanded = set()
+    state = {}  # id(tensor) -> None while its inputs are being visited, then "leads to a variable"
     order = []
     stack = [root]
+    push, pop, get = stack.append, stack.pop, state.get
     while stack:
         t = stack[-1]
         k = id(t)
-        if k in memo:
-            stack.pop()
-            continue
-        node = t._op
-        if k not in expanded:
-            expanded.add(k)
-            if _pruned(node):
-                memo[k] = False
-                stack.pop()
+        st = get(k, _UNSEEN)
+        if st is _UNSEEN:  # first visit: schedule the inputs not seen yet
+            node = t._op
+            if node.name in _MAYBE_PRUNED and _pruned(node):
+                state[k] = False
+                pop()
                 continue
+            state[k] = None
             for inp in node.inputs:
-                if inp is not None and inp._op is not None and id(inp) not in memo and inp._dtype.is_float:
-                    stack.append(inp)
+                if inp is not None and inp._op is not None and id(inp) not in state and inp._dtype.is_float:
+                    push(inp)
             continue
-        stack.pop()
+        pop()
+        if st is not None:  # a second copy of a finished node
+            continue
         leads = False
-        for inp in node.inputs:
-            if inp is None or not inp._dtype.is_float:
-                continue
-            if inp.is_variable or (inp._op is not None and memo[id(inp)]):
+        for inp in t._op.inputs:
+            if inp is not None and inp._dtype.is_float and (
+                    inp.is_variable or (inp._op is not None and state[id(inp)])):
                 leads = True
                 break
-        memo[k] = leads
+        state[k] = leads
         if leads:
             order.append(t)
     order.reverse()
