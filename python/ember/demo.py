@@ -207,8 +207,10 @@ def main(argv=None):
     t0, running = time.perf_counter(), None
     bar = tqdm(range(1, steps + 1), desc="training", unit="step", dynamic_ncols=True)
     for step in bar:
-        # Linear warm-up, then cosine decay to a tenth of the peak learning rate.
-        frac = (step - warmup) / max(1, steps - warmup)
+        # Linear warm-up, then cosine decay to a tenth of the peak learning rate. Progress is the
+        # further along of steps and time budget, so a slow machine still anneals before it stops.
+        progress = max(step / steps, (time.perf_counter() - t0) / args.time_budget)
+        frac = min(1.0, max(0.0, (progress - warmup / steps) / (1.0 - warmup / steps + 1e-9)))
         opt.lr = args.lr * (step / warmup if step <= warmup else 0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
         x, y = data.batch(args.batch)
         loss = nn.cross_entropy(model(em.tensor(x, device=device)), em.tensor(y, device=device))
