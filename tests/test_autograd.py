@@ -345,6 +345,25 @@ def test_slice_set_and_zero_set_on_saved_intermediate_raise():
     _raises_inplace(z.backward, "exp")
 
 
+class _Halve(em.InplaceOp1):
+    name = "halve_"
+
+    def cpu_fwd(self, s, l):
+        v = s.as_numpy(l)
+        v *= v.dtype.type(0.5)
+
+
+def test_inplace_op_on_saved_tensor_raises():
+    x = em.Var([1.0, 2.0, 3.0])
+    h = x * 1.0
+    y = (h.sin() + h.t()).sum()
+    h.detach().inplace_op1(_Halve())  # through a detached alias: the storage's version still moves
+    _raises_inplace(y.backward, "sin")
+    z = (x * x).sum()
+    x.inplace_op1(_Halve())
+    _raises_inplace(z.backward, "mul")
+
+
 def test_write_through_a_view_is_seen():
     x = em.Var(np.ones((2, 3)))
     v = x[0]
