@@ -209,7 +209,7 @@ def main(argv=None):
     for step in bar:
         # Linear warm-up, then cosine decay to a tenth of the peak learning rate. Progress is the
         # further along of steps and time budget, so a slow machine still anneals before it stops.
-        progress = max(step / steps, (time.perf_counter() - t0) / args.time_budget)
+        progress = max(step / steps, (time.perf_counter() - t0) / max(args.time_budget, 1e-9))
         frac = min(1.0, max(0.0, (progress - warmup / steps) / (1.0 - warmup / steps + 1e-9)))
         opt.lr = args.lr * (step / warmup if step <= warmup else 0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
         x, y = data.batch(args.batch)
