@@ -17,11 +17,11 @@ ap.add_argument("--reps", type=int, default=15)
 ap.add_argument("--inner", type=int, default=4000)
 args = ap.parse_args()
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import ember as em  # noqa: E402
+import ember as em
 
 TARGET_US = 15.0
 

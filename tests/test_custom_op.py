@@ -1,6 +1,5 @@
 """Custom ops in Python (SPEC §4): storage access, CustomOp1/2/3, no-bwd, validation, in-place ops, threads."""
 import threading
-import time
 
 import ml_dtypes
 import numpy as np
@@ -299,7 +298,7 @@ def test_op3_forward_and_backward_vs_torch(rng, kinds):
 
 def test_default_device_forwards_name_the_op():
     for meth, dev in (("metal_fwd", "metal"), ("cuda_fwd", "cuda")):
-        e = expect_error(lambda: getattr(Softplus(), meth)(None, None), "softplus", em.UnsupportedOp)
+        e = expect_error(lambda m=meth: getattr(Softplus(), m)(None, None), "softplus", em.UnsupportedOp)
         assert f"no {dev} implementation for softplus" in str(e)
 
 

@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import math
 
-from . import _C, backprop
+from . import _C, backprop, storage_ext  # noqa: F401  (storage_ext attaches CpuStorage.from_numpy/empty, .dtype, .device)
 from . import dtypes as _dt
-from . import storage_ext  # noqa: F401  (attaches CpuStorage.from_numpy/empty and .dtype/.device)
 from .backprop import Node, record
 from .errors import (
     BackwardNotSupported,
