@@ -1,7 +1,7 @@
 """Autograd overhead: ember beside torch (CPU) in one run on the 60-layer `a = a + a` chain and a
 small MLP (64x256 input, tanh hidden layer, 10 outputs), forward + backward.
 
-Run: PYTHONPATH=python python bench/bench_autograd.py [--hidden 256] [--reps 200]
+Run: PYTHONPATH=python python bench/bench_autograd.py [--hidden 256 32] [--reps 200] [--threads N]
 """
 from __future__ import annotations
 
@@ -90,7 +90,8 @@ def mlp_torch(torch, data):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--hidden", type=int, default=256)
+    ap.add_argument("--hidden", type=int, nargs="+", default=[256, 32],
+                    help="hidden sizes; the small one shows per-node overhead, not BLAS")
     ap.add_argument("--reps", type=int, default=200)
     ap.add_argument("--threads", type=int, default=None)
     args = ap.parse_args()
@@ -104,17 +105,16 @@ def main():
     except ImportError:
         torch = None
 
-    data = mlp_data(args.hidden)
-    e_run, = (mlp_ember(data),)
-    ge = e_run()
     rows = [("chain a=a+a x60", best_of(chain_ember(), args.reps),
              best_of(chain_torch(torch), args.reps) if torch else None)]
-    if torch is not None:  # same numbers before timing anything
-        gt = mlp_torch(torch, data)()
-        for a, b in zip(ge, gt):
-            np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-3, atol=1e-5)
-    rows.append((f"MLP 64x256-{args.hidden}(tanh)-10 fwd+bwd", best_of(e_run, args.reps),
-                 best_of(mlp_torch(torch, data), args.reps) if torch else None))
+    for hidden in args.hidden:
+        data = mlp_data(hidden)
+        e_run = mlp_ember(data)
+        if torch is not None:  # same numbers before timing anything
+            for a, b in zip(e_run(), mlp_torch(torch, data)()):
+                np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-3, atol=1e-5)
+        rows.append((f"MLP 64x256-{hidden}(tanh)-10 fwd+bwd", best_of(e_run, args.reps),
+                     best_of(mlp_torch(torch, data), args.reps) if torch else None))
     print(f"{'case':40s} {'ember':>10s} {'torch':>10s} {'ratio':>7s}")
     for name, te, tt in rows:
         tts = f"{tt * 1e6:8.1f}us" if tt else "     n/a"
