@@ -70,6 +70,30 @@ class AddInto(em.InplaceOp2):
         dst += s2.as_numpy(l2)
 
 
+class ReverseInto(em.InplaceOp2):
+    """dst[i] = src[n - 1 - i], element by element: numpy's own overlap protection cannot help here,
+    so an aliased src is only right when ember hands the forward a snapshot."""
+
+    name = "reverse_into"
+
+    def cpu_fwd(self, s1, l1, s2, l2):
+        dst, src = s1.as_numpy(l1), s2.as_numpy(l2)
+        n = dst.shape[0]
+        for i in range(n):
+            dst[i] = src[n - 1 - i]
+
+
+class ShiftAdd(em.InplaceOp2):
+    """dst[i] += src[i], element by element in order (a running loop, like a hand-written kernel)."""
+
+    name = "shift_add"
+
+    def cpu_fwd(self, s1, l1, s2, l2):
+        dst, src = s1.as_numpy(l1), s2.as_numpy(l2)
+        for i in range(dst.shape[0]):
+            dst[i] += src[i]
+
+
 class Scale(em.InplaceOp1):
     name = "scale_"
 
@@ -302,6 +326,20 @@ def test_default_device_forwards_name_the_op():
         assert f"no {dev} implementation for softplus" in str(e)
 
 
+def test_forward_is_chosen_by_the_storage_device_kind():
+    from ember import custom_op
+
+    class FakeStorage:  # only what dispatch reads: the device kind of a non-CPU storage
+        def __init__(self, kind):
+            self.device_kind = kind
+
+    op = Softplus()
+    assert custom_op._fwd(op, em.ones(1)._storage) == op.cpu_fwd
+    assert custom_op._fwd(op, FakeStorage(1)) == op.metal_fwd
+    assert custom_op._fwd(op, FakeStorage(2)) == op.cuda_fwd
+    expect_error(lambda: custom_op._fwd(op, FakeStorage(7)), "softplus", em.DeviceError)
+
+
 def test_apply_rejects_wrong_op_kinds_and_operands():
     t = em.ones(3)
     expect_error(lambda: t.apply_op1(MulOp2()), "apply_op1")
@@ -393,15 +431,18 @@ def test_aliased_inplace_op_doubles_promptly():
     th.start()
     assert done.wait(5.0), "a.inplace_op2(a, add_into) did not finish: deadlock?"
     assert a.tolist() == [0.0, 2.0, 4.0, 6.0, 8.0]
+    a.inplace_op2(a, ReverseInto())  # reads the snapshot, so a true reversal
+    assert a.tolist() == [8.0, 6.0, 4.0, 2.0, 0.0]
 
 
 def test_overlapping_views_read_the_values_before_the_write(rng):
     x = rng.standard_normal(8)
-    a = em.tensor(x)
-    a[1:].inplace_op2(a[:-1], AddInto())  # numpy's a[1:] += a[:-1] with copy semantics
     want = x.copy()
     want[1:] = x[1:] + x[:-1]
-    np.testing.assert_allclose(a.numpy(), want)
+    for op in (AddInto(), ShiftAdd()):
+        a = em.tensor(x)
+        a[1:].inplace_op2(a[:-1], op)  # a[1:] += a[:-1] with copy semantics
+        np.testing.assert_allclose(a.numpy(), want)
     c = em.tensor(x.reshape(2, 4))
     c.inplace_op3(c.t().t(), c, Addcmul())  # both readers alias the target
     np.testing.assert_allclose(c.numpy(), x.reshape(2, 4) + x.reshape(2, 4) ** 2)
