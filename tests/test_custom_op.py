@@ -170,7 +170,11 @@ def test_from_numpy_with_dtype_and_bf16_bits(rng):
     bits = x.astype(ml_dtypes.bfloat16).view(np.uint16)
     s = em.CpuStorage.from_numpy(bits.view(ml_dtypes.bfloat16))
     np.testing.assert_array_equal(s.numpy().view(np.uint16), bits)
-    expect_error(lambda: em.CpuStorage.from_numpy(np.array(["a"])), "tensor", em.DTypeError)
+    expect_error(lambda: em.CpuStorage.from_numpy(np.array(["a"])), "from_numpy", em.DTypeError)
+    big_endian = x.astype(">f4")
+    s = em.CpuStorage.from_numpy(big_endian)
+    assert s.dtype is em.float32
+    np.testing.assert_array_equal(s.numpy(), x)
 
 
 @pytest.mark.parametrize("dt", [em.float32, em.bfloat16, em.int64, em.uint8, "float64", np.uint32])

@@ -36,8 +36,13 @@ def _from_numpy(arr, dtype=None):
     if dtype is None:
         dt = _EXACT.get(arr.dtype)
         if dt is None:
-            dt = _dt.from_numpy_dtype(arr.dtype)
-            arr = arr.astype(_dt.numpy_dtype(dt))
+            if not arr.dtype.isnative:  # big-endian data: same values in native order
+                arr = arr.astype(arr.dtype.newbyteorder("="))
+            try:
+                dt = _EXACT.get(arr.dtype) or _dt.from_numpy_dtype(arr.dtype)
+            except DTypeError:
+                raise DTypeError(f"[from_numpy] numpy dtype {arr.dtype} is not supported") from None
+            arr = arr.astype(_dt.numpy_dtype(dt), copy=False)
     else:
         dt = _dt.to_dtype(dtype)
         npt = _dt.numpy_dtype(dt)
