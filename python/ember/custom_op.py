@@ -3,7 +3,8 @@ from __future__ import annotations
 
 import math
 
-from . import _C, backprop, storage_ext  # noqa: F401  (storage_ext attaches CpuStorage.from_numpy/empty, .dtype, .device)
+# storage_ext is imported for its effect: CpuStorage.from_numpy/empty and storages' .dtype/.device.
+from . import _C, backprop, storage_ext  # noqa: F401
 from . import dtypes as _dt
 from .backprop import Node, record
 from .errors import (
