@@ -84,6 +84,36 @@ def test_lr_setter_updates_every_group():
         em.optim.SGD([{"params": [a]}, {"params": [a]}], lr=0.1)
 
 
+def test_state_dict_resumes_exactly():
+    """5 steps, save, a fresh optimizer loads the state, 5 more steps == 10 uninterrupted steps."""
+    rng = np.random.default_rng(3)
+    init, target = rng.standard_normal((3, 4)).astype(np.float32), rng.standard_normal((3, 4)).astype(np.float32)
+
+    def steps(opt, v, n):
+        for _ in range(n):
+            opt.step(_Store([(v, em.tensor(_grad_np(v.numpy(), target)))]))
+
+    a = em.Var(init)
+    steps(em.optim.AdamW([a], lr=0.05), a, 10)
+    b = em.Var(init)
+    first = em.optim.AdamW([b], lr=0.05)
+    steps(first, b, 5)
+    sd = first.state_dict()
+    assert sd["param_groups"][0]["params"] == [0] and sd["state"][0]["step"] == 5
+    steps(first, b, 1)  # later steps must not leak into the saved state
+    assert sd["state"][0]["step"] == 5
+    c2 = em.Var(init)
+    o2 = em.optim.AdamW([c2], lr=0.05)
+    steps(o2, c2, 5)
+    fresh = em.optim.AdamW([c2], lr=1.0)
+    fresh.load_state_dict(o2.state_dict())
+    assert fresh.lr == 0.05
+    steps(fresh, c2, 5)
+    np.testing.assert_array_equal(c2.numpy(), a.numpy())
+    with pytest.raises(em.EmberError, match=r"^\[AdamW\] load_state_dict"):
+        em.optim.AdamW([em.Var([1.0]), em.Var([2.0])]).load_state_dict(sd)
+
+
 def test_updates_in_place_and_missing_grads_skip():
     a, b = em.Var(np.ones((2, 2), np.float32)), em.Var(np.ones(3, np.float32))
     view = a[0]  # a view taken before the step must see the update: the storage is written in place

@@ -76,6 +76,31 @@ class Optimizer:
                         g = g.to_dtype(p.dtype)
                     p.set(self._update(p.detach(), g, self.state.setdefault(id(p), {}), group))
 
+    def state_dict(self) -> dict:
+        """Like torch: {"state": {index: {...}}, "param_groups": [{..., "params": [indices]}]}, with
+        parameters numbered in group order; state tensors are copies (later steps don't change them)."""
+        index = {id(p): i for i, p in enumerate(self.params)}
+        groups = [{**{k: v for k, v in g.items() if k != "params"}, "params": [index[id(p)] for p in g["params"]]}
+                  for g in self.param_groups]
+        state = {index[pid]: {k: (v.copy().detach() if hasattr(v, "copy") else v) for k, v in st.items()}
+                 for pid, st in self.state.items() if pid in index}
+        return {"state": state, "param_groups": groups}
+
+    def load_state_dict(self, sd: dict) -> None:
+        """Restores hyperparameters and per-parameter state saved by ``state_dict`` (same model layout)."""
+        params = self.params
+        groups = sd.get("param_groups", [])
+        if len(groups) != len(self.param_groups) or any(
+                len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)):
+            raise EmberError(f"[{self.name}] load_state_dict: parameter groups do not match this optimizer")
+        for mine, saved in zip(self.param_groups, groups):
+            mine.update({k: v for k, v in saved.items() if k != "params"})
+        self.state = {}
+        for i, st in sd.get("state", {}).items():
+            p = params[int(i)]
+            self.state[id(p)] = {k: (v.to_dtype(p.dtype).copy().detach() if hasattr(v, "copy") else v)
+                                 for k, v in st.items()}
+
     def backward_step(self, loss):
         """loss.backward() then step(); returns the GradStore."""
         grads = loss.backward()
