@@ -418,7 +418,7 @@ void setup_sdpa(const CpuStorage& q, const Layout& lq, const CpuStorage& k, cons
   setup_mask(mask, target, p);
 }
 
-constexpr int64_t kQChunk = 64;  // query rows per forward work item
+constexpr int64_t kQChunkMin = 64, kQChunkMax = 512;  // query rows per forward work item
 
 }  // namespace
 
@@ -434,11 +434,19 @@ std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuSt
   p.lse = lse->raw();
   if (BH * p.Lq == 0) return {out, lse};
   auto fn = fused_kernels().sdpa_fwd[fi(q.dtype())];
-  const int64_t nqc = (p.Lq + kQChunk - 1) / kQChunk;
+  // Few, large query chunks: each item packs Kᵀ once, so splitting a head only pays when the pool
+  // would otherwise idle (or the chunk's Q/O buffers outgrow L2).
+  const int64_t nt = get_num_threads();
+  int64_t nqc = std::max<int64_t>((2 * nt + BH - 1) / BH, (p.Lq + kQChunkMax - 1) / kQChunkMax);
+  nqc = std::max<int64_t>(1, std::min<int64_t>(nqc, (p.Lq + kQChunkMin - 1) / kQChunkMin));
+  const int64_t chunk = (p.Lq + nqc - 1) / nqc;
   parallel_for(BH * nqc, 1, [&](int64_t a, int64_t e) {
     for (int64_t it = a; it < e; ++it) {
-      const int64_t bh = it / nqc, c = it % nqc;
-      fn(p, bh, c * kQChunk, std::min(p.Lq, (c + 1) * kQChunk));
+      const int64_t bh = it / nqc, c2 = it % nqc;
+      // Interleave cheap (early, causal) and costly chunks so each thread's contiguous range is balanced.
+      const int64_t c = (c2 % 2 == 0) ? c2 / 2 : nqc - 1 - c2 / 2;
+      const int64_t i0 = c * chunk;
+      if (i0 < p.Lq) fn(p, bh, i0, std::min(p.Lq, i0 + chunk));
     }
   });
   return {out, lse};

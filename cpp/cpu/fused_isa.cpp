@@ -52,7 +52,8 @@ typedef uint32_t U32V __attribute__((vector_size(kVB)));
 constexpr float kInfF = std::numeric_limits<float>::infinity();
 template <typename C> constexpr C kInf = std::numeric_limits<C>::infinity();
 
-template <typename C> static inline Vec<C> vbc(C s) { return Vec<C>{} + s; }
+// s - 0 folds to a plain broadcast (0 + s would not: -0 + 0 = +0).
+template <typename C> static inline Vec<C> vbc(C s) { return s - Vec<C>{}; }
 template <typename C> static inline Vec<C> vld(const C* p) {
   Vec<C> v;
   __builtin_memcpy(&v, p, sizeof v);
