@@ -177,7 +177,7 @@ def check_custom_op():
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m ember.demo", description=__doc__.splitlines()[0])
-    ap.add_argument("--steps", type=int, default=None, help="training steps (default 300, quick: 20)")
+    ap.add_argument("--steps", type=int, default=None, help="training steps (default 500, quick: 20)")
     ap.add_argument("--quick", action="store_true", help="a smoke run: few steps, short sample")
     ap.add_argument("--batch", type=int, default=32)
     ap.add_argument("--lr", type=float, default=3e-3)
@@ -185,7 +185,7 @@ def main(argv=None):
     ap.add_argument("--time-budget", type=float, default=150.0,
                     help="stop training early after this many seconds (keeps the demo under 3 minutes)")
     args = ap.parse_args(argv)
-    steps = args.steps if args.steps is not None else (20 if args.quick else 300)
+    steps = args.steps if args.steps is not None else (20 if args.quick else 500)
     if steps < 1:
         ap.error("--steps must be at least 1")
 
