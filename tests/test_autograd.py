@@ -156,6 +156,12 @@ def test_walk_prunes_zero_gradient_ops():
     np.testing.assert_array_equal(gs[x].numpy(), r.numpy())  # only through mul's x factor
 
 
+def test_custom_op_named_like_a_pruned_op_is_walked():
+    x = em.Var([1.0, -2.0])
+    y = attach(x.detach().sign(), "sign", [x], rule=lambda n, o, g: (g * 3.0,))
+    np.testing.assert_array_equal(y.sum().backward()[x].numpy(), [3.0, 3.0])
+
+
 # ----------------------------------------------------------------------------- the walk
 def test_sorted_nodes_is_topological_and_only_on_paths_to_variables(rng):
     x = em.Var(rng.standard_normal(3))

@@ -148,7 +148,8 @@ def sorted_nodes(root):
         st = get(k, _UNSEEN)
         if st is _UNSEEN:  # first visit: schedule the inputs not seen yet
             node = t._op
-            if node.name in _MAYBE_PRUNED and _pruned(node):
+            # pruning is by table op name; a custom op (own rule) that happens to share one is kept
+            if node.name in _MAYBE_PRUNED and node.rule is None and _pruned(node):
                 state[k] = False
                 pop()
                 continue
