@@ -135,6 +135,23 @@ def test_cross_entropy_matches_torch():
     _close(loss.backward()[el], tl.grad)
 
 
+@pytest.mark.parametrize("ignore", [-100, 3])
+def test_cross_entropy_ignore_index_matches_torch(ignore):
+    rng = np.random.default_rng(6)
+    logits = rng.standard_normal((12, 7)).astype(np.float32)
+    targets = rng.integers(0, 7, 12)
+    targets[[1, 5, 6]] = ignore
+    tl = torch.from_numpy(logits).requires_grad_()
+    el = em.Var(logits)
+    for red in ("mean", "sum", "none"):
+        ref = F.cross_entropy(tl, torch.from_numpy(targets), ignore_index=ignore, reduction=red)
+        got = nn.cross_entropy(el, targets, reduction=red, ignore_index=ignore)
+        _close(got, ref)
+    ref = F.cross_entropy(tl, torch.from_numpy(targets), ignore_index=ignore)
+    ref.backward()
+    _close(nn.cross_entropy(el, targets, ignore_index=ignore).backward()[el], tl.grad)
+
+
 # ----------------------------------------------------------------------------- Module behaviour
 class Tiny(nn.Module):
     def __init__(self):

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 from ..errors import DTypeError, ShapeError
-from ..tensor import Tensor, tensor
+from ..tensor import Tensor, tensor, where
 from . import ops
 
 
-def cross_entropy(logits: Tensor, targets, reduction: str = "mean") -> Tensor:
+def cross_entropy(logits: Tensor, targets, reduction: str = "mean", ignore_index: int = -100) -> Tensor:
     """Cross-entropy of ``logits`` (..., classes) against integer ``targets`` (...), like torch's
-    ``F.cross_entropy`` with the class dim last. ``reduction``: "mean" | "sum" | "none"."""
+    ``F.cross_entropy`` with the class dim last: targets equal to ``ignore_index`` contribute
+    nothing and are left out of the mean. ``reduction``: "mean" | "sum" | "none"."""
     if not isinstance(targets, Tensor):
         targets = tensor(targets)
     if targets.dtype.is_float:
@@ -18,12 +19,24 @@ def cross_entropy(logits: Tensor, targets, reduction: str = "mean") -> Tensor:
                          "(expected logits (..., classes))")
     if reduction not in ("mean", "sum", "none"):
         raise ValueError(f"[cross_entropy] unknown reduction {reduction!r}")
+    keep = None
+    if ignore_index is not None and targets.numel():
+        ignored = targets.eq(ignore_index)
+        if ignored.max().item():  # only pay for the mask when some target is ignored
+            keep = targets.ne(ignore_index).to_dtype(logits.dtype)
+            targets = where(ignored, 0, targets)  # any valid id: its term is masked out below
     logp = ops.log_softmax(logits, -1)
     picked = logp.gather(targets.unsqueeze(-1), -1).squeeze(-1)
+    if keep is not None:
+        picked = picked * keep
     if reduction == "none":
         return -picked
     total = picked.sum()
-    return -total if reduction == "sum" else total.affine(-1.0 / max(targets.numel(), 1), 0.0)
+    if reduction == "sum":
+        return -total
+    if keep is None:
+        return total.affine(-1.0 / max(targets.numel(), 1), 0.0)
+    return -total / keep.sum()  # torch: mean over the targets that are not ignored (nan if none)
 
 
 def mse_loss(pred: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
