@@ -1,8 +1,10 @@
 // DType: the element types ember stores, their sizes, f16/bf16 <-> f32 conversions and the dispatch macro.
 #pragma once
+#include <cmath>
 #include <cstdint>
 #include <cstring>
 #include <string>
+#include <type_traits>
 
 // Conversions are forced inline: they are used inside per-ISA kernels, and an out-of-line copy
 // compiled for AVX-512 must never be picked by the linker for a baseline caller.
@@ -93,9 +95,25 @@ template <typename T> EMBER_INLINE T store(typename Acc<T>::type v) { return v; 
 template <> EMBER_INLINE f16 store<f16>(float v) { return f16{f32_to_f16(v)}; }
 template <> EMBER_INLINE bf16 store<bf16>(float v) { return bf16{f32_to_bf16(v)}; }
 
-// Generic value conversion used by casts (via double for exactness where it matters).
+// double -> f16 with a single rounding (bit-exact with numpy): round to f32 *to odd* first, so the
+// sticky bit survives and the f32 -> f16 rounding sees the true side of a tie.
+EMBER_INLINE uint16_t f64_to_f16(double d) {
+  float f = (float)d;
+  if ((double)f != d && d == d) {
+    uint32_t b = f32_bits(f);
+    if (std::fabs((double)f) > std::fabs(d)) b -= 1;  // step the magnitude back toward zero: truncation
+    f = bits_f32(b | 1u);
+  }
+  return f32_to_f16(f);
+}
+
+// Generic value conversion used by casts (through the wider type's arithmetic).
 template <typename To, typename From> EMBER_INLINE To convert(From v) {
-  return store<To>(static_cast<typename Acc<To>::type>(load<From>(v)));
+  if constexpr (std::is_same_v<To, f16> && std::is_same_v<From, double>) {
+    return f16{f64_to_f16(v)};
+  } else {
+    return store<To>(static_cast<typename Acc<To>::type>(load<From>(v)));
+  }
 }
 
 template <typename T> struct DTypeOf;

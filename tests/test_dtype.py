@@ -1,0 +1,206 @@
+"""DTypes: attributes, f16/bf16 conversions bit-exact with numpy / ml_dtypes, casts between all dtypes."""
+import pickle
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ember as em
+from conftest import ALL, FLOATS, INTS, NP, expect_error, make_view, npdt
+
+BF16 = np.dtype(ml_dtypes.bfloat16)
+
+
+def test_dtype_attributes():
+    want = {"float32": (4, True), "float16": (2, True), "bfloat16": (2, True), "float64": (8, True),
+            "int64": (8, False), "uint32": (4, False), "uint8": (1, False)}
+    assert [d.name for d in ALL] == list(want)
+    for d in ALL:
+        assert isinstance(d, em.DType)
+        assert (d.itemsize, d.is_float) == want[d.name]
+        assert getattr(em, d.name) is d
+        assert pickle.loads(pickle.dumps(d)) is d
+        assert em.zeros(3, dtype=d).dtype is d
+        assert em.zeros(3, dtype=d).numpy().dtype == npdt(d)
+    assert em.float32 != em.float64
+
+
+def test_dtype_by_name_and_numpy_dtype():
+    assert em.zeros(2, dtype="float16").dtype is em.float16
+    assert em.zeros(2, dtype=np.float64).dtype is em.float64
+    expect_error(lambda: em.zeros(2, dtype="complex64"), "dtype", em.DTypeError)
+    expect_error(lambda: em.zeros(2, dtype="nonsense"), "dtype", TypeError)
+
+
+def all_halves():
+    return np.arange(65536, dtype=np.uint32).astype(np.uint16)
+
+
+def test_f16_to_f32_all_patterns():
+    bits = all_halves()
+    t = em.tensor(bits.view(np.float16))
+    got = t.to_dtype(em.float32).numpy()
+    want = bits.view(np.float16).astype(np.float32)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))  # signed zeros too
+    # f16 -> f64 is exact as well
+    np.testing.assert_array_equal(t.to_dtype(em.float64).numpy()[~nan], want[~nan].astype(np.float64))
+
+
+def test_bf16_to_f32_all_patterns():
+    bits = all_halves()
+    t = em.tensor(bits.view(BF16))
+    got = t.to_dtype(em.float32).numpy()
+    want = bits.view(BF16).astype(np.float32)
+    nan = np.isnan(want)
+    assert np.array_equal(np.isnan(got), nan)
+    np.testing.assert_array_equal(got[~nan].view(np.uint32), want[~nan].view(np.uint32))
+
+
+def rounding_probe_f32(grid_bits, grid_dtype):
+    """Every grid value, every midpoint between neighbours, and one f32 ulp either side of it."""
+    vals = grid_bits.view(grid_dtype).astype(np.float32)
+    fin = vals[np.isfinite(vals)]
+    fin = np.unique(fin)
+    mids = ((fin[:-1].astype(np.float64) + fin[1:].astype(np.float64)) / 2).astype(np.float32)
+    up = np.nextafter(mids, np.float32(np.inf))
+    down = np.nextafter(mids, np.float32(-np.inf))
+    rng = np.random.default_rng(0)
+    random_bits = rng.integers(0, 2**32, size=200_000, dtype=np.uint64).astype(np.uint32).view(np.float32)
+    edges = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 65504, 65519.996, 65520, -65520, 6e-8, 2.98e-8,
+                      2.9802322e-08, 5.9604645e-08, 1e-45, -1e-45, 3.4e38, 1.17549435e-38, 6.1035156e-05,
+                      6.097555e-05], dtype=np.float32)
+    return np.concatenate([fin, mids, up, down, random_bits, edges])
+
+
+def check_bits(got, want):
+    got_bits, want_bits = got.view(np.uint16), want.view(np.uint16)
+    nan = np.isnan(want.astype(np.float32))
+    assert np.array_equal(np.isnan(got.astype(np.float32)), nan)
+    bad = np.nonzero(got_bits[~nan] != want_bits[~nan])[0]
+    assert bad.size == 0, f"{bad.size} mismatches, first inputs differ at {bad[:5]}"
+
+
+def test_f32_to_f16_round_to_nearest_even():
+    x = rounding_probe_f32(all_halves(), np.float16)
+    check_bits(em.tensor(x).to_dtype(em.float16).numpy(), x.astype(np.float16))
+
+
+def test_f32_to_bf16_round_to_nearest_even():
+    x = rounding_probe_f32(all_halves(), BF16)
+    check_bits(em.tensor(x).to_dtype(em.bfloat16).numpy(), x.astype(BF16))
+
+
+def test_f64_to_halves_single_rounding():
+    # A double just above a half-way point of the f16 grid must round up; going through f32 first
+    # would land exactly on the tie and round to even (down).
+    rng = np.random.default_rng(1)
+    halves = all_halves().view(np.float16)
+    fin = np.unique(halves[np.isfinite(halves)].astype(np.float64))
+    mids = (fin[:-1] + fin[1:]) / 2
+    nudge = np.abs(mids) * 2.0**-40 + 1e-300
+    x = np.concatenate([mids + nudge, mids - nudge, mids, rng.standard_normal(100_000) * 1e3,
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, 65519.99999, 65520.0, 1e300, 1e-300]])
+    check_bits(em.tensor(x).to_dtype(em.float16).numpy(), x.astype(np.float16))
+    # bf16: ml_dtypes (like torch) rounds a double through f32; ember matches it
+    check_bits(em.tensor(x).to_dtype(em.bfloat16).numpy(), x.astype(BF16))
+
+
+def test_half_to_half_casts():
+    bits = all_halves()
+    f16 = em.tensor(bits.view(np.float16))
+    check_bits(f16.to_dtype(em.bfloat16).numpy(), bits.view(np.float16).astype(np.float32).astype(BF16))
+    bf = em.tensor(bits.view(BF16))
+    check_bits(bf.to_dtype(em.float16).numpy(), bits.view(BF16).astype(np.float32).astype(np.float16))
+
+
+def test_half_arithmetic_rounds_once():
+    # a + b for halves is computed in f32 and rounded once, like numpy's float16 ops
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal(10_000).astype(np.float16)
+    b = rng.standard_normal(10_000).astype(np.float16)
+    got = (em.tensor(a) + em.tensor(b)).numpy()
+    np.testing.assert_array_equal(got.view(np.uint16), (a + b).view(np.uint16))
+    a16, b16 = a.astype(BF16), b.astype(BF16)
+    got = (em.tensor(a16) * em.tensor(b16)).numpy()
+    want = (a16.astype(np.float32) * b16.astype(np.float32)).astype(BF16)
+    np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+
+
+def cast_source(rng, src, dst, shape):
+    """Values for src that convert without undefined behaviour to dst (numpy leaves some unspecified)."""
+    if src.is_float:
+        lo = 0.0 if dst in (em.uint32, em.uint8) else -100.0
+        hi = 250.0 if dst is em.uint8 else 1000.0
+        if dst is em.float16 or src is em.float16:
+            hi = min(hi, 600.0)
+        return rng.uniform(lo, hi, size=shape).astype(npdt(src))
+    if src is em.int64:
+        return rng.integers(-70000, 70000, size=shape, dtype=np.int64)  # wraps into u8 / u32 like numpy
+    return rng.integers(0, np.iinfo(npdt(src)).max, size=shape, dtype=np.uint64).astype(npdt(src))
+
+
+@pytest.mark.parametrize("src", ALL, ids=lambda d: d.name)
+@pytest.mark.parametrize("dst", ALL, ids=lambda d: d.name)
+def test_cast_matches_numpy(src, dst, rng):
+    for kind in ("contiguous", "transposed", "stepped"):
+        shape = (5, 7)
+        base = cast_source(rng, src, dst, shape if kind != "transposed" else shape[::-1])
+        if kind == "contiguous":
+            t, ref = em.tensor(base), base
+        elif kind == "transposed":
+            t, ref = em.tensor(base).t(), base.T
+        else:
+            t, ref = em.tensor(base)[::2, 1::3], base[::2, 1::3]
+        if dst is em.float16 and src.is_float:
+            want = ref.astype(np.float16) if src is not em.bfloat16 else ref.astype(np.float32).astype(np.float16)
+        elif dst is em.float16:
+            want = ref.astype(np.float64).astype(np.float16)
+        elif dst is em.bfloat16:
+            want = ref.astype(np.float32).astype(BF16) if src is not em.int64 else ref.astype(np.float32).astype(BF16)
+        else:
+            want = ref.astype(npdt(dst)) if src is not em.bfloat16 else ref.astype(np.float32).astype(npdt(dst))
+        out = t.to_dtype(dst)
+        assert out.dtype is dst and out.shape == ref.shape
+        got = out.numpy()
+        assert got.dtype == npdt(dst)
+        if dst in (em.float16, em.bfloat16):
+            np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
+        else:
+            np.testing.assert_array_equal(got, want)
+
+
+def test_cast_to_same_dtype_is_identity_and_names_accepted():
+    t = em.tensor([1.0, 2.0])
+    assert t.to_dtype(em.float32) is t
+    assert t.to_dtype("float64").dtype is em.float64
+    assert t.astype(np.float16).dtype is em.float16
+
+
+def test_cast_special_floats_to_int_do_not_crash():
+    # NaN / inf / out-of-range have no integer value; the cast must still return (values unspecified)
+    x = em.tensor(np.array([np.nan, np.inf, -np.inf, 1e30, -1e30, 3.5], dtype=np.float32))
+    for d in INTS:
+        y = x.to_dtype(d).numpy()
+        assert y.shape == (6,) and y[-1] == 3
+    for d in (em.float16, em.bfloat16):
+        assert x.to_dtype(d).to_dtype(em.int64).numpy()[-1] == 3
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
+def test_nan_inf_survive_casts_between_floats(dt):
+    x = em.tensor(np.array([np.nan, np.inf, -np.inf, -0.0], dtype=np.float64)).to_dtype(dt)
+    y = x.to_dtype(em.float64).numpy()
+    assert np.isnan(y[0]) and y[1] == np.inf and y[2] == -np.inf and np.signbit(y[3])
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
+def test_view_kinds_cast(dt, rng):
+    for kind in ("narrowed", "offset", "broadcast"):
+        t, ref = make_view(rng, (3, 4), dt, kind, lo=0, hi=50)
+        np.testing.assert_array_equal(t.to_dtype(em.float64).numpy(), ref.astype(np.float64))
+
+
+def test_np_mapping_table_complete():
+    assert set(NP) == {d.name for d in ALL}
