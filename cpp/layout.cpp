@@ -43,6 +43,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
 }
 
 bool Layout::is_contiguous() const {
+  if (numel() == 0) return true;  // no element to place: every empty layout is contiguous (as torch)
   int64_t acc = 1;
   for (int64_t i = ndim() - 1; i >= 0; --i) {
     if (shape_[i] == 1) continue;

@@ -1,0 +1,241 @@
+"""Creation and conversion: tensor/from_numpy defaults, zeros/ones/full/arange/rand/randn, numpy interop,
+copy/clone/detach, item/tolist/repr, Tensor attributes."""
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ember as em
+from conftest import ALL, FLOATS, expect_error, make_view, npdt, rand_np
+
+
+def test_python_scalar_and_list_defaults(device):
+    assert em.tensor(1.5, device=device).dtype is em.float32
+    assert em.tensor(3, device=device).dtype is em.int64
+    assert em.tensor([1.0, 2.0]).dtype is em.float32
+    assert em.tensor([[1, 2], [3, 4]]).dtype is em.int64
+    assert em.tensor([1, 2.5]).dtype is em.float32
+    assert em.tensor(True).dtype is em.uint8
+    assert em.tensor([]).shape == (0,) and em.tensor([]).dtype is em.float32
+    t = em.tensor([[1.25, -2.0], [3.0, 4.5]])
+    assert t.shape == (2, 2) and t.tolist() == [[1.25, -2.0], [3.0, 4.5]]
+    s = em.tensor(7)
+    assert s.shape == () and s.ndim == 0 and s.item() == 7 and isinstance(s.item(), int)
+    assert isinstance(em.tensor(2.5).item(), float)
+    assert em.tensor(2 ** 40).item() == 2 ** 40
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
+def test_numpy_keeps_dtype_and_roundtrips(dt, rng):
+    a = rand_np(rng, (3, 4), dt)
+    t = em.tensor(a)
+    assert t.dtype is dt and t.shape == (3, 4)
+    back = t.numpy()
+    assert back.dtype == npdt(dt)
+    np.testing.assert_array_equal(back, a)
+    np.testing.assert_array_equal(np.asarray(t), a)
+    assert np.asarray(t).dtype == npdt(dt)
+    assert np.asarray(t, dtype=np.float64).dtype == np.float64
+    f = em.from_numpy(a)
+    assert f.dtype is dt
+    np.testing.assert_array_equal(f.numpy(), a)
+
+
+def test_numpy_scalar_and_widened_dtypes():
+    assert em.tensor(np.float64(1.5)).dtype is em.float64  # a numpy scalar keeps its dtype
+    assert em.tensor(np.array(2.0)).dtype is em.float64
+    assert em.tensor(np.arange(4, dtype=np.int32)).dtype is em.int64
+    assert em.tensor(np.arange(4, dtype=np.int16)).dtype is em.int64
+    assert em.tensor(np.array([True, False])).dtype is em.uint8
+    expect_error(lambda: em.tensor(np.zeros(2, dtype=np.complex64)), "tensor", em.DTypeError)
+    expect_error(lambda: em.tensor([[1, 2], [3]]), "tensor", em.EmberError)
+
+
+def test_tensor_from_strided_numpy_and_dtype_arg():
+    a = np.arange(24, dtype=np.float64).reshape(4, 6)[::2, 1::2].T
+    t = em.tensor(a)
+    np.testing.assert_array_equal(t.numpy(), a)
+    t16 = em.tensor(a, dtype=em.float16)
+    assert t16.dtype is em.float16
+    np.testing.assert_array_equal(t16.numpy(), a.astype(np.float16))
+    assert em.tensor([1, 2], dtype=em.float64).numpy().dtype == np.float64
+    tb = em.tensor([1.0, 2.5], dtype="bfloat16")
+    assert tb.numpy().dtype == np.dtype(ml_dtypes.bfloat16)
+
+
+def test_tensor_always_copies():
+    a = np.arange(6, dtype=np.float32)
+    t = em.tensor(a)
+    a[0] = 100
+    assert t.numpy()[0] == 0
+    t2 = em.tensor(t)
+    assert not t2.storage.same_buffer(t.storage)
+    t.zero_set()
+    assert t2.numpy()[1] == 1
+
+
+def test_numpy_never_aliases(rng):
+    t, _ = make_view(rng, (3, 4), em.float32, "contiguous")
+    n = t.numpy()
+    n[:] = 5
+    assert not (t.numpy() == 5).any()
+    n2 = np.asarray(t)
+    n2[:] = 7
+    assert not (t.numpy() == 7).any()
+    v = t[1:, ::2]
+    nv = v.numpy()
+    assert nv.flags.c_contiguous or nv.flags.writeable
+    nv[:] = 9
+    assert not (t.numpy() == 9).any()
+
+
+def test_copy_clone_new_storage_detach_shares(rng):
+    for kind in ("contiguous", "transposed", "offset", "broadcast"):
+        t, ref = make_view(rng, (3, 4), em.float32, kind)
+        for c in (t.copy(), t.clone()):
+            assert not c.storage.same_buffer(t.storage)
+            assert c.layout.is_contiguous() and c.layout.start_offset == 0
+            np.testing.assert_array_equal(c.numpy(), ref)
+        d = t.detach()
+        assert d.storage is t.storage and d.layout == t.layout and d.op is None and d.id != t.id
+    v = em.Var(np.ones(3, dtype=np.float32))
+    y = v * 2
+    assert y.op is not None and y.detach().op is None and not v.detach().is_variable
+    c = v.copy()
+    c.zero_set()
+    assert v.numpy().tolist() == [1, 1, 1]
+    d = v.detach()
+    d.zero_set()
+    assert v.numpy().tolist() == [0, 0, 0]
+
+
+def test_contiguous_returns_self_when_contiguous():
+    t = em.zeros(3, 4)
+    assert t.contiguous() is t
+    tt = t.t()
+    c = tt.contiguous()
+    assert c is not tt and c.layout.is_contiguous() and c.shape == (4, 3)
+
+
+def test_attributes():
+    t = em.zeros(2, 3)
+    assert t.shape == (2, 3) and isinstance(t.shape, tuple) and t.ndim == 2 and t.numel() == 6
+    assert t.device == em.cpu == em.Device("cpu") and t.device == "cpu"
+    assert t.op is None and not t.is_variable
+    assert isinstance(t.id, int) and t.id != em.zeros(2, 3).id
+    assert isinstance(t.layout, em.Layout)
+    assert hash(t) == hash(t) and len({t, t, em.zeros(1)}) == 2  # identity hash
+    assert len(t) == 2
+    with pytest.raises(TypeError):
+        len(em.zeros(()))
+
+
+def test_device_objects():
+    assert em.Device("cpu") == em.cpu and hash(em.Device("cpu")) == hash(em.cpu)
+    assert em.Device("metal", 0) == em.Device("metal", 0) and em.Device("metal", 0) != em.Device("metal", 1)
+    assert em.Device("metal", 0) != em.cpu
+    assert em.metal_is_available() in (True, False)
+    expect_error(lambda: em.Device("tpu"), "device", em.DeviceError)
+    if not em.metal_is_available():
+        expect_error(lambda: em.zeros(2, device="metal"), "alloc", em.DeviceError)
+        expect_error(lambda: em.zeros(2).to_device(em.Device("metal", 0)), "to_device", em.DeviceError)
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
+def test_zeros_ones_full_like(dt, device):
+    for shape in [(), (0,), (3,), (2, 0, 3), (4, 5)]:
+        z, o = em.zeros(*shape, dtype=dt, device=device), em.ones(shape, dtype=dt, device=device)
+        assert z.shape == shape and z.dtype is dt and z.device == device
+        np.testing.assert_array_equal(z.numpy(), np.zeros(shape, npdt(dt)))
+        np.testing.assert_array_equal(o.numpy(), np.ones(shape, npdt(dt)))
+        f = em.full(shape, 7, dtype=dt, device=device)
+        np.testing.assert_array_equal(f.numpy(), np.full(shape, 7, npdt(dt)))
+        assert em.zeros_like(o).dtype is dt and em.zeros_like(o).shape == shape
+        np.testing.assert_array_equal(em.ones_like(z).numpy(), np.ones(shape, npdt(dt)))
+    assert em.full((2,), 1.5).dtype is em.float32 and em.full((2,), 3).dtype is em.int64
+    assert em.zeros(2, 3).dtype is em.float32
+    assert em.zeros_like(em.zeros(2), dtype=em.int64).dtype is em.int64
+    expect_error(lambda: em.zeros(-1, 2), "full", em.ShapeError)
+    np.testing.assert_array_equal(em.full((3,), 0.1, dtype=em.float16).numpy(), np.full(3, 0.1, np.float16))
+
+
+@pytest.mark.parametrize("args", [(5,), (2, 9), (2, 9, 3), (10, 0, -3), (0,), (3, 3), (5, 1, -1), (1, 2, 0.25),
+                                  (-1.5, 1.0, 0.5), (0, 1, 0.1)])
+def test_arange_matches_numpy(args):
+    want = np.arange(*args)
+    t = em.arange(*args)
+    assert t.dtype is (em.int64 if want.dtype.kind == "i" else em.float32)
+    np.testing.assert_allclose(t.numpy(), want, rtol=1e-6, atol=1e-7)
+    assert t.shape == want.shape
+    for dt in FLOATS + [em.int64]:
+        np.testing.assert_allclose(em.arange(*args, dtype=dt).numpy().astype(np.float64),
+                                   want.astype(npdt(dt)).astype(np.float64), rtol=1e-2 if not dt.itemsize > 2 else 1e-6)
+    expect_error(lambda: em.arange(0, 5, 0), "arange")
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
+def test_rand_randn_seeded_and_distribution(dt):
+    em.manual_seed(1234)
+    a = em.rand(100_000, dtype=dt)
+    b = em.randn(400, 250, dtype=dt)
+    em.manual_seed(1234)
+    a2 = em.rand(100_000, dtype=dt)
+    b2 = em.randn(400, 250, dtype=dt)
+    np.testing.assert_array_equal(a.numpy(), a2.numpy())
+    np.testing.assert_array_equal(b.numpy(), b2.numpy())
+    assert a.dtype is dt and b.shape == (400, 250)
+    em.manual_seed(1235)
+    assert not np.array_equal(em.rand(100_000, dtype=dt).numpy(), a.numpy())
+    assert not np.array_equal(em.rand(100_000, dtype=dt).numpy(), em.rand(100_000, dtype=dt).numpy())
+    x = a.numpy().astype(np.float64)
+    assert x.min() >= 0 and x.max() < 1
+    assert abs(x.mean() - 0.5) < 0.01 and abs(x.var() - 1 / 12) < 0.003
+    hist = np.histogram(x, bins=10, range=(0, 1))[0]
+    assert hist.min() > 9000 and hist.max() < 11000
+    y = b.numpy().astype(np.float64).ravel()
+    assert abs(y.mean()) < 0.02 and abs(y.std() - 1) < 0.02
+    assert abs(np.mean(np.abs(y) < 1) - 0.6827) < 0.01
+    assert abs(np.mean(y ** 3)) < 0.05 and abs(np.mean(y ** 4) - 3) < 0.1  # skew 0, kurtosis 3
+    assert np.corrcoef(y[:-1], y[1:])[0, 1] < 0.02  # neighbours independent
+
+
+def test_rand_ranges_shapes_and_errors():
+    em.manual_seed(0)
+    r = em.rand(2, 3, lo=-2.0, hi=5.0).numpy()
+    assert r.shape == (2, 3) and r.min() >= -2 and r.max() < 5
+    n = em.randn((1000,), mean=3.0, std=0.5).numpy()
+    assert abs(n.mean() - 3) < 0.1 and abs(n.std() - 0.5) < 0.1
+    assert em.rand(()).shape == () and em.rand(0, 3).shape == (0, 3)
+    expect_error(lambda: em.rand(3, dtype=em.int64), "rand", em.DTypeError)
+    expect_error(lambda: em.randn(3, dtype=em.uint8), "randn", em.DTypeError)
+    em.manual_seed(5)
+    first = em.rand(10).numpy()
+    em.manual_seed(5)
+    both = np.concatenate([em.rand(4).numpy(), em.rand(6).numpy()])
+    assert first.shape == both.shape  # draws advance the generator; the seed resets it
+    em.manual_seed(5)
+    np.testing.assert_array_equal(em.rand(10).numpy(), first)
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
+def test_item_tolist_repr(dt, rng):
+    a = rand_np(rng, (2, 3), dt)
+    t = em.tensor(a)
+    assert t.tolist() == a.tolist() or np.allclose(t.tolist(), a.astype(np.float64).tolist())
+    assert t[1, 2].item() == a[1, 2].item()
+    assert type(t[0, 0].item()) is (float if dt.is_float else int)
+    r = repr(t)
+    assert r.startswith("Tensor(") and dt.name in r and "(2, 3)" in r
+    expect_error(lambda: t.item(), "item", em.ShapeError)
+    assert float(em.tensor([2.5], dtype=dt if dt.is_float else em.float32)) == 2.5
+    big = em.zeros(1000, 1000, dtype=dt)
+    assert len(repr(big)) < 2000  # summarised, not a million numbers
+    with pytest.raises(em.EmberError):
+        bool(em.zeros(2))
+    assert bool(em.ones(1, dtype=dt)) and not bool(em.zeros((), dtype=dt))
+
+
+def test_python_number_protocols():
+    assert int(em.tensor(3)) == 3 and float(em.tensor(2.5)) == 2.5
+    assert [10, 20, 30][em.tensor(1)] == 20  # __index__ on an int tensor
+    with pytest.raises(TypeError):
+        [10, 20][em.tensor(1.0)]
