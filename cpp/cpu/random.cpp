@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <type_traits>
 
 #include "cpu/parallel.h"
 
@@ -19,17 +20,44 @@ inline uint64_t mix(uint64_t z) {
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebULL;
   return z ^ (z >> 31);
 }
-// Uniform in [0, 1) with 53 random bits.
-inline double unit(uint64_t seed, uint64_t i) { return (double)(mix(seed ^ mix(i)) >> 11) * 0x1.0p-53; }
+// Uniform in [0, 1) with `bits` random bits (53 for doubles; fewer for narrow dtypes, so that every
+// value is on the dtype's grid and rounding can never reach 1).
+inline double unit(uint64_t seed, uint64_t i, int bits = 53) {
+  return (double)(mix(seed ^ mix(i)) >> (64 - bits)) * std::ldexp(1.0, -bits);
+}
 
-template <typename F> StoragePtr generate(DType dt, int64_t n, F&& value_at) {
+template <typename T> constexpr int mantissa_bits() {
+  if constexpr (std::is_same_v<T, f16>) return 11;
+  else if constexpr (std::is_same_v<T, bf16>) return 8;
+  else if constexpr (std::is_same_v<T, float>) return 24;
+  else return 53;
+}
+
+// The largest value of T strictly below v (v finite): keeps rand's results inside [lo, hi).
+template <typename T> T next_below(T v) {
+  if constexpr (std::is_same_v<T, f16> || std::is_same_v<T, bf16>) {
+    uint16_t b = v.bits;
+    if ((b & 0x7fff) == 0) return T{(uint16_t)0x8001};
+    return T{(uint16_t)((b & 0x8000) ? b + 1 : b - 1)};
+  } else {
+    return std::nextafter(v, -INFINITY);
+  }
+}
+
+// value_at(seed, base, i, bits) -> double; `below` (if finite) is an exclusive upper bound that the
+// value rounded to the dtype must respect.
+template <typename F> StoragePtr generate(DType dt, int64_t n, double below, F&& value_at) {
   auto out = new_cpu(dt, n);
   uint64_t seed = g_seed.load();
   uint64_t base = g_counter.fetch_add((uint64_t)n + 1);
   EMBER_DISPATCH_FLOAT(dt, {
     T* o = out->data<T>();
     parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
-      for (int64_t i = b; i < e; ++i) o[i] = store<T>((typename Acc<T>::type)value_at(seed, base, i));
+      for (int64_t i = b; i < e; ++i) {
+        T v = convert<T, double>(value_at(seed, base, i, mantissa_bits<T>()));
+        if ((double)load(v) >= below) v = next_below(v);
+        o[i] = v;
+      }
     });
   });
   return out;
@@ -43,15 +71,15 @@ void manual_seed(uint64_t seed) {
 }
 
 StoragePtr rand_uniform(DType dt, int64_t n, double lo, double hi) {
-  return generate(dt, n, [lo, hi](uint64_t s, uint64_t base, int64_t i) {
-    double v = lo + (hi - lo) * unit(s, base + (uint64_t)i);
-    return v < hi ? v : lo;  // rounding to a narrow dtype must not reach hi
+  const double below = hi > lo ? hi : INFINITY;
+  return generate(dt, n, below, [lo, hi](uint64_t s, uint64_t base, int64_t i, int bits) {
+    return lo + (hi - lo) * unit(s, base + (uint64_t)i, bits);
   });
 }
 
 StoragePtr rand_normal(DType dt, int64_t n, double mean, double std) {
   // Box-Muller on a pair of independent uniforms per element.
-  return generate(dt, n, [mean, std](uint64_t s, uint64_t base, int64_t i) {
+  return generate(dt, n, INFINITY, [mean, std](uint64_t s, uint64_t base, int64_t i, int) {
     uint64_t k = 2 * (base + (uint64_t)i);
     double u1 = 1.0 - unit(s, k), u2 = unit(s, k + 1);
     return mean + std * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
