@@ -9,9 +9,10 @@
 static inline float vm_bits_to_f(int32_t i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline int32_t vm_f_to_bits(float f) { int32_t i; std::memcpy(&i, &f, 4); return i; }
 
-// exp(x) = 2^n * e^r, |r| <= ln2/2, degree-6 polynomial. Underflows to 0 below -87.3 (no subnormals).
+// exp(x) = 2^n * e^r, |r| <= ln2/2, degree-6 polynomial. 2^n is applied as two factors so that
+// results down to the subnormal range (x >= -103.97) are right, like libm's expf.
 static inline float vm_exp(float x) {
-  const float hi = 88.3762626647949f, lo = -87.3365478515625f;
+  const float hi = 88.3762626647949f, lo = -103.972084045410f;
   float xc = x > hi ? hi : (x < lo ? lo : x);
   float t = xc * 1.44269504088896341f;
   float n = (t + 12582912.0f) - 12582912.0f;  // round to nearest integer (1.5 * 2^23 trick)
@@ -24,7 +25,8 @@ static inline float vm_exp(float x) {
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
   p = p * r * r + r + 1.0f;
-  float res = p * vm_bits_to_f(((int32_t)n + 127) << 23);
+  const int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;  // each half is a normal power of two
+  float res = p * vm_bits_to_f((n1 + 127) << 23) * vm_bits_to_f((n2 + 127) << 23);
   res = x < lo ? 0.0f : res;
   res = x > hi ? INFINITY : res;
   return x != x ? x : res;
@@ -32,8 +34,10 @@ static inline float vm_exp(float x) {
 
 // log(x) for x > 0: x = m * 2^e with m in [sqrt(1/2), sqrt(2)), polynomial in (m - 1).
 static inline float vm_log(float x) {
-  int32_t bits = vm_f_to_bits(x);
-  int32_t e = ((bits >> 23) & 0xff) - 127;
+  const bool sub = x < 1.17549435e-38f;  // subnormal: scale by 2^23 into the normal range first
+  const float xs = sub ? x * 8388608.0f : x;
+  int32_t bits = vm_f_to_bits(xs);
+  int32_t e = ((bits >> 23) & 0xff) - 127 - (sub ? 23 : 0);
   float m = vm_bits_to_f((bits & 0x007fffff) | 0x3f800000);  // [1, 2)
   bool big = m > 1.41421356f;
   m = big ? m * 0.5f : m;
@@ -53,8 +57,8 @@ static inline float vm_log(float x) {
   y += ef * -2.12194440e-4f;
   y += -0.5f * z;
   float res = f + y + ef * 0.693359375f;
-  // Special values: subnormals/zero -> -inf (we do not handle subnormal inputs precisely), negatives nan.
-  res = x < 1.17549435e-38f ? -INFINITY : res;
+  // Special values: zero -> -inf, negatives -> nan.
+  res = x == 0.0f ? -INFINITY : res;
   res = x < 0.0f ? NAN : res;
   res = x == INFINITY ? INFINITY : res;
   return x != x ? x : res;

@@ -1,0 +1,286 @@
+"""Elementwise ops vs numpy: unary, affine/powf/clamp, binary with broadcasting, scalars, comparisons, where,
+maximum/minimum, on every dtype that makes sense and every kind of view."""
+import math
+
+import numpy as np
+import pytest
+
+import ember as em
+from conftest import ALL, FLOATS, INTS, TOL, VIEWS, assert_close, expect_error, f64, make_view, npdt, rand_shape
+
+_erf = np.vectorize(math.erf, otypes=[np.float64])
+
+# name -> (reference in float64, input range, exact for halves?)
+UNARY = {
+    "exp": (np.exp, (-5, 5)),
+    "log": (np.log, (0.05, 8)),
+    "sin": (np.sin, (-6, 6)),
+    "cos": (np.cos, (-6, 6)),
+    "tanh": (np.tanh, (-5, 5)),
+    "sqrt": (np.sqrt, (0, 9)),
+    "sqr": (np.square, (-4, 4)),
+    "abs": (np.abs, (-4, 4)),
+    "neg": (np.negative, (-4, 4)),
+    "recip": (np.reciprocal, (0.25, 4)),
+    "relu": (lambda x: np.maximum(x, 0), (-4, 4)),
+    "gelu": (lambda x: 0.5 * x * (1 + _erf(x / np.sqrt(2))), (-5, 5)),
+    "silu": (lambda x: x / (1 + np.exp(-x)), (-8, 8)),
+    "erf": (_erf, (-3, 3)),
+    "ceil": (np.ceil, (-5, 5)),
+    "floor": (np.floor, (-5, 5)),
+    "round": (np.round, (-5, 5)),
+    "sign": (np.sign, (-2, 2)),
+}
+INT_UNARY = {"sqr", "abs", "neg", "relu", "ceil", "floor", "round", "sign"}
+
+
+def shapes(rng):
+    return [(), (0,), (3, 0, 2), (1,), (5,), rand_shape(rng, 2), rand_shape(rng, 3), (2, 1, 3, 4)]
+
+
+@pytest.mark.parametrize("name", list(UNARY))
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
+def test_unary_float(name, dt, rng, device):
+    ref_fn, (lo, hi) = UNARY[name]
+    for shape in shapes(rng):
+        for kind in VIEWS:
+            if kind != "contiguous" and not shape:
+                continue
+            t, a = make_view(rng, shape, dt, kind, device, lo=lo, hi=hi)
+            out = getattr(t, name)()
+            assert out.dtype is dt and out.shape == shape and out.layout.is_contiguous() and out.device == device
+            want = ref_fn(f64(a)).astype(npdt(dt))  # rounded once to the dtype, like ember
+            assert_close(out, want)
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
+def test_unary_special_values(dt):
+    x = em.tensor(np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-30, -1e-30, 88.0, -88.0, 100.0, -100.0]))
+    x = x.to_dtype(dt)
+    a = f64(x.numpy())
+    with np.errstate(all="ignore"):
+        for name, fn in [("exp", np.exp), ("tanh", np.tanh), ("abs", np.abs), ("neg", np.negative),
+                         ("relu", lambda v: np.maximum(v, 0)), ("sqrt", np.sqrt), ("log", np.log),
+                         ("sign", np.sign), ("floor", np.floor)]:
+            got = f64(getattr(x, name)().numpy())
+            want = fn(a).astype(npdt(dt)).astype(np.float64)
+            assert np.array_equal(np.isnan(got), np.isnan(want)), (name, got, want)
+            fin = np.isfinite(want)
+            assert np.array_equal(got[~fin & ~np.isnan(want)], want[~fin & ~np.isnan(want)]), name
+            np.testing.assert_allclose(got[fin], want[fin], rtol=TOL[dt.name][0], atol=1e-30, err_msg=name)
+
+
+def test_log_of_subnormal_and_exp_underflow():
+    tiny = np.array([1e-40, 1e-45, 1e-39], dtype=np.float32)
+    np.testing.assert_allclose(em.tensor(tiny).log().numpy(), np.log(tiny.astype(np.float64)), rtol=1e-5)
+    x = np.array([-87.5, -90.0, -100.0, -103.0], dtype=np.float32)
+    np.testing.assert_allclose(em.tensor(x).exp().numpy(), np.exp(x.astype(np.float64)), rtol=1e-3, atol=1e-44)
+
+
+@pytest.mark.parametrize("name", sorted(INT_UNARY))
+@pytest.mark.parametrize("dt", INTS, ids=lambda d: d.name)
+def test_unary_int(name, dt, rng):
+    ref_fn = UNARY[name][0]
+    for shape in [(), (0, 3), (4, 5), (2, 3, 2)]:
+        for kind in VIEWS:
+            t, a = make_view(rng, shape, dt, kind)
+            if name == "neg" and dt in (em.uint32, em.uint8):
+                expect_error(lambda: t.neg(), "neg", em.DTypeError)
+                continue
+            out = getattr(t, name)()
+            assert out.dtype is dt
+            assert_close(out, ref_fn(a.astype(np.int64)).astype(npdt(dt)))
+
+
+@pytest.mark.parametrize("name", ["exp", "log", "sin", "cos", "tanh", "sqrt", "recip", "gelu", "silu", "erf"])
+@pytest.mark.parametrize("dt", INTS, ids=lambda d: d.name)
+def test_float_only_unary_on_ints_raises(name, dt):
+    e = expect_error(lambda: getattr(em.ones(3, dtype=dt), name)(), name, em.DTypeError)
+    assert isinstance(e, TypeError)
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
+def test_affine_clamp_powf(dt, rng):
+    for kind in VIEWS:
+        t, a = make_view(rng, (3, 5), dt, kind, lo=0.5, hi=4)
+        x = f64(a)
+        if dt.is_float:
+            assert_close(t.affine(1.5, -0.25), (x * 1.5 - 0.25).astype(npdt(dt)))
+            assert_close(t.powf(2.5), (x ** 2.5).astype(npdt(dt)))
+            assert_close(t ** 1.5, (x ** 1.5).astype(npdt(dt)))
+            assert_close(t.clamp(1.0, 2.5), np.clip(x, 1.0, 2.5).astype(npdt(dt)))
+        else:
+            assert_close(t.affine(3, 2), (a.astype(np.int64) * 3 + 2).astype(npdt(dt)))
+            assert_close(t.affine(0.5, 0), np.trunc(x * 0.5).astype(npdt(dt)))
+            expect_error(lambda: t.powf(2.0), "powf", em.DTypeError)
+            assert_close(t.clamp(3, 10), np.clip(a, 3, 10))
+        assert_close(t.clamp(lo=2), np.maximum(a, np.array(2).astype(a.dtype)))
+        assert_close(t.clamp(hi=2), np.minimum(a, np.array(2).astype(a.dtype)))
+
+
+BROADCAST_PAIRS = [((3, 4), (3, 4)), ((3, 1, 4), (1, 5, 1)), ((4,), (2, 3, 4)), ((0, 3), (1, 3)),
+                   ((2, 0, 1), (2, 1, 5)), ((), (3,)), ((1,), (2, 2)), ((5, 1), ()), ((2, 3, 1, 1), (4, 5)),
+                   ((1, 1), (1, 1)), ((6, 7), (7,))]
+
+
+def binary_inputs(rng, dt, lo=-3.0, hi=3.0, device="cpu"):
+    for sa, sb in BROADCAST_PAIRS:
+        for ka, kb in [("contiguous", "contiguous"), ("transposed", "stepped"), ("offset", "narrowed"),
+                       ("broadcast", "transposed"), ("stepped", "broadcast")]:
+            ta, a = make_view(rng, sa, dt, ka, device, lo=lo, hi=hi)
+            tb, b = make_view(rng, sb, dt, kb, device, lo=lo, hi=hi)
+            yield ta, a, tb, b
+
+
+OPS = {"add": (lambda x, y: x + y), "sub": (lambda x, y: x - y), "mul": (lambda x, y: x * y),
+       "maximum": np.maximum, "minimum": np.minimum}
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
+def test_binary_broadcast(dt, rng, device):
+    for ta, a, tb, b in binary_inputs(rng, dt, device=device):
+        shape = np.broadcast_shapes(a.shape, b.shape)
+        for name, fn in OPS.items():
+            out = getattr(ta, name)(tb)
+            assert out.shape == shape and out.dtype is dt, (name, out.shape, shape)
+            if dt.is_float:
+                want = fn(f64(a), f64(b)).astype(npdt(dt))
+            else:
+                want = fn(a, b)  # same dtype: wraps like ember
+            assert_close(out, want)
+        assert_close(ta + tb, (f64(a) + f64(b)).astype(npdt(dt)) if dt.is_float else a + b)
+        assert_close(ta - tb, (f64(a) - f64(b)).astype(npdt(dt)) if dt.is_float else a - b)
+        assert_close(ta * tb, (f64(a) * f64(b)).astype(npdt(dt)) if dt.is_float else a * b)
+        assert_close(em.maximum(ta, tb), np.maximum(a, b))
+        assert_close(em.minimum(ta, tb), np.minimum(a, b))
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
+def test_div_and_pow_float(dt, rng):
+    for ta, a, tb, b in binary_inputs(rng, dt, lo=0.5, hi=3.0):
+        assert_close(ta / tb, (f64(a) / f64(b)).astype(npdt(dt)))
+        assert_close(ta.div(tb), (f64(a) / f64(b)).astype(npdt(dt)))
+        assert_close(ta ** tb, (f64(a) ** f64(b)).astype(npdt(dt)))
+        assert_close(ta.pow(tb), (f64(a) ** f64(b)).astype(npdt(dt)))
+
+
+@pytest.mark.parametrize("dt", INTS, ids=lambda d: d.name)
+def test_int_true_division_gives_float(dt, rng):
+    a = rng.integers(1, 20, size=(3, 4)).astype(npdt(dt))
+    b = rng.integers(1, 20, size=(4,)).astype(npdt(dt))
+    ta, tb = em.tensor(a), em.tensor(b)
+    for out, want in [(ta / tb, a / b), (ta / 4, a / 4), (8 / ta, 8 / a), (ta / 2.5, a / 2.5)]:
+        assert out.dtype is em.float32
+        np.testing.assert_allclose(out.numpy(), want, rtol=1e-6)
+    expect_error(lambda: ta ** tb, "pow", em.DTypeError)
+
+
+def test_maximum_minimum_nan_propagate():
+    a = em.tensor(np.array([1.0, np.nan, 3.0, np.nan], dtype=np.float32))
+    b = em.tensor(np.array([np.nan, 2.0, 1.0, np.nan], dtype=np.float32))
+    for fn, ref in [(em.maximum, np.maximum), (em.minimum, np.minimum)]:
+        got, want = fn(a, b).numpy(), ref(a.numpy(), b.numpy())
+        assert np.array_equal(np.isnan(got), np.isnan(want)) and got[2] == want[2]
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
+def test_python_scalars(dt, rng):
+    t, a = make_view(rng, (3, 4), dt, "transposed", lo=1, hi=4)
+    x = f64(a)
+    if dt.is_float:
+        cast = lambda v: v.astype(npdt(dt))  # noqa: E731
+        assert_close(t + 2, cast(x + 2))
+        assert_close(2 + t, cast(2 + x))
+        assert_close(t - 1.5, cast(x - 1.5))
+        assert_close(10 - t, cast(10 - x))
+        assert_close(t * 0.5, cast(x * 0.5))
+        assert_close(3 * t, cast(3 * x))
+        assert_close(t / 4, cast(x / 4))
+        assert_close(1 / t, cast(1 / x))
+        assert_close(t ** 2, cast(x ** 2))
+        assert_close(2 ** t, cast(2 ** x))
+        assert_close(-t, cast(-x))
+        assert_close(abs(-t), cast(x))
+    else:
+        assert_close(t + 2, a + np.array(2).astype(a.dtype))
+        assert_close(3 * t, a * np.array(3).astype(a.dtype))
+        assert_close(t - 1, a - np.array(1).astype(a.dtype))
+        out = t * 0.5  # a float scalar promotes an int tensor to float32
+        assert out.dtype is em.float32
+        np.testing.assert_allclose(out.numpy(), x * 0.5)
+        assert (t + 1.0).dtype is em.float32
+    assert (+t) is t
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
+def test_comparisons_give_uint8(dt, rng, device):
+    for ta, a, tb, b in binary_inputs(rng, dt, lo=0, hi=3, device=device):
+        if dt.is_float:  # make ties likely
+            ta, a = ta.round(), np.round(a)
+            tb, b = tb.round(), np.round(b)
+        for name, op, fn in [("eq", "__eq__", np.equal), ("ne", "__ne__", np.not_equal), ("lt", "__lt__", np.less),
+                             ("le", "__le__", np.less_equal), ("gt", "__gt__", np.greater),
+                             ("ge", "__ge__", np.greater_equal)]:
+            want = fn(f64(a), f64(b)).astype(np.uint8)
+            for out in (getattr(ta, name)(tb), getattr(ta, op)(tb)):
+                assert out.dtype is em.uint8
+                np.testing.assert_array_equal(out.numpy(), want)
+    t = em.tensor(np.array([1, 2, 3], dtype=npdt(dt)))
+    np.testing.assert_array_equal((t == 2).numpy(), [0, 1, 0])
+    np.testing.assert_array_equal((t > 1).numpy(), [0, 1, 1])
+    np.testing.assert_array_equal((t <= 2.5).numpy(), [1, 1, 0])
+    np.testing.assert_array_equal((2 < t).numpy(), [0, 0, 1])
+
+
+def test_comparisons_with_nan():
+    a = em.tensor(np.array([np.nan, 1.0], dtype=np.float32))
+    np.testing.assert_array_equal((a == a).numpy(), [0, 1])
+    np.testing.assert_array_equal((a != a).numpy(), [1, 0])
+    np.testing.assert_array_equal((a < 2).numpy(), [0, 1])
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
+def test_where(dt, rng):
+    for sc, sa, sb in [((3, 4), (3, 4), (3, 4)), ((3, 1), (1, 4), (3, 4)), ((4,), (2, 3, 4), ()), ((0, 2), (1, 2), (2,)),
+                       ((), (2, 2), (2, 1))]:
+        for kind in ("contiguous", "transposed", "stepped", "offset"):
+            tc, c = make_view(rng, sc, em.uint8, kind)
+            tc, c = tc.gt(10), c > 10
+            ta, a = make_view(rng, sa, dt, kind)
+            tb, b = make_view(rng, sb, dt, "broadcast" if sb else "contiguous")
+            out = em.where(tc, ta, tb)
+            assert out.dtype is dt
+            assert_close(out, np.where(c, a, b))
+    t, a = make_view(rng, (3, 4), dt, "contiguous")
+    c = t > 8
+    want_c = f64(a) > 8
+    assert_close(em.where(c, t, 0), np.where(want_c, a, np.zeros((), a.dtype)))
+    assert_close(em.where(c, 1, t), np.where(want_c, np.ones((), a.dtype), a))
+    assert_close(em.where(em.tensor(want_c.astype(np.int64)), t, t * 2), np.where(want_c, a, (a * 2).astype(a.dtype)))
+
+
+def test_elementwise_errors():
+    a, b = em.zeros(2, 3), em.zeros(3, 2)
+    e = expect_error(lambda: a + b, "add", em.ShapeError)
+    assert isinstance(e, ValueError) and "(2, 3)" in str(e)
+    expect_error(lambda: a * em.zeros(4), "mul", em.ShapeError)
+    expect_error(lambda: a - em.zeros(2, 3, dtype=em.float64), "sub", em.DTypeError)
+    expect_error(lambda: a == em.zeros(2, 3, dtype=em.int64), "eq", em.DTypeError)
+    expect_error(lambda: em.maximum(a, em.zeros(3, 3)), "maximum", em.ShapeError)
+    expect_error(lambda: em.where(a, a, a), "where", em.DTypeError)
+    expect_error(lambda: em.where(em.zeros(2, 3, dtype=em.uint8), a, em.zeros(2, 3, dtype=em.float16)), "where",
+                 em.DTypeError)
+    expect_error(lambda: em.where(em.zeros(4, dtype=em.uint8), a, a), "where", em.ShapeError)
+    expect_error(lambda: a + "x", "add", em.DTypeError)
+    expect_error(lambda: em.ones(3, dtype=em.int64) ** em.ones(3, dtype=em.int64), "pow", em.DTypeError)
+    expect_error(lambda: em.ones(3, dtype=em.uint8).neg(), "neg", em.DTypeError)
+
+
+def test_operand_from_numpy_and_list(rng):
+    a = rng.standard_normal((2, 3)).astype(np.float32)
+    t = em.tensor(a)
+    assert_close(t + np.ones(3, dtype=np.float32), a + 1)
+    assert_close(t * [1.0, 2.0, 3.0], a * np.array([1, 2, 3], dtype=np.float32))
+    out = np.float32(2.0) * t  # numpy scalars defer to the tensor (__array_priority__)
+    assert isinstance(out, em.Tensor)
+    assert_close(out, a * 2)
