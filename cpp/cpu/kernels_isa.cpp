@@ -69,8 +69,8 @@ void cmp_loop(const void* a, int64_t sa, const void* b, int64_t sb, void* out, i
 }
 
 // --- reductions over a contiguous row ------------------------------------------------------
-// Sums in blocks with 16 independent lanes (vectorisable), combining block sums in double so
-// million-element rows stay accurate.
+// Sums with 16 independent lanes (vectorisable); every 16 additions per lane the lanes move into
+// double lanes, so a million-element row (or one huge value among small ones) stays accurate.
 template <typename T> void sum_row(const void* in_, int64_t n, void* out_) {
   const T* in = static_cast<const T*>(in_);
   using C = C_t<T>;
@@ -80,20 +80,22 @@ template <typename T> void sum_row(const void* in_, int64_t n, void* out_) {
     *static_cast<T*>(out_) = (T)acc;
   } else {
     constexpr int W = 16;
-    constexpr int64_t kBlock = 2048;
-    double total = 0;
-    for (int64_t b0 = 0; b0 < n; b0 += kBlock) {
-      const int64_t b1 = b0 + kBlock < n ? b0 + kBlock : n;
+    constexpr int64_t kBlock = 16 * W;
+    double wide[W] = {};
+    int64_t i = 0;
+    for (; i + kBlock <= n; i += kBlock) {
       C lanes[W] = {};
-      int64_t i = b0;
-      for (; i + W <= b1; i += W)
-        for (int j = 0; j < W; ++j) lanes[j] += load(in[i + j]);
-      C s = 0;
-      for (; i < b1; ++i) s += load(in[i]);
-      for (int j = 0; j < W; ++j) s += lanes[j];
-      total += (double)s;
+      for (int64_t k = i; k < i + kBlock; k += W)
+        for (int j = 0; j < W; ++j) lanes[j] += load(in[k + j]);
+      for (int j = 0; j < W; ++j) wide[j] += (double)lanes[j];
     }
-    *static_cast<T*>(out_) = store<T>((C)total);
+    C lanes[W] = {};
+    for (; i + W <= n; i += W)
+      for (int j = 0; j < W; ++j) lanes[j] += load(in[i + j]);
+    double total = 0;
+    for (; i < n; ++i) total += (double)load(in[i]);
+    for (int j = 0; j < W; ++j) total += wide[j] + (double)lanes[j];
+    *static_cast<T*>(out_) = convert<T, double>(total);
   }
 }
 

@@ -3,6 +3,7 @@
 // everything else, which is first copied so the reduced dims become contiguous rows.
 #include <algorithm>
 #include <cmath>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/cpu_storage.h"
@@ -76,20 +77,25 @@ void reduce_values(int kind, const CpuStorage& s, const Layout& l, const std::ve
           base += (rem % sp.kept.shape()[d]) * sp.kept.stride()[d];
           rem /= sp.kept.shape()[d];
         }
+        // Partials are combined in int64 for integers (exact, wraps like the dtype) and in double
+        // for floats; the float sum of each part is computed in double by the row kernel already.
+        using P = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
         const int64_t parts = std::min<int64_t>(64, (nred + kGrain - 1) / kGrain);
-        std::vector<double> partial(parts);
+        std::vector<P> partial(parts);
         parallel_for(parts, 1, [&](int64_t b, int64_t e) {
           for (int64_t p = b; p < e; ++p) {
             int64_t lo = nred * p / parts, hi = nred * (p + 1) / parts;
             T v;
             row(in + base + lo, hi - lo, &v);
-            partial[p] = (double)load(v);
+            partial[p] = (P)load(v);
           }
         });
-        double acc = partial[0];
-        for (int64_t p = 1; p < parts; ++p)
-          acc = kind == 0 ? acc + partial[p] : (double)combine<double>(kind, acc, partial[p]);
-        o[r] = store<T>((C_t<T>)acc);
+        P acc = partial[0];
+        for (int64_t p = 1; p < parts; ++p) {
+          if (kind == 0) acc = (P)((std::conditional_t<std::is_integral_v<T>, uint64_t, double>)acc + partial[p]);
+          else acc = combine<P>(kind, acc, partial[p]);
+        }
+        o[r] = convert<T, P>(acc);
       }
     }
     return;
@@ -105,9 +111,25 @@ void reduce_values(int kind, const CpuStorage& s, const Layout& l, const std::ve
     const int64_t base = sp.kept.offset();
     parallel_for(nout, std::max<int64_t>(256, kGrain / nred), [&](int64_t b, int64_t e) {
       std::vector<C_t<T>> acc(e - b);
-      for (int64_t j = b; j < e; ++j) acc[j - b] = load(in[base + roffs[0] + j]);
-      for (int64_t r = 1; r < nred; ++r) col(in + base + roffs[r] + b, e - b, acc.data());
-      for (int64_t j = b; j < e; ++j) o[j] = store<T>(acc[j - b]);
+      auto first = [&](int64_t r) {
+        for (int64_t j = b; j < e; ++j) acc[j - b] = load(in[base + roffs[r] + j]);
+      };
+      if (kind != 0 || std::is_integral_v<T>) {
+        first(0);
+        for (int64_t r = 1; r < nred; ++r) col(in + base + roffs[r] + b, e - b, acc.data());
+        for (int64_t j = b; j < e; ++j) o[j] = store<T>(acc[j - b]);
+        return;
+      }
+      // float sums: 16 rows at a time in the accumulator type, then into double, so tall
+      // columns stay as accurate as long rows
+      std::vector<double> wide(e - b, 0.0);
+      for (int64_t r0 = 0; r0 < nred; r0 += 16) {
+        first(r0);
+        for (int64_t r = r0 + 1; r < std::min<int64_t>(r0 + 16, nred); ++r)
+          col(in + base + roffs[r] + b, e - b, acc.data());
+        for (int64_t j = 0; j < e - b; ++j) wide[j] += (double)acc[j];
+      }
+      for (int64_t j = b; j < e; ++j) o[j] = convert<T, double>(wide[j - b]);
     });
     return;
   }

@@ -1,0 +1,163 @@
+"""Reductions vs numpy: sum/mean/max/min/argmax/argmin/logsumexp over None, ints, negative dims and tuples,
+keepdim, every view kind and dtype, long rows/columns accurate, and the error paths."""
+import numpy as np
+import pytest
+
+import ember as em
+from conftest import ALL, FLOATS, VIEWS, expect_error, f64, make_view, npdt
+
+SUM_TOL = {"float32": 2e-6, "float16": 2e-3, "bfloat16": 1e-2, "float64": 1e-13}
+
+
+def dims_cases(nd):
+    out = [None, ()] if nd else [None]
+    for d in range(-nd, nd):
+        out.append(d)
+    if nd >= 2:
+        out += [(0, nd - 1), (-1, 0), tuple(range(nd))]
+    if nd >= 3:
+        out += [(0, 2), (1, -1), (0, 1)]
+    return out
+
+
+def np_axis(dim):
+    return None if dim is None else dim
+
+
+def check_sum(got, a, dim, keepdim, dt):
+    x = f64(a)
+    if dt.is_float:
+        want = x.sum(axis=np_axis(dim), keepdims=keepdim)
+        scale = np.abs(x).sum(axis=np_axis(dim), keepdims=keepdim) + 1e-30
+        g = f64(got.numpy())
+        assert g.shape == np.shape(want)
+        err = np.abs(g - want) / scale
+        assert np.all(err <= SUM_TOL[dt.name]), (dt, dim, err.max())
+    else:
+        want = a.sum(axis=np_axis(dim), keepdims=keepdim, dtype=a.dtype)  # wraps in the dtype, like ember
+        np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
+def test_sum_max_min(dt, rng, device):
+    for shape in [(5,), (3, 4), (2, 3, 4), (4, 1, 3), (2, 0, 3), ()]:
+        for kind in VIEWS:
+            t, a = make_view(rng, shape, dt, kind, device)
+            for dim in dims_cases(len(shape)):
+                keepdim = bool(rng.integers(0, 2))
+                check_sum(t.sum(dim, keepdim=keepdim), a, dim, keepdim, dt)
+                if a.size == 0 and dim not in ((),) and (dim is None or 0 in np.array(a.shape)[list(
+                        np.atleast_1d(dim if dim is not None else range(a.ndim)))]):
+                    expect_error(lambda: t.max(dim), "max", em.ShapeError)
+                    continue
+                for name in ("max", "min"):
+                    got = getattr(t, name)(dim=dim, keepdim=keepdim)
+                    want = getattr(np, name)(a, axis=np_axis(dim), keepdims=keepdim)
+                    assert got.dtype is dt
+                    np.testing.assert_array_equal(got.numpy(), want)
+
+
+@pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
+def test_argmax_argmin(dt, rng, device):
+    for shape in [(7,), (3, 5), (2, 3, 4)]:
+        for kind in VIEWS:
+            t, a = make_view(rng, shape, dt, kind, device, lo=-2, hi=2)
+            for dim in [None] + list(range(-len(shape), len(shape))):
+                for keepdim in (False, True):
+                    for name in ("argmax", "argmin"):
+                        got = getattr(t, name)(dim, keepdim=keepdim)
+                        assert got.dtype is em.int64
+                        want = getattr(np, name)(a.astype(np.float64), axis=dim, keepdims=keepdim)
+                        np.testing.assert_array_equal(got.numpy(), want, err_msg=f"{name} {dim} {kind}")
+
+
+def test_argmax_ties_and_nan():
+    t = em.tensor(np.array([[1, 3, 3, 0], [2, 2, 2, 2]], dtype=np.float32))
+    np.testing.assert_array_equal(t.argmax(1).numpy(), [1, 0])  # first of the ties, like numpy
+    np.testing.assert_array_equal(t.argmin(1).numpy(), [3, 0])
+    n = em.tensor(np.array([1.0, np.nan, 5.0, np.nan], dtype=np.float32))
+    assert n.argmax().item() == 1 and n.argmin().item() == 1  # NaN wins, like numpy
+    assert np.isnan(n.max().item()) and np.isnan(n.min().item())
+    cols = em.tensor(np.array([[1.0, np.nan], [np.nan, 2.0], [3.0, 0.0]], dtype=np.float32))
+    assert np.isnan(cols.max(0).numpy()).all() and np.isnan(cols.min(0).numpy()).all()
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
+def test_mean_and_logsumexp(dt, rng):
+    for shape in [(6,), (3, 4), (2, 3, 5)]:
+        for kind in ("contiguous", "transposed", "stepped", "broadcast"):
+            t, a = make_view(rng, shape, dt, kind)
+            x = f64(a)
+            for dim in dims_cases(len(shape)):
+                if dim == ():
+                    continue
+                keepdim = bool(rng.integers(0, 2))
+                got = t.mean(dim, keepdim=keepdim)
+                assert got.dtype is dt
+                want = x.mean(axis=dim, keepdims=keepdim)
+                np.testing.assert_allclose(f64(got.numpy()), want, rtol=SUM_TOL[dt.name] * 10, atol=SUM_TOL[dt.name] * 5)
+                got = t.logsumexp(dim, keepdim=keepdim)
+                m = x.max(axis=dim, keepdims=True)
+                want = np.log(np.exp(x - m).sum(axis=dim, keepdims=True)) + m
+                if not keepdim:
+                    want = want.squeeze(axis=dim) if dim is not None else want.reshape(())
+                # each step (sub, exp, sum, log, add) rounds to the dtype: halves get an absolute tolerance
+                atol = {"float16": 1e-2, "bfloat16": 4e-2}.get(dt.name, 1e-5)
+                np.testing.assert_allclose(f64(got.numpy()), want, rtol=SUM_TOL[dt.name] * 10, atol=atol)
+    big = em.tensor(np.array([[1000.0, 1000.0], [-np.inf, -np.inf]], dtype=np.float32))
+    lse = big.logsumexp(1).numpy()
+    assert abs(lse[0] - (1000 + np.log(2))) < 1e-3 and lse[1] == -np.inf
+    expect_error(lambda: em.ones(3, dtype=em.int64).mean(), "mean", em.DTypeError)
+    assert np.isnan(em.zeros(0).mean().item())
+
+
+def test_sum_of_million_element_rows_accurate():
+    rng = np.random.default_rng(7)
+    x = (rng.random((3, 1_000_000)) + 0.1).astype(np.float32)
+    want = x.astype(np.float64).sum(axis=1)
+    got = em.tensor(x).sum(1).numpy()
+    assert np.max(np.abs(got - want) / want) < 1e-6
+    # one long row (split across threads) and the whole tensor
+    got1 = em.tensor(x[0]).sum().item()
+    assert abs(got1 - want[0]) / want[0] < 1e-6
+    assert abs(em.tensor(x).sum().item() - want.sum()) / want.sum() < 1e-6
+    # 1e8 + a million 1s: a plain float32 running sum stays at 1e8; ember's lanes move into double every
+    # 16 additions, so at most 15 ones are lost (numpy's pairwise sum loses 8, torch's 48)
+    y = np.ones(1_000_001, dtype=np.float32)
+    y[0] = 1e8
+    assert abs(em.tensor(y).sum().item() - (1e8 + 1e6)) <= 16
+    # columns: reducing dim 0 of a tall matrix, and a strided (non-contiguous) row
+    cols = em.tensor(x.T.copy()).sum(0).numpy()
+    assert np.max(np.abs(cols - want) / want) < 1e-6
+    st = em.tensor(x)[:, ::2].sum(1).numpy()
+    want_st = x[:, ::2].astype(np.float64).sum(1)
+    assert np.max(np.abs(st - want_st) / want_st) < 1e-6
+    part = x[0, :50_000].astype(np.float16)  # the f16 sum (~3e4) must stay below f16's max, 65504
+    h = em.tensor(part).sum().to_dtype(em.float64).item()
+    exact = part.astype(np.float64).sum()
+    assert abs(h - exact) / exact < 1e-3
+
+
+def test_long_int_rows_exact():
+    # int64 sums/max over a long row are exact (no float64 detour that loses low bits)
+    x = np.full(300_000, 2**53 + 1, dtype=np.int64)
+    x[17] = 2**60 + 3
+    t = em.tensor(x)
+    assert t.sum().item() == int(x.sum())
+    assert t.max().item() == 2**60 + 3 and t.min().item() == 2**53 + 1
+    assert t.argmax().item() == 17
+    u = em.tensor(np.full(200_000, 255, dtype=np.uint8))
+    assert u.sum().item() == int(np.full(200_000, 255, dtype=np.uint8).sum(dtype=np.uint8))
+
+
+def test_reduce_errors():
+    t = em.zeros(2, 3)
+    expect_error(lambda: t.sum(2), "sum", em.IndexOutOfRange)
+    expect_error(lambda: t.max(-3), "max", em.IndexOutOfRange)
+    expect_error(lambda: t.argmax(5), "argmax", em.IndexOutOfRange)
+    expect_error(lambda: t.mean((0, 4)), "mean", em.IndexOutOfRange)
+    expect_error(lambda: em.zeros(0, 3).max(0), "max", em.ShapeError)
+    expect_error(lambda: em.zeros(0).argmin(), "argmin", em.ShapeError)
+    assert em.zeros(0, 3).max(1).shape == (0,)
+    np.testing.assert_array_equal(em.zeros(0, 3).sum(0).numpy(), np.zeros(3))
+    assert t.sum((0, 0, 1)).shape == ()  # repeated dims are one dim
