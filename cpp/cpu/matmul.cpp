@@ -20,9 +20,12 @@
 
 namespace ember::cpu {
 
+// BLAS always runs single-threaded: matmul splits its work into fixed tiles on ember's own pool, so
+// there is one source of threads and the result does not depend on the thread count.
 void blas_set_num_threads(int n) {
 #if defined(EMBER_OPENBLAS)
-  scipy_openblas_set_num_threads(n);
+  (void)n;
+  scipy_openblas_set_num_threads(1);
 #else
   (void)n;
 #endif
@@ -62,21 +65,31 @@ std::vector<int64_t> batch_offsets(const Layout& b) {
   return offs;
 }
 
+// C (m x n, row stride ldc) = op(A) op(B); ta/tb: 'N' row-major readable, 'T' column-major readable.
 template <typename T>
-void gemm(const T* a, char ta, int64_t lda, const T* b, char tb, int64_t ldb, T* c, int64_t m, int64_t n,
-          int64_t k) {
+void gemm(const T* a, char ta, int64_t lda, const T* b, char tb, int64_t ldb, T* c, int64_t ldc, int64_t m,
+          int64_t n, int64_t k) {
   if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
-    EMBER_CHECK(m < INT_MAX && n < INT_MAX && k < INT_MAX && lda < INT_MAX && ldb < INT_MAX, Shape,
+    if (m == 0 || n == 0) return;
+    if (k == 0) {
+      for (int64_t i = 0; i < m; ++i) std::fill(c + i * ldc, c + i * ldc + n, T(0));
+      return;
+    }
+    EMBER_CHECK(m < INT_MAX && n < INT_MAX && k < INT_MAX && lda < INT_MAX && ldb < INT_MAX && ldc < INT_MAX, Shape,
                 "[matmul] matrix dims exceed the 32-bit BLAS interface");
     auto TA = ta == 'N' ? CblasNoTrans : CblasTrans;
     auto TB = tb == 'N' ? CblasNoTrans : CblasTrans;
-    if (k == 0) { std::fill(c, c + m * n, T(0)); return; }
     if constexpr (std::is_same_v<T, float>)
-      EMBER_SGEMM(CblasRowMajor, TA, TB, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, 0.0f, c, (int)n);
+      EMBER_SGEMM(CblasRowMajor, TA, TB, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, 0.0f, c, (int)ldc);
     else
-      EMBER_DGEMM(CblasRowMajor, TA, TB, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b, (int)ldb, 0.0, c, (int)n);
+      EMBER_DGEMM(CblasRowMajor, TA, TB, (int)m, (int)n, (int)k, 1.0, a, (int)lda, b, (int)ldb, 0.0, c, (int)ldc);
   }
 }
+
+// Tiles depend only on the shape (never on the thread count), so every thread count makes the same BLAS
+// calls and gets bit-identical results. Small products stay one call; big ones split into ~256x256 tiles.
+constexpr int64_t kTileWork = int64_t(1) << 21;  // m*n*k below which one call is cheapest
+constexpr int64_t kTile = 256;
 
 template <typename T>
 void matmul_blas(const CpuStorage& A, const Layout& la, const CpuStorage& B, const Layout& lb, CpuStorage& out) {
@@ -102,20 +115,36 @@ void matmul_blas(const CpuStorage& A, const Layout& la, const CpuStorage& B, con
     tb = blas_mode(mb, ldb);
     pb = cb.get();
   }
-  const int64_t m = ma.rows, k = ma.cols, n = mb.cols;
+  int64_t m = ma.rows;
+  const int64_t k = ma.cols, n = mb.cols;
   T* c = out.data<T>();
   // Fold the batch into M when B is shared by every batch and A's batches stack as rows.
   Shape bsh = ma.batch.shape(), bst = ma.batch.stride();
   coalesce(bsh, bst);
   bool b_shared = std::all_of(mb.batch.stride().begin(), mb.batch.stride().end(), [](int64_t s) { return s == 0; });
+  std::vector<int64_t> oa, ob;
   if (b_shared && ta == 'N' && bsh.size() == 1 && bst[0] == m * lda) {
-    gemm<T>(pa->data<T>() + ma.batch.offset(), 'N', lda, pb->data<T>() + mb.batch.offset(), tb, ldb, c, m * bsh[0],
-            n, k);
-    return;
+    oa = {ma.batch.offset()};
+    ob = {mb.batch.offset()};
+    m *= bsh[0];
+  } else {
+    oa = batch_offsets(ma.batch);
+    ob = batch_offsets(mb.batch);
   }
-  auto oa = batch_offsets(ma.batch), ob = batch_offsets(mb.batch);
-  for (size_t i = 0; i < oa.size(); ++i)
-    gemm<T>(pa->data<T>() + oa[i], ta, lda, pb->data<T>() + ob[i], tb, ldb, c + i * m * n, m, n, k);
+  const bool tile = m * n * k >= kTileWork;
+  const int64_t tm = tile ? (m + kTile - 1) / kTile : 1, tn = tile ? (n + kTile - 1) / kTile : 1;
+  const int64_t rows = tile ? kTile : m, cols = tile ? kTile : n;
+  const int64_t per_batch = tm * tn;
+  const T* a0 = pa->data<T>();
+  const T* b0 = pb->data<T>();
+  parallel_for((int64_t)oa.size() * per_batch, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t u = lo; u < hi; ++u) {
+      const int64_t bi = u / per_batch, r0 = (u % per_batch) / tn * rows, c0 = (u % tn) * cols;
+      const T* a = a0 + oa[bi] + r0 * (ta == 'N' ? lda : 1);
+      const T* b = b0 + ob[bi] + c0 * (tb == 'N' ? 1 : ldb);
+      gemm<T>(a, ta, lda, b, tb, ldb, c + bi * m * n + r0 * n + c0, n, std::min(rows, m - r0), std::min(cols, n - c0), k);
+    }
+  });
 }
 
 template <typename T>

@@ -1,0 +1,100 @@
+"""Threads: set/get_num_threads, EMBER_NUM_THREADS, bit-identical results across thread counts, and ops
+called from several Python threads at once (correct, no deadlock)."""
+import os
+import subprocess
+import sys
+import threading
+
+import numpy as np
+import pytest
+
+import ember as em
+
+
+@pytest.fixture
+def restore_threads():
+    n = em.get_num_threads()
+    yield
+    em.set_num_threads(n)
+
+
+def test_set_get_num_threads(restore_threads):
+    for n in (1, 3, 2):
+        em.set_num_threads(n)
+        assert em.get_num_threads() == n
+    em.set_num_threads(0)  # clamped to one thread, never zero
+    assert em.get_num_threads() == 1
+
+
+def test_env_var_sets_default():
+    code = "import ember as em; print(em.get_num_threads())"
+    env = dict(os.environ, EMBER_NUM_THREADS="3")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "3"
+
+
+def workload(seed):
+    """Ops large enough to be split across threads (above the grain), with views and every reduction path."""
+    em.manual_seed(seed)
+    x = em.randn(300, 1000)
+    y = em.rand(1000)
+    h = x.to_dtype(em.float16)
+    out = {
+        "add": x + y, "exp": x.exp(), "strided": x.t().exp(), "cmp": x > y, "where": em.where(x > 0, x, y),
+        "sum_rows": x.sum(1), "sum_cols": x.sum(0), "sum_all": x.sum(), "sum_t": x.t().sum((0,)),
+        "max_cols": x.max(0), "argmax": x.argmax(1), "argmin_cols": x.argmin(0), "mean": x.mean(1),
+        "long_row": x.reshape(-1).sum(), "half": (h * 2).sum(1), "cast": x.to_dtype(em.bfloat16),
+        "matmul": x[:64] @ x[:64].t(), "cat": em.cat([x, x], 1), "gather": x.gather(em.zeros(300, 5, dtype=em.int64), 1),
+        "index_select": x.index_select(em.arange(0, 1000, 7), 1), "randn": em.randn(100_000), "rand": em.rand(70_000),
+        "contig": x.t().contiguous(),
+    }
+    return {k: v.numpy() for k, v in out.items()}
+
+
+def test_results_identical_across_thread_counts(restore_threads):
+    em.set_num_threads(1)
+    ref = workload(11)
+    for n in (2, 3, 4):
+        em.set_num_threads(n)
+        got = workload(11)
+        for k in ref:
+            np.testing.assert_array_equal(got[k], ref[k], err_msg=f"{k} differs with {n} threads")
+
+
+def test_concurrent_python_threads(restore_threads):
+    em.set_num_threads(2)
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((512, 512)).astype(np.float32)
+    want_sum = a.astype(np.float64).sum(1)
+    want_exp = np.exp(a)
+    errors = []
+
+    def work(i):
+        try:
+            t = em.tensor(a)
+            for _ in range(15):
+                s = t.sum(1).numpy()
+                e = t.exp().numpy()
+                assert np.allclose(s, want_sum, rtol=1e-4, atol=1e-3)
+                assert np.allclose(e, want_exp, rtol=1e-5)
+                if i == 0:
+                    em.set_num_threads(1 + _ % 3)  # resizing the pool while others compute
+        except Exception as ex:  # noqa: BLE001
+            errors.append(ex)
+
+    threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join(timeout=120)
+    assert not any(th.is_alive() for th in threads), "deadlock"
+    assert not errors, errors[0]
+
+
+def test_errors_inside_threaded_kernels_propagate(restore_threads):
+    em.set_num_threads(2)
+    big = em.zeros(200_000)
+    with pytest.raises(em.IndexOutOfRange):
+        big.index_select(em.tensor([0, 200_000]), 0)
+    assert float(big.sum().item()) == 0.0  # the pool still works afterwards
