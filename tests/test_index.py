@@ -10,17 +10,16 @@ ID_DTYPES = [em.int64, em.uint32, em.uint8]
 
 
 @pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
-def test_index_select(dt, rng):
+def test_index_select(dt, rng, device):
     for shape in [(5,), (4, 6), (3, 4, 5), (3, 0, 2)]:
         for kind in VIEWS:
-            t, a = make_view(rng, shape, dt, kind)
+            t, a = make_view(rng, shape, dt, kind, device)
             for dim in range(-len(shape), len(shape)):
                 n = a.shape[dim]
                 for idt in ID_DTYPES:
                     k = int(rng.integers(0, 7))
                     ids = rng.integers(0, n, size=k) if n else np.zeros(0, dtype=np.int64)
-                    it, _ = make_view(rng, ids.shape, idt, "contiguous")
-                    it = em.tensor(ids.astype(npdt(idt)))
+                    it = em.tensor(ids.astype(npdt(idt)), device=device)
                     out = t.index_select(it, dim)
                     assert out.dtype is dt
                     np.testing.assert_array_equal(out.numpy(), np.take(a, ids, axis=dim))
@@ -59,14 +58,14 @@ def test_gather(dt, rng):
 
 
 @pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
-def test_cat_and_stack(dt, rng):
+def test_cat_and_stack(dt, rng, device):
     for shape in [(3,), (2, 4), (2, 3, 4)]:
         for dim in range(-len(shape), len(shape)):
             parts, refs = [], []
             for i, kind in enumerate(("contiguous", "transposed", "stepped", "offset")):
                 s = list(shape)
                 s[dim] = [2, 1, 0, 3][i]
-                t, a = make_view(rng, tuple(s), dt, kind)
+                t, a = make_view(rng, tuple(s), dt, kind, device)
                 parts.append(t)
                 refs.append(a)
             out = em.cat(parts, dim)
