@@ -1,0 +1,246 @@
+"""em.nn.ops fused ops vs torch: values and the gradient of every tensor input, layouts, dtypes, errors."""
+import numpy as np
+import pytest
+import torch
+
+import ember as em
+from ember.nn import ops
+
+TDT = {"float32": torch.float32, "float64": torch.float64, "float16": torch.float16, "bfloat16": torch.bfloat16}
+# (rtol, atol) against a float64 torch reference
+TOL = {"float64": (1e-10, 1e-12), "float32": (3e-5, 3e-6), "float16": (2e-2, 2e-3), "bfloat16": (6e-2, 1e-2)}
+DTYPES = [em.float64, em.float32, em.float16, em.bfloat16]
+
+
+def as_np(t):
+    return np.asarray(t.to_dtype(em.float64).numpy())
+
+
+def check(a, ref, dt, scale=1.0):
+    rtol, atol = TOL[dt.name]
+    ref = ref.detach().double().numpy()
+    np.testing.assert_allclose(as_np(a), ref, rtol=rtol, atol=atol * scale + rtol * scale * np.abs(ref).max())
+
+
+def pair(arr, dt, layout="contiguous"):
+    """(ember Var base, view; torch leaf base, view) of the same values, laid out as asked."""
+    arr = np.asarray(arr, dtype=np.float64)
+    if layout == "transposed":  # last dim strided
+        base = np.ascontiguousarray(np.swapaxes(arr, -1, -2)) if arr.ndim > 1 else arr
+        view = (lambda b: b.transpose(-1, -2)) if arr.ndim > 1 else (lambda b: b)
+    elif layout == "offset":  # start offset and padded row stride
+        base = np.pad(arr, [(1, 1)] * (arr.ndim - 1) + [(2, 3)])
+        view = lambda b: b[(slice(1, -1),) * (arr.ndim - 1) + (slice(2, -3),)]  # noqa: E731
+    else:
+        base, view = arr, (lambda b: b)
+    eb = em.Var(em.tensor(base).to_dtype(dt))
+    tb = torch.tensor(base).to(TDT[dt.name]).double().requires_grad_()
+    return eb, view(eb), tb, view(tb)
+
+
+def grads(y_em, y_t, ems, ts, seed=0):
+    g = np.random.default_rng(seed).standard_normal(y_t.shape)
+    ge = em.tensor(g).to_dtype(y_em.dtype)
+    gs = (y_em * ge).sum().backward()
+    tg = torch.autograd.grad(y_t, ts, torch.tensor(ge.to_dtype(em.float64).numpy()), allow_unused=True)
+    return [gs.get(e) for e in ems], tg
+
+
+COLS = [1, 3, 17, 1000]
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("n", COLS)
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "offset"])
+@pytest.mark.parametrize("kind", ["softmax", "log_softmax"])
+def test_softmax_family(dt, n, layout, kind):
+    rng = np.random.default_rng(n)
+    eb, ex, tb, tx = pair(rng.standard_normal((4, n)) * 3, dt, layout)
+    if kind == "softmax":
+        ye, yt = ops.softmax_last_dim(ex), torch.softmax(tx, -1)
+    else:
+        ye, yt = ops.log_softmax(ex, -1), torch.log_softmax(tx, -1)
+    check(ye, yt, dt)
+    (ge,), (gt,) = grads(ye, yt, [eb], [tb])
+    check(ge, gt, dt, 2)
+
+
+@pytest.mark.parametrize("dim", [0, 1, -3])
+def test_softmax_other_dims(dim):
+    x = np.random.default_rng(1).standard_normal((3, 5, 7))
+    eb, ex, tb, tx = pair(x, em.float64)
+    ye, yt = ops.softmax(ex, dim), torch.softmax(tx, dim)
+    check(ye, yt, em.float64)
+    check(ops.softmax_slow(ex, dim), yt, em.float64)
+    (ge,), (gt,) = grads(ye, yt, [eb], [tb])
+    check(ge, gt, em.float64)
+    check(ops.log_softmax(ex, dim), torch.log_softmax(tx, dim), em.float64)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("n", COLS)
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "offset"])
+def test_rms_norm(dt, n, layout):
+    rng = np.random.default_rng(n + 1)
+    eb, ex, tb, tx = pair(rng.standard_normal((2, 3, n)), dt, layout)
+    ew, _, tw, _ = pair(rng.standard_normal(n), dt)
+    ye, yt = ops.rms_norm(ex, ew, 1e-5), torch.nn.functional.rms_norm(tx, (n,), tw, 1e-5)
+    check(ye, yt, dt)
+    if dt == em.float64:
+        check(ops.rms_norm_slow(ex, ew, 1e-5), yt, dt)
+    (gx, gw), (tgx, tgw) = grads(ye, yt, [eb, ew], [tb, tw])
+    check(gx, tgx, dt, 4)
+    check(gw, tgw, dt, 4)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("n", COLS)
+@pytest.mark.parametrize("layout", ["contiguous", "transposed", "offset"])
+def test_layer_norm(dt, n, layout):
+    rng = np.random.default_rng(n + 2)
+    eb, ex, tb, tx = pair(rng.standard_normal((5, n)) + 1.5, dt, layout)
+    ew, _, tw, _ = pair(rng.standard_normal(n), dt)
+    ebias, _, tbias, _ = pair(rng.standard_normal(n), dt)
+    ye = ops.layer_norm(ex, ew, ebias, 1e-5)
+    yt = torch.nn.functional.layer_norm(tx, (n,), tw, tbias, 1e-5)
+    check(ye, yt, dt, 2)
+    if dt == em.float64:
+        check(ops.layer_norm_slow(ex, ew, ebias, 1e-5), yt, dt)
+    ges, tgs = grads(ye, yt, [eb, ew, ebias], [tb, tw, tbias])
+    for a, b in zip(ges, tgs):
+        check(a, b, dt, 4)
+
+
+@pytest.mark.parametrize("op", ["softmax", "log_softmax", "rms_norm", "layer_norm"])
+def test_million_column_rows(op):
+    rng = np.random.default_rng(3)
+    n = 1_000_003
+    eb, ex, tb, tx = pair(rng.standard_normal((2, n)) * 2 + (300.0 if op == "layer_norm" else 0.0), em.float32)
+    ew, _, tw, _ = pair(rng.random(n) + 0.5, em.float32)
+    if op == "softmax":
+        ye, yt = ops.softmax_last_dim(ex), torch.softmax(tx, -1)
+        ins, tins = [eb], [tb]
+    elif op == "log_softmax":
+        ye, yt = ops.log_softmax(ex, -1), torch.log_softmax(tx, -1)
+        ins, tins = [eb], [tb]
+    elif op == "rms_norm":
+        ye, yt = ops.rms_norm(ex, ew, 1e-6), torch.nn.functional.rms_norm(tx, (n,), tw, 1e-6)
+        ins, tins = [eb, ew], [tb, tw]
+    else:
+        ye, yt = ops.layer_norm(ex, ew, None, 1e-6), torch.nn.functional.layer_norm(tx, (n,), tw, None, 1e-6)
+        ins, tins = [eb, ew], [tb, tw]
+    check(ye, yt, em.float32, 10)
+    ges, tgs = grads(ye, yt, ins, tins)
+    for a, b in zip(ges, tgs):
+        check(a, b, em.float32, 30)
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("kind", ["sigmoid", "silu", "gelu"])
+def test_activations(dt, kind):
+    eb, ex, tb, tx = pair(np.random.default_rng(4).standard_normal((6, 33)) * 4, dt, "transposed")
+    fe = getattr(ops, kind)
+    ft = {"sigmoid": torch.sigmoid, "silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu}[kind]
+    ye, yt = fe(ex), ft(tx)
+    check(ye, yt, dt, 2)
+    (ge,), (gt,) = grads(ye, yt, [eb], [tb])
+    check(ge, gt, dt, 2)
+
+
+def sdpa_pair(B, H, Lq, Lk, D, dt, seed=0, layout="contiguous"):
+    rng = np.random.default_rng(seed)
+    out = []
+    for L in (Lq, Lk, Lk):
+        x = rng.standard_normal((B, L, H, D)) if layout == "bhld_from_blhd" else rng.standard_normal((B, H, L, D))
+        eb, _, tb, _ = pair(x, dt)
+        if layout == "bhld_from_blhd":  # heads interleaved in memory: strided batch/head/row dims
+            out.append((eb, eb.transpose(1, 2), tb, tb.transpose(1, 2)))
+        else:
+            out.append((eb, eb, tb, tb))
+    return out
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("D", [32, 64, 128])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa(dt, D, causal):
+    (qb, q, tqb, tq), (kb, k, tkb, tk), (vb, v, tvb, tv) = sdpa_pair(2, 2, 67, 67 if causal else 90, D, dt, D)
+    ye = ops.sdpa(q, k, v, causal=causal)
+    yt = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, is_causal=causal)
+    check(ye, yt, dt, 2)
+    ges, tgs = grads(ye, yt, [qb, kb, vb], [tqb, tkb, tvb])
+    for a, b in zip(ges, tgs):
+        check(a, b, dt, 6)
+
+
+@pytest.mark.parametrize("mask_kind", ["bool", "additive"])
+def test_sdpa_masked_strided(mask_kind):
+    dt = em.float32
+    (qb, q, tqb, tq), (kb, k, tkb, tk), (vb, v, tvb, tv) = sdpa_pair(2, 3, 40, 50, 16, dt, 7, "bhld_from_blhd")
+    rng = np.random.default_rng(8)
+    if mask_kind == "bool":
+        m = rng.random((40, 50)) > 0.4
+        m[:, 0] = True  # no fully masked row (torch would give NaN there)
+        me, mt = em.tensor(m.astype(np.uint8)), torch.tensor(m)
+    else:
+        m = rng.standard_normal((3, 1, 50))
+        me, mt = em.tensor(m).to_dtype(dt), torch.tensor(m)
+    ye = ops.sdpa(q, k, v, scale=0.2, mask=me)
+    yt = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=mt, scale=0.2)
+    check(ye, yt, dt, 2)
+    check(ops.sdpa_slow(q, k, v, scale=0.2, mask=me), yt, dt, 2)
+    ges, tgs = grads(ye, yt, [qb, kb, vb], [tqb, tkb, tvb])
+    for a, b in zip(ges, tgs):
+        check(a, b, dt, 6)
+
+
+def test_sdpa_fully_masked_row_is_zero_not_nan():
+    q = em.Var(em.randn(1, 1, 3, 4))
+    m = em.tensor(np.array([[1, 1], [0, 0], [1, 0]], dtype=np.uint8))
+    y = ops.sdpa(q, q[:, :, :2], q[:, :, :2], mask=m)
+    assert np.all(y.numpy()[0, 0, 1] == 0)
+    g = y.sum().backward()[q]
+    assert np.isfinite(g.numpy()).all()
+
+
+def test_second_order():
+    rng = np.random.default_rng(9)
+    eb, ex, tb, tx = pair(rng.standard_normal((3, 6)), em.float64)
+    ew, _, tw, _ = pair(rng.standard_normal(6), em.float64)
+    for fe, ft in [
+        (lambda x: ops.rms_norm(x, ew, 1e-5), lambda x: torch.nn.functional.rms_norm(x, (6,), tw, 1e-5)),
+        (lambda x: ops.softmax(x, -1), lambda x: torch.softmax(x, -1)),
+        (lambda x: ops.layer_norm(x, ew, None, 1e-5), lambda x: torch.nn.functional.layer_norm(x, (6,), tw)),
+        (lambda x: ops.silu(x), torch.nn.functional.silu),
+    ]:
+        g1 = (fe(ex).sqr().sum()).backward(create_graph=True)[eb]
+        g2 = (g1 * g1).sum().backward()[eb]
+        (t1,) = torch.autograd.grad(ft(tx).square().sum(), tb, create_graph=True)
+        (t2,) = torch.autograd.grad((t1 * t1).sum(), tb)
+        check(g2, t2, em.float64)
+
+
+def test_layers_use_fused_ops():
+    x = em.randn(2, 8)
+    assert em.nn.RmsNorm(8)(x).op.name == "rms_norm"
+    assert em.nn.LayerNorm(8)(x).op.name == "layer_norm"
+
+
+def test_errors():
+    x = em.randn(4, 8)
+    with pytest.raises(em.EmberError, match=r"^\[rms_norm\] expected weight of shape \(8,\), got \(7,\)"):
+        ops.rms_norm(x, em.ones(7), 1e-5)
+    with pytest.raises(em.EmberError, match=r"^\[rms_norm\] "):
+        ops.rms_norm(x, em.ones(8, dtype=em.float64), 1e-5)
+    with pytest.raises(em.EmberError, match=r"^\[layer_norm\] "):
+        ops.layer_norm(x, em.ones(8), em.zeros(3), 1e-5)
+    with pytest.raises(em.EmberError, match=r"^\[softmax\] "):
+        ops.softmax(em.arange(6).reshape(2, 3), -1)
+    with pytest.raises(em.EmberError, match=r"^\[softmax\] "):
+        ops.softmax(x, 2)
+    with pytest.raises(em.EmberError, match=r"^\[sdpa\] "):
+        ops.sdpa(em.randn(1, 2, 3, 4), em.randn(1, 2, 3, 5), em.randn(1, 2, 3, 4))
+    with pytest.raises(em.EmberError, match=r"^\[sdpa\] "):
+        ops.sdpa(em.randn(1, 2, 3, 4), em.randn(1, 2, 3, 4), em.randn(1, 2, 3, 4), mask=em.randn(5, 3))
+    with pytest.raises(em.EmberError, match=r"^\[sdpa\] "):
+        ops.sdpa(em.randn(3, 4), em.randn(3, 4), em.randn(3, 4))
