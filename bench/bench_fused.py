@@ -1,0 +1,243 @@
+"""Fused ops vs torch (same threads), MLX (CPU), a numpy composite and the copy limit, in one run.
+
+Prints one row per (op, shape, dtype, direction) with milliseconds (best of N) and ratios; a ratio
+above 1 means ember is faster. `copy%` is the fraction of the memory limit the forward reaches (the
+time to copy the input's bytes into a preallocated buffer divided by ember's time).
+Usage: python bench/bench_fused.py [--reps N] [--quick]
+"""
+from __future__ import annotations
+
+import argparse
+import platform
+import time
+
+import numpy as np
+
+import ember as em
+from ember.nn import ops
+
+try:
+    import torch
+except ImportError:  # pragma: no cover
+    torch = None
+try:
+    import mlx.core as mx
+
+    mx.set_default_device(mx.cpu)
+except Exception:  # pragma: no cover  (mlx missing or without a CPU backend)
+    mx = None
+
+SHAPES = [(4096, 4096), (32768, 128), (64, 65536)]
+
+
+def best_ms(fn, reps):
+    fn()  # warm up (allocator caches, lazy init)
+    best = float("inf")
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e3
+
+
+# ----------------------------------------------------------------------------- per-library runners
+def ember_case(op, x_np, dt, w_np, b_np, g_np):
+    """(fwd, bwd) closures running ember's fused op and its fused backward (what backward() calls)."""
+    edt = {"float32": em.float32, "bfloat16": em.bfloat16}[dt]
+    x, w, b, g = (em.tensor(a).to_dtype(edt) for a in (x_np, w_np, b_np, g_np))
+    if op == "softmax_last_dim":
+        mk = lambda: ops._Softmax()  # noqa: E731
+        run = lambda o: x.apply_op1(o)  # noqa: E731
+        back = lambda o, y: o.bwd(x, y, g)  # noqa: E731
+    elif op == "rms_norm":
+        mk = lambda: ops._RmsNorm(1e-5)  # noqa: E731
+        run = lambda o: x.apply_op2(w, o)  # noqa: E731
+        back = lambda o, y: o.bwd(x, w, y, g)  # noqa: E731
+    else:
+        mk = lambda: ops._LayerNorm(1e-5)  # noqa: E731
+        run = lambda o: x.apply_op3(w, b, o)  # noqa: E731
+        back = lambda o, y: o.bwd(x, w, b, y, g)  # noqa: E731
+    o = mk()
+    y = run(o)
+
+    def fwd():
+        run(mk())
+
+    def bwd():
+        with em.no_grad():
+            back(o, y)
+
+    return fwd, bwd
+
+
+def torch_case(op, x_np, dt, w_np, b_np, g_np):
+    tdt = {"float32": torch.float32, "bfloat16": torch.bfloat16}[dt]
+    x, w, b, g = (torch.from_numpy(a).to(tdt) for a in (x_np, w_np, b_np, g_np))
+    n = x.shape[-1]
+    f = {"softmax_last_dim": lambda x, w, b: torch.softmax(x, -1),
+         "rms_norm": lambda x, w, b: torch.nn.functional.rms_norm(x, (n,), w, 1e-5),
+         "layer_norm": lambda x, w, b: torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5)}[op]
+    with torch.no_grad():
+        fwd = lambda: f(x, w, b)  # noqa: E731
+    xr, wr, br = (t.clone().requires_grad_() for t in (x, w, b))
+    y = f(xr, wr, br)
+    ins = [xr] if op == "softmax_last_dim" else [xr, wr] if op == "rms_norm" else [xr, wr, br]
+
+    def tfwd():
+        with torch.no_grad():
+            fwd()
+
+    return tfwd, lambda: torch.autograd.grad(y, ins, g, retain_graph=True)
+
+
+def mlx_case(op, x_np, dt, w_np, b_np, g_np):
+    mdt = {"float32": mx.float32, "bfloat16": mx.bfloat16}[dt]
+    x, w, b, g = (mx.array(a).astype(mdt) for a in (x_np, w_np, b_np, g_np))
+    f = {"softmax_last_dim": lambda x, w, b: mx.softmax(x, axis=-1),
+         "rms_norm": lambda x, w, b: mx.fast.rms_norm(x, w, 1e-5),
+         "layer_norm": lambda x, w, b: mx.fast.layer_norm(x, w, b, 1e-5)}[op]
+    argnums = [0] if op == "softmax_last_dim" else [0, 1] if op == "rms_norm" else [0, 1, 2]
+
+    def fwd():
+        mx.eval(f(x, w, b))
+
+    def bwd():
+        def fn(*a):
+            full = [x, w, b]
+            for i, v in zip(argnums, a):
+                full[i] = v
+            return f(*full)
+        _, vjps = mx.vjp(fn, [[x, w, b][i] for i in argnums], [g])
+        mx.eval(vjps)
+
+    return fwd, bwd
+
+
+def numpy_case(op, x, dt, w, b, g):
+    """The composite a user would write with numpy (float32 only)."""
+    def softmax(x):
+        e = np.exp(x - x.max(-1, keepdims=True))
+        return e / e.sum(-1, keepdims=True)
+
+    def rms(x):
+        return x / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5) * w
+
+    def ln(x):
+        xc = x - x.mean(-1, keepdims=True)
+        return xc / np.sqrt((xc * xc).mean(-1, keepdims=True) + 1e-5) * w + b
+
+    if op == "softmax_last_dim":
+        y = softmax(x)
+        return lambda: softmax(x), lambda: y * (g - (g * y).sum(-1, keepdims=True))
+    if op == "rms_norm":
+        def bwd():
+            r = 1 / np.sqrt((x * x).mean(-1, keepdims=True) + 1e-5)
+            xh, gw = x * r, g * w
+            return r * (gw - xh * (gw * xh).mean(-1, keepdims=True)), (g * xh).sum(0)
+        return lambda: rms(x), bwd
+
+    def bwd():
+        xc = x - x.mean(-1, keepdims=True)
+        r = 1 / np.sqrt((xc * xc).mean(-1, keepdims=True) + 1e-5)
+        xh, gw = xc * r, g * w
+        dx = r * (gw - gw.mean(-1, keepdims=True) - xh * (gw * xh).mean(-1, keepdims=True))
+        return dx, (g * xh).sum(0), g.sum(0)
+    return lambda: ln(x), bwd
+
+
+# ----------------------------------------------------------------------------- sdpa
+def sdpa_rows(reps, nt):
+    B, H, L, D = 4, 8, 512, 64
+    rng = np.random.default_rng(0)
+    q_np, k_np, v_np, g_np = (rng.standard_normal((B, H, L, D)).astype(np.float32) for _ in range(4))
+    rows = []
+    for causal in (False, True):
+        q, k, v, g = (em.tensor(a) for a in (q_np, k_np, v_np, g_np))
+        op = ops._Sdpa(1 / np.sqrt(D), causal, None)
+        y = q.apply_op3(k, v, op)
+        def ebwd():
+            with em.no_grad():
+                op.bwd(q, k, v, y, g)
+        res = {"ember": (best_ms(lambda: q.apply_op3(k, v, ops._Sdpa(1 / np.sqrt(D), causal, None)), reps),
+                         best_ms(ebwd, reps))}
+        if torch is not None:
+            tq, tk, tv, tg = (torch.from_numpy(a) for a in (q_np, k_np, v_np, g_np))
+            F = torch.nn.functional.scaled_dot_product_attention
+
+            def tf():
+                with torch.no_grad():
+                    F(tq, tk, tv, is_causal=causal)
+            qr, kr, vr = (t.clone().requires_grad_() for t in (tq, tk, tv))
+            ty = F(qr, kr, vr, is_causal=causal)
+            res["torch"] = (best_ms(tf, reps),
+                            best_ms(lambda: torch.autograd.grad(ty, (qr, kr, vr), tg, retain_graph=True), reps))
+        if mx is not None:
+            mq, mk_, mv, mg = (mx.array(a) for a in (q_np, k_np, v_np, g_np))
+            mask = "causal" if causal else None
+            sd = lambda a, b, c: mx.fast.scaled_dot_product_attention(a, b, c, scale=1 / np.sqrt(D), mask=mask)  # noqa: E731
+            res["mlx"] = (best_ms(lambda: mx.eval(sd(mq, mk_, mv)), reps),
+                          best_ms(lambda: mx.eval(mx.vjp(sd, [mq, mk_, mv], [mg])[1]), reps))
+        rows.append((f"sdpa{' causal' if causal else ''}", f"{B}x{H}x{L}x{D}", "float32", res, None))
+    return rows
+
+
+# ----------------------------------------------------------------------------- main
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="only the 32768x128 shape and sdpa")
+    args = ap.parse_args()
+    nt = em.get_num_threads()
+    if torch is not None:
+        torch.set_num_threads(nt)
+    print(f"# ember fused ops, {platform.machine()} {platform.processor() or ''}, {nt} threads "
+          f"(torch {torch.__version__ if torch else '-'} with {nt}; mlx {mx.__version__ if mx else '-'} CPU, "
+          f"its own threads), {time.strftime('%Y-%m-%d %H:%M')}")
+    rng = np.random.default_rng(0)
+    rows = []
+    shapes = [(32768, 128)] if args.quick else SHAPES
+    for shape in shapes:
+        x = rng.standard_normal(shape).astype(np.float32)
+        g = rng.standard_normal(shape).astype(np.float32)
+        w = rng.standard_normal(shape[1]).astype(np.float32)
+        b = rng.standard_normal(shape[1]).astype(np.float32)
+        for dt in ("float32", "bfloat16"):
+            # the copy limit: the input's bytes copied into a preallocated buffer
+            src = x if dt == "float32" else x.view(np.uint16)[:, ::2].copy()
+            dst = np.empty_like(src)
+            copy_ms = best_ms(lambda: np.copyto(dst, src), args.reps)
+            for op in ("softmax_last_dim", "rms_norm", "layer_norm"):
+                res = {"ember": [best_ms(f, args.reps) for f in ember_case(op, x, dt, w, b, g)]}
+                if torch is not None:
+                    res["torch"] = [best_ms(f, args.reps) for f in torch_case(op, x, dt, w, b, g)]
+                if mx is not None:
+                    res["mlx"] = [best_ms(f, args.reps) for f in mlx_case(op, x, dt, w, b, g)]
+                if dt == "float32":
+                    res["numpy"] = [best_ms(f, max(2, args.reps // 3)) for f in numpy_case(op, x, dt, w, b, g)]
+                rows.append((op, f"{shape[0]}x{shape[1]}", dt, res, copy_ms))
+                print_row(rows[-1], header=len(rows) == 1)
+    for r in sdpa_rows(max(3, args.reps // 2), nt):
+        rows.append(r)
+        print_row(r, header=False)
+    worst = min(res["torch"][i] / res["ember"][i] for _, _, _, res, _ in rows if "torch" in res for i in (0, 1))
+    print(f"# worst ember/torch speed ratio over all rows: {worst:.2f}x")
+
+
+def print_row(row, header):
+    op, shape, dt, res, copy_ms = row
+    if header:
+        print(f"{'op':<18}{'shape':<14}{'dtype':<9}{'dir':<4}{'ember':>8}{'torch':>8}{'mlx':>8}{'numpy':>8}"
+              f"{'copy':>7} | {'vs torch':>8}{'vs mlx':>8}{'vs numpy':>9}{'copy%':>7}")
+    for i, d in enumerate(("fwd", "bwd")):
+        e = res["ember"][i]
+        cols = [res.get(k, (None, None))[i] for k in ("torch", "mlx", "numpy")]
+        ms = "".join(f"{c:8.2f}" if c is not None else f"{'-':>8}" for c in [e] + cols)
+        cp = f"{copy_ms:7.2f}" if copy_ms is not None and d == "fwd" else f"{'':7}"
+        ratios = "".join(f"{c / e:{w}.2f}x" if c is not None else f"{'-':>{w + 1}}"
+                         for c, w in zip(cols, (7, 7, 8)))
+        pct = f"{100 * copy_ms / e:6.0f}%" if copy_ms is not None and d == "fwd" else ""
+        print(f"{op:<18}{shape:<14}{dt:<9}{d:<4}{ms}{cp} | {ratios}{pct}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
