@@ -8,8 +8,9 @@ from __future__ import annotations
 import argparse
 import time
 
-import ember as em
 import numpy as np
+
+import ember as em
 
 
 def best_of(fn, reps):

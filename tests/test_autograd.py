@@ -3,10 +3,11 @@ no_grad, second order, pruning, custom rules and NO_BACKWARD, the in-place versi
 gradcheck itself, and the deep/wide graphs that must stay fast and recursion-free."""
 import time
 
-import ember as em
 import numpy as np
 import pytest
 import torch
+
+import ember as em
 from ember.backprop import NO_BACKWARD, Node, sorted_nodes
 
 

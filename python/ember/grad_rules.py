@@ -8,6 +8,7 @@ from __future__ import annotations
 import importlib
 import math
 
+from . import backprop as _bp
 from .backprop import _READS_NOTHING, record
 
 # the module, not the ember.tensor() function that shadows it on the package
@@ -62,6 +63,18 @@ def _sum_to(g, shape):
 def _mask(cond, g):
     """g where cond holds, else 0 (differentiable in g, exact for inf/nan elsewhere)."""
     return _t.where(cond, g, 0.0)
+
+
+_FUSED = getattr(_t._C, "fused", None)
+
+
+def _fused_bwd(kind, a, g):
+    """act'(.) * g in one fused CPU kernel (``a`` is the input, or the result for sigmoid) when no
+    graph is being built; None otherwise, and the rule falls back to its differentiable form."""
+    if _bp._mode.enabled or _FUSED is None or a._device.type != "cpu" or g._device.type != "cpu":
+        return None
+    s = getattr(_FUSED, kind + "_bwd")(a._storage, a._layout, g._storage, g._layout)
+    return _t._wrap(s, _t._C.Layout.contiguous(list(a.shape)), a._dtype, a._device)
 
 
 def _scatter_view(g, shape, idx):
@@ -197,6 +210,9 @@ _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 @rule("gelu", (0,))
 def _gelu(n, out, g):
     x = n.inputs[0]  # exact gelu: x * Phi(x); derivative Phi(x) + x * phi(x)
+    fast = _fused_bwd("gelu", x, g)
+    if fast is not None:
+        return (fast,)
     cdf = x.affine(_INV_SQRT2, 0.0).erf().affine(0.5, 0.5)
     pdf = x.sqr().affine(-0.5, 0.0).exp().affine(_INV_SQRT_2PI, 0.0)
     return (g * (cdf + x * pdf),)
@@ -205,6 +221,9 @@ def _gelu(n, out, g):
 @rule("silu", (0,))
 def _silu(n, out, g):
     x = n.inputs[0]
+    fast = _fused_bwd("silu", x, g)
+    if fast is not None:
+        return (fast,)
     s = x.sigmoid()  # silu' = s * (1 + x * (1 - s))
     return (g * (s * (x * s.affine(-1.0, 1.0)).affine(1.0, 1.0)),)
 
@@ -216,6 +235,9 @@ def _erf(n, out, g):
 
 @rule("sigmoid", (), out=True)
 def _sigmoid(n, out, g):
+    fast = _fused_bwd("sigmoid", out, g)
+    if fast is not None:
+        return (fast,)
     return (g * (out * out.affine(-1.0, 1.0)),)
 
 
