@@ -1,4 +1,4 @@
-"""Autograd overhead: ember beside torch (CPU) in one run on the 60-layer `a = a + a` chain and a
+"""Autograd overhead: ember beside torch (CPU) and MLX (when installed) in one run on the 60-layer `a = a + a` chain and a
 small MLP (64x256 input, tanh hidden layer, 10 outputs), forward + backward.
 
 Run: PYTHONPATH=python python bench/bench_autograd.py [--hidden 256 32] [--reps 200] [--threads N]
@@ -89,6 +89,29 @@ def mlp_torch(torch, data):
     return run
 
 
+def chain_mlx(mx):
+    def f(a):
+        for _ in range(60):
+            a = a + a
+        return a.sum()
+
+    grad = mx.grad(f)
+    a0 = mx.array([1.0])
+    return lambda: mx.eval(grad(a0))
+
+
+def mlp_mlx(mx, data):
+    x = mx.array(data[0])
+    params = [mx.array(a) for a in data[1:]]
+
+    def loss(w1, b1, w2, b2):
+        h = mx.tanh(x @ w1 + b1)
+        return mx.mean(mx.square(h @ w2 + b2))
+
+    grad = mx.grad(loss, argnums=(0, 1, 2, 3))
+    return lambda: mx.eval(grad(*params))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--hidden", type=int, nargs="+", default=[256, 32],
@@ -105,9 +128,14 @@ def main():
             torch.set_num_threads(args.threads)
     except ImportError:
         torch = None
+    try:
+        import mlx.core as mx
+    except ImportError:
+        mx = None
 
     rows = [("chain a=a+a x60", best_of(chain_ember(), args.reps),
-             best_of(chain_torch(torch), args.reps) if torch else None)]
+             best_of(chain_torch(torch), args.reps) if torch else None,
+             best_of(chain_mlx(mx), args.reps) if mx else None)]
     for hidden in args.hidden:
         data = mlp_data(hidden)
         e_run = mlp_ember(data)
@@ -115,12 +143,16 @@ def main():
             for a, b in zip(e_run(), mlp_torch(torch, data)()):
                 np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-3, atol=1e-5)
         rows.append((f"MLP 64x256-{hidden}(tanh)-10 fwd+bwd", best_of(e_run, args.reps),
-                     best_of(mlp_torch(torch, data), args.reps) if torch else None))
-    print(f"{'case':40s} {'ember':>10s} {'torch':>10s} {'ratio':>7s}")
-    for name, te, tt in rows:
-        tts = f"{tt * 1e6:8.1f}us" if tt else "     n/a"
-        ratio = f"{te / tt:6.2f}x" if tt else "   n/a"
-        print(f"{name:40s} {te * 1e6:8.1f}us {tts} {ratio}")
+                     best_of(mlp_torch(torch, data), args.reps) if torch else None,
+                     best_of(mlp_mlx(mx, data), args.reps) if mx else None))
+
+    def us(t):
+        return f"{t * 1e6:8.1f}us" if t else "       n/a"
+
+    print(f"{'case':40s} {'ember':>10s} {'torch':>10s} {'mlx':>10s} {'ember/torch':>12s}")
+    for name, te, tt, tm in rows:
+        ratio = f"{te / tt:11.2f}x" if tt else "         n/a"
+        print(f"{name:40s} {us(te)} {us(tt)} {us(tm)} {ratio}")
 
 
 if __name__ == "__main__":
