@@ -105,6 +105,7 @@ std::pair<StoragePtr, Layout> binary(BinaryOp op, const BackendStorage& a, const
   const char* name = op_name(op);
   check_same_device(a, b, name);
   check_same_dtype(a, b, name);
+  if (la.shape() == lb.shape()) return {a.binary(op, la, b, lb), Layout::contiguous(la.shape())};
   Shape out = broadcast_shapes(la.shape(), lb.shape(), name);
   return {a.binary(op, la.broadcast_as(out), b, lb.broadcast_as(out)), Layout::contiguous(out)};
 }

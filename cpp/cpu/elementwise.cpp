@@ -13,10 +13,14 @@ StoragePtr CpuStorage::unary(UnaryOp op, const Layout& l, double p0, double p1) 
   EMBER_CHECK(fn, DType, "[", op_name(op), "] not supported for ", dtype_name(dtype_),
               is_float(dtype_) ? "" : " (expected a float dtype)");
   auto out = new_cpu(dtype_, l.numel());
-  const Layout ol = Layout::contiguous(l.shape());
   const size_t isz = itemsize(dtype_);
   const char* in = static_cast<const char*>(raw());
   char* o = static_cast<char*>(out->raw());
+  if (l.numel() <= kGrain && l.is_contiguous()) {  // small dense input: skip the iterator set-up
+    fn(in + l.offset() * isz, 1, o, 1, l.numel(), p0, p1);
+    return out;
+  }
+  const Layout ol = Layout::contiguous(l.shape());
   nd_for_each<2>(l.shape(), {&l, &ol}, kGrain, [&](const auto& off, const auto& st, int64_t n) {
     fn(in + off[0] * isz, st[0], o + off[1] * isz, st[1], n, p0, p1);
   });
@@ -29,11 +33,15 @@ StoragePtr CpuStorage::binary(BinaryOp op, const Layout& l, const BackendStorage
   EMBER_CHECK(fn, DType, "[", op_name(op), "] not supported for ", dtype_name(dtype_));
   DType odt = is_cmp(op) ? DType::U8 : dtype_;
   auto out = new_cpu(odt, l.numel());
-  const Layout ol = Layout::contiguous(l.shape());
   const size_t isz = itemsize(dtype_), osz = itemsize(odt);
   const char* a = static_cast<const char*>(raw());
   const char* b = static_cast<const char*>(rhs.raw());
   char* o = static_cast<char*>(out->raw());
+  if (l.numel() <= kGrain && l.is_contiguous() && rl.is_contiguous()) {  // small dense operands
+    fn(a + l.offset() * isz, 1, b + rl.offset() * isz, 1, o, l.numel());
+    return out;
+  }
+  const Layout ol = Layout::contiguous(l.shape());
   nd_for_each<3>(l.shape(), {&l, &rl, &ol}, kGrain, [&](const auto& off, const auto& st, int64_t n) {
     if (st[2] == 1) {
       fn(a + off[0] * isz, st[0], b + off[1] * isz, st[1], o + off[2] * osz, n);

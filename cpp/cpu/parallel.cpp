@@ -144,7 +144,7 @@ void set_num_threads(int n) {
   blas_set_num_threads(n);
 }
 
-void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
+void parallel_for_pooled(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   Pool& p = pool();

@@ -8,8 +8,19 @@ namespace ember::cpu {
 int get_num_threads();
 void set_num_threads(int n);  // also sets BLAS's thread count
 
+// The pooled path of parallel_for (takes a std::function, which may allocate).
+void parallel_for_pooled(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+
 // Runs fn(begin, end) over [0, n) in chunks of at least `grain`. Runs inline when the range is small,
-// when called from inside a worker, or when another thread is already using the pool.
-void parallel_for(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
+// when called from inside a worker, or when another thread is already using the pool. Small ranges
+// never build a std::function, which keeps tiny ops cheap.
+template <typename F> inline void parallel_for(int64_t n, int64_t grain, F&& fn) {
+  if (n <= 0) return;
+  if (n <= grain) {
+    fn((int64_t)0, n);
+    return;
+  }
+  parallel_for_pooled(n, grain, std::function<void(int64_t, int64_t)>(std::forward<F>(fn)));
+}
 
 }  // namespace ember::cpu

@@ -41,7 +41,8 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
     diff = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.dtype.is_float]
     if not diff:
         raise EmberError("[gradcheck] no float tensor among the inputs")
-    base = {i: np.array(inputs[i].numpy(), dtype=np.float64) for i in diff}
+    # C order: the perturbation loop below writes through reshape(-1), which must be a view
+    base = {i: np.array(inputs[i].numpy(), dtype=np.float64, order="C") for i in diff}
 
     def args_with(values, as_var):
         args = list(inputs)

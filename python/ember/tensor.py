@@ -374,7 +374,10 @@ class Tensor:
         shape = _broadcast_shape(a.shape, b.shape)
         if code >= _FIRST_CMP:
             return _wrap(s, _contig(shape), _dt.uint8, a._device, None, shape)
-        return record(_wrap(s, _contig(shape), a._dtype, a._device, None, shape), name, (a, b))
+        out = _wrap(s, _contig(shape), a._dtype, a._device, None, shape)
+        if a._op is None and b._op is None and not a.is_variable and not b.is_variable:
+            return out  # nothing to record (the common inference case, checked inline for speed)
+        return record(out, name, (a, b))
 
     def __add__(self, o): return self._binary(o, "add")
     def __radd__(self, o): return self._binary(o, "add", True)
@@ -638,7 +641,11 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     arr = data if isinstance(data, np.ndarray) else None
     if arr is None:
         if hasattr(data, "__dlpack__") and not isinstance(data, (list, tuple)):
-            arr = np.from_dlpack(data)
+            from .interop import from_dlpack  # numpy's DLPack import has no bfloat16
+
+            src = from_dlpack(data)
+            out = src.copy().detach() if dtype is None else src.to_dtype(dtype)
+            return out if out._storage is not src._storage else out.copy().detach()
         else:
             try:
                 arr = np.asarray(data)
