@@ -239,18 +239,25 @@ def test_second_order_of_cube():
         assert gg.op is None
 
 
-@pytest.mark.parametrize("name", ["tanh", "sigmoid", "exp", "sin", "gelu", "silu", "index", "matmul", "max"])
+@pytest.mark.parametrize("name", ["tanh", "sigmoid", "exp", "sin", "gelu", "silu", "index", "matmul", "max",
+                                  "narrow", "cat", "where", "gather"])
 def test_second_order_matches_torch(rng, name):
     xs = rng.uniform(-1.5, 1.5, (3, 4))
     ws = rng.uniform(-1, 1, (4, 2))
     fe = {"tanh": lambda x: x.tanh(), "sigmoid": lambda x: x.sigmoid(), "exp": lambda x: x.exp(),
           "sin": lambda x: x.sin(), "gelu": lambda x: x.gelu(), "silu": lambda x: x.silu(),
           "index": lambda x: x[1:, ::2].sqr(), "matmul": lambda x: (x @ em.tensor(ws)).sqr(),
-          "max": lambda x: x.max(1) * x.sum(1)}[name]
+          "max": lambda x: x.max(1) * x.sum(1), "narrow": lambda x: x.narrow(1, 1, 2).sqr(),
+          "cat": lambda x: em.cat([x, x.sin()], 0).sqr(),
+          "where": lambda x: em.where(x.gt(0.0), x.sqr(), x.exp()),
+          "gather": lambda x: x.gather(em.tensor([[0, 3], [1, 1], [2, 0]]), 1).sqr()}[name]
     ft = {"tanh": torch.tanh, "sigmoid": torch.sigmoid, "exp": torch.exp, "sin": torch.sin,
           "gelu": torch.nn.functional.gelu, "silu": torch.nn.functional.silu,
           "index": lambda x: x[1:, ::2].square(), "matmul": lambda x: (x @ torch.tensor(ws)).square(),
-          "max": lambda x: x.amax(1) * x.sum(1)}[name]
+          "max": lambda x: x.amax(1) * x.sum(1), "narrow": lambda x: x.narrow(1, 1, 2).square(),
+          "cat": lambda x: torch.cat([x, x.sin()], 0).square(),
+          "where": lambda x: torch.where(x > 0, x.square(), x.exp()),
+          "gather": lambda x: x.gather(1, torch.tensor([[0, 3], [1, 1], [2, 0]])).square()}[name]
     x = em.Var(xs)
     g = fe(x).sum().backward(create_graph=True)[x]
     gg = (g * g).sum().backward()[x]

@@ -114,16 +114,9 @@ def _permute(n, out, g):
 def _narrow(n, out, g):
     dim, start, length = n.saved
     shape = n.inputs[0].shape
-    after = shape[dim] - start - length
-    if start == 0 and after == 0:
+    if start == 0 and length == shape[dim]:
         return (g,)
-    parts = []
-    if start:
-        parts.append(_zeros(shape[:dim] + (start,) + shape[dim + 1 :], g))
-    parts.append(g)
-    if after:
-        parts.append(_zeros(shape[:dim] + (after,) + shape[dim + 1 :], g))
-    return (_t.cat(parts, dim),)
+    return (_scatter_view(g, shape, (slice(None),) * dim + (slice(start, start + length),)),)
 
 
 @rule("reshape", ())
