@@ -10,4 +10,7 @@ if [ ! -f build/dev/build.ninja ]; then
     -Dpybind11_DIR="$(python -m pybind11 --cmakedir)" >/dev/null
 fi
 ninja -C build/dev -j2 "$@"
-cp build/dev/_C*.so python/ember/
+# Replace atomically (copy, then rename) so running processes keep the old file mapped.
+for f in build/dev/_C*.so; do
+  cp "$f" "python/ember/.tmp.$(basename "$f")" && mv "python/ember/.tmp.$(basename "$f")" "python/ember/$(basename "$f")"
+done

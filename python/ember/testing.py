@@ -1,3 +1,3 @@
 """ember.testing: gradcheck (finite differences) and check_op (an opcheck for custom ops)."""
-from .gradcheck import gradcheck  # noqa: F401
+from .gradcheck import GradcheckError, gradcheck  # noqa: F401
 from .opcheck import CheckOpError, check_op  # noqa: F401
