@@ -12,7 +12,7 @@ static inline int32_t vm_f_to_bits(float f) { int32_t i; std::memcpy(&i, &f, 4);
 // exp(x) = 2^n * e^r, |r| <= ln2/2, degree-6 polynomial. 2^n is applied as two factors so that
 // results down to the subnormal range (x >= -103.97) are right, like libm's expf.
 static inline float vm_exp(float x) {
-  const float hi = 88.3762626647949f, lo = -103.972084045410f;
+  const float hi = 88.72283172607421875f, lo = -103.972084045410f;  // hi: largest x with finite expf(x)
   float xc = x > hi ? hi : (x < lo ? lo : x);
   float t = xc * 1.44269504088896341f;
   float n = (t + 12582912.0f) - 12582912.0f;  // round to nearest integer (1.5 * 2^23 trick)
