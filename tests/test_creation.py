@@ -234,6 +234,15 @@ def test_item_tolist_repr(dt, rng):
     assert bool(em.ones(1, dtype=dt)) and not bool(em.zeros((), dtype=dt))
 
 
+def test_big_python_ints_keep_every_bit():
+    big = 2**53 + 1
+    assert em.full((2,), big).numpy().tolist() == [big, big]
+    assert (em.zeros(2, dtype=em.int64) + big).numpy().tolist() == [big, big]
+    assert (em.tensor([1]) * (2**62 + 3)).item() == 2**62 + 3
+    assert em.full((1,), 2**40 + 7, dtype=em.uint32).item() == (2**40 + 7) % 2**32  # wraps like a C cast
+    assert em.full((1,), -1, dtype=em.uint8).item() == 255
+
+
 def test_python_number_protocols():
     assert int(em.tensor(3)) == 3 and float(em.tensor(2.5)) == 2.5
     assert [10, 20, 30][em.tensor(1)] == 20  # __index__ on an int tensor

@@ -595,9 +595,16 @@ def _true_div_operands(a, o):
     return a, o
 
 
+def _full_storage(device, dtype, n, value):
+    """n copies of value; integers beyond 2**53 skip the double the C++ fill takes, so no bit is lost."""
+    if not dtype.is_float and isinstance(value, numbers.Integral) and abs(int(value)) > 2**53:
+        arr = np.full(n, int(value) & 0xFFFFFFFFFFFFFFFF, dtype=np.uint64).view(np.int64)  # wraps like a C cast
+        return tensor(arr).to_dtype(dtype).to_device(device)._storage
+    return _C.full(device.kind, device.index, dtype.code, n, float(value))
+
+
 def _scalar(value, dtype, device):
-    s = _C.full(device.kind, device.index, dtype.code, 1, float(value))
-    return _wrap(s, _SCALAR_LAYOUT, dtype, device)
+    return _wrap(_full_storage(device, dtype, 1, value), _SCALAR_LAYOUT, dtype, device)
 
 
 _SCALAR_LAYOUT = _C.Layout([], [], 0)  # only _scalar uses it: grad_rules.wanted() spots constants by it
@@ -682,7 +689,7 @@ def _alloc_full(shape, value, dtype, device):
     n = 1
     for d in shape:
         n *= d
-    s = _C.full(device.kind, device.index, dtype.code, n, float(value))
+    s = _full_storage(device, dtype, n, value)
     return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
 
 
