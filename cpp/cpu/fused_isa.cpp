@@ -174,6 +174,27 @@ static inline Vec<double> vexp(Vec<double> x) {
 }
 template <typename C> static inline C sexp(C x) { return vexp(vbc(x))[0]; }
 
+// 2^x for softmax-style arguments x <= 0 (attention works in base 2, log2(e) folded into Q):
+// no overflow path, a degree-5 fit of 2^f on [-1/2, 1/2] (max rel. error 2e-7); -inf -> 0, NaN stays.
+static inline Vec<float> vexp2_neg(Vec<float> x) {
+  using V = Vec<float>;
+  using I = IVec<float>;
+  const V lo = vbc(-126.0f), magic = vbc(12582912.0f);
+  const V xc = x < lo ? lo : x;
+  const V tm = xc + magic;
+  const V f = xc - (tm - magic);
+  V p = vbc(1.326472614891827e-3f);
+  p = p * f + 9.671512991189957e-3f;
+  p = p * f + 5.550733581185341e-2f;
+  p = p * f + 2.4022242426872253e-1f;
+  p = p * f + 6.931470036506653e-1f;
+  p = p * f + 1.0f;
+  const V res = p * (V)(((I)tm - ((I)magic - 127)) << 23);
+  return x < lo ? vbc(0.0f) : res;
+}
+static inline Vec<double> vexp2_neg(Vec<double> x) { return vexp(x * 0.69314718055994530942); }
+template <typename C> static inline C sexp2(C x) { return vexp2_neg(vbc(x))[0]; }
+
 // Walks a row in blocks so long-row sums are combined in double (1M-column rows stay accurate).
 constexpr int64_t kBlk = 4096;
 
