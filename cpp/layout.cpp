@@ -6,9 +6,27 @@
 
 namespace ember {
 
+int64_t checked_numel(const Shape& s, const char* op) {
+  // Overflow-checked: a wrapped count would let a tiny buffer pass for a huge tensor. Zero dims are
+  // counted as 1 so that the strides of an empty shape cannot overflow either.
+  int64_t n = 1;
+  bool empty = false;
+  for (auto d : s) {
+    EMBER_CHECK(d >= 0, Shape, "[", op, "] negative dimension in shape ", shape_str(s));
+    empty |= d == 0;
+    EMBER_CHECK(!__builtin_mul_overflow(n, std::max<int64_t>(d, 1), &n), Shape, "[", op, "] shape ",
+                shape_str(s), " has more elements than an int64 can count");
+  }
+  return empty ? 0 : n;
+}
+
 int64_t shape_numel(const Shape& s) {
   int64_t n = 1;
-  for (auto d : s) n *= d;
+  for (auto d : s) {
+    if (d == 0) return 0;
+    // Checked (cheap): every count that sizes an allocation or a loop comes through here.
+    if (d < 0 || __builtin_mul_overflow(n, d, &n)) return checked_numel(s, "numel");
+  }
   return n;
 }
 
@@ -39,6 +57,7 @@ Shape broadcast_shapes(const Shape& a, const Shape& b, const char* op) {
                 " cannot be broadcast together");
     out[i] = da == 1 ? db : da;
   }
+  checked_numel(out, op);  // (2**32, 1) + (1, 2**32) is a valid pair with an uncountable result
   return out;
 }
 
@@ -60,12 +79,16 @@ std::optional<std::pair<int64_t, int64_t>> Layout::contiguous_offsets() const {
 
 std::pair<int64_t, int64_t> Layout::extent() const {
   if (numel() == 0) return {offset_, offset_};
-  int64_t lo = offset_, hi = offset_;
+  // In 128 bits and saturated: hand-made strides such as 2**62 must not wrap back into range.
+  __int128 lo = offset_, hi = offset_;
   for (int64_t i = 0; i < ndim(); ++i) {
-    int64_t span = (shape_[i] - 1) * stride_[i];
+    __int128 span = (__int128)(shape_[i] - 1) * stride_[i];
     if (span < 0) lo += span; else hi += span;
   }
-  return {lo, hi + 1};
+  auto sat = [](__int128 v) {
+    return (int64_t)std::min<__int128>(std::max<__int128>(v, INT64_MIN), INT64_MAX);
+  };
+  return {sat(lo), sat(hi + 1)};
 }
 
 Layout Layout::transpose(int64_t d0, int64_t d1) const {
@@ -95,7 +118,8 @@ Layout Layout::permute(const std::vector<int64_t>& dims) const {
 Layout Layout::narrow(int64_t dim, int64_t start, int64_t len) const {
   dim = normalize_dim(dim, ndim(), "narrow");
   EMBER_CHECK(ndim() > 0, Index, "[narrow] cannot narrow a 0-dim tensor");
-  EMBER_CHECK(start >= 0 && len >= 0 && start + len <= shape_[dim], Index, "[narrow] start ", start,
+  // start <= size - len, not start + len <= size: the sum can overflow.
+  EMBER_CHECK(start >= 0 && len >= 0 && start <= shape_[dim] - len, Index, "[narrow] start ", start,
               " + length ", len, " out of range for dim ", dim, " of size ", shape_[dim]);
   Layout l = *this;
   l.shape_[dim] = len;
@@ -110,10 +134,10 @@ Layout Layout::slice(int64_t dim, int64_t start, int64_t stop, int64_t step) con
   auto clampi = [n](int64_t i) { i = i < 0 ? i + n : i; return std::min(std::max<int64_t>(i, 0), n); };
   start = clampi(start);
   stop = clampi(stop);
-  int64_t len = stop > start ? (stop - start + step - 1) / step : 0;
+  int64_t len = stop > start ? 1 + (stop - start - 1) / step : 0;  // no overflow for step near 2**63
   Layout l = *this;
   l.shape_[dim] = len;
-  l.stride_[dim] = stride_[dim] * step;
+  l.stride_[dim] = len > 1 ? stride_[dim] * step : stride_[dim];  // a huge unused step must not overflow
   l.offset_ += len > 0 ? start * stride_[dim] : 0;
   return l;
 }
@@ -135,6 +159,7 @@ Layout Layout::select(int64_t dim, int64_t index) const {
 Layout Layout::broadcast_as(const Shape& shape) const {
   EMBER_CHECK(shape.size() >= shape_.size(), Shape, "[broadcast_as] cannot broadcast ", shape_str(shape_),
               " to ", shape_str(shape));
+  checked_numel(shape, "broadcast_as");  // negative or uncountable target shapes
   size_t extra = shape.size() - shape_.size();
   Shape st(shape.size(), 0);
   for (size_t i = 0; i < shape_.size(); ++i) {
@@ -173,7 +198,8 @@ Shape resolve_reshape(const Shape& req, int64_t numel) {
       infer = (int64_t)i;
     } else {
       EMBER_CHECK(s[i] >= 0, Shape, "[reshape] invalid shape ", shape_str(req));
-      known *= s[i];
+      EMBER_CHECK(!__builtin_mul_overflow(known, s[i], &known), Shape, "[reshape] cannot reshape ", numel,
+                  " elements into ", shape_str(req));
     }
   }
   if (infer >= 0) {
@@ -181,7 +207,7 @@ Shape resolve_reshape(const Shape& req, int64_t numel) {
                 " elements into ", shape_str(req));
     s[infer] = numel / known;
   }
-  EMBER_CHECK(shape_numel(s) == numel, Shape, "[reshape] cannot reshape ", numel, " elements into ",
+  EMBER_CHECK(checked_numel(s, "reshape") == numel, Shape, "[reshape] cannot reshape ", numel, " elements into ",
               shape_str(req));
   return s;
 }

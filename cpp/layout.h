@@ -13,6 +13,9 @@ namespace ember {
 using Shape = std::vector<int64_t>;
 
 int64_t shape_numel(const Shape& s);
+// Element count of a shape from outside (Python, a file, a custom op): throws "[op] ..." on a
+// negative dim or when the count (zero dims counted as 1) does not fit an int64.
+int64_t checked_numel(const Shape& s, const char* op);
 Shape contiguous_strides(const Shape& s);
 // Normalises a possibly negative dim into [0, ndim); throws "[op] dim d out of range ..." otherwise.
 int64_t normalize_dim(int64_t dim, int64_t ndim, const char* op);

@@ -42,6 +42,8 @@ namespace {
 
 StoragePtr alloc(Device dev, DType dt, int64_t numel, bool zeroed) {
   EMBER_CHECK(numel >= 0, Value, "[alloc] negative element count ", numel);
+  EMBER_CHECK(numel <= INT64_MAX / (int64_t)itemsize(dt), Value, "[alloc] ", numel, " elements of ",
+              dtype_name(dt), " do not fit in memory");
   switch (dev.kind) {
     case DeviceKind::Cpu: return cpu::new_cpu(dt, numel, zeroed);
     default: no_backend(dev, "alloc");
@@ -88,15 +90,19 @@ void check_same_dtype(const BackendStorage& a, const BackendStorage& b, const ch
               dtype_name(b.dtype()));
 }
 
-namespace {
 void check_in_bounds(const BackendStorage& s, const Layout& l, const char* op) {
+  // Layouts can be built by hand (em.Layout): rank, dims and reach are all checked before a kernel
+  // trusts them, so a bad one raises instead of reading or writing outside the buffer.
+  EMBER_CHECK(l.stride().size() == l.shape().size(), Shape, "[", op, "] layout ", l.repr(),
+              " has a stride per dim missing or extra");
+  if (checked_numel(l.shape(), op) == 0) return;
   auto [lo, hi] = l.extent();
-  EMBER_CHECK(l.numel() == 0 || (lo >= 0 && hi <= s.numel()), Index, "[", op, "] layout ", l.repr(),
+  EMBER_CHECK(lo >= 0 && hi <= s.numel(), Index, "[", op, "] layout ", l.repr(),
               " reaches outside a storage of ", s.numel(), " elements");
 }
-}  // namespace
 
 std::pair<StoragePtr, Layout> unary(UnaryOp op, const BackendStorage& s, const Layout& l, double p0, double p1) {
+  check_in_bounds(s, l, op_name(op));
   return {s.unary(op, l, p0, p1), Layout::contiguous(l.shape())};
 }
 
@@ -105,6 +111,8 @@ std::pair<StoragePtr, Layout> binary(BinaryOp op, const BackendStorage& a, const
   const char* name = op_name(op);
   check_same_device(a, b, name);
   check_same_dtype(a, b, name);
+  check_in_bounds(a, la, name);
+  check_in_bounds(b, lb, name);
   if (la.shape() == lb.shape()) return {a.binary(op, la, b, lb), Layout::contiguous(la.shape())};
   Shape out = broadcast_shapes(la.shape(), lb.shape(), name);
   return {a.binary(op, la.broadcast_as(out), b, lb.broadcast_as(out)), Layout::contiguous(out)};
@@ -117,18 +125,23 @@ std::pair<StoragePtr, Layout> where(const BackendStorage& c, const Layout& lc, c
   check_same_dtype(a, b, "where");
   EMBER_CHECK(!is_float(c.dtype()), DType, "[where] condition must be an integer or bool tensor, got ",
               dtype_name(c.dtype()));
+  check_in_bounds(c, lc, "where");
+  check_in_bounds(a, la, "where");
+  check_in_bounds(b, lb, "where");
   Shape out = broadcast_shapes(broadcast_shapes(lc.shape(), la.shape(), "where"), lb.shape(), "where");
   return {c.where(lc.broadcast_as(out), a, la.broadcast_as(out), b, lb.broadcast_as(out)),
           Layout::contiguous(out)};
 }
 
 std::pair<StoragePtr, Layout> to_dtype(const BackendStorage& s, const Layout& l, DType dt) {
+  check_in_bounds(s, l, "to_dtype");
   return {s.to_dtype(l, dt), Layout::contiguous(l.shape())};
 }
 
 std::pair<StoragePtr, Layout> reduce(ReduceOp op, const BackendStorage& s, const Layout& l,
                                      std::vector<int64_t> dims, bool keepdim) {
   const char* name = op_name(op);
+  check_in_bounds(s, l, name);
   for (auto& d : dims) d = normalize_dim(d, l.ndim(), name);
   std::sort(dims.begin(), dims.end());
   dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
@@ -152,6 +165,8 @@ std::pair<StoragePtr, Layout> matmul(const BackendStorage& a, const Layout& la, 
                                      const Layout& lb) {
   check_same_device(a, b, "matmul");
   check_same_dtype(a, b, "matmul");
+  check_in_bounds(a, la, "matmul");
+  check_in_bounds(b, lb, "matmul");
   EMBER_CHECK(la.ndim() >= 1 && lb.ndim() >= 1, Shape, "[matmul] both operands need at least 1 dim, got ",
               shape_str(la.shape()), " @ ", shape_str(lb.shape()));
   // 1-D operands are promoted (prepend / append a dim) and the dim removed from the result, as numpy.
@@ -173,6 +188,7 @@ std::pair<StoragePtr, Layout> matmul(const BackendStorage& a, const Layout& la, 
 }
 
 std::pair<StoragePtr, Layout> contiguous_copy(const BackendStorage& s, const Layout& l) {
+  check_in_bounds(s, l, "contiguous");
   StoragePtr out = alloc(s.device(), s.dtype(), l.numel(), false);
   Layout ol = Layout::contiguous(l.shape());
   s.copy_into(l, *out, ol);
@@ -185,13 +201,22 @@ void copy_into(const BackendStorage& src, const Layout& sl, BackendStorage& dst,
   check_same_dtype(src, dst, op);
   EMBER_CHECK(sl.shape() == dl.shape(), Shape, "[", op, "] shape mismatch: source ", shape_str(sl.shape()),
               ", destination ", shape_str(dl.shape()));
+  check_in_bounds(src, sl, op);
   check_in_bounds(dst, dl, op);
   src.copy_into(sl, dst, dl);
 }
 
+void fill(BackendStorage& s, const Layout& l, double value) {
+  check_in_bounds(s, l, "fill");
+  s.fill(l, value);
+}
+
 namespace {
-void check_ids(const BackendStorage& s, const BackendStorage& ids, const char* op) {
+void check_ids(const BackendStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
+               const char* op) {
   check_same_device(s, ids, op);
+  check_in_bounds(s, l, op);
+  check_in_bounds(ids, il, op);
   EMBER_CHECK(ids.dtype() == DType::I64 || ids.dtype() == DType::U32 || ids.dtype() == DType::U8, DType, "[",
               op, "] indices must be int64, uint32 or uint8, got ", dtype_name(ids.dtype()));
 }
@@ -199,7 +224,7 @@ void check_ids(const BackendStorage& s, const BackendStorage& ids, const char* o
 
 std::pair<StoragePtr, Layout> index_select(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
                                            const Layout& il, int64_t dim) {
-  check_ids(s, ids, "index_select");
+  check_ids(s, l, ids, il, "index_select");
   dim = normalize_dim(dim, l.ndim(), "index_select");
   EMBER_CHECK(il.ndim() == 1, Shape, "[index_select] indices must be 1-D, got ", shape_str(il.shape()));
   Shape os = l.shape();
@@ -209,7 +234,7 @@ std::pair<StoragePtr, Layout> index_select(const BackendStorage& s, const Layout
 
 std::pair<StoragePtr, Layout> gather(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
                                      const Layout& il, int64_t dim) {
-  check_ids(s, ids, "gather");
+  check_ids(s, l, ids, il, "gather");
   dim = normalize_dim(dim, l.ndim(), "gather");
   EMBER_CHECK(il.ndim() == l.ndim(), Shape, "[gather] indices ", shape_str(il.shape()), " must have as many dims as ",
               shape_str(l.shape()));
@@ -222,9 +247,10 @@ std::pair<StoragePtr, Layout> gather(const BackendStorage& s, const Layout& l, c
 std::pair<StoragePtr, Layout> index_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
                                         const Layout& il, const BackendStorage& src, const Layout& sl,
                                         int64_t dim) {
-  check_ids(s, ids, "index_add");
+  check_ids(s, l, ids, il, "index_add");
   check_same_dtype(s, src, "index_add");
   check_same_device(s, src, "index_add");
+  check_in_bounds(src, sl, "index_add");
   dim = normalize_dim(dim, l.ndim(), "index_add");
   EMBER_CHECK(il.ndim() == 1, Shape, "[index_add] indices must be 1-D, got ", shape_str(il.shape()));
   Shape want = l.shape();
@@ -239,9 +265,10 @@ std::pair<StoragePtr, Layout> index_add(const BackendStorage& s, const Layout& l
 std::pair<StoragePtr, Layout> scatter_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
                                           const Layout& il, const BackendStorage& src, const Layout& sl,
                                           int64_t dim) {
-  check_ids(s, ids, "scatter_add");
+  check_ids(s, l, ids, il, "scatter_add");
   check_same_dtype(s, src, "scatter_add");
   check_same_device(s, src, "scatter_add");
+  check_in_bounds(src, sl, "scatter_add");
   dim = normalize_dim(dim, l.ndim(), "scatter_add");
   EMBER_CHECK(il.shape() == sl.shape(), Shape, "[scatter_add] indices ", shape_str(il.shape()),
               " and source ", shape_str(sl.shape()), " must have the same shape");
@@ -266,6 +293,7 @@ std::pair<StoragePtr, Layout> cat(const std::vector<const BackendStorage*>& ss, 
   for (size_t i = 0; i < ss.size(); ++i) {
     check_same_device(*ss[0], *ss[i], "cat");
     check_same_dtype(*ss[0], *ss[i], "cat");
+    check_in_bounds(*ss[i], ls[i], "cat");
     EMBER_CHECK(ls[i].ndim() == l0.ndim(), Shape, "[cat] tensor ", i, " has shape ", shape_str(ls[i].shape()),
                 ", expected ", l0.ndim(), " dims like ", shape_str(l0.shape()));
     for (int64_t d = 0; d < l0.ndim(); ++d)

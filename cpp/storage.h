@@ -15,6 +15,9 @@ void manual_seed(uint64_t seed);
 
 void check_same_device(const BackendStorage& a, const BackendStorage& b, const char* op);
 void check_same_dtype(const BackendStorage& a, const BackendStorage& b, const char* op);
+// Raises "[op] ..." unless l has a stride per dim, countable dims, and stays inside s. Every entry
+// point below calls it for each (storage, layout) it is given.
+void check_in_bounds(const BackendStorage& s, const Layout& l, const char* op);
 
 // Each returns the result storage and its (contiguous) layout.
 std::pair<StoragePtr, Layout> unary(UnaryOp op, const BackendStorage& s, const Layout& l, double p0 = 0,
@@ -31,6 +34,7 @@ std::pair<StoragePtr, Layout> matmul(const BackendStorage& a, const Layout& la, 
 std::pair<StoragePtr, Layout> contiguous_copy(const BackendStorage& s, const Layout& l);
 void copy_into(const BackendStorage& src, const Layout& sl, BackendStorage& dst, const Layout& dl,
                const char* op);
+void fill(BackendStorage& s, const Layout& l, double value);
 std::pair<StoragePtr, Layout> index_select(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
                                            const Layout& il, int64_t dim);
 std::pair<StoragePtr, Layout> gather(const BackendStorage& s, const Layout& l, const BackendStorage& ids,

@@ -9,6 +9,10 @@ namespace ember::cpu {
 
 CpuStorage::CpuStorage(DType dtype, int64_t numel, bool zeroed)
     : BackendStorage(dtype, Device{DeviceKind::Cpu, 0}, numel) {
+  // Every CPU buffer is made here (alloc, arange, rand, CpuStorage.empty): a negative count or one
+  // whose byte size wraps would hand out a buffer smaller than numel says.
+  EMBER_CHECK(numel >= 0 && numel <= INT64_MAX / (int64_t)itemsize(dtype), Value, "[alloc] cannot allocate ",
+              numel, " elements of ", dtype_name(dtype));
   data_ = alloc_bytes(nbytes());
   if (zeroed) std::memset(data_, 0, nbytes());
 }

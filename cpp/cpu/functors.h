@@ -50,7 +50,16 @@ EMBER_UNARY(UClamp, false, (x < p0 ? p0 : (x > p1 ? p1 : x)))
 
 // Binary functors; comparisons return 0/1 (stored as uint8 by the caller).
 template <typename C> static inline C int_safe_div(C a, C b) {
-  if constexpr (std::is_floating_point_v<C>) return a / b; else return b == C(0) ? C(0) : a / b;
+  if constexpr (std::is_floating_point_v<C>) {
+    return a / b;
+  } else if constexpr (std::is_signed_v<C>) {
+    // x / 0 gives 0 and INT64_MIN / -1 wraps (as numpy): neither may raise SIGFPE.
+    if (b == C(0)) return C(0);
+    if (b == C(-1)) return (C)(0 - (std::make_unsigned_t<C>)a);
+    return a / b;
+  } else {
+    return b == C(0) ? C(0) : a / b;
+  }
 }
 #define EMBER_BINARY(NAME, EXPR) \
   struct NAME { template <typename C> static inline C f(C a, C b) { return EXPR; } };

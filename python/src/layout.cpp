@@ -6,8 +6,22 @@ namespace ember::bind {
 
 void bind_layout(py::module_& m) {
   py::class_<Layout>(m, "Layout")
-      .def(py::init<Shape, Shape, int64_t>(), py::arg("shape"), py::arg("stride"), py::arg("start_offset") = 0)
-      .def_static("contiguous", &Layout::contiguous, py::arg("shape"), py::arg("start_offset") = 0)
+      // Hand-made layouts are validated up front (one stride per dim, countable non-negative dims);
+      // whether they fit a storage is checked where a storage meets them.
+      .def(py::init([](Shape shape, Shape stride, int64_t offset) {
+             EMBER_CHECK(shape.size() == stride.size(), Shape, "[Layout] shape ", shape_str(shape), " and stride ",
+                         shape_str(stride), " differ in length");
+             checked_numel(shape, "Layout");
+             return Layout(std::move(shape), std::move(stride), offset);
+           }),
+           py::arg("shape"), py::arg("stride"), py::arg("start_offset") = 0)
+      .def_static(
+          "contiguous",
+          [](const Shape& shape, int64_t offset) {
+            checked_numel(shape, "Layout");
+            return Layout::contiguous(shape, offset);
+          },
+          py::arg("shape"), py::arg("start_offset") = 0)
       .def_property_readonly("shape", [](const Layout& l) { return py::tuple(py::cast(l.shape())); })
       .def_property_readonly("stride", [](const Layout& l) { return py::tuple(py::cast(l.stride())); })
       .def_property_readonly("start_offset", &Layout::offset)

@@ -60,7 +60,7 @@ void bind_ops(py::module_& m) {
         GilFree());
   m.def("copy_into", [](const StoragePtr& src, const Layout& sl, const StoragePtr& dst, const Layout& dl,
                         const std::string& op) { ember::copy_into(S(src), sl, *dst, dl, op.c_str()); }, GilFree());
-  m.def("fill", [](const StoragePtr& s, const Layout& l, double v) { s->fill(l, v); }, GilFree());
+  m.def("fill", [](const StoragePtr& s, const Layout& l, double v) { ember::fill(*s, l, v); }, GilFree());
   m.def("index_select", [](const StoragePtr& s, const Layout& l, const StoragePtr& ids, const Layout& il,
                            int64_t dim) -> SL { return ember::index_select(S(s), l, S(ids), il, dim); }, GilFree());
   m.def("gather", [](const StoragePtr& s, const Layout& l, const StoragePtr& ids, const Layout& il, int64_t dim) -> SL {

@@ -36,9 +36,7 @@ py::dtype np_dtype(DType dt) {
 
 // Strided view of (s, l) that keeps `owner` (the Python storage object) alive.
 py::array view(const CpuStorage& s, const Layout& l, py::handle owner, bool writable, const char* op) {
-  auto [lo, hi] = l.extent();
-  EMBER_CHECK(l.numel() == 0 || (lo >= 0 && hi <= s.numel()), Index, "[", op, "] layout ", l.repr(),
-              " reaches outside a storage of ", s.numel(), " elements");
+  check_in_bounds(s, l, op);  // rank, dims and reach, as every kernel entry point checks
   const ssize_t isz = (ssize_t)itemsize(s.dtype());
   std::vector<ssize_t> shape(l.shape().begin(), l.shape().end()), strides;
   for (auto st : l.stride()) strides.push_back(st * isz);
