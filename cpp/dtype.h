@@ -111,6 +111,12 @@ EMBER_INLINE uint16_t f64_to_f16(double d) {
 template <typename To, typename From> EMBER_INLINE To convert(From v) {
   if constexpr (std::is_same_v<To, f16> && std::is_same_v<From, double>) {
     return f16{f64_to_f16(v)};
+  } else if constexpr (std::is_integral_v<To> && !std::is_integral_v<From>) {
+    // float -> int truncates toward zero and wraps into To like numpy on x86; NaN and values beyond
+    // 64 bits give 0 instead of undefined behaviour
+    const double d = (double)load<From>(v);
+    if (!(d == d) || d <= -9.3e18 || d >= 1.8e19) return To(0);
+    return d >= 9.2e18 ? (To)(uint64_t)d : (To)(int64_t)d;
   } else {
     return store<To>(static_cast<typename Acc<To>::type>(load<From>(v)));
   }
