@@ -3,6 +3,7 @@ recording live here; bytes never do."""
 from __future__ import annotations
 
 import itertools
+import math
 import numbers
 
 import numpy as np
@@ -11,7 +12,7 @@ from . import _C
 from . import dtypes as _dt
 from .backprop import no_grad, record
 from .dtypes import DType, Device
-from .errors import DeviceError, DTypeError, EmberError, IndexOutOfRange, ShapeError
+from .errors import DeviceError, DTypeError, EmberError, EmberValueError, IndexOutOfRange, ShapeError
 
 _ids = itertools.count(1)
 
@@ -304,12 +305,14 @@ class Tensor:
                 layout = layout.unsqueeze(dim)
                 dim += 1
             elif isinstance(i, slice):
-                start, stop, step = i.start, i.stop, i.step
-                if step is not None and step < 1:
-                    raise EmberError(f"[index] slice step must be >= 1, got {step}")
                 size = layout.shape[dim]
-                layout = layout.slice(dim, 0 if start is None else int(start),
-                                      size if stop is None else int(stop), 1 if step is None else int(step))
+                try:  # slice.indices clamps like Python, so 2**70 or -2**70 cannot overflow int64 below
+                    start, stop, step = i.indices(size)
+                except (TypeError, ValueError) as e:
+                    raise IndexOutOfRange(f"[index] invalid slice {i!r}: {e}") from None
+                if step < 1:
+                    raise EmberError(f"[index] slice step must be >= 1, got {step}")
+                layout = layout.slice(dim, start, max(start, stop), step)
                 dim += 1
             elif isinstance(i, (numbers.Integral, np.integer)) and not isinstance(i, bool):
                 layout = layout.select(dim, int(i))
@@ -682,13 +685,23 @@ def from_numpy(arr) -> Tensor:
     return tensor(arr)
 
 
+def _checked_numel(shape, op):
+    """The element count of a requested shape; negative dims, and counts an int64 cannot hold (the
+    C++ side would otherwise see a wrapped, tiny count), raise ShapeError."""
+    n = big = 1
+    for d in shape:
+        if d < 0:
+            raise ShapeError(f"[{op}] negative dimension in shape {shape}")
+        n *= d
+        big *= max(d, 1)  # zero dims too: the strides of (2**40, 2**40, 0) would overflow
+    if big >= 2**63:
+        raise ShapeError(f"[{op}] shape {shape} has more elements than an int64 can count")
+    return n
+
+
 def _alloc_full(shape, value, dtype, device):
     shape = tuple(int(d) for d in shape)
-    if any(d < 0 for d in shape):
-        raise ShapeError(f"[full] negative dimension in shape {shape}")
-    n = 1
-    for d in shape:
-        n *= d
+    n = _checked_numel(shape, "full")
     s = _full_storage(device, dtype, n, value)
     return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
 
@@ -726,9 +739,19 @@ def arange(start, end=None, step=1, dtype=None, device=None):
         start, end = 0, start
     if step == 0:
         raise EmberError("[arange] step must be nonzero")
+    if not all(isinstance(v, numbers.Real) for v in (start, end, step)):
+        raise DTypeError(f"[arange] start, end and step must be real numbers, got {start!r}, {end!r}, {step!r}")
     all_int = all(isinstance(v, numbers.Integral) for v in (start, end, step))
     dtype = _dt.to_dtype(dtype or (_dt.int64 if all_int else _dt.float32))
-    n = max(0, int(np.ceil((end - start) / step)))
+    if all_int:
+        n = max(0, -((int(start) - int(end)) // int(step)))  # exact ceil, even past 2**53
+    else:
+        q = (float(end) - float(start)) / float(step)
+        if not math.isfinite(q):
+            raise EmberValueError(f"[arange] the count of arange({start}, {end}, {step}) is not finite")
+        n = max(0, math.ceil(q))
+    if n >= 2**62:  # beyond any memory; would wrap int64 element and byte counts
+        raise EmberValueError(f"[arange] arange({start}, {end}, {step}) has {n} elements, too many")
     device = _dt.to_device(device)
     s = _C.arange(device.kind, device.index, dtype.code, float(start), float(step), n)
     return _wrap(s, _C.Layout.contiguous([n]), dtype, device)
@@ -737,7 +760,7 @@ def arange(start, end=None, step=1, dtype=None, device=None):
 def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0):
     shape = _shape_arg(shape)
     dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
-    n = int(np.prod(shape)) if shape else 1
+    n = _checked_numel(shape, "rand")  # np.prod would wrap silently
     s = _C.rand_uniform(device.kind, device.index, dtype.code, n, float(lo), float(hi))
     return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
 
@@ -745,7 +768,7 @@ def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0):
 def randn(*shape, dtype=None, device=None, mean=0.0, std=1.0):
     shape = _shape_arg(shape)
     dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
-    n = int(np.prod(shape)) if shape else 1
+    n = _checked_numel(shape, "randn")
     s = _C.rand_normal(device.kind, device.index, dtype.code, n, float(mean), float(std))
     return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
 
@@ -763,6 +786,8 @@ def where(cond, a, b):
         b, a = _operands(b, a, "where")
     elif not isinstance(b, Tensor):
         a, b = _operands(a, b, "where")
+    if not isinstance(cond, Tensor):  # a list / array condition, like numpy
+        cond = tensor(cond)
     s, l = _C.where(cond._storage, cond._layout, a._storage, a._layout, b._storage, b._layout)
     return record(_wrap(s, l, a._dtype, a._device), "where", (a, b, cond))
 
