@@ -38,6 +38,24 @@ std::pair<int64_t, int64_t> as_line(const Layout& l) {
 
 template <typename T> using C_t = typename Acc<T>::type;
 
+// A contiguous copy of the input in (kept..., reduced...) order, so the reduced dims form rows.
+struct Rows {
+  CpuStoragePtr storage;
+  Layout layout;
+  std::vector<int64_t> dims;  // the reduced dims, now the trailing ones
+};
+Rows as_rows(const CpuStorage& s, const Layout& l, const std::vector<int64_t>& dims) {
+  std::vector<int64_t> perm;
+  for (int64_t i = 0; i < l.ndim(); ++i)
+    if (!std::binary_search(dims.begin(), dims.end(), i)) perm.push_back(i);
+  for (auto d : dims) perm.push_back(d);
+  Layout pl = l.permute(perm);
+  Rows r{new_cpu(s.dtype(), l.numel()), Layout::contiguous(pl.shape()), {}};
+  s.copy_into(pl, *r.storage, r.layout);
+  for (int64_t i = (int64_t)(l.ndim() - dims.size()); i < l.ndim(); ++i) r.dims.push_back(i);
+  return r;
+}
+
 template <typename T> inline C_t<T> combine(int kind, C_t<T> a, C_t<T> b) {
   if (kind == 0) return a + b;
   if (kind == 1) return (b > a || b != b) ? b : a;
@@ -134,16 +152,8 @@ void reduce_values(int kind, const CpuStorage& s, const Layout& l, const std::ve
     return;
   }
   // general: gather into (kept..., reduced...) contiguous order, then rows
-  std::vector<int64_t> perm;
-  for (int64_t i = 0; i < l.ndim(); ++i)
-    if (!std::binary_search(dims.begin(), dims.end(), i)) perm.push_back(i);
-  for (auto d : dims) perm.push_back(d);
-  auto tmp = new_cpu(s.dtype(), l.numel());
-  Layout pl = l.permute(perm);
-  s.copy_into(pl, *tmp, Layout::contiguous(pl.shape()));
-  std::vector<int64_t> tdims;
-  for (int64_t i = (int64_t)(l.ndim() - dims.size()); i < l.ndim(); ++i) tdims.push_back(i);
-  reduce_values<T>(kind, *tmp, Layout::contiguous(pl.shape()), tdims, out);
+  Rows r = as_rows(s, l, dims);
+  reduce_values<T>(kind, *r.storage, r.layout, r.dims, out);
 }
 
 template <typename C> inline bool is_nan(C v) {
@@ -156,16 +166,8 @@ void reduce_arg(bool is_max, const CpuStorage& s, const Layout& l, const std::ve
   Split sp = split_dims(l, dims);
   auto [rlen, rstride] = as_line(sp.red);
   if (!(rlen > 0)) {  // several non-mergeable reduced dims: make them one contiguous row first
-    std::vector<int64_t> perm;
-    for (int64_t i = 0; i < l.ndim(); ++i)
-      if (!std::binary_search(dims.begin(), dims.end(), i)) perm.push_back(i);
-    for (auto d : dims) perm.push_back(d);
-    auto tmp = new_cpu(s.dtype(), l.numel());
-    Layout pl = l.permute(perm);
-    s.copy_into(pl, *tmp, Layout::contiguous(pl.shape()));
-    std::vector<int64_t> tdims;
-    for (int64_t i = (int64_t)(l.ndim() - dims.size()); i < l.ndim(); ++i) tdims.push_back(i);
-    reduce_arg<T>(is_max, *tmp, Layout::contiguous(pl.shape()), tdims, out);
+    Rows r = as_rows(s, l, dims);
+    reduce_arg<T>(is_max, *r.storage, r.layout, r.dims, out);
     return;
   }
   const T* in = s.data<T>();
