@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import os
 import struct
 import sys
@@ -76,7 +77,7 @@ def _read_header(buf: np.ndarray, path):
         raise EmberError(f"[load_safetensors] {path}: header length {n} does not fit the file")
     try:
         header = json.loads(buf[8 : 8 + n].tobytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:  # deep nesting recurses
         raise EmberError(f"[load_safetensors] {path}: header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
         raise EmberError(f"[load_safetensors] {path}: header is not a JSON object")
@@ -97,9 +98,14 @@ def load_safetensors(path, device=None) -> dict:
         if name == "__metadata__":
             continue
         try:
-            code, shape, (begin, end) = info["dtype"], [int(d) for d in info["shape"]], info["data_offsets"]
+            code, shape, (begin, end) = info["dtype"], list(info["shape"]), info["data_offsets"]
         except (KeyError, TypeError, ValueError):
             raise EmberError(f"[load_safetensors] {path}: malformed entry for {name!r}") from None
+        # Exact JSON integers only: int(1.5) would truncate, and a bool or string is no size at all.
+        if (not isinstance(code, str) or not all(type(v) is int for v in (*shape, begin, end))
+                or any(d < 0 for d in shape)):
+            raise EmberError(f"[load_safetensors] {path}: malformed entry for {name!r}: dtype {code!r}, "
+                             f"shape {shape!r}, data_offsets {[begin, end]!r}")
         if code in _FROM_CODE:
             dt = _FROM_CODE[code]
             npt = np.dtype(f"<u{dt.itemsize}") if dt is _dt.bfloat16 else _dt.numpy_dtype(dt)
@@ -107,7 +113,9 @@ def load_safetensors(path, device=None) -> dict:
             npt, dt = np.dtype(_WIDEN[code][0]), _WIDEN[code][1]
         else:
             raise DTypeError(f"[load_safetensors] tensor {name!r} has dtype {code}, which ember cannot hold")
-        n = int(np.prod(shape)) if shape else 1
+        n = math.prod(shape)  # exact: np.prod wraps, and (2**32, 2**32) would pass for 0 bytes
+        if math.prod(max(d, 1) for d in shape) >= 2**63:
+            raise EmberError(f"[load_safetensors] {path}: shape {tuple(shape)} of {name!r} is too large")
         if not (0 <= begin <= end <= data.size) or end - begin != n * npt.itemsize:
             raise EmberError(f"[load_safetensors] {path}: data_offsets {[begin, end]} of {name!r} do not match "
                              f"shape {tuple(shape)} and dtype {code}")
@@ -128,4 +136,7 @@ def load_safetensors_metadata(path) -> dict:
         n = int(head.view("<u8")[0]) if head.size == 8 else 0
         buf = np.concatenate([head, np.frombuffer(f.read(min(n, _MAX_HEADER)), dtype=np.uint8)])
     header, _ = _read_header(buf, path)
-    return dict(header.get("__metadata__", {}))
+    meta = header.get("__metadata__", {})
+    if not isinstance(meta, dict):
+        raise EmberError(f"[load_safetensors_metadata] {path}: __metadata__ is a {type(meta).__name__}, not a map")
+    return dict(meta)
