@@ -279,7 +279,11 @@ def _custom_grads(node, out, g, rule):
         return (None,) * n
     if hasattr(res, "_storage"):
         res = (res,)
-    res = tuple(res)
+    try:
+        res = tuple(res)
+    except TypeError:  # a bwd returning 5 must name the op, not fail inside tuple()
+        raise EmberError(f"[{node.name}] bwd returned a {type(res).__name__}, expected a Tensor, None or a "
+                         "tuple of them") from None
     if len(res) != n:
         raise EmberError(f"[{node.name}] bwd returned {len(res)} gradients for {n} inputs")
     for i, (inp, gi) in enumerate(zip(node.inputs, res)):

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+import operator
 
 # storage_ext is imported for its effect: CpuStorage.from_numpy/empty and storages' .dtype/.device.
 from . import _C, backprop, storage_ext  # noqa: F401
@@ -158,12 +159,14 @@ def _resolve_dtype(op, want, tensors):
 
 def _shape_of(op, shape):
     """A forward's returned shape as a tuple of non-negative Python ints."""
-    try:
-        shape = tuple(int(d) for d in shape)
+    try:  # operator.index, not int(): a 3.5 dim is an error, never silently 3
+        shape = tuple(operator.index(d) for d in shape)
     except (TypeError, ValueError):
         raise ShapeError(f"[{op.name}] forward returned shape {shape!r}, expected a tuple of ints") from None
     if any(d < 0 for d in shape):
         raise ShapeError(f"[{op.name}] forward returned a negative dimension in shape {shape}")
+    if math.prod(max(d, 1) for d in shape) >= 2**63:  # e.g. (2**64, 2**64, 0): 0 elements, uncountable
+        raise ShapeError(f"[{op.name}] forward returned shape {shape}, too large for an int64 element count")
     return shape
 
 
@@ -204,6 +207,8 @@ def _output(op, res, tensors):
             n = math.prod(shape)
             break
         n *= d
+    if n == 0 and shape:  # only then can a dim exceed the storage's (int64) count: check it slowly
+        shape = _shape_of(op, shape)
     if st.numel != n:
         raise ShapeError(
             f"[{op.name}] forward returned a storage of {st.numel} elements for shape {shape} ({n} elements)")

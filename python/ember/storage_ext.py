@@ -60,8 +60,8 @@ def _from_numpy(arr, dtype=None):
 def _empty(n, dtype):
     """A new CpuStorage of ``n`` uninitialised elements of ``dtype`` (an em.DType, name or numpy dtype)."""
     n = int(n)
-    if n < 0:
-        raise EmberValueError(f"[empty] element count must be >= 0, got {n}")
+    if not 0 <= n < 2**63:  # past int64 the binding would raise a bare TypeError
+        raise EmberValueError(f"[empty] element count must be in [0, 2**63), got {n}")
     return _C.CpuStorage._empty_code(n, _dt.to_dtype(dtype).code)
 
 
