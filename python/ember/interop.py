@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import ctypes as C
+import math
 
 import numpy as np
 
@@ -201,11 +202,18 @@ def from_dlpack(obj) -> Tensor:
     if dl.dtype.lanes != 1 or (key not in _FROM_DL and key not in _WIDEN_NP):
         raise DTypeError(f"[from_dlpack] unsupported DLPack dtype (code {key[0]}, bits {key[1]}, "
                          f"lanes {dl.dtype.lanes})")
+    ndim = dl.ndim
+    # A producer's struct is read, not trusted: a bad rank or shape raises before ember owns it.
+    if not 0 <= ndim <= 64 or (ndim and not dl.shape):
+        raise EmberError(f"[from_dlpack] invalid DLPack tensor: ndim {ndim}")
+    shape = [int(dl.shape[i]) for i in range(ndim)]
+    if any(d < 0 for d in shape) or math.prod(max(d, 1) for d in shape) >= 2**63:
+        raise EmberError(f"[from_dlpack] invalid DLPack shape {tuple(shape)}")
+    if not dl.data and math.prod(shape) > 0:
+        raise EmberError(f"[from_dlpack] DLPack tensor of shape {tuple(shape)} has no data pointer")
     # From here on ember owns the managed tensor: rename so the producer's destructor leaves it alone.
     _api.PyCapsule_SetName(cap_addr, used)
     owner = _Owner(addr, m.deleter if m.deleter else None)
-    ndim = dl.ndim
-    shape = [int(dl.shape[i]) for i in range(ndim)]
     if dl.strides:
         strides = [int(dl.strides[i]) for i in range(ndim)]
     else:  # NULL strides mean compact row-major
