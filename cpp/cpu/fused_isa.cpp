@@ -66,9 +66,16 @@ template <typename V> static inline V vmax(V a, V b) { return a > b ? a : b; }
 static inline Vec<float> vload(const float* p) { return vld(p); }
 static inline Vec<double> vload(const double* p) { return vld(p); }
 static inline Vec<float> vload(const bf16* p) {
+  // bf16 is the top half of an f32: widen and shift (one vpmovzxwd + one shift on AVX2/512).
+#if defined(__AVX512F__)
+  return (Vec<float>)_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16);
+#elif defined(__AVX2__)
+  return (Vec<float>)_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16);
+#else
   H16 h;
   __builtin_memcpy(&h, p, sizeof h);
   return (Vec<float>)(__builtin_convertvector(h, U32V) << 16);
+#endif
 }
 static inline Vec<float> vload(const f16* p) {
 #if defined(__AVX512F__)
@@ -414,19 +421,29 @@ template <typename T> static void mean_var(const T* x, int64_t n, double& mean, 
   double cnt = 0, mu = 0, m2 = 0;
   for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
     const int64_t b1 = std::min(n, b0 + kBlk), nb = b1 - b0;
-    V s0 = V{}, s1 = V{};
+    V s0 = V{}, s1 = V{}, s2 = V{}, s3 = V{};
     int64_t j = b0;
-    for (; j + 2 * L <= b1; j += 2 * L) s0 += vload(x + j), s1 += vload(x + j + L);
+    for (; j + 4 * L <= b1; j += 4 * L) {
+      s0 += vload(x + j);
+      s1 += vload(x + j + L);
+      s2 += vload(x + j + 2 * L);
+      s3 += vload(x + j + 3 * L);
+    }
     for (; j < b1; j += L) s0 += vload_n(x + j, std::min<int64_t>(L, b1 - j), 0);
-    const C bm = (C)((double)hsum(s0 + s1) / (double)nb);
+    const C bm = (C)((double)hsum((s0 + s1) + (s2 + s3)) / (double)nb);
     const V vbm = vbc(bm);
-    V q0 = V{}, q1 = V{};
+    V q0 = V{}, q1 = V{}, q2 = V{}, q3 = V{};
     j = b0;
-    for (; j + 2 * L <= b1; j += 2 * L) {
+    for (; j + 4 * L <= b1; j += 4 * L) {
       V a = vload(x + j) - vbm, b = vload(x + j + L) - vbm;
+      V c = vload(x + j + 2 * L) - vbm, d = vload(x + j + 3 * L) - vbm;
       q0 += a * a;
       q1 += b * b;
+      q2 += c * c;
+      q3 += d * d;
     }
+    q0 += q2;
+    q1 += q3;
     for (; j < b1; j += L) {
       const int64_t c = std::min<int64_t>(L, b1 - j);
       V a = vload_n(x + j, c, bm) - vbm;
