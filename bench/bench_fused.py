@@ -8,6 +8,7 @@ Usage: python bench/bench_fused.py [--reps N] [--quick]
 from __future__ import annotations
 
 import argparse
+import functools
 import platform
 import time
 
@@ -24,7 +25,7 @@ try:
     import mlx.core as mx
 
     mx.set_default_device(mx.cpu)
-except Exception:  # pragma: no cover  (mlx missing or without a CPU backend)
+except (ImportError, RuntimeError, ValueError):  # pragma: no cover  (mlx missing or no CPU backend)
     mx = None
 
 SHAPES = [(4096, 4096), (32768, 128), (64, 65536)]
@@ -46,17 +47,17 @@ def ember_case(op, x_np, dt, w_np, b_np, g_np):
     edt = {"float32": em.float32, "bfloat16": em.bfloat16}[dt]
     x, w, b, g = (em.tensor(a).to_dtype(edt) for a in (x_np, w_np, b_np, g_np))
     if op == "softmax_last_dim":
-        mk = lambda: ops._Softmax()  # noqa: E731
-        run = lambda o: x.apply_op1(o)  # noqa: E731
-        back = lambda o, y: o.bwd(x, y, g)  # noqa: E731
+        mk = lambda: ops._Softmax()
+        run = lambda o: x.apply_op1(o)
+        back = lambda o, y: o.bwd(x, y, g)
     elif op == "rms_norm":
-        mk = lambda: ops._RmsNorm(1e-5)  # noqa: E731
-        run = lambda o: x.apply_op2(w, o)  # noqa: E731
-        back = lambda o, y: o.bwd(x, w, y, g)  # noqa: E731
+        mk = lambda: ops._RmsNorm(1e-5)
+        run = lambda o: x.apply_op2(w, o)
+        back = lambda o, y: o.bwd(x, w, y, g)
     else:
-        mk = lambda: ops._LayerNorm(1e-5)  # noqa: E731
-        run = lambda o: x.apply_op3(w, b, o)  # noqa: E731
-        back = lambda o, y: o.bwd(x, w, b, y, g)  # noqa: E731
+        mk = lambda: ops._LayerNorm(1e-5)
+        run = lambda o: x.apply_op3(w, b, o)
+        back = lambda o, y: o.bwd(x, w, b, y, g)
     o = mk()
     y = run(o)
 
@@ -78,7 +79,7 @@ def torch_case(op, x_np, dt, w_np, b_np, g_np):
          "rms_norm": lambda x, w, b: torch.nn.functional.rms_norm(x, (n,), w, 1e-5),
          "layer_norm": lambda x, w, b: torch.nn.functional.layer_norm(x, (n,), w, b, 1e-5)}[op]
     with torch.no_grad():
-        fwd = lambda: f(x, w, b)  # noqa: E731
+        fwd = lambda: f(x, w, b)
     xr, wr, br = (t.clone().requires_grad_() for t in (x, w, b))
     y = f(xr, wr, br)
     ins = [xr] if op == "softmax_last_dim" else [xr, wr] if op == "rms_norm" else [xr, wr, br]
@@ -146,39 +147,49 @@ def numpy_case(op, x, dt, w, b, g):
 
 
 # ----------------------------------------------------------------------------- sdpa
-def sdpa_rows(reps, nt):
+def sdpa_row(causal, arrays, reps):
+    """ember / torch / MLX times (fwd, bwd) of one attention configuration."""
+    D = arrays[0].shape[-1]
+    scale = 1 / np.sqrt(D)
+    q, k, v, g = (em.tensor(a) for a in arrays)
+    op = ops._Sdpa(scale, causal, None)
+    y = q.apply_op3(k, v, op)
+
+    def ebwd():
+        with em.no_grad():
+            op.bwd(q, k, v, y, g)
+
+    res = {"ember": (best_ms(lambda: q.apply_op3(k, v, ops._Sdpa(scale, causal, None)), reps), best_ms(ebwd, reps))}
+    if torch is not None:
+        tq, tk, tv, tg = (torch.from_numpy(a) for a in arrays)
+        F = torch.nn.functional.scaled_dot_product_attention
+
+        def tf():
+            with torch.no_grad():
+                F(tq, tk, tv, is_causal=causal)
+
+        qr, kr, vr = (t.clone().requires_grad_() for t in (tq, tk, tv))
+        ty = F(qr, kr, vr, is_causal=causal)
+        res["torch"] = (best_ms(tf, reps),
+                        best_ms(lambda: torch.autograd.grad(ty, (qr, kr, vr), tg, retain_graph=True), reps))
+    if mx is not None:
+        mq, mk_, mv, mg = (mx.array(a) for a in arrays)
+        mask = "causal" if causal else None
+
+        def sd(a, b, c):
+            return mx.fast.scaled_dot_product_attention(a, b, c, scale=scale, mask=mask)
+
+        res["mlx"] = (best_ms(lambda: mx.eval(sd(mq, mk_, mv)), reps),
+                      best_ms(lambda: mx.eval(mx.vjp(sd, [mq, mk_, mv], [mg])[1]), reps))
+    return res
+
+
+def sdpa_rows(reps):
     B, H, L, D = 4, 8, 512, 64
     rng = np.random.default_rng(0)
-    q_np, k_np, v_np, g_np = (rng.standard_normal((B, H, L, D)).astype(np.float32) for _ in range(4))
-    rows = []
-    for causal in (False, True):
-        q, k, v, g = (em.tensor(a) for a in (q_np, k_np, v_np, g_np))
-        op = ops._Sdpa(1 / np.sqrt(D), causal, None)
-        y = q.apply_op3(k, v, op)
-        def ebwd():
-            with em.no_grad():
-                op.bwd(q, k, v, y, g)
-        res = {"ember": (best_ms(lambda: q.apply_op3(k, v, ops._Sdpa(1 / np.sqrt(D), causal, None)), reps),
-                         best_ms(ebwd, reps))}
-        if torch is not None:
-            tq, tk, tv, tg = (torch.from_numpy(a) for a in (q_np, k_np, v_np, g_np))
-            F = torch.nn.functional.scaled_dot_product_attention
-
-            def tf():
-                with torch.no_grad():
-                    F(tq, tk, tv, is_causal=causal)
-            qr, kr, vr = (t.clone().requires_grad_() for t in (tq, tk, tv))
-            ty = F(qr, kr, vr, is_causal=causal)
-            res["torch"] = (best_ms(tf, reps),
-                            best_ms(lambda: torch.autograd.grad(ty, (qr, kr, vr), tg, retain_graph=True), reps))
-        if mx is not None:
-            mq, mk_, mv, mg = (mx.array(a) for a in (q_np, k_np, v_np, g_np))
-            mask = "causal" if causal else None
-            sd = lambda a, b, c: mx.fast.scaled_dot_product_attention(a, b, c, scale=1 / np.sqrt(D), mask=mask)  # noqa: E731
-            res["mlx"] = (best_ms(lambda: mx.eval(sd(mq, mk_, mv)), reps),
-                          best_ms(lambda: mx.eval(mx.vjp(sd, [mq, mk_, mv], [mg])[1]), reps))
-        rows.append((f"sdpa{' causal' if causal else ''}", f"{B}x{H}x{L}x{D}", "float32", res, None))
-    return rows
+    arrays = tuple(rng.standard_normal((B, H, L, D)).astype(np.float32) for _ in range(4))
+    return [(f"sdpa{' causal' if causal else ''}", f"{B}x{H}x{L}x{D}", "float32", sdpa_row(causal, arrays, reps), None)
+            for causal in (False, True)]
 
 
 # ----------------------------------------------------------------------------- main
@@ -205,7 +216,7 @@ def main():
             # the copy limit: the input's bytes copied into a preallocated buffer
             src = x if dt == "float32" else x.view(np.uint16)[:, ::2].copy()
             dst = np.empty_like(src)
-            copy_ms = best_ms(lambda: np.copyto(dst, src), args.reps)
+            copy_ms = best_ms(functools.partial(np.copyto, dst, src), args.reps)
             for op in ("softmax_last_dim", "rms_norm", "layer_norm"):
                 res = {"ember": [best_ms(f, args.reps) for f in ember_case(op, x, dt, w, b, g)]}
                 if torch is not None:
@@ -216,7 +227,7 @@ def main():
                     res["numpy"] = [best_ms(f, max(2, args.reps // 3)) for f in numpy_case(op, x, dt, w, b, g)]
                 rows.append((op, f"{shape[0]}x{shape[1]}", dt, res, copy_ms))
                 print_row(rows[-1], header=len(rows) == 1)
-    for r in sdpa_rows(max(3, args.reps // 2), nt):
+    for r in sdpa_rows(max(3, args.reps // 2)):
         rows.append(r)
         print_row(r, header=False)
     worst = min(res["torch"][i] / res["ember"][i] for _, _, _, res, _ in rows if "torch" in res for i in (0, 1))

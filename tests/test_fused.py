@@ -30,7 +30,7 @@ def pair(arr, dt, layout="contiguous"):
         view = (lambda b: b.transpose(-1, -2)) if arr.ndim > 1 else (lambda b: b)
     elif layout == "offset":  # start offset and padded row stride
         base = np.pad(arr, [(1, 1)] * (arr.ndim - 1) + [(2, 3)])
-        view = lambda b: b[(slice(1, -1),) * (arr.ndim - 1) + (slice(2, -3),)]  # noqa: E731
+        view = lambda b: b[(slice(1, -1),) * (arr.ndim - 1) + (slice(2, -3),)]
     else:
         base, view = arr, (lambda b: b)
     eb = em.Var(em.tensor(base).to_dtype(dt))

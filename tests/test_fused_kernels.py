@@ -139,7 +139,7 @@ def test_layer_norm_no_affine_and_long_offset_rows():
     var = x.double().var(-1, unbiased=False)
     torch.testing.assert_close(tt(rs, (2,), torch.float32).double(), 1 / torch.sqrt(var + 1e-5), rtol=1e-4, atol=0)
     g = torch.randn_like(x)
-    dxs, dws, dbs = F.layer_norm_bwd(xs, xl, None, None, ms, rs, *sto(g))
+    dxs, _, _ = F.layer_norm_bwd(xs, xl, None, None, ms, rs, *sto(g))
     xr = x.double().requires_grad_()
     (rdx,) = torch.autograd.grad(torch.nn.functional.layer_norm(xr, (x.shape[1],), eps=1e-5), xr, g.double())
     torch.testing.assert_close(tt(dxs, x.shape, x.dtype).double(), rdx, rtol=1e-3, atol=1e-2)
@@ -148,7 +148,7 @@ def test_layer_norm_no_affine_and_long_offset_rows():
 def test_rms_norm_long_row():
     x = torch.randn(1, 1_000_003, dtype=torch.float64)
     w = torch.rand(1_000_003, dtype=torch.float64)
-    ys, rs = F.rms_norm_fwd(*sto(x), *sto(w), 1e-6)
+    ys, _ = F.rms_norm_fwd(*sto(x), *sto(w), 1e-6)
     close(tt(ys, x.shape, x.dtype), torch.nn.functional.rms_norm(x, (x.shape[1],), w, 1e-6), x.dtype)
 
 

@@ -18,7 +18,7 @@ from ..tensor import UNARY, Tensor, _contig, _wrap, arange, full, where
 
 _F = _C.fused
 
-__all__ = [
+__all__ = [  # noqa: RUF022  (grouped: fused ops, then the composite references)
     "sigmoid", "silu", "gelu", "softmax", "softmax_last_dim", "log_softmax", "rms_norm", "layer_norm",
     "sdpa", "softmax_slow", "log_softmax_slow", "rms_norm_slow", "layer_norm_slow", "sdpa_slow",
 ]
