@@ -1,0 +1,105 @@
+"""Core-op benchmark: ember beside torch (CPU) and numpy in one run, same thread count, as a markdown table.
+
+    python bench/bench_ops.py [--threads N] [--reps R]
+
+Each row is the median of R timed runs; the libraries are interleaved inside every repetition so that
+machine noise hits them alike. Ratios are speed ratios (other library's time / ember's time): above 1
+means ember is faster.
+"""
+import argparse
+import os
+import statistics
+import sys
+import time
+
+ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+ap.add_argument("--threads", type=int, default=int(os.environ.get("EMBER_NUM_THREADS", os.cpu_count() or 1)))
+ap.add_argument("--reps", type=int, default=15)
+args = ap.parse_args()
+
+# numpy's BLAS reads its thread count when it loads, so this must come before the imports.
+for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ[var] = str(args.threads)
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+import ember as em  # noqa: E402
+
+em.set_num_threads(args.threads)
+torch.set_num_threads(args.threads)
+
+
+def timed(fn, inner):
+    t0 = time.perf_counter()
+    for _ in range(inner):
+        fn()
+    return (time.perf_counter() - t0) / inner
+
+
+def bench(cases, inner=1, reps=args.reps, settle=0.0):
+    """cases: {lib: fn}. Returns {lib: median seconds per call}, interleaving the libraries each rep.
+
+    settle: seconds to sleep before each timing. OpenBLAS and OpenMP workers spin for ~0.1 s after a
+    parallel call; without a pause they steal a core from whichever library is timed next."""
+    for fn in cases.values():  # warm up: first-touch pages, caches, lazy init
+        timed(fn, max(1, inner // 10))
+    times = {lib: [] for lib in cases}
+    for _ in range(reps):
+        for lib, fn in cases.items():
+            if settle:
+                time.sleep(settle)
+            times[lib].append(timed(fn, inner))
+    return {lib: statistics.median(ts) for lib, ts in times.items()}
+
+
+def main():
+    rng = np.random.default_rng(0)
+    rows = []
+
+    # 1. per-op overhead: a + b on 4-element f32 tensors (dominated by the Python -> C++ path)
+    a4, b4 = rng.random(4, dtype=np.float32), rng.random(4, dtype=np.float32)
+    ea, eb, ta, tb = em.tensor(a4), em.tensor(b4), torch.from_numpy(a4), torch.from_numpy(b4)
+    r = bench({"ember": lambda: ea + eb, "torch": lambda: ta + tb, "numpy": lambda: a4 + b4}, inner=5000)
+    rows.append(("a + b, 4 f32 (overhead)", r, "us", ("abs", 4e-6)))
+
+    # 2-3. add and exp on 16M f32 elements (memory bandwidth + SIMD math)
+    n = 16 * 1024 * 1024
+    x, y = rng.random(n, dtype=np.float32), rng.random(n, dtype=np.float32)
+    ex, ey, tx, ty = em.tensor(x), em.tensor(y), torch.from_numpy(x.copy()), torch.from_numpy(y.copy())
+    r = bench({"ember": lambda: ex + ey, "torch": lambda: tx + ty, "numpy": lambda: x + y}, settle=0.15)
+    rows.append(("add, 16M f32", r, "ms", ("torch", 0.9)))
+    r = bench({"ember": lambda: ex.exp(), "torch": lambda: tx.exp(), "numpy": lambda: np.exp(x)}, settle=0.15)
+    rows.append(("exp, 16M f32", r, "ms", ("torch", 0.9)))
+
+    # 4. sum over the last dim of 4096 x 4096 f32
+    m = rng.random((4096, 4096), dtype=np.float32)
+    em_m, t_m = em.tensor(m), torch.from_numpy(m.copy())
+    r = bench({"ember": lambda: em_m.sum(-1), "torch": lambda: t_m.sum(-1), "numpy": lambda: m.sum(-1)}, settle=0.15)
+    rows.append(("sum(-1), 4096x4096 f32", r, "ms", ("torch", 0.9)))
+
+    # 5. matmul 1024 x 1024 f32 (BLAS)
+    p, q = rng.random((1024, 1024), dtype=np.float32), rng.random((1024, 1024), dtype=np.float32)
+    ep, eq, tp, tq = em.tensor(p), em.tensor(q), torch.from_numpy(p.copy()), torch.from_numpy(q.copy())
+    r = bench({"ember": lambda: ep @ eq, "torch": lambda: tp @ tq, "numpy": lambda: p @ q}, settle=0.15)
+    rows.append(("matmul, 1024x1024 f32", r, "ms", ("numpy", 0.8)))
+
+    print(f"ember {em.__version__} (isa {em._C.isa()}), torch {torch.__version__}, numpy {np.__version__}; "
+          f"{args.threads} threads each; median of {args.reps} interleaved runs\n")
+    print("| op | ember | torch | numpy | torch / ember | numpy / ember | target | met |")
+    print("|---|---:|---:|---:|---:|---:|---|:-:|")
+    for name, r, unit, (kind, goal) in rows:
+        scale = 1e6 if unit == "us" else 1e3
+        cells = [f"{r[lib] * scale:.3g} {unit}" for lib in ("ember", "torch", "numpy")]
+        vt, vn = r["torch"] / r["ember"], r["numpy"] / r["ember"]
+        if kind == "abs":
+            target, met = f"<= {goal * 1e6:g} us", r["ember"] <= goal
+        else:
+            ratio = vt if kind == "torch" else vn
+            target, met = f">= {goal}x {kind}", ratio >= goal
+        print(f"| {name} | {' | '.join(cells)} | {vt:.2f}x | {vn:.2f}x | {target} | {'yes' if met else 'NO'} |")
+
+
+if __name__ == "__main__":
+    main()
