@@ -50,6 +50,16 @@ def test_numpy_scalar_and_widened_dtypes():
     expect_error(lambda: em.tensor([[1, 2], [3]]), "tensor", em.EmberError)
 
 
+def test_tensor_from_non_native_byte_order_and_fortran():
+    a = np.arange(6, dtype=">f4").reshape(2, 3)
+    t = em.tensor(a)
+    assert t.dtype is em.float32
+    np.testing.assert_array_equal(t.numpy(), a.astype(np.float32))
+    f = np.asfortranarray(np.arange(12, dtype=np.int64).reshape(3, 4))
+    np.testing.assert_array_equal(em.tensor(f).numpy(), f)
+    np.testing.assert_array_equal(em.tensor(np.arange(4, dtype="<u4")[::-1]).numpy(), [3, 2, 1, 0])
+
+
 def test_tensor_from_strided_numpy_and_dtype_arg():
     a = np.arange(24, dtype=np.float64).reshape(4, 6)[::2, 1::2].T
     t = em.tensor(a)

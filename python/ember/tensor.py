@@ -667,6 +667,8 @@ def tensor(data, dtype=None, device=None) -> Tensor:
                 arr = arr.astype(np.int64)
             elif arr.dtype == object:
                 raise DTypeError("[tensor] cannot build a tensor from ragged or non-numeric data")
+    if not arr.dtype.isnative:  # byte-swapped data (e.g. read from a big-endian file): swap to native
+        arr = arr.astype(arr.dtype.newbyteorder("="))
     src_dt = _dt.from_numpy_dtype(arr.dtype)
     target = _dt.to_dtype(dtype) if dtype is not None else src_dt
     npt = _dt.numpy_dtype(src_dt)
