@@ -21,11 +21,11 @@ args = ap.parse_args()
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = str(args.threads)
 
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
-import ember as em  # noqa: E402
+import ember as em
 
 em.set_num_threads(args.threads)
 torch.set_num_threads(args.threads)

@@ -6,12 +6,12 @@ import textwrap
 
 import numpy as np
 import pytest
-
-import ember as em
 from conftest import expect_error
 
+import ember as em
+
 A = em.zeros(2, 3)
-I = em.zeros(2, 3, dtype=em.int64)  # noqa: E741
+I = em.zeros(2, 3, dtype=em.int64)
 
 CASES = [
     # (call, op, class, also a builtin exception)
@@ -139,7 +139,7 @@ FUZZ = textwrap.dedent(
 
 
 def test_fuzz_bad_calls_never_crash_or_hang():
-    r = subprocess.run([sys.executable, "-c", FUZZ], capture_output=True, text=True, timeout=240)
+    r = subprocess.run([sys.executable, "-c", FUZZ], check=False, capture_output=True, text=True, timeout=240)
     assert r.returncode == 0, r.stderr[-3000:]
     ok, bad = (int(x) for x in r.stdout.split()[1::2])
     assert ok > 200 and bad > 200
