@@ -298,3 +298,32 @@ def test_operand_from_numpy_and_list(rng):
     out = np.float32(2.0) * t  # numpy scalars defer to the tensor (__array_priority__)
     assert isinstance(out, em.Tensor)
     assert_close(out, a * 2)
+
+
+ISA_SCRIPT = """
+import sys, numpy as np, ember as em
+rng = np.random.default_rng(3)
+x = em.tensor(rng.uniform(-8, 8, size=5000).astype(np.float32))
+p = x.abs() + 1e-3
+outs = [x.exp(), p.log(), x.tanh(), x.sigmoid(), x.silu(), x.gelu(), x.sum(), (x * x).sqrt(), x.to_dtype(em.float16),
+        x.to_dtype(em.bfloat16).to_dtype(em.float32), x.reshape(50, 100).max(1), x.reshape(50, 100).sum(0)]
+np.save(sys.argv[1], np.concatenate([o.to_dtype(em.float32).numpy().ravel() for o in outs]))
+"""
+
+
+def test_isa_variants_agree(tmp_path):
+    # every SIMD level the CPU runs (picked by cpuid, lowered with EMBER_ISA) gives the same answers
+    import os
+    import subprocess
+    import sys
+
+    results = {}
+    for isa in ("base", "avx2", "avx512"):
+        out = tmp_path / f"{isa}.npy"
+        env = dict(os.environ, EMBER_ISA=isa)
+        r = subprocess.run([sys.executable, "-c", ISA_SCRIPT, str(out)], check=False, env=env, capture_output=True,
+                           text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        results[isa] = np.load(out)
+    for isa in ("avx2", "avx512"):
+        np.testing.assert_allclose(results[isa], results["base"], rtol=3e-6, atol=1e-6, err_msg=isa)
