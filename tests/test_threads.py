@@ -68,6 +68,7 @@ def test_concurrent_python_threads(restore_threads):
     a = rng.standard_normal((512, 512)).astype(np.float32)
     want_sum = a.astype(np.float64).sum(1)
     want_exp = np.exp(a)
+    want_mm = a[:128].astype(np.float64) @ a[:, :96].astype(np.float64)
     errors = []
 
     def work(i):
@@ -78,6 +79,7 @@ def test_concurrent_python_threads(restore_threads):
                 e = t.exp().numpy()
                 assert np.allclose(s, want_sum, rtol=1e-4, atol=1e-3)
                 assert np.allclose(e, want_exp, rtol=1e-5)
+                assert np.allclose((t[:128] @ t[:, :96]).numpy(), want_mm, rtol=1e-4, atol=1e-3)  # BLAS from many threads
                 if i == 0:
                     em.set_num_threads(1 + _ % 3)  # resizing the pool while others compute
         except Exception as ex:  # noqa: BLE001
