@@ -117,13 +117,17 @@ void matmul_blas(const CpuStorage& A, const Layout& la, const CpuStorage& B, con
   }
   int64_t m = ma.rows;
   const int64_t k = ma.cols, n = mb.cols;
+  // BLAS takes 32-bit ints: a dim or leading dim past 2**31-1 would be truncated (wrong results,
+  // reads out of bounds). Only operands of >= 2**31 elements get here, so refuse them.
+  EMBER_CHECK(std::max({m, n, k, lda, ldb}) <= INT32_MAX, Unsupported, "[matmul] a dim or row stride of ",
+              shape_str(la.shape()), " @ ", shape_str(lb.shape()), " exceeds BLAS's 32-bit limit");
   T* c = out.data<T>();
   // Fold the batch into M when B is shared by every batch and A's batches stack as rows.
   Shape bsh = ma.batch.shape(), bst = ma.batch.stride();
   coalesce(bsh, bst);
   bool b_shared = std::all_of(mb.batch.stride().begin(), mb.batch.stride().end(), [](int64_t s) { return s == 0; });
   std::vector<int64_t> oa, ob;
-  if (b_shared && ta == 'N' && bsh.size() == 1 && bst[0] == m * lda) {
+  if (b_shared && ta == 'N' && bsh.size() == 1 && bst[0] == m * lda && m * bsh[0] <= INT32_MAX) {
     oa = {ma.batch.offset()};
     ob = {mb.batch.offset()};
     m *= bsh[0];

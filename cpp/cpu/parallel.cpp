@@ -47,7 +47,12 @@ class Pool {
       ++generation_;
     }
     cv_.notify_all();
+    // The caller works too; mark it as a worker meanwhile so a nested parallel_for inside fn runs
+    // inline instead of try_lock-ing run_mu_, which this thread already holds (undefined behaviour).
+    const bool was_worker = t_in_worker;
+    t_in_worker = true;
     work();
+    t_in_worker = was_worker;
     std::unique_lock<std::mutex> g(mu_);
     done_cv_.wait(g, [&] { return pending_ == 0; });
     fn_ = nullptr;
