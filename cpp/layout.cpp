@@ -215,6 +215,8 @@ Shape resolve_reshape(const Shape& req, int64_t numel) {
 // A view exists when each group of old dims merged into new dims is itself "contiguous" within
 // the group (the rule torch's view uses).
 std::optional<Layout> Layout::reshape(const Shape& shape) const {
+  EMBER_CHECK(checked_numel(shape, "reshape") == numel(), Shape, "[reshape] cannot view ", numel(),
+              " elements as ", shape_str(shape));
   if (is_contiguous()) return Layout::contiguous(shape, offset_);
   Shape osh, ost;  // old dims without size-1s
   for (int64_t i = 0; i < ndim(); ++i)

@@ -106,6 +106,14 @@ LAYOUT_CASES = [
     ("layout_negative_dim", "em.Layout([-6], [1], 0)", "ShapeError"),
     ("layout_numel_overflow", "em.Layout([2**62, 4], [4, 1], 0)", "ShapeError"),
     ("layout_contiguous_overflow", "em.Layout.contiguous([2**32, 2**32])", "ShapeError"),
+    # Op codes index kernel tables: unknown ones used to read past them.
+    ("unary_bad_code", S6 + "_C.unary(99, s, em.Layout.contiguous([6]))", "EmberValueError"),
+    ("unary_negative_code", S6 + "_C.unary(-1, s, em.Layout.contiguous([6]))", "EmberValueError"),
+    ("binary_bad_code", S6 + "l = em.Layout.contiguous([6])\n_C.binary(99, s, l, s, l)", "EmberValueError"),
+    ("binary_count_code", S6 + "l = em.Layout.contiguous([6])\n_C.binary(13, s, l, s, l)", "EmberValueError"),
+    ("reduce_bad_code", S6 + "_C.reduce(99, s, em.Layout.contiguous([6]), [0], False)", "EmberValueError"),
+    ("layout_reshape_wrong_count", "em.Layout([2, 3], [3, 1], 0).reshape([7])", "ShapeError"),
+    ("layout_reshape_negative", "em.Layout([2, 3], [3, 1], 0).reshape([-2, -3])", "ShapeError"),
     # A layout inside its storage (negative stride included) still works.
     ("layout_negative_stride_ok", S6 + "s.numpy()[:] = np.arange(6)\n"
      "a = s.as_numpy(em.Layout([6], [-1], 5))\nassert a.tolist() == [5, 4, 3, 2, 1, 0], a", None),

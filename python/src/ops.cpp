@@ -8,6 +8,11 @@ namespace ember::bind {
 namespace {
 using SL = std::pair<StoragePtr, Layout>;
 const BackendStorage& S(const StoragePtr& p) { return *p; }
+// Op codes index kernel tables: an unknown one must raise, never read past a table.
+template <typename Op> Op op_code(int code, int count, const char* family) {
+  EMBER_CHECK(code >= 0 && code < count, Value, "[", family, "] unknown op code ", code);
+  return static_cast<Op>(code);
+}
 struct MaybeGilFree {
   std::optional<py::gil_scoped_release> rel;
   explicit MaybeGilFree(int64_t numel) {
@@ -38,11 +43,11 @@ void bind_ops(py::module_& m) {
   // than the kernel.
   m.def("unary", [](int op, const StoragePtr& s, const Layout& l, double p0, double p1) -> StoragePtr {
     MaybeGilFree g(l.numel());
-    return ember::unary(static_cast<UnaryOp>(op), S(s), l, p0, p1).first;
+    return ember::unary(op_code<UnaryOp>(op, kNumUnary, "unary"), S(s), l, p0, p1).first;
   }, py::arg("op"), py::arg("s"), py::arg("l"), py::arg("p0") = 0.0, py::arg("p1") = 0.0);
   m.def("binary", [](int op, const StoragePtr& a, const Layout& la, const StoragePtr& b, const Layout& lb) {
     MaybeGilFree g(std::max(la.numel(), lb.numel()));
-    return ember::binary(static_cast<BinaryOp>(op), S(a), la, S(b), lb).first;
+    return ember::binary(op_code<BinaryOp>(op, kNumBinary, "binary"), S(a), la, S(b), lb).first;
   });
   m.def("where", [](const StoragePtr& c, const Layout& lc, const StoragePtr& a, const Layout& la,
                     const StoragePtr& b, const Layout& lb) -> SL { return ember::where(S(c), lc, S(a), la, S(b), lb); },
@@ -51,7 +56,7 @@ void bind_ops(py::module_& m) {
     return ember::to_dtype(S(s), l, to_dtype(dt));
   }, GilFree());
   m.def("reduce", [](int op, const StoragePtr& s, const Layout& l, std::vector<int64_t> dims, bool keepdim) -> SL {
-    return ember::reduce(static_cast<ReduceOp>(op), S(s), l, std::move(dims), keepdim);
+    return ember::reduce(op_code<ReduceOp>(op, (int)ReduceOp::Count, "reduce"), S(s), l, std::move(dims), keepdim);
   }, GilFree());
   m.def("matmul", [](const StoragePtr& a, const Layout& la, const StoragePtr& b, const Layout& lb) -> SL {
     return ember::matmul(S(a), la, S(b), lb);
