@@ -459,6 +459,19 @@ def test_custom_bwd_raising_leaves_state_consistent():
     assert gs[v].numpy().tolist() == [3.0, 3.0]
 
 
+def test_wrong_argument_types():
+    gs = em.GradStore()
+    raises(em.EmberError, "GradStore", gs.insert, 5, 6)
+    raises(em.EmberError, "GradStore", gs.insert, em.ones(1), 6)
+    raises(em.EmberError, "GradStore", gs.extend, 5)
+    raises(em.EmberError, "GradStore", gs.get, "w")
+    assert len(gs) == 0
+    t = em.zeros(3)
+    t.slice_set([1.0], 0, 1)  # a list source is converted, like Var.set
+    assert t.numpy().tolist() == [0.0, 1.0, 0.0]
+    raises(em.EmberError, "apply_op1", em.ones(3).apply_op1, 5)
+
+
 # --------------------------------------------------------------------------- threads
 def test_set_num_threads_extremes():
     before = em.get_num_threads()

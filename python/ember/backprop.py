@@ -176,7 +176,12 @@ def sorted_nodes(root):
 
 # --------------------------------------------------------------------- the gradient store
 def _key(t):
-    return t if isinstance(t, int) else t._id
+    if isinstance(t, int):
+        return t
+    try:
+        return t._id
+    except AttributeError:  # a clear error for gs["w"], not an AttributeError from inside the store
+        raise EmberError(f"[GradStore] keys are tensors or tensor ids, got {type(t).__name__}") from None
 
 
 class GradStore:
@@ -203,6 +208,9 @@ class GradStore:
 
     def insert(self, t, g):
         """Sets (replaces) the gradient of t."""
+        if not hasattr(t, "_id") or not hasattr(g, "_storage"):
+            raise EmberError(f"[GradStore] insert expects (Tensor, Tensor), got ({type(t).__name__}, "
+                             f"{type(g).__name__})")
         self._map[t._id] = (t, g)
 
     __setitem__ = insert
@@ -214,6 +222,8 @@ class GradStore:
 
     def extend(self, other):
         """Adds other's gradients into this store, summing where both hold one."""
+        if not isinstance(other, GradStore):
+            raise EmberError(f"[GradStore] extend expects a GradStore, got {type(other).__name__}")
         for k, (t, g) in other._map.items():
             e = self._map.get(k)
             self._map[k] = (t, g) if e is None else (t, e[1] + g)

@@ -510,6 +510,8 @@ class Tensor:
     def slice_set(self, src, dim, offset):
         """Writes src into self at [offset, offset + src.shape[dim]) along dim; every view sees it."""
         dim = _C.normalize_dim(dim, self.ndim, "slice_set")
+        if not isinstance(src, Tensor):  # lists / arrays, like Var.set
+            src = tensor(src, dtype=self._dtype)
         if src.ndim != self.ndim:
             raise ShapeError(f"[slice_set] src has shape {src.shape}, expected {self.ndim} dims like {self.shape}")
         if offset < 0 or offset + src.shape[dim] > self.shape[dim]:
