@@ -254,3 +254,30 @@ def test_errors():
         F.sdpa_fwd(*sto(q), *sto(torch.randn(1, 2, 4, 9)), *sto(q), None, None, None, False)
     with pytest.raises(EmberError, match=r"^\[sdpa\] "):
         F.sdpa_fwd(*sto(q), *sto(q), *sto(q), *sto(torch.randn(3, 4)), None, False)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_large_outputs_streaming_stores(dtype):
+    """Outputs of several MB take the non-temporal store path; results must not change."""
+    x = (torch.randn(8, 524288, dtype=torch.float64) + 0.5).to(dtype)
+    w = torch.randn(x.shape[1], dtype=torch.float64).to(dtype)
+    g = torch.randn(x.shape, dtype=torch.float64).to(dtype)
+    (xs, xl), (ws, wl), (gs, gl) = sto(x), sto(w), sto(g)
+    n = x.shape[1]
+    y = tt(F.softmax_fwd(xs, xl, False), x.shape, dtype)
+    close(y, torch.softmax(x.double(), -1), dtype, 1e-3)
+    ys, yl = sto(y)
+    xr = x.double().requires_grad_()
+    (ref,) = torch.autograd.grad(torch.softmax(xr, -1), xr, g.double())
+    close(tt(F.softmax_bwd(ys, yl, gs, gl, False), x.shape, dtype), ref, dtype, 1e-3)
+    yr, rr = F.rms_norm_fwd(xs, xl, ws, wl, 1e-5)
+    close(tt(yr, x.shape, dtype), torch.nn.functional.rms_norm(x.double(), (n,), w.double(), 1e-5), dtype, 4)
+    dx, _ = F.rms_norm_bwd(xs, xl, ws, wl, rr, gs, gl)
+    xr, wr = x.double().requires_grad_(), w.double()
+    (ref,) = torch.autograd.grad(torch.nn.functional.rms_norm(xr, (n,), wr, 1e-5), xr, g.double())
+    close(tt(dx, x.shape, dtype), ref, dtype, 4)
+    yl_, m, r = F.layer_norm_fwd(xs, xl, ws, wl, None, None, 1e-5)
+    close(tt(yl_, x.shape, dtype), torch.nn.functional.layer_norm(x.double(), (n,), w.double(), eps=1e-5), dtype, 4)
+    dx, _, _ = F.layer_norm_bwd(xs, xl, ws, wl, m, r, gs, gl)
+    (ref,) = torch.autograd.grad(torch.nn.functional.layer_norm(xr, (n,), wr, eps=1e-5), xr, g.double())
+    close(tt(dx, x.shape, dtype), ref, dtype, 4)

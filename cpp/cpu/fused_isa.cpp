@@ -8,8 +8,9 @@
 #include <type_traits>
 #include <vector>
 
-#if defined(__AVX2__) || defined(__AVX512F__) || defined(__F16C__)
+#if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
 #include <immintrin.h>
+#define EMBER_FUSED_X86 1
 #endif
 
 #include "cpu/fused.h"
@@ -107,6 +108,70 @@ static inline void vstore(f16* p, Vec<float> v) {
   for (int i = 0; i < kL<float>; ++i) p[i].bits = f32_to_f16(v[i]);
 #endif
 }
+// Non-temporal (streaming) stores for large outputs: they skip the read-for-ownership of the
+// destination, a third of the traffic of a memory-bound row kernel. Only for aligned rows.
+static inline void vstore_nt(float* p, Vec<float> v) {
+#if defined(__AVX512F__)
+  _mm512_stream_ps(p, (__m512)v);
+#elif defined(__AVX2__)
+  _mm256_stream_ps(p, (__m256)v);
+#elif defined(EMBER_FUSED_X86)
+  _mm_stream_ps(p, (__m128)v);
+#else
+  vstore(p, v);
+#endif
+}
+static inline void vstore_nt(double* p, Vec<double> v) {
+#if defined(__AVX512F__)
+  _mm512_stream_pd(p, (__m512d)v);
+#elif defined(__AVX2__)
+  _mm256_stream_pd(p, (__m256d)v);
+#elif defined(EMBER_FUSED_X86)
+  _mm_stream_pd(p, (__m128d)v);
+#else
+  vstore(p, v);
+#endif
+}
+static inline void vstore_nt(bf16* p, Vec<float> v) {
+#if defined(__AVX512F__) || defined(__AVX2__)
+  U32V u = (U32V)v;
+  U32V r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+  r = ((u & 0x7fffffffu) > 0x7f800000u) ? ((u >> 16) | 0x40u) : r;
+  H16 h = __builtin_convertvector(r, H16);
+#if defined(__AVX512F__)
+  _mm256_stream_si256((__m256i*)p, (__m256i)h);
+#else
+  _mm_stream_si128((__m128i*)p, (__m128i)h);
+#endif
+#else
+  vstore(p, v);
+#endif
+}
+static inline void vstore_nt(f16* p, Vec<float> v) {
+#if defined(__AVX512F__)
+  _mm256_stream_si256((__m256i*)p, _mm512_cvtps_ph((__m512)v, _MM_FROUND_TO_NEAREST_INT));
+#elif defined(__AVX2__) && defined(__F16C__)
+  _mm_stream_si128((__m128i*)p, _mm256_cvtps_ph((__m256)v, _MM_FROUND_TO_NEAREST_INT));
+#else
+  vstore(p, v);
+#endif
+}
+template <typename T, typename V> static inline void vstore_o(T* p, V v, bool nt) {
+  if (nt) vstore_nt(p, v);
+  else vstore(p, v);
+}
+constexpr int64_t kNtBytes = int64_t(4) << 20;  // outputs at least this big bypass the caches
+// True when `rows` dense rows of n elements at y are big enough and every row start is aligned.
+template <typename T> static inline bool use_nt(const void* y, int64_t rows, int64_t n) {
+  constexpr int64_t vb = kL<C_t<T>> * (int64_t)sizeof(T);
+  return rows * n * (int64_t)sizeof(T) >= kNtBytes && (uintptr_t)y % vb == 0 && (n * (int64_t)sizeof(T)) % vb == 0;
+}
+static inline void nt_fence(bool nt) {
+#if defined(EMBER_FUSED_X86)
+  if (nt) _mm_sfence();  // streaming stores are weakly ordered: publish them before returning
+#endif
+}
+
 // Partial vectors at row ends: lanes past n get `fill`.
 template <typename T> static inline Vec<C_t<T>> vload_n(const T* p, int64_t n, C_t<T> fill) {
   using C = C_t<T>;
@@ -215,6 +280,7 @@ template <typename T> static void softmax_fwd_rows(const void* x_, int64_t ldx, 
   using V = Vec<C>;
   constexpr int L = kL<C>;
   static thread_local std::vector<C> scratch;
+  const bool nt = use_nt<T>(y_, rows, n);
   for (int64_t row = 0; row < rows; ++row) {
     const T* x = (const T*)x_ + row * ldx;
     T* y = (T*)y_ + row * n;
@@ -234,8 +300,9 @@ template <typename T> static void softmax_fwd_rows(const void* x_, int64_t ldx, 
     // pass 2: e = exp(x - max) and its sum; softmax keeps e (in y, or a float row for halves).
     C* e = nullptr;
     if (!log) {
-      if constexpr (std::is_same_v<T, C>) {
-        e = y;
+      // f32/f64 keep e in y unless y is streamed (then e lives in a cache-resident scratch row).
+      if (std::is_same_v<T, C> && !nt) {
+        e = reinterpret_cast<C*>(y);
       } else {
         if ((int64_t)scratch.size() < n + L) scratch.resize(n + L);
         e = scratch.data();
@@ -267,14 +334,15 @@ template <typename T> static void softmax_fwd_rows(const void* x_, int64_t ldx, 
     if (log) {
       // (x - max) - log(sum): subtracting in two steps keeps log(sum) when max is huge.
       const V sub = vbc((C)std::log(total));
-      for (i = 0; i + L <= n; i += L) vstore(y + i, (vload(x + i) - vm) - sub);
+      for (i = 0; i + L <= n; i += L) vstore_o(y + i, (vload(x + i) - vm) - sub, nt);
       if (i < n) vstore_n(y + i, (vload_n(x + i, n - i, 0) - vm) - sub, n - i);
     } else {
       const V inv = vbc((C)(1.0 / total));
-      for (i = 0; i + L <= n; i += L) vstore(y + i, vld(e + i) * inv);
+      for (i = 0; i + L <= n; i += L) vstore_o(y + i, vld(e + i) * inv, nt);
       for (; i < n; ++i) y[i] = store<T>(e[i] * inv[0]);
     }
   }
+  nt_fence(nt);
 }
 
 template <typename T> static void softmax_bwd_rows(const void* y_, int64_t ldy, const void* g_, int64_t ldg,
@@ -282,6 +350,7 @@ template <typename T> static void softmax_bwd_rows(const void* y_, int64_t ldy, 
   using C = C_t<T>;
   using V = Vec<C>;
   constexpr int L = kL<C>;
+  const bool nt = use_nt<T>(dx_, rows, n);
   for (int64_t row = 0; row < rows; ++row) {
     const T* y = (const T*)y_ + row * ldy;
     const T* g = (const T*)g_ + row * ldg;
@@ -311,16 +380,17 @@ template <typename T> static void softmax_bwd_rows(const void* y_, int64_t ldy, 
     const V vs = vbc((C)total);
     int64_t i = 0;
     if (log) {
-      for (; i + L <= n; i += L) vstore(dx + i, vload(g + i) - vexp_neg(vload(y + i)) * vs);
+      for (; i + L <= n; i += L) vstore_o(dx + i, vload(g + i) - vexp_neg(vload(y + i)) * vs, nt);
       if (i < n) vstore_n(dx + i, vload_n(g + i, n - i, 0) - vexp_neg(vload_n(y + i, n - i, 0)) * vs, n - i);
     } else {
       for (; i + L <= n; i += L) {
         V yv = vload(y + i);
-        vstore(dx + i, yv * (vload(g + i) - vs));
+        vstore_o(dx + i, yv * (vload(g + i) - vs), nt);
       }
       if (i < n) vstore_n(dx + i, vload_n(y + i, n - i, 0) * (vload_n(g + i, n - i, 0) - vs), n - i);
     }
   }
+  nt_fence(nt);
 }
 
 // ============================ rms_norm ===========================================================
@@ -355,6 +425,7 @@ template <typename T> static void rms_fwd_rows(const void* x_, int64_t ldx, cons
   using V = Vec<C>;
   constexpr int L = kL<C>;
   const T* w = (const T*)w_;
+  const bool nt = use_nt<T>(y_, rows, n);
   for (int64_t row = 0; row < rows; ++row) {
     const T* x = (const T*)x_ + row * ldx;
     T* y = (T*)y_ + row * n;
@@ -362,9 +433,10 @@ template <typename T> static void rms_fwd_rows(const void* x_, int64_t ldx, cons
     ((C*)rstd_)[row] = r;
     const V vr = vbc(r);
     int64_t i = 0;
-    for (; i + L <= n; i += L) vstore(y + i, vload(x + i) * vr * vload(w + i));
+    for (; i + L <= n; i += L) vstore_o(y + i, vload(x + i) * vr * vload(w + i), nt);
     if (i < n) vstore_n(y + i, vload_n(x + i, n - i, 0) * vr * vload_n(w + i, n - i, 0), n - i);
   }
+  nt_fence(nt);
 }
 
 template <typename T>
@@ -375,6 +447,7 @@ static void rms_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void
   constexpr int L = kL<C>;
   const T* w = (const T*)w_;
   C* dw = (C*)dw_;
+  const bool nt = use_nt<T>(dx_, rows, n);
   for (int64_t row = 0; row < rows; ++row) {
     const T* x = (const T*)x_ + row * ldx;
     const T* g = (const T*)g_ + row * ldg;
@@ -400,7 +473,7 @@ static void rms_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void
     int64_t i = 0;
     for (; i + L <= n; i += L) {
       V xv = vload(x + i), gv = vload(g + i);
-      vstore(dx + i, vr * gv * vload(w + i) - coef * xv);
+      vstore_o(dx + i, vr * gv * vload(w + i) - coef * xv, nt);
       vst(dw + i, vld(dw + i) + gv * xv * vr);
     }
     for (; i < n; ++i) {
@@ -409,6 +482,7 @@ static void rms_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void
       dw[i] += gv * xv * r;
     }
   }
+  nt_fence(nt);
 }
 
 // ============================ layer_norm =========================================================
@@ -467,6 +541,7 @@ template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const
   constexpr int L = kL<C>;
   const T* w = (const T*)w_;
   const T* bb = (const T*)b_;
+  const bool nt = use_nt<T>(y_, rows, n);
   for (int64_t row = 0; row < rows; ++row) {
     const T* x = (const T*)x_ + row * ldx;
     T* y = (T*)y_ + row * n;
@@ -477,12 +552,13 @@ template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const
     ((C*)rstd_)[row] = r;
     const V vr = vbc(r), vmu = vbc((C)mu);
     int64_t i = 0;
-    for (; i + L <= n; i += L) vstore(y + i, (vload(x + i) - vmu) * vr * vload(w + i) + vload(bb + i));
+    for (; i + L <= n; i += L) vstore_o(y + i, (vload(x + i) - vmu) * vr * vload(w + i) + vload(bb + i), nt);
     if (i < n) {
       const int64_t c = n - i;
       vstore_n(y + i, (vload_n(x + i, c, 0) - vmu) * vr * vload_n(w + i, c, 0) + vload_n(bb + i, c, 0), c);
     }
   }
+  nt_fence(nt);
 }
 
 template <typename T>
@@ -494,6 +570,7 @@ static void ln_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void*
   const T* w = (const T*)w_;
   C* dw = (C*)dw_;
   C* db = (C*)db_;
+  const bool nt = use_nt<T>(dx_, rows, n);
   for (int64_t row = 0; row < rows; ++row) {
     const T* x = (const T*)x_ + row * ldx;
     const T* g = (const T*)g_ + row * ldg;
@@ -524,7 +601,7 @@ static void ln_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void*
     int64_t i = 0;
     for (; i + L <= n; i += L) {
       V gv = vload(g + i), xh = (vload(x + i) - vmu) * vr;
-      vstore(dx + i, vr * (gv * vload(w + i) - ma - xh * mb));
+      vstore_o(dx + i, vr * (gv * vload(w + i) - ma - xh * mb), nt);
       vst(dw + i, vld(dw + i) + gv * xh);
       vst(db + i, vld(db + i) + gv);
     }
@@ -535,6 +612,7 @@ static void ln_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void*
       db[i] += gv;
     }
   }
+  nt_fence(nt);
 }
 
 // ============================ activations' backward ==============================================
