@@ -472,6 +472,38 @@ def test_wrong_argument_types():
     raises(em.EmberError, "apply_op1", em.ones(3).apply_op1, 5)
 
 
+def test_dlpack_consumer_error_survives_our_deleter():
+    # numpy cannot hold bfloat16: it calls our deleter while its own error is pending. That error
+    # must reach the caller (it used to be swallowed, giving SystemError), and nothing may leak.
+    import gc
+
+    from ember import interop
+
+    t = em.arange(6.0, dtype=em.bfloat16)
+    n = len(interop._LIVE)
+    with pytest.raises(Exception) as info:
+        np.from_dlpack(t)
+    assert not isinstance(info.value, SystemError), repr(info.value)
+    class Producer:  # hands numpy an unversioned capsule that stays unconsumed
+        def __init__(self, cap):
+            self.cap = cap
+
+        def __dlpack__(self, **kwargs):
+            return self.cap
+
+        def __dlpack_device__(self):
+            return (1, 0)
+
+    producer = Producer(t.__dlpack__())
+    with pytest.raises(Exception) as info:
+        np.from_dlpack(producer)
+    assert not isinstance(info.value, SystemError), repr(info.value)
+    del producer, info  # the capsule's destructor releases the export
+    gc.collect()
+    assert len(interop._LIVE) == n
+    assert t.numpy().tolist() == [0, 1, 2, 3, 4, 5]
+
+
 # --------------------------------------------------------------------------- threads
 def test_set_num_threads_extremes():
     before = em.get_num_threads()

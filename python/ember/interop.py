@@ -74,21 +74,16 @@ _api.PyCapsule_SetName.argtypes = [C.c_void_p, C.c_char_p]
 _LIVE: dict = {}
 
 
-@_DELETER
-def _release(addr):
+def _release_export(addr):
     _LIVE.pop(addr, None)
 
 
-@_DELETER
-def _capsule_destructor(cap):
-    # Runs when the capsule dies. If no consumer renamed it, nobody owns the tensor: release it here.
-    for name in (_NAME, _NAME_V):
-        if _api.PyCapsule_IsValid(cap, name):
-            _release(_api.PyCapsule_GetPointer(cap, name))
-            return
-
-
-_DESTRUCTOR_PTR = C.cast(_capsule_destructor, C.c_void_p)
+# The deleter and the capsule destructor (which releases an export no consumer renamed) are C
+# functions in _C that call _release_export with any pending Python exception set aside: a consumer
+# that fails (numpy on bfloat16) calls them mid-error, and a ctypes callback would swallow its error.
+_deleter_addr, _destructor_addr = _C._dlpack_callbacks(_release_export)
+_release = _DELETER(_deleter_addr)
+_DESTRUCTOR_PTR = C.c_void_p(_destructor_addr)
 
 
 def _fill_tensor(dl: _DLTensor, t: Tensor, keep: list):

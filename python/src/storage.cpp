@@ -51,9 +51,41 @@ py::array view(const CpuStorage& s, const Layout& l, py::handle owner, bool writ
 // writable, every other storage's to read-only. Thread-local, so concurrent ops never interfere.
 thread_local const BackendStorage* t_inplace_target = nullptr;
 
+// DLPack export callbacks as plain C functions. A consumer may call the deleter (or drop the capsule)
+// while a Python exception is pending, e.g. numpy refusing bfloat16: running Python code then (a
+// ctypes callback) swallowed that exception and numpy raised SystemError. These set the pending
+// exception aside around the Python release function that interop.py registers.
+PyObject* g_dl_release = nullptr;  // interop's release(address); leaked on purpose, like error_class
+
+void dl_release(void* managed) {
+  PyGILState_STATE gil = PyGILState_Ensure();
+  PyObject *type, *value, *tb;
+  PyErr_Fetch(&type, &value, &tb);
+  if (g_dl_release) {
+    PyObject* r = PyObject_CallFunction(g_dl_release, "K", (unsigned long long)(uintptr_t)managed);
+    if (!r) PyErr_WriteUnraisable(g_dl_release);
+    Py_XDECREF(r);
+  }
+  PyErr_Restore(type, value, tb);
+  PyGILState_Release(gil);
+}
+
+void dl_capsule_destructor(PyObject* cap) {
+  // Only an unconsumed capsule still owns the export (consumers rename it "used_...").
+  const char* name = PyCapsule_GetName(cap);
+  if (name && (!std::strcmp(name, "dltensor") || !std::strcmp(name, "dltensor_versioned")))
+    dl_release(PyCapsule_GetPointer(cap, name));
+}
+
 }  // namespace
 
 void bind_storage(py::module_& m) {
+  m.def("_dlpack_callbacks", [](py::object release) {
+    Py_XDECREF(g_dl_release);
+    g_dl_release = release.release().ptr();
+    return py::make_tuple((uintptr_t)&dl_release, (uintptr_t)&dl_capsule_destructor);
+  }, "Registers interop's release(address); returns the addresses of the C deleter and capsule destructor.");
+
   py::class_<BackendStorage, std::shared_ptr<BackendStorage>>(m, "Storage")
       .def_property_readonly("dtype_code", [](const BackendStorage& s) { return (int)s.dtype(); })
       .def_property_readonly("device_kind", [](const BackendStorage& s) { return (int)s.device().kind; })
