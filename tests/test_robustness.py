@@ -512,6 +512,12 @@ def test_set_num_threads_extremes():
             em.set_num_threads(n)
             assert em.get_num_threads() == max(n, 1)
             assert em.ones(300_000).sum().item() == 300_000
+        # absurd counts are capped (no int overflow, no thousands of threads spawned then failing)
+        for n in (2**31 - 1, 2**40):
+            em.set_num_threads(n)
+            assert em.get_num_threads() == 1024
+        em.set_num_threads(-2**40)
+        assert em.get_num_threads() == 1
     finally:
         em.set_num_threads(before)
 

@@ -120,10 +120,14 @@ class Pool {
   std::exception_ptr error_;
 };
 
+// More threads than this buys nothing and, near INT_MAX, spends seconds and the process's thread
+// limit before std::thread fails halfway through a resize.
+constexpr int kMaxThreads = 1024;
+
 int default_threads() {
   if (const char* e = std::getenv("EMBER_NUM_THREADS")) {
-    int n = std::atoi(e);
-    if (n > 0) return n;
+    long n = std::strtol(e, nullptr, 10);  // atoi is undefined past INT_MAX
+    if (n > 0) return (int)std::min<long>(n, kMaxThreads);
   }
   unsigned hw = std::thread::hardware_concurrency();
   return hw ? (int)hw : 1;
@@ -144,7 +148,7 @@ Pool& pool() {
 int get_num_threads() { return pool().size(); }
 
 void set_num_threads(int n) {
-  n = std::max(1, n);
+  n = std::min(std::max(1, n), kMaxThreads);
   pool().resize(n);
   blas_set_num_threads(n);
 }

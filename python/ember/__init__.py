@@ -82,7 +82,7 @@ from .custom_op import (  # noqa: E402  (also attaches apply_op*/inplace_op* to 
 
 def set_num_threads(n: int) -> None:
     """Threads for ember's pool and BLAS (also set by the EMBER_NUM_THREADS environment variable)."""
-    _C.set_num_threads(int(n))
+    _C.set_num_threads(max(0, min(int(n), 2**31 - 1)))  # the core clamps to [1, 1024]; no int overflow
 
 
 def get_num_threads() -> int:
