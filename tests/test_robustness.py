@@ -263,6 +263,8 @@ def test_views_out_of_range():
     raises(em.IndexOutOfRange, "narrow", t.narrow, 1, -1, 2)
     raises(em.IndexOutOfRange, "narrow", t.narrow, 5, 0, 1)
     raises(em.IndexOutOfRange, "index", t.__getitem__, 7)
+    raises(em.IndexOutOfRange, "index", t.__getitem__, 2**70)
+    raises(em.IndexOutOfRange, "index", t.__getitem__, (0, -2**70))
     raises(em.IndexOutOfRange, "index", t.__getitem__, (0, 0, 0))
     raises(em.IndexOutOfRange, "index", t.__getitem__, 1.5)
     raises(em.EmberError, "index", t.__getitem__, slice(None, None, -1))

@@ -315,6 +315,8 @@ class Tensor:
                 layout = layout.slice(dim, start, max(start, stop), step)
                 dim += 1
             elif isinstance(i, (numbers.Integral, np.integer)) and not isinstance(i, bool):
+                if not -2**63 <= int(i) < 2**63:  # out of range anyway; past int64 the binding gives TypeError
+                    raise IndexOutOfRange(f"[index] index {i} out of range for dim {dim} of size {layout.shape[dim]}")
                 layout = layout.select(dim, int(i))
             elif isinstance(i, Tensor) and not i._dtype.is_float and i.numel() == 1 and i.ndim == 0:
                 layout = layout.select(dim, int(i.item()))
