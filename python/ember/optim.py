@@ -63,6 +63,8 @@ class Optimizer:
             raise EmberError(f"[{self.name}] invalid learning rate {group['lr']}")
 
     def step(self, grads) -> None:
+        if not callable(getattr(grads, "get", None)):
+            raise EmberError(f"[{self.name}] step expects the GradStore from backward(), got {type(grads).__name__}")
         with no_grad():  # updates are never part of a graph
             for group in self.param_groups:
                 for p in group["params"]:

@@ -282,7 +282,7 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
             raise EmberError(f"[sdpa] mask is on {mask.device}, query on {q.device}")
     if q.ndim not in (3, 4):
         raise ShapeError(f"[sdpa] expected query of shape (B, H, L, D) or (B, L, D), got {q.shape}")
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(max(q.shape[-1], 1)) if scale is None else float(scale)  # head dim 0: no 1/0
     return q.apply_op3(k, v, _Sdpa(scale, bool(causal), mask))
 
 
@@ -308,5 +308,5 @@ def layer_norm_slow(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) 
 
 
 def sdpa_slow(q, k, v, scale=None, causal=False, mask=None):
-    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else float(scale)
+    scale = 1.0 / math.sqrt(max(q.shape[-1], 1)) if scale is None else float(scale)
     return softmax_slow(_attn_scores(q, k, scale, causal, mask), -1) @ v
