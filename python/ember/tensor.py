@@ -3,7 +3,6 @@ recording live here; bytes never do."""
 from __future__ import annotations
 
 import itertools
-import math
 import numbers
 
 import numpy as np
@@ -11,16 +10,15 @@ import numpy as np
 from . import _C
 from . import dtypes as _dt
 from .backprop import no_grad, record
-from .dtypes import DType, Device
-from .errors import DeviceError, DTypeError, EmberError, EmberValueError, IndexOutOfRange, ShapeError
+from .dtypes import Device, DType
+from .errors import DeviceError, DTypeError, EmberError, IndexOutOfRange, ShapeError
 
 _ids = itertools.count(1)
 
 UNARY = {n: i for i, n in enumerate(
-    "exp log sin cos tanh sqrt sqr abs neg recip relu gelu silu erf ceil floor round sign sigmoid "
-    "affine powf clamp".split())}
-BINARY = {n: i for i, n in enumerate("add sub mul div maximum minimum pow eq ne lt le gt ge".split())}
-REDUCE = {n: i for i, n in enumerate("sum max min argmax argmin".split())}
+    ["exp", "log", "sin", "cos", "tanh", "sqrt", "sqr", "abs", "neg", "recip", "relu", "gelu", "silu", "erf", "ceil", "floor", "round", "sign", "sigmoid", "affine", "powf", "clamp"])}
+BINARY = {n: i for i, n in enumerate(["add", "sub", "mul", "div", "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge"])}
+REDUCE = {n: i for i, n in enumerate(["sum", "max", "min", "argmax", "argmin"])}
 _FIRST_CMP = BINARY["eq"]
 _PRUNED = frozenset(("ceil", "floor", "round", "sign"))  # zero gradient: never recorded
 
@@ -71,7 +69,7 @@ def _dims(dim, ndim, op):
 class Tensor:
     """An n-dimensional array on a device: a storage seen through a layout, plus the op that made it."""
 
-    __slots__ = ("_storage", "_layout", "_dtype", "_device", "_op", "_id", "_shape", "__weakref__")
+    __slots__ = ("__weakref__", "_device", "_dtype", "_id", "_layout", "_op", "_shape", "_storage")
     is_variable = False
     __array_priority__ = 1000  # numpy defers to our operators
 
@@ -178,7 +176,7 @@ class Tensor:
             raise TypeError("only integer tensors can be used as an index")
         return int(self.item())
 
-    def to_dtype(self, dtype) -> "Tensor":
+    def to_dtype(self, dtype) -> Tensor:
         dtype = _dt.to_dtype(dtype)
         if dtype is self._dtype:
             return self
@@ -190,7 +188,7 @@ class Tensor:
 
     astype = to_dtype
 
-    def to_device(self, device) -> "Tensor":
+    def to_device(self, device) -> Tensor:
         device = _dt.to_device(device)
         if device == self._device:
             return self
@@ -198,17 +196,17 @@ class Tensor:
 
     to = to_device
 
-    def contiguous(self) -> "Tensor":
+    def contiguous(self) -> Tensor:
         return self if self._layout.is_contiguous() else self.copy()
 
-    def copy(self) -> "Tensor":
+    def copy(self) -> Tensor:
         """A copy in a new storage, on every device (never aliases); differentiable."""
         s, l = _C.contiguous(self._storage, self._layout)
         return record(_wrap(s, l, self._dtype, self._device), "copy", (self,))
 
     clone = copy
 
-    def detach(self) -> "Tensor":
+    def detach(self) -> Tensor:
         """Shares the storage, drops the op (and variable-ness)."""
         return _wrap(self._storage, self._layout, self._dtype, self._device)
 
@@ -645,144 +643,6 @@ def _as_index(ids, op):
     return ids
 
 
-# --------------------------------------------------------------------- creation
-def tensor(data, dtype=None, device=None) -> Tensor:
-    """A new tensor from a scalar, nested lists, a numpy array or a Tensor (always copies)."""
-    device = _dt.to_device(device)
-    if isinstance(data, Tensor):
-        out = data.detach().to_dtype(dtype) if dtype is not None else data.detach()
-        return out.copy().detach() if out is data or out._storage is data._storage else out
-    arr = data if isinstance(data, np.ndarray) else None
-    if arr is None:
-        if hasattr(data, "__dlpack__") and not isinstance(data, (list, tuple)):
-            from .interop import from_dlpack  # numpy's DLPack import has no bfloat16
-
-            src = from_dlpack(data)
-            out = src.copy().detach() if dtype is None else src.to_dtype(dtype)
-            return out if out._storage is not src._storage else out.copy().detach()
-        else:
-            try:
-                arr = np.asarray(data)
-            except ValueError as e:  # ragged nesting
-                raise DTypeError(f"[tensor] cannot build a tensor from ragged or non-numeric data: {e}") from None
-            if arr.dtype == np.float64 and not isinstance(data, np.generic):
-                arr = arr.astype(np.float32)  # Python floats default to float32
-            elif arr.dtype.kind in "iu" and not isinstance(data, np.generic) and arr.dtype != np.int64:
-                arr = arr.astype(np.int64)
-            elif arr.dtype == object:
-                raise DTypeError("[tensor] cannot build a tensor from ragged or non-numeric data")
-    if not arr.dtype.isnative:  # byte-swapped data (e.g. read from a big-endian file): swap to native
-        arr = arr.astype(arr.dtype.newbyteorder("="))
-    src_dt = _dt.from_numpy_dtype(arr.dtype)
-    target = _dt.to_dtype(dtype) if dtype is not None else src_dt
-    npt = _dt.numpy_dtype(src_dt)
-    if npt is not None and arr.dtype != npt:
-        arr = arr.astype(npt)
-    if not arr.flags.c_contiguous:
-        arr = arr.copy(order="C")  # not np.ascontiguousarray: it turns a 0-d array into shape (1,)
-    s = _C.CpuStorage._from_numpy_code(arr.reshape(-1), src_dt.code)
-    out = _wrap(s, _C.Layout.contiguous(list(arr.shape)), src_dt, _dt.cpu)
-    if target is not src_dt:
-        out = out.to_dtype(target)
-    return out.to_device(device)
-
-
-def from_numpy(arr) -> Tensor:
-    return tensor(arr)
-
-
-def _checked_numel(shape, op):
-    """The element count of a requested shape; negative dims, and counts an int64 cannot hold (the
-    C++ side would otherwise see a wrapped, tiny count), raise ShapeError."""
-    n = big = 1
-    for d in shape:
-        if d < 0:
-            raise ShapeError(f"[{op}] negative dimension in shape {shape}")
-        n *= d
-        big *= max(d, 1)  # zero dims too: the strides of (2**40, 2**40, 0) would overflow
-    if big >= 2**63:
-        raise ShapeError(f"[{op}] shape {shape} has more elements than an int64 can count")
-    return n
-
-
-def _alloc_full(shape, value, dtype, device):
-    shape = tuple(int(d) for d in shape)
-    n = _checked_numel(shape, "full")
-    s = _full_storage(device, dtype, n, value)
-    return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
-
-
-def zeros(*shape, dtype=None, device=None):
-    return _alloc_full(_shape_arg(shape), 0, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device))
-
-
-def ones(*shape, dtype=None, device=None):
-    return _alloc_full(_shape_arg(shape), 1, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device))
-
-
-def full(shape, value, dtype=None, device=None):
-    if isinstance(shape, numbers.Integral):
-        shape = (shape,)
-    if dtype is None:
-        dtype = _dt.int64 if isinstance(value, numbers.Integral) and not isinstance(value, bool) else _dt.float32
-    return _alloc_full(tuple(shape), value, _dt.to_dtype(dtype), _dt.to_device(device))
-
-
-def zeros_like(t, dtype=None):
-    return _alloc_full(t.shape, 0, _dt.to_dtype(dtype or t._dtype), t._device)
-
-
-def ones_like(t, dtype=None):
-    return _alloc_full(t.shape, 1, _dt.to_dtype(dtype or t._dtype), t._device)
-
-
-def full_like(t, value, dtype=None):
-    return _alloc_full(t.shape, value, _dt.to_dtype(dtype or t._dtype), t._device)
-
-
-def arange(start, end=None, step=1, dtype=None, device=None):
-    if end is None:
-        start, end = 0, start
-    if step == 0:
-        raise EmberError("[arange] step must be nonzero")
-    if not all(isinstance(v, numbers.Real) for v in (start, end, step)):
-        raise DTypeError(f"[arange] start, end and step must be real numbers, got {start!r}, {end!r}, {step!r}")
-    all_int = all(isinstance(v, numbers.Integral) for v in (start, end, step))
-    dtype = _dt.to_dtype(dtype or (_dt.int64 if all_int else _dt.float32))
-    if all_int:
-        n = max(0, -((int(start) - int(end)) // int(step)))  # exact ceil, even past 2**53
-    else:
-        q = (float(end) - float(start)) / float(step)
-        if not math.isfinite(q):
-            raise EmberValueError(f"[arange] the count of arange({start}, {end}, {step}) is not finite")
-        n = max(0, math.ceil(q))
-    if n >= 2**62:  # beyond any memory; would wrap int64 element and byte counts
-        raise EmberValueError(f"[arange] arange({start}, {end}, {step}) has {n} elements, too many")
-    device = _dt.to_device(device)
-    s = _C.arange(device.kind, device.index, dtype.code, float(start), float(step), n)
-    return _wrap(s, _C.Layout.contiguous([n]), dtype, device)
-
-
-def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0):
-    shape = _shape_arg(shape)
-    dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
-    n = _checked_numel(shape, "rand")  # np.prod would wrap silently
-    s = _C.rand_uniform(device.kind, device.index, dtype.code, n, float(lo), float(hi))
-    return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
-
-
-def randn(*shape, dtype=None, device=None, mean=0.0, std=1.0):
-    shape = _shape_arg(shape)
-    dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
-    n = _checked_numel(shape, "randn")
-    s = _C.rand_normal(device.kind, device.index, dtype.code, n, float(mean), float(std))
-    return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
-
-
-def manual_seed(n: int):
-    _C.manual_seed(int(n) & 0xFFFFFFFFFFFFFFFF)
-
-
 # --------------------------------------------------------------------- functions of several tensors
 def where(cond, a, b):
     """Elementwise cond ? a : b with broadcasting; a and b may be Python scalars."""
@@ -825,3 +685,12 @@ def stack(tensors, dim=0):
         if t.shape != tensors[0].shape:
             raise ShapeError(f"[stack] all tensors must have the same shape, got {tensors[0].shape} and {t.shape}")
     return cat([t.unsqueeze(dim) for t in tensors], dim)
+
+
+
+# Creation functions live in creation.py and are re-exported here (the rest of the package imports
+# them from this module); imported last because creation.py builds Tensors, and tensor.py itself calls
+# tensor() and zeros_like() at run time.
+from .creation import (  # noqa: F401, I001
+    arange, from_numpy, full, full_like, manual_seed, ones, ones_like, rand, randn, tensor, zeros, zeros_like,
+)

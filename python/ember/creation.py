@@ -1,0 +1,149 @@
+"""Creation functions: em.tensor / from_numpy from data, and zeros, ones, full, arange, rand, randn."""
+from __future__ import annotations
+
+import math
+import numbers
+
+import numpy as np
+
+from . import _C
+from . import dtypes as _dt
+from .errors import DTypeError, EmberError, EmberValueError, ShapeError
+from .tensor import Tensor, _full_storage, _shape_arg, _wrap
+
+
+def tensor(data, dtype=None, device=None) -> Tensor:
+    """A new tensor from a scalar, nested lists, a numpy array or a Tensor (always copies)."""
+    device = _dt.to_device(device)
+    if isinstance(data, Tensor):
+        out = data.detach().to_dtype(dtype) if dtype is not None else data.detach()
+        return out.copy().detach() if out is data or out._storage is data._storage else out
+    arr = data if isinstance(data, np.ndarray) else None
+    if arr is None:
+        if hasattr(data, "__dlpack__") and not isinstance(data, (list, tuple)):
+            from .interop import from_dlpack  # numpy's DLPack import has no bfloat16
+
+            src = from_dlpack(data)
+            out = src.copy().detach() if dtype is None else src.to_dtype(dtype)
+            return out if out._storage is not src._storage else out.copy().detach()
+        else:
+            try:
+                arr = np.asarray(data)
+            except ValueError as e:  # ragged nesting
+                raise DTypeError(f"[tensor] cannot build a tensor from ragged or non-numeric data: {e}") from None
+            if arr.dtype == np.float64 and not isinstance(data, np.generic):
+                arr = arr.astype(np.float32)  # Python floats default to float32
+            elif arr.dtype.kind in "iu" and not isinstance(data, np.generic) and arr.dtype != np.int64:
+                arr = arr.astype(np.int64)
+            elif arr.dtype == object:
+                raise DTypeError("[tensor] cannot build a tensor from ragged or non-numeric data")
+    if not arr.dtype.isnative:  # byte-swapped data (e.g. read from a big-endian file): swap to native
+        arr = arr.astype(arr.dtype.newbyteorder("="))
+    src_dt = _dt.from_numpy_dtype(arr.dtype)
+    target = _dt.to_dtype(dtype) if dtype is not None else src_dt
+    npt = _dt.numpy_dtype(src_dt)
+    if npt is not None and arr.dtype != npt:
+        arr = arr.astype(npt)
+    if not arr.flags.c_contiguous:
+        arr = arr.copy(order="C")  # not np.ascontiguousarray: it turns a 0-d array into shape (1,)
+    s = _C.CpuStorage._from_numpy_code(arr.reshape(-1), src_dt.code)
+    out = _wrap(s, _C.Layout.contiguous(list(arr.shape)), src_dt, _dt.cpu)
+    if target is not src_dt:
+        out = out.to_dtype(target)
+    return out.to_device(device)
+
+
+def from_numpy(arr) -> Tensor:
+    return tensor(arr)
+
+
+def _checked_numel(shape, op):
+    """The element count of a requested shape; negative dims, and counts an int64 cannot hold (the
+    C++ side would otherwise see a wrapped, tiny count), raise ShapeError."""
+    n = big = 1
+    for d in shape:
+        if d < 0:
+            raise ShapeError(f"[{op}] negative dimension in shape {shape}")
+        n *= d
+        big *= max(d, 1)  # zero dims too: the strides of (2**40, 2**40, 0) would overflow
+    if big >= 2**63:
+        raise ShapeError(f"[{op}] shape {shape} has more elements than an int64 can count")
+    return n
+
+
+def _alloc_full(shape, value, dtype, device):
+    shape = tuple(int(d) for d in shape)
+    n = _checked_numel(shape, "full")
+    s = _full_storage(device, dtype, n, value)
+    return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
+
+
+def zeros(*shape, dtype=None, device=None):
+    return _alloc_full(_shape_arg(shape), 0, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device))
+
+
+def ones(*shape, dtype=None, device=None):
+    return _alloc_full(_shape_arg(shape), 1, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device))
+
+
+def full(shape, value, dtype=None, device=None):
+    if isinstance(shape, numbers.Integral):
+        shape = (shape,)
+    if dtype is None:
+        dtype = _dt.int64 if isinstance(value, numbers.Integral) and not isinstance(value, bool) else _dt.float32
+    return _alloc_full(tuple(shape), value, _dt.to_dtype(dtype), _dt.to_device(device))
+
+
+def zeros_like(t, dtype=None):
+    return _alloc_full(t.shape, 0, _dt.to_dtype(dtype or t._dtype), t._device)
+
+
+def ones_like(t, dtype=None):
+    return _alloc_full(t.shape, 1, _dt.to_dtype(dtype or t._dtype), t._device)
+
+
+def full_like(t, value, dtype=None):
+    return _alloc_full(t.shape, value, _dt.to_dtype(dtype or t._dtype), t._device)
+
+
+def arange(start, end=None, step=1, dtype=None, device=None):
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        raise EmberError("[arange] step must be nonzero")
+    if not all(isinstance(v, numbers.Real) for v in (start, end, step)):
+        raise DTypeError(f"[arange] start, end and step must be real numbers, got {start!r}, {end!r}, {step!r}")
+    all_int = all(isinstance(v, numbers.Integral) for v in (start, end, step))
+    dtype = _dt.to_dtype(dtype or (_dt.int64 if all_int else _dt.float32))
+    if all_int:
+        n = max(0, -((int(start) - int(end)) // int(step)))  # exact ceil, even past 2**53
+    else:
+        q = (float(end) - float(start)) / float(step)
+        if not math.isfinite(q):
+            raise EmberValueError(f"[arange] the count of arange({start}, {end}, {step}) is not finite")
+        n = max(0, math.ceil(q))
+    if n >= 2**62:  # beyond any memory; would wrap int64 element and byte counts
+        raise EmberValueError(f"[arange] arange({start}, {end}, {step}) has {n} elements, too many")
+    device = _dt.to_device(device)
+    s = _C.arange(device.kind, device.index, dtype.code, float(start), float(step), n)
+    return _wrap(s, _C.Layout.contiguous([n]), dtype, device)
+
+
+def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0):
+    shape = _shape_arg(shape)
+    dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
+    n = _checked_numel(shape, "rand")  # np.prod would wrap silently
+    s = _C.rand_uniform(device.kind, device.index, dtype.code, n, float(lo), float(hi))
+    return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
+
+
+def randn(*shape, dtype=None, device=None, mean=0.0, std=1.0):
+    shape = _shape_arg(shape)
+    dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
+    n = _checked_numel(shape, "randn")
+    s = _C.rand_normal(device.kind, device.index, dtype.code, n, float(mean), float(std))
+    return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
+
+
+def manual_seed(n: int):
+    _C.manual_seed(int(n) & 0xFFFFFFFFFFFFFFFF)
