@@ -32,6 +32,9 @@ SHAPES = [(4096, 4096), (32768, 128), (64, 65536)]
 
 
 def best_ms(fn, reps):
+    # torch's (OpenMP) and MLX's workers keep spinning for ~0.1-0.2 s after a call and would steal a
+    # core from whichever library is timed next: let them settle first.
+    time.sleep(0.3)
     fn()  # warm up (allocator caches, lazy init)
     best = float("inf")
     for _ in range(reps):
