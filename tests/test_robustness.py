@@ -16,7 +16,8 @@ import pytest
 
 import ember as em
 
-PYDIR = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "python")
+# Children import the very ember this test imported (the installed one in CI, python/ in a dev tree).
+PYDIR = os.path.dirname(os.path.dirname(os.path.abspath(em.__file__)))
 
 # --------------------------------------------------------------------------- subprocess batches
 # Each case: (name, code, expected) where expected is the name of an ember error class the code must
