@@ -71,6 +71,9 @@ struct Rows {
 
 // Splits `nrows` rows of n elements into at most one chunk per thread (fewer for small work) and
 // calls body(r0, r1, chunk). Returns the number of chunks used.
+// Row chunks: a few per thread so the pool can balance them when a core is busy elsewhere.
+inline int64_t max_chunks() { return 4 * (int64_t)get_num_threads(); }
+
 template <typename F> int64_t run_chunks(int64_t nrows, int64_t n, int64_t nchunks_max, F&& body) {
   const int64_t work = nrows * std::max<int64_t>(n, 1);
   int64_t nc = std::min<int64_t>({nchunks_max, nrows, std::max<int64_t>(1, work / 16384)});
@@ -124,7 +127,7 @@ Sto softmax_fwd(const CpuStorage& x, const Layout& lx, bool log) {
   auto fn = fused_kernels().softmax_fwd[fi(x.dtype())];
   const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype());
   char* yb = (char*)y->raw();
-  run_chunks(rx.nrows, n, get_num_threads(), [&](int64_t r0, int64_t r1, int64_t) {
+  run_chunks(rx.nrows, n, max_chunks(), [&](int64_t r0, int64_t r1, int64_t) {
     if (rx.dense_rows()) return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), yb + r0 * n * isz, r1 - r0, n, log);
     std::vector<char> t;
     for (int64_t r = r0; r < r1; ++r) fn(rx.row(r, t), n, yb + r * n * isz, 1, n, log);
@@ -146,7 +149,7 @@ Sto softmax_bwd(const CpuStorage& y, const Layout& ly, const CpuStorage& g, cons
   auto fn = fused_kernels().softmax_bwd[fi(y.dtype())];
   const int64_t n = ry.n, isz = (int64_t)itemsize(y.dtype());
   char* ob = (char*)dx->raw();
-  run_chunks(ry.nrows, n, get_num_threads(), [&](int64_t r0, int64_t r1, int64_t) {
+  run_chunks(ry.nrows, n, max_chunks(), [&](int64_t r0, int64_t r1, int64_t) {
     if (ry.dense_rows() && rg.dense_rows())
       return fn(ry.at(ry.off + r0 * ry.ld()), ry.ld(), rg.at(rg.off + r0 * rg.ld()), rg.ld(), ob + r0 * n * isz,
                 r1 - r0, n, log);
@@ -174,7 +177,7 @@ std::tuple<Sto, Sto> rms_norm_fwd(const CpuStorage& x, const Layout& lx, const C
   auto fn = fused_kernels().rms_fwd[fi(x.dtype())];
   char* yb = (char*)y->raw();
   char* sb = (char*)rstd->raw();
-  run_chunks(rx.nrows, n, get_num_threads(), [&](int64_t r0, int64_t r1, int64_t) {
+  run_chunks(rx.nrows, n, max_chunks(), [&](int64_t r0, int64_t r1, int64_t) {
     if (rx.dense_rows())
       return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, yb + r0 * n * isz, sb + r0 * ssz, r1 - r0, n, eps);
     std::vector<char> t;
@@ -202,7 +205,7 @@ std::tuple<Sto, Sto> rms_norm_bwd(const CpuStorage& x, const Layout& lx, const C
   const void* wp = param_ptr(w, lw, n, wt, "rms_norm_bwd", "weight");
   auto dx = new_cpu(x.dtype(), lx.numel());
   auto dw = new_cpu(x.dtype(), n);
-  const int64_t maxc = get_num_threads();
+  const int64_t maxc = max_chunks();
   std::vector<char> parts((size_t)(maxc * n * ssz), 0);
   auto fn = fused_kernels().rms_bwd[fi(x.dtype())];
   char* ob = (char*)dx->raw();
@@ -262,7 +265,7 @@ std::tuple<Sto, Sto, Sto> layer_norm_fwd(const CpuStorage& x, const Layout& lx, 
   char* yb = (char*)y->raw();
   char* mb = (char*)mean->raw();
   char* sb = (char*)rstd->raw();
-  run_chunks(rx.nrows, n, get_num_threads(), [&](int64_t r0, int64_t r1, int64_t) {
+  run_chunks(rx.nrows, n, max_chunks(), [&](int64_t r0, int64_t r1, int64_t) {
     if (rx.dense_rows())
       return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, bp, yb + r0 * n * isz, mb + r0 * ssz, sb + r0 * ssz,
                 r1 - r0, n, eps);
@@ -294,7 +297,7 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, 
   auto dx = new_cpu(x.dtype(), lx.numel());
   auto dw = new_cpu(x.dtype(), n);
   auto db = new_cpu(x.dtype(), n);
-  const int64_t maxc = get_num_threads();
+  const int64_t maxc = max_chunks();
   std::vector<char> pw((size_t)(maxc * n * ssz), 0), pb((size_t)(maxc * n * ssz), 0);
   auto fn = fused_kernels().ln_bwd[fi(x.dtype())];
   char* ob = (char*)dx->raw();
@@ -345,7 +348,7 @@ Sto act_bwd(const char* kind, const CpuStorage& a, const Layout& la, const CpuSt
   }
   // Strided inputs: walk them as rows of their last dim, gathering each row.
   Rows ra(a, la), rg(g, lg);
-  run_chunks(ra.nrows, ra.n, get_num_threads(), [&](int64_t r0, int64_t r1, int64_t) {
+  run_chunks(ra.nrows, ra.n, max_chunks(), [&](int64_t r0, int64_t r1, int64_t) {
     std::vector<char> t1, t2;
     for (int64_t r = r0; r < r1; ++r) fn(ra.row(r, t1), rg.row(r, t2), ob + r * ra.n * isz, ra.n);
   });

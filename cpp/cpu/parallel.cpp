@@ -1,5 +1,5 @@
-// Thread pool: workers sleep on a condition variable; each parallel_for splits [0, n) into one
-// contiguous chunk per thread (the kernels are bandwidth bound, so equal static chunks win).
+// Thread pool: workers sleep on a condition variable; each parallel_for splits [0, n) into a few
+// contiguous chunks per thread, which the threads (caller included) claim dynamically.
 #include "cpu/parallel.h"
 
 #include <algorithm>
@@ -157,7 +157,9 @@ void parallel_for_pooled(int64_t n, int64_t grain, const std::function<void(int6
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
   Pool& p = pool();
-  int64_t chunks = std::min<int64_t>(p.size(), (n + grain - 1) / grain);
+  // A few chunks per thread, claimed dynamically: on a shared machine one slow core no longer holds
+  // the whole op back (chunk boundaries still depend only on n, grain and the pool size).
+  int64_t chunks = std::min<int64_t>(4 * (int64_t)p.size(), (n + grain - 1) / grain);
   if (chunks <= 1 || t_in_worker || !p.run(n, chunks, fn)) fn(0, n);
 }
 
