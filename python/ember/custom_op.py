@@ -257,44 +257,38 @@ def apply_op1(self, op):
     return record(_output(op, res, (self,)), op.name, (self,), op, _rule1)
 
 
-def apply_op2(self, other, op):
-    _check_op(op, CustomOp2, "apply_op2")
-    ins = (self, other)
+def _apply(ins, op, cls, api, rule):
+    """Checks op and operands, runs the device's forward on (storage, layout) pairs, checks the output
+    and records it with ``rule`` (the op's bwd, or _NO_BWD)."""
+    _check_op(op, cls, api)
     _check_inputs(op, ins)
-    res = _fwd(op, self._storage)(self._storage, self._layout, other._storage, other._layout)
-    return record(_output(op, res, ins), op.name, ins, op, _rule2)
+    args = []
+    for t in ins:
+        args += (t._storage, t._layout)
+    res = _fwd(op, ins[0]._storage)(*args)
+    return record(_output(op, res, ins), op.name, ins, op, rule)
+
+
+def apply_op2(self, other, op):
+    return _apply((self, other), op, CustomOp2, "apply_op2", _rule2)
 
 
 def apply_op3(self, b, c, op):
-    _check_op(op, CustomOp3, "apply_op3")
-    ins = (self, b, c)
-    _check_inputs(op, ins)
-    res = _fwd(op, self._storage)(self._storage, self._layout, b._storage, b._layout, c._storage, c._layout)
-    return record(_output(op, res, ins), op.name, ins, op, _rule3)
+    return _apply((self, b, c), op, CustomOp3, "apply_op3", _rule3)
 
 
 def apply_op1_no_bwd(self, op):
     """Like apply_op1, but a later backward that must pass through the result raises
     BackwardNotSupported instead of dropping the gradient."""
-    _check_op(op, CustomOp1, "apply_op1_no_bwd")
-    res = _fwd(op, self._storage)(self._storage, self._layout)
-    return record(_output(op, res, (self,)), op.name, (self,), op, _NO_BWD)
+    return _apply((self,), op, CustomOp1, "apply_op1_no_bwd", _NO_BWD)
 
 
 def apply_op2_no_bwd(self, other, op):
-    _check_op(op, CustomOp2, "apply_op2_no_bwd")
-    ins = (self, other)
-    _check_inputs(op, ins)
-    res = _fwd(op, self._storage)(self._storage, self._layout, other._storage, other._layout)
-    return record(_output(op, res, ins), op.name, ins, op, _NO_BWD)
+    return _apply((self, other), op, CustomOp2, "apply_op2_no_bwd", _NO_BWD)
 
 
 def apply_op3_no_bwd(self, b, c, op):
-    _check_op(op, CustomOp3, "apply_op3_no_bwd")
-    ins = (self, b, c)
-    _check_inputs(op, ins)
-    res = _fwd(op, self._storage)(self._storage, self._layout, b._storage, b._layout, c._storage, c._layout)
-    return record(_output(op, res, ins), op.name, ins, op, _NO_BWD)
+    return _apply((self, b, c), op, CustomOp3, "apply_op3_no_bwd", _NO_BWD)
 
 
 # ----------------------------------------------------------------------------- in place
