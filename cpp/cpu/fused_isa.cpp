@@ -91,12 +91,15 @@ static inline Vec<float> vload(const f16* p) {
 }
 static inline void vstore(float* p, Vec<float> v) { vst(p, v); }
 static inline void vstore(double* p, Vec<double> v) { vst(p, v); }
-static inline void vstore(bf16* p, Vec<float> v) {
-  // Round to nearest even; NaNs stay quiet NaNs (same rule as the scalar f32_to_bf16).
+// f32 -> bf16 bits: round to nearest even; NaNs stay quiet NaNs (same rule as the scalar f32_to_bf16).
+static inline H16 to_bf16_bits(Vec<float> v) {
   U32V u = (U32V)v;
   U32V r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
   r = ((u & 0x7fffffffu) > 0x7f800000u) ? ((u >> 16) | 0x40u) : r;
-  H16 h = __builtin_convertvector(r, H16);
+  return __builtin_convertvector(r, H16);
+}
+static inline void vstore(bf16* p, Vec<float> v) {
+  H16 h = to_bf16_bits(v);
   __builtin_memcpy(p, &h, sizeof h);
 }
 static inline void vstore(f16* p, Vec<float> v) {
@@ -134,10 +137,7 @@ static inline void vstore_nt(double* p, Vec<double> v) {
 }
 static inline void vstore_nt(bf16* p, Vec<float> v) {
 #if defined(__AVX512F__) || defined(__AVX2__)
-  U32V u = (U32V)v;
-  U32V r = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
-  r = ((u & 0x7fffffffu) > 0x7f800000u) ? ((u >> 16) | 0x40u) : r;
-  H16 h = __builtin_convertvector(r, H16);
+  H16 h = to_bf16_bits(v);
 #if defined(__AVX512F__)
   _mm256_stream_si256((__m256i*)p, (__m256i)h);
 #else
