@@ -550,12 +550,16 @@ template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const
     const C r = (C)(1.0 / std::sqrt(var + eps));
     ((C*)mean_)[row] = (C)mu;
     ((C*)rstd_)[row] = r;
-    const V vr = vbc(r), vmu = vbc((C)mu);
+    // The mean as hi + lo parts: with a large offset (x ~ 1000, std ~ 0.01) rounding it once to the
+    // compute type would shift every normalised value by up to half an ulp of the offset / std.
+    const C mu_hi = (C)mu, mu_lo = (C)(mu - (double)mu_hi);
+    const V vr = vbc(r), vmu = vbc(mu_hi), vmu_lo = vbc(mu_lo);
     int64_t i = 0;
-    for (; i + L <= n; i += L) vstore_o(y + i, (vload(x + i) - vmu) * vr * vload(w + i) + vload(bb + i), nt);
+    for (; i + L <= n; i += L)
+      vstore_o(y + i, ((vload(x + i) - vmu) - vmu_lo) * vr * vload(w + i) + vload(bb + i), nt);
     if (i < n) {
       const int64_t c = n - i;
-      vstore_n(y + i, (vload_n(x + i, c, 0) - vmu) * vr * vload_n(w + i, c, 0) + vload_n(bb + i, c, 0), c);
+      vstore_n(y + i, ((vload_n(x + i, c, 0) - vmu) - vmu_lo) * vr * vload_n(w + i, c, 0) + vload_n(bb + i, c, 0), c);
     }
   }
   nt_fence(nt);
