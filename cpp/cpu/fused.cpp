@@ -114,6 +114,12 @@ void reduce_partials(const std::vector<char>& parts, int64_t nc, int64_t n, DTyp
 
 int fi(DType dt) { return (int)dt; }
 
+// Outputs this big are written with streaming stores: they skip the read-for-ownership (a third of a
+// row kernel's traffic) and leave the inputs in the last-level cache; a smaller output is more likely
+// to be read again from cache by the next op. Measured on a 32 MiB-L3 Zen 3: helps from ~4 MiB up.
+constexpr int64_t kStreamBytes = int64_t(4) << 20;
+bool stream_output(const Sto& out) { return (int64_t)(out->numel() * itemsize(out->dtype())) >= kStreamBytes; }
+
 }  // namespace
 
 // ================================ softmax ========================================================
@@ -127,10 +133,11 @@ Sto softmax_fwd(const CpuStorage& x, const Layout& lx, bool log) {
   auto fn = fused_kernels().softmax_fwd[fi(x.dtype())];
   const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype());
   char* yb = (char*)y->raw();
+  const bool nt = stream_output(y);
   run_chunks(rx.nrows, n, max_chunks(), [&](int64_t r0, int64_t r1, int64_t) {
-    if (rx.dense_rows()) return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), yb + r0 * n * isz, r1 - r0, n, log);
+    if (rx.dense_rows()) return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), yb + r0 * n * isz, r1 - r0, n, log, nt);
     std::vector<char> t;
-    for (int64_t r = r0; r < r1; ++r) fn(rx.row(r, t), n, yb + r * n * isz, 1, n, log);
+    for (int64_t r = r0; r < r1; ++r) fn(rx.row(r, t), n, yb + r * n * isz, 1, n, log, nt);
   });
   return y;
 }
@@ -149,12 +156,13 @@ Sto softmax_bwd(const CpuStorage& y, const Layout& ly, const CpuStorage& g, cons
   auto fn = fused_kernels().softmax_bwd[fi(y.dtype())];
   const int64_t n = ry.n, isz = (int64_t)itemsize(y.dtype());
   char* ob = (char*)dx->raw();
+  const bool nt = stream_output(dx);
   run_chunks(ry.nrows, n, max_chunks(), [&](int64_t r0, int64_t r1, int64_t) {
     if (ry.dense_rows() && rg.dense_rows())
       return fn(ry.at(ry.off + r0 * ry.ld()), ry.ld(), rg.at(rg.off + r0 * rg.ld()), rg.ld(), ob + r0 * n * isz,
-                r1 - r0, n, log);
+                r1 - r0, n, log, nt);
     std::vector<char> t1, t2;
-    for (int64_t r = r0; r < r1; ++r) fn(ry.row(r, t1), n, rg.row(r, t2), n, ob + r * n * isz, 1, n, log);
+    for (int64_t r = r0; r < r1; ++r) fn(ry.row(r, t1), n, rg.row(r, t2), n, ob + r * n * isz, 1, n, log, nt);
   });
   return dx;
 }
@@ -177,11 +185,12 @@ std::tuple<Sto, Sto> rms_norm_fwd(const CpuStorage& x, const Layout& lx, const C
   auto fn = fused_kernels().rms_fwd[fi(x.dtype())];
   char* yb = (char*)y->raw();
   char* sb = (char*)rstd->raw();
+  const bool nt = stream_output(y);
   run_chunks(rx.nrows, n, max_chunks(), [&](int64_t r0, int64_t r1, int64_t) {
     if (rx.dense_rows())
-      return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, yb + r0 * n * isz, sb + r0 * ssz, r1 - r0, n, eps);
+      return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, yb + r0 * n * isz, sb + r0 * ssz, r1 - r0, n, eps, nt);
     std::vector<char> t;
-    for (int64_t r = r0; r < r1; ++r) fn(rx.row(r, t), n, wp, yb + r * n * isz, sb + r * ssz, 1, n, eps);
+    for (int64_t r = r0; r < r1; ++r) fn(rx.row(r, t), n, wp, yb + r * n * isz, sb + r * ssz, 1, n, eps, nt);
   });
   return {y, rstd};
 }
@@ -210,16 +219,17 @@ std::tuple<Sto, Sto> rms_norm_bwd(const CpuStorage& x, const Layout& lx, const C
   auto fn = fused_kernels().rms_bwd[fi(x.dtype())];
   char* ob = (char*)dx->raw();
   const char* sb = (const char*)rstd.raw();
+  const bool nt = stream_output(dx);
   int64_t nc = 0;
   if (lx.numel() > 0)
     nc = run_chunks(rx.nrows, n, maxc, [&](int64_t r0, int64_t r1, int64_t c) {
       void* acc = parts.data() + c * n * ssz;
       if (rx.dense_rows() && rg.dense_rows())
         return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, sb + r0 * ssz, rg.at(rg.off + r0 * rg.ld()), rg.ld(),
-                  ob + r0 * n * isz, acc, r1 - r0, n);
+                  ob + r0 * n * isz, acc, r1 - r0, n, nt);
       std::vector<char> t1, t2;
       for (int64_t r = r0; r < r1; ++r)
-        fn(rx.row(r, t1), n, wp, sb + r * ssz, rg.row(r, t2), n, ob + r * n * isz, acc, 1, n);
+        fn(rx.row(r, t1), n, wp, sb + r * ssz, rg.row(r, t2), n, ob + r * n * isz, acc, 1, n, nt);
     });
   reduce_partials(parts, std::max<int64_t>(nc, 1), n, x.dtype(), dw->raw());
   return {dx, dw};
@@ -265,13 +275,14 @@ std::tuple<Sto, Sto, Sto> layer_norm_fwd(const CpuStorage& x, const Layout& lx, 
   char* yb = (char*)y->raw();
   char* mb = (char*)mean->raw();
   char* sb = (char*)rstd->raw();
+  const bool nt = stream_output(y);
   run_chunks(rx.nrows, n, max_chunks(), [&](int64_t r0, int64_t r1, int64_t) {
     if (rx.dense_rows())
       return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, bp, yb + r0 * n * isz, mb + r0 * ssz, sb + r0 * ssz,
-                r1 - r0, n, eps);
+                r1 - r0, n, eps, nt);
     std::vector<char> t;
     for (int64_t r = r0; r < r1; ++r)
-      fn(rx.row(r, t), n, wp, bp, yb + r * n * isz, mb + r * ssz, sb + r * ssz, 1, n, eps);
+      fn(rx.row(r, t), n, wp, bp, yb + r * n * isz, mb + r * ssz, sb + r * ssz, 1, n, eps, nt);
   });
   return {y, mean, rstd};
 }
@@ -303,6 +314,7 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, 
   char* ob = (char*)dx->raw();
   const char* mb = (const char*)mean.raw();
   const char* sb = (const char*)rstd.raw();
+  const bool nt = stream_output(dx);
   int64_t nc = 0;
   if (lx.numel() > 0)
     nc = run_chunks(rx.nrows, n, maxc, [&](int64_t r0, int64_t r1, int64_t c) {
@@ -310,10 +322,10 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, 
       void* ab = pb.data() + c * n * ssz;
       if (rx.dense_rows() && rg.dense_rows())
         return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, mb + r0 * ssz, sb + r0 * ssz,
-                  rg.at(rg.off + r0 * rg.ld()), rg.ld(), ob + r0 * n * isz, aw, ab, r1 - r0, n);
+                  rg.at(rg.off + r0 * rg.ld()), rg.ld(), ob + r0 * n * isz, aw, ab, r1 - r0, n, nt);
       std::vector<char> t1, t2;
       for (int64_t r = r0; r < r1; ++r)
-        fn(rx.row(r, t1), n, wp, mb + r * ssz, sb + r * ssz, rg.row(r, t2), n, ob + r * n * isz, aw, ab, 1, n);
+        fn(rx.row(r, t1), n, wp, mb + r * ssz, sb + r * ssz, rg.row(r, t2), n, ob + r * n * isz, aw, ab, 1, n, nt);
     });
   reduce_partials(pw, std::max<int64_t>(nc, 1), n, x.dtype(), dw->raw());
   reduce_partials(pb, std::max<int64_t>(nc, 1), n, x.dtype(), db->raw());

@@ -14,21 +14,22 @@ namespace ember::cpu {
 
 // ---- per-ISA row kernels. Rows are contiguous (stride 1) of n elements; `rows` rows start at
 // x + r*ldx (elements); outputs are dense (row r at y + r*n). `S` = the stats type (see above).
-using SoftmaxFwdFn = void (*)(const void* x, int64_t ldx, void* y, int64_t rows, int64_t n, bool log);
+// `nt`: write the output with streaming stores where its rows are vector-aligned (see stream_output).
+using SoftmaxFwdFn = void (*)(const void* x, int64_t ldx, void* y, int64_t rows, int64_t n, bool log, bool nt);
 using SoftmaxBwdFn = void (*)(const void* y, int64_t ldy, const void* g, int64_t ldg, void* dx, int64_t rows,
-                              int64_t n, bool log);
+                              int64_t n, bool log, bool nt);
 // w: contiguous (n,); rstd: S[rows].
 using RmsFwdFn = void (*)(const void* x, int64_t ldx, const void* w, void* y, void* rstd, int64_t rows,
-                          int64_t n, double eps);
+                          int64_t n, double eps, bool nt);
 // dw_acc: S[n] accumulator (+= g*x*rstd).
 using RmsBwdFn = void (*)(const void* x, int64_t ldx, const void* w, const void* rstd, const void* g,
-                          int64_t ldg, void* dx, void* dw_acc, int64_t rows, int64_t n);
+                          int64_t ldg, void* dx, void* dw_acc, int64_t rows, int64_t n, bool nt);
 // w, b may be null (treated as ones / zeros).
 using LnFwdFn = void (*)(const void* x, int64_t ldx, const void* w, const void* b, void* y, void* mean,
-                         void* rstd, int64_t rows, int64_t n, double eps);
+                         void* rstd, int64_t rows, int64_t n, double eps, bool nt);
 using LnBwdFn = void (*)(const void* x, int64_t ldx, const void* w, const void* mean, const void* rstd,
                          const void* g, int64_t ldg, void* dx, void* dw_acc, void* db_acc, int64_t rows,
-                         int64_t n);
+                         int64_t n, bool nt);
 // Elementwise backward over n contiguous elements: dx = g * f'(a).
 using EltBwdFn = void (*)(const void* a, const void* g, void* dx, int64_t n);
 

@@ -160,11 +160,11 @@ template <typename T, typename V> static inline void vstore_o(T* p, V v, bool nt
   if (nt) vstore_nt(p, v);
   else vstore(p, v);
 }
-constexpr int64_t kNtBytes = int64_t(4) << 20;  // outputs at least this big bypass the caches
-// True when `rows` dense rows of n elements at y are big enough and every row start is aligned.
-template <typename T> static inline bool use_nt(const void* y, int64_t rows, int64_t n) {
+// True when streaming was asked for (the host decides by the whole output's size) and every dense row
+// of n elements from y on starts vector-aligned.
+template <typename T> static inline bool use_nt(bool want, const void* y, int64_t n) {
   constexpr int64_t vb = kL<C_t<T>> * (int64_t)sizeof(T);
-  return rows * n * (int64_t)sizeof(T) >= kNtBytes && (uintptr_t)y % vb == 0 && (n * (int64_t)sizeof(T)) % vb == 0;
+  return want && (uintptr_t)y % vb == 0 && (n * (int64_t)sizeof(T)) % vb == 0;
 }
 static inline void nt_fence(bool nt) {
 #if defined(EMBER_FUSED_X86)
@@ -275,12 +275,12 @@ constexpr int64_t kBlk = 4096;
 
 // ============================ softmax / log_softmax ============================================
 template <typename T> static void softmax_fwd_rows(const void* x_, int64_t ldx, void* y_, int64_t rows,
-                                                  int64_t n, bool log) {
+                                                  int64_t n, bool log, bool want_nt) {
   using C = C_t<T>;
   using V = Vec<C>;
   constexpr int L = kL<C>;
   static thread_local std::vector<C> scratch;
-  const bool nt = use_nt<T>(y_, rows, n);
+  const bool nt = use_nt<T>(want_nt, y_, n);
   for (int64_t row = 0; row < rows; ++row) {
     const T* x = (const T*)x_ + row * ldx;
     T* y = (T*)y_ + row * n;
@@ -346,11 +346,11 @@ template <typename T> static void softmax_fwd_rows(const void* x_, int64_t ldx, 
 }
 
 template <typename T> static void softmax_bwd_rows(const void* y_, int64_t ldy, const void* g_, int64_t ldg,
-                                                  void* dx_, int64_t rows, int64_t n, bool log) {
+                                                  void* dx_, int64_t rows, int64_t n, bool log, bool want_nt) {
   using C = C_t<T>;
   using V = Vec<C>;
   constexpr int L = kL<C>;
-  const bool nt = use_nt<T>(dx_, rows, n);
+  const bool nt = use_nt<T>(want_nt, dx_, n);
   for (int64_t row = 0; row < rows; ++row) {
     const T* y = (const T*)y_ + row * ldy;
     const T* g = (const T*)g_ + row * ldg;
@@ -420,12 +420,12 @@ template <typename T> static double sum_sq(const T* x, int64_t n) {
 }
 
 template <typename T> static void rms_fwd_rows(const void* x_, int64_t ldx, const void* w_, void* y_, void* rstd_,
-                                              int64_t rows, int64_t n, double eps) {
+                                              int64_t rows, int64_t n, double eps, bool want_nt) {
   using C = C_t<T>;
   using V = Vec<C>;
   constexpr int L = kL<C>;
   const T* w = (const T*)w_;
-  const bool nt = use_nt<T>(y_, rows, n);
+  const bool nt = use_nt<T>(want_nt, y_, n);
   for (int64_t row = 0; row < rows; ++row) {
     const T* x = (const T*)x_ + row * ldx;
     T* y = (T*)y_ + row * n;
@@ -441,13 +441,13 @@ template <typename T> static void rms_fwd_rows(const void* x_, int64_t ldx, cons
 
 template <typename T>
 static void rms_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void* rstd_, const void* g_,
-                         int64_t ldg, void* dx_, void* dw_, int64_t rows, int64_t n) {
+                         int64_t ldg, void* dx_, void* dw_, int64_t rows, int64_t n, bool want_nt) {
   using C = C_t<T>;
   using V = Vec<C>;
   constexpr int L = kL<C>;
   const T* w = (const T*)w_;
   C* dw = (C*)dw_;
-  const bool nt = use_nt<T>(dx_, rows, n);
+  const bool nt = use_nt<T>(want_nt, dx_, n);
   for (int64_t row = 0; row < rows; ++row) {
     const T* x = (const T*)x_ + row * ldx;
     const T* g = (const T*)g_ + row * ldg;
@@ -535,13 +535,13 @@ template <typename T> static void mean_var(const T* x, int64_t n, double& mean, 
 
 template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const void* w_, const void* b_,
                                              void* y_, void* mean_, void* rstd_, int64_t rows, int64_t n,
-                                             double eps) {
+                                             double eps, bool want_nt) {
   using C = C_t<T>;
   using V = Vec<C>;
   constexpr int L = kL<C>;
   const T* w = (const T*)w_;
   const T* bb = (const T*)b_;
-  const bool nt = use_nt<T>(y_, rows, n);
+  const bool nt = use_nt<T>(want_nt, y_, n);
   for (int64_t row = 0; row < rows; ++row) {
     const T* x = (const T*)x_ + row * ldx;
     T* y = (T*)y_ + row * n;
@@ -567,14 +567,15 @@ template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const
 
 template <typename T>
 static void ln_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void* mean_, const void* rstd_,
-                        const void* g_, int64_t ldg, void* dx_, void* dw_, void* db_, int64_t rows, int64_t n) {
+                        const void* g_, int64_t ldg, void* dx_, void* dw_, void* db_, int64_t rows, int64_t n,
+                        bool want_nt) {
   using C = C_t<T>;
   using V = Vec<C>;
   constexpr int L = kL<C>;
   const T* w = (const T*)w_;
   C* dw = (C*)dw_;
   C* db = (C*)db_;
-  const bool nt = use_nt<T>(dx_, rows, n);
+  const bool nt = use_nt<T>(want_nt, dx_, n);
   for (int64_t row = 0; row < rows; ++row) {
     const T* x = (const T*)x_ + row * ldx;
     const T* g = (const T*)g_ + row * ldg;

@@ -1,9 +1,11 @@
-// Thread pool: workers sleep on a condition variable; each parallel_for splits [0, n) into a few
-// contiguous chunks per thread, which the threads (caller included) claim dynamically.
+// Thread pool: workers spin briefly, then sleep on a condition variable; each parallel_for splits
+// [0, n) into a few contiguous chunks per thread. Thread t owns the t-th run of chunks (the same rows
+// on every call, so data stays in that core's caches) and steals from the others once its own are done.
 #include "cpu/parallel.h"
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <exception>
@@ -18,6 +20,29 @@ void blas_set_num_threads(int n);  // matmul.cpp
 namespace {
 
 thread_local bool t_in_worker = false;
+
+// How long a worker (or the caller waiting for the last chunk) spins before it sleeps. Waking a
+// sleeping thread costs tens to hundreds of microseconds on a VM (an IPI to a halted vCPU), paid on
+// every call of a training loop whose ops arrive a few microseconds apart; OpenMP runtimes spin too.
+constexpr auto kSpin = std::chrono::microseconds(1000);
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#elif defined(__aarch64__)
+  asm volatile("yield");
+#endif
+}
+
+// Spins until pred() holds or kSpin has passed; returns pred().
+template <typename P> bool spin_until(P&& pred) {
+  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  for (int i = 0;; ++i) {
+    if (pred()) return true;
+    cpu_relax();
+    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return pred();
+  }
+}
 
 class Pool {
  public:
@@ -36,26 +61,28 @@ class Pool {
   bool run(int64_t n, int64_t chunks, const std::function<void(int64_t, int64_t)>& fn) {
     std::unique_lock<std::mutex> run(run_mu_, std::try_to_lock);
     if (!run.owns_lock()) return false;
+    Job job;
     {
       std::lock_guard<std::mutex> g(mu_);
-      fn_ = &fn;
-      n_ = n;
-      chunks_ = chunks;
-      next_.store(0);
-      pending_ = chunks;
+      job = Job{generation_.load() + 1, &fn, n, chunks};
+      job_ = job;
+      pending_.store(chunks);
       error_ = nullptr;
-      ++generation_;
+      for (int t = 0; t < nthreads_; ++t) claim_[t].v.store((job.gen << 32) | (uint64_t)first_chunk(job, t));
+      generation_.store(job.gen);   // published last: spinning workers then read job_ under mu_
     }
     cv_.notify_all();
     // The caller works too; mark it as a worker meanwhile so a nested parallel_for inside fn runs
     // inline instead of try_lock-ing run_mu_, which this thread already holds (undefined behaviour).
     const bool was_worker = t_in_worker;
     t_in_worker = true;
-    work();
+    work(job, 0);
     t_in_worker = was_worker;
-    std::unique_lock<std::mutex> g(mu_);
-    done_cv_.wait(g, [&] { return pending_ == 0; });
-    fn_ = nullptr;
+    if (!spin_until([&] { return pending_.load() == 0; })) {
+      std::unique_lock<std::mutex> g(mu_);
+      done_cv_.wait(g, [&] { return pending_.load() == 0; });
+    }
+    std::lock_guard<std::mutex> g(mu_);
     if (error_) std::rethrow_exception(error_);
     return true;
   }
@@ -63,60 +90,96 @@ class Pool {
  private:
   void start(int n) {
     nthreads_ = std::max(1, n);
-    quit_ = false;
-    for (int i = 1; i < nthreads_; ++i) workers_.emplace_back([this] { loop(); });
+    claim_ = std::vector<Claim>(nthreads_);
+    quit_.store(false);
+    for (int i = 1; i < nthreads_; ++i) workers_.emplace_back([this, i] { loop(i); });
   }
   void stop() {
     {
       std::lock_guard<std::mutex> g(mu_);
-      quit_ = true;
+      quit_.store(true);
     }
     cv_.notify_all();
     for (auto& t : workers_) t.join();
     workers_.clear();
   }
 
-  void loop() {
+  // One parallel_for call: its generation, body and split.
+  struct Job {
+    uint64_t gen = 0;
+    const std::function<void(int64_t, int64_t)>* fn = nullptr;
+    int64_t n = 0, chunks = 0;
+  };
+
+  void loop(int tid) {
     t_in_worker = true;
     uint64_t seen = 0;
+    auto woken = [&] { return quit_.load() || generation_.load() != seen; };
     while (true) {
-      {
+      Job job;
+      if (!spin_until(woken)) {
         std::unique_lock<std::mutex> g(mu_);
-        cv_.wait(g, [&] { return quit_ || generation_ != seen; });
-        if (quit_) return;
-        seen = generation_;
+        cv_.wait(g, woken);
       }
-      work();
+      {
+        std::lock_guard<std::mutex> g(mu_);
+        if (quit_.load()) return;
+        job = job_;
+      }
+      seen = job.gen;
+      work(job, tid);
     }
   }
 
-  // Claims chunks until none are left; the last finisher wakes the caller.
-  void work() {
-    while (true) {
-      int64_t c = next_.fetch_add(1);
-      if (c >= chunks_) return;
-      int64_t b = n_ * c / chunks_, e = n_ * (c + 1) / chunks_;
-      try {
-        (*fn_)(b, e);
-      } catch (...) {
-        std::lock_guard<std::mutex> g(mu_);
-        if (!error_) error_ = std::current_exception();
+  int64_t first_chunk(const Job& job, int t) const { return job.chunks * t / nthreads_; }
+
+  // Claims one chunk of thread t's run for `job`, or returns -1. A claim carries the generation in its
+  // high bits, so a worker that arrives late for a finished job can never take (and run with the wrong
+  // body) a chunk of the next one.
+  int64_t claim(const Job& job, int t) {
+    const int64_t end = first_chunk(job, t + 1);
+    std::atomic<uint64_t>& a = claim_[t].v;
+    uint64_t cur = a.load();
+    do {
+      if ((cur >> 32) != (job.gen & 0xffffffffu) || (int64_t)(cur & 0xffffffffu) >= end) return -1;
+    } while (!a.compare_exchange_weak(cur, cur + 1));
+    return (int64_t)(cur & 0xffffffffu);
+  }
+
+  // Runs thread tid's own chunks, then steals the rest; the last finisher wakes the caller.
+  void work(const Job& job, int tid) {
+    for (int k = 0; k < nthreads_; ++k) {
+      const int t = (tid + k) % nthreads_;
+      for (int64_t c; (c = claim(job, t)) >= 0;) {
+        const int64_t b = job.n * c / job.chunks, e = job.n * (c + 1) / job.chunks;
+        try {
+          (*job.fn)(b, e);
+        } catch (...) {
+          std::lock_guard<std::mutex> g(mu_);
+          if (!error_) error_ = std::current_exception();
+        }
+        if (pending_.fetch_sub(1) == 1) {
+          std::lock_guard<std::mutex> g(mu_);  // under the lock: a caller about to sleep cannot miss it
+          done_cv_.notify_all();
+        }
       }
-      std::lock_guard<std::mutex> g(mu_);
-      if (--pending_ == 0) done_cv_.notify_all();
     }
   }
+
+  // One claim word per thread, each on its own cache line: (generation << 32) | next chunk.
+  struct alignas(64) Claim {
+    std::atomic<uint64_t> v{0};
+  };
 
   int nthreads_ = 1;
   std::vector<std::thread> workers_;
   std::mutex run_mu_, mu_;
   std::condition_variable cv_, done_cv_;
-  uint64_t generation_ = 0;
-  bool quit_ = false;
-  const std::function<void(int64_t, int64_t)>* fn_ = nullptr;
-  int64_t n_ = 0, chunks_ = 0;
-  std::atomic<int64_t> next_{0};
-  int64_t pending_ = 0;
+  std::atomic<uint64_t> generation_{0};
+  std::atomic<bool> quit_{false};
+  Job job_;                         // guarded by mu_
+  std::vector<Claim> claim_;        // one per thread, (re)made only while no job runs
+  std::atomic<int64_t> pending_{0};
   std::exception_ptr error_;
 };
 
