@@ -94,8 +94,8 @@ const void* param_ptr(const CpuStorage& s, const Layout& l, int64_t n, std::vect
   return r.row(0, tmp);
 }
 
-template <typename C> void sum_partials(const std::vector<char>& parts, int64_t nc, int64_t n, DType dt, void* out) {
-  const C* p = (const C*)parts.data();
+template <typename C> void sum_partials(const void* parts, int64_t nc, int64_t n, DType dt, void* out) {
+  const C* p = (const C*)parts;
   EMBER_DISPATCH_FLOAT(dt, {
     T* o = (T*)out;
     parallel_for(n, 4096, [&](int64_t j0, int64_t j1) {
@@ -107,7 +107,7 @@ template <typename C> void sum_partials(const std::vector<char>& parts, int64_t 
     });
   });
 }
-void reduce_partials(const std::vector<char>& parts, int64_t nc, int64_t n, DType dt, void* out) {
+void reduce_partials(const void* parts, int64_t nc, int64_t n, DType dt, void* out) {
   if (dt == DType::F64) sum_partials<double>(parts, nc, n, dt, out);
   else sum_partials<float>(parts, nc, n, dt, out);
 }
@@ -215,7 +215,10 @@ std::tuple<Sto, Sto> rms_norm_bwd(const CpuStorage& x, const Layout& lx, const C
   auto dx = new_cpu(x.dtype(), lx.numel());
   auto dw = new_cpu(x.dtype(), n);
   const int64_t maxc = max_chunks();
-  std::vector<char> parts((size_t)(maxc * n * ssz), 0);
+  // Per-chunk dw partials from the caching allocator (a fresh std::vector of MBs is fresh pages to
+  // fault in and zero on every call); each chunk zeroes its own slice, in its own cache.
+  auto parts_sto = new_cpu(sdt, maxc * n);
+  char* parts = (char*)parts_sto->raw();
   auto fn = fused_kernels().rms_bwd[fi(x.dtype())];
   char* ob = (char*)dx->raw();
   const char* sb = (const char*)rstd.raw();
@@ -223,7 +226,8 @@ std::tuple<Sto, Sto> rms_norm_bwd(const CpuStorage& x, const Layout& lx, const C
   int64_t nc = 0;
   if (lx.numel() > 0)
     nc = run_chunks(rx.nrows, n, maxc, [&](int64_t r0, int64_t r1, int64_t c) {
-      void* acc = parts.data() + c * n * ssz;
+      void* acc = parts + c * n * ssz;
+      std::memset(acc, 0, n * ssz);
       if (rx.dense_rows() && rg.dense_rows())
         return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, sb + r0 * ssz, rg.at(rg.off + r0 * rg.ld()), rg.ld(),
                   ob + r0 * n * isz, acc, r1 - r0, n, nt);
@@ -231,6 +235,7 @@ std::tuple<Sto, Sto> rms_norm_bwd(const CpuStorage& x, const Layout& lx, const C
       for (int64_t r = r0; r < r1; ++r)
         fn(rx.row(r, t1), n, wp, sb + r * ssz, rg.row(r, t2), n, ob + r * n * isz, acc, 1, n, nt);
     });
+  if (nc == 0) std::memset(parts, 0, n * ssz);
   reduce_partials(parts, std::max<int64_t>(nc, 1), n, x.dtype(), dw->raw());
   return {dx, dw};
 }
@@ -309,7 +314,9 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, 
   auto dw = new_cpu(x.dtype(), n);
   auto db = new_cpu(x.dtype(), n);
   const int64_t maxc = max_chunks();
-  std::vector<char> pw((size_t)(maxc * n * ssz), 0), pb((size_t)(maxc * n * ssz), 0);
+  auto pw_sto = new_cpu(sdt, maxc * n), pb_sto = new_cpu(sdt, maxc * n);  // see rms_norm_bwd
+  char* pw = (char*)pw_sto->raw();
+  char* pb = (char*)pb_sto->raw();
   auto fn = fused_kernels().ln_bwd[fi(x.dtype())];
   char* ob = (char*)dx->raw();
   const char* mb = (const char*)mean.raw();
@@ -318,8 +325,10 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, 
   int64_t nc = 0;
   if (lx.numel() > 0)
     nc = run_chunks(rx.nrows, n, maxc, [&](int64_t r0, int64_t r1, int64_t c) {
-      void* aw = pw.data() + c * n * ssz;
-      void* ab = pb.data() + c * n * ssz;
+      void* aw = pw + c * n * ssz;
+      void* ab = pb + c * n * ssz;
+      std::memset(aw, 0, n * ssz);
+      std::memset(ab, 0, n * ssz);
       if (rx.dense_rows() && rg.dense_rows())
         return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, mb + r0 * ssz, sb + r0 * ssz,
                   rg.at(rg.off + r0 * rg.ld()), rg.ld(), ob + r0 * n * isz, aw, ab, r1 - r0, n, nt);
@@ -327,6 +336,7 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, 
       for (int64_t r = r0; r < r1; ++r)
         fn(rx.row(r, t1), n, wp, mb + r * ssz, sb + r * ssz, rg.row(r, t2), n, ob + r * n * isz, aw, ab, 1, n, nt);
     });
+  if (nc == 0) std::memset(pw, 0, n * ssz), std::memset(pb, 0, n * ssz);
   reduce_partials(pw, std::max<int64_t>(nc, 1), n, x.dtype(), dw->raw());
   reduce_partials(pb, std::max<int64_t>(nc, 1), n, x.dtype(), db->raw());
   return {dx, dw, db};

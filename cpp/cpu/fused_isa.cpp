@@ -161,9 +161,9 @@ template <typename T, typename V> static inline void vstore_o(T* p, V v, bool nt
   else vstore(p, v);
 }
 // True when streaming was asked for (the host decides by the whole output's size) and every dense row
-// of n elements from y on starts vector-aligned.
+// of n elements from y on starts aligned to a pair of vectors.
 template <typename T> static inline bool use_nt(bool want, const void* y, int64_t n) {
-  constexpr int64_t vb = kL<C_t<T>> * (int64_t)sizeof(T);
+  constexpr int64_t vb = 2 * kL<C_t<T>> * (int64_t)sizeof(T);  // vstore2 streams a pair at once
   return want && (uintptr_t)y % vb == 0 && (n * (int64_t)sizeof(T)) % vb == 0;
 }
 static inline void nt_fence(bool nt) {
@@ -171,6 +171,42 @@ static inline void nt_fence(bool nt) {
   if (nt) _mm_sfence();  // streaming stores are weakly ordered: publish them before returning
 #endif
 }
+
+// ---- pairs: 2L elements as two vectors, the unit of the row kernels' main loops ----------------
+// On AVX2 a bf16 pair is one 256-bit load split by unpacklo/hi_epi16 inside each 128-bit lane (the
+// zero half becomes the f32 mantissa tail): one shuffle per vector instead of a widen and a shift.
+// The lanes then hold elements 0-3,8-11 | 4-7,12-15; vstore2's packus_epi32 is the exact inverse, and
+// every array read by vload2 (or written by vst2 and read back by vld2) shares that order, so
+// elementwise math and reductions need not care. Elsewhere a pair is two plain vectors.
+template <typename T> static inline void vload2(const T* p, Vec<C_t<T>>& a, Vec<C_t<T>>& b) {
+  a = vload(p);
+  b = vload(p + kL<C_t<T>>);
+}
+template <typename T> static inline void vstore2(T* p, Vec<C_t<T>> a, Vec<C_t<T>> b, bool nt) {
+  vstore_o(p, a, nt);
+  vstore_o(p + kL<C_t<T>>, b, nt);
+}
+#if defined(__AVX2__) && !defined(__AVX512F__)
+#define EMBER_BF16_PAIRS 1
+static inline void vload2(const bf16* p, Vec<float>& a, Vec<float>& b) {
+  const __m256i v = _mm256_loadu_si256((const __m256i*)p), z = _mm256_setzero_si256();
+  a = (Vec<float>)_mm256_unpacklo_epi16(z, v);
+  b = (Vec<float>)_mm256_unpackhi_epi16(z, v);
+}
+// The bf16 bits (round to nearest even, NaN kept quiet: the rule of to_bf16_bits) in each lane's low half.
+static inline __m256i bf16_round32(Vec<float> v) {
+  const U32V u = (U32V)v, hi = u >> 16;
+  const U32V r = (u + 0x7fffu + (hi & 1u)) >> 16;
+  return (__m256i)(v != v ? (hi | 0x40u) : r);
+}
+static inline void vstore2(bf16* p, Vec<float> a, Vec<float> b, bool nt) {
+  const __m256i h = _mm256_packus_epi32(bf16_round32(a), bf16_round32(b));
+  if (nt) _mm256_stream_si256((__m256i*)p, h);
+  else _mm256_storeu_si256((__m256i*)p, h);
+}
+#endif
+// Where the pair-unit main loop ends; elements from there on are handled one vector (or less) at a time.
+template <typename C> static inline int64_t pair_end(int64_t n) { return n - n % (2 * kL<C>); }
 
 // Partial vectors at row ends: lanes past n get `fill`.
 template <typename T> static inline Vec<C_t<T>> vload_n(const T* p, int64_t n, C_t<T> fill) {
@@ -247,12 +283,14 @@ static inline Vec<double> vexp(Vec<double> x) {
 template <typename C> static inline C sexp(C x) { return vexp(vbc(x))[0]; }
 
 // 2^x for softmax-style arguments x <= 0 (attention works in base 2, log2(e) folded into Q):
-// no overflow path, a degree-5 fit of 2^f on [-1/2, 1/2] (max rel. error 2e-7); -inf -> 0, NaN stays.
+// no overflow path, a degree-5 fit of 2^f on [-1/2, 1/2] (max rel. error 2e-7). The clamp at -127
+// makes the exponent field 0, so x <= -126.5 (and -inf) gives exactly 0 with no select; a NaN passes
+// through max(lo, x) (x86 max returns its second operand when one is NaN) and stays NaN.
 static inline Vec<float> vexp2_neg(Vec<float> x) {
   using V = Vec<float>;
   using I = IVec<float>;
-  const V lo = vbc(-126.0f), magic = vbc(12582912.0f);
-  const V xc = x < lo ? lo : x;
+  const V lo = vbc(-127.0f), magic = vbc(12582912.0f);
+  const V xc = lo > x ? lo : x;
   const V tm = xc + magic;
   const V f = xc - (tm - magic);
   V p = vbc(1.326472614891827e-3f);
@@ -261,8 +299,7 @@ static inline Vec<float> vexp2_neg(Vec<float> x) {
   p = p * f + 2.4022242426872253e-1f;
   p = p * f + 6.931470036506653e-1f;
   p = p * f + 1.0f;
-  const V res = p * (V)(((I)tm - ((I)magic - 127)) << 23);
-  return x < lo ? vbc(0.0f) : res;
+  return p * (V)(((I)tm - ((I)magic - 127)) << 23);
 }
 static inline Vec<double> vexp2_neg(Vec<double> x) { return vexp(x * 0.69314718055994530942); }
 template <typename C> static inline C sexp2(C x) { return vexp2_neg(vbc(x))[0]; }
@@ -281,17 +318,21 @@ template <typename T> static void softmax_fwd_rows(const void* x_, int64_t ldx, 
   constexpr int L = kL<C>;
   static thread_local std::vector<C> scratch;
   const bool nt = use_nt<T>(want_nt, y_, n);
+  const int64_t n2 = pair_end<C>(n);  // pairs (vload2 order) below n2, plain vectors from there on
   for (int64_t row = 0; row < rows; ++row) {
     const T* x = (const T*)x_ + row * ldx;
     T* y = (T*)y_ + row * n;
-    // pass 1: row max (4 accumulators hide the compare latency)
+    // pass 1: row max (4 accumulators hide the compare latency; lane order does not matter)
     V m0 = vbc(-kInf<C>), m1 = m0, m2 = m0, m3 = m0;
     int64_t i = 0;
     for (; i + 4 * L <= n; i += 4 * L) {
-      m0 = vmax(m0, vload(x + i));
-      m1 = vmax(m1, vload(x + i + L));
-      m2 = vmax(m2, vload(x + i + 2 * L));
-      m3 = vmax(m3, vload(x + i + 3 * L));
+      V a, b, c, d;
+      vload2(x + i, a, b);
+      vload2(x + i + 2 * L, c, d);
+      m0 = vmax(m0, a);
+      m1 = vmax(m1, b);
+      m2 = vmax(m2, c);
+      m3 = vmax(m3, d);
     }
     for (; i + L <= n; i += L) m0 = vmax(m0, vload(x + i));
     if (i < n) m1 = vmax(m1, vload_n(x + i, n - i, -kInf<C>));
@@ -309,12 +350,14 @@ template <typename T> static void softmax_fwd_rows(const void* x_, int64_t ldx, 
       }
     }
     double total = 0;
-    for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
+    for (int64_t b0 = 0; b0 < n; b0 += kBlk) {  // kBlk is a multiple of 2L: pairs never straddle blocks
       const int64_t b1 = std::min(n, b0 + kBlk);
       V s0 = V{}, s1 = V{};
       int64_t j = b0;
       for (; j + 2 * L <= b1; j += 2 * L) {
-        V e0 = vexp_neg(vload(x + j) - vm), e1 = vexp_neg(vload(x + j + L) - vm);
+        V a, b;
+        vload2(x + j, a, b);
+        const V e0 = vexp_neg(a - vm), e1 = vexp_neg(b - vm);
         if (e) vst(e + j, e0), vst(e + j + L, e1);
         s0 += e0;
         s1 += e1;
@@ -334,11 +377,17 @@ template <typename T> static void softmax_fwd_rows(const void* x_, int64_t ldx, 
     if (log) {
       // (x - max) - log(sum): subtracting in two steps keeps log(sum) when max is huge.
       const V sub = vbc((C)std::log(total));
-      for (i = 0; i + L <= n; i += L) vstore_o(y + i, (vload(x + i) - vm) - sub, nt);
+      for (i = 0; i < n2; i += 2 * L) {
+        V a, b;
+        vload2(x + i, a, b);
+        vstore2(y + i, (a - vm) - sub, (b - vm) - sub, nt);
+      }
+      for (; i + L <= n; i += L) vstore_o(y + i, (vload(x + i) - vm) - sub, nt);
       if (i < n) vstore_n(y + i, (vload_n(x + i, n - i, 0) - vm) - sub, n - i);
     } else {
       const V inv = vbc((C)(1.0 / total));
-      for (i = 0; i + L <= n; i += L) vstore_o(y + i, vld(e + i) * inv, nt);
+      for (i = 0; i < n2; i += 2 * L) vstore2(y + i, vld(e + i) * inv, vld(e + i + L) * inv, nt);
+      for (; i + L <= n; i += L) vstore_o(y + i, vld(e + i) * inv, nt);
       for (; i < n; ++i) y[i] = store<T>(e[i] * inv[0]);
     }
   }
@@ -351,6 +400,7 @@ template <typename T> static void softmax_bwd_rows(const void* y_, int64_t ldy, 
   using V = Vec<C>;
   constexpr int L = kL<C>;
   const bool nt = use_nt<T>(want_nt, dx_, n);
+  const int64_t n2 = pair_end<C>(n);
   for (int64_t row = 0; row < rows; ++row) {
     const T* y = (const T*)y_ + row * ldy;
     const T* g = (const T*)g_ + row * ldg;
@@ -362,12 +412,16 @@ template <typename T> static void softmax_bwd_rows(const void* y_, int64_t ldy, 
       V s0 = V{}, s1 = V{};
       int64_t j = b0;
       for (; j + 2 * L <= b1; j += 2 * L) {
+        V ga, gb;
+        vload2(g + j, ga, gb);
         if (log) {
-          s0 += vload(g + j);
-          s1 += vload(g + j + L);
+          s0 += ga;
+          s1 += gb;
         } else {
-          s0 += vload(g + j) * vload(y + j);
-          s1 += vload(g + j + L) * vload(y + j + L);
+          V ya, yb;
+          vload2(y + j, ya, yb);
+          s0 += ga * ya;
+          s1 += gb * yb;
         }
       }
       for (; j < b1; j += L) {
@@ -380,13 +434,22 @@ template <typename T> static void softmax_bwd_rows(const void* y_, int64_t ldy, 
     const V vs = vbc((C)total);
     int64_t i = 0;
     if (log) {
+      for (; i < n2; i += 2 * L) {
+        V ga, gb, ya, yb;
+        vload2(g + i, ga, gb);
+        vload2(y + i, ya, yb);
+        vstore2(dx + i, ga - vexp_neg(ya) * vs, gb - vexp_neg(yb) * vs, nt);
+      }
       for (; i + L <= n; i += L) vstore_o(dx + i, vload(g + i) - vexp_neg(vload(y + i)) * vs, nt);
       if (i < n) vstore_n(dx + i, vload_n(g + i, n - i, 0) - vexp_neg(vload_n(y + i, n - i, 0)) * vs, n - i);
     } else {
-      for (; i + L <= n; i += L) {
-        V yv = vload(y + i);
-        vstore_o(dx + i, yv * (vload(g + i) - vs), nt);
+      for (; i < n2; i += 2 * L) {
+        V ga, gb, ya, yb;
+        vload2(g + i, ga, gb);
+        vload2(y + i, ya, yb);
+        vstore2(dx + i, ya * (ga - vs), yb * (gb - vs), nt);
       }
+      for (; i + L <= n; i += L) vstore_o(dx + i, vload(y + i) * (vload(g + i) - vs), nt);
       if (i < n) vstore_n(dx + i, vload_n(y + i, n - i, 0) * (vload_n(g + i, n - i, 0) - vs), n - i);
     }
   }
@@ -404,7 +467,9 @@ template <typename T> static double sum_sq(const T* x, int64_t n) {
     V s0 = V{}, s1 = V{}, s2 = V{}, s3 = V{};
     int64_t j = b0;
     for (; j + 4 * L <= b1; j += 4 * L) {
-      V a = vload(x + j), b = vload(x + j + L), c = vload(x + j + 2 * L), d = vload(x + j + 3 * L);
+      V a, b, c, d;
+      vload2(x + j, a, b);
+      vload2(x + j + 2 * L, c, d);
       s0 += a * a;
       s1 += b * b;
       s2 += c * c;
@@ -426,6 +491,7 @@ template <typename T> static void rms_fwd_rows(const void* x_, int64_t ldx, cons
   constexpr int L = kL<C>;
   const T* w = (const T*)w_;
   const bool nt = use_nt<T>(want_nt, y_, n);
+  const int64_t n2 = pair_end<C>(n);
   for (int64_t row = 0; row < rows; ++row) {
     const T* x = (const T*)x_ + row * ldx;
     T* y = (T*)y_ + row * n;
@@ -433,10 +499,35 @@ template <typename T> static void rms_fwd_rows(const void* x_, int64_t ldx, cons
     ((C*)rstd_)[row] = r;
     const V vr = vbc(r);
     int64_t i = 0;
+    for (; i < n2; i += 2 * L) {
+      V xa, xb, wa, wb;
+      vload2(x + i, xa, xb);
+      vload2(w + i, wa, wb);
+      vstore2(y + i, xa * vr * wa, xb * vr * wb, nt);
+    }
     for (; i + L <= n; i += L) vstore_o(y + i, vload(x + i) * vr * vload(w + i), nt);
     if (i < n) vstore_n(y + i, vload_n(x + i, n - i, 0) * vr * vload_n(w + i, n - i, 0), n - i);
   }
   nt_fence(nt);
+}
+
+// The norms' backward runs over groups of rows: pass 1 (row sums) over the group, then pass 2 walks
+// column blocks across it, so each block of the dw/db accumulators stays in L1 and is loaded and
+// stored once per group instead of once per row. Short rows: a group's x and g (~192 KiB) stay in L2
+// between the passes. Long rows (one row does not fit): groups of 8 amortise dw/db over 8 rows.
+constexpr int64_t kGroupBytes = int64_t(192) << 10, kColBlk = 8192;
+template <typename P1, typename P2>
+static inline void norm_bwd_groups(int64_t rows, int64_t n, int64_t row_bytes, P1&& pass1, P2&& pass2) {
+  const int64_t fit = kGroupBytes / std::max<int64_t>(row_bytes, 1);
+  const int64_t group = fit >= 1 ? std::min<int64_t>(fit, 64) : 8;
+  for (int64_t g0 = 0; g0 < rows; g0 += group) {
+    const int64_t g1 = std::min(rows, g0 + group);
+    for (int64_t r = g0; r < g1; ++r) pass1(r);
+    for (int64_t c0 = 0; c0 < n; c0 += kColBlk) {
+      const int64_t c1 = std::min(n, c0 + kColBlk);
+      for (int64_t r = g0; r < g1; ++r) pass2(r, c0, c1);
+    }
+  }
 }
 
 template <typename T>
@@ -448,20 +539,24 @@ static void rms_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void
   const T* w = (const T*)w_;
   C* dw = (C*)dw_;
   const bool nt = use_nt<T>(want_nt, dx_, n);
-  for (int64_t row = 0; row < rows; ++row) {
+  static thread_local std::vector<C> coefs;
+  if ((int64_t)coefs.size() < rows) coefs.resize(rows);
+  // dx = r*g*w - x * r^3 * sum(g*w*x) / n ; dw += g*x*r
+  auto pass1 = [&](int64_t row) {
     const T* x = (const T*)x_ + row * ldx;
     const T* g = (const T*)g_ + row * ldg;
-    T* dx = (T*)dx_ + row * n;
-    const C r = ((const C*)rstd_)[row];
-    // dx = r*g*w - x * r^3 * sum(g*w*x) / n ; dw += g*x*r
     double total = 0;
     for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
       const int64_t b1 = std::min(n, b0 + kBlk);
       V s0 = V{}, s1 = V{};
       int64_t j = b0;
       for (; j + 2 * L <= b1; j += 2 * L) {
-        s0 += vload(g + j) * vload(w + j) * vload(x + j);
-        s1 += vload(g + j + L) * vload(w + j + L) * vload(x + j + L);
+        V ga, gb, wa, wb, xa, xb;
+        vload2(g + j, ga, gb);
+        vload2(w + j, wa, wb);
+        vload2(x + j, xa, xb);
+        s0 += ga * wa * xa;
+        s1 += gb * wb * xb;
       }
       for (; j < b1; j += L) {
         const int64_t c = std::min<int64_t>(L, b1 - j);
@@ -469,19 +564,28 @@ static void rms_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void
       }
       total += (double)hsum(s0 + s1);
     }
-    const V vr = vbc(r), coef = vbc((C)((double)r * r * r * total / (double)n));
-    int64_t i = 0;
-    for (; i + L <= n; i += L) {
+    const double r = (double)((const C*)rstd_)[row];
+    coefs[row] = (C)(r * r * r * total / (double)n);
+  };
+  auto pass2 = [&](int64_t row, int64_t c0, int64_t c1) {
+    const T* x = (const T*)x_ + row * ldx;
+    const T* g = (const T*)g_ + row * ldg;
+    T* dx = (T*)dx_ + row * n;
+    const C r = ((const C*)rstd_)[row];
+    const V vr = vbc(r), coef = vbc(coefs[row]);
+    int64_t i = c0;
+    for (; i + L <= c1; i += L) {
       V xv = vload(x + i), gv = vload(g + i);
       vstore_o(dx + i, vr * gv * vload(w + i) - coef * xv, nt);
       vst(dw + i, vld(dw + i) + gv * xv * vr);
     }
-    for (; i < n; ++i) {
+    for (; i < c1; ++i) {
       C xv = load(x[i]), gv = load(g[i]);
       dx[i] = store<T>(r * gv * (C)load(w[i]) - coef[0] * xv);
       dw[i] += gv * xv * r;
     }
-  }
+  };
+  norm_bwd_groups(rows, n, 2 * n * (int64_t)sizeof(T), pass1, pass2);
   nt_fence(nt);
 }
 
@@ -498,10 +602,13 @@ template <typename T> static void mean_var(const T* x, int64_t n, double& mean, 
     V s0 = V{}, s1 = V{}, s2 = V{}, s3 = V{};
     int64_t j = b0;
     for (; j + 4 * L <= b1; j += 4 * L) {
-      s0 += vload(x + j);
-      s1 += vload(x + j + L);
-      s2 += vload(x + j + 2 * L);
-      s3 += vload(x + j + 3 * L);
+      V a, b, c, d;
+      vload2(x + j, a, b);
+      vload2(x + j + 2 * L, c, d);
+      s0 += a;
+      s1 += b;
+      s2 += c;
+      s3 += d;
     }
     for (; j < b1; j += L) s0 += vload_n(x + j, std::min<int64_t>(L, b1 - j), 0);
     const C bm = (C)((double)hsum((s0 + s1) + (s2 + s3)) / (double)nb);
@@ -509,8 +616,10 @@ template <typename T> static void mean_var(const T* x, int64_t n, double& mean, 
     V q0 = V{}, q1 = V{}, q2 = V{}, q3 = V{};
     j = b0;
     for (; j + 4 * L <= b1; j += 4 * L) {
-      V a = vload(x + j) - vbm, b = vload(x + j + L) - vbm;
-      V c = vload(x + j + 2 * L) - vbm, d = vload(x + j + 3 * L) - vbm;
+      V a, b, c, d;
+      vload2(x + j, a, b);
+      vload2(x + j + 2 * L, c, d);
+      a -= vbm, b -= vbm, c -= vbm, d -= vbm;
       q0 += a * a;
       q1 += b * b;
       q2 += c * c;
@@ -542,6 +651,7 @@ template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const
   const T* w = (const T*)w_;
   const T* bb = (const T*)b_;
   const bool nt = use_nt<T>(want_nt, y_, n);
+  const int64_t n2 = pair_end<C>(n);
   for (int64_t row = 0; row < rows; ++row) {
     const T* x = (const T*)x_ + row * ldx;
     T* y = (T*)y_ + row * n;
@@ -555,6 +665,13 @@ template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const
     const C mu_hi = (C)mu, mu_lo = (C)(mu - (double)mu_hi);
     const V vr = vbc(r), vmu = vbc(mu_hi), vmu_lo = vbc(mu_lo);
     int64_t i = 0;
+    for (; i < n2; i += 2 * L) {
+      V xa, xb, wa, wb, ba, bb2;
+      vload2(x + i, xa, xb);
+      vload2(w + i, wa, wb);
+      vload2(bb + i, ba, bb2);
+      vstore2(y + i, ((xa - vmu) - vmu_lo) * vr * wa + ba, ((xb - vmu) - vmu_lo) * vr * wb + bb2, nt);
+    }
     for (; i + L <= n; i += L)
       vstore_o(y + i, ((vload(x + i) - vmu) - vmu_lo) * vr * vload(w + i) + vload(bb + i), nt);
     if (i < n) {
@@ -576,18 +693,32 @@ static void ln_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void*
   C* dw = (C*)dw_;
   C* db = (C*)db_;
   const bool nt = use_nt<T>(want_nt, dx_, n);
-  for (int64_t row = 0; row < rows; ++row) {
+  static thread_local std::vector<C> means;  // per row: mean(g*w), mean(g*w*xhat)
+  if ((int64_t)means.size() < 2 * rows) means.resize(2 * rows);
+  // xhat = (x-mu)*r, gw = g*w: dx = r * (gw - mean(gw) - xhat * mean(gw*xhat))
+  auto pass1 = [&](int64_t row) {
     const T* x = (const T*)x_ + row * ldx;
     const T* g = (const T*)g_ + row * ldg;
-    T* dx = (T*)dx_ + row * n;
     const C mu = ((const C*)mean_)[row], r = ((const C*)rstd_)[row];
     const V vmu = vbc(mu), vr = vbc(r);
-    // xhat = (x-mu)*r, gw = g*w: dx = r * (gw - mean(gw) - xhat * mean(gw*xhat))
     double sa = 0, sb = 0;
     for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
       const int64_t b1 = std::min(n, b0 + kBlk);
-      V a0 = V{}, c0 = V{};
+      V a0 = V{}, c0 = V{}, a1 = V{}, c1 = V{};
       int64_t j = b0;
+      for (; j + 2 * L <= b1; j += 2 * L) {
+        V ga, gb, wa, wb, xa, xb;
+        vload2(g + j, ga, gb);
+        vload2(w + j, wa, wb);
+        vload2(x + j, xa, xb);
+        const V gwa = ga * wa, gwb = gb * wb;
+        a0 += gwa;
+        a1 += gwb;
+        c0 += gwa * ((xa - vmu) * vr);
+        c1 += gwb * ((xb - vmu) * vr);
+      }
+      a0 += a1;
+      c0 += c1;
       for (; j + L <= b1; j += L) {
         V gw = vload(g + j) * vload(w + j);
         a0 += gw;
@@ -602,21 +733,30 @@ static void ln_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void*
       sa += (double)hsum(a0);
       sb += (double)hsum(c0);
     }
-    const V ma = vbc((C)(sa / (double)n)), mb = vbc((C)(sb / (double)n));
-    int64_t i = 0;
-    for (; i + L <= n; i += L) {
+    means[2 * row] = (C)(sa / (double)n);
+    means[2 * row + 1] = (C)(sb / (double)n);
+  };
+  auto pass2 = [&](int64_t row, int64_t c0, int64_t c1) {
+    const T* x = (const T*)x_ + row * ldx;
+    const T* g = (const T*)g_ + row * ldg;
+    T* dx = (T*)dx_ + row * n;
+    const C mu = ((const C*)mean_)[row], r = ((const C*)rstd_)[row];
+    const V vmu = vbc(mu), vr = vbc(r), ma = vbc(means[2 * row]), mb = vbc(means[2 * row + 1]);
+    int64_t i = c0;
+    for (; i + L <= c1; i += L) {
       V gv = vload(g + i), xh = (vload(x + i) - vmu) * vr;
       vstore_o(dx + i, vr * (gv * vload(w + i) - ma - xh * mb), nt);
       vst(dw + i, vld(dw + i) + gv * xh);
       vst(db + i, vld(db + i) + gv);
     }
-    for (; i < n; ++i) {
+    for (; i < c1; ++i) {
       C gv = load(g[i]), xh = ((C)load(x[i]) - mu) * r;
       dx[i] = store<T>(r * (gv * (C)load(w[i]) - ma[0] - xh * mb[0]));
       dw[i] += gv * xh;
       db[i] += gv;
     }
-  }
+  };
+  norm_bwd_groups(rows, n, 2 * n * (int64_t)sizeof(T), pass1, pass2);
   nt_fence(nt);
 }
 
