@@ -221,16 +221,31 @@ template <typename T> static inline void vstore_n(T* p, Vec<C_t<T>> v, int64_t n
   vst(tmp, v);
   for (int64_t i = 0; i < n; ++i) p[i] = store<T>(tmp[i]);
 }
-// Horizontal sum / max (once per row, so a plain lane loop is fine).
+// Horizontal sum / max by halving (log2(lanes) steps): short rows pay these on every row, and a
+// lane-by-lane chain sat on each row's critical path between its passes.
 template <typename V> static inline auto hsum(V v) {
-  auto s = v[0];
-  for (int i = 1; i < (int)(sizeof(V) / sizeof(s)); ++i) s += v[i];
-  return s;
+  using E = std::remove_reference_t<decltype(v[0])>;
+  if constexpr (sizeof(V) == sizeof(E)) {
+    return v[0];
+  } else {
+    typedef E H __attribute__((vector_size(sizeof(V) / 2)));
+    H a, b;
+    __builtin_memcpy(&a, &v, sizeof(H));
+    __builtin_memcpy(&b, (const char*)&v + sizeof(H), sizeof(H));
+    return hsum(a + b);
+  }
 }
 template <typename V> static inline auto hmax(V v) {
-  auto s = v[0];
-  for (int i = 1; i < (int)(sizeof(V) / sizeof(s)); ++i) s = v[i] > s ? v[i] : s;
-  return s;
+  using E = std::remove_reference_t<decltype(v[0])>;
+  if constexpr (sizeof(V) == sizeof(E)) {
+    return v[0];
+  } else {
+    typedef E H __attribute__((vector_size(sizeof(V) / 2)));
+    H a, b;
+    __builtin_memcpy(&a, &v, sizeof(H));
+    __builtin_memcpy(&b, (const char*)&v + sizeof(H), sizeof(H));
+    return hmax(a > b ? a : b);
+  }
 }
 
 // ---- exp: Cody-Waite reduction x = n*ln2 + r, polynomial for e^r, 2^n built in the exponent bits.
@@ -316,9 +331,16 @@ template <typename T> static void softmax_fwd_rows(const void* x_, int64_t ldx, 
   using C = C_t<T>;
   using V = Vec<C>;
   constexpr int L = kL<C>;
-  static thread_local std::vector<C> scratch;
   const bool nt = use_nt<T>(want_nt, y_, n);
   const int64_t n2 = pair_end<C>(n);  // pairs (vload2 order) below n2, plain vectors from there on
+  // f32/f64 keep e in y unless y is streamed; halves (or a streamed y) keep it in a cache-resident
+  // float row. The thread_local is looked up once per call, not per row (a TLS call in a shared library).
+  C* scratch = nullptr;
+  if (!log && (!std::is_same_v<T, C> || nt)) {
+    static thread_local std::vector<C> buf;
+    if ((int64_t)buf.size() < n + L) buf.resize(n + L);
+    scratch = buf.data();
+  }
   for (int64_t row = 0; row < rows; ++row) {
     const T* x = (const T*)x_ + row * ldx;
     T* y = (T*)y_ + row * n;
@@ -339,16 +361,7 @@ template <typename T> static void softmax_fwd_rows(const void* x_, int64_t ldx, 
     const C mx = hmax(vmax(vmax(m0, m1), vmax(m2, m3)));
     const V vm = vbc(mx);
     // pass 2: e = exp(x - max) and its sum; softmax keeps e (in y, or a float row for halves).
-    C* e = nullptr;
-    if (!log) {
-      // f32/f64 keep e in y unless y is streamed (then e lives in a cache-resident scratch row).
-      if (std::is_same_v<T, C> && !nt) {
-        e = reinterpret_cast<C*>(y);
-      } else {
-        if ((int64_t)scratch.size() < n + L) scratch.resize(n + L);
-        e = scratch.data();
-      }
-    }
+    C* e = log ? nullptr : scratch ? scratch : reinterpret_cast<C*>(y);
     double total = 0;
     for (int64_t b0 = 0; b0 < n; b0 += kBlk) {  // kBlk is a multiple of 2L: pairs never straddle blocks
       const int64_t b1 = std::min(n, b0 + kBlk);
