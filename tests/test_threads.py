@@ -100,3 +100,22 @@ def test_errors_inside_threaded_kernels_propagate(restore_threads):
     with pytest.raises(em.IndexOutOfRange):
         big.index_select(em.tensor([0, 200_000]), 0)
     assert float(big.sum().item()) == 0.0  # the pool still works afterwards
+
+
+@pytest.mark.parametrize("nthreads", [2, 3])
+def test_back_to_back_pooled_calls_stay_exact(restore_threads, nthreads):
+    """Thousands of small pooled calls in a row: workers wake from their spin, own their chunks and steal
+    the rest; a worker late for one call must never run a chunk of the next (each result is checked)."""
+    from ember.nn import ops
+
+    em.set_num_threads(nthreads)
+    rng = np.random.default_rng(3)
+    xs = [rng.standard_normal((64, 1024)).astype(np.float32) for _ in range(3)]
+    wants = [np.exp(x - x.max(1, keepdims=True)) / np.exp(x - x.max(1, keepdims=True)).sum(1, keepdims=True)
+             for x in xs]
+    ts = [em.tensor(x) for x in xs]
+    for i in range(1500):
+        k = i % 3  # a different input and body each call: a stale chunk would show in the result
+        got = ops.softmax(ts[k], -1).numpy() if i % 2 else ts[k].exp().numpy()
+        want = wants[k] if i % 2 else np.exp(xs[k])
+        np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-7)
