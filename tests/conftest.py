@@ -1,4 +1,7 @@
 """Shared fixtures and helpers for the foundation tests: devices, dtypes, random data and view makers."""
+import os
+import random
+import sys
 import zlib
 
 import ml_dtypes
@@ -29,10 +32,24 @@ def device(request):
     return em.Device(request.param)
 
 
+@pytest.fixture(autouse=True)
+def _seed_global_rngs(request):
+    # Tests that draw from the global numpy / torch / random generators get a seed of their own too, so
+    # a CI failure reproduces locally; EMBER_TEST_SEED=<n> mixes in n to fuzz with other draws.
+    seed = zlib.crc32(request.node.nodeid.encode()) ^ int(os.environ.get("EMBER_TEST_SEED", "0"))
+    seed &= 0xFFFFFFFF
+    random.seed(seed)
+    np.random.seed(seed)
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        torch.manual_seed(seed)
+
+
 @pytest.fixture
 def rng(request):
     # One seed per test (stable across runs), so a failure reproduces.
-    return np.random.default_rng(zlib.crc32(request.node.nodeid.encode()))
+    seed = zlib.crc32(request.node.nodeid.encode()) ^ int(os.environ.get("EMBER_TEST_SEED", "0"))
+    return np.random.default_rng(seed)
 
 
 def npdt(dt):
