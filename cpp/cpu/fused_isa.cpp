@@ -31,85 +31,137 @@ namespace {
 // Walks a row in blocks so long-row sums are combined in double (1M-column rows stay accurate).
 constexpr int64_t kBlk = 4096;
 
+// Short rows go through a forward kernel's passes a group at a time: each pass runs over all the
+// group's rows before the next pass starts. A row's passes are chained by its reductions (max -> hmax
+// -> exp pass -> hsum -> 1/sum): with 128 columns that chain is as long as the row's arithmetic, and
+// the next row of the same pass is independent work the core overlaps with it. The group's rows stay
+// in L1 between passes. Per-row arithmetic is the same in any group, so a row's result does not
+// depend on its neighbours (or on the batch size).
+constexpr int64_t kGroupBytes1 = int64_t(24) << 10, kMaxGroup = 32;
+static inline int64_t row_group(int64_t n, int64_t bytes_per_col) {
+  if (n > kBlk) return 1;
+  return std::clamp<int64_t>(kGroupBytes1 / std::max<int64_t>(n * bytes_per_col, 1), 1, kMaxGroup);
+}
+
 // ============================ softmax / log_softmax ============================================
-template <typename T> static void softmax_fwd_rows(const void* x_, int64_t ldx, void* y_, int64_t rows,
-                                                  int64_t n, bool log, bool want_nt) {
+template <typename T> static inline C_t<T> row_max(const T* x, int64_t n) {
   using C = C_t<T>;
   using V = Vec<C>;
   constexpr int L = kL<C>;
-  const bool nt = use_nt<T>(want_nt, y_, n);
+  V m0 = vbc(-kInf<C>), m1 = m0, m2 = m0, m3 = m0;  // 4 accumulators hide the compare latency
+  int64_t i = 0;
+  for (; i + 4 * L <= n; i += 4 * L) {
+    V a, b, c, d;
+    vload2(x + i, a, b);
+    vload2(x + i + 2 * L, c, d);
+    m0 = vmax(m0, a);
+    m1 = vmax(m1, b);
+    m2 = vmax(m2, c);
+    m3 = vmax(m3, d);
+  }
+  for (; i + L <= n; i += L) m0 = vmax(m0, vload(x + i));
+  if (i < n) m1 = vmax(m1, vload_n(x + i, n - i, -kInf<C>));
+  return hmax(vmax(vmax(m0, m1), vmax(m2, m3)));
+}
+
+// sum(exp(x - mx)) in double over blocks of kBlk (a multiple of 2L: pairs never straddle blocks);
+// softmax also keeps e = exp(x - mx) in `e` (vload2 order below pair_end, like y). `fold`: vexp_shift,
+// whose row-wide shift is the rounding of mx*log2(e), at most 1 while |mx| < 2^24 (see the caller).
+template <typename T, bool keep, bool fold>
+static inline double exp_sum(const T* x, int64_t n, C_t<T> mx, C_t<T>* e) {
+  using C = C_t<T>;
+  using V = Vec<C>;
+  constexpr int L = kL<C>;
+  const V vm = vbc(mx), vml = vbc((C)(mx * (C)kLog2eF));
+  auto ex = [&](V a) { return fold ? vexp_shift(a, vm, vml) : vexp_neg(a - vm); };
+  double total = 0;
+  for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
+    const int64_t b1 = std::min(n, b0 + kBlk);
+    V s0 = V{}, s1 = V{};
+    int64_t j = b0;
+    for (; j + 2 * L <= b1; j += 2 * L) {
+      V a, b;
+      vload2(x + j, a, b);
+      const V e0 = ex(a), e1 = ex(b);
+      if (keep) vst(e + j, e0), vst(e + j + L, e1);
+      s0 += e0;
+      s1 += e1;
+    }
+    for (; j < b1; j += L) {
+      const int64_t c = std::min<int64_t>(L, b1 - j);
+      const V e0 = ex(c == L ? vload(x + j) : vload_n(x + j, c, -kInf<C>));
+      if (keep) {
+        C tmp[L];
+        vst(tmp, e0);
+        for (int64_t t = 0; t < c; ++t) e[j + t] = tmp[t];
+      }
+      s0 += e0;
+    }
+    total += (double)hsum(s0 + s1);
+  }
+  return total;
+}
+
+template <typename T, bool log>
+static void softmax_fwd_impl(const T* x, int64_t ldx, T* y, int64_t rows, int64_t n, bool nt) {
+  using C = C_t<T>;
+  using V = Vec<C>;
+  constexpr int L = kL<C>;
   const int64_t n2 = pair_end<C>(n);  // pairs (vload2 order) below n2, plain vectors from there on
   // f32/f64 keep e in y unless y is streamed; halves (or a streamed y) keep it in a cache-resident
-  // float row. The thread_local is looked up once per call, not per row (a TLS call in a shared library).
+  // float row per row of the group. The thread_local is looked up once per call, not per row.
+  const bool in_y = std::is_same_v<T, C> && !nt;
+  const int64_t group = row_group(n, (int64_t)sizeof(T) + (log || in_y ? 0 : (int64_t)sizeof(C)));
   C* scratch = nullptr;
-  if (!log && (!std::is_same_v<T, C> || nt)) {
+  if (!log && !in_y) {
     static thread_local std::vector<C> buf;
-    if ((int64_t)buf.size() < n + L) buf.resize(n + L);
+    if ((int64_t)buf.size() < group * (n + L)) buf.resize(group * (n + L));
     scratch = buf.data();
   }
-  for (int64_t row = 0; row < rows; ++row) {
-    const T* x = (const T*)x_ + row * ldx;
-    T* y = (T*)y_ + row * n;
-    // pass 1: row max (4 accumulators hide the compare latency; lane order does not matter)
-    V m0 = vbc(-kInf<C>), m1 = m0, m2 = m0, m3 = m0;
-    int64_t i = 0;
-    for (; i + 4 * L <= n; i += 4 * L) {
-      V a, b, c, d;
-      vload2(x + i, a, b);
-      vload2(x + i + 2 * L, c, d);
-      m0 = vmax(m0, a);
-      m1 = vmax(m1, b);
-      m2 = vmax(m2, c);
-      m3 = vmax(m3, d);
+  auto e_of = [&](int64_t r, int64_t g0) { return in_y ? reinterpret_cast<C*>(y + r * n) : scratch + (r - g0) * (n + L); };
+  C mx[kMaxGroup];
+  double total[kMaxGroup];
+  for (int64_t g0 = 0; g0 < rows; g0 += group) {
+    const int64_t g1 = std::min(rows, g0 + group);
+    for (int64_t r = g0; r < g1; ++r) mx[r - g0] = row_max(x + r * ldx, n);
+    for (int64_t r = g0; r < g1; ++r) {
+      const C m = mx[r - g0];
+      // Folding the shift into the exp's FMA is exact up to a row-wide factor that the normalisation
+      // cancels, as long as that factor stays small (|mx| < 2^24); log_softmax keeps log(sum) exact.
+      total[r - g0] = log ? exp_sum<T, false, false>(x + r * ldx, n, m, nullptr)
+                      : std::abs(m) < (C)16777216 ? exp_sum<T, true, true>(x + r * ldx, n, m, e_of(r, g0))
+                                                  : exp_sum<T, true, false>(x + r * ldx, n, m, e_of(r, g0));
     }
-    for (; i + L <= n; i += L) m0 = vmax(m0, vload(x + i));
-    if (i < n) m1 = vmax(m1, vload_n(x + i, n - i, -kInf<C>));
-    const C mx = hmax(vmax(vmax(m0, m1), vmax(m2, m3)));
-    const V vm = vbc(mx);
-    // pass 2: e = exp(x - max) and its sum; softmax keeps e (in y, or a float row for halves).
-    C* e = log ? nullptr : scratch ? scratch : reinterpret_cast<C*>(y);
-    double total = 0;
-    for (int64_t b0 = 0; b0 < n; b0 += kBlk) {  // kBlk is a multiple of 2L: pairs never straddle blocks
-      const int64_t b1 = std::min(n, b0 + kBlk);
-      V s0 = V{}, s1 = V{};
-      int64_t j = b0;
-      for (; j + 2 * L <= b1; j += 2 * L) {
-        V a, b;
-        vload2(x + j, a, b);
-        const V e0 = vexp_neg(a - vm), e1 = vexp_neg(b - vm);
-        if (e) vst(e + j, e0), vst(e + j + L, e1);
-        s0 += e0;
-        s1 += e1;
-      }
-      for (; j < b1; j += L) {
-        const int64_t c = std::min<int64_t>(L, b1 - j);
-        V e0 = vexp_neg((c == L ? vload(x + j) : vload_n(x + j, c, -kInf<C>)) - vm);
-        if (e) {
-          C tmp[L];
-          vst(tmp, e0);
-          for (int64_t t = 0; t < c; ++t) e[j + t] = tmp[t];
+    for (int64_t r = g0; r < g1; ++r) {
+      const T* xr = x + r * ldx;
+      T* yr = y + r * n;
+      int64_t i = 0;
+      if (log) {
+        // (x - max) - log(sum): subtracting in two steps keeps log(sum) when max is huge.
+        const V vm = vbc(mx[r - g0]), sub = vbc((C)std::log(total[r - g0]));
+        for (; i < n2; i += 2 * L) {
+          V a, b;
+          vload2(xr + i, a, b);
+          vstore2(yr + i, (a - vm) - sub, (b - vm) - sub, nt);
         }
-        s0 += e0;
+        for (; i + L <= n; i += L) vstore_o(yr + i, (vload(xr + i) - vm) - sub, nt);
+        if (i < n) vstore_n(yr + i, (vload_n(xr + i, n - i, 0) - vm) - sub, n - i);
+      } else {
+        const C* e = e_of(r, g0);
+        const V inv = vbc((C)(1.0 / total[r - g0]));
+        for (; i < n2; i += 2 * L) vstore2(yr + i, vld(e + i) * inv, vld(e + i + L) * inv, nt);
+        for (; i + L <= n; i += L) vstore_o(yr + i, vld(e + i) * inv, nt);
+        for (; i < n; ++i) yr[i] = store<T>(e[i] * inv[0]);
       }
-      total += (double)hsum(s0 + s1);
-    }
-    if (log) {
-      // (x - max) - log(sum): subtracting in two steps keeps log(sum) when max is huge.
-      const V sub = vbc((C)std::log(total));
-      for (i = 0; i < n2; i += 2 * L) {
-        V a, b;
-        vload2(x + i, a, b);
-        vstore2(y + i, (a - vm) - sub, (b - vm) - sub, nt);
-      }
-      for (; i + L <= n; i += L) vstore_o(y + i, (vload(x + i) - vm) - sub, nt);
-      if (i < n) vstore_n(y + i, (vload_n(x + i, n - i, 0) - vm) - sub, n - i);
-    } else {
-      const V inv = vbc((C)(1.0 / total));
-      for (i = 0; i < n2; i += 2 * L) vstore2(y + i, vld(e + i) * inv, vld(e + i + L) * inv, nt);
-      for (; i + L <= n; i += L) vstore_o(y + i, vld(e + i) * inv, nt);
-      for (; i < n; ++i) y[i] = store<T>(e[i] * inv[0]);
     }
   }
+}
+
+template <typename T> static void softmax_fwd_rows(const void* x_, int64_t ldx, void* y_, int64_t rows,
+                                                  int64_t n, bool log, bool want_nt) {
+  const bool nt = use_nt<T>(want_nt, y_, n);
+  if (log) softmax_fwd_impl<T, true>((const T*)x_, ldx, (T*)y_, rows, n, nt);
+  else softmax_fwd_impl<T, false>((const T*)x_, ldx, (T*)y_, rows, n, nt);
   nt_fence(nt);
 }
 
