@@ -137,6 +137,31 @@ def test_layer_norm(dtype, n, kind):
     close(tt(dbs, (n,), dtype), rdb, dtype, 4)
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16, torch.float64])
+@pytest.mark.parametrize("n", [3, 128, 1000])
+def test_forward_rows_do_not_depend_on_their_batch(dtype, n):
+    # Short rows go through the kernels in groups (and half weights are widened per call): a row's
+    # result must be bit-identical whether it comes alone or among others.
+    x = torch.randn(11, n, dtype=torch.float64).to(dtype) * 2 + 0.5
+    w = torch.randn(n, dtype=torch.float64).to(dtype)
+    b = torch.randn(n, dtype=torch.float64).to(dtype)
+    (ws, wl), (bs, bl) = sto(w), sto(b)
+    runs = {
+        "softmax": lambda s, l: [F.softmax_fwd(s, l, False)],
+        "log_softmax": lambda s, l: [F.softmax_fwd(s, l, True)],
+        "rms_norm": lambda s, l: list(F.rms_norm_fwd(s, l, ws, wl, 1e-5)),
+        "layer_norm": lambda s, l: list(F.layer_norm_fwd(s, l, ws, wl, bs, bl, 1e-5)),
+    }
+    for name, run in runs.items():
+        whole = [np.asarray(o.numpy()) for o in run(*sto(x))]
+        for r in range(x.shape[0]):
+            alone = [np.asarray(o.numpy()) for o in run(*sto(x[r:r + 1].clone()))]
+            for k, (a, wv) in enumerate(zip(alone, whole)):
+                per_row = wv.size // x.shape[0]
+                np.testing.assert_array_equal(a.reshape(-1), wv.reshape(-1)[r * per_row:(r + 1) * per_row],
+                                              err_msg=f"{name} output {k} row {r}")
+
+
 def test_layer_norm_no_affine_and_long_offset_rows():
     x = torch.randn(2, 1_000_003, dtype=torch.float32) * 0.01 + 1000.0  # catastrophic for E[x^2]-E[x]^2
     xs, xl = sto(x)

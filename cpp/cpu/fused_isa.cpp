@@ -35,9 +35,11 @@ constexpr int64_t kBlk = 4096;
 // group's rows before the next pass starts. A row's passes are chained by its reductions (max -> hmax
 // -> exp pass -> hsum -> 1/sum): with 128 columns that chain is as long as the row's arithmetic, and
 // the next row of the same pass is independent work the core overlaps with it. The group's rows stay
-// in L1 between passes. Per-row arithmetic is the same in any group, so a row's result does not
-// depend on its neighbours (or on the batch size).
-constexpr int64_t kGroupBytes1 = int64_t(24) << 10, kMaxGroup = 32;
+// in L1 between passes. Groups stay small: a group's first pass is mostly loads, and with 32 rows
+// (measured, 32768x128 bf16) it waited on memory in bursts; 4 rows was best, 2-8 within a few %.
+// Per-row arithmetic is the same in any group, so a row's result does not depend on its neighbours
+// (or on the batch size).
+constexpr int64_t kGroupBytes1 = int64_t(24) << 10, kMaxGroup = 4;
 static inline int64_t row_group(int64_t n, int64_t bytes_per_col) {
   if (n > kBlk) return 1;
   return std::clamp<int64_t>(kGroupBytes1 / std::max<int64_t>(n * bytes_per_col, 1), 1, kMaxGroup);
@@ -255,29 +257,74 @@ template <typename T> static double sum_sq(const T* x, int64_t n) {
   return total;
 }
 
-template <typename T> static void rms_fwd_rows(const void* x_, int64_t ldx, const void* w_, void* y_, void* rstd_,
-                                              int64_t rows, int64_t n, double eps, bool want_nt) {
+// The norms' weight and bias, read by every row: for short half rows they are widened to float once
+// per call (in vload2 order below pair_end, like x), which takes two shuffles per pair off each row.
+template <typename T> struct NormParams {
+  using C = C_t<T>;
+  const T* w;
+  const T* b;
+  const C* wf = nullptr;  // widened copies, or null
+  const C* bf = nullptr;
+  NormParams(const void* w_, const void* b_, int64_t rows, int64_t n) : w((const T*)w_), b((const T*)b_) {
+    if constexpr (!std::is_same_v<T, C>) {
+      if (rows < 4 || n > kBlk) return;
+      constexpr int L = kL<C>;
+      static thread_local std::vector<C> buf;
+      if ((int64_t)buf.size() < 2 * n) buf.resize(2 * n);
+      C* dst[2] = {buf.data(), buf.data() + n};
+      const T* src[2] = {w, b};
+      const int64_t n2 = pair_end<C>(n);
+      for (int k = 0; k < (b ? 2 : 1); ++k) {
+        int64_t i = 0;
+        for (; i < n2; i += 2 * L) {
+          Vec<C> a0, a1;
+          vload2(src[k] + i, a0, a1);
+          vst(dst[k] + i, a0);
+          vst(dst[k] + i + L, a1);
+        }
+        for (; i < n; ++i) dst[k][i] = (C)load(src[k][i]);
+      }
+      wf = dst[0];
+      bf = b ? dst[1] : nullptr;
+    }
+  }
+};
+
+template <typename T, typename P>
+static inline void rms_out_row(const T* x, const P* w, T* y, int64_t n, int64_t n2, C_t<T> r, bool nt) {
   using C = C_t<T>;
   using V = Vec<C>;
   constexpr int L = kL<C>;
-  const T* w = (const T*)w_;
+  const V vr = vbc(r);
+  int64_t i = 0;
+  for (; i < n2; i += 2 * L) {
+    V xa, xb, wa, wb;
+    vload2(x + i, xa, xb);
+    vload2(w + i, wa, wb);
+    vstore2(y + i, xa * vr * wa, xb * vr * wb, nt);
+  }
+  for (; i + L <= n; i += L) vstore_o(y + i, vload(x + i) * vr * vload(w + i), nt);
+  if (i < n) vstore_n(y + i, vload_n(x + i, n - i, 0) * vr * vload_n(w + i, n - i, (C)0), n - i);
+}
+
+template <typename T> static void rms_fwd_rows(const void* x_, int64_t ldx, const void* w_, void* y_, void* rstd_,
+                                              int64_t rows, int64_t n, double eps, bool want_nt) {
+  using C = C_t<T>;
+  const NormParams<T> p(w_, nullptr, rows, n);
   const bool nt = use_nt<T>(want_nt, y_, n);
   const int64_t n2 = pair_end<C>(n);
-  for (int64_t row = 0; row < rows; ++row) {
-    const T* x = (const T*)x_ + row * ldx;
-    T* y = (T*)y_ + row * n;
-    const C r = (C)(1.0 / std::sqrt(sum_sq(x, n) / (double)n + eps));
-    ((C*)rstd_)[row] = r;
-    const V vr = vbc(r);
-    int64_t i = 0;
-    for (; i < n2; i += 2 * L) {
-      V xa, xb, wa, wb;
-      vload2(x + i, xa, xb);
-      vload2(w + i, wa, wb);
-      vstore2(y + i, xa * vr * wa, xb * vr * wb, nt);
+  const int64_t group = row_group(n, sizeof(T));
+  C* rstd = (C*)rstd_;
+  for (int64_t g0 = 0; g0 < rows; g0 += group) {  // grouped passes: see row_group
+    const int64_t g1 = std::min(rows, g0 + group);
+    for (int64_t r = g0; r < g1; ++r)
+      rstd[r] = (C)(1.0 / std::sqrt(sum_sq((const T*)x_ + r * ldx, n) / (double)n + eps));
+    for (int64_t r = g0; r < g1; ++r) {
+      const T* x = (const T*)x_ + r * ldx;
+      T* y = (T*)y_ + r * n;
+      if (p.wf) rms_out_row(x, p.wf, y, n, n2, rstd[r], nt);
+      else rms_out_row(x, p.w, y, n, n2, rstd[r], nt);
     }
-    for (; i + L <= n; i += L) vstore_o(y + i, vload(x + i) * vr * vload(w + i), nt);
-    if (i < n) vstore_n(y + i, vload_n(x + i, n - i, 0) * vr * vload_n(w + i, n - i, 0), n - i);
   }
   nt_fence(nt);
 }
@@ -361,49 +408,57 @@ static void rms_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void
 }
 
 // ============================ layer_norm =========================================================
-// Mean and variance per row: two passes over each L1-sized block, blocks merged with Chan's formula
-// in double. Safe for large offsets and 1M-column rows.
-template <typename T> static void mean_var(const T* x, int64_t n, double& mean, double& var) {
+// Mean and variance per row: two passes over each L1-sized block (its mean, then the squares around
+// it), blocks merged with Chan's formula in double. Safe for large offsets and 1M-column rows.
+template <typename T> static inline C_t<T> block_mean(const T* x, int64_t b0, int64_t b1) {
   using C = C_t<T>;
   using V = Vec<C>;
   constexpr int L = kL<C>;
+  V s0 = V{}, s1 = V{}, s2 = V{}, s3 = V{};
+  int64_t j = b0;
+  for (; j + 4 * L <= b1; j += 4 * L) {
+    V a, b, c, d;
+    vload2(x + j, a, b);
+    vload2(x + j + 2 * L, c, d);
+    s0 += a;
+    s1 += b;
+    s2 += c;
+    s3 += d;
+  }
+  for (; j < b1; j += L) s0 += vload_n(x + j, std::min<int64_t>(L, b1 - j), 0);
+  return (C)((double)hsum((s0 + s1) + (s2 + s3)) / (double)(b1 - b0));
+}
+template <typename T> static inline double block_m2(const T* x, int64_t b0, int64_t b1, C_t<T> bm) {
+  using C = C_t<T>;
+  using V = Vec<C>;
+  constexpr int L = kL<C>;
+  const V vbm = vbc(bm);
+  V q0 = V{}, q1 = V{}, q2 = V{}, q3 = V{};
+  int64_t j = b0;
+  for (; j + 4 * L <= b1; j += 4 * L) {
+    V a, b, c, d;
+    vload2(x + j, a, b);
+    vload2(x + j + 2 * L, c, d);
+    a -= vbm, b -= vbm, c -= vbm, d -= vbm;
+    q0 += a * a;
+    q1 += b * b;
+    q2 += c * c;
+    q3 += d * d;
+  }
+  q0 += q2;
+  q1 += q3;
+  for (; j < b1; j += L) {
+    V a = vload_n(x + j, std::min<int64_t>(L, b1 - j), bm) - vbm;
+    q0 += a * a;
+  }
+  return (double)hsum(q0 + q1);
+}
+template <typename T> static void mean_var(const T* x, int64_t n, double& mean, double& var) {
   double cnt = 0, mu = 0, m2 = 0;
   for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
     const int64_t b1 = std::min(n, b0 + kBlk), nb = b1 - b0;
-    V s0 = V{}, s1 = V{}, s2 = V{}, s3 = V{};
-    int64_t j = b0;
-    for (; j + 4 * L <= b1; j += 4 * L) {
-      V a, b, c, d;
-      vload2(x + j, a, b);
-      vload2(x + j + 2 * L, c, d);
-      s0 += a;
-      s1 += b;
-      s2 += c;
-      s3 += d;
-    }
-    for (; j < b1; j += L) s0 += vload_n(x + j, std::min<int64_t>(L, b1 - j), 0);
-    const C bm = (C)((double)hsum((s0 + s1) + (s2 + s3)) / (double)nb);
-    const V vbm = vbc(bm);
-    V q0 = V{}, q1 = V{}, q2 = V{}, q3 = V{};
-    j = b0;
-    for (; j + 4 * L <= b1; j += 4 * L) {
-      V a, b, c, d;
-      vload2(x + j, a, b);
-      vload2(x + j + 2 * L, c, d);
-      a -= vbm, b -= vbm, c -= vbm, d -= vbm;
-      q0 += a * a;
-      q1 += b * b;
-      q2 += c * c;
-      q3 += d * d;
-    }
-    q0 += q2;
-    q1 += q3;
-    for (; j < b1; j += L) {
-      const int64_t c = std::min<int64_t>(L, b1 - j);
-      V a = vload_n(x + j, c, bm) - vbm;
-      q0 += a * a;
-    }
-    const double bm2 = (double)hsum(q0 + q1);
+    const auto bm = block_mean(x, b0, b1);
+    const double bm2 = block_m2(x, b0, b1, bm);
     const double tot = cnt + (double)nb, delta = (double)bm - mu;
     mu += delta * (double)nb / tot;
     m2 += bm2 + delta * delta * cnt * (double)nb / tot;
@@ -413,41 +468,68 @@ template <typename T> static void mean_var(const T* x, int64_t n, double& mean, 
   var = m2 / (double)n;
 }
 
+template <typename T, typename P>
+static inline void ln_out_row(const T* x, const P* w, const P* bb, T* y, int64_t n, int64_t n2, double mu,
+                              C_t<T> r, bool nt) {
+  using C = C_t<T>;
+  using V = Vec<C>;
+  constexpr int L = kL<C>;
+  // The mean as hi + lo parts: with a large offset (x ~ 1000, std ~ 0.01) rounding it once to the
+  // compute type would shift every normalised value by up to half an ulp of the offset / std.
+  const C mu_hi = (C)mu, mu_lo = (C)(mu - (double)mu_hi);
+  const V vr = vbc(r), vmu = vbc(mu_hi), vmu_lo = vbc(mu_lo);
+  int64_t i = 0;
+  for (; i < n2; i += 2 * L) {
+    V xa, xb, wa, wb, ba, bb2;
+    vload2(x + i, xa, xb);
+    vload2(w + i, wa, wb);
+    vload2(bb + i, ba, bb2);
+    vstore2(y + i, ((xa - vmu) - vmu_lo) * vr * wa + ba, ((xb - vmu) - vmu_lo) * vr * wb + bb2, nt);
+  }
+  for (; i + L <= n; i += L)
+    vstore_o(y + i, ((vload(x + i) - vmu) - vmu_lo) * vr * vload(w + i) + vload(bb + i), nt);
+  if (i < n) {
+    const int64_t c = n - i;
+    vstore_n(y + i, ((vload_n(x + i, c, 0) - vmu) - vmu_lo) * vr * vload_n(w + i, c, (C)0) + vload_n(bb + i, c, (C)0), c);
+  }
+}
+
 template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const void* w_, const void* b_,
                                              void* y_, void* mean_, void* rstd_, int64_t rows, int64_t n,
                                              double eps, bool want_nt) {
   using C = C_t<T>;
-  using V = Vec<C>;
-  constexpr int L = kL<C>;
-  const T* w = (const T*)w_;
-  const T* bb = (const T*)b_;
+  const NormParams<T> p(w_, b_, rows, n);
   const bool nt = use_nt<T>(want_nt, y_, n);
   const int64_t n2 = pair_end<C>(n);
-  for (int64_t row = 0; row < rows; ++row) {
-    const T* x = (const T*)x_ + row * ldx;
-    T* y = (T*)y_ + row * n;
-    double mu, var;
-    mean_var(x, n, mu, var);
-    const C r = (C)(1.0 / std::sqrt(var + eps));
-    ((C*)mean_)[row] = (C)mu;
-    ((C*)rstd_)[row] = r;
-    // The mean as hi + lo parts: with a large offset (x ~ 1000, std ~ 0.01) rounding it once to the
-    // compute type would shift every normalised value by up to half an ulp of the offset / std.
-    const C mu_hi = (C)mu, mu_lo = (C)(mu - (double)mu_hi);
-    const V vr = vbc(r), vmu = vbc(mu_hi), vmu_lo = vbc(mu_lo);
-    int64_t i = 0;
-    for (; i < n2; i += 2 * L) {
-      V xa, xb, wa, wb, ba, bb2;
-      vload2(x + i, xa, xb);
-      vload2(w + i, wa, wb);
-      vload2(bb + i, ba, bb2);
-      vstore2(y + i, ((xa - vmu) - vmu_lo) * vr * wa + ba, ((xb - vmu) - vmu_lo) * vr * wb + bb2, nt);
+  C* mean = (C*)mean_;
+  C* rstd = (C*)rstd_;
+  auto out = [&](int64_t r, double mu) {
+    const T* x = (const T*)x_ + r * ldx;
+    T* y = (T*)y_ + r * n;
+    if (p.wf) ln_out_row(x, p.wf, p.bf, y, n, n2, mu, rstd[r], nt);
+    else ln_out_row(x, p.w, p.b, y, n, n2, mu, rstd[r], nt);
+  };
+  if (n > kBlk) {  // long rows: blocks merged per row
+    for (int64_t r = 0; r < rows; ++r) {
+      double mu, var;
+      mean_var((const T*)x_ + r * ldx, n, mu, var);
+      mean[r] = (C)mu;
+      rstd[r] = (C)(1.0 / std::sqrt(var + eps));
+      out(r, mu);
     }
-    for (; i + L <= n; i += L)
-      vstore_o(y + i, ((vload(x + i) - vmu) - vmu_lo) * vr * vload(w + i) + vload(bb + i), nt);
-    if (i < n) {
-      const int64_t c = n - i;
-      vstore_n(y + i, ((vload_n(x + i, c, 0) - vmu) - vmu_lo) * vr * vload_n(w + i, c, 0) + vload_n(bb + i, c, 0), c);
+  } else {  // one block per row: its mean, its squares, its output, each pass over a group of rows
+    const int64_t group = row_group(n, sizeof(T));
+    C bm[kMaxGroup];
+    for (int64_t g0 = 0; g0 < rows; g0 += group) {
+      const int64_t g1 = std::min(rows, g0 + group);
+      for (int64_t r = g0; r < g1; ++r) bm[r - g0] = block_mean((const T*)x_ + r * ldx, 0, n);
+      for (int64_t r = g0; r < g1; ++r) {
+        // mean_var with one block: mu = bm exactly, var = m2 / n
+        const double var = block_m2((const T*)x_ + r * ldx, 0, n, bm[r - g0]) / (double)n;
+        mean[r] = bm[r - g0];
+        rstd[r] = (C)(1.0 / std::sqrt(var + eps));
+      }
+      for (int64_t r = g0; r < g1; ++r) out(r, (double)bm[r - g0]);
     }
   }
   nt_fence(nt);
