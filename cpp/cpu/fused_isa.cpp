@@ -66,16 +66,18 @@ template <typename T> static inline C_t<T> row_max(const T* x, int64_t n) {
   return hmax(vmax(vmax(m0, m1), vmax(m2, m3)));
 }
 
+// exp(x - m) for softmax rows of T (f16/bf16 results need less of the exp polynomial).
+template <typename T, typename V> static inline V exp_row(V d) {
+  if constexpr (sizeof(T) == 2) return vexp_neg_half(d);
+  else return vexp_neg(d);
+}
 // sum(exp(x - mx)) in double over blocks of kBlk (a multiple of 2L: pairs never straddle blocks);
-// softmax also keeps e = exp(x - mx) in `e` (vload2 order below pair_end, like y). `fold`: vexp_shift,
-// whose row-wide shift is the rounding of mx*log2(e), at most 1 while |mx| < 2^24 (see the caller).
-template <typename T, bool keep, bool fold>
-static inline double exp_sum(const T* x, int64_t n, C_t<T> mx, C_t<T>* e) {
+// softmax also keeps e = exp(x - mx) in `e` (vload2 order below pair_end, like y).
+template <typename T, bool keep> static inline double exp_sum(const T* x, int64_t n, C_t<T> mx, C_t<T>* e) {
   using C = C_t<T>;
   using V = Vec<C>;
   constexpr int L = kL<C>;
-  const V vm = vbc(mx), vml = vbc((C)(mx * (C)kLog2eF));
-  auto ex = [&](V a) { return fold ? vexp_shift(a, vm, vml) : vexp_neg(a - vm); };
+  const V vm = vbc(mx);
   double total = 0;
   for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
     const int64_t b1 = std::min(n, b0 + kBlk);
@@ -84,14 +86,14 @@ static inline double exp_sum(const T* x, int64_t n, C_t<T> mx, C_t<T>* e) {
     for (; j + 2 * L <= b1; j += 2 * L) {
       V a, b;
       vload2(x + j, a, b);
-      const V e0 = ex(a), e1 = ex(b);
+      const V e0 = exp_row<T>(a - vm), e1 = exp_row<T>(b - vm);
       if (keep) vst(e + j, e0), vst(e + j + L, e1);
       s0 += e0;
       s1 += e1;
     }
     for (; j < b1; j += L) {
       const int64_t c = std::min<int64_t>(L, b1 - j);
-      const V e0 = ex(c == L ? vload(x + j) : vload_n(x + j, c, -kInf<C>));
+      const V e0 = exp_row<T>((c == L ? vload(x + j) : vload_n(x + j, c, -kInf<C>)) - vm);
       if (keep) {
         C tmp[L];
         vst(tmp, e0);
@@ -126,14 +128,8 @@ static void softmax_fwd_impl(const T* x, int64_t ldx, T* y, int64_t rows, int64_
   for (int64_t g0 = 0; g0 < rows; g0 += group) {
     const int64_t g1 = std::min(rows, g0 + group);
     for (int64_t r = g0; r < g1; ++r) mx[r - g0] = row_max(x + r * ldx, n);
-    for (int64_t r = g0; r < g1; ++r) {
-      const C m = mx[r - g0];
-      // Folding the shift into the exp's FMA is exact up to a row-wide factor that the normalisation
-      // cancels, as long as that factor stays small (|mx| < 2^24); log_softmax keeps log(sum) exact.
-      total[r - g0] = log ? exp_sum<T, false, false>(x + r * ldx, n, m, nullptr)
-                      : std::abs(m) < (C)16777216 ? exp_sum<T, true, true>(x + r * ldx, n, m, e_of(r, g0))
-                                                  : exp_sum<T, true, false>(x + r * ldx, n, m, e_of(r, g0));
-    }
+    for (int64_t r = g0; r < g1; ++r)
+      total[r - g0] = exp_sum<T, !log>(x + r * ldx, n, mx[r - g0], log ? nullptr : e_of(r, g0));
     for (int64_t r = g0; r < g1; ++r) {
       const T* xr = x + r * ldx;
       T* yr = y + r * n;
