@@ -91,6 +91,21 @@ def test_softmax_extremes():
     close(tt(F.softmax_fwd(s, l, True), x.shape, x.dtype), torch.log_softmax(x.double(), -1), torch.float32)
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_softmax_nan_rows_stay_nan_in_every_store_path(dtype):
+    # 40 columns: vector pairs, a single vector and a partial tail; rows with a NaN or an inf - inf
+    # take the NaN-keeping rounding, the others the fast one.
+    x = torch.randn(4, 40, dtype=torch.float64).to(dtype)
+    x[1, 5] = float("nan")
+    x[2, 0] = x[2, 33] = float("inf")
+    s, l = sto(x)
+    for log in (False, True):
+        got = tt(F.softmax_fwd(s, l, log), x.shape, dtype).double()
+        ref = (torch.log_softmax if log else torch.softmax)(x.double(), -1)
+        torch.testing.assert_close(got, ref, rtol=TOL[dtype][0], atol=TOL[dtype][1], equal_nan=True)
+        assert torch.isnan(got[1]).all() and torch.isnan(got[2]).sum() == torch.isnan(ref[2]).sum()
+
+
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [1, 3, 17, 1000])
 @pytest.mark.parametrize("kind", ["dense", "offset", "colstride"])

@@ -147,6 +147,8 @@ static void softmax_fwd_impl(const T* x, int64_t ldx, T* y, int64_t rows, int64_
       } else {
         const C* e = e_of(r, g0);
         const V inv = vbc((C)(1.0 / total[r - g0]));
+        if (std::isfinite(total[r - g0]))  // then every e is finite too, and e * inv is in [0, 1]
+          for (; i < n2; i += 2 * L) vstore2_no_nan(yr + i, vld(e + i) * inv, vld(e + i + L) * inv, nt);
         for (; i < n2; i += 2 * L) vstore2(yr + i, vld(e + i) * inv, vld(e + i + L) * inv, nt);
         for (; i + L <= n; i += L) vstore_o(yr + i, vld(e + i) * inv, nt);
         for (; i < n; ++i) yr[i] = store<T>(e[i] * inv[0]);
