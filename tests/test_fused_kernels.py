@@ -177,6 +177,37 @@ def test_forward_rows_do_not_depend_on_their_batch(dtype, n):
                                               err_msg=f"{name} output {k} row {r}")
 
 
+@pytest.mark.parametrize("rows", [1, 5])
+def test_norms_keep_every_bf16_nan_payload(rows):
+    # Rows with finite statistics store bf16 without the NaN select; NaN weights/biases of every bf16
+    # payload (both signs) must still come out NaN, in the widened-weights path (rows >= 4) and not.
+    bits = np.concatenate([np.arange(0x7F81, 0x8000), np.arange(0xFF81, 0x10000)]).astype(np.uint16)
+    n = 256
+    wbits = np.full(n, 0x3F80, np.uint16)  # 1.0
+    wbits[:bits.size] = bits
+    x = torch.randn(rows, n, dtype=torch.float64).to(torch.bfloat16)
+    xs, xl = sto(x)
+    # shifted by 4 too: the kernels hold a pair's columns in two registers by groups of 4
+    for shift in (0, 4):
+        w = torch.from_numpy(np.roll(wbits, shift).view(np.int16).copy()).view(torch.bfloat16)
+        b = torch.from_numpy(np.roll(wbits, shift + 1).view(np.int16).copy()).view(torch.bfloat16)
+        check_nan_payload_rows(x, xs, xl, w, b, rows, bits.size)
+
+
+def check_nan_payload_rows(x, xs, xl, w, b, rows, nnan):
+    n = x.shape[1]
+    (ws, wl), (bs, bl) = sto(w), sto(b)
+    for got, ref in [
+        (F.rms_norm_fwd(xs, xl, ws, wl, 1e-5)[0], torch.nn.functional.rms_norm(x.double(), (n,), w.double(), 1e-5)),
+        (F.layer_norm_fwd(xs, xl, ws, wl, bs, bl, 1e-5)[0],
+         torch.nn.functional.layer_norm(x.double(), (n,), w.double(), b.double(), 1e-5)),
+    ]:
+        got = tt(got, x.shape, torch.bfloat16).double()
+        assert ref.isnan().sum() >= rows * nnan
+        assert torch.equal(got.isnan(), ref.isnan())
+        torch.testing.assert_close(got, ref, rtol=5e-2, atol=5e-2, equal_nan=True)
+
+
 def test_layer_norm_no_affine_and_long_offset_rows():
     x = torch.randn(2, 1_000_003, dtype=torch.float32) * 0.01 + 1000.0  # catastrophic for E[x^2]-E[x]^2
     xs, xl = sto(x)

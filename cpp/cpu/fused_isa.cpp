@@ -227,6 +227,15 @@ template <typename T> static void softmax_bwd_rows(const void* y_, int64_t ldy, 
   nt_fence(nt);
 }
 
+// May a bf16 row's outputs skip the NaN select of the rounding? When its statistics are finite, x
+// holds no NaN/inf; a NaN can then only come from a NaN weight or bias (bf16, so its payload's low 16
+// bits are zero) or be made by the arithmetic (the default NaN, low bits zero too), and the plain
+// round-to-nearest-even add cannot carry out of the low half of such a value: it stays a NaN.
+// Only bf16 has two store paths; for other types this answer is unused.
+template <typename T, typename S> static inline bool finite_row(S stat) {
+  return std::is_same_v<T, bf16> && std::isfinite((double)stat);
+}
+
 // ============================ rms_norm ===========================================================
 template <typename T> static double sum_sq(const T* x, int64_t n) {
   using C = C_t<T>;
@@ -288,7 +297,8 @@ template <typename T> struct NormParams {
   }
 };
 
-template <typename T, typename P>
+// `no_nan`: store pairs without the NaN select (see finite_row).
+template <bool no_nan, typename T, typename P>
 static inline void rms_out_row(const T* x, const P* w, T* y, int64_t n, int64_t n2, C_t<T> r, bool nt) {
   using C = C_t<T>;
   using V = Vec<C>;
@@ -299,7 +309,8 @@ static inline void rms_out_row(const T* x, const P* w, T* y, int64_t n, int64_t 
     V xa, xb, wa, wb;
     vload2(x + i, xa, xb);
     vload2(w + i, wa, wb);
-    vstore2(y + i, xa * vr * wa, xb * vr * wb, nt);
+    if (no_nan) vstore2_no_nan(y + i, xa * vr * wa, xb * vr * wb, nt);
+    else vstore2(y + i, xa * vr * wa, xb * vr * wb, nt);
   }
   for (; i + L <= n; i += L) vstore_o(y + i, vload(x + i) * vr * vload(w + i), nt);
   if (i < n) vstore_n(y + i, vload_n(x + i, n - i, 0) * vr * vload_n(w + i, n - i, (C)0), n - i);
@@ -320,8 +331,9 @@ template <typename T> static void rms_fwd_rows(const void* x_, int64_t ldx, cons
     for (int64_t r = g0; r < g1; ++r) {
       const T* x = (const T*)x_ + r * ldx;
       T* y = (T*)y_ + r * n;
-      if (p.wf) rms_out_row(x, p.wf, y, n, n2, rstd[r], nt);
-      else rms_out_row(x, p.w, y, n, n2, rstd[r], nt);
+      const bool fin = finite_row<T>(rstd[r]);
+      if (p.wf) fin ? rms_out_row<true>(x, p.wf, y, n, n2, rstd[r], nt) : rms_out_row<false>(x, p.wf, y, n, n2, rstd[r], nt);
+      else fin ? rms_out_row<true>(x, p.w, y, n, n2, rstd[r], nt) : rms_out_row<false>(x, p.w, y, n, n2, rstd[r], nt);
     }
   }
   nt_fence(nt);
@@ -466,7 +478,7 @@ template <typename T> static void mean_var(const T* x, int64_t n, double& mean, 
   var = m2 / (double)n;
 }
 
-template <typename T, typename P>
+template <bool no_nan, typename T, typename P>
 static inline void ln_out_row(const T* x, const P* w, const P* bb, T* y, int64_t n, int64_t n2, double mu,
                               C_t<T> r, bool nt) {
   using C = C_t<T>;
@@ -482,7 +494,9 @@ static inline void ln_out_row(const T* x, const P* w, const P* bb, T* y, int64_t
     vload2(x + i, xa, xb);
     vload2(w + i, wa, wb);
     vload2(bb + i, ba, bb2);
-    vstore2(y + i, ((xa - vmu) - vmu_lo) * vr * wa + ba, ((xb - vmu) - vmu_lo) * vr * wb + bb2, nt);
+    const V ya = ((xa - vmu) - vmu_lo) * vr * wa + ba, yb = ((xb - vmu) - vmu_lo) * vr * wb + bb2;
+    if (no_nan) vstore2_no_nan(y + i, ya, yb, nt);
+    else vstore2(y + i, ya, yb, nt);
   }
   for (; i + L <= n; i += L)
     vstore_o(y + i, ((vload(x + i) - vmu) - vmu_lo) * vr * vload(w + i) + vload(bb + i), nt);
@@ -504,8 +518,11 @@ template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const
   auto out = [&](int64_t r, double mu) {
     const T* x = (const T*)x_ + r * ldx;
     T* y = (T*)y_ + r * n;
-    if (p.wf) ln_out_row(x, p.wf, p.bf, y, n, n2, mu, rstd[r], nt);
-    else ln_out_row(x, p.w, p.b, y, n, n2, mu, rstd[r], nt);
+    const bool fin = finite_row<T>(mu) && finite_row<T>(rstd[r]);
+    if (p.wf) fin ? ln_out_row<true>(x, p.wf, p.bf, y, n, n2, mu, rstd[r], nt)
+                  : ln_out_row<false>(x, p.wf, p.bf, y, n, n2, mu, rstd[r], nt);
+    else fin ? ln_out_row<true>(x, p.w, p.b, y, n, n2, mu, rstd[r], nt)
+             : ln_out_row<false>(x, p.w, p.b, y, n, n2, mu, rstd[r], nt);
   };
   if (n > kBlk) {  // long rows: blocks merged per row
     for (int64_t r = 0; r < rows; ++r) {
