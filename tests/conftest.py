@@ -32,12 +32,16 @@ def device(request):
     return em.Device(request.param)
 
 
+def seed_of(request):
+    """One seed per test, stable across runs so a failure reproduces; EMBER_TEST_SEED=<n> mixes in n
+    to fuzz with other draws."""
+    return (zlib.crc32(request.node.nodeid.encode()) ^ int(os.environ.get("EMBER_TEST_SEED", "0"))) & 0xFFFFFFFF
+
+
 @pytest.fixture(autouse=True)
 def _seed_global_rngs(request):
-    # Tests that draw from the global numpy / torch / random generators get a seed of their own too, so
-    # a CI failure reproduces locally; EMBER_TEST_SEED=<n> mixes in n to fuzz with other draws.
-    seed = zlib.crc32(request.node.nodeid.encode()) ^ int(os.environ.get("EMBER_TEST_SEED", "0"))
-    seed &= 0xFFFFFFFF
+    # Tests that draw from the global numpy / torch / random generators get their test's seed too.
+    seed = seed_of(request)
     random.seed(seed)
     np.random.seed(seed)
     torch = sys.modules.get("torch")
@@ -47,9 +51,7 @@ def _seed_global_rngs(request):
 
 @pytest.fixture
 def rng(request):
-    # One seed per test (stable across runs), so a failure reproduces.
-    seed = zlib.crc32(request.node.nodeid.encode()) ^ int(os.environ.get("EMBER_TEST_SEED", "0"))
-    return np.random.default_rng(seed)
+    return np.random.default_rng(seed_of(request))
 
 
 def npdt(dt):

@@ -45,6 +45,13 @@ static inline int64_t row_group(int64_t n, int64_t bytes_per_col) {
   return std::clamp<int64_t>(kGroupBytes1 / std::max<int64_t>(n * bytes_per_col, 1), 1, kMaxGroup);
 }
 
+// Calls f(std::true_type{}) or f(std::false_type{}): a runtime flag picks one of two instantiations,
+// so the flag is a constant inside the row loops.
+template <typename F> static inline void with_flag(bool b, F&& f) {
+  if (b) f(std::true_type{});
+  else f(std::false_type{});
+}
+
 // ============================ softmax / log_softmax ============================================
 template <typename T> static inline C_t<T> row_max(const T* x, int64_t n) {
   using C = C_t<T>;
@@ -160,8 +167,7 @@ static void softmax_fwd_impl(const T* x, int64_t ldx, T* y, int64_t rows, int64_
 template <typename T> static void softmax_fwd_rows(const void* x_, int64_t ldx, void* y_, int64_t rows,
                                                   int64_t n, bool log, bool want_nt) {
   const bool nt = use_nt<T>(want_nt, y_, n);
-  if (log) softmax_fwd_impl<T, true>((const T*)x_, ldx, (T*)y_, rows, n, nt);
-  else softmax_fwd_impl<T, false>((const T*)x_, ldx, (T*)y_, rows, n, nt);
+  with_flag(log, [&](auto lg) { softmax_fwd_impl<T, decltype(lg)::value>((const T*)x_, ldx, (T*)y_, rows, n, nt); });
   nt_fence(nt);
 }
 
@@ -231,7 +237,7 @@ template <typename T> static void softmax_bwd_rows(const void* y_, int64_t ldy, 
 // holds no NaN/inf; a NaN can then only come from a NaN weight or bias (bf16, so its payload's low 16
 // bits are zero) or be made by the arithmetic (the default NaN, low bits zero too), and the plain
 // round-to-nearest-even add cannot carry out of the low half of such a value: it stays a NaN.
-// Only bf16 has two store paths; for other types this answer is unused.
+// Only bf16 has a store without the select (vstore2_no_nan is vstore2 for the other types).
 template <typename T, typename S> static inline bool finite_row(S stat) {
   return std::is_same_v<T, bf16> && std::isfinite((double)stat);
 }
@@ -331,9 +337,11 @@ template <typename T> static void rms_fwd_rows(const void* x_, int64_t ldx, cons
     for (int64_t r = g0; r < g1; ++r) {
       const T* x = (const T*)x_ + r * ldx;
       T* y = (T*)y_ + r * n;
-      const bool fin = finite_row<T>(rstd[r]);
-      if (p.wf) fin ? rms_out_row<true>(x, p.wf, y, n, n2, rstd[r], nt) : rms_out_row<false>(x, p.wf, y, n, n2, rstd[r], nt);
-      else fin ? rms_out_row<true>(x, p.w, y, n, n2, rstd[r], nt) : rms_out_row<false>(x, p.w, y, n, n2, rstd[r], nt);
+      with_flag(finite_row<T>(rstd[r]), [&](auto no_nan) {
+        constexpr bool nn = decltype(no_nan)::value;
+        if (p.wf) rms_out_row<nn>(x, p.wf, y, n, n2, rstd[r], nt);
+        else rms_out_row<nn>(x, p.w, y, n, n2, rstd[r], nt);
+      });
     }
   }
   nt_fence(nt);
@@ -518,11 +526,11 @@ template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const
   auto out = [&](int64_t r, double mu) {
     const T* x = (const T*)x_ + r * ldx;
     T* y = (T*)y_ + r * n;
-    const bool fin = finite_row<T>(mu) && finite_row<T>(rstd[r]);
-    if (p.wf) fin ? ln_out_row<true>(x, p.wf, p.bf, y, n, n2, mu, rstd[r], nt)
-                  : ln_out_row<false>(x, p.wf, p.bf, y, n, n2, mu, rstd[r], nt);
-    else fin ? ln_out_row<true>(x, p.w, p.b, y, n, n2, mu, rstd[r], nt)
-             : ln_out_row<false>(x, p.w, p.b, y, n, n2, mu, rstd[r], nt);
+    with_flag(finite_row<T>(mu) && finite_row<T>(rstd[r]), [&](auto no_nan) {
+      constexpr bool nn = decltype(no_nan)::value;
+      if (p.wf) ln_out_row<nn>(x, p.wf, p.bf, y, n, n2, mu, rstd[r], nt);
+      else ln_out_row<nn>(x, p.w, p.b, y, n, n2, mu, rstd[r], nt);
+    });
   };
   if (n > kBlk) {  // long rows: blocks merged per row
     for (int64_t r = 0; r < rows; ++r) {
