@@ -143,3 +143,109 @@ def test_fuzz_bad_calls_never_crash_or_hang():
     assert r.returncode == 0, r.stderr[-3000:]
     ok, bad = (int(x) for x in r.stdout.split()[1::2])
     assert ok > 200 and bad > 200
+
+
+# Arguments of the wrong type or past int64 used to leak bare TypeError/ValueError/OverflowError/AttributeError
+# (int() of "a", float() of None, pybind refusing 2**63, a None inside cat's list); float dims were truncated.
+B = em.zeros(3, 4)
+V = em.Var([[1.0, 2.0, 3.0], [4.0, 5.0, 6.0]])
+ARG_CASES = [
+    (lambda: A.sum("a"), "sum", em.DTypeError),
+    (lambda: A.sum(1.5), "sum", em.DTypeError),
+    (lambda: A.max(2**63), "max", em.IndexOutOfRange),
+    (lambda: A.sum(0, keepdim="a"), "sum", em.DTypeError),
+    (lambda: A.transpose(None, 0), "transpose", em.DTypeError),
+    (lambda: A.transpose(0, 2**63), "transpose", em.IndexOutOfRange),
+    (lambda: A.narrow(0, None, 1), "narrow", em.DTypeError),
+    (lambda: A.narrow(0, 0, 2**64), "narrow", em.IndexOutOfRange),
+    (lambda: A.unsqueeze(1.5), "unsqueeze", em.DTypeError),
+    (lambda: A.permute("a", 0), "permute", em.DTypeError),
+    (lambda: A.reshape(2**63), "reshape", em.ShapeError),
+    (lambda: A.reshape(None), "reshape", em.DTypeError),
+    (lambda: A.broadcast_as((2, "a")), "broadcast_as", em.DTypeError),
+    (lambda: A.flatten(None), "flatten", em.DTypeError),
+    (lambda: A.size("a"), "size", em.DTypeError),
+    (lambda: em.tensor(1.5).size(0), "size", em.IndexOutOfRange),
+    (lambda: A.index_select(em.tensor([0]), None), "index_select", em.DTypeError),
+    (lambda: A.gather(em.tensor([[0]]), 1.5), "gather", em.DTypeError),
+    (lambda: A.index_add(em.tensor([0]), None, 0), "index_add", em.DTypeError),
+    (lambda: A.scatter_add(em.tensor([[0]]), "a", 1), "scatter_add", em.DTypeError),
+    (lambda: A.slice_set(em.ones(2, 1), 1, None), "slice_set", em.DTypeError),
+    (lambda: em.tensor(1.5).slice_set(em.tensor(1.0), 0, 0), "slice_set", em.ShapeError),
+    (lambda: A.fill_("a"), "fill_", em.DTypeError),
+    (lambda: A.affine(None, 0), "affine", em.DTypeError),
+    (lambda: A.powf("a"), "powf", em.DTypeError),
+    (lambda: A.clamp([1], 2), "clamp", em.DTypeError),
+    (lambda: A + 2**2000, "add", em.errors.EmberValueError),
+    (lambda: A ** 2**2000, "powf", em.errors.EmberValueError),
+    (lambda: A @ "a", "matmul", em.DTypeError),
+    (lambda: 3 @ A, "matmul", em.DTypeError),
+    (lambda: em.cat(None), "cat", em.DTypeError),
+    (lambda: em.cat([A, None]), "cat", em.DTypeError),
+    (lambda: em.stack([A, np.zeros((2, 3))]), "stack", em.DTypeError),
+    (lambda: em.cat([A, A], "a"), "cat", em.DTypeError),
+    (lambda: em.zeros(1.5), "full", em.DTypeError),
+    (lambda: em.zeros(None), "full", em.DTypeError),
+    (lambda: em.full(None, 1.0), "full", em.DTypeError),
+    (lambda: em.full((2,), "a"), "full", em.DTypeError),
+    (lambda: em.full((2,), float("nan"), dtype=em.int64), "full", em.errors.EmberValueError),
+    (lambda: em.full((2,), 2**2000, dtype=em.float32), "full", em.errors.EmberValueError),
+    (lambda: em.rand(2, lo=None), "rand", em.DTypeError),
+    (lambda: em.randn(2, std="a"), "randn", em.DTypeError),
+    (lambda: em.zeros_like(None), "zeros_like", em.DTypeError),
+    (lambda: em.manual_seed("a"), "manual_seed", em.DTypeError),
+    (lambda: em.Device("cpu:x"), "device", em.DeviceError),
+    (lambda: em.Device("cpu", 1.5), "device", em.DTypeError),
+    (lambda: em.set_num_threads(None), "set_num_threads", em.DTypeError),
+    (lambda: em.set_num_threads(float("nan")), "set_num_threads", em.DTypeError),
+    (lambda: len(em.tensor(1.0)), "len", em.DTypeError),
+    (lambda: [1, 2][em.tensor(1.0)], "index", em.DTypeError),
+    (lambda: bool(A), "bool", em.errors.EmberValueError),
+]
+
+
+@pytest.mark.parametrize("i", range(len(ARG_CASES)))
+def test_bad_argument_types_raise_ember_errors(i):
+    fn, op, cls = ARG_CASES[i]
+    expect_error(fn, op, cls)
+
+
+def test_bad_arguments_of_nn_optim_io_dlpack(tmp_path):
+    F = em.nn.ops
+    for fn, op, cls in [
+        (lambda: F.rms_norm(A, em.ones(3), "a"), "rms_norm", em.DTypeError),
+        (lambda: F.layer_norm(A, None, None, None), "layer_norm", em.DTypeError),
+        (lambda: F.softmax(A, "a"), "softmax", em.DTypeError),
+        (lambda: F.softmax(None), "softmax", em.DTypeError),
+        (lambda: F.sdpa(em.zeros(1, 2, 4), em.zeros(1, 2, 4), em.zeros(1, 2, 4), scale="a"), "sdpa", em.DTypeError),
+        (lambda: em.nn.Linear("a", 3), "Linear", em.DTypeError),
+        (lambda: em.nn.Linear(3, 2)(None), "Linear", em.DTypeError),
+        (lambda: em.nn.Embedding(None, 3), "Embedding", em.DTypeError),
+        (lambda: em.nn.RmsNorm(3, eps="a"), "RmsNorm", em.DTypeError),
+        (lambda: em.nn.CausalSelfAttention(4, 0), "CausalSelfAttention", em.ShapeError),
+        (lambda: em.nn.MLP(4, 4, activation="bogus"), "MLP", em.errors.EmberValueError),
+        (lambda: em.nn.TransformerBlock(4, 2, norm="bogus"), "TransformerBlock", em.errors.EmberValueError),
+        (lambda: em.nn.Linear(3, 2).load_state_dict(None), "load_state_dict", em.DTypeError),
+        (lambda: em.nn.mse_loss(None, A), "mse_loss", em.DTypeError),
+        (lambda: em.nn.mse_loss(A, A, reduction="bogus"), "mse_loss", em.errors.EmberValueError),
+        (lambda: em.optim.SGD(None, lr=0.1), "SGD", em.DTypeError),
+        (lambda: em.optim.SGD([V], lr="a"), "SGD", em.DTypeError),
+        (lambda: em.optim.SGD([V], lr=float("nan")), "SGD", em.errors.EmberValueError),
+        (lambda: em.optim.SGD([{"params": [V], "lr": "a"}], lr=0.1), "SGD", em.DTypeError),
+        (lambda: em.optim.AdamW([V], betas=(0.9,)), "AdamW", em.DTypeError),
+        (lambda: em.optim.AdamW([V]).backward_step(None), "AdamW", em.DTypeError),
+        (lambda: em.optim.AdamW([V]).load_state_dict(None), "AdamW", em.DTypeError),
+        (lambda: em.save_safetensors({"a": A}, None), "save_safetensors", em.DTypeError),
+        (lambda: em.save_safetensors({"a": A, 5: A}, tmp_path / "x"), "save_safetensors", em.errors.EmberValueError),
+        (lambda: em.save_safetensors({"a": A}, tmp_path / "x", metadata=5), "save_safetensors", em.DTypeError),
+        (lambda: em.load_safetensors(None), "load_safetensors", em.DTypeError),
+        (lambda: A.__dlpack__(max_version="a"), "__dlpack__", em.DTypeError),
+        (lambda: A.__dlpack__(dl_device=5), "__dlpack__", em.DTypeError),
+        (lambda: em.from_dlpack(type("P", (), {"__dlpack__": lambda s, **k: A.__dlpack__(),
+                                               "__dlpack_device__": lambda s: None})()), "from_dlpack", em.EmberError),
+    ]:
+        expect_error(fn, op, cls)
+    # saving over a directory fails in the rename: the temporary file must not be left behind
+    with pytest.raises(OSError):
+        em.save_safetensors({"a": A}, tmp_path)
+    assert list(tmp_path.iterdir()) == []

@@ -12,6 +12,7 @@ if _sys.platform != "darwin":
     _ctypes.CDLL(_os.path.join(_openblas.get_lib_dir(), "libscipy_openblas.so"), mode=_ctypes.RTLD_GLOBAL)
 
 from . import _C  # noqa: E402
+from .args import int_arg as _int_arg  # noqa: E402
 from .backprop import GradStore, is_grad_enabled, no_grad
 from .dtypes import (
     ALL_DTYPES,
@@ -82,7 +83,8 @@ from .custom_op import (  # noqa: E402  (also attaches apply_op*/inplace_op* to 
 
 def set_num_threads(n: int) -> None:
     """Threads for ember's pool and BLAS (also set by the EMBER_NUM_THREADS environment variable)."""
-    _C.set_num_threads(max(0, min(int(n), 2**31 - 1)))  # the core clamps to [1, 1024]; no int overflow
+    n = _int_arg(n, "set_num_threads", "n")  # int() would truncate 1.5 and raise bare errors on "a" or nan
+    _C.set_num_threads(max(0, min(n, 2**31 - 1)))  # the core clamps to [1, 1024]; no int overflow
 
 
 def get_num_threads() -> int:

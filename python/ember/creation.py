@@ -8,8 +8,9 @@ import numpy as np
 
 from . import _C
 from . import dtypes as _dt
+from .args import float_arg, int_arg
 from .errors import DTypeError, EmberError, EmberValueError, ShapeError
-from .tensor import Tensor, _full_storage, _shape_arg, _wrap
+from .tensor import Tensor, _check_tensor_arg, _full_storage, _shape_arg, _wrap
 
 
 def tensor(data, dtype=None, device=None) -> Tensor:
@@ -72,37 +73,46 @@ def _checked_numel(shape, op):
 
 
 def _alloc_full(shape, value, dtype, device):
-    shape = tuple(int(d) for d in shape)
     n = _checked_numel(shape, "full")
+    exact_int = isinstance(value, (numbers.Integral, np.integer))  # kept exact (past 2**53) for int dtypes
+    if dtype.is_float or not exact_int:
+        v = float_arg(value, "full", "value")
+        if not dtype.is_float and not math.isfinite(v):  # like torch: no int holds nan or inf
+            raise EmberValueError(f"[full] cannot fill a {dtype.name} tensor with {v}")
+        value = value if exact_int else v
     s = _full_storage(device, dtype, n, value)
     return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
 
 
 def zeros(*shape, dtype=None, device=None):
-    return _alloc_full(_shape_arg(shape), 0, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device))
+    return _alloc_full(_shape_arg(shape, "full"), 0, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device))
 
 
 def ones(*shape, dtype=None, device=None):
-    return _alloc_full(_shape_arg(shape), 1, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device))
+    return _alloc_full(_shape_arg(shape, "full"), 1, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device))
 
 
 def full(shape, value, dtype=None, device=None):
-    if isinstance(shape, numbers.Integral):
-        shape = (shape,)
+    if isinstance(shape, np.ndarray):
+        shape = shape.tolist()
+    shape = _shape_arg(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,), "full")
     if dtype is None:
         dtype = _dt.int64 if isinstance(value, numbers.Integral) and not isinstance(value, bool) else _dt.float32
-    return _alloc_full(tuple(shape), value, _dt.to_dtype(dtype), _dt.to_device(device))
+    return _alloc_full(shape, value, _dt.to_dtype(dtype), _dt.to_device(device))
 
 
 def zeros_like(t, dtype=None):
+    _check_tensor_arg(t, "zeros_like", "input")
     return _alloc_full(t.shape, 0, _dt.to_dtype(dtype or t._dtype), t._device)
 
 
 def ones_like(t, dtype=None):
+    _check_tensor_arg(t, "ones_like", "input")
     return _alloc_full(t.shape, 1, _dt.to_dtype(dtype or t._dtype), t._device)
 
 
 def full_like(t, value, dtype=None):
+    _check_tensor_arg(t, "full_like", "input")
     return _alloc_full(t.shape, value, _dt.to_dtype(dtype or t._dtype), t._device)
 
 
@@ -130,20 +140,22 @@ def arange(start, end=None, step=1, dtype=None, device=None):
 
 
 def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0):
-    shape = _shape_arg(shape)
+    shape = _shape_arg(shape, "rand")
     dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
     n = _checked_numel(shape, "rand")  # np.prod would wrap silently
-    s = _C.rand_uniform(device.kind, device.index, dtype.code, n, float(lo), float(hi))
+    lo, hi = float_arg(lo, "rand", "lo"), float_arg(hi, "rand", "hi")
+    s = _C.rand_uniform(device.kind, device.index, dtype.code, n, lo, hi)
     return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
 
 
 def randn(*shape, dtype=None, device=None, mean=0.0, std=1.0):
-    shape = _shape_arg(shape)
+    shape = _shape_arg(shape, "randn")
     dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
     n = _checked_numel(shape, "randn")
-    s = _C.rand_normal(device.kind, device.index, dtype.code, n, float(mean), float(std))
+    mean, std = float_arg(mean, "randn", "mean"), float_arg(std, "randn", "std")
+    s = _C.rand_normal(device.kind, device.index, dtype.code, n, mean, std)
     return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
 
 
 def manual_seed(n: int):
-    _C.manual_seed(int(n) & 0xFFFFFFFFFFFFFFFF)
+    _C.manual_seed(int_arg(n, "manual_seed", "seed") & 0xFFFFFFFFFFFFFFFF)

@@ -1,6 +1,8 @@
 """DType and Device: value objects shared by the facade, with the numpy dtype mappings."""
 from __future__ import annotations
 
+import operator
+
 import numpy as np
 
 from .errors import DeviceError, DTypeError
@@ -102,10 +104,16 @@ class Device:
             type, index = type.type, type.index
         if isinstance(type, str) and ":" in type:
             type, idx = type.split(":", 1)
+            if not idx.isdigit():  # int() would raise a bare ValueError on "cpu:x"
+                raise DeviceError(f"[device] invalid device index {idx!r} in {type}:{idx}")
             index = int(idx)
         if type not in self._KINDS:
             raise DeviceError(f"[device] unknown device type {type!r}")
-        self.type, self.index, self.kind = type, int(index), self._KINDS[type]
+        try:  # operator.index, not int(): Device("cpu", 1.5) is an error, not device 1
+            index = operator.index(index)
+        except TypeError:
+            raise DTypeError(f"[device] device index must be an int, got {index!r}") from None
+        self.type, self.index, self.kind = type, index, self._KINDS[type]
 
     def __eq__(self, other):
         if isinstance(other, str):

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import ctypes as C
 import math
+import operator
 
 import numpy as np
 
@@ -108,13 +109,18 @@ def _dlpack(self: Tensor, *, stream=None, max_version=None, dl_device=None, copy
         raise BufferError(f"[__dlpack__] export from {self.device} is not supported yet; move to cpu first")
     if stream is not None and stream != -1:
         raise BufferError("[__dlpack__] stream must be None for a CPU tensor")
+    if dl_device is not None and not isinstance(dl_device, (tuple, list)):
+        raise DTypeError(f"[__dlpack__] dl_device must be a (device_type, device_id) tuple, got {dl_device!r}")
     if dl_device is not None and tuple(dl_device) != (_KDL_CPU, 0):
         raise BufferError(f"[__dlpack__] cannot export to device {tuple(dl_device)}")
     t = self.detach()
     if copy:
         s, l = _C.contiguous(t._storage, t._layout)
         t = _wrap(s, l, t._dtype, t._device)
-    versioned = max_version is not None and int(max_version[0]) >= 1
+    try:
+        versioned = max_version is not None and operator.index(max_version[0]) >= 1
+    except (TypeError, IndexError, KeyError):
+        raise DTypeError(f"[__dlpack__] max_version must be a (major, minor) tuple of ints, got {max_version!r}") from None
     m = _DLManagedVersioned() if versioned else _DLManaged()
     keep = [m, t._storage]
     _fill_tensor(m.dl_tensor, t, keep)
@@ -159,8 +165,12 @@ def _capsule_of(obj):
     if type(obj).__name__ == "PyCapsule":
         return obj
     if hasattr(obj, "__dlpack_device__"):
-        dev = tuple(obj.__dlpack_device__())
-        if int(dev[0]) != _KDL_CPU:
+        dev = obj.__dlpack_device__()
+        try:  # the producer's answer is read, not trusted
+            kind = operator.index(next(iter(dev)))
+        except (TypeError, StopIteration):
+            raise EmberError(f"[from_dlpack] __dlpack_device__ returned {dev!r}, not a (type, id) tuple") from None
+        if kind != _KDL_CPU:
             raise DeviceError(f"[from_dlpack] only CPU tensors can be imported, got DLPack device {dev}")
     if not hasattr(obj, "__dlpack__"):
         raise EmberError(f"[from_dlpack] {type(obj).__name__} does not implement __dlpack__")

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _C
 from . import dtypes as _dt
-from .errors import DTypeError, EmberError
+from .errors import DTypeError, EmberError, EmberValueError
 from .tensor import Tensor, _wrap
 
 # Format: u64 little-endian header length N, N bytes of JSON (padded with spaces to a multiple of 8
@@ -38,21 +38,36 @@ def _raw_bytes(t: Tensor) -> np.ndarray:
     return s.numpy()[start:end].view(np.uint8)
 
 
+def _path(path, op):
+    """A filesystem path; a wrong type raises DTypeError here instead of a bare TypeError from open()."""
+    try:
+        path = os.fspath(path)
+    except TypeError:
+        raise DTypeError(f"[{op}] path must be a str or os.PathLike, got {type(path).__name__}") from None
+    if ("\0" if isinstance(path, str) else b"\0") in path:
+        raise EmberValueError(f"[{op}] path {path!r} contains a NUL byte")
+    return path
+
+
 def save_safetensors(tensors, path, metadata=None) -> None:
     """Writes ``{name: tensor}`` to ``path`` in the safetensors format (``metadata``: str -> str)."""
     if not isinstance(tensors, dict):
-        raise EmberError(f"[save_safetensors] expected a dict of name -> Tensor, got {type(tensors).__name__}")
+        raise DTypeError(f"[save_safetensors] expected a dict of name -> Tensor, got {type(tensors).__name__}")
+    path = _path(path, "save_safetensors")
     header, blobs, offset = {}, [], 0
+    for name in tensors:  # before sorting: sorted() of mixed key types raises a bare TypeError
+        if not isinstance(name, str) or name == "__metadata__":
+            raise EmberValueError(f"[save_safetensors] invalid tensor name {name!r}")
+    if metadata is not None and not isinstance(metadata, dict):
+        raise DTypeError(f"[save_safetensors] metadata must be a dict of str -> str, got {type(metadata).__name__}")
     if metadata:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
             raise EmberError("[save_safetensors] metadata keys and values must be strings")
         header["__metadata__"] = dict(metadata)
     for name in sorted(tensors):
         t = tensors[name]
-        if not isinstance(name, str) or name == "__metadata__":
-            raise EmberError(f"[save_safetensors] invalid tensor name {name!r}")
         if not isinstance(t, Tensor):
-            raise EmberError(f"[save_safetensors] value for {name!r} is a {type(t).__name__}, not a Tensor")
+            raise DTypeError(f"[save_safetensors] value for {name!r} is a {type(t).__name__}, not a Tensor")
         raw = _raw_bytes(t)
         header[name] = {"dtype": _TO_CODE[t.dtype], "shape": list(t.shape),
                         "data_offsets": [offset, offset + raw.nbytes]}
@@ -60,13 +75,18 @@ def save_safetensors(tensors, path, metadata=None) -> None:
         offset += raw.nbytes
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
     text += b" " * (-len(text) % 8)
-    tmp = f"{os.fspath(path)}.tmp{os.getpid()}"
-    with open(tmp, "wb") as f:  # write then rename: a crash never leaves a half-written checkpoint
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for raw in blobs:
-            f.write(raw.data)
-    os.replace(tmp, path)
+    tmp = f"{path}.tmp{os.getpid()}" if isinstance(path, str) else path + b".tmp%d" % os.getpid()
+    try:
+        with open(tmp, "wb") as f:  # write then rename: a crash never leaves a half-written checkpoint
+            f.write(struct.pack("<Q", len(text)))
+            f.write(text)
+            for raw in blobs:
+                f.write(raw.data)
+        os.replace(tmp, path)
+    except BaseException:  # e.g. path is a directory: the rename fails after the temp file was written
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
 
 
 def _read_header(buf: np.ndarray, path):
@@ -86,6 +106,7 @@ def _read_header(buf: np.ndarray, path):
 
 def load_safetensors(path, device=None) -> dict:
     """Reads a safetensors file into ``{name: Tensor}`` (on ``device``, default CPU)."""
+    path = _path(path, "load_safetensors")
     # Map the file instead of reading it: each tensor is copied out once, so peak memory stays ~1x.
     try:
         buf = np.memmap(path, dtype=np.uint8, mode="r")
@@ -131,6 +152,7 @@ def load_safetensors(path, device=None) -> dict:
 
 def load_safetensors_metadata(path) -> dict:
     """The ``__metadata__`` mapping of a safetensors file ({} when absent)."""
+    path = _path(path, "load_safetensors_metadata")
     with open(path, "rb") as f:
         head = np.frombuffer(f.read(8), dtype=np.uint8)
         n = int(head.view("<u8")[0]) if head.size == 8 else 0

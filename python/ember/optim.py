@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import math
 
+from .args import bool_arg, float_arg
 from .backprop import no_grad
-from .errors import EmberError
-from .tensor import Var
+from .errors import DTypeError, EmberError, EmberValueError, ShapeError
+from .tensor import Tensor, Var
 
 
 class Optimizer:
@@ -18,29 +19,35 @@ class Optimizer:
     name = "optimizer"
 
     def __init__(self, params, defaults):
+        if isinstance(params, (str, bytes, dict)) or not hasattr(params, "__iter__"):
+            raise DTypeError(f"[{self.name}] params must be an iterable of Vars or of param groups, got "
+                             f"{type(params).__name__}")
         items = list(params)
         groups = [dict(g) for g in items] if items and isinstance(items[0], dict) else [{"params": items}]
         seen = set()
         for g in groups:
             # Accept model.named_parameters() as well as model.parameters().
-            ps = [p[1] if isinstance(p, tuple) else p for p in g.get("params", ())]
+            ps = g.get("params", ())
+            if isinstance(ps, Var) or not isinstance(ps, (list, tuple)) and not hasattr(ps, "__iter__"):
+                ps = [ps]  # torch accepts a single tensor as a group's params
+            ps = [p[1] if isinstance(p, tuple) else p for p in ps]
             for p in ps:
                 if not isinstance(p, Var):
-                    raise EmberError(f"[{self.name}] parameters must be em.Var, got {type(p).__name__}")
+                    raise DTypeError(f"[{self.name}] parameters must be em.Var, got {type(p).__name__}")
                 if not p.dtype.is_float:
-                    raise EmberError(f"[{self.name}] parameters must be float, got {p.dtype.name}")
+                    raise DTypeError(f"[{self.name}] parameters must be float, got {p.dtype.name}")
                 if id(p) in seen:
-                    raise EmberError(f"[{self.name}] a parameter appears in more than one group")
+                    raise EmberValueError(f"[{self.name}] a parameter appears in more than one group")
                 seen.add(id(p))
             g["params"] = ps
             unknown = set(g) - set(defaults) - {"params"}
             if unknown:
-                raise EmberError(f"[{self.name}] unknown options {sorted(unknown)}")
+                raise EmberValueError(f"[{self.name}] unknown options {sorted(unknown)}")
             for k, v in defaults.items():
                 g.setdefault(k, v)
             self._check(g)
         if not seen:
-            raise EmberError(f"[{self.name}] got an empty parameter list")
+            raise EmberValueError(f"[{self.name}] got an empty parameter list")
         self.param_groups = groups
         self.state = {}  # id(var) -> per-variable state (ember tensors)
 
@@ -55,24 +62,32 @@ class Optimizer:
     @lr.setter
     def lr(self, value):
         """Sets the learning rate of every group (what a schedule wants)."""
+        lr = float_arg(value, self.name, "lr")
+        if not lr >= 0:
+            raise EmberValueError(f"[{self.name}] invalid learning rate {lr}")
         for g in self.param_groups:
-            g["lr"] = float(value)
+            g["lr"] = lr
 
     def _check(self, group):
-        if group["lr"] < 0:
-            raise EmberError(f"[{self.name}] invalid learning rate {group['lr']}")
+        """Converts a group's options to floats/bools (each group may set its own) and validates them;
+        `not x >= 0` so that NaN is refused too, like torch."""
+        group["lr"] = float_arg(group["lr"], self.name, "lr")
+        if not group["lr"] >= 0:
+            raise EmberValueError(f"[{self.name}] invalid learning rate {group['lr']}")
 
     def step(self, grads) -> None:
         if not callable(getattr(grads, "get", None)):
-            raise EmberError(f"[{self.name}] step expects the GradStore from backward(), got {type(grads).__name__}")
+            raise DTypeError(f"[{self.name}] step expects the GradStore from backward(), got {type(grads).__name__}")
         with no_grad():  # updates are never part of a graph
             for group in self.param_groups:
                 for p in group["params"]:
                     g = grads.get(p)
                     if g is None:
                         continue
+                    if not isinstance(g, Tensor):
+                        raise DTypeError(f"[{self.name}] gradient of a parameter is a {type(g).__name__}, not a Tensor")
                     if g.shape != p.shape:
-                        raise EmberError(f"[{self.name}] gradient shape {g.shape} does not match parameter {p.shape}")
+                        raise ShapeError(f"[{self.name}] gradient shape {g.shape} does not match parameter {p.shape}")
                     g = g.detach()
                     if g.dtype is not p.dtype:
                         g = g.to_dtype(p.dtype)
@@ -90,6 +105,8 @@ class Optimizer:
 
     def load_state_dict(self, sd: dict) -> None:
         """Restores hyperparameters and per-parameter state saved by ``state_dict`` (same model layout)."""
+        if not isinstance(sd, dict) or not isinstance(sd.get("param_groups", []), (list, tuple)):
+            raise DTypeError(f"[{self.name}] load_state_dict expects the dict from state_dict(), got {type(sd).__name__}")
         params = self.params
         groups = sd.get("param_groups", [])
         if len(groups) != len(self.param_groups) or any(
@@ -105,6 +122,8 @@ class Optimizer:
 
     def backward_step(self, loss):
         """loss.backward() then step(); returns the GradStore."""
+        if not isinstance(loss, Tensor):
+            raise DTypeError(f"[{self.name}] backward_step expects a loss Tensor, got {type(loss).__name__}")
         grads = loss.backward()
         self.step(grads)
         return grads
@@ -120,15 +139,18 @@ class SGD(Optimizer):
     name = "SGD"
 
     def __init__(self, params, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
-        super().__init__(params, {"lr": float(lr), "momentum": float(momentum), "dampening": float(dampening),
-                                  "weight_decay": float(weight_decay), "nesterov": bool(nesterov)})
+        super().__init__(params, {"lr": lr, "momentum": momentum, "dampening": dampening,
+                                  "weight_decay": weight_decay, "nesterov": nesterov})
 
     def _check(self, g):
         super()._check(g)
-        if g["momentum"] < 0 or g["weight_decay"] < 0:
-            raise EmberError(f"[SGD] invalid momentum {g['momentum']} or weight_decay {g['weight_decay']}")
+        for k in ("momentum", "dampening", "weight_decay"):
+            g[k] = float_arg(g[k], "SGD", k)
+        g["nesterov"] = bool_arg(g["nesterov"], "SGD", "nesterov")
+        if not (g["momentum"] >= 0 and g["weight_decay"] >= 0):
+            raise EmberValueError(f"[SGD] invalid momentum {g['momentum']} or weight_decay {g['weight_decay']}")
         if g["nesterov"] and (g["momentum"] <= 0 or g["dampening"] != 0):
-            raise EmberError("[SGD] nesterov momentum requires a momentum and zero dampening")
+            raise EmberValueError("[SGD] nesterov momentum requires a momentum and zero dampening")
 
     def _update(self, p, g, state, group):
         wd, mom, lr = group["weight_decay"], group["momentum"], group["lr"]
@@ -149,14 +171,17 @@ class AdamW(Optimizer):
     name = "AdamW"
 
     def __init__(self, params, lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
-        super().__init__(params, {"lr": float(lr), "betas": (float(betas[0]), float(betas[1])), "eps": float(eps),
-                                  "weight_decay": float(weight_decay)})
+        super().__init__(params, {"lr": lr, "betas": betas, "eps": eps, "weight_decay": weight_decay})
 
     def _check(self, g):
         super()._check(g)
-        b1, b2 = g["betas"]
-        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0) or g["eps"] < 0 or g["weight_decay"] < 0:
-            raise EmberError(f"[AdamW] invalid betas {g['betas']}, eps {g['eps']} or weight_decay {g['weight_decay']}")
+        betas = g["betas"]
+        if not isinstance(betas, (tuple, list)) or len(betas) != 2:
+            raise DTypeError(f"[AdamW] betas must be a pair of floats, got {betas!r}")
+        g["betas"] = b1, b2 = float_arg(betas[0], "AdamW", "beta1"), float_arg(betas[1], "AdamW", "beta2")
+        g["eps"], g["weight_decay"] = float_arg(g["eps"], "AdamW", "eps"), float_arg(g["weight_decay"], "AdamW", "weight_decay")
+        if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0) or not g["eps"] >= 0 or not g["weight_decay"] >= 0:
+            raise EmberValueError(f"[AdamW] invalid betas {g['betas']}, eps {g['eps']} or weight_decay {g['weight_decay']}")
 
     # The defaults of the first group, readable as attributes like torch's optimizer.defaults.
     betas = property(lambda self: self.param_groups[0]["betas"])

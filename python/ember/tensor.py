@@ -9,9 +9,10 @@ import numpy as np
 
 from . import _C
 from . import dtypes as _dt
+from .args import bool_arg, float_arg, i64_arg, int_arg
 from .backprop import no_grad, record
 from .dtypes import Device, DType
-from .errors import DeviceError, DTypeError, EmberError, IndexOutOfRange, ShapeError
+from .errors import DeviceError, DTypeError, EmberError, EmberValueError, IndexOutOfRange, ShapeError
 
 _ids = itertools.count(1)
 
@@ -56,13 +57,21 @@ def _broadcast_shape(sa, sb):
     return tuple(b if a == 1 else a for a, b in zip(sa, sb))
 
 
+def _dim(dim, ndim, op):
+    """One dim argument, normalised; a non-int or a value past int64 raises with the op's name."""
+    d = int_arg(dim, op, "dim")
+    if not -2**63 <= d < 2**63:  # out of range anyway; the binding would refuse it with a bare TypeError
+        raise IndexOutOfRange(f"[{op}] dim {d} out of range for a tensor with {ndim} dims")
+    return _C.normalize_dim(d, ndim, op)
+
+
 def _dims(dim, ndim, op):
-    """dim (int, tuple, None) -> sorted list of normalised dims."""
+    """dim (int, tuple/list of ints, None) -> sorted list of normalised dims."""
     if dim is None:
         return list(range(ndim))
-    if isinstance(dim, numbers.Integral):
-        dim = (dim,)
-    out = sorted({_C.normalize_dim(int(d), ndim, op) for d in dim})
+    if not isinstance(dim, (tuple, list, range)):
+        dim = (dim,)  # an int, numpy int or 0-d int tensor; anything else fails in _dim
+    out = sorted({_dim(d, ndim, op) for d in dim})
     return out if ndim else []
 
 
@@ -119,11 +128,16 @@ class Tensor:
         return self.shape
 
     def size(self, dim=None):
-        return self.shape if dim is None else self.shape[_C.normalize_dim(dim, self.ndim, "size")]
+        if dim is None:
+            return self.shape
+        d = _dim(dim, self.ndim, "size")
+        if not self.shape:  # normalize_dim lets dim 0/-1 through for a scalar, which has no size to give
+            raise IndexOutOfRange(f"[size] dim {dim} out of range for a 0-d tensor")
+        return self.shape[d]
 
     def __len__(self):
         if not self.shape:
-            raise TypeError("len() of a 0-d tensor")
+            raise DTypeError("[len] len() of a 0-d tensor")
         return self.shape[0]
 
     def __hash__(self):
@@ -131,7 +145,7 @@ class Tensor:
 
     def __bool__(self):
         if self.numel() != 1:
-            raise EmberError("[bool] the truth value of a tensor with more than one element is ambiguous")
+            raise EmberValueError("[bool] the truth value of a tensor with more than one element is ambiguous")
         return bool(self.item())
 
     def __repr__(self):
@@ -173,7 +187,7 @@ class Tensor:
 
     def __index__(self):
         if self._dtype.is_float:
-            raise TypeError("only integer tensors can be used as an index")
+            raise DTypeError(f"[index] only integer tensors can be used as an index, got {self._dtype.name}")
         return int(self.item())
 
     def to_dtype(self, dtype) -> Tensor:
@@ -216,6 +230,7 @@ class Tensor:
         return record(out, name, (self,), saved)
 
     def transpose(self, d0, d1):
+        d0, d1 = i64_arg(d0, "transpose", "dim"), i64_arg(d1, "transpose", "dim")
         return self._view(self._layout.transpose(d0, d1), "transpose", (d0, d1))
 
     def t(self):
@@ -230,12 +245,13 @@ class Tensor:
     def permute(self, *dims):
         if len(dims) == 1 and isinstance(dims[0], (tuple, list)):
             dims = tuple(dims[0])
-        dims = tuple(int(d) for d in dims)
+        dims = tuple(i64_arg(d, "permute", "dim") for d in dims)
         layout = self._layout.permute(list(dims))
         return self._view(layout, "permute", tuple(_C.normalize_dim(d, self.ndim, "permute") for d in dims))
 
     def narrow(self, dim, start, length):
-        dim = _C.normalize_dim(dim, self.ndim, "narrow")
+        dim = _dim(dim, self.ndim, "narrow")
+        start, length = i64_arg(start, "narrow", "start"), i64_arg(length, "narrow", "length")
         return self._view(self._layout.narrow(dim, start, length), "narrow", (dim, start, length))
 
     def squeeze(self, dim=None):
@@ -245,23 +261,23 @@ class Tensor:
                 if self.shape[d] == 1:
                     t = t.squeeze(d)
             return t
-        dim = _C.normalize_dim(dim, self.ndim, "squeeze")
+        dim = _dim(dim, self.ndim, "squeeze")
         return self._view(self._layout.squeeze(dim), "reshape", self.shape)
 
     def unsqueeze(self, dim):
-        return self._view(self._layout.unsqueeze(dim), "reshape", self.shape)
+        return self._view(self._layout.unsqueeze(i64_arg(dim, "unsqueeze", "dim")), "reshape", self.shape)
 
     def broadcast_as(self, *shape):
-        shape = _shape_arg(shape)
+        shape = _shape_arg(shape, "broadcast_as")
         return self._view(self._layout.broadcast_as(list(shape)), "broadcast_as", self.shape)
 
     expand = broadcast_as
 
     def broadcast_left(self, *shape):
-        return self.broadcast_as(tuple(_shape_arg(shape)) + self.shape)
+        return self.broadcast_as(_shape_arg(shape, "broadcast_as") + self.shape)
 
     def reshape(self, *shape):
-        shape = _C.resolve_reshape(list(_shape_arg(shape)), self.numel())
+        shape = _C.resolve_reshape(list(_shape_arg(shape, "reshape")), self.numel())
         layout = self._layout.reshape(shape)
         if layout is not None:
             return self._view(layout, "reshape", self.shape)
@@ -274,8 +290,8 @@ class Tensor:
     def flatten(self, start_dim=0, end_dim=-1):
         if self.ndim == 0:
             return self.reshape(1)
-        s = _C.normalize_dim(start_dim, self.ndim, "flatten")
-        e = _C.normalize_dim(end_dim, self.ndim, "flatten")
+        s = _dim(start_dim, self.ndim, "flatten")
+        e = _dim(end_dim, self.ndim, "flatten")
         shape = self.shape
         n = 1
         for d in shape[s : e + 1]:
@@ -310,7 +326,8 @@ class Tensor:
                     raise IndexOutOfRange(f"[index] invalid slice {i!r}: {e}") from None
                 if step < 1:
                     raise EmberError(f"[index] slice step must be >= 1, got {step}")
-                layout = layout.slice(dim, start, max(start, stop), step)
+                # slice.indices clamps start/stop but not step; any step past the size picks one element
+                layout = layout.slice(dim, start, max(start, stop), min(step, 2**63 - 1))
                 dim += 1
             elif isinstance(i, (numbers.Integral, np.integer)) and not isinstance(i, bool):
                 if not -2**63 <= int(i) < 2**63:  # out of range anyway; past int64 the binding gives TypeError
@@ -352,18 +369,19 @@ class Tensor:
     def sigmoid(self): return self._unary("sigmoid")
 
     def affine(self, mul, add):
-        mul, add = float(mul), float(add)
+        mul, add = float_arg(mul, "affine", "mul"), float_arg(add, "affine", "add")
         shape = self.shape
         s = _C.unary(UNARY["affine"], self._storage, self._layout, mul, add)
         out = _wrap(s, _contig(shape), self._dtype, self._device, None, shape)
         return out if mul == 0.0 else record(out, "affine", (self,), (mul, add))
 
     def powf(self, e):
-        return self._unary("powf", float(e), 0.0, float(e))
+        e = float_arg(e, "powf", "exponent")
+        return self._unary("powf", e, 0.0, e)
 
     def clamp(self, lo=None, hi=None):
-        lo = -float("inf") if lo is None else float(lo)
-        hi = float("inf") if hi is None else float(hi)
+        lo = -float("inf") if lo is None else float_arg(lo, "clamp", "lo")
+        hi = float("inf") if hi is None else float_arg(hi, "clamp", "hi")
         if not self._dtype.is_float:
             lo, hi = max(lo, -9.2e18), min(hi, 1.8e19)
         return self._unary("clamp", lo, hi, (lo, hi))
@@ -432,6 +450,7 @@ class Tensor:
     # ----------------------------------------------------------------- reductions
     def _reduce(self, name, dim, keepdim):
         dims = _dims(dim, self.ndim, name)
+        keepdim = bool_arg(keepdim, name, "keepdim")
         s, l = _C.reduce(REDUCE[name], self._storage, self._layout, dims, keepdim)
         if name in ("argmax", "argmin"):
             return _wrap(s, l, _dt.int64, self._device)
@@ -469,39 +488,45 @@ class Tensor:
     # ----------------------------------------------------------------- linear algebra & indexing
     def matmul(self, other):
         if not isinstance(other, Tensor):
-            return NotImplemented
+            if not isinstance(other, (np.ndarray, list)):  # numpy's matmul would take it and return an array
+                raise DTypeError(f"[matmul] unsupported operand type {type(other).__name__}")
+            other = tensor(other, dtype=self._dtype)
         s, l = _C.matmul(self._storage, self._layout, other._storage, other._layout)
         return record(_wrap(s, l, self._dtype, self._device), "matmul", (self, other))
 
     __matmul__ = matmul
 
     def __rmatmul__(self, other):
+        if not isinstance(other, (np.ndarray, list)):
+            raise DTypeError(f"[matmul] unsupported operand type {type(other).__name__}")
         return tensor(other, dtype=self._dtype).matmul(self)
 
     def index_select(self, indices, dim):
-        dim = _C.normalize_dim(dim, self.ndim, "index_select")
+        dim = _dim(dim, self.ndim, "index_select")
         ids = _as_index(indices, "index_select")
         s, l = _C.index_select(self._storage, self._layout, ids._storage, ids._layout, dim)
         return record(_wrap(s, l, self._dtype, self._device), "index_select", (self, ids), dim)
 
     def gather(self, indices, dim):
-        dim = _C.normalize_dim(dim, self.ndim, "gather")
+        dim = _dim(dim, self.ndim, "gather")
         ids = _as_index(indices, "gather")
         s, l = _C.gather(self._storage, self._layout, ids._storage, ids._layout, dim)
         return record(_wrap(s, l, self._dtype, self._device), "gather", (self, ids), dim)
 
     def index_add(self, indices, source, dim):
         """Out of place: a copy of self with source's slices added at indices along dim."""
-        dim = _C.normalize_dim(dim, self.ndim, "index_add")
+        dim = _dim(dim, self.ndim, "index_add")
         ids = _as_index(indices, "index_add")
+        _check_tensor_arg(source, "index_add", "source")
         s, l = _C.index_add(self._storage, self._layout, ids._storage, ids._layout,
                             source._storage, source._layout, dim)
         return record(_wrap(s, l, self._dtype, self._device), "index_add", (self, ids, source), dim)
 
     def scatter_add(self, indices, source, dim):
         """Out of place: a copy of self with source added at indices along dim (torch semantics)."""
-        dim = _C.normalize_dim(dim, self.ndim, "scatter_add")
+        dim = _dim(dim, self.ndim, "scatter_add")
         ids = _as_index(indices, "scatter_add")
+        _check_tensor_arg(source, "scatter_add", "source")
         s, l = _C.scatter_add(self._storage, self._layout, ids._storage, ids._layout,
                               source._storage, source._layout, dim)
         return record(_wrap(s, l, self._dtype, self._device), "scatter_add", (self, ids, source), dim)
@@ -509,7 +534,10 @@ class Tensor:
     # ----------------------------------------------------------------- in place
     def slice_set(self, src, dim, offset):
         """Writes src into self at [offset, offset + src.shape[dim]) along dim; every view sees it."""
-        dim = _C.normalize_dim(dim, self.ndim, "slice_set")
+        dim = _dim(dim, self.ndim, "slice_set")
+        if self.ndim == 0:  # normalize_dim accepted dim 0, but a scalar has no dim to slice
+            raise ShapeError("[slice_set] cannot slice_set into a 0-d tensor")
+        offset = i64_arg(offset, "slice_set", "offset")
         if not isinstance(src, Tensor):  # lists / arrays, like Var.set
             src = tensor(src, dtype=self._dtype)
         if src.ndim != self.ndim:
@@ -527,7 +555,7 @@ class Tensor:
         _C.fill(self._storage, self._layout, 0.0)
 
     def fill_(self, value):
-        _C.fill(self._storage, self._layout, float(value))
+        _C.fill(self._storage, self._layout, float_arg(value, "fill_", "value"))
         return self
 
     # ----------------------------------------------------------------- autograd
@@ -581,10 +609,21 @@ class Var(Tensor):
 
 
 # --------------------------------------------------------------------- helpers
-def _shape_arg(shape):
+def _shape_arg(shape, op):
+    """A shape given as ints or one tuple/list of ints; a float dim is an error (never truncated), and
+    a dim past int64 raises ShapeError here rather than a bare TypeError in the binding."""
     if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
         shape = tuple(shape[0])
-    return tuple(int(d) for d in shape)
+    out = tuple(int_arg(d, op, "shape") for d in shape)
+    for d in out:
+        if not -2**63 <= d < 2**63:
+            raise ShapeError(f"[{op}] dimension {d} out of range in shape {out}")
+    return out
+
+
+def _check_tensor_arg(x, op, what):
+    if not isinstance(x, Tensor):
+        raise DTypeError(f"[{op}] expected a Tensor {what}, got {type(x).__name__}")
 
 
 def _float_for(other):
@@ -620,6 +659,8 @@ def _operands(a, b, op):
     if isinstance(b, Tensor):
         return a, b
     if isinstance(b, (bool, numbers.Integral)):
+        if a._dtype.is_float:
+            float_arg(b, op, "scalar")  # past a double's range: EmberValueError, not a bare OverflowError
         return a, _scalar(int(b), a._dtype, a._device)
     if isinstance(b, numbers.Real):
         if not a._dtype.is_float:
@@ -666,21 +707,28 @@ def minimum(a, b):
     return a.minimum(b) if isinstance(a, Tensor) else b.minimum(a)
 
 
-def cat(tensors, dim=0):
+def _tensor_list(tensors, op):
+    if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)) and not hasattr(tensors, "__iter__"):
+        raise DTypeError(f"[{op}] expected a sequence of tensors, got {type(tensors).__name__}")
     tensors = list(tensors)
     if not tensors:
-        raise EmberError("[cat] expected at least one tensor")
-    dim = _C.normalize_dim(dim, tensors[0].ndim, "cat")
+        raise EmberValueError(f"[{op}] expected at least one tensor")
+    for i, t in enumerate(tensors):
+        _check_tensor_arg(t, op, f"at position {i}")
+    return tensors
+
+
+def cat(tensors, dim=0):
+    tensors = _tensor_list(tensors, "cat")
+    dim = _dim(dim, tensors[0].ndim, "cat")
     s, l = _C.cat([t._storage for t in tensors], [t._layout for t in tensors], dim)
     t0 = tensors[0]
     return record(_wrap(s, l, t0._dtype, t0._device), "cat", tuple(tensors), (dim, tuple(t.shape[dim] for t in tensors)))
 
 
 def stack(tensors, dim=0):
-    tensors = list(tensors)
-    if not tensors:
-        raise EmberError("[stack] expected at least one tensor")
-    dim = _C.normalize_dim(dim, tensors[0].ndim + 1, "stack")
+    tensors = _tensor_list(tensors, "stack")
+    dim = _dim(dim, tensors[0].ndim + 1, "stack")
     for t in tensors[1:]:
         if t.shape != tensors[0].shape:
             raise ShapeError(f"[stack] all tensors must have the same shape, got {tensors[0].shape} and {t.shape}")

@@ -3,8 +3,9 @@ from __future__ import annotations
 
 import math
 
+from ..args import float_arg, int_arg
 from ..dtypes import to_device, to_dtype
-from ..errors import DTypeError, EmberError, ShapeError
+from ..errors import DTypeError, EmberError, EmberValueError, ShapeError
 from ..tensor import Tensor, Var, ones, rand, randn, tensor, zeros
 from . import ops
 
@@ -77,6 +78,8 @@ class Module:
     def load_state_dict(self, state: dict, strict: bool = True):
         """Writes values into the existing parameters (in place). Returns (missing, unexpected) keys;
         with ``strict`` either being non-empty raises an EmberError."""
+        if not hasattr(state, "keys") or not hasattr(state, "__getitem__"):
+            raise DTypeError(f"[load_state_dict] expected a mapping of names to tensors, got {type(state).__name__}")
         params = dict(self.named_parameters())
         missing = [k for k in params if k not in state]
         unexpected = [k for k in state if k not in params]
@@ -153,15 +156,17 @@ class Linear(Module):
 
     def __init__(self, in_features, out_features, bias=True, dtype=None, device=None):
         super().__init__()
+        in_features, out_features = int_arg(in_features, "Linear", "in_features"), int_arg(out_features, "Linear", "out_features")
         if in_features <= 0 or out_features <= 0:
             raise ShapeError(f"[Linear] features must be positive, got ({in_features}, {out_features})")
         dtype, device = to_dtype(dtype or "float32"), to_device(device)
-        self.in_features, self.out_features = int(in_features), int(out_features)
+        self.in_features, self.out_features = in_features, out_features
         bound = 1.0 / math.sqrt(in_features)
         self.weight = _uniform((out_features, in_features), bound, dtype, device)
         self.bias = _uniform((out_features,), bound, dtype, device) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
+        ops._check_tensor(x, "Linear")
         if x.ndim == 0 or x.shape[-1] != self.in_features:
             raise ShapeError(f"[Linear] expected input (..., {self.in_features}), got {x.shape}")
         lead = x.shape[:-1]
@@ -181,7 +186,8 @@ class Embedding(Module):
     def __init__(self, num_embeddings, dim, dtype=None, device=None):
         super().__init__()
         dtype, device = to_dtype(dtype or "float32"), to_device(device)
-        self.num_embeddings, self.dim = int(num_embeddings), int(dim)
+        self.num_embeddings, self.dim = int_arg(num_embeddings, "Embedding", "num_embeddings"), int_arg(dim, "Embedding", "dim")
+        num_embeddings, dim = self.num_embeddings, self.dim
         self.weight = Var(randn(num_embeddings, dim, device=device).to_dtype(dtype))
 
     def forward(self, ids) -> Tensor:
@@ -201,8 +207,8 @@ class RmsNorm(Module):
 
     def __init__(self, dim, eps=1e-5, dtype=None, device=None):
         super().__init__()
-        self.dim, self.eps = int(dim), float(eps)
-        self.weight = Var(ones(dim, dtype=to_dtype(dtype or "float32"), device=device))
+        self.dim, self.eps = int_arg(dim, "RmsNorm", "dim"), float_arg(eps, "RmsNorm", "eps")
+        self.weight = Var(ones(self.dim, dtype=to_dtype(dtype or "float32"), device=device))
 
     def forward(self, x):
         return ops.rms_norm(x, self.weight, self.eps)
@@ -216,10 +222,10 @@ class LayerNorm(Module):
 
     def __init__(self, dim, eps=1e-5, dtype=None, device=None):
         super().__init__()
-        self.dim, self.eps = int(dim), float(eps)
+        self.dim, self.eps = int_arg(dim, "LayerNorm", "dim"), float_arg(eps, "LayerNorm", "eps")
         dtype = to_dtype(dtype or "float32")
-        self.weight = Var(ones(dim, dtype=dtype, device=device))
-        self.bias = Var(zeros(dim, dtype=dtype, device=device))
+        self.weight = Var(ones(self.dim, dtype=dtype, device=device))
+        self.bias = Var(zeros(self.dim, dtype=dtype, device=device))
 
     def forward(self, x):
         return ops.layer_norm(x, self.weight, self.bias, self.eps)
@@ -233,6 +239,9 @@ class CausalSelfAttention(Module):
 
     def __init__(self, dim, n_heads, bias=False, dtype=None, device=None):
         super().__init__()
+        dim, n_heads = int_arg(dim, "CausalSelfAttention", "dim"), int_arg(n_heads, "CausalSelfAttention", "n_heads")
+        if n_heads <= 0:  # dim % 0 would raise a bare ZeroDivisionError
+            raise ShapeError(f"[CausalSelfAttention] n_heads must be positive, got {n_heads}")
         if dim % n_heads:
             raise ShapeError(f"[CausalSelfAttention] dim {dim} is not divisible by n_heads {n_heads}")
         self.dim, self.n_heads, self.head_dim = dim, n_heads, dim // n_heads
@@ -240,6 +249,7 @@ class CausalSelfAttention(Module):
         self.proj = Linear(dim, dim, bias=bias, dtype=dtype, device=device)
 
     def forward(self, x):
+        ops._check_tensor(x, "CausalSelfAttention")
         if x.ndim != 3 or x.shape[-1] != self.dim:
             raise ShapeError(f"[CausalSelfAttention] expected input (batch, seq, {self.dim}), got {x.shape}")
         b, t, _ = x.shape
@@ -262,6 +272,8 @@ class MLP(Module):
         super().__init__()
         self.fc = Linear(dim, hidden, bias=bias, dtype=dtype, device=device)
         self.proj = Linear(hidden, dim, bias=bias, dtype=dtype, device=device)
+        if isinstance(activation, str) and activation not in _ACTS or not isinstance(activation, str) and not callable(activation):
+            raise EmberValueError(f"[MLP] activation must be one of {sorted(_ACTS)} or a callable, got {activation!r}")
         self.act = _ACTS[activation] if isinstance(activation, str) else activation
 
     def forward(self, x):
@@ -293,7 +305,10 @@ class TransformerBlock(Module):
 
     def __init__(self, dim, n_heads, mlp=None, norm="rms", eps=1e-5, dtype=None, device=None):
         super().__init__()
-        norm_cls = {"rms": RmsNorm, "layer": LayerNorm}[norm]
+        norms = {"rms": RmsNorm, "layer": LayerNorm}
+        if norm not in norms:  # a bare KeyError before
+            raise EmberValueError(f"[TransformerBlock] norm must be 'rms' or 'layer', got {norm!r}")
+        norm_cls = norms[norm]
         self.norm1 = norm_cls(dim, eps, dtype=dtype, device=device)
         self.attn = CausalSelfAttention(dim, n_heads, dtype=dtype, device=device)
         self.norm2 = norm_cls(dim, eps, dtype=dtype, device=device)

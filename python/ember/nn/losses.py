@@ -1,7 +1,7 @@
 """Loss functions: cross_entropy (log_softmax + gather) and mse_loss."""
 from __future__ import annotations
 
-from ..errors import DTypeError, ShapeError
+from ..errors import DTypeError, EmberValueError, ShapeError
 from ..tensor import Tensor, tensor, where
 from . import ops
 
@@ -10,6 +10,7 @@ def cross_entropy(logits: Tensor, targets, reduction: str = "mean", ignore_index
     """Cross-entropy of ``logits`` (..., classes) against integer ``targets`` (...), like torch's
     ``F.cross_entropy`` with the class dim last: targets equal to ``ignore_index`` contribute
     nothing and are left out of the mean. ``reduction``: "mean" | "sum" | "none"."""
+    ops._check_tensor(logits, "cross_entropy", "logits")
     if not isinstance(targets, Tensor):
         targets = tensor(targets)
     if targets.dtype.is_float:
@@ -18,7 +19,7 @@ def cross_entropy(logits: Tensor, targets, reduction: str = "mean", ignore_index
         raise ShapeError(f"[cross_entropy] logits {logits.shape} do not fit targets {targets.shape} "
                          "(expected logits (..., classes))")
     if reduction not in ("mean", "sum", "none"):
-        raise ValueError(f"[cross_entropy] unknown reduction {reduction!r}")
+        raise EmberValueError(f"[cross_entropy] unknown reduction {reduction!r}")
     keep = None
     if ignore_index is not None and targets.numel():
         ignored = targets.eq(ignore_index)
@@ -41,6 +42,10 @@ def cross_entropy(logits: Tensor, targets, reduction: str = "mean", ignore_index
 
 def mse_loss(pred: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
     """Mean (or summed) squared error."""
+    ops._check_tensor(pred, "mse_loss", "prediction")
+    ops._check_tensor(target, "mse_loss", "target")
+    if reduction not in ("mean", "sum", "none"):  # an unknown one used to fall through to "none"
+        raise EmberValueError(f"[mse_loss] unknown reduction {reduction!r}")
     if pred.shape != target.shape:
         raise ShapeError(f"[mse_loss] shape mismatch {pred.shape} vs {target.shape}")
     d = (pred - target).sqr()

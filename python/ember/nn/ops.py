@@ -11,10 +11,11 @@ from __future__ import annotations
 import math
 
 from .. import _C
+from ..args import float_arg
 from ..backprop import is_grad_enabled
 from ..custom_op import CustomOp1, CustomOp2, CustomOp3
 from ..errors import DTypeError, EmberError, ShapeError
-from ..tensor import UNARY, Tensor, _contig, _wrap, arange, full, where
+from ..tensor import UNARY, Tensor, _contig, _dim, _wrap, arange, full, where
 
 _F = _C.fused
 
@@ -37,7 +38,7 @@ def _sum_leading(t: Tensor) -> Tensor:
 
 def _check_tensor(x, op, what="input"):
     if not isinstance(x, Tensor):
-        raise EmberError(f"[{op}] expected a Tensor {what}, got {type(x).__name__}")
+        raise DTypeError(f"[{op}] expected a Tensor {what}, got {type(x).__name__}")
 
 
 # ----------------------------------------------------------------------------- activations
@@ -127,7 +128,7 @@ def _last_dim_apply(x, dim, op_cls, name):
     _check_tensor(x, name)
     if x.ndim == 0:
         raise ShapeError(f"[{name}] expected at least 1 dim, got a scalar")
-    d = _C.normalize_dim(dim, x.ndim, name)
+    d = _dim(dim, x.ndim, name)
     if d == x.ndim - 1:
         return x.apply_op1(op_cls())
     return x.transpose(d, -1).apply_op1(op_cls()).transpose(d, -1)
@@ -159,7 +160,7 @@ class _RmsNorm(CustomOp2):
     name = "rms_norm"
 
     def __init__(self, eps):
-        self.eps = float(eps)
+        self.eps = float_arg(eps, self.name, "eps")
         self.rstd = None
 
     def cpu_fwd(self, xs, xl, ws, wl):
@@ -191,7 +192,7 @@ class _LayerNorm(CustomOp3):
     name = "layer_norm"
 
     def __init__(self, eps):
-        self.eps = float(eps)
+        self.eps = float_arg(eps, self.name, "eps")
         self.mean = self.rstd = None
 
     def cpu_fwd(self, xs, xl, ws, wl, bs, bl):
@@ -282,7 +283,7 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
             raise EmberError(f"[sdpa] mask is on {mask.device}, query on {q.device}")
     if q.ndim not in (3, 4):
         raise ShapeError(f"[sdpa] expected query of shape (B, H, L, D) or (B, L, D), got {q.shape}")
-    scale = 1.0 / math.sqrt(max(q.shape[-1], 1)) if scale is None else float(scale)  # head dim 0: no 1/0
+    scale = 1.0 / math.sqrt(max(q.shape[-1], 1)) if scale is None else float_arg(scale, "sdpa", "scale")  # head dim 0: no 1/0
     return q.apply_op3(k, v, _Sdpa(scale, bool(causal), mask))
 
 

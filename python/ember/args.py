@@ -1,0 +1,55 @@
+"""Argument coercion for the facade: user ints, floats and bools checked here raise an EmberError naming
+the op, instead of int() truncating 1.5, float() raising a bare ValueError, or the _C binding refusing
+a value past int64 with pybind's bare TypeError."""
+from __future__ import annotations
+
+import numbers
+import operator
+
+import numpy as np
+
+from .errors import DTypeError, EmberValueError, IndexOutOfRange
+
+_I64 = 2**63
+
+
+def int_arg(v, op, what):
+    """An integer argument (int, numpy int, bool, 0-d int tensor) as a Python int; never truncates a float."""
+    if type(v) is int:
+        return v
+    try:
+        return operator.index(v)
+    except TypeError:
+        raise DTypeError(f"[{op}] {what} must be an int, got {type(v).__name__}") from None
+
+
+def i64_arg(v, op, what):
+    """int_arg that also fits int64; beyond it any dim, index or offset is out of range."""
+    v = int_arg(v, op, what)
+    if not -_I64 <= v < _I64:
+        raise IndexOutOfRange(f"[{op}] {what} {v} out of range")
+    return v
+
+
+def float_arg(v, op, what):
+    """A real-number argument as a Python float; strings (float('1') parses them), None, lists and
+    complex numbers raise DTypeError, ints too large for a double raise EmberValueError."""
+    if type(v) is float:
+        return v
+    if isinstance(v, (str, bytes, bytearray)):
+        raise DTypeError(f"[{op}] {what} must be a real number, got {type(v).__name__}")
+    try:
+        return float(v)
+    except OverflowError:
+        raise EmberValueError(f"[{op}] {what} {v} is too large for a float") from None
+    except (TypeError, ValueError):
+        raise DTypeError(f"[{op}] {what} must be a real number, got {type(v).__name__}") from None
+
+
+def bool_arg(v, op, what):
+    """A flag: bool, numpy bool or an int (0/1, like Python's own truth test); anything else raises."""
+    if v is True or v is False:
+        return v
+    if isinstance(v, (np.bool_, numbers.Integral)):
+        return bool(v)
+    raise DTypeError(f"[{op}] {what} must be a bool, got {type(v).__name__}")
