@@ -172,6 +172,7 @@ ARG_CASES = [
     (lambda: A.scatter_add(em.tensor([[0]]), "a", 1), "scatter_add", em.DTypeError),
     (lambda: A.slice_set(em.ones(2, 1), 1, None), "slice_set", em.DTypeError),
     (lambda: em.tensor(1.5).slice_set(em.tensor(1.0), 0, 0), "slice_set", em.ShapeError),
+    (lambda: em.zeros(3).broadcast_as((2, 3)).slice_set(em.ones(2, 3), 0, 0), "slice_set", em.errors.EmberValueError),
     (lambda: A.fill_("a"), "fill_", em.DTypeError),
     (lambda: A.affine(None, 0), "affine", em.DTypeError),
     (lambda: A.powf("a"), "powf", em.DTypeError),

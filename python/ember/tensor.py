@@ -546,6 +546,9 @@ class Tensor:
             raise IndexOutOfRange(f"[slice_set] offset {offset} + length {src.shape[dim]} out of range for dim "
                                   f"{dim} of size {self.shape[dim]}")
         dst = self._layout.narrow(dim, offset, src.shape[dim])
+        for d, st in zip(dst.shape, dst.stride):  # several elements share one address: the last write would win
+            if st == 0 and d > 1:
+                raise EmberValueError(f"[slice_set] cannot write into a broadcast (stride 0) view {self._layout!r}")
         s_st, s_l = src._storage, src._layout
         if s_st.same_buffer(self._storage):  # snapshot an aliasing source so the write reads old values
             s_st, s_l = _C.contiguous(s_st, s_l)
