@@ -316,6 +316,55 @@ def test_sdpa_3d_and_causal_top_left():
         close(a, b, torch.float32, 4)
 
 
+
+# Few heads and many key tiles: the backward deals each head's key tiles to several work items and sums
+# their dQ partials (see sdpa_bwd_parts in fused.cpp: BH < 32 and >= 8 tiles of 64 keys).
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("case", ["plain", "causal", "additive_mask", "bool_mask_causal"])
+def test_sdpa_backward_split_over_key_tiles(dtype, case):
+    B, H, Lq, Lk, D, Dv = 1, 2, 150, 1100, 17, 24  # 18 key tiles -> 4 items per head
+    q = torch.randn(B, H, Lq, D, dtype=torch.float64).to(dtype)
+    k = torch.randn(B, Lk, H, D, dtype=torch.float64).to(dtype).transpose(1, 2)  # strided heads/rows
+    v = torch.randn(B, H, Lk, Dv, dtype=torch.float64).to(dtype)
+    mask = None
+    if case == "additive_mask":
+        mask = torch.randn(1, H, Lq, Lk, dtype=torch.float64).to(dtype)
+    elif case == "bool_mask_causal":
+        mask = torch.rand(Lq, Lk) > 0.2
+        mask[:, 0] = True  # no fully masked row (torch gives NaN there)
+    causal = "causal" in case
+    out, g, grads = run_sdpa(q, k, v, mask=mask, scale=0.2, causal=causal)
+    if mask is not None and causal:  # torch takes a mask or is_causal, not both
+        ro, ins = sdpa_ref(q, k, v, mask & torch.ones(Lq, Lk, dtype=torch.bool).tril(), 0.2, False)
+    else:
+        ro, ins = sdpa_ref(q, k, v, mask, 0.2, causal)
+    if causal:  # top-left causal with Lq < Lk: every row sees at least key 0
+        assert torch.isfinite(ro).all()
+    close(out, ro, dtype)
+    for a, b in zip(grads, torch.autograd.grad(ro, ins, g.double())):
+        close(a, b, dtype, 4)
+
+
+def test_sdpa_backward_same_bits_on_any_pool():
+    """The split of the keys depends on the shape only, so the gradients match bit for bit."""
+    q, k, v = (torch.randn(1, 3, L, 40) for L in (200, 700, 700))
+    g = torch.randn(1, 3, 200, 40)
+    o, lse = F.sdpa_fwd(*sto(q), *sto(k), *sto(v), None, None, None, True)
+    out = tt(o, g.shape, torch.float32)
+    before = _C.get_num_threads()
+    runs = []
+    try:
+        for nt in (1, 2, 3):
+            _C.set_num_threads(nt)
+            runs.append([s.numpy().copy() for s in
+                         F.sdpa_bwd(*sto(q), *sto(k), *sto(v), *sto(out), lse, *sto(g), None, None, None, True)])
+    finally:
+        _C.set_num_threads(before)
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other):
+            assert np.array_equal(a, b)
+
+
 def test_errors():
     x = torch.randn(4, 8)
     w = torch.randn(7)

@@ -445,6 +445,44 @@ void setup_sdpa(const CpuStorage& q, const Layout& lq, const CpuStorage& k, cons
 
 constexpr int64_t kQChunkMin = 64, kQChunkMax = 512;  // query rows per forward work item
 
+// How many items share one head's key tiles in the backward. A function of the shape only (never of
+// the thread count), so dQ's summation order, and with it every bit of the result, is the same on any
+// pool. 1 when there are enough heads for a large pool; else up to kBwdItems items in all, each with at
+// least kMinTilesPerPart tiles (an item also packs the head's Q and dO and computes rowsum(dO * O):
+// about a tile's worth of work at D = 64, worth paying only for a few tiles), and the dQ partials (one
+// Lq x D buffer per item) kept under kDqPartsBytes.
+constexpr int64_t kBwdItems = 32, kMinTilesPerPart = 4, kDqPartsBytes = int64_t(64) << 20;
+int64_t sdpa_bwd_parts(int64_t BH, int64_t Lq, int64_t Lk, int64_t D, DType stats) {
+  if (BH >= kBwdItems) return 1;
+  const int64_t tiles = (Lk + kSdpaKeyTile - 1) / kSdpaKeyTile;
+  const int64_t per_part = std::max<int64_t>(1, BH * Lq * sdpa_dq_ld(D) * (int64_t)itemsize(stats));
+  const int64_t cap = kDqPartsBytes / per_part;
+  return std::max<int64_t>(1, std::min({(kBwdItems + BH - 1) / BH, tiles / kMinTilesPerPart, cap}));
+}
+
+// dq[bh][i][d] = scale * sum over parts (in part order) of parts[bh][part][i][d].
+template <typename C>
+void sum_dq_parts(const char* parts_, int64_t BH, int64_t nparts, const SdpaParams& p, int64_t ldq, DType dt) {
+  const C* parts = (const C*)parts_;
+  const C sc = (C)p.scale;
+  const int64_t Lq = p.Lq, D = p.D;
+  EMBER_DISPATCH_FLOAT(dt, {
+    T* dq = (T*)p.dq;
+    parallel_for(BH * Lq, 64, [&](int64_t r0, int64_t r1) {
+      std::vector<C> acc((size_t)D);
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t bh = r / Lq, i = r % Lq;
+        std::fill(acc.begin(), acc.end(), (C)0);
+        for (int64_t part = 0; part < nparts; ++part) {
+          const C* src = parts + ((bh * nparts + part) * Lq + i) * ldq;
+          for (int64_t d = 0; d < D; ++d) acc[d] += src[d];
+        }
+        for (int64_t d = 0; d < D; ++d) dq[r * D + d] = store<T>((typename Acc<T>::type)(acc[d] * sc));
+      }
+    });
+  });
+}
+
 }  // namespace
 
 std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
@@ -515,9 +553,23 @@ std::tuple<Sto, Sto, Sto> sdpa_bwd(const CpuStorage& q, const Layout& lq, const 
     return {dq, dk, dv};
   }
   auto fn = fused_kernels().sdpa_bwd[fi(q.dtype())];
-  parallel_for(BH, 1, [&](int64_t a, int64_t e) {
-    for (int64_t bh = a; bh < e; ++bh) fn(p, bh);
+  const int64_t nparts = sdpa_bwd_parts(BH, p.Lq, p.Lk, p.D, stats_dtype(q.dtype()));
+  if (nparts == 1) {
+    parallel_for(BH, 1, [&](int64_t a, int64_t e) {
+      for (int64_t bh = a; bh < e; ++bh) fn(p, bh, 0, 1, nullptr);
+    });
+    return {dq, dk, dv};
+  }
+  // Few heads: each head's key tiles are dealt to nparts items. Their dK/dV rows are disjoint; dQ gets
+  // one partial per item, summed (and scaled) below in part order.
+  const int64_t ldq = sdpa_dq_ld(p.D), psz = itemsize(stats_dtype(q.dtype()));
+  std::vector<char> parts((size_t)(BH * nparts * p.Lq * ldq * psz));
+  parallel_for(BH * nparts, 1, [&](int64_t a, int64_t e) {
+    for (int64_t it = a; it < e; ++it)
+      fn(p, it / nparts, it % nparts, nparts, parts.data() + (size_t)(it * p.Lq * ldq * psz));
   });
+  if (q.dtype() == DType::F64) sum_dq_parts<double>(parts.data(), BH, nparts, p, ldq, q.dtype());
+  else sum_dq_parts<float>(parts.data(), BH, nparts, p, ldq, q.dtype());
   return {dq, dk, dv};
 }
 

@@ -53,9 +53,16 @@ struct SdpaParams {
   const void* lse_in = nullptr;
   void *dq = nullptr, *dk = nullptr, *dv = nullptr;
 };
-// Forward for one (batch*head) index bh and query rows [i0, i1); backward for one bh (all rows).
+// Forward for one (batch*head) index bh and query rows [i0, i1). Backward for one bh and the key tiles
+// t (of kSdpaKeyTile keys) with t % nparts == part: it writes those keys' dK/dV rows, and dQ either
+// straight into p.dq (nparts == 1) or, unscaled, into dq_part (stats type, Lq rows of
+// sdpa_dq_ld(D) elements) for the caller to sum over the parts.
 using SdpaFwdFn = void (*)(const SdpaParams& p, int64_t bh, int64_t i0, int64_t i1);
-using SdpaBwdFn = void (*)(const SdpaParams& p, int64_t bh);
+using SdpaBwdFn = void (*)(const SdpaParams& p, int64_t bh, int64_t part, int64_t nparts, void* dq_part);
+constexpr int64_t kSdpaKeyTile = 64;
+// Row length of a dq_part buffer: D padded to 32 elements (a multiple of the register tile's width at
+// every ISA and dtype).
+inline int64_t sdpa_dq_ld(int64_t D) { return (D + 31) / 32 * 32; }
 
 // Filled per ISA by fused_isa.cpp; indexed by (int)DType for the four float dtypes.
 struct FusedTable {
