@@ -30,6 +30,10 @@ def test_dtype_by_name_and_numpy_dtype():
     assert em.zeros(2, dtype=np.float64).dtype is em.float64
     expect_error(lambda: em.zeros(2, dtype="complex64"), "dtype", em.DTypeError)
     expect_error(lambda: em.zeros(2, dtype="nonsense"), "dtype", TypeError)
+    # None means "the default" only where an argument defaults to it; a cast needs a dtype
+    # (np.dtype(None) would silently be float64)
+    expect_error(lambda: em.zeros(2).to_dtype(None), "dtype", em.DTypeError)
+    assert em.zeros(2, dtype=None).dtype is em.float32
 
 
 def all_halves():

@@ -300,6 +300,18 @@ def test_operand_from_numpy_and_list(rng):
     assert_close(out, a * 2)
 
 
+def test_float_array_operand_promotes_an_int_tensor():
+    # like a Python float: an int tensor meeting float values becomes float32, never truncates them
+    i = em.tensor([1, 2, 3])
+    for out in (i + np.array([0.5, 1.5, 2.5]), np.array([0.5, 1.5, 2.5]) + i, i * [0.5, 0.5, 0.5],
+                em.where(em.tensor([1, 0, 1], dtype=em.uint8), i, np.array([9.5, 9.5, 9.5]))):
+        assert out.dtype == em.float32
+    np.testing.assert_array_equal((i + np.array([0.5, 1.5, 2.5])).numpy(), np.float32([1.5, 3.5, 5.5]))
+    np.testing.assert_array_equal((i - [0.5, 0.5, 0.5]).numpy(), np.float32([0.5, 1.5, 2.5]))
+    assert (i + np.array([1, 1, 1])).dtype == em.int64  # int arrays keep the tensor's dtype
+    expect_error(lambda: i + [[1.5], [2.5, 3.5]], "tensor", em.EmberError)  # ragged
+
+
 ISA_SCRIPT = """
 import sys, numpy as np, ember as em
 rng = np.random.default_rng(3)

@@ -158,4 +158,7 @@ def test_reduce_errors():
     expect_error(lambda: em.zeros(0).argmin(), "argmin", em.ShapeError)
     assert em.zeros(0, 3).max(1).shape == (0,)
     np.testing.assert_array_equal(em.zeros(0, 3).sum(0).numpy(), np.zeros(3))
-    assert t.sum((0, 0, 1)).shape == ()  # repeated dims are one dim
+    # a repeated dim is refused, as numpy and torch do (it likely hides a typo for another dim)
+    expect_error(lambda: t.sum((0, 0, 1)), "sum", em.EmberValueError)
+    expect_error(lambda: t.mean((1, -1)), "mean", em.EmberValueError)
+    assert isinstance(em.EmberValueError("x"), ValueError)

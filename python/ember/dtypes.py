@@ -52,6 +52,8 @@ def to_dtype(dt) -> DType:
         return dt
     if isinstance(dt, str) and dt in _BY_NAME:
         return _BY_NAME[dt]
+    if dt is None:  # np.dtype(None) is float64: never pick a dtype the caller did not name
+        raise DTypeError("[dtype] expected a dtype, got None")
     try:
         return from_numpy_dtype(np.dtype(dt))
     except TypeError:

@@ -71,7 +71,10 @@ def _dims(dim, ndim, op):
         return list(range(ndim))
     if not isinstance(dim, (tuple, list, range)):
         dim = (dim,)  # an int, numpy int or 0-d int tensor; anything else fails in _dim
-    out = sorted({_dim(d, ndim, op) for d in dim})
+    norm = [_dim(d, ndim, op) for d in dim]
+    out = sorted(set(norm))
+    if len(out) != len(norm):  # torch refuses (0, 0) and (1, -1) too: the caller likely meant other dims
+        raise EmberValueError(f"[{op}] dim {tuple(dim)} names the same dim twice")
     return out if ndim else []
 
 
@@ -670,6 +673,12 @@ def _operands(a, b, op):
             a = a.to_dtype(_dt.float32)
         return a, _scalar(float(b), a._dtype, a._device)
     if isinstance(b, (np.ndarray, list)):
+        try:
+            kind = np.asarray(b).dtype.kind
+        except (ValueError, TypeError):
+            kind = ""  # ragged or odd: tensor() below says what is wrong with it
+        if kind in "fc" and kind and not a._dtype.is_float:
+            a = a.to_dtype(_dt.float32)  # like a Python float: never truncate 1.5 to 1
         return a, tensor(b, dtype=a._dtype, device=a._device)
     raise DTypeError(f"[{op}] unsupported operand type {type(b).__name__}")
 
