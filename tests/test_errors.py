@@ -61,6 +61,18 @@ CASES = [
     (lambda: em.zeros(2, dtype="int8x"), "dtype", em.DTypeError, TypeError),
     (lambda: em.Device("gpu"), "device", em.DeviceError, ValueError),
     (lambda: A.item(), "item", em.ShapeError, ValueError),
+    # refusals outside the tensor ops use the fitting subclass too, never the bare base class
+    (lambda: em.GradStore().insert(A, "g"), "GradStore", em.DTypeError, TypeError),
+    (lambda: em.GradStore().extend({}), "GradStore", em.DTypeError, TypeError),
+    (lambda: em.GradStore().get("x"), "GradStore", em.DTypeError, TypeError),
+    (lambda: em.arange(0, 5, 0), "arange", em.EmberValueError, ValueError),
+    (lambda: A[::-1], "index", em.EmberValueError, ValueError),
+    (lambda: A.apply_op1(object()), "apply_op1", em.DTypeError, TypeError),
+    (lambda: em.from_dlpack(object()), "from_dlpack", em.DTypeError, TypeError),
+    (lambda: em.testing.check_op(object(), A), "check_op", em.DTypeError, TypeError),
+    (lambda: em.testing.gradcheck(lambda x: 3, [em.Var(A.to_dtype(em.float64))]), "gradcheck", em.DTypeError,
+     TypeError),
+    (lambda: em.nn.Linear(3, 2).load_state_dict({}), "load_state_dict", em.EmberValueError, ValueError),
 ]
 
 
@@ -250,3 +262,25 @@ def test_bad_arguments_of_nn_optim_io_dlpack(tmp_path):
     with pytest.raises(OSError):
         em.save_safetensors({"a": A}, tmp_path)
     assert list(tmp_path.iterdir()) == []
+
+
+def test_custom_op_and_file_refusals_are_value_or_type_errors(tmp_path):
+    class Alias(em.CustomOp1):
+        name = "alias"
+
+        def cpu_fwd(self, storage, layout):
+            return storage, layout.shape  # the input's own storage: refused
+
+    class NotAPair(em.CustomOp1):
+        name = "not_a_pair"
+
+        def cpu_fwd(self, storage, layout):
+            return 3
+
+    expect_error(lambda: A.apply_op1(Alias()), "alias", em.EmberValueError)
+    expect_error(lambda: A.apply_op1(NotAPair()), "not_a_pair", em.DTypeError)
+    bad = tmp_path / "bad.safetensors"
+    bad.write_bytes(b"\x08\x00\x00\x00\x00\x00\x00\x00not json")
+    expect_error(lambda: em.load_safetensors(str(bad)), "load_safetensors", em.EmberValueError)
+    bad.write_bytes(b"\x01")
+    expect_error(lambda: em.load_safetensors(str(bad)), "load_safetensors", em.EmberValueError)

@@ -7,7 +7,15 @@ from __future__ import annotations
 
 import threading
 
-from .errors import BackwardNotSupported, DTypeError, EmberError, InplaceModifiedError, ShapeError
+from .errors import (
+    BackwardNotSupported,
+    DeviceError,
+    DTypeError,
+    EmberError,
+    EmberValueError,
+    InplaceModifiedError,
+    ShapeError,
+)
 
 __all__ = [
     "NO_BACKWARD", "GradStore", "Node", "backward", "is_grad_enabled", "no_grad", "record", "sorted_nodes",
@@ -181,7 +189,7 @@ def _key(t):
     try:
         return t._id
     except AttributeError:  # a clear error for gs["w"], not an AttributeError from inside the store
-        raise EmberError(f"[GradStore] keys are tensors or tensor ids, got {type(t).__name__}") from None
+        raise DTypeError(f"[GradStore] keys are tensors or tensor ids, got {type(t).__name__}") from None
 
 
 class GradStore:
@@ -209,7 +217,7 @@ class GradStore:
     def insert(self, t, g):
         """Sets (replaces) the gradient of t."""
         if not hasattr(t, "_id") or not hasattr(g, "_storage"):
-            raise EmberError(f"[GradStore] insert expects (Tensor, Tensor), got ({type(t).__name__}, "
+            raise DTypeError(f"[GradStore] insert expects (Tensor, Tensor), got ({type(t).__name__}, "
                              f"{type(g).__name__})")
         self._map[t._id] = (t, g)
 
@@ -223,7 +231,7 @@ class GradStore:
     def extend(self, other):
         """Adds other's gradients into this store, summing where both hold one."""
         if not isinstance(other, GradStore):
-            raise EmberError(f"[GradStore] extend expects a GradStore, got {type(other).__name__}")
+            raise DTypeError(f"[GradStore] extend expects a GradStore, got {type(other).__name__}")
         for k, (t, g) in other._map.items():
             e = self._map.get(k)
             self._map[k] = (t, g) if e is None else (t, e[1] + g)
@@ -292,15 +300,15 @@ def _custom_grads(node, out, g, rule):
     try:
         res = tuple(res)
     except TypeError:  # a bwd returning 5 must name the op, not fail inside tuple()
-        raise EmberError(f"[{node.name}] bwd returned a {type(res).__name__}, expected a Tensor, None or a "
+        raise DTypeError(f"[{node.name}] bwd returned a {type(res).__name__}, expected a Tensor, None or a "
                          "tuple of them") from None
     if len(res) != n:
-        raise EmberError(f"[{node.name}] bwd returned {len(res)} gradients for {n} inputs")
+        raise EmberValueError(f"[{node.name}] bwd returned {len(res)} gradients for {n} inputs")
     for i, (inp, gi) in enumerate(zip(node.inputs, res)):
         if gi is None or inp is None:
             continue
         if not hasattr(gi, "_storage"):
-            raise EmberError(f"[{node.name}] bwd returned a {type(gi).__name__} for input {i}, expected a Tensor")
+            raise DTypeError(f"[{node.name}] bwd returned a {type(gi).__name__} for input {i}, expected a Tensor")
         if gi.shape != inp.shape:
             raise ShapeError(f"[{node.name}] bwd returned a gradient of shape {gi.shape} for input {i} of "
                              f"shape {inp.shape}")
@@ -308,7 +316,7 @@ def _custom_grads(node, out, g, rule):
             raise DTypeError(f"[{node.name}] bwd returned a {gi._dtype.name} gradient for input {i} of "
                              f"dtype {inp._dtype.name}")
         if gi._device != inp._device:
-            raise EmberError(f"[{node.name}] bwd returned a gradient on {gi._device} for input {i} on "
+            raise DeviceError(f"[{node.name}] bwd returned a gradient on {gi._device} for input {i} on "
                              f"{inp._device}")
     return res
 

@@ -120,7 +120,7 @@ def arange(start, end=None, step=1, dtype=None, device=None):
     if end is None:
         start, end = 0, start
     if step == 0:
-        raise EmberError("[arange] step must be nonzero")
+        raise EmberValueError("[arange] step must be nonzero")
     if not all(isinstance(v, numbers.Real) for v in (start, end, step)):
         raise DTypeError(f"[arange] start, end and step must be real numbers, got {start!r}, {end!r}, {step!r}")
     all_int = all(isinstance(v, numbers.Integral) for v in (start, end, step))

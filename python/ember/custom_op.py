@@ -13,6 +13,7 @@ from .errors import (
     DeviceError,
     DTypeError,
     EmberError,
+    EmberValueError,
     InplaceModifiedError,
     ShapeError,
     UnsupportedOp,
@@ -132,7 +133,7 @@ def _fwd(op, storage):
 
 def _check_op(op, cls, method):
     if not isinstance(op, cls):
-        raise EmberError(f"[{method}] expected a {cls.__name__} instance, got {type(op).__name__}")
+        raise DTypeError(f"[{method}] expected a {cls.__name__} instance, got {type(op).__name__}")
 
 
 def _check_inputs(op, tensors):
@@ -142,7 +143,7 @@ def _check_inputs(op, tensors):
     for i in range(1, len(tensors)):
         t = tensors[i]
         if not isinstance(t, Tensor):
-            raise EmberError(f"[{op.name}] input {i} must be a Tensor, got {type(t).__name__}")
+            raise DTypeError(f"[{op.name}] input {i} must be a Tensor, got {type(t).__name__}")
         if type(t._storage) is not type(xs) or (type(xs) is not CpuStorage and x._device != t._device):
             raise DeviceError(f"[{op.name}] inputs on different devices: {x._device} and {t._device}")
 
@@ -179,13 +180,13 @@ def _output(op, res, tensors):
         try:
             st, shape = res
         except (TypeError, ValueError):
-            raise EmberError(
+            raise DTypeError(
                 f"[{op.name}] a forward must return (storage, shape), got {type(res).__name__}") from None
     x = tensors[0]
     xs = x._storage
     if type(st) is not type(xs):
         if not isinstance(st, _C.Storage):
-            raise EmberError(f"[{op.name}] forward returned a {type(st).__name__}, expected a storage")
+            raise DTypeError(f"[{op.name}] forward returned a {type(st).__name__}, expected a storage")
         raise DeviceError(f"[{op.name}] forward returned a {type(st).__name__} for inputs on {x._device}")
     if type(st) is not CpuStorage and st.device_index != x._device.index:
         raise DeviceError(f"[{op.name}] forward returned a storage on {st.device}, inputs are on {x._device}")
@@ -214,7 +215,7 @@ def _output(op, res, tensors):
             f"[{op.name}] forward returned a storage of {st.numel} elements for shape {shape} ({n} elements)")
     for i, t in enumerate(tensors):
         if st.same_buffer(t._storage):
-            raise EmberError(
+            raise EmberValueError(
                 f"[{op.name}] forward returned a storage that shares memory with input {i}; return a new "
                 "storage (e.g. CpuStorage.from_numpy(result))")
     return _wrap(st, _contig(shape), want, x._device, None, shape)
@@ -298,7 +299,7 @@ def _inplace(op, target, others):
     s, l = target._storage, target._layout
     for d, st in zip(l.shape, l.stride):
         if st == 0 and d > 1:
-            raise EmberError(f"[{op.name}] cannot write in place through a broadcast (stride 0) view {l!r}")
+            raise EmberValueError(f"[{op.name}] cannot write in place through a broadcast (stride 0) view {l!r}")
     args = [s, l]
     for t in others:
         ts, tl = t._storage, t._layout
@@ -315,7 +316,7 @@ def _inplace(op, target, others):
         _C._restore_inplace_target(prev)
         s.bump_version()  # even after a failure: the forward may have written part of the data
     if res is not None:
-        raise EmberError(
+        raise DTypeError(
             f"[{op.name}] an in-place forward mutates its first operand and returns None, got {type(res).__name__}")
     node = target._op
     if node is not None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .backprop import no_grad
-from .errors import EmberError
+from .errors import DTypeError, EmberError
 from .tensor import Tensor, Var, tensor
 
 
@@ -17,7 +17,7 @@ def _outputs(res):
         return [res]
     if isinstance(res, (tuple, list)) and all(isinstance(r, Tensor) or r is None for r in res):
         return [r for r in res if r is not None]
-    raise EmberError(f"[gradcheck] fn must return a Tensor or a tuple of Tensors, got {type(res).__name__}")
+    raise DTypeError(f"[gradcheck] fn must return a Tensor or a tuple of Tensors, got {type(res).__name__}")
 
 
 def _loss(outs, weights):
@@ -40,7 +40,7 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
     inputs = list(inputs)
     diff = [i for i, t in enumerate(inputs) if isinstance(t, Tensor) and t.dtype.is_float]
     if not diff:
-        raise EmberError("[gradcheck] no float tensor among the inputs")
+        raise DTypeError("[gradcheck] no float tensor among the inputs")
     # C order: the perturbation loop below writes through reshape(-1), which must be a view
     base = {i: np.array(inputs[i].numpy(), dtype=np.float64, order="C") for i in diff}
 

@@ -9,7 +9,7 @@ import numpy as np
 
 from . import _C
 from . import dtypes as _dt
-from .errors import DeviceError, DTypeError, EmberError
+from .errors import DeviceError, DTypeError, EmberValueError
 from .tensor import Tensor, _wrap, tensor
 
 # The DLPack C structs (dlpack.h v1.x), declared with ctypes. numpy's own exporter cannot carry
@@ -169,11 +169,11 @@ def _capsule_of(obj):
         try:  # the producer's answer is read, not trusted
             kind = operator.index(next(iter(dev)))
         except (TypeError, StopIteration):
-            raise EmberError(f"[from_dlpack] __dlpack_device__ returned {dev!r}, not a (type, id) tuple") from None
+            raise DTypeError(f"[from_dlpack] __dlpack_device__ returned {dev!r}, not a (type, id) tuple") from None
         if kind != _KDL_CPU:
             raise DeviceError(f"[from_dlpack] only CPU tensors can be imported, got DLPack device {dev}")
     if not hasattr(obj, "__dlpack__"):
-        raise EmberError(f"[from_dlpack] {type(obj).__name__} does not implement __dlpack__")
+        raise DTypeError(f"[from_dlpack] {type(obj).__name__} does not implement __dlpack__")
     try:
         return obj.__dlpack__(max_version=(1, 0))
     except TypeError:  # producers from before DLPack 1.0 take no max_version
@@ -191,7 +191,7 @@ def from_dlpack(obj) -> Tensor:
         addr = _api.PyCapsule_GetPointer(cap_addr, name)
         m = _DLManagedVersioned.from_address(addr)
         if m.version.major != 1:
-            raise EmberError(f"[from_dlpack] unsupported DLPack version {m.version.major}.{m.version.minor}")
+            raise EmberValueError(f"[from_dlpack] unsupported DLPack version {m.version.major}.{m.version.minor}")
         read_only = bool(m.flags & _FLAG_READ_ONLY)
     elif _api.PyCapsule_IsValid(cap_addr, _NAME):
         name, used = _NAME, _USED
@@ -199,7 +199,7 @@ def from_dlpack(obj) -> Tensor:
         m = _DLManaged.from_address(addr)
         read_only = False
     else:
-        raise EmberError("[from_dlpack] expected an unconsumed DLPack capsule")
+        raise EmberValueError("[from_dlpack] expected an unconsumed DLPack capsule")
     dl = m.dl_tensor
     if dl.device.device_type != _KDL_CPU:
         raise DeviceError(f"[from_dlpack] only CPU tensors can be imported, got device type {dl.device.device_type}")
@@ -210,12 +210,12 @@ def from_dlpack(obj) -> Tensor:
     ndim = dl.ndim
     # A producer's struct is read, not trusted: a bad rank or shape raises before ember owns it.
     if not 0 <= ndim <= 64 or (ndim and not dl.shape):
-        raise EmberError(f"[from_dlpack] invalid DLPack tensor: ndim {ndim}")
+        raise EmberValueError(f"[from_dlpack] invalid DLPack tensor: ndim {ndim}")
     shape = [int(dl.shape[i]) for i in range(ndim)]
     if any(d < 0 for d in shape) or math.prod(max(d, 1) for d in shape) >= 2**63:
-        raise EmberError(f"[from_dlpack] invalid DLPack shape {tuple(shape)}")
+        raise EmberValueError(f"[from_dlpack] invalid DLPack shape {tuple(shape)}")
     if not dl.data and math.prod(shape) > 0:
-        raise EmberError(f"[from_dlpack] DLPack tensor of shape {tuple(shape)} has no data pointer")
+        raise EmberValueError(f"[from_dlpack] DLPack tensor of shape {tuple(shape)} has no data pointer")
     # From here on ember owns the managed tensor: rename so the producer's destructor leaves it alone.
     _api.PyCapsule_SetName(cap_addr, used)
     owner = _Owner(addr, m.deleter if m.deleter else None)

@@ -62,7 +62,7 @@ def save_safetensors(tensors, path, metadata=None) -> None:
         raise DTypeError(f"[save_safetensors] metadata must be a dict of str -> str, got {type(metadata).__name__}")
     if metadata:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
-            raise EmberError("[save_safetensors] metadata keys and values must be strings")
+            raise DTypeError("[save_safetensors] metadata keys and values must be strings")
         header["__metadata__"] = dict(metadata)
     for name in sorted(tensors):
         t = tensors[name]
@@ -91,16 +91,16 @@ def save_safetensors(tensors, path, metadata=None) -> None:
 
 def _read_header(buf: np.ndarray, path):
     if buf.size < 8:
-        raise EmberError(f"[load_safetensors] {path}: file too small to be safetensors")
+        raise EmberValueError(f"[load_safetensors] {path}: file too small to be safetensors")
     n = int(buf[:8].view("<u8")[0])
     if n > _MAX_HEADER or 8 + n > buf.size:
-        raise EmberError(f"[load_safetensors] {path}: header length {n} does not fit the file")
+        raise EmberValueError(f"[load_safetensors] {path}: header length {n} does not fit the file")
     try:
         header = json.loads(buf[8 : 8 + n].tobytes().decode("utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:  # deep nesting recurses
-        raise EmberError(f"[load_safetensors] {path}: header is not valid JSON ({e})") from None
+        raise EmberValueError(f"[load_safetensors] {path}: header is not valid JSON ({e})") from None
     if not isinstance(header, dict):
-        raise EmberError(f"[load_safetensors] {path}: header is not a JSON object")
+        raise EmberValueError(f"[load_safetensors] {path}: header is not a JSON object")
     return header, 8 + n
 
 
@@ -121,11 +121,11 @@ def load_safetensors(path, device=None) -> dict:
         try:
             code, shape, (begin, end) = info["dtype"], list(info["shape"]), info["data_offsets"]
         except (KeyError, TypeError, ValueError):
-            raise EmberError(f"[load_safetensors] {path}: malformed entry for {name!r}") from None
+            raise EmberValueError(f"[load_safetensors] {path}: malformed entry for {name!r}") from None
         # Exact JSON integers only: int(1.5) would truncate, and a bool or string is no size at all.
         if (not isinstance(code, str) or not all(type(v) is int for v in (*shape, begin, end))
                 or any(d < 0 for d in shape)):
-            raise EmberError(f"[load_safetensors] {path}: malformed entry for {name!r}: dtype {code!r}, "
+            raise EmberValueError(f"[load_safetensors] {path}: malformed entry for {name!r}: dtype {code!r}, "
                              f"shape {shape!r}, data_offsets {[begin, end]!r}")
         if code in _FROM_CODE:
             dt = _FROM_CODE[code]
@@ -136,9 +136,9 @@ def load_safetensors(path, device=None) -> dict:
             raise DTypeError(f"[load_safetensors] tensor {name!r} has dtype {code}, which ember cannot hold")
         n = math.prod(shape)  # exact: np.prod wraps, and (2**32, 2**32) would pass for 0 bytes
         if math.prod(max(d, 1) for d in shape) >= 2**63:
-            raise EmberError(f"[load_safetensors] {path}: shape {tuple(shape)} of {name!r} is too large")
+            raise EmberValueError(f"[load_safetensors] {path}: shape {tuple(shape)} of {name!r} is too large")
         if not (0 <= begin <= end <= data.size) or end - begin != n * npt.itemsize:
-            raise EmberError(f"[load_safetensors] {path}: data_offsets {[begin, end]} of {name!r} do not match "
+            raise EmberValueError(f"[load_safetensors] {path}: data_offsets {[begin, end]} of {name!r} do not match "
                              f"shape {tuple(shape)} and dtype {code}")
         # Copy out of the file buffer: offsets in foreign files need not be aligned to the itemsize.
         arr = np.array(data[begin:end]).view(npt)
@@ -160,5 +160,5 @@ def load_safetensors_metadata(path) -> dict:
     header, _ = _read_header(buf, path)
     meta = header.get("__metadata__", {})
     if not isinstance(meta, dict):
-        raise EmberError(f"[load_safetensors_metadata] {path}: __metadata__ is a {type(meta).__name__}, not a map")
+        raise EmberValueError(f"[load_safetensors_metadata] {path}: __metadata__ is a {type(meta).__name__}, not a map")
     return dict(meta)

@@ -5,7 +5,7 @@ import math
 
 from .args import bool_arg, float_arg
 from .backprop import no_grad
-from .errors import DTypeError, EmberError, EmberValueError, ShapeError
+from .errors import DTypeError, EmberValueError, ShapeError
 from .tensor import Tensor, Var
 
 
@@ -111,7 +111,7 @@ class Optimizer:
         groups = sd.get("param_groups", [])
         if len(groups) != len(self.param_groups) or any(
                 len(a["params"]) != len(b["params"]) for a, b in zip(groups, self.param_groups)):
-            raise EmberError(f"[{self.name}] load_state_dict: parameter groups do not match this optimizer")
+            raise EmberValueError(f"[{self.name}] load_state_dict: parameter groups do not match this optimizer")
         for mine, saved in zip(self.param_groups, groups):
             mine.update({k: v for k, v in saved.items() if k != "params"})
         self.state = {}

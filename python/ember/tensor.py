@@ -12,7 +12,7 @@ from . import dtypes as _dt
 from .args import bool_arg, float_arg, i64_arg, int_arg
 from .backprop import no_grad, record
 from .dtypes import Device, DType
-from .errors import DeviceError, DTypeError, EmberError, EmberValueError, IndexOutOfRange, ShapeError
+from .errors import DeviceError, DTypeError, EmberValueError, IndexOutOfRange, ShapeError
 
 _ids = itertools.count(1)
 
@@ -328,7 +328,7 @@ class Tensor:
                 except (TypeError, ValueError) as e:
                     raise IndexOutOfRange(f"[index] invalid slice {i!r}: {e}") from None
                 if step < 1:
-                    raise EmberError(f"[index] slice step must be >= 1, got {step}")
+                    raise EmberValueError(f"[index] slice step must be >= 1, got {step}")
                 # slice.indices clamps start/stop but not step; any step past the size picks one element
                 layout = layout.slice(dim, start, max(start, stop), min(step, 2**63 - 1))
                 dim += 1
@@ -601,7 +601,7 @@ class Var(Tensor):
         if t._dtype is not self._dtype:
             raise DTypeError(f"[set] dtype mismatch: variable {self._dtype.name}, value {t._dtype.name}")
         if t._device != self._device:
-            raise EmberError(f"[set] device mismatch: variable {self._device}, value {t._device}")
+            raise DeviceError(f"[set] device mismatch: variable {self._device}, value {t._device}")
         s_st, s_l = t._storage, t._layout
         if s_st.same_buffer(self._storage):
             s_st, s_l = _C.contiguous(s_st, s_l)

@@ -84,7 +84,7 @@ class Module:
         missing = [k for k in params if k not in state]
         unexpected = [k for k in state if k not in params]
         if strict and (missing or unexpected):
-            raise EmberError(f"[load_state_dict] missing keys {missing}, unexpected keys {unexpected}")
+            raise EmberValueError(f"[load_state_dict] missing keys {missing}, unexpected keys {unexpected}")
         for name, p in params.items():
             if name not in state:
                 continue

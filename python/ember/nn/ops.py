@@ -14,7 +14,7 @@ from .. import _C
 from ..args import float_arg
 from ..backprop import is_grad_enabled
 from ..custom_op import CustomOp1, CustomOp2, CustomOp3
-from ..errors import DTypeError, EmberError, ShapeError
+from ..errors import DeviceError, DTypeError, EmberError, ShapeError
 from ..tensor import UNARY, Tensor, _contig, _dim, _wrap, arange, full, where
 
 _F = _C.fused
@@ -280,7 +280,7 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
     if mask is not None:
         _check_tensor(mask, "sdpa", "mask")
         if mask.device != q.device:
-            raise EmberError(f"[sdpa] mask is on {mask.device}, query on {q.device}")
+            raise DeviceError(f"[sdpa] mask is on {mask.device}, query on {q.device}")
     if q.ndim not in (3, 4):
         raise ShapeError(f"[sdpa] expected query of shape (B, H, L, D) or (B, L, D), got {q.shape}")
     scale = 1.0 / math.sqrt(max(q.shape[-1], 1)) if scale is None else float_arg(scale, "sdpa", "scale")  # head dim 0: no 1/0
