@@ -194,6 +194,34 @@ def test_sdpa_masked_strided(mask_kind):
         check(a, b, dt, 6)
 
 
+
+@pytest.mark.parametrize("Hkv", [1, 2])
+def test_sdpa_grouped_query_heads(Hkv):
+    """k/v with fewer heads than q: the op, its fused backward, the composite reference and the
+    second-order (create_graph) path all match torch's enable_gqa."""
+    dt, rng = em.float64, np.random.default_rng(11)
+    (qb, q, tqb, tq) = sdpa_pair(2, 4, 9, 9, 8, dt, 3)[0]
+    kb, _, tkb, _ = pair(rng.standard_normal((2, Hkv, 13, 8)), dt)
+    vb, _, tvb, _ = pair(rng.standard_normal((2, Hkv, 13, 5)), dt)
+    ye = ops.sdpa(q, kb, vb, causal=True)
+    yt = torch.nn.functional.scaled_dot_product_attention(tq, tkb, tvb, is_causal=True, enable_gqa=True)
+    check(ye, yt, dt, 2)
+    check(ops.sdpa_slow(q, kb, vb, causal=True), yt, dt, 2)
+    ges, tgs = grads(ye, yt, [qb, kb, vb], [tqb, tkb, tvb])
+    for a, b in zip(ges, tgs):
+        assert a.shape == tuple(b.shape)
+        check(a, b, dt, 6)
+    # second order through the composite backward: d/dk of sum((d loss/dq)^2)
+    gq = (ops.sdpa(qb, kb, vb, causal=True) ** 2).sum().backward(create_graph=True)[qb]
+    gk2 = (gq * gq).sum().backward()[kb]
+    tq2, tk2, tv2 = (t.detach().clone().requires_grad_() for t in (tqb, tkb, tvb))
+    (tgq,) = torch.autograd.grad((torch.nn.functional.scaled_dot_product_attention(
+        tq2, tk2, tv2, is_causal=True, enable_gqa=True) ** 2).sum(), tq2, create_graph=True)
+    (tgk2,) = torch.autograd.grad((tgq * tgq).sum(), tk2)
+    check(gk2, tgk2, dt, 6)
+    with pytest.raises(em.ShapeError, match=r"^\[sdpa\] incompatible shapes"):
+        ops.sdpa(q, em.zeros(2, 3, 13, 8, dtype=dt), em.zeros(2, 3, 13, 5, dtype=dt))
+
 def test_sdpa_fully_masked_row_is_zero_not_nan():
     q = em.Var(em.randn(1, 1, 3, 4))
     m = em.tensor(np.array([[1, 1], [0, 0], [1, 0]], dtype=np.uint8))

@@ -249,7 +249,9 @@ def sdpa_ref(q, k, v, mask, scale, causal):
     m = mask
     if m is not None and m.dtype != torch.bool:
         m = m.double()
-    o = torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, attn_mask=m, scale=scale, is_causal=causal)
+    gqa = q.ndim == 4 and k.shape[1] != q.shape[1]
+    o = torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, attn_mask=m, scale=scale, is_causal=causal,
+                                                         enable_gqa=gqa)
     return o, (qr, kr, vr)
 
 
@@ -344,6 +346,38 @@ def test_sdpa_backward_split_over_key_tiles(dtype, case):
     for a, b in zip(grads, torch.autograd.grad(ro, ins, g.double())):
         close(a, b, dtype, 4)
 
+
+
+# Grouped-query attention: k/v with fewer heads than q (torch's enable_gqa, MLX's implicit broadcast).
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("H,Hkv,Lk,case", [(6, 2, 45, "plain"), (4, 1, 70, "causal"), (6, 3, 37, "additive_mask"),
+                                           (4, 2, 600, "bool_mask"), (2, 1, 1100, "causal")])
+def test_sdpa_grouped_query_heads(dtype, H, Hkv, Lk, case):
+    B, Lq, D, Dv = 2, 33, 20, 12
+    q = torch.randn(B, Lq, H, D, dtype=torch.float64).to(dtype).transpose(1, 2)  # strided heads
+    k = torch.randn(B, Hkv, Lk, D, dtype=torch.float64).to(dtype)
+    v = torch.randn(B, Hkv, Lk + 2, Dv, dtype=torch.float64).to(dtype)[:, :, 1:-1]  # offset rows
+    mask = None
+    if case == "additive_mask":
+        mask = torch.randn(B, H, Lq, Lk, dtype=torch.float64).to(dtype)
+    elif case == "bool_mask":
+        mask = torch.rand(1, H, Lq, Lk) > 0.3
+        mask[..., 0] = True
+    causal = case == "causal"
+    out, g, grads = run_sdpa(q, k, v, mask=mask, scale=0.3, causal=causal)
+    assert [t.shape for t in grads] == [q.shape, k.shape, v.shape]
+    ro, ins = sdpa_ref(q, k, v, mask, 0.3, causal)
+    close(out, ro, dtype)
+    for a, b in zip(grads, torch.autograd.grad(ro, ins, g.double())):
+        close(a, b, dtype, 4)
+
+
+def test_sdpa_grouped_heads_must_divide():
+    q, k = torch.randn(1, 6, 5, 8), torch.randn(1, 4, 5, 8)
+    with pytest.raises(EmberError, match=r"^\[sdpa\] incompatible shapes"):
+        F.sdpa_fwd(*sto(q), *sto(k), *sto(k), None, None, None, False)
+    with pytest.raises(EmberError, match=r"^\[sdpa\] incompatible shapes"):  # v heads must equal k heads
+        F.sdpa_fwd(*sto(q), *sto(torch.randn(1, 2, 5, 8)), *sto(torch.randn(1, 3, 5, 8)), None, None, None, False)
 
 def test_sdpa_backward_same_bits_on_any_pool():
     """The split of the keys depends on the shape only, so the gradients match bit for bit."""

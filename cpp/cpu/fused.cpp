@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <memory>
 #include <vector>
 
 #include "cpu/parallel.h"
@@ -423,12 +424,16 @@ void setup_sdpa(const CpuStorage& q, const Layout& lq, const CpuStorage& k, cons
   dims4(lq, "query", shq, p.sq);
   dims4(lk, "key", shk, p.sk);
   dims4(lv, "value", shv, p.sv);
-  EMBER_CHECK(lq.ndim() == lk.ndim() && lq.ndim() == lv.ndim() && shq[0] == shk[0] && shq[1] == shk[1] &&
-                  shk[0] == shv[0] && shk[1] == shv[1] && shk[2] == shv[2] && shq[3] == shk[3],
+  // k and v may have fewer heads than q when they divide it (grouped-query attention).
+  EMBER_CHECK(lq.ndim() == lk.ndim() && lq.ndim() == lv.ndim() && shq[0] == shk[0] && shk[1] > 0 &&
+                  shq[1] % shk[1] == 0 && shk[0] == shv[0] && shk[1] == shv[1] && shk[2] == shv[2] &&
+                  shq[3] == shk[3],
               Shape, "[sdpa] incompatible shapes q ", shape_str(lq.shape()), ", k ", shape_str(lk.shape()), ", v ",
-              shape_str(lv.shape()));
+              shape_str(lv.shape()), " (k and v need the same batch, the same heads, a head count dividing q's, "
+              "and k the head dim of q)");
   p.B = shq[0];
   p.H = shq[1];
+  p.Hkv = shk[1];
   p.Lq = shq[2];
   p.Lk = shk[2];
   p.D = shq[3];
@@ -458,6 +463,29 @@ int64_t sdpa_bwd_parts(int64_t BH, int64_t Lq, int64_t Lk, int64_t D, DType stat
   const int64_t per_part = std::max<int64_t>(1, BH * Lq * sdpa_dq_ld(D) * (int64_t)itemsize(stats));
   const int64_t cap = kDqPartsBytes / per_part;
   return std::max<int64_t>(1, std::min({(kBwdItems + BH - 1) / BH, tiles / kMinTilesPerPart, cap}));
+}
+
+// dk[b][hk] = sum of dk_part[b][h] over the query heads h of group hk, in head order; dv likewise.
+template <typename C> void sum_kv_groups(const SdpaParams& p, DType dt) {
+  const int64_t group = p.H / p.Hkv, rows = p.B * p.Hkv * p.Lk;
+  EMBER_DISPATCH_FLOAT(dt, {
+    for (int k = 0; k < 2; ++k) {
+      const int64_t n = k ? p.Dv : p.D, ld = sdpa_dq_ld(n);
+      const C* part = (const C*)(k ? p.dv_part : p.dk_part);
+      T* out = (T*)(k ? p.dv : p.dk);
+      parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
+        for (int64_t r = r0; r < r1; ++r) {  // r = (b * Hkv + hk) * Lk + j
+          const int64_t j = r % p.Lk, bk = r / p.Lk, b = bk / p.Hkv, hk = bk % p.Hkv;
+          const C* src = part + ((b * p.H + hk * group) * p.Lk + j) * ld;
+          for (int64_t d = 0; d < n; ++d) {
+            C acc = 0;
+            for (int64_t g = 0; g < group; ++g) acc += src[g * p.Lk * ld + d];
+            out[r * n + d] = store<T>((typename Acc<T>::type)acc);
+          }
+        }
+      });
+    }
+  });
 }
 
 // dq[bh][i][d] = scale * sum over parts (in part order) of parts[bh][part][i][d].
@@ -540,8 +568,8 @@ std::tuple<Sto, Sto, Sto> sdpa_bwd(const CpuStorage& q, const Layout& lq, const 
   p.g = (const char*)g.raw() + lg.offset() * isz;
   p.lse_in = lse.raw();
   auto dq = new_cpu(q.dtype(), BH * p.Lq * p.D);
-  auto dk = new_cpu(q.dtype(), BH * p.Lk * p.D);
-  auto dv = new_cpu(q.dtype(), BH * p.Lk * p.Dv);
+  auto dk = new_cpu(q.dtype(), p.B * p.Hkv * p.Lk * p.D);
+  auto dv = new_cpu(q.dtype(), p.B * p.Hkv * p.Lk * p.Dv);
   p.dq = dq->raw();
   p.dk = dk->raw();
   p.dv = dv->raw();
@@ -553,23 +581,41 @@ std::tuple<Sto, Sto, Sto> sdpa_bwd(const CpuStorage& q, const Layout& lq, const 
     return {dq, dk, dv};
   }
   auto fn = fused_kernels().sdpa_bwd[fi(q.dtype())];
+  // Grouped heads: each query head's dK/dV go to its own partial first (summed per group at the end),
+  // so no two items ever add into the same rows.
+  const int64_t csz = itemsize(stats_dtype(q.dtype()));
+  std::unique_ptr<char[]> dk_part, dv_part;
+  if (p.H != p.Hkv) {
+    dk_part.reset(new char[(size_t)(BH * p.Lk * sdpa_dq_ld(p.D) * csz)]);
+    dv_part.reset(new char[(size_t)(BH * p.Lk * sdpa_dq_ld(p.Dv) * csz)]);
+    p.dk_part = dk_part.get();
+    p.dv_part = dv_part.get();
+  }
+  const auto finish = [&] {
+    if (p.H == p.Hkv) return;
+    if (q.dtype() == DType::F64) sum_kv_groups<double>(p, q.dtype());
+    else sum_kv_groups<float>(p, q.dtype());
+  };
   const int64_t nparts = sdpa_bwd_parts(BH, p.Lq, p.Lk, p.D, stats_dtype(q.dtype()));
   if (nparts == 1) {
     parallel_for(BH, 1, [&](int64_t a, int64_t e) {
       for (int64_t bh = a; bh < e; ++bh) fn(p, bh, 0, 1, nullptr);
     });
+    finish();
     return {dq, dk, dv};
   }
   // Few heads: each head's key tiles are dealt to nparts items. Their dK/dV rows are disjoint; dQ gets
   // one partial per item, summed (and scaled) below in part order.
   const int64_t ldq = sdpa_dq_ld(p.D), psz = itemsize(stats_dtype(q.dtype()));
-  std::vector<char> parts((size_t)(BH * nparts * p.Lq * ldq * psz));
+  // Not value-initialised: each item zeroes its own partial.
+  std::unique_ptr<char[]> parts(new char[(size_t)(BH * nparts * p.Lq * ldq * psz)]);
   parallel_for(BH * nparts, 1, [&](int64_t a, int64_t e) {
     for (int64_t it = a; it < e; ++it)
-      fn(p, it / nparts, it % nparts, nparts, parts.data() + (size_t)(it * p.Lq * ldq * psz));
+      fn(p, it / nparts, it % nparts, nparts, parts.get() + (size_t)(it * p.Lq * ldq * psz));
   });
-  if (q.dtype() == DType::F64) sum_dq_parts<double>(parts.data(), BH, nparts, p, ldq, q.dtype());
-  else sum_dq_parts<float>(parts.data(), BH, nparts, p, ldq, q.dtype());
+  if (q.dtype() == DType::F64) sum_dq_parts<double>(parts.get(), BH, nparts, p, ldq, q.dtype());
+  else sum_dq_parts<float>(parts.get(), BH, nparts, p, ldq, q.dtype());
+  finish();
   return {dq, dk, dv};
 }
 

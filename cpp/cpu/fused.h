@@ -35,7 +35,9 @@ using EltBwdFn = void (*)(const void* a, const void* g, void* dx, int64_t n);
 
 // Everything the attention kernels need; strides in elements for (b, h, row, col).
 struct SdpaParams {
-  int64_t B = 0, H = 0, Lq = 0, Lk = 0, D = 0, Dv = 0;
+  // H query heads share Hkv key/value heads (grouped-query attention; H % Hkv == 0): query head h reads
+  // key/value head h / (H / Hkv), as torch's enable_gqa and MLX do.
+  int64_t B = 0, H = 0, Hkv = 0, Lq = 0, Lk = 0, D = 0, Dv = 0;
   const void *q = nullptr, *k = nullptr, *v = nullptr;
   int64_t sq[4] = {}, sk[4] = {}, sv[4] = {};
   // Optional mask (additive float, or uint8 where 0 = masked out); broadcast dims have stride 0.
@@ -52,6 +54,10 @@ struct SdpaParams {
   int64_t so[4] = {}, sg[4] = {};
   const void* lse_in = nullptr;
   void *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  // With H > Hkv, several query heads add into one key/value head's gradients: the backward then writes
+  // each query head's dK/dV (stats type, B*H*Lk rows of sdpa_dq_ld(D) / sdpa_dq_ld(Dv)) here instead,
+  // and the caller sums each group.
+  void *dk_part = nullptr, *dv_part = nullptr;
 };
 // Forward for one (batch*head) index bh and query rows [i0, i1). Backward for one bh and the key tiles
 // t (of kSdpaKeyTile keys) with t % nparts == part: it writes those keys' dK/dV rows, and dQ either

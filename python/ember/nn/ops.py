@@ -243,6 +243,23 @@ def _attn_scores(q, k, scale, causal, mask):
     return s
 
 
+def _repeat_kv(t: Tensor, q: Tensor) -> Tensor:
+    """Grouped-query attention for the composites: key/value head j serves query heads j*g .. j*g+g-1."""
+    if q.ndim != 4 or t.ndim != 4 or t.shape[1] == q.shape[1] or t.shape[1] == 0:
+        return t
+    group = q.shape[1] // t.shape[1]
+    ids = arange(t.shape[1], device=t.device).reshape(t.shape[1], 1).broadcast_as((t.shape[1], group)).flatten()
+    return t.index_select(ids, 1)
+
+
+def _sum_groups(g: Tensor, like: Tensor) -> Tensor:
+    """The gradient of _repeat_kv: each key/value head gets the sum over the query heads it serves."""
+    if g.shape[1] == like.shape[1]:
+        return g
+    B, H, L, D = g.shape
+    return g.reshape(B, like.shape[1], H // like.shape[1], L, D).sum(2)
+
+
 class _Sdpa(CustomOp3):
     name = "sdpa"
 
@@ -264,17 +281,21 @@ class _Sdpa(CustomOp3):
                                      out._storage, out._layout, self.lse, g._storage, g._layout,
                                      *self._mask_args(), self.scale, self.causal)
             return _out(dq, q.shape, q), _out(dk, k.shape, k), _out(dv, v.shape, v)
-        p = softmax_last_dim(_attn_scores(q, k, self.scale, self.causal, self.mask))
+        kr, vr = _repeat_kv(k, q), _repeat_kv(v, q)
+        p = softmax_last_dim(_attn_scores(q, kr, self.scale, self.causal, self.mask))
         dv = p.transpose(-2, -1) @ g
-        dp = g @ v.transpose(-2, -1)
+        dp = g @ vr.transpose(-2, -1)
         ds = p * (dp - (dp * p).sum(-1, keepdim=True))
-        return (ds @ k) * self.scale, (ds.transpose(-2, -1) @ q) * self.scale, dv
+        dk = (ds.transpose(-2, -1) @ q) * self.scale
+        return (ds @ kr) * self.scale, _sum_groups(dk, k), _sum_groups(dv, v)
 
 
 def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask: Tensor | None = None) -> Tensor:
     """Attention over (B, H, L, D) (or (B, L, D)) tensors, flash-style: the L x L matrix is never
-    built. ``mask`` (broadcastable to (B, H, Lq, Lk)) is additive when float, a keep-mask when
-    bool/uint8 (0 = masked out); it takes no gradient. Fully masked rows give 0."""
+    built. ``k`` and ``v`` may have fewer heads than ``q`` when that number divides H (grouped-query
+    attention: key/value head j serves query heads j*H/Hkv ..). ``mask`` (broadcastable to
+    (B, H, Lq, Lk)) is additive when float, a keep-mask when bool/uint8 (0 = masked out); it takes no
+    gradient. Fully masked rows give 0."""
     for t, nm in ((q, "query"), (k, "key"), (v, "value")):
         _check_tensor(t, "sdpa", nm)
     if mask is not None:
@@ -310,4 +331,4 @@ def layer_norm_slow(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) 
 
 def sdpa_slow(q, k, v, scale=None, causal=False, mask=None):
     scale = 1.0 / math.sqrt(max(q.shape[-1], 1)) if scale is None else float(scale)
-    return softmax_slow(_attn_scores(q, k, scale, causal, mask), -1) @ v
+    return softmax_slow(_attn_scores(q, _repeat_kv(k, q), scale, causal, mask), -1) @ _repeat_kv(v, q)
