@@ -15,6 +15,12 @@ void bind_layout(py::module_& m) {
              return Layout(std::move(shape), std::move(stride), offset);
            }),
            py::arg("shape"), py::arg("stride"), py::arg("start_offset") = 0)
+      // Tried only when the typed overload above cannot convert its arguments: pybind's own message
+      // would be a bare TypeError without the op's name.
+      .def(py::init([](const py::args&, const py::kwargs&) -> Layout {
+        EMBER_CHECK(false, DType, "[Layout] expected Layout(shape, stride, start_offset=0): two sequences of "
+                    "ints of one length and an int, each within int64");
+      }))
       .def_static(
           "contiguous",
           [](const Shape& shape, int64_t offset) {
@@ -22,6 +28,10 @@ void bind_layout(py::module_& m) {
             return Layout::contiguous(shape, offset);
           },
           py::arg("shape"), py::arg("start_offset") = 0)
+      .def_static("contiguous", [](const py::args&, const py::kwargs&) -> Layout {
+        EMBER_CHECK(false, DType, "[Layout] expected Layout.contiguous(shape, start_offset=0): a sequence of ints "
+                    "and an int, each within int64");
+      })
       .def_property_readonly("shape", [](const Layout& l) { return py::tuple(py::cast(l.shape())); })
       .def_property_readonly("stride", [](const Layout& l) { return py::tuple(py::cast(l.stride())); })
       .def_property_readonly("start_offset", &Layout::offset)
