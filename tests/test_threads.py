@@ -34,6 +34,25 @@ def test_env_var_sets_default():
     assert out.stdout.strip() == "3"
 
 
+@pytest.mark.parametrize("spin", ["0", "50", "junk", "-5"])
+def test_spin_env_var_keeps_results(spin):
+    # EMBER_SPIN_US only changes how long idle workers spin: any value (bad ones mean the default) gives
+    # the same bits, and a pool that sleeps at once still wakes for every call
+    code = ("import numpy as np, ember as em; em.set_num_threads(2); x = em.randn(400, 1000); "
+            "r = [float((x.exp() + x).sum()) for _ in range(50)]; print(len(set(r)), r[0])")
+    outs = []
+    for env_spin in (spin, None):
+        env = dict(os.environ)
+        env.pop("EMBER_SPIN_US", None)
+        if env_spin is not None:
+            env["EMBER_SPIN_US"] = env_spin
+        out = subprocess.run([sys.executable, "-c", "import ember as em; em.manual_seed(1); " + code], check=False,
+                             env=env, capture_output=True, text=True, timeout=120)
+        assert out.returncode == 0, out.stderr
+        outs.append(out.stdout.split())
+    assert outs[0][0] == "1" and outs[0] == outs[1]
+
+
 def workload(seed):
     """Ops large enough to be split across threads (above the grain), with views and every reduction path."""
     em.manual_seed(seed)

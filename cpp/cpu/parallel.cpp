@@ -24,7 +24,19 @@ thread_local bool t_in_worker = false;
 // How long a worker (or the caller waiting for the last chunk) spins before it sleeps. Waking a
 // sleeping thread costs tens to hundreds of microseconds on a VM (an IPI to a halted vCPU), paid on
 // every call of a training loop whose ops arrive a few microseconds apart; OpenMP runtimes spin too.
-constexpr auto kSpin = std::chrono::microseconds(1000);
+// EMBER_SPIN_US=n changes it (0: sleep at once, for machines whose cores other programs need more than
+// ember needs fast wake-ups; like OMP_WAIT_POLICY=passive). Read once, at the first parallel call.
+std::chrono::microseconds spin_time() {
+  static const std::chrono::microseconds t = [] {
+    if (const char* e = std::getenv("EMBER_SPIN_US")) {
+      char* end = nullptr;
+      const long n = std::strtol(e, &end, 10);
+      if (end != e && *end == '\0' && n >= 0) return std::chrono::microseconds(std::min<long>(n, 1000000));
+    }
+    return std::chrono::microseconds(1000);  // unset or unreadable: the default
+  }();
+  return t;
+}
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -34,9 +46,9 @@ inline void cpu_relax() {
 #endif
 }
 
-// Spins until pred() holds or kSpin has passed; returns pred().
+// Spins until pred() holds or spin_time() has passed; returns pred().
 template <typename P> bool spin_until(P&& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + kSpin;
+  const auto deadline = std::chrono::steady_clock::now() + spin_time();
   for (int i = 0;; ++i) {
     if (pred()) return true;
     cpu_relax();
