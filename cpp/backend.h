@@ -25,7 +25,11 @@ enum class UnaryOp : uint8_t {
   Exp, Log, Sin, Cos, Tanh, Sqrt, Sqr, Abs, Neg, Recip, Relu, Gelu, Silu, Erf, Ceil, Floor, Round,
   Sign, Sigmoid, Affine, Powf, Clamp, Count
 };
-enum class BinaryOp : uint8_t { Add, Sub, Mul, Div, Maximum, Minimum, Pow, Eq, Ne, Lt, Le, Gt, Ge, Count };
+// FloorDiv and Rem follow Python/numpy: the quotient rounds toward -inf and the remainder takes the
+// divisor's sign; integer x // 0 and x % 0 give 0 (numpy's result, without its warning).
+enum class BinaryOp : uint8_t {
+  Add, Sub, Mul, Div, Maximum, Minimum, Pow, FloorDiv, Rem, Eq, Ne, Lt, Le, Gt, Ge, Count
+};
 enum class ReduceOp : uint8_t { Sum, Max, Min, ArgMax, ArgMin, Count };
 constexpr int kNumUnary = (int)UnaryOp::Count;
 constexpr int kNumBinary = (int)BinaryOp::Count;

@@ -25,7 +25,7 @@ const char* op_name(UnaryOp op) {
   return n[(int)op];
 }
 const char* op_name(BinaryOp op) {
-  static const char* n[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow",
+  static const char* n[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow", "floor_divide", "remainder",
                             "eq",  "ne",  "lt",  "le",  "gt",      "ge"};
   return n[(int)op];
 }

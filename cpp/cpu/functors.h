@@ -61,6 +61,44 @@ template <typename C> static inline C int_safe_div(C a, C b) {
     return b == C(0) ? C(0) : a / b;
   }
 }
+// a - b * floor(a / b) with the divisor's sign (Python's %), from fmod so that it is exact.
+template <typename C> static inline C py_rem(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    C r = std::fmod(a, b);  // NaN for b == 0 or an infinite a, like numpy
+    if (r != 0) {
+      if ((b < 0) != (r < 0)) r += b;
+    } else {
+      r = std::copysign(C(0), b);
+    }
+    return r;
+  } else if constexpr (std::is_signed_v<C>) {
+    if (b == C(0) || b == C(-1)) return C(0);  // x % -1 is 0; INT64_MIN % -1 would trap
+    C r = a % b;
+    return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+  } else {
+    return b == C(0) ? C(0) : a % b;
+  }
+}
+// floor(a / b), computed as numpy does for floats ((a - rem) / b, rounded), so a == b * q + rem.
+template <typename C> static inline C py_floordiv(C a, C b) {
+  if constexpr (std::is_floating_point_v<C>) {
+    if (b == 0) return a / b;  // inf or NaN, like numpy
+    const C m = std::fmod(a, b);
+    C div = (a - m) / b;
+    if (m != 0 && ((b < 0) != (m < 0))) div -= 1;
+    if (div == 0) return std::copysign(C(0), a / b);
+    C fl = std::floor(div);
+    if (div - fl > C(0.5)) fl += 1;
+    return fl;
+  } else if constexpr (std::is_signed_v<C>) {
+    if (b == C(0)) return C(0);
+    if (b == C(-1)) return (C)(0 - (std::make_unsigned_t<C>)a);  // INT64_MIN // -1 wraps (numpy)
+    const C q = a / b;
+    return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+  } else {
+    return b == C(0) ? C(0) : a / b;
+  }
+}
 #define EMBER_BINARY(NAME, EXPR) \
   struct NAME { template <typename C> static inline C f(C a, C b) { return EXPR; } };
 EMBER_BINARY(BAdd, a + b)
@@ -70,6 +108,8 @@ EMBER_BINARY(BDiv, int_safe_div<C>(a, b))
 EMBER_BINARY(BMaximum, (a != a ? a : (a > b || b != b ? (b != b ? b : a) : b)))
 EMBER_BINARY(BMinimum, (a != a ? a : (a < b || b != b ? (b != b ? b : a) : b)))
 EMBER_BINARY(BPow, std::pow(a, b))
+EMBER_BINARY(BFloorDiv, py_floordiv<C>(a, b))
+EMBER_BINARY(BRem, py_rem<C>(a, b))
 #undef EMBER_BINARY
 #define EMBER_CMP(NAME, EXPR) \
   struct NAME { template <typename C> static inline uint8_t f(C a, C b) { return (EXPR) ? 1 : 0; } };

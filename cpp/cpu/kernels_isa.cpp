@@ -165,6 +165,8 @@ template <typename T> void register_dtype(KernelTable& t) {
   t.binary[(int)BinaryOp::Maximum][d] = &binary_loop<BMaximum, T>;
   t.binary[(int)BinaryOp::Minimum][d] = &binary_loop<BMinimum, T>;
   if constexpr (flt) t.binary[(int)BinaryOp::Pow][d] = &binary_loop<BPow, T>;
+  t.binary[(int)BinaryOp::FloorDiv][d] = &binary_loop<BFloorDiv, T>;
+  t.binary[(int)BinaryOp::Rem][d] = &binary_loop<BRem, T>;
   t.binary[(int)BinaryOp::Eq][d] = &cmp_loop<BEq, T>;
   t.binary[(int)BinaryOp::Ne][d] = &cmp_loop<BNe, T>;
   t.binary[(int)BinaryOp::Lt][d] = &cmp_loop<BLt, T>;

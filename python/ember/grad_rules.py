@@ -283,6 +283,15 @@ def _div(n, out, g):
     return ga, gb
 
 
+@rule("remainder", (0, 1))
+def _remainder(n, out, g):
+    # a % b = a - b * floor(a / b): d/da = 1, d/db = -floor(a / b) (floor's own gradient is zero)
+    a, b = n.inputs
+    ga = _sum_to(g, a.shape) if wanted(a) else None
+    gb = _sum_to(g * (a // b).neg(), b.shape) if wanted(b) else None
+    return ga, gb
+
+
 def _minmax_weights(a, b, first_wins):
     """Weight of a's side: 1 where a wins, 0.5 on ties (the gradient is shared evenly), else 0."""
     win = a.gt(b) if first_wins else a.lt(b)

@@ -18,10 +18,11 @@ _ids = itertools.count(1)
 
 UNARY = {n: i for i, n in enumerate(
     ["exp", "log", "sin", "cos", "tanh", "sqrt", "sqr", "abs", "neg", "recip", "relu", "gelu", "silu", "erf", "ceil", "floor", "round", "sign", "sigmoid", "affine", "powf", "clamp"])}
-BINARY = {n: i for i, n in enumerate(["add", "sub", "mul", "div", "maximum", "minimum", "pow", "eq", "ne", "lt", "le", "gt", "ge"])}
+BINARY = {n: i for i, n in enumerate(["add", "sub", "mul", "div", "maximum", "minimum", "pow", "floor_divide",
+                                        "remainder", "eq", "ne", "lt", "le", "gt", "ge"])}
 REDUCE = {n: i for i, n in enumerate(["sum", "max", "min", "argmax", "argmin"])}
 _FIRST_CMP = BINARY["eq"]
-_PRUNED = frozenset(("ceil", "floor", "round", "sign"))  # zero gradient: never recorded
+_PRUNED = frozenset(("ceil", "floor", "round", "sign", "floor_divide"))  # zero gradient: never recorded
 
 
 def _wrap(storage, layout, dtype, device, cls=None, shape=None):
@@ -399,7 +400,7 @@ class Tensor:
         if code >= _FIRST_CMP:
             return _wrap(s, _contig(shape), _dt.uint8, a._device, None, shape)
         out = _wrap(s, _contig(shape), a._dtype, a._device, None, shape)
-        if a._op is None and b._op is None and not a.is_variable and not b.is_variable:
+        if (a._op is None and b._op is None and not a.is_variable and not b.is_variable) or name in _PRUNED:
             return out  # nothing to record (the common inference case, checked inline for speed)
         return record(out, name, (a, b))
 
@@ -409,6 +410,10 @@ class Tensor:
     def __rsub__(self, o): return self._binary(o, "sub", True)
     def __mul__(self, o): return self._binary(o, "mul")
     def __rmul__(self, o): return self._binary(o, "mul", True)
+    def __floordiv__(self, o): return self._binary(o, "floor_divide")
+    def __rfloordiv__(self, o): return self._binary(o, "floor_divide", True)
+    def __mod__(self, o): return self._binary(o, "remainder")
+    def __rmod__(self, o): return self._binary(o, "remainder", True)
     def __neg__(self): return self.neg()
     def __pos__(self): return self
     def __abs__(self): return self.abs()
@@ -433,6 +438,8 @@ class Tensor:
     def sub(self, o): return self._binary(o, "sub")
     def mul(self, o): return self._binary(o, "mul")
     def div(self, o): return self / o
+    def floor_divide(self, o): return self // o  # rounds toward -inf (Python's //); no gradient
+    def remainder(self, o): return self % o  # the divisor's sign (Python's %)
     def maximum(self, o): return self._binary(o, "maximum")
     def minimum(self, o): return self._binary(o, "minimum")
     def pow(self, o): return self ** o
