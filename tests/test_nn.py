@@ -234,3 +234,7 @@ def test_layer_errors():
         nn.cross_entropy(em.zeros(2, 3), em.tensor([0, 1, 2]))
     with pytest.raises(em.DTypeError, match=r"^\[cross_entropy\]"):
         nn.cross_entropy(em.zeros(2, 3), em.zeros(2))
+
+
+def test_module_list_of_none_is_empty():
+    assert len(nn.ModuleList(None)) == 0 and list(nn.ModuleList(None).parameters()) == []

@@ -117,7 +117,16 @@ class ModuleList(Module):
 
     def __init__(self, modules=()):
         super().__init__()
-        self.items = list(modules)
+        if modules is None:  # torch's ModuleList(None) is an empty list too
+            modules = ()
+        try:
+            items = list(modules)
+        except TypeError:
+            raise DTypeError(f"[{type(self).__name__}] expected an iterable of Modules, got "
+                             f"{type(modules).__name__}") from None
+        self.items = []
+        for m in items:
+            self.append(m)
 
     def _children(self):
         for i, m in enumerate(self.items):
@@ -133,6 +142,8 @@ class ModuleList(Module):
         return self.items[i]
 
     def append(self, m):
+        if not isinstance(m, Module):  # caught here, not at the first forward or parameters() call
+            raise DTypeError(f"[{type(self).__name__}] item {len(self.items)} is a {type(m).__name__}, not a Module")
         self.items.append(m)
         return self
 
