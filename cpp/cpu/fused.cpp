@@ -465,50 +465,33 @@ int64_t sdpa_bwd_parts(int64_t BH, int64_t Lq, int64_t Lk, int64_t D, DType stat
   return std::max<int64_t>(1, std::min({(kBwdItems + BH - 1) / BH, tiles / kMinTilesPerPart, cap}));
 }
 
-// dk[b][hk] = sum of dk_part[b][h] over the query heads h of group hk, in head order; dv likewise.
-template <typename C> void sum_kv_groups(const SdpaParams& p, DType dt) {
-  const int64_t group = p.H / p.Hkv, rows = p.B * p.Hkv * p.Lk;
-  EMBER_DISPATCH_FLOAT(dt, {
-    for (int k = 0; k < 2; ++k) {
-      const int64_t n = k ? p.Dv : p.D, ld = sdpa_dq_ld(n);
-      const C* part = (const C*)(k ? p.dv_part : p.dk_part);
-      T* out = (T*)(k ? p.dv : p.dk);
-      parallel_for(rows, 64, [&](int64_t r0, int64_t r1) {
-        for (int64_t r = r0; r < r1; ++r) {  // r = (b * Hkv + hk) * Lk + j
-          const int64_t j = r % p.Lk, bk = r / p.Lk, b = bk / p.Hkv, hk = bk % p.Hkv;
-          const C* src = part + ((b * p.H + hk * group) * p.Lk + j) * ld;
-          for (int64_t d = 0; d < n; ++d) {
-            C acc = 0;
-            for (int64_t g = 0; g < group; ++g) acc += src[g * p.Lk * ld + d];
-            out[r * n + d] = store<T>((typename Acc<T>::type)acc);
+// The backward's partial sums, in one layout: out[(o * inner + i) * n + d] =
+// scale * sum over s < nsum (in order) of parts[((o * nsum + s) * inner + i) * ld + d]. dQ: o = bh,
+// s = part, i = query row; grouped dK/dV: o = (b, kv head), s = query head of the group, i = key.
+void sum_row_parts(const void* parts_, int64_t outer, int64_t nsum, int64_t inner, int64_t ld, int64_t n,
+                   double scale, DType dt, void* out_) {
+  const auto run = [&](auto zero) {
+    using C = decltype(zero);
+    const C* parts = (const C*)parts_;
+    const C sc = (C)scale;
+    EMBER_DISPATCH_FLOAT(dt, {
+      T* out = (T*)out_;
+      parallel_for(outer * inner, 64, [&](int64_t r0, int64_t r1) {
+        std::vector<C> acc((size_t)n);
+        for (int64_t r = r0; r < r1; ++r) {
+          const int64_t o = r / inner, i = r % inner;
+          std::fill(acc.begin(), acc.end(), (C)0);
+          for (int64_t s = 0; s < nsum; ++s) {
+            const C* src = parts + ((o * nsum + s) * inner + i) * ld;
+            for (int64_t d = 0; d < n; ++d) acc[d] += src[d];
           }
+          for (int64_t d = 0; d < n; ++d) out[r * n + d] = store<T>((typename Acc<T>::type)(acc[d] * sc));
         }
       });
-    }
-  });
-}
-
-// dq[bh][i][d] = scale * sum over parts (in part order) of parts[bh][part][i][d].
-template <typename C>
-void sum_dq_parts(const char* parts_, int64_t BH, int64_t nparts, const SdpaParams& p, int64_t ldq, DType dt) {
-  const C* parts = (const C*)parts_;
-  const C sc = (C)p.scale;
-  const int64_t Lq = p.Lq, D = p.D;
-  EMBER_DISPATCH_FLOAT(dt, {
-    T* dq = (T*)p.dq;
-    parallel_for(BH * Lq, 64, [&](int64_t r0, int64_t r1) {
-      std::vector<C> acc((size_t)D);
-      for (int64_t r = r0; r < r1; ++r) {
-        const int64_t bh = r / Lq, i = r % Lq;
-        std::fill(acc.begin(), acc.end(), (C)0);
-        for (int64_t part = 0; part < nparts; ++part) {
-          const C* src = parts + ((bh * nparts + part) * Lq + i) * ldq;
-          for (int64_t d = 0; d < D; ++d) acc[d] += src[d];
-        }
-        for (int64_t d = 0; d < D; ++d) dq[r * D + d] = store<T>((typename Acc<T>::type)(acc[d] * sc));
-      }
     });
-  });
+  };
+  if (dt == DType::F64) run(0.0);
+  else run(0.0f);
 }
 
 }  // namespace
@@ -583,18 +566,19 @@ std::tuple<Sto, Sto, Sto> sdpa_bwd(const CpuStorage& q, const Layout& lq, const 
   auto fn = fused_kernels().sdpa_bwd[fi(q.dtype())];
   // Grouped heads: each query head's dK/dV go to its own partial first (summed per group at the end),
   // so no two items ever add into the same rows.
-  const int64_t csz = itemsize(stats_dtype(q.dtype()));
+  const int64_t csz = itemsize(stats_dtype(q.dtype())), ldk = sdpa_dq_ld(p.D), ldv = sdpa_dq_ld(p.Dv);
   std::unique_ptr<char[]> dk_part, dv_part;
   if (p.H != p.Hkv) {
-    dk_part.reset(new char[(size_t)(BH * p.Lk * sdpa_dq_ld(p.D) * csz)]);
-    dv_part.reset(new char[(size_t)(BH * p.Lk * sdpa_dq_ld(p.Dv) * csz)]);
+    dk_part.reset(new char[(size_t)(BH * p.Lk * ldk * csz)]);
+    dv_part.reset(new char[(size_t)(BH * p.Lk * ldv * csz)]);
     p.dk_part = dk_part.get();
     p.dv_part = dv_part.get();
   }
   const auto finish = [&] {
     if (p.H == p.Hkv) return;
-    if (q.dtype() == DType::F64) sum_kv_groups<double>(p, q.dtype());
-    else sum_kv_groups<float>(p, q.dtype());
+    const int64_t group = p.H / p.Hkv;
+    sum_row_parts(p.dk_part, p.B * p.Hkv, group, p.Lk, ldk, p.D, 1.0, q.dtype(), p.dk);
+    sum_row_parts(p.dv_part, p.B * p.Hkv, group, p.Lk, ldv, p.Dv, 1.0, q.dtype(), p.dv);
   };
   const int64_t nparts = sdpa_bwd_parts(BH, p.Lq, p.Lk, p.D, stats_dtype(q.dtype()));
   if (nparts == 1) {
@@ -606,15 +590,13 @@ std::tuple<Sto, Sto, Sto> sdpa_bwd(const CpuStorage& q, const Layout& lq, const 
   }
   // Few heads: each head's key tiles are dealt to nparts items. Their dK/dV rows are disjoint; dQ gets
   // one partial per item, summed (and scaled) below in part order.
-  const int64_t ldq = sdpa_dq_ld(p.D), psz = itemsize(stats_dtype(q.dtype()));
-  // Not value-initialised: each item zeroes its own partial.
-  std::unique_ptr<char[]> parts(new char[(size_t)(BH * nparts * p.Lq * ldq * psz)]);
+  // Not value-initialised: each item zeroes its own partial (rows of ldk, like dK's).
+  std::unique_ptr<char[]> parts(new char[(size_t)(BH * nparts * p.Lq * ldk * csz)]);
   parallel_for(BH * nparts, 1, [&](int64_t a, int64_t e) {
     for (int64_t it = a; it < e; ++it)
-      fn(p, it / nparts, it % nparts, nparts, parts.get() + (size_t)(it * p.Lq * ldq * psz));
+      fn(p, it / nparts, it % nparts, nparts, parts.get() + (size_t)(it * p.Lq * ldk * csz));
   });
-  if (q.dtype() == DType::F64) sum_dq_parts<double>(parts.get(), BH, nparts, p, ldq, q.dtype());
-  else sum_dq_parts<float>(parts.get(), BH, nparts, p, ldq, q.dtype());
+  sum_row_parts(parts.get(), BH, nparts, p.Lq, ldk, p.D, p.scale, q.dtype(), p.dq);
   finish();
   return {dq, dk, dv};
 }
