@@ -78,39 +78,50 @@ template <typename T, typename V> static inline V exp_row(V d) {
   if constexpr (sizeof(T) == 2) return vexp_neg_half(d);
   else return vexp_neg(d);
 }
-// sum(exp(x - mx)) in double over blocks of kBlk (a multiple of 2L: pairs never straddle blocks);
-// softmax also keeps e = exp(x - mx) in `e` (vload2 order below pair_end, like y).
-template <typename T, bool keep> static inline double exp_sum(const T* x, int64_t n, C_t<T> mx, C_t<T>* e) {
-  using C = C_t<T>;
+// A row's sum in blocks of kBlk (a multiple of 2L: pairs never straddle blocks), each block's two
+// vector accumulators combined in double, so 1M-column rows stay accurate. pair(j, s0, s1) adds the
+// pair at j; part(j, c, s0) adds the c <= L elements at j (a block's tail).
+template <typename C, typename Pair, typename Part>
+static inline double block_sum(int64_t n, Pair&& pair, Part&& part) {
   using V = Vec<C>;
   constexpr int L = kL<C>;
-  const V vm = vbc(mx);
   double total = 0;
   for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
     const int64_t b1 = std::min(n, b0 + kBlk);
     V s0 = V{}, s1 = V{};
     int64_t j = b0;
-    for (; j + 2 * L <= b1; j += 2 * L) {
-      V a, b;
-      vload2(x + j, a, b);
-      const V e0 = exp_row<T>(a - vm), e1 = exp_row<T>(b - vm);
-      if (keep) vst(e + j, e0), vst(e + j + L, e1);
-      s0 += e0;
-      s1 += e1;
-    }
-    for (; j < b1; j += L) {
-      const int64_t c = std::min<int64_t>(L, b1 - j);
-      const V e0 = exp_row<T>((c == L ? vload(x + j) : vload_n(x + j, c, -kInf<C>)) - vm);
-      if (keep) {
-        C tmp[L];
-        vst(tmp, e0);
-        for (int64_t t = 0; t < c; ++t) e[j + t] = tmp[t];
-      }
-      s0 += e0;
-    }
+    for (; j + 2 * L <= b1; j += 2 * L) pair(j, s0, s1);
+    for (; j < b1; j += L) part(j, std::min<int64_t>(L, b1 - j), s0);
     total += (double)hsum(s0 + s1);
   }
   return total;
+}
+
+// sum(exp(x - mx)); softmax also keeps e = exp(x - mx) in `e` (vload2 order below pair_end, like y).
+template <typename T, bool keep> static inline double exp_sum(const T* x, int64_t n, C_t<T> mx, C_t<T>* e) {
+  using C = C_t<T>;
+  using V = Vec<C>;
+  constexpr int L = kL<C>;
+  const V vm = vbc(mx);
+  return block_sum<C>(
+      n,
+      [&](int64_t j, V& s0, V& s1) {
+        V a, b;
+        vload2(x + j, a, b);
+        const V e0 = exp_row<T>(a - vm), e1 = exp_row<T>(b - vm);
+        if (keep) vst(e + j, e0), vst(e + j + L, e1);
+        s0 += e0;
+        s1 += e1;
+      },
+      [&](int64_t j, int64_t c, V& s0) {
+        const V e0 = exp_row<T>((c == L ? vload(x + j) : vload_n(x + j, c, -kInf<C>)) - vm);
+        if (keep) {
+          C tmp[L];
+          vst(tmp, e0);
+          for (int64_t t = 0; t < c; ++t) e[j + t] = tmp[t];
+        }
+        s0 += e0;
+      });
 }
 
 template <typename T, bool log>
@@ -183,31 +194,25 @@ template <typename T> static void softmax_bwd_rows(const void* y_, int64_t ldy, 
     const T* g = (const T*)g_ + row * ldg;
     T* dx = (T*)dx_ + row * n;
     // softmax: dx = y * (g - sum(g*y)); log_softmax: dx = g - exp(y) * sum(g)
-    double total = 0;
-    for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
-      const int64_t b1 = std::min(n, b0 + kBlk);
-      V s0 = V{}, s1 = V{};
-      int64_t j = b0;
-      for (; j + 2 * L <= b1; j += 2 * L) {
-        V ga, gb;
-        vload2(g + j, ga, gb);
-        if (log) {
-          s0 += ga;
-          s1 += gb;
-        } else {
-          V ya, yb;
-          vload2(y + j, ya, yb);
-          s0 += ga * ya;
-          s1 += gb * yb;
-        }
-      }
-      for (; j < b1; j += L) {
-        const int64_t c = std::min<int64_t>(L, b1 - j);
-        V gv = vload_n(g + j, c, 0);
-        s0 += log ? gv : gv * vload_n(y + j, c, 0);
-      }
-      total += (double)hsum(s0 + s1);
-    }
+    const double total = block_sum<C>(
+        n,
+        [&](int64_t j, V& s0, V& s1) {
+          V ga, gb;
+          vload2(g + j, ga, gb);
+          if (log) {
+            s0 += ga;
+            s1 += gb;
+          } else {
+            V ya, yb;
+            vload2(y + j, ya, yb);
+            s0 += ga * ya;
+            s1 += gb * yb;
+          }
+        },
+        [&](int64_t j, int64_t c, V& s0) {
+          V gv = vload_n(g + j, c, 0);
+          s0 += log ? gv : gv * vload_n(y + j, c, 0);
+        });
     const V vs = vbc((C)total);
     int64_t i = 0;
     if (log) {
