@@ -248,30 +248,31 @@ template <typename T, typename S> static inline bool finite_row(S stat) {
 }
 
 // ============================ rms_norm ===========================================================
-template <typename T> static double sum_sq(const T* x, int64_t n) {
+// sum of f(x[j]) over [b0, b1) (f(0) must be 0: it pads the tail), in four vector accumulators that
+// hide the add latency. rms_norm's squares and layer_norm's block means.
+template <typename T, typename F> static inline C_t<T> sum4(const T* x, int64_t b0, int64_t b1, F f) {
   using C = C_t<T>;
   using V = Vec<C>;
   constexpr int L = kL<C>;
-  double total = 0;
-  for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
-    const int64_t b1 = std::min(n, b0 + kBlk);
-    V s0 = V{}, s1 = V{}, s2 = V{}, s3 = V{};
-    int64_t j = b0;
-    for (; j + 4 * L <= b1; j += 4 * L) {
-      V a, b, c, d;
-      vload2(x + j, a, b);
-      vload2(x + j + 2 * L, c, d);
-      s0 += a * a;
-      s1 += b * b;
-      s2 += c * c;
-      s3 += d * d;
-    }
-    for (; j < b1; j += L) {
-      V a = vload_n(x + j, std::min<int64_t>(L, b1 - j), 0);
-      s0 += a * a;
-    }
-    total += (double)hsum((s0 + s1) + (s2 + s3));
+  V s0 = V{}, s1 = V{}, s2 = V{}, s3 = V{};
+  int64_t j = b0;
+  for (; j + 4 * L <= b1; j += 4 * L) {
+    V a, b, c, d;
+    vload2(x + j, a, b);
+    vload2(x + j + 2 * L, c, d);
+    s0 += f(a);
+    s1 += f(b);
+    s2 += f(c);
+    s3 += f(d);
   }
+  for (; j < b1; j += L) s0 += f(vload_n(x + j, std::min<int64_t>(L, b1 - j), 0));
+  return hsum((s0 + s1) + (s2 + s3));
+}
+
+template <typename T> static double sum_sq(const T* x, int64_t n) {
+  double total = 0;
+  for (int64_t b0 = 0; b0 < n; b0 += kBlk)
+    total += (double)sum4(x, b0, std::min(n, b0 + kBlk), [](auto a) { return a * a; });
   return total;
 }
 
@@ -434,22 +435,7 @@ static void rms_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void
 // Mean and variance per row: two passes over each L1-sized block (its mean, then the squares around
 // it), blocks merged with Chan's formula in double. Safe for large offsets and 1M-column rows.
 template <typename T> static inline C_t<T> block_mean(const T* x, int64_t b0, int64_t b1) {
-  using C = C_t<T>;
-  using V = Vec<C>;
-  constexpr int L = kL<C>;
-  V s0 = V{}, s1 = V{}, s2 = V{}, s3 = V{};
-  int64_t j = b0;
-  for (; j + 4 * L <= b1; j += 4 * L) {
-    V a, b, c, d;
-    vload2(x + j, a, b);
-    vload2(x + j + 2 * L, c, d);
-    s0 += a;
-    s1 += b;
-    s2 += c;
-    s3 += d;
-  }
-  for (; j < b1; j += L) s0 += vload_n(x + j, std::min<int64_t>(L, b1 - j), 0);
-  return (C)((double)hsum((s0 + s1) + (s2 + s3)) / (double)(b1 - b0));
+  return (C_t<T>)((double)sum4(x, b0, b1, [](auto a) { return a; }) / (double)(b1 - b0));
 }
 template <typename T> static inline double block_m2(const T* x, int64_t b0, int64_t b1, C_t<T> bm) {
   using C = C_t<T>;
