@@ -2,7 +2,10 @@
 
 Prints one row per (op, shape, dtype, direction) with milliseconds (best of N) and ratios; a ratio
 above 1 means ember is faster. `copy%` is the fraction of the memory limit the forward reaches (the
-time to copy the input's bytes into a preallocated buffer divided by ember's time).
+time to copy the input's bytes into a preallocated buffer divided by ember's time). The copy is timed
+alternately with each forward, call for call, so both see the same cache state and the same load
+from other tenants of a shared machine (timed alone at the start of a shape, the same 8 MB copy
+ranged over 0.4-1.5 ms between runs, which made copy% mostly noise).
 Usage: python bench/bench_fused.py [--reps N] [--quick]
 """
 from __future__ import annotations
@@ -32,23 +35,30 @@ SHAPES = [(4096, 4096), (32768, 128), (64, 65536)]
 
 
 def best_ms(fn, reps):
+    return best_ms_each((fn,), reps)[0]
+
+
+def best_ms_each(fns, reps):
+    """Best time of each of fns in ms, called in turn (a, b, a, b, ...) under the same conditions."""
     # torch's (OpenMP) and MLX's workers keep spinning for ~0.1-0.2 s after a call and would steal a
     # core from whichever library is timed next: let them settle first.
     time.sleep(0.3)
     # Warm up for ~30 ms, not one call: after the pause a VM's cores need a few milliseconds of work to
     # come back to speed (the first 2-4 calls of a 2 ms op ran up to 2x slower here), and allocator
     # caches and lazy init settle too. Every library gets the same treatment.
-    t_end = time.perf_counter() + 0.03
+    t_end = time.perf_counter() + 0.03 * len(fns)
     for i in range(1000):
-        fn()
+        for fn in fns:
+            fn()
         if i >= 1 and time.perf_counter() > t_end:
             break
-    best = float("inf")
+    best = [float("inf")] * len(fns)
     for _ in range(reps):
-        t0 = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - t0)
-    return best * 1e3
+        for k, fn in enumerate(fns):
+            t0 = time.perf_counter()
+            fn()
+            best[k] = min(best[k], time.perf_counter() - t0)
+    return [b * 1e3 for b in best]
 
 
 # ----------------------------------------------------------------------------- per-library runners
@@ -225,10 +235,11 @@ def main():
         for dt in ("float32", "bfloat16"):
             # the copy limit: the input's bytes copied into a preallocated buffer
             src = x if dt == "float32" else x.view(np.uint16)[:, ::2].copy()
-            dst = np.empty_like(src)
-            copy_ms = best_ms(functools.partial(np.copyto, dst, src), args.reps)
+            copy = functools.partial(np.copyto, np.empty_like(src), src)
             for op in ("softmax_last_dim", "rms_norm", "layer_norm"):
-                res = {"ember": [best_ms(f, args.reps) for f in ember_case(op, x, dt, w, b, g)]}
+                efwd, ebwd = ember_case(op, x, dt, w, b, g)
+                fwd_ms, copy_ms = best_ms_each((efwd, copy), args.reps)
+                res = {"ember": [fwd_ms, best_ms(ebwd, args.reps)]}
                 if torch is not None:
                     res["torch"] = [best_ms(f, args.reps) for f in torch_case(op, x, dt, w, b, g)]
                 if mx is not None:

@@ -172,6 +172,8 @@ ARG_CASES = [
     (lambda: A.sum(1.5), "sum", em.DTypeError),
     (lambda: A.max(2**63), "max", em.IndexOutOfRange),
     (lambda: A.sum(0, keepdim="a"), "sum", em.DTypeError),
+    (lambda: A.max(0, keepdim=2), "max", em.EmberValueError),
+    (lambda: em.optim.SGD([V], lr=0.1, momentum=0.9, nesterov=-1), "SGD", em.EmberValueError),
     (lambda: A.transpose(None, 0), "transpose", em.DTypeError),
     (lambda: A.transpose(0, 2**63), "transpose", em.IndexOutOfRange),
     (lambda: A.narrow(0, None, 1), "narrow", em.DTypeError),
@@ -227,6 +229,15 @@ ARG_CASES = [
 def test_bad_argument_types_raise_ember_errors(i):
     fn, op, cls = ARG_CASES[i]
     expect_error(fn, op, cls)
+
+
+def test_flags_take_bools_numpy_bools_and_0_1():
+    x = np.arange(12.0).reshape(3, 4)
+    t = em.tensor(x)
+    for flag in (True, 1, np.True_):
+        np.testing.assert_array_equal(t.sum(1, keepdim=flag).numpy(), x.sum(1, keepdims=True))
+    for flag in (False, 0, np.False_):
+        np.testing.assert_array_equal(t.sum(1, keepdim=flag).numpy(), x.sum(1))
 
 
 def test_bad_arguments_of_nn_optim_io_dlpack(tmp_path):

@@ -47,9 +47,13 @@ def float_arg(v, op, what):
 
 
 def bool_arg(v, op, what):
-    """A flag: bool, numpy bool or an int (0/1, like Python's own truth test); anything else raises."""
+    """A flag: bool, numpy bool, or the int 0 or 1; anything else raises (keepdim=2 is a typo, not True)."""
     if v is True or v is False:
         return v
-    if isinstance(v, (np.bool_, numbers.Integral)):
+    if isinstance(v, np.bool_):
         return bool(v)
+    if isinstance(v, numbers.Integral):
+        if v in (0, 1):
+            return bool(v)
+        raise EmberValueError(f"[{op}] {what} must be a bool, got {v}")
     raise DTypeError(f"[{op}] {what} must be a bool, got {type(v).__name__}")
