@@ -7,7 +7,7 @@
 
 namespace ember {
 
-enum class ErrorKind { Value, Shape, DType, Device, Index, Unsupported };
+enum class ErrorKind { Value, Shape, DType, Device, Index, Unsupported, Memory };
 
 struct Error : std::runtime_error {
   ErrorKind kind;

@@ -231,6 +231,19 @@ def test_bad_argument_types_raise_ember_errors(i):
     expect_error(fn, op, cls)
 
 
+def test_out_of_memory_is_an_ember_error_and_a_memory_error():
+    # 2**60 bytes: past any address space, so the allocation fails at once whatever the overcommit policy
+    expect_error(lambda: em.zeros(2**58), "alloc", em.OutOfMemory)
+    expect_error(lambda: em.zeros(1).broadcast_as((2**29, 2**29)).contiguous(), "alloc", em.OutOfMemory)
+    assert issubclass(em.OutOfMemory, MemoryError)
+    # a broadcast view may describe more than numpy can hold: numpy() refuses cleanly, repr still works
+    huge = em.arange(3.0).broadcast_as((2**30, 2**30, 3))
+    expect_error(huge.numpy, "numpy", em.OutOfMemory)
+    expect_error(huge.tolist, "numpy", em.OutOfMemory)
+    assert repr(huge) == "Tensor([...], shape=(1073741824, 1073741824, 3), dtype=float32)"
+    np.testing.assert_array_equal(em.zeros(3).numpy(), np.zeros(3))  # the allocator still works after
+
+
 def test_flags_take_bools_numpy_bools_and_0_1():
     x = np.arange(12.0).reshape(3, 4)
     t = em.tensor(x)

@@ -1,6 +1,9 @@
 // Caching allocator: size classes (powers of two below 1 MiB, 64 KiB steps above), bounded cache.
 #include "cpu/allocator.h"
 
+#include "error.h"
+
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
@@ -76,7 +79,12 @@ void* alloc_bytes(size_t nbytes) {
   if (!p) {
     empty_cache();
     p = raw_alloc(cls);
-    if (!p) throw std::bad_alloc();
+    // The caller's op is not known here; the size is what a user needs to see the mistake.
+    if (!p) {
+      char gib[32];
+      std::snprintf(gib, sizeof gib, "%.1f", (double)nbytes / double(size_t(1) << 30));
+      throw Error(ErrorKind::Memory, cat_str("[alloc] out of memory: could not allocate ", nbytes, " bytes (", gib, " GiB)"));
+    }
   }
   return p;
 }

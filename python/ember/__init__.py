@@ -36,6 +36,7 @@ from .errors import (
     EmberValueError,
     IndexOutOfRange,
     InplaceModifiedError,
+    OutOfMemory,
     ShapeError,
     UnsupportedOp,
 )
@@ -96,7 +97,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ALL_DTYPES", "BackwardNotSupported", "GradStore", "CpuStorage", "DType", "DTypeError", "Device", "DeviceError",
-    "EmberError", "EmberValueError", "IndexOutOfRange", "InplaceModifiedError", "Layout", "ShapeError", "Storage", "Tensor",
+    "EmberError", "EmberValueError", "IndexOutOfRange", "InplaceModifiedError", "Layout", "OutOfMemory",
+    "ShapeError", "Storage", "Tensor",
     "UnsupportedOp", "Var", "arange", "bfloat16", "cat", "cpu", "float16", "float32", "float64",
     "from_dlpack", "from_numpy", "full", "full_like", "get_num_threads", "int64", "is_grad_enabled", "manual_seed",
     "maximum", "metal_is_available", "minimum", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randn",

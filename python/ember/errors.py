@@ -25,6 +25,10 @@ class IndexOutOfRange(EmberError, IndexError):
     """A dim or index out of range."""
 
 
+class OutOfMemory(EmberError, MemoryError):
+    """An allocation that the machine cannot satisfy (the size is in the message)."""
+
+
 class UnsupportedOp(EmberError, NotImplementedError):
     """An op that has no implementation for these arguments."""
 

@@ -12,7 +12,7 @@ from . import dtypes as _dt
 from .args import bool_arg, float_arg, i64_arg, int_arg
 from .backprop import no_grad, record
 from .dtypes import Device, DType
-from .errors import DeviceError, DTypeError, EmberValueError, IndexOutOfRange, ShapeError
+from .errors import DeviceError, DTypeError, EmberError, EmberValueError, IndexOutOfRange, OutOfMemory, ShapeError
 
 _ids = itertools.count(1)
 
@@ -153,7 +153,12 @@ class Tensor:
         return bool(self.item())
 
     def __repr__(self):
-        body = np.array2string(self._np_values(), separator=", ", threshold=200, edgeitems=3)
+        try:
+            body = np.array2string(self._np_values(), separator=", ", threshold=200, edgeitems=3)
+        except ValueError as e:  # a broadcast view bigger than numpy can describe: shape and dtype still print
+            if isinstance(e, EmberError):
+                raise
+            body = "[...]"
         extra = "" if self._device.type == "cpu" else f", device={self._device}"
         grad = ", var" if self.is_variable else (f", op={self._op.name}" if self._op is not None else "")
         return f"Tensor({body}, shape={self.shape}, dtype={self._dtype.name}{extra}{grad})"
@@ -169,7 +174,13 @@ class Tensor:
 
     def numpy(self) -> np.ndarray:
         """A new numpy array with the values (never aliases the tensor)."""
-        return np.array(self._np_values(), copy=True)
+        try:
+            return np.array(self._np_values(), copy=True)
+        except EmberError:
+            raise
+        except (MemoryError, ValueError) as e:  # a broadcast view can describe far more than memory holds
+            nbytes = self.numel() * self._dtype.itemsize
+            raise OutOfMemory(f"[numpy] cannot copy shape {self.shape} ({nbytes} bytes) into an array: {e}") from None
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()

@@ -18,6 +18,7 @@ PyObject* error_class(ember::ErrorKind kind) {
     case ember::ErrorKind::Device: name = "DeviceError"; break;
     case ember::ErrorKind::Index: name = "IndexOutOfRange"; break;
     case ember::ErrorKind::Unsupported: name = "UnsupportedOp"; break;
+    case ember::ErrorKind::Memory: name = "OutOfMemory"; break;
     case ember::ErrorKind::Value: name = "EmberValueError"; break;
   }
   return py::handle(mod).attr(name).ptr();
