@@ -3,9 +3,10 @@ copy/clone/detach, item/tolist/repr, Tensor attributes."""
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import ALL, FLOATS, expect_error, make_view, npdt, rand_np
 
 import ember as em
+
+from conftest import ALL, FLOATS, expect_error, make_view, npdt, rand_np
 
 
 def test_python_scalar_and_list_defaults(device):

@@ -8,6 +8,7 @@ import torch
 
 import ember as em
 from ember import _C
+
 from conftest import FLOATS, VIEWS, assert_close, expect_error, f64, make_view, rand_np, rand_shape
 
 
@@ -534,3 +535,16 @@ def test_inplace_target_is_per_thread():
     release.set()
     th.join(5)
     assert seen["other"] is False
+
+
+def test_star_import_exports_the_public_api():
+    # `from ember import *` must give what a custom-op author subclasses, every error class and the
+    # creation functions; every name in __all__ must exist.
+    ns = {}
+    exec("from ember import *", ns)
+    for name in ("CustomOp1", "CustomOp2", "CustomOp3", "InplaceOp1", "InplaceOp2", "InplaceOp3", "Tensor", "Var",
+                 "EmberError", "ShapeError", "DTypeError", "OutOfMemory", "tensor", "zeros", "no_grad", "nn"):
+        assert name in ns, name
+    assert all(hasattr(em, name) for name in em.__all__)
+    errors = [getattr(em.errors, n) for n in dir(em.errors) if isinstance(getattr(em.errors, n), type)]
+    assert all(c.__name__ in em.__all__ for c in errors if issubclass(c, em.EmberError))

@@ -6,10 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
-import ember as em
 import numpy as np
 import pytest
 import torch
+
+import ember as em
 from ember import demo
 
 FINAL = re.compile(r"^final loss (\d+\.\d{3}) \(unigram baseline (\d+\.\d{3})\)$")

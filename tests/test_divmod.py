@@ -2,9 +2,10 @@
 views, broadcasting, scalars on either side, zero divisors and non-finite values, and their gradients."""
 import numpy as np
 import pytest
-from conftest import ALL, VIEWS, f64, make_view, npdt
 
 import ember as em
+
+from conftest import ALL, VIEWS, f64, make_view, npdt
 
 
 def reference(a, b, dt, fn):

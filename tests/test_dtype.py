@@ -4,9 +4,10 @@ import pickle
 import ml_dtypes
 import numpy as np
 import pytest
-from conftest import ALL, FLOATS, INTS, NP, expect_error, make_view, npdt
 
 import ember as em
+
+from conftest import ALL, FLOATS, INTS, NP, expect_error, make_view, npdt
 
 BF16 = np.dtype(ml_dtypes.bfloat16)
 

@@ -4,6 +4,9 @@ import math
 
 import numpy as np
 import pytest
+
+import ember as em
+
 from conftest import (
     ALL,
     FLOATS,
@@ -17,8 +20,6 @@ from conftest import (
     npdt,
     rand_shape,
 )
-
-import ember as em
 
 _erf = np.vectorize(math.erf, otypes=[np.float64])
 

@@ -6,9 +6,10 @@ import textwrap
 
 import numpy as np
 import pytest
-from conftest import expect_error
 
 import ember as em
+
+from conftest import expect_error
 
 A = em.zeros(2, 3)
 I = em.zeros(2, 3, dtype=em.int64)

@@ -2,9 +2,10 @@
 and their error paths (out-of-range and float indices, shape/dtype mismatches)."""
 import numpy as np
 import pytest
-from conftest import ALL, VIEWS, expect_error, make_view, npdt
 
 import ember as em
+
+from conftest import ALL, VIEWS, expect_error, make_view, npdt
 
 ID_DTYPES = [em.int64, em.uint32, em.uint8]
 

@@ -3,12 +3,13 @@ import gc
 import json
 import struct
 
-import ember as em
 import numpy as np
 import pytest
 import safetensors.numpy as stn
 import safetensors.torch as stt
 import torch
+
+import ember as em
 from ember import interop
 
 TORCH_OF = {em.float32: torch.float32, em.float16: torch.float16, em.bfloat16: torch.bfloat16,

@@ -1,9 +1,10 @@
 """Layout: the public API (shape, stride, start_offset, contiguity, offsets, numel) and the view rules."""
 import numpy as np
 import pytest
-from conftest import expect_error
 
 import ember as em
+
+from conftest import expect_error
 
 
 def np_strides(a):

@@ -2,9 +2,10 @@
 0-size dims, every dtype (f16/bf16 through f32, ints exact), and the error paths."""
 import numpy as np
 import pytest
-from conftest import ALL, FLOATS, expect_error, f64, make_view, npdt
 
 import ember as em
+
+from conftest import ALL, FLOATS, expect_error, f64, make_view, npdt
 
 REL = {"float32": 1e-5, "float64": 1e-12, "float16": 2e-3, "bfloat16": 1e-2}
 

@@ -1,11 +1,12 @@
 """Tests for em.nn layers and losses against torch; Module naming, state_dict and train/eval."""
 import math
 
-import ember as em
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+
+import ember as em
 from ember import nn
 
 

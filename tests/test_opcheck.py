@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 import ember as em
+
 from conftest import expect_error
 
 

@@ -1,8 +1,9 @@
 """Tests for em.optim: SGD and AdamW match torch.optim over 10 steps (to 1e-6)."""
-import ember as em
 import numpy as np
 import pytest
 import torch
+
+import ember as em
 
 
 class _Store:

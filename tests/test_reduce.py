@@ -2,9 +2,10 @@
 keepdim, every view kind and dtype, long rows/columns accurate, and the error paths."""
 import numpy as np
 import pytest
-from conftest import ALL, FLOATS, VIEWS, expect_error, f64, make_view
 
 import ember as em
+
+from conftest import ALL, FLOATS, VIEWS, expect_error, f64, make_view
 
 SUM_TOL = {"float32": 2e-6, "float16": 2e-3, "bfloat16": 1e-2, "float64": 1e-13}
 

@@ -2,9 +2,10 @@
 one view are seen by all the others; basic indexing semantics and its errors."""
 import numpy as np
 import pytest
-from conftest import ALL, expect_error, npdt
 
 import ember as em
+
+from conftest import ALL, expect_error, npdt
 
 
 def views_of(t):

@@ -1,4 +1,5 @@
 """ember: a tensor library with a C++ core whose centre is custom operators."""
+# ruff: noqa: I001  (the import order is deliberate: BLAS is preloaded, then _C, then the modules that patch Tensor)
 import sys as _sys
 
 if _sys.platform != "darwin":
@@ -71,7 +72,6 @@ Layout = _C.Layout
 Storage = _C.Storage
 CpuStorage = _C.CpuStorage
 
-from . import testing  # noqa: E402
 from .custom_op import (  # noqa: E402  (also attaches apply_op*/inplace_op* to Tensor)
     CustomOp1,
     CustomOp2,
@@ -96,11 +96,12 @@ def get_num_threads() -> int:
 __version__ = "0.1.0"
 
 __all__ = [
-    "ALL_DTYPES", "BackwardNotSupported", "GradStore", "CpuStorage", "DType", "DTypeError", "Device", "DeviceError",
-    "EmberError", "EmberValueError", "IndexOutOfRange", "InplaceModifiedError", "Layout", "OutOfMemory",
-    "ShapeError", "Storage", "Tensor",
-    "UnsupportedOp", "Var", "arange", "bfloat16", "cat", "cpu", "float16", "float32", "float64",
-    "from_dlpack", "from_numpy", "full", "full_like", "get_num_threads", "int64", "is_grad_enabled", "manual_seed",
-    "maximum", "metal_is_available", "minimum", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randn",
-    "load_safetensors", "save_safetensors", "set_num_threads", "stack", "tensor", "testing", "uint8", "uint32", "where", "zeros", "zeros_like",
+    "ALL_DTYPES", "BackwardNotSupported", "CpuStorage", "CustomOp1", "CustomOp2", "CustomOp3", "DType",
+    "DTypeError", "Device", "DeviceError", "EmberError", "EmberValueError", "GradStore", "IndexOutOfRange",
+    "InplaceModifiedError", "InplaceOp1", "InplaceOp2", "InplaceOp3", "Layout", "MetalStorage", "OutOfMemory",
+    "ShapeError", "Storage", "Tensor", "UnsupportedOp", "Var", "arange", "bfloat16", "cat", "cpu", "float16",
+    "float32", "float64", "from_dlpack", "from_numpy", "full", "full_like", "get_num_threads", "int64",
+    "is_grad_enabled", "load_safetensors", "manual_seed", "maximum", "metal_is_available", "minimum", "nn",
+    "no_grad", "ones", "ones_like", "optim", "rand", "randn", "save_safetensors", "set_num_threads", "stack",
+    "tensor", "testing", "uint8", "uint32", "where", "zeros", "zeros_like",
 ]

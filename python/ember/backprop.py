@@ -11,7 +11,6 @@ from .errors import (
     BackwardNotSupported,
     DeviceError,
     DTypeError,
-    EmberError,
     EmberValueError,
     InplaceModifiedError,
     ShapeError,

@@ -9,7 +9,7 @@ import numpy as np
 from . import _C
 from . import dtypes as _dt
 from .args import float_arg, int_arg
-from .errors import DTypeError, EmberError, EmberValueError, ShapeError
+from .errors import DTypeError, EmberValueError, ShapeError
 from .tensor import Tensor, _check_tensor_arg, _full_storage, _shape_arg, _wrap
 
 

@@ -11,7 +11,7 @@ import numpy as np
 
 from . import _C
 from . import dtypes as _dt
-from .errors import DTypeError, EmberError, EmberValueError
+from .errors import DTypeError, EmberValueError
 from .tensor import Tensor, _wrap
 
 # Format: u64 little-endian header length N, N bytes of JSON (padded with spaces to a multiple of 8

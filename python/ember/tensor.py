@@ -12,7 +12,15 @@ from . import dtypes as _dt
 from .args import bool_arg, float_arg, i64_arg, int_arg
 from .backprop import no_grad, record
 from .dtypes import Device, DType
-from .errors import DeviceError, DTypeError, EmberError, EmberValueError, IndexOutOfRange, OutOfMemory, ShapeError
+from .errors import (
+    DeviceError,
+    DTypeError,
+    EmberError,
+    EmberValueError,
+    IndexOutOfRange,
+    OutOfMemory,
+    ShapeError,
+)
 
 _ids = itertools.count(1)
 
@@ -769,6 +777,6 @@ def stack(tensors, dim=0):
 # Creation functions live in creation.py and are re-exported here (the rest of the package imports
 # them from this module); imported last because creation.py builds Tensors, and tensor.py itself calls
 # tensor() and zeros_like() at run time.
-from .creation import (  # noqa: F401, I001
+from .creation import (  # noqa: E402, F401, I001
     arange, from_numpy, full, full_like, manual_seed, ones, ones_like, rand, randn, tensor, zeros, zeros_like,
 )

@@ -5,7 +5,7 @@ import math
 
 from ..args import float_arg, int_arg
 from ..dtypes import to_device, to_dtype
-from ..errors import DTypeError, EmberError, EmberValueError, ShapeError
+from ..errors import DTypeError, EmberValueError, ShapeError
 from ..tensor import Tensor, Var, ones, rand, randn, tensor, zeros
 from . import ops
 

@@ -14,7 +14,7 @@ from .. import _C
 from ..args import float_arg
 from ..backprop import is_grad_enabled
 from ..custom_op import CustomOp1, CustomOp2, CustomOp3
-from ..errors import DeviceError, DTypeError, EmberError, ShapeError
+from ..errors import DeviceError, DTypeError, ShapeError
 from ..tensor import UNARY, Tensor, _contig, _dim, _wrap, arange, full, where
 
 _F = _C.fused
