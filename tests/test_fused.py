@@ -229,6 +229,68 @@ def test_sdpa_fully_masked_row_is_zero_not_nan():
     assert np.all(y.numpy()[0, 0, 1] == 0)
     g = y.sum().backward()[q]
     assert np.isfinite(g.numpy()).all()
+    # the composite backward (create_graph) gives the same, not the NaN of a softmax over -inf
+    g1 = (y * y).sum().backward(create_graph=True)[q]
+    np.testing.assert_allclose(g1.numpy(), (y * y).sum().backward()[q].numpy(), rtol=1e-5, atol=1e-6)
+    assert np.isfinite((g1 * g1).sum().backward()[q].numpy()).all()
+
+
+@pytest.mark.parametrize("dt", [em.float64, em.float32, em.bfloat16], ids=lambda d: d.name)
+@pytest.mark.parametrize("case", ["full", "per_head", "per_key", "strided", "gqa_causal", "from_op"])
+def test_sdpa_mask_gradient(dt, case):
+    """A float mask that needs a gradient (a learned attention bias) gets the same gradient as in
+    torch, summed over its broadcast dims, along with q, k and v's; the fused path never drops it."""
+    rng = np.random.default_rng(len(case))
+    B, H, Hkv, Lq, Lk, D = 2, 4, (2 if case == "gqa_causal" else 4), 9, 12, 8
+    causal = case == "gqa_causal"
+    (qb, q, tqb, tq) = sdpa_pair(B, H, Lq, Lq, D, dt, 3)[0]
+    kb, k, tkb, tk = pair(rng.standard_normal((B, Hkv, Lk, D)), dt)
+    vb, v, tvb, tv = pair(rng.standard_normal((B, Hkv, Lk, 5)), dt)
+    shape = {"full": (B, H, Lq, Lk), "per_head": (1, H, Lq, Lk), "per_key": (B, 1, 1, Lk), "strided": (Lq, Lk),
+             "gqa_causal": (Lq, Lk), "from_op": (H, 1, Lk)}[case]
+    mb, m, tmb, tm = pair(rng.standard_normal(shape), dt, "transposed" if case == "strided" else "contiguous")
+    if case == "from_op":  # a mask that is itself computed: the gradient flows on to its inputs
+        m, tm = m * 2.0 - 1.0, tm * 2.0 - 1.0
+    ye = ops.sdpa(q, k, v, causal=causal, mask=m)
+    # torch takes no mask together with is_causal: the causal part goes into its mask instead
+    tmc = tm + torch.full((Lq, Lk), float("-inf")).triu(1) if causal else tm
+    yt = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=tmc, enable_gqa=Hkv != H)
+    check(ye, yt, dt, 2)
+    ges, tgs = grads(ye, yt, [qb, kb, vb, mb], [tqb, tkb, tvb, tmb])
+    for a, b in zip(ges, tgs):
+        assert a is not None and a.shape == tuple(b.shape)
+        check(a, b, dt, 6)
+    # the same mask as a constant takes the fused path, with the same value
+    check(ops.sdpa(q, k, v, causal=causal, mask=m.detach()), yt, dt, 2)
+    assert ops.sdpa(q, k, v, causal=causal, mask=m.detach()).op.name == "sdpa"
+
+
+def test_sdpa_mask_gradient_fully_masked_rows_and_errors():
+    rng = np.random.default_rng(5)
+    q, k, v = (em.Var(rng.standard_normal((1, 2, 4, 3))) for _ in range(3))
+    bias = rng.standard_normal((4, 4))
+    bias[1] = -np.inf  # query 1 sees no key: its output is 0 (as in the fused path) and nothing is NaN
+    mb = em.Var(bias)
+    y = ops.sdpa(q, k, v, mask=mb)
+    np.testing.assert_array_equal(y.numpy()[:, :, 1], 0)
+    np.testing.assert_allclose(y.numpy(), ops.sdpa(q, k, v, mask=mb.detach()).numpy(), rtol=1e-12, atol=1e-14)
+    gs = (y * y).sum().backward()
+    for t in (q, k, v, mb):
+        assert np.isfinite(gs[t].numpy()).all()
+    np.testing.assert_array_equal(gs[mb].numpy()[1], 0)
+    # float64 finite differences on the finite part of the mask
+    mf = em.Var(rng.standard_normal((1, 4, 4)))
+    assert em.testing.gradcheck(lambda m: ops.sdpa(q.detach(), k.detach(), v.detach(), mask=m), (mf,))
+    # bad inputs give the fused path's errors, word for word
+    for args, kw in [((q, k, v), {"mask": em.Var(np.zeros((5, 4)))}),
+                     ((q, k, v), {"mask": em.Var(np.zeros((1, 1, 1, 4, 4)))}),
+                     ((q, em.Var(np.zeros((1, 2, 4, 2))), v), {"mask": em.Var(np.zeros((4, 4)))}),
+                     ((q, k.to_dtype(em.float32), v), {"mask": em.Var(np.zeros((4, 4)))})]:
+        with pytest.raises(em.EmberError) as want:
+            ops.sdpa(*args, mask=kw["mask"].detach())
+        with pytest.raises(type(want.value), match=r"^\[sdpa\] ") as got:
+            ops.sdpa(*args, **kw)
+        assert str(got.value) == str(want.value)
 
 
 def test_second_order():

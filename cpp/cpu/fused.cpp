@@ -496,6 +496,12 @@ void sum_row_parts(const void* parts_, int64_t outer, int64_t nsum, int64_t inne
 
 }  // namespace
 
+void sdpa_check(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk, const CpuStorage& v,
+                const Layout& lv, const StoLayout* mask) {
+  SdpaParams p;
+  setup_sdpa(q, lq, k, lk, v, lv, mask, 1.0, false, p);
+}
+
 std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
                               const CpuStorage& v, const Layout& lv, const StoLayout* mask, double scale,
                               bool causal) {

@@ -109,6 +109,10 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, 
                                          const CpuStorage& g, const Layout& lg);
 // kind: "sigmoid" (a = y), "silu" or "gelu" (a = x).
 Sto act_bwd(const char* kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg);
+// The checks sdpa_fwd makes (dtypes, shapes, the mask's broadcast), without computing anything: for
+// the composite path taken when a float mask needs a gradient.
+void sdpa_check(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk, const CpuStorage& v,
+                const Layout& lv, const StoLayout* mask);
 std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
                               const CpuStorage& v, const Layout& lv, const StoLayout* mask, double scale,
                               bool causal);

@@ -56,6 +56,15 @@ void bind_fused(py::module_& m) {
       py::arg("mask").none(true) = nullptr, py::arg("lmask").none(true) = nullptr,
       py::arg("scale").none(true) = py::none(), py::arg("causal") = false, G());
   f.def(
+      "sdpa_check",
+      [](const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk, const CpuStorage& v,
+         const Layout& lv, const CpuStorage* mask, const Layout* lmask) {
+        auto ms = mask_arg(mask, lmask);
+        c::sdpa_check(q, lq, k, lk, v, lv, ms ? &*ms : nullptr);
+      },
+      py::arg("q"), py::arg("lq"), py::arg("k"), py::arg("lk"), py::arg("v"), py::arg("lv"),
+      py::arg("mask").none(true) = nullptr, py::arg("lmask").none(true) = nullptr);
+  f.def(
       "sdpa_bwd",
       [](const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk, const CpuStorage& v,
          const Layout& lv, const CpuStorage& o, const Layout& lo, const CpuStorage& lse, const CpuStorage& g,

@@ -243,6 +243,17 @@ def _attn_scores(q, k, scale, causal, mask):
     return s
 
 
+def _attn_probs(q, k, scale, causal, mask):
+    """softmax of _attn_scores (composite, differentiable in every input). A row whose keys are all
+    masked gives zeros, as in the fused kernel, not the NaN of a softmax over -inf."""
+    s = _attn_scores(q, k, scale, causal, mask)
+    if mask is None or s.shape[-1] == 0:  # causal alone leaves every query at least key 0
+        return softmax_last_dim(s)
+    live = s.max(-1, keepdim=True).detach().gt(full((), float("-inf"), dtype=s.dtype, device=s.device))
+    zero = full((), 0.0, dtype=s.dtype, device=s.device)
+    return where(live, softmax_last_dim(where(live, s, zero)), zero)
+
+
 def _repeat_kv(t: Tensor, q: Tensor) -> Tensor:
     """Grouped-query attention for the composites: key/value head j serves query heads j*g .. j*g+g-1."""
     if q.ndim != 4 or t.ndim != 4 or t.shape[1] == q.shape[1] or t.shape[1] == 0:
@@ -282,7 +293,7 @@ class _Sdpa(CustomOp3):
                                      *self._mask_args(), self.scale, self.causal)
             return _out(dq, q.shape, q), _out(dk, k.shape, k), _out(dv, v.shape, v)
         kr, vr = _repeat_kv(k, q), _repeat_kv(v, q)
-        p = softmax_last_dim(_attn_scores(q, kr, self.scale, self.causal, self.mask))
+        p = _attn_probs(q, kr, self.scale, self.causal, self.mask)
         dv = p.transpose(-2, -1) @ g
         dp = g @ vr.transpose(-2, -1)
         ds = p * (dp - (dp * p).sum(-1, keepdim=True))
@@ -294,8 +305,10 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
     """Attention over (B, H, L, D) (or (B, L, D)) tensors, flash-style: the L x L matrix is never
     built. ``k`` and ``v`` may have fewer heads than ``q`` when that number divides H (grouped-query
     attention: key/value head j serves query heads j*H/Hkv ..). ``mask`` (broadcastable to
-    (B, H, Lq, Lk)) is additive when float, a keep-mask when bool/uint8 (0 = masked out); it takes no
-    gradient. Fully masked rows give 0."""
+    (B, H, Lq, Lk)) is additive when float, a keep-mask when bool/uint8 (0 = masked out). A float mask
+    that needs a gradient (a learned bias, as in T5 or ALiBi variants) gets one: then, as in torch, the
+    attention runs as the composite (the L x L scores are built, the softmax is still fused). Fully
+    masked rows give 0."""
     for t, nm in ((q, "query"), (k, "key"), (v, "value")):
         _check_tensor(t, "sdpa", nm)
     if mask is not None:
@@ -305,7 +318,13 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
     if q.ndim not in (3, 4):
         raise ShapeError(f"[sdpa] expected query of shape (B, H, L, D) or (B, L, D), got {q.shape}")
     scale = 1.0 / math.sqrt(max(q.shape[-1], 1)) if scale is None else float_arg(scale, "sdpa", "scale")  # head dim 0: no 1/0
-    return q.apply_op3(k, v, _Sdpa(scale, bool(causal), mask))
+    causal = bool(causal)
+    if mask is not None and mask.dtype.is_float and is_grad_enabled() and (mask.is_variable or mask._op is not None):
+        # The fused kernels never hold dS = dL/dscores for the whole L x L, and that is the mask's gradient.
+        _F.sdpa_check(q._storage, q._layout, k._storage, k._layout, v._storage, v._layout,
+                      mask._storage, mask._layout)  # the fused path's errors, word for word
+        return _attn_probs(q, _repeat_kv(k, q), scale, causal, mask) @ _repeat_kv(v, q)
+    return q.apply_op3(k, v, _Sdpa(scale, causal, mask))
 
 
 # ----------------------------------------------------------------------------- composite references
