@@ -33,7 +33,9 @@ def check_sum(got, a, dim, keepdim, dt):
         err = np.abs(g - want) / scale
         assert np.all(err <= SUM_TOL[dt.name]), (dt, dim, err.max())
     else:
-        want = a.sum(axis=np_axis(dim), keepdims=keepdim, dtype=a.dtype)  # wraps in the dtype, like ember
+        # integer sums are int64 (as in torch), so a uint8 or uint32 sum does not wrap; int64 wraps
+        want = a.sum(axis=np_axis(dim), keepdims=keepdim, dtype=np.int64)
+        assert got.dtype == em.int64
         np.testing.assert_array_equal(got.numpy(), want)
 
 
@@ -146,7 +148,7 @@ def test_long_int_rows_exact():
     assert t.max().item() == 2**60 + 3 and t.min().item() == 2**53 + 1
     assert t.argmax().item() == 17
     u = em.tensor(np.full(200_000, 255, dtype=np.uint8))
-    assert u.sum().item() == int(np.full(200_000, 255, dtype=np.uint8).sum(dtype=np.uint8))
+    assert u.sum().item() == 255 * 200_000  # int64, like torch: no wrap at 256
 
 
 def test_reduce_errors():
@@ -163,3 +165,12 @@ def test_reduce_errors():
     expect_error(lambda: t.sum((0, 0, 1)), "sum", em.EmberValueError)
     expect_error(lambda: t.mean((1, -1)), "mean", em.EmberValueError)
     assert isinstance(em.EmberValueError("x"), ValueError)
+
+
+def test_counting_a_mask_does_not_wrap():
+    # the accuracy pattern: 1000 matches counted from a uint8 comparison mask (a uint8 sum would say 232)
+    a = em.tensor(np.arange(1000) % 7)
+    assert (a == a).sum().item() == 1000
+    assert (a == 3).sum(0).item() == int((np.arange(1000) % 7 == 3).sum())
+    big = em.full((3,), 2**31, dtype=em.uint32)
+    assert big.sum().dtype == em.int64 and big.sum().item() == 3 * 2**31

@@ -480,10 +480,15 @@ class Tensor:
     def _reduce(self, name, dim, keepdim):
         dims = _dims(dim, self.ndim, name)
         keepdim = bool_arg(keepdim, name, "keepdim")
-        s, l = _C.reduce(REDUCE[name], self._storage, self._layout, dims, keepdim)
+        src = self
+        if name == "sum" and not self._dtype.is_float and self._dtype is not _dt.int64:
+            # Integer sums are int64, as in torch: counting a uint8 mask ((pred == y).sum()) must not
+            # wrap at 256. (candle keeps u8 here, and its accuracy counts wrap.)
+            src = self.to_dtype(_dt.int64)
+        s, l = _C.reduce(REDUCE[name], src._storage, src._layout, dims, keepdim)
         if name in ("argmax", "argmin"):
             return _wrap(s, l, _dt.int64, self._device)
-        return record(_wrap(s, l, self._dtype, self._device), name, (self,), (tuple(dims), keepdim))
+        return record(_wrap(s, l, src._dtype, self._device), name, (self,), (tuple(dims), keepdim))
 
     def sum(self, dim=None, keepdim=False): return self._reduce("sum", dim, keepdim)
     def max(self, dim=None, keepdim=False): return self._reduce("max", dim, keepdim)
