@@ -223,6 +223,7 @@ ARG_CASES = [
     (lambda: len(em.tensor(1.0)), "len", em.DTypeError),
     (lambda: [1, 2][em.tensor(1.0)], "index", em.DTypeError),
     (lambda: bool(A), "bool", em.errors.EmberValueError),
+    (lambda: ~(A == A), "invert", em.DTypeError),
 ]
 
 

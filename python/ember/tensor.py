@@ -437,6 +437,12 @@ class Tensor:
     def __pos__(self): return self
     def __abs__(self): return self.abs()
 
+    def __invert__(self):
+        # Masks are uint8 0/1 here: torch's bitwise ~ would turn 1 into 254, a logical not into 0. Neither
+        # guess is safe, so the user says which.
+        raise DTypeError(f"[invert] ~ is not defined for {self._dtype.name} tensors; for a 0/1 mask write "
+                         "mask.eq(0) (logical not)")
+
     def __truediv__(self, o):
         a, o = _true_div_operands(self, o)
         return a._binary(o, "div")
