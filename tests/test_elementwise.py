@@ -124,6 +124,7 @@ def test_affine_clamp_powf(dt, rng):
             assert_close(t.powf(2.5), (x ** 2.5).astype(npdt(dt)))
             assert_close(t ** 1.5, (x ** 1.5).astype(npdt(dt)))
             assert_close(t.clamp(1.0, 2.5), np.clip(x, 1.0, 2.5).astype(npdt(dt)))
+            assert_close(t.clamp(2.5, 1.0), np.clip(x, 2.5, 1.0).astype(npdt(dt)))  # lo > hi: hi wins
         else:
             assert_close(t.affine(3, 2), (a.astype(np.int64) * 3 + 2).astype(npdt(dt)))
             assert_close(t.affine(0.5, 0), np.trunc(x * 0.5).astype(npdt(dt)))
@@ -131,6 +132,37 @@ def test_affine_clamp_powf(dt, rng):
             assert_close(t.clamp(3, 10), np.clip(a, 3, 10))
         assert_close(t.clamp(lo=2), np.maximum(a, np.array(2).astype(a.dtype)))
         assert_close(t.clamp(hi=2), np.minimum(a, np.array(2).astype(a.dtype)))
+
+
+@pytest.mark.parametrize("dt", INTS, ids=lambda d: d.name)
+def test_int_unary_full_range_wraps_like_numpy(dt, rng):
+    # Integer unary ops work in integer arithmetic: int64 values past 2**53 keep their low bits, and
+    # results outside the type wrap as in numpy (a float detour rounded them, and on AVX-512 machines
+    # an out-of-range uint32 result saturated to 2**32 - 1).
+    info = np.iinfo(npdt(dt))
+    a = rng.integers(info.min, info.max, size=37, dtype=npdt(dt), endpoint=True)
+    a[:4] = [info.min, info.max, info.max - 1, 0]
+    if dt is em.int64:
+        a[4:8] = [2**53 + 1, -(2**53 + 1), 2**62 + 3, -(2**62) - 5]
+    t, w = em.tensor(a), a.astype(np.int64).astype(np.uint64)  # uint64 arithmetic wraps like the type
+    wrap = lambda v: v.astype(npdt(dt))
+    np.testing.assert_array_equal(t.sqr().numpy(), wrap(w * w))
+    np.testing.assert_array_equal(t.affine(-1, 2).numpy(), wrap(np.uint64(2) - w))
+    np.testing.assert_array_equal(t.affine(100003, 7).numpy(), wrap(w * np.uint64(100003) + np.uint64(7)))
+    np.testing.assert_array_equal(t.affine(1, 0).numpy(), a)
+    for name in ("relu", "ceil", "floor", "round", "sign", "abs"):
+        want = {"relu": np.maximum(a, 0), "sign": np.sign(a), "abs": np.abs(a)}.get(name, a)
+        np.testing.assert_array_equal(getattr(t, name)().numpy(), want)
+    if dt is em.int64:
+        np.testing.assert_array_equal(t.neg().numpy(), -a)
+        lo, hi = -(2**62) - 4, 2**53 + 1
+        np.testing.assert_array_equal(t.clamp(lo, hi).numpy(), np.clip(a, lo, hi))
+        np.testing.assert_array_equal(t.clamp(hi=2**70).numpy(), a)
+        np.testing.assert_array_equal(t.clamp(lo=-(2**70), hi=-(2**62)).numpy(), np.minimum(a, -(2**62)))
+    np.testing.assert_array_equal(t.clamp().numpy(), a)  # no bound: the extremes stay
+    np.testing.assert_array_equal(t.clamp(lo=5, hi=3).numpy(), np.clip(a, 5, 3))  # hi wins, as in numpy
+    # float parameters: through double, truncated, then wrapped as a cast does
+    np.testing.assert_array_equal(em.tensor(a[:1] * 0 + 7).affine(0.5, 0).numpy(), np.array([3], npdt(dt)))
 
 
 BROADCAST_PAIRS = [((3, 4), (3, 4)), ((3, 1, 4), (1, 5, 1)), ((4,), (2, 3, 4)), ((0, 3), (1, 3)),

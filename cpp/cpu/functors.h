@@ -45,7 +45,8 @@ EMBER_UNARY(USign, false, (x > C(0) ? C(1) : (x < C(0) ? C(-1) : x)))
 EMBER_UNARY(USigmoid, true, fm_sigmoid<C>(x))
 EMBER_UNARY(UAffine, false, x * p0 + p1)
 EMBER_UNARY(UPowf, true, std::pow(x, p0))
-EMBER_UNARY(UClamp, false, (x < p0 ? p0 : (x > p1 ? p1 : x)))
+// min(max(x, lo), hi): hi wins when lo > hi, as in torch and numpy; NaN stays NaN
+EMBER_UNARY(UClamp, false, ((x < p0 ? p0 : x) > p1 ? p1 : (x < p0 ? p0 : x)))
 #undef EMBER_UNARY
 
 // Binary functors; comparisons return 0/1 (stored as uint8 by the caller).

@@ -32,13 +32,55 @@ void unary_loop(const void* in_, int64_t is, void* out_, int64_t os, int64_t n, 
   }
 }
 
-// Integer affine/clamp parameters are applied in double so that e.g. affine(x, 0.5, 0) truncates.
+// Integer x < p and x > p for a double p, exact for every int64 (a cast of x to double would round
+// above 2^53).
+template <typename T> inline bool int_lt(T x, double p) {
+  if constexpr (sizeof(T) < 8) return (double)x < p;
+  else if (!(p > -9223372036854775808.0)) return false;  // also NaN
+  else if (p >= 9223372036854775808.0) return true;
+  else return x < (int64_t)std::ceil(p);
+}
+template <typename T> inline bool int_gt(T x, double p) {
+  if constexpr (sizeof(T) < 8) return (double)x > p;
+  else if (!(p < 9223372036854775808.0)) return false;  // also NaN
+  else if (p < -9223372036854775808.0) return true;
+  else return x > (int64_t)std::floor(p);
+}
+
+// Integer unary ops in integer arithmetic (wrapping like numpy: sqr/abs/neg of the extremes), so
+// int64 values above 2^53 keep every bit. Affine with float parameters goes through double and
+// truncates (affine(x, 0.5, 0) halves); its result, and a clamp to a float bound, wrap into T the way
+// a cast does (never the undefined behaviour of an out-of-range float-to-int conversion).
 template <typename Op, typename T>
-void unary_loop_int_via_double(const void* in_, int64_t is, void* out_, int64_t os, int64_t n, double p0,
-                               double p1) {
+void unary_loop_int(const void* in_, int64_t is, void* out_, int64_t os, int64_t n, double p0, double p1) {
+  using U = std::make_unsigned_t<T>;
   const T* in = static_cast<const T*>(in_);
   T* out = static_cast<T*>(out_);
-  for (int64_t i = 0; i < n; ++i) out[i * os] = (T)Op::template f<double>((double)in[i * is], p0, p1);
+  auto body = [&](auto f) {
+    for (int64_t i = 0; i < n; ++i) out[i * os] = f(in[i * is]);
+  };
+  if constexpr (std::is_same_v<Op, USqr>) body([](T x) { return (T)(U)((uint64_t)(U)x * (uint64_t)(U)x); });
+  else if constexpr (std::is_same_v<Op, UAbs>) body([](T x) { return x < 0 ? (T)(U)(U(0) - (U)x) : x; });
+  else if constexpr (std::is_same_v<Op, UNeg>) body([](T x) { return (T)(U)(U(0) - (U)x); });
+  else if constexpr (std::is_same_v<Op, URelu>) body([](T x) { return x < 0 ? T(0) : x; });
+  else if constexpr (std::is_same_v<Op, USign>) body([](T x) { return (T)((x > 0) - (x < 0)); });
+  else if constexpr (std::is_same_v<Op, UCeil> || std::is_same_v<Op, UFloor> || std::is_same_v<Op, URound>)
+    body([](T x) { return x; });
+  else if constexpr (std::is_same_v<Op, UClamp>) {
+    const T lo = convert<T, double>(p0), hi = convert<T, double>(p1);
+    const bool lo_over_hi = p0 > p1;  // then every x clamps to hi, as min(max(x, lo), hi) does
+    body([&](T x) { return int_lt(x, p0) ? (lo_over_hi ? hi : lo) : (int_gt(x, p1) ? hi : x); });
+  } else if constexpr (std::is_same_v<Op, UAffine>) {
+    const bool exact = p0 == std::trunc(p0) && p1 == std::trunc(p1) && std::fabs(p0) < 9.2e18 && std::fabs(p1) < 9.2e18;
+    if (exact) {  // x * p0 + p1 modulo 2^64, then cast: the same wrap as numpy's integer arithmetic
+      const uint64_t m = (uint64_t)(int64_t)p0, a = (uint64_t)(int64_t)p1;
+      body([&](T x) { return (T)(U)((uint64_t)(int64_t)x * m + a); });
+    } else {
+      body([&](T x) { return convert<T, double>((double)x * p0 + p1); });
+    }
+  } else {
+    static_assert(sizeof(Op) == 0, "an integer unary op without an integer implementation");
+  }
 }
 
 template <typename Op, typename T, typename Out, typename F>
@@ -145,7 +187,7 @@ template <typename T> void register_dtype(KernelTable& t) {
   constexpr bool flt = !std::is_integral_v<T>;
 #define EMBER_REG_UNARY(E, F)                                                            \
   if constexpr (flt) t.unary[(int)UnaryOp::E][d] = &unary_loop<F, T>;                   \
-  else if constexpr (!F::kFloatOnly) t.unary[(int)UnaryOp::E][d] = &unary_loop_int_via_double<F, T>;
+  else if constexpr (!F::kFloatOnly) t.unary[(int)UnaryOp::E][d] = &unary_loop_int<F, T>;
   EMBER_REG_UNARY(Exp, UExp) EMBER_REG_UNARY(Log, ULog) EMBER_REG_UNARY(Sin, USin)
   EMBER_REG_UNARY(Cos, UCos) EMBER_REG_UNARY(Tanh, UTanh) EMBER_REG_UNARY(Sqrt, USqrt)
   EMBER_REG_UNARY(Sqr, USqr) EMBER_REG_UNARY(Abs, UAbs) EMBER_REG_UNARY(Recip, URecip)
@@ -156,7 +198,7 @@ template <typename T> void register_dtype(KernelTable& t) {
 #undef EMBER_REG_UNARY
   // Negating unsigned integers is refused rather than silently wrapping.
   if constexpr (flt) t.unary[(int)UnaryOp::Neg][d] = &unary_loop<UNeg, T>;
-  else if constexpr (std::is_signed_v<T>) t.unary[(int)UnaryOp::Neg][d] = &unary_loop_int_via_double<UNeg, T>;
+  else if constexpr (std::is_signed_v<T>) t.unary[(int)UnaryOp::Neg][d] = &unary_loop_int<UNeg, T>;
 
   t.binary[(int)BinaryOp::Add][d] = &binary_loop<BAdd, T>;
   t.binary[(int)BinaryOp::Sub][d] = &binary_loop<BSub, T>;

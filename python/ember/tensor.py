@@ -48,6 +48,11 @@ def _wrap(storage, layout, dtype, device, cls=None, shape=None):
 _CONTIG = {}
 
 
+def _big_int(b):
+    """An integer bound past 2**53, where a double would round it."""
+    return isinstance(b, numbers.Integral) and not isinstance(b, bool) and abs(int(b)) > 2**53
+
+
 def _contig(shape):
     """The contiguous Layout of a shape; layouts are immutable, so one object per shape is shared."""
     l = _CONTIG.get(shape)
@@ -403,10 +408,16 @@ class Tensor:
         return self._unary("powf", e, 0.0, e)
 
     def clamp(self, lo=None, hi=None):
+        if self._dtype is _dt.int64 and any(_big_int(b) for b in (lo, hi)):
+            # a double cannot hold this bound exactly: compare in int64 (hi wins when lo > hi, as below)
+            out = self
+            for b, f in ((lo, maximum), (hi, minimum)):
+                if b is not None:  # past int64 a bound saturates: clamp(hi=2**70) changes nothing
+                    b = min(max(int(b), -(2**63)), 2**63 - 1)
+                    out = f(out, full((), b, dtype=_dt.int64, device=self._device))
+            return out
         lo = -float("inf") if lo is None else float_arg(lo, "clamp", "lo")
         hi = float("inf") if hi is None else float_arg(hi, "clamp", "hi")
-        if not self._dtype.is_float:
-            lo, hi = max(lo, -9.2e18), min(hi, 1.8e19)
         return self._unary("clamp", lo, hi, (lo, hi))
 
     def _binary(self, other, name, reverse=False):
