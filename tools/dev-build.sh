@@ -14,3 +14,14 @@ ninja -C build/dev -j2 "$@"
 for f in build/dev/_C*.so; do
   cp "$f" "python/ember/.tmp.$(basename "$f")" && mv "python/ember/.tmp.$(basename "$f")" "python/ember/$(basename "$f")"
 done
+# The per-ISA objects must export their register_* functions and nothing else: any other global or
+# weak symbol (an out-of-line std:: template member, say) is shared by the linker with baseline code,
+# which could then run AVX2/AVX-512 instructions on a CPU without them.
+for o in build/dev/CMakeFiles/ember_isa_*.dir/cpp/cpu/*.o; do
+  bad=$(nm -C --defined-only "$o" | grep -E ' [A-Z] ' | grep -vE 'ember::cpu::register_(fused|kernels)_' || true)
+  if [ -n "$bad" ]; then
+    echo "dev-build: $o defines shared symbols (see cpp/cpu/fused.h, thread_scratch):" >&2
+    echo "$bad" >&2
+    exit 1
+  fi
+done

@@ -33,6 +33,17 @@ using LnBwdFn = void (*)(const void* x, int64_t ldx, const void* w, const void* 
 // Elementwise backward over n contiguous elements: dx = g * f'(a).
 using EltBwdFn = void (*)(const void* a, const void* g, void* dx, int64_t n);
 
+// Per-thread scratch for the ISA kernels, one buffer per slot, 64-byte aligned, grown on demand and
+// valid until the same thread asks for the same slot again. It lives in the baseline object on
+// purpose: a std::vector in an AVX2/AVX-512 object instantiates vector's out-of-line members there,
+// and the linker keeps one copy of them for the whole library, which could then run AVX-512 code on a
+// CPU without it. (`tools/dev-build.sh` checks that the ISA objects define no such shared symbols.)
+enum class Scratch { SoftmaxRows, NormParams, RmsCoefs, LnMeans, SdpaFwd, SdpaBwd, Count };
+void* thread_scratch(Scratch slot, size_t bytes);
+template <typename C> C* scratch_of(Scratch slot, int64_t n) {
+  return static_cast<C*>(thread_scratch(slot, (size_t)n * sizeof(C)));
+}
+
 // Everything the attention kernels need; strides in elements for (b, h, row, col).
 struct SdpaParams {
   // H query heads share Hkv key/value heads (grouped-query attention; H % Hkv == 0): query head h reads

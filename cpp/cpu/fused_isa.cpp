@@ -6,7 +6,6 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
-#include <vector>
 
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
 #include <immintrin.h>
@@ -131,15 +130,11 @@ static void softmax_fwd_impl(const T* x, int64_t ldx, T* y, int64_t rows, int64_
   constexpr int L = kL<C>;
   const int64_t n2 = pair_end<C>(n);  // pairs (vload2 order) below n2, plain vectors from there on
   // f32/f64 keep e in y unless y is streamed; halves (or a streamed y) keep it in a cache-resident
-  // float row per row of the group. The thread_local is looked up once per call, not per row.
+  // float row per row of the group. The scratch is looked up once per call, not per row.
   const bool in_y = std::is_same_v<T, C> && !nt;
   const int64_t group = row_group(n, (int64_t)sizeof(T) + (log || in_y ? 0 : (int64_t)sizeof(C)));
   C* scratch = nullptr;
-  if (!log && !in_y) {
-    static thread_local std::vector<C> buf;
-    if ((int64_t)buf.size() < group * (n + L)) buf.resize(group * (n + L));
-    scratch = buf.data();
-  }
+  if (!log && !in_y) scratch = scratch_of<C>(Scratch::SoftmaxRows, group * (n + L));
   auto e_of = [&](int64_t r, int64_t g0) { return in_y ? reinterpret_cast<C*>(y + r * n) : scratch + (r - g0) * (n + L); };
   C mx[kMaxGroup];
   double total[kMaxGroup];
@@ -288,9 +283,8 @@ template <typename T> struct NormParams {
     if constexpr (!std::is_same_v<T, C>) {
       if (rows < 4 || n > kBlk) return;
       constexpr int L = kL<C>;
-      static thread_local std::vector<C> buf;
-      if ((int64_t)buf.size() < 2 * n) buf.resize(2 * n);
-      C* dst[2] = {buf.data(), buf.data() + n};
+      C* const buf = scratch_of<C>(Scratch::NormParams, 2 * n);
+      C* dst[2] = {buf, buf + n};
       const T* src[2] = {w, b};
       const int64_t n2 = pair_end<C>(n);
       for (int k = 0; k < (b ? 2 : 1); ++k) {
@@ -381,8 +375,7 @@ static void rms_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void
   const T* w = (const T*)w_;
   C* dw = (C*)dw_;
   const bool nt = use_nt<T>(want_nt, dx_, n);
-  static thread_local std::vector<C> coefs;
-  if ((int64_t)coefs.size() < rows) coefs.resize(rows);
+  C* const coefs = scratch_of<C>(Scratch::RmsCoefs, rows);
   // dx = r*g*w - x * r^3 * sum(g*w*x) / n ; dw += g*x*r
   auto pass1 = [&](int64_t row) {
     const T* x = (const T*)x_ + row * ldx;
@@ -560,8 +553,7 @@ static void ln_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void*
   C* dw = (C*)dw_;
   C* db = (C*)db_;
   const bool nt = use_nt<T>(want_nt, dx_, n);
-  static thread_local std::vector<C> means;  // per row: mean(g*w), mean(g*w*xhat)
-  if ((int64_t)means.size() < 2 * rows) means.resize(2 * rows);
+  C* const means = scratch_of<C>(Scratch::LnMeans, 2 * rows);  // per row: mean(g*w), mean(g*w*xhat)
   // xhat = (x-mu)*r, gw = g*w: dx = r * (gw - mean(gw) - xhat * mean(gw*xhat))
   auto pass1 = [&](int64_t row) {
     const T* x = (const T*)x_ + row * ldx;
