@@ -3,9 +3,11 @@
 Prints one row per (op, shape, dtype, direction) with milliseconds (best of N) and ratios; a ratio
 above 1 means ember is faster. `copy%` is the fraction of the memory limit the forward reaches (the
 time to copy the input's bytes into a preallocated buffer divided by ember's time). The copy is timed
-alternately with each forward, call for call, so both see the same cache state and the same load
-from other tenants of a shared machine (timed alone at the start of a shape, the same 8 MB copy
-ranged over 0.4-1.5 ms between runs, which made copy% mostly noise).
+in turns with each forward (three calls of one, three of the other, seven times; best call of each),
+so both run in the same minute under the same load from other tenants of a shared machine, each
+with its own data warm in cache. (Timed once at the start of a shape, the same 8 MB copy ranged over
+0.4-1.5 ms between runs, which made copy% mostly noise. Strict alternation, call for call, would
+instead leave each with a cache the other had just filled: the copy then ran ~30% slower here.)
 Usage: python bench/bench_fused.py [--reps N] [--quick]
 """
 from __future__ import annotations
@@ -38,8 +40,9 @@ def best_ms(fn, reps):
     return best_ms_each((fn,), reps)[0]
 
 
-def best_ms_each(fns, reps):
-    """Best time of each of fns in ms, called in turn (a, b, a, b, ...) under the same conditions."""
+def best_ms_each(fns, reps, burst=1):
+    """Best time of each of fns in ms, called in turn (a, b, a, b, ...) under the same conditions;
+    with burst > 1 each turn is that many calls in a row, so the later ones run with a warm cache."""
     # torch's (OpenMP) and MLX's workers keep spinning for ~0.1-0.2 s after a call and would steal a
     # core from whichever library is timed next: let them settle first.
     time.sleep(0.3)
@@ -55,9 +58,10 @@ def best_ms_each(fns, reps):
     best = [float("inf")] * len(fns)
     for _ in range(reps):
         for k, fn in enumerate(fns):
-            t0 = time.perf_counter()
-            fn()
-            best[k] = min(best[k], time.perf_counter() - t0)
+            for _ in range(burst):
+                t0 = time.perf_counter()
+                fn()
+                best[k] = min(best[k], time.perf_counter() - t0)
     return [b * 1e3 for b in best]
 
 
@@ -238,7 +242,7 @@ def main():
             copy = functools.partial(np.copyto, np.empty_like(src), src)
             for op in ("softmax_last_dim", "rms_norm", "layer_norm"):
                 efwd, ebwd = ember_case(op, x, dt, w, b, g)
-                fwd_ms, copy_ms = best_ms_each((efwd, copy), args.reps)
+                fwd_ms, copy_ms = best_ms_each((efwd, copy), args.reps, burst=3)
                 res = {"ember": [fwd_ms, best_ms(ebwd, args.reps)]}
                 if torch is not None:
                     res["torch"] = [best_ms(f, args.reps) for f in torch_case(op, x, dt, w, b, g)]
