@@ -161,6 +161,9 @@ def test_int_unary_full_range_wraps_like_numpy(dt, rng):
         np.testing.assert_array_equal(t.clamp(lo=-(2**70), hi=-(2**62)).numpy(), np.minimum(a, -(2**62)))
     np.testing.assert_array_equal(t.clamp().numpy(), a)  # no bound: the extremes stay
     np.testing.assert_array_equal(t.clamp(lo=5, hi=3).numpy(), np.clip(a, 5, 3))  # hi wins, as in numpy
+    # float parameters: through double (multiply and add each rounded, as numpy does: no FMA), truncated
+    if dt is em.int64:
+        np.testing.assert_array_equal(t.affine(0.1, 0.3).numpy(), (a.astype(np.float64) * 0.1 + 0.3).astype(np.int64))
     # float parameters: through double, truncated, then wrapped as a cast does
     np.testing.assert_array_equal(em.tensor(a[:1] * 0 + 7).affine(0.5, 0).numpy(), np.array([3], npdt(dt)))
 

@@ -47,6 +47,21 @@ template <typename T> inline bool int_gt(T x, double p) {
   else return x > (int64_t)std::floor(p);
 }
 
+// v as it is, rounded on its own: the compiler may not fuse it into a following add (with -mfma, GCC
+// contracts a * b + c into one FMA by default, which would round x * p0 + p1 differently from numpy
+// and from the baseline build).
+inline double unfused(double v) {
+#if defined(__GNUC__) && (defined(__x86_64__) || defined(__i386__))
+  asm("" : "+x"(v));
+#elif defined(__GNUC__) && defined(__aarch64__)
+  asm("" : "+w"(v));
+#else
+  volatile double t = v;
+  v = t;
+#endif
+  return v;
+}
+
 // Integer unary ops in integer arithmetic (wrapping like numpy: sqr/abs/neg of the extremes), so
 // int64 values above 2^53 keep every bit. Affine with float parameters goes through double and
 // truncates (affine(x, 0.5, 0) halves); its result, and a clamp to a float bound, wrap into T the way
@@ -76,7 +91,7 @@ void unary_loop_int(const void* in_, int64_t is, void* out_, int64_t os, int64_t
       const uint64_t m = (uint64_t)(int64_t)p0, a = (uint64_t)(int64_t)p1;
       body([&](T x) { return (T)(U)((uint64_t)(int64_t)x * m + a); });
     } else {
-      body([&](T x) { return convert<T, double>((double)x * p0 + p1); });
+      body([&](T x) { return convert<T, double>(unfused((double)x * p0) + p1); });
     }
   } else {
     static_assert(sizeof(Op) == 0, "an integer unary op without an integer implementation");
