@@ -122,3 +122,31 @@ def test_index_errors():
     expect_error(lambda: em.stack([t, t], 3), "stack", em.IndexOutOfRange)
     expect_error(lambda: t.index_add(em.tensor([0]), em.zeros(2, 3), 0), "index_add", em.ShapeError)
     expect_error(lambda: t.index_add(em.tensor([7]), em.zeros(1, 3), 0), "index_add", em.IndexOutOfRange)
+
+
+@pytest.mark.parametrize("dt", [em.float64, em.float32, em.int64, em.uint8], ids=lambda d: d.name)
+def test_mask_index_selects_like_numpy(dt, rng):
+    # t[t > 0] with ember's uint8 comparison masks selects, as torch and numpy do with bool masks (it
+    # used to read the 0/1 mask as row indices 0 and 1)
+    for shape, mshape in [((7,), (7,)), ((3, 4), (3, 4)), ((3, 4), (3,)), ((2, 3, 4), (2, 3)), ((0, 3), (0,))]:
+        t, a = make_view(rng, shape, dt, "transposed" if len(shape) > 1 else "contiguous")
+        m = rng.random(mshape) > 0.5
+        mask = em.tensor(m.astype(np.uint8)).eq(1)
+        assert mask.dtype == em.uint8
+        np.testing.assert_array_equal(t[mask].numpy(), a[m])
+        np.testing.assert_array_equal(t[m].numpy(), a[m])  # a numpy bool array
+        if m.size:  # a (nested) list of bools
+            np.testing.assert_array_equal(t[m.tolist()].numpy(), a[m])
+    # a numpy uint8 array stays integer indices, as in numpy
+    t, a = make_view(rng, (4, 2), dt, "contiguous")
+    np.testing.assert_array_equal(t[np.array([3, 0, 3], dtype=np.uint8)].numpy(), a[np.array([3, 0, 3], dtype=np.uint8)])
+    expect_error(lambda: t[em.tensor([1, 0, 1]).eq(1)], "index", em.ShapeError)
+    expect_error(lambda: t[em.zeros(4, 2, 1, dtype=em.uint8)], "index", em.ShapeError)
+
+
+def test_mask_index_gradient():
+    x = np.random.default_rng(3).standard_normal((4, 5))
+    v = em.Var(x)
+    g = (v[v > 0] ** 2).sum().backward()[v]
+    np.testing.assert_allclose(g.numpy(), np.where(x > 0, 2 * x, 0))
+    assert em.testing.gradcheck(lambda t: t[em.tensor(x > 0.3)] * 3.0, (em.Var(x),))

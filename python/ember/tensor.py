@@ -332,6 +332,8 @@ class Tensor:
     def __getitem__(self, idx):
         if not isinstance(idx, tuple):
             idx = (idx,)
+        if len(idx) == 1 and _is_mask(idx[0]):
+            return self._select_mask(idx[0])
         if len(idx) == 1 and (isinstance(idx[0], (list, np.ndarray)) or (isinstance(idx[0], Tensor) and idx[0].ndim)):
             return self.index_select(_as_index(idx[0], "index"), 0)
         n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
@@ -366,6 +368,19 @@ class Tensor:
             else:
                 raise IndexOutOfRange(f"[index] unsupported index {i!r} (use ints, slices, None, ...)")
         return self._view(layout, "index", idx)  # the rule replays idx on zeros
+
+    def _select_mask(self, mask):
+        """t[mask]: the elements (or sub-tensors) where a 0/1 mask over t's leading dims is set, in
+        row-major order, as in torch and numpy; a new tensor, differentiable through index_select."""
+        m = mask.numpy() if isinstance(mask, Tensor) else np.asarray(mask)
+        k = m.ndim
+        if k > self.ndim or m.shape != self.shape[:k]:
+            raise ShapeError(f"[index] mask of shape {m.shape} does not match the leading dims of {self.shape}")
+        rows = 1
+        for s in self.shape[:k]:
+            rows *= s
+        flat = self.reshape(rows, *self.shape[k:])
+        return flat.index_select(tensor(np.flatnonzero(m).astype(np.int64), device=self._device), 0)
 
     # ----------------------------------------------------------------- elementwise
     def _unary(self, name, p0=0.0, p1=0.0, saved=None):
@@ -729,6 +744,18 @@ def _operands(a, b, op):
             a = a.to_dtype(_dt.float32)  # like a Python float: never truncate 1.5 to 1
         return a, tensor(b, dtype=a._dtype, device=a._device)
     raise DTypeError(f"[{op}] unsupported operand type {type(b).__name__}")
+
+
+def _is_mask(i):
+    """A boolean mask index: ember's comparison results (uint8 tensors, 1-D or more) or a bool array or
+    list. numpy uint8 arrays stay integer indices, as in numpy."""
+    if isinstance(i, Tensor):
+        return i._dtype is _dt.uint8 and i.ndim > 0
+    if isinstance(i, np.ndarray):
+        return i.dtype == np.bool_ and i.ndim > 0
+    if isinstance(i, list) and i:
+        return np.asarray(i).dtype == np.bool_
+    return False
 
 
 def _as_index(ids, op):
