@@ -160,6 +160,10 @@ def test_int_unary_full_range_wraps_like_numpy(dt, rng):
         np.testing.assert_array_equal(t.clamp(hi=2**70).numpy(), a)
         np.testing.assert_array_equal(t.clamp(lo=-(2**70), hi=-(2**62)).numpy(), np.minimum(a, -(2**62)))
     np.testing.assert_array_equal(t.clamp().numpy(), a)  # no bound: the extremes stay
+    # a bound outside the type saturates instead of wrapping (uint8 clamp(lo=300) is 255, not 44)
+    np.testing.assert_array_equal(t.clamp(lo=int(info.max) + 45).numpy(), np.full_like(a, info.max))
+    np.testing.assert_array_equal(t.clamp(hi=int(info.min) - 45).numpy(), np.full_like(a, info.min))
+    np.testing.assert_array_equal(t.clamp(lo=-1e300, hi=1e300).numpy(), a)
     np.testing.assert_array_equal(t.clamp(lo=5, hi=3).numpy(), np.clip(a, 5, 3))  # hi wins, as in numpy
     # float parameters: through double (multiply and add each rounded, as numpy does: no FMA), truncated
     if dt is em.int64:

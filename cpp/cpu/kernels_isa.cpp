@@ -2,6 +2,7 @@
 // (EMBER_ISA) and registered into a KernelTable; the compiler vectorises the fixed-width bodies.
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <type_traits>
 
 #include "cpu/dispatch.h"
@@ -64,7 +65,7 @@ inline double unfused(double v) {
 
 // Integer unary ops in integer arithmetic (wrapping like numpy: sqr/abs/neg of the extremes), so
 // int64 values above 2^53 keep every bit. Affine with float parameters goes through double and
-// truncates (affine(x, 0.5, 0) halves); its result, and a clamp to a float bound, wrap into T the way
+// truncates (affine(x, 0.5, 0) halves); its result wraps into T the way
 // a cast does (never the undefined behaviour of an out-of-range float-to-int conversion).
 template <typename Op, typename T>
 void unary_loop_int(const void* in_, int64_t is, void* out_, int64_t os, int64_t n, double p0, double p1) {
@@ -82,7 +83,12 @@ void unary_loop_int(const void* in_, int64_t is, void* out_, int64_t os, int64_t
   else if constexpr (std::is_same_v<Op, UCeil> || std::is_same_v<Op, UFloor> || std::is_same_v<Op, URound>)
     body([](T x) { return x; });
   else if constexpr (std::is_same_v<Op, UClamp>) {
-    const T lo = convert<T, double>(p0), hi = convert<T, double>(p1);
+    // A bound outside T saturates (uint8 clamp(lo=300) gives 255, not 300 wrapped to 44).
+    auto sat = [](double b) {
+      constexpr double tmin = (double)std::numeric_limits<T>::min(), tmax = (double)std::numeric_limits<T>::max();
+      return b <= tmin ? std::numeric_limits<T>::min() : b >= tmax ? std::numeric_limits<T>::max() : convert<T, double>(b);
+    };
+    const T lo = sat(p0), hi = sat(p1);
     const bool lo_over_hi = p0 > p1;  // then every x clamps to hi, as min(max(x, lo), hi) does
     body([&](T x) { return int_lt(x, p0) ? (lo_over_hi ? hi : lo) : (int_gt(x, p1) ? hi : x); });
   } else if constexpr (std::is_same_v<Op, UAffine>) {

@@ -52,7 +52,8 @@ static void unary_domain(int op, DType dt, double& lo, double& hi) {
 // Exact reference for the integer unary ops, as numpy computes them: integer arithmetic modulo 2^bits
 // (sqr/abs/neg of the extremes wrap), ceil/floor/round are the identity, affine with a non-integral
 // parameter goes through double and truncates toward zero, then wraps into the type as a cast does,
-// and clamp is min(max(x, lo), hi) on the exact values (so lo > hi gives hi everywhere). Computed in
+// and clamp is min(max(x, lo), hi) on the exact values (so lo > hi gives hi everywhere; a bound outside
+// the type saturates to its end). Computed in
 // 128-bit integers and long double, independently of the kernels' own uint64/double tricks.
 static int64_t wrap_to(DType dt, __int128 v) {  // v modulo 2^bits, as Buf::geti reads it back
   const uint64_t u = (uint64_t)(unsigned __int128)v;
@@ -75,7 +76,13 @@ static int64_t unary_int_ref(int op, DType dt, int64_t x, double p0, double p1) 
     case UnaryOp::Clamp: {
       const long double lx = (long double)x;  // exact for every int64 (64-bit significand)
       const bool lo_wins = lx < (long double)p0, m_over_hi = (lo_wins ? (long double)p0 : lx) > (long double)p1;
-      return m_over_hi ? cast(p1) : lo_wins ? cast(p0) : x;
+      // a bound outside the type saturates to the type's end
+      const long double tmin = dt == DType::I64 ? (long double)INT64_MIN : 0.0L;
+      const long double tmax = dt == DType::I64 ? (long double)INT64_MAX : dt == DType::U32 ? 4294967295.0L : 255.0L;
+      auto sat = [&](double b) {
+        return (long double)b <= tmin ? (int64_t)tmin : (long double)b >= tmax ? (int64_t)tmax : cast(b);
+      };
+      return m_over_hi ? sat(p1) : lo_wins ? sat(p0) : x;
     }
     default: return 0;
   }
@@ -117,7 +124,7 @@ void test_unary() {
       if (u == UnaryOp::Powf) params = {{2.5, 0}};
       if (u == UnaryOp::Clamp) {
         if (isf(dt)) params = {{-2.5, 3.25}, {3.25, -2.5}};  // lo > hi: hi everywhere
-        else params = {{3, 200}, {200, 3}, {-5, 100}};
+        else params = {{3, 200}, {200, 3}, {-5, 100}, {5e9, 6e9}, {-6e9, -5e9}};  // bounds past u8/u32: saturate
         if (dt == DType::I64) params.push_back({-1152921504606846976.0, 1152921504606846976.0});  // +-2^60: exact compare
       }
       for (auto [p0, p1] : params)
