@@ -20,6 +20,7 @@ from .errors import (
     IndexOutOfRange,
     OutOfMemory,
     ShapeError,
+    UnsupportedOp,
 )
 
 _ids = itertools.count(1)
@@ -368,6 +369,11 @@ class Tensor:
             else:
                 raise IndexOutOfRange(f"[index] unsupported index {i!r} (use ints, slices, None, ...)")
         return self._view(layout, "index", idx)  # the rule replays idx on zeros
+
+    def __setitem__(self, idx, value):
+        # Without this, Python would try idx.__index__() and report a confusing [item] error.
+        raise UnsupportedOp("[setitem] item assignment is not supported; write t = em.where(mask, value, t) "
+                            "for a masked fill, or t.slice_set(src, dim, offset) to write a slice in place")
 
     def _select_mask(self, mask):
         """t[mask]: the elements (or sub-tensors) where a 0/1 mask over t's leading dims is set, in
