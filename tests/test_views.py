@@ -118,6 +118,45 @@ def test_basic_indexing_matches_numpy(rng):
     assert t[em.tensor(2)].shape == (5, 6)
 
 
+@pytest.mark.parametrize("dt", [em.float32, em.float64, em.int64, em.uint8], ids=lambda d: d.name)
+def test_setitem_writes_in_place_like_numpy(dt):
+    rng = np.random.default_rng(4)
+    a = (rng.random((4, 5)) * 50).astype(npdt(dt))
+    t = em.tensor(a.copy())
+    row = t[2]  # a view: it must see every write below
+    cases = [((1,), 7), ((slice(None), slice(1, 3)), np.array([1, 2])), ((0, 0), 3), ((2, slice(None, None, 2)), 9),
+             ((Ellipsis, 4), np.arange(4)), ((slice(1, 3), None, slice(0, 5)), 6)]
+    for idx, v in cases:
+        t[idx] = em.tensor(v).to_dtype(dt) if isinstance(v, np.ndarray) else v
+        a[idx] = v
+        np.testing.assert_array_equal(t.numpy(), a)
+    t[t > 20] = 1  # a comparison mask
+    a[a > 20] = 1
+    t[[True, False, True, False]] = em.tensor(np.arange(5)).to_dtype(dt)  # a bool row mask, broadcast value
+    a[[True, False, True, False]] = np.arange(5)
+    np.testing.assert_array_equal(t.numpy(), a)
+    np.testing.assert_array_equal(row.numpy(), a[2])
+
+
+def test_setitem_refusals():
+    t = em.zeros(3, 4)
+    expect_error(lambda: t.__setitem__([0, 1], 1.0), "setitem", em.UnsupportedOp)
+    expect_error(lambda: t.__setitem__(0, em.zeros(3)), "setitem", em.ShapeError)
+    expect_error(lambda: t.__setitem__(em.tensor([1, 0]).eq(1), 1.0), "setitem", em.ShapeError)
+    expect_error(lambda: t.__setitem__(5, 1.0), "index", em.IndexOutOfRange)
+    b = em.zeros(3).broadcast_as((2, 3))  # a column of it has stride 0: two elements, one address
+    expect_error(lambda: b.__setitem__((slice(None), 0), 1.0), "setitem", em.EmberValueError)
+    # a tensor that tracks gradients: the write would not be differentiated, so it is refused (no_grad allows it)
+    v = em.Var([[1.0, 2.0], [3.0, 4.0]])
+    y = v * 2.0
+    expect_error(lambda: y.__setitem__(0, 0.0), "setitem", em.UnsupportedOp)
+    expect_error(lambda: v.__setitem__(v > 2, 0.0), "setitem", em.UnsupportedOp)
+    np.testing.assert_array_equal(v.numpy(), [[1.0, 2.0], [3.0, 4.0]])  # nothing was written
+    with em.no_grad():
+        v[v > 2] = 0.0
+    np.testing.assert_array_equal(v.numpy(), [[1.0, 2.0], [0.0, 0.0]])
+
+
 def test_indexing_errors():
     t = em.zeros(4, 5)
     e = expect_error(lambda: t[4], "index", em.IndexOutOfRange)

@@ -10,7 +10,7 @@ import numpy as np
 from . import _C
 from . import dtypes as _dt
 from .args import bool_arg, float_arg, i64_arg, int_arg
-from .backprop import no_grad, record
+from .backprop import is_grad_enabled, no_grad, record
 from .dtypes import Device, DType
 from .errors import (
     DeviceError,
@@ -371,9 +371,33 @@ class Tensor:
         return self._view(layout, "index", idx)  # the rule replays idx on zeros
 
     def __setitem__(self, idx, value):
-        # Without this, Python would try idx.__index__() and report a confusing [item] error.
-        raise UnsupportedOp("[setitem] item assignment is not supported; write t = em.where(mask, value, t) "
-                            "for a masked fill, or t.slice_set(src, dim, offset) to write a slice in place")
+        """t[idx] = value: an in-place write into t's storage (every view sees it, as with slice_set) for
+        basic indices (ints, slices, None, ...) and 0/1 masks; value is a scalar or broadcasts. Like
+        slice_set it is not recorded for autograd, so it is refused on a tensor that tracks gradients
+        (the backward would silently use the old values): use em.where there."""
+        if is_grad_enabled() and self._dtype.is_float and (self.is_variable or self._op is not None):
+            raise UnsupportedOp("[setitem] in-place assignment into a tensor that tracks gradients would not be "
+                                "differentiated; write t = em.where(mask, value, t), or assign under em.no_grad()")
+        single = idx[0] if isinstance(idx, tuple) and len(idx) == 1 else idx
+        if _is_mask(single):
+            m = single.numpy() if isinstance(single, Tensor) else np.asarray(single)
+            if m.ndim > self.ndim or m.shape != self.shape[:m.ndim]:
+                raise ShapeError(f"[setitem] mask of shape {m.shape} does not match the leading dims of {self.shape}")
+            keep = tensor(m.reshape(m.shape + (1,) * (self.ndim - m.ndim)).astype(np.uint8), device=self._device)
+            target, src = self, where(keep, _setitem_value(value, self), self)
+        elif isinstance(single, (list, np.ndarray)) or (isinstance(single, Tensor) and single.ndim):
+            raise UnsupportedOp("[setitem] assignment through integer index arrays is not supported; "
+                                "use basic indices (ints, slices) or a 0/1 mask")
+        else:
+            with no_grad():
+                target = self[idx]  # a view sharing self's storage
+            src = _setitem_value(value, target)
+        if target.ndim == 0:
+            target, src = target.unsqueeze(0), src.reshape(1)
+        try:
+            target.slice_set(src.broadcast_as(target.shape) if src.shape != target.shape else src, 0, 0)
+        except EmberError as e:  # e.g. a target with stride 0: report it under the op the user wrote
+            raise type(e)(str(e).replace("[slice_set]", "[setitem]", 1)) from None
 
     def _select_mask(self, mask):
         """t[mask]: the elements (or sub-tensors) where a 0/1 mask over t's leading dims is set, in
@@ -750,6 +774,19 @@ def _operands(a, b, op):
             a = a.to_dtype(_dt.float32)  # like a Python float: never truncate 1.5 to 1
         return a, tensor(b, dtype=a._dtype, device=a._device)
     raise DTypeError(f"[{op}] unsupported operand type {type(b).__name__}")
+
+
+def _setitem_value(value, like):
+    """The value of t[idx] = value as a tensor of like's dtype, broadcast to like's shape."""
+    if not isinstance(value, Tensor):
+        if isinstance(value, (numbers.Number, np.generic)) and not isinstance(value, complex):
+            return full((), value, dtype=like._dtype, device=like._device)
+        value = tensor(np.asarray(value), device=like._device)
+    if value._dtype is not like._dtype:
+        value = value.to_dtype(like._dtype)
+    if _broadcast_shape(value.shape, like.shape) != like.shape:
+        raise ShapeError(f"[setitem] value of shape {value.shape} cannot be broadcast to {like.shape}")
+    return value
 
 
 def _is_mask(i):
