@@ -151,6 +151,7 @@ def test_setitem_refusals():
     y = v * 2.0
     expect_error(lambda: y.__setitem__(0, 0.0), "setitem", em.UnsupportedOp)
     expect_error(lambda: v.__setitem__(v > 2, 0.0), "setitem", em.UnsupportedOp)
+    expect_error(lambda: em.zeros(2, 2).__setitem__(0, v[1]), "setitem", em.UnsupportedOp)  # the value's gradient
     np.testing.assert_array_equal(v.numpy(), [[1.0, 2.0], [3.0, 4.0]])  # nothing was written
     with em.no_grad():
         v[v > 2] = 0.0

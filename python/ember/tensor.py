@@ -375,8 +375,9 @@ class Tensor:
         basic indices (ints, slices, None, ...) and 0/1 masks; value is a scalar or broadcasts. Like
         slice_set it is not recorded for autograd, so it is refused on a tensor that tracks gradients
         (the backward would silently use the old values): use em.where there."""
-        if is_grad_enabled() and self._dtype.is_float and (self.is_variable or self._op is not None):
-            raise UnsupportedOp("[setitem] in-place assignment into a tensor that tracks gradients would not be "
+        tracks = lambda x: isinstance(x, Tensor) and x._dtype.is_float and (x.is_variable or x._op is not None)
+        if is_grad_enabled() and (tracks(self) or tracks(value)):
+            raise UnsupportedOp("[setitem] in-place assignment with a tensor that tracks gradients would not be "
                                 "differentiated; write t = em.where(mask, value, t), or assign under em.no_grad()")
         single = idx[0] if isinstance(idx, tuple) and len(idx) == 1 else idx
         if _is_mask(single):
