@@ -1,14 +1,14 @@
 // Caching allocator: size classes (powers of two below 1 MiB, 64 KiB steps above), bounded cache.
 #include "cpu/allocator.h"
 
-#include "error.h"
-
 #include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <new>
 #include <vector>
+
+#include "error.h"
 
 #if defined(__linux__)
 #include <sys/mman.h>

@@ -65,8 +65,8 @@ inline double unfused(double v) {
 
 // Integer unary ops in integer arithmetic (wrapping like numpy: sqr/abs/neg of the extremes), so
 // int64 values above 2^53 keep every bit. Affine with float parameters goes through double and
-// truncates (affine(x, 0.5, 0) halves); its result wraps into T the way
-// a cast does (never the undefined behaviour of an out-of-range float-to-int conversion).
+// truncates (affine(x, 0.5, 0) halves); its result wraps into T the way a cast does (never the
+// undefined behaviour of an out-of-range float-to-int conversion).
 template <typename Op, typename T>
 void unary_loop_int(const void* in_, int64_t is, void* out_, int64_t os, int64_t n, double p0, double p1) {
   using U = std::make_unsigned_t<T>;

@@ -10,7 +10,7 @@ import numpy as np
 from . import _C
 from . import dtypes as _dt
 from .args import bool_arg, float_arg, i64_arg, int_arg
-from .backprop import is_grad_enabled, no_grad, record
+from .backprop import is_grad_enabled, no_grad, record, tracks
 from .dtypes import Device, DType
 from .errors import (
     DeviceError,
@@ -169,9 +169,9 @@ class Tensor:
     def __repr__(self):
         try:
             body = np.array2string(self._np_values(), separator=", ", threshold=200, edgeitems=3)
-        except ValueError as e:  # a broadcast view bigger than numpy can describe: shape and dtype still print
-            if isinstance(e, EmberError):
-                raise
+        except EmberError:
+            raise
+        except ValueError:  # a broadcast view bigger than numpy can describe: shape and dtype still print
             body = "[...]"
         extra = "" if self._device.type == "cpu" else f", device={self._device}"
         grad = ", var" if self.is_variable else (f", op={self._op.name}" if self._op is not None else "")
@@ -375,15 +375,12 @@ class Tensor:
         basic indices (ints, slices, None, ...) and 0/1 masks; value is a scalar or broadcasts. Like
         slice_set it is not recorded for autograd, so it is refused on a tensor that tracks gradients
         (the backward would silently use the old values): use em.where there."""
-        tracks = lambda x: isinstance(x, Tensor) and x._dtype.is_float and (x.is_variable or x._op is not None)
-        if is_grad_enabled() and (tracks(self) or tracks(value)):
+        if is_grad_enabled() and (tracks(self) or (isinstance(value, Tensor) and tracks(value))):
             raise UnsupportedOp("[setitem] in-place assignment with a tensor that tracks gradients would not be "
                                 "differentiated; write t = em.where(mask, value, t), or assign under em.no_grad()")
         single = idx[0] if isinstance(idx, tuple) and len(idx) == 1 else idx
         if _is_mask(single):
-            m = single.numpy() if isinstance(single, Tensor) else np.asarray(single)
-            if m.ndim > self.ndim or m.shape != self.shape[:m.ndim]:
-                raise ShapeError(f"[setitem] mask of shape {m.shape} does not match the leading dims of {self.shape}")
+            m = _mask_array(single, self.shape, "setitem")
             keep = tensor(m.reshape(m.shape + (1,) * (self.ndim - m.ndim)).astype(np.uint8), device=self._device)
             target, src = self, where(keep, _setitem_value(value, self), self)
         elif isinstance(single, (list, np.ndarray)) or (isinstance(single, Tensor) and single.ndim):
@@ -403,14 +400,8 @@ class Tensor:
     def _select_mask(self, mask):
         """t[mask]: the elements (or sub-tensors) where a 0/1 mask over t's leading dims is set, in
         row-major order, as in torch and numpy; a new tensor, differentiable through index_select."""
-        m = mask.numpy() if isinstance(mask, Tensor) else np.asarray(mask)
-        k = m.ndim
-        if k > self.ndim or m.shape != self.shape[:k]:
-            raise ShapeError(f"[index] mask of shape {m.shape} does not match the leading dims of {self.shape}")
-        rows = 1
-        for s in self.shape[:k]:
-            rows *= s
-        flat = self.reshape(rows, *self.shape[k:])
+        m = _mask_array(mask, self.shape, "index")
+        flat = self.reshape(m.size, *self.shape[m.ndim:])
         return flat.index_select(tensor(np.flatnonzero(m).astype(np.int64), device=self._device), 0)
 
     # ----------------------------------------------------------------- elementwise
@@ -800,6 +791,14 @@ def _is_mask(i):
     if isinstance(i, list) and i:
         return np.asarray(i).dtype == np.bool_
     return False
+
+
+def _mask_array(mask, shape, op):
+    """A mask index as a numpy array, checked against the leading dims of the indexed shape."""
+    m = mask.numpy() if isinstance(mask, Tensor) else np.asarray(mask)
+    if m.ndim > len(shape) or m.shape != shape[:m.ndim]:
+        raise ShapeError(f"[{op}] mask of shape {m.shape} does not match the leading dims of {shape}")
+    return m
 
 
 def _as_index(ids, op):

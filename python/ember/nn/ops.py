@@ -12,7 +12,7 @@ import math
 
 from .. import _C
 from ..args import float_arg
-from ..backprop import is_grad_enabled
+from ..backprop import is_grad_enabled, tracks
 from ..custom_op import CustomOp1, CustomOp2, CustomOp3
 from ..errors import DeviceError, DTypeError, ShapeError
 from ..tensor import UNARY, Tensor, _contig, _dim, _wrap, arange, full, where
@@ -319,7 +319,7 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
         raise ShapeError(f"[sdpa] expected query of shape (B, H, L, D) or (B, L, D), got {q.shape}")
     scale = 1.0 / math.sqrt(max(q.shape[-1], 1)) if scale is None else float_arg(scale, "sdpa", "scale")  # head dim 0: no 1/0
     causal = bool(causal)
-    if mask is not None and mask.dtype.is_float and is_grad_enabled() and (mask.is_variable or mask._op is not None):
+    if mask is not None and is_grad_enabled() and tracks(mask):
         # The fused kernels never hold dS = dL/dscores for the whole L x L, and that is the mask's gradient.
         _F.sdpa_check(q._storage, q._layout, k._storage, k._layout, v._storage, v._layout,
                       mask._storage, mask._layout)  # the fused path's errors, word for word
