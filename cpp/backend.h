@@ -77,6 +77,10 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
                          const Layout& sl, int64_t dim) = 0;
   virtual void scatter_add(const Layout& l, const BackendStorage& ids, const Layout& il,
                            const BackendStorage& src, const Layout& sl, int64_t dim) = 0;
+  // Writes src's slices (through sl) into this (through l) at ids along dim, in place, in index order
+  // (a repeated index keeps the last slice): t[ids] = src. src does not share this buffer.
+  virtual void index_copy(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src,
+                          const Layout& sl, int64_t dim) = 0;
 
  protected:
   DType dtype_;

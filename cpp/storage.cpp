@@ -285,6 +285,30 @@ std::pair<StoragePtr, Layout> scatter_add(const BackendStorage& s, const Layout&
   return {out, ol};
 }
 
+void index_copy(BackendStorage& dst, const Layout& l, const BackendStorage& ids, const Layout& il,
+                const BackendStorage& src, const Layout& sl, int64_t dim) {
+  const char* op = "setitem";  // the one caller is t[ids] = v
+  check_ids(dst, l, ids, il, op);
+  check_same_dtype(dst, src, op);
+  check_same_device(dst, src, op);
+  check_in_bounds(src, sl, op);
+  dim = normalize_dim(dim, l.ndim(), op);
+  EMBER_CHECK(il.ndim() == 1, Shape, "[", op, "] indices must be 1-D, got ", shape_str(il.shape()));
+  Shape want = l.shape();
+  want[dim] = il.shape()[0];
+  EMBER_CHECK(sl.shape() == want, Shape, "[", op, "] value shape ", shape_str(sl.shape()), " should be ",
+              shape_str(want));
+  for (int64_t d = 0; d < l.ndim(); ++d)  // several elements at one address: the writes would collide
+    EMBER_CHECK(l.stride()[d] != 0 || l.shape()[d] <= 1, Value, "[", op,
+                "] cannot write into a broadcast (stride 0) view");
+  if (src.same_buffer(dst)) {  // t[ids] = t[...]: read the old values, not the ones being written
+    auto [snap, snl] = contiguous_copy(src, sl);
+    dst.index_copy(l, ids, il, *snap, snl, dim);
+  } else {
+    dst.index_copy(l, ids, il, src, sl, dim);
+  }
+}
+
 std::pair<StoragePtr, Layout> cat(const std::vector<const BackendStorage*>& ss, const std::vector<Layout>& ls,
                                   int64_t dim) {
   EMBER_CHECK(!ss.empty(), Value, "[cat] expected at least one tensor");

@@ -46,6 +46,10 @@ std::pair<StoragePtr, Layout> index_add(const BackendStorage& s, const Layout& l
 std::pair<StoragePtr, Layout> scatter_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
                                           const Layout& il, const BackendStorage& src, const Layout& sl,
                                           int64_t dim);
+// In place: writes src's slices into (dst, l) at ids along dim (t[ids] = src), in index order. Every
+// index is checked before anything is written; a source sharing dst's buffer is read from a snapshot.
+void index_copy(BackendStorage& dst, const Layout& l, const BackendStorage& ids, const Layout& il,
+                const BackendStorage& src, const Layout& sl, int64_t dim);
 std::pair<StoragePtr, Layout> cat(const std::vector<const BackendStorage*>& ss, const std::vector<Layout>& ls,
                                   int64_t dim);
 

@@ -163,7 +163,7 @@ def test_int_unary_full_range_wraps_like_numpy(dt, rng):
     # a bound outside the type saturates instead of wrapping (uint8 clamp(lo=300) is 255, not 44)
     np.testing.assert_array_equal(t.clamp(lo=int(info.max) + 45).numpy(), np.full_like(a, info.max))
     np.testing.assert_array_equal(t.clamp(hi=int(info.min) - 45).numpy(), np.full_like(a, info.min))
-    np.testing.assert_array_equal(t.clamp(lo=-1e300, hi=1e300).numpy(), a)
+    np.testing.assert_array_equal(t.clamp(lo=-(2**80), hi=2**80).numpy(), a)
     np.testing.assert_array_equal(t.clamp(lo=5, hi=3).numpy(), np.clip(a, 5, 3))  # hi wins, as in numpy
     # float parameters: through double (multiply and add each rounded, as numpy does: no FMA), truncated
     if dt is em.int64:
@@ -350,6 +350,26 @@ def test_float_array_operand_promotes_an_int_tensor():
     np.testing.assert_array_equal((i - [0.5, 0.5, 0.5]).numpy(), np.float32([0.5, 1.5, 2.5]))
     assert (i + np.array([1, 1, 1])).dtype == em.int64  # int arrays keep the tensor's dtype
     expect_error(lambda: i + [[1.5], [2.5, 3.5]], "tensor", em.EmberError)  # ragged
+
+
+@pytest.mark.parametrize("dt", INTS, ids=lambda d: d.name)
+def test_clamp_with_float_bounds_promotes_an_int_tensor(dt, rng):
+    # as in torch (and like t + 0.5 here): a float bound makes the result float32 instead of being
+    # truncated to the integer type (u8.clamp(0.5, 2.5) used to give 0 for 0, i.e. below its lower bound)
+    a = rng.integers(0, 6, size=(4, 7)).astype(npdt(dt))
+    t = em.tensor(a)
+    for lo, hi in ((0.5, 2.5), (1.0, None), (None, np.float64(3.5)), (2, 4.0), (2.5, 1.5)):
+        out = t.clamp(lo, hi)
+        want = a.astype(np.float32)
+        if lo is not None:
+            want = np.maximum(want, np.float32(lo))
+        if hi is not None:
+            want = np.minimum(want, np.float32(hi))  # lo > hi: hi wins, as in torch
+        assert out.dtype == em.float32
+        np.testing.assert_array_equal(out.numpy(), want)
+    # integer bounds (Python or numpy) keep the integer type
+    assert t.clamp(1, 3).dtype == dt and t.clamp(np.int64(1), None).dtype == dt
+    np.testing.assert_array_equal(t.clamp(np.int64(1), 3).numpy(), np.clip(a, 1, 3))
 
 
 ISA_SCRIPT = """

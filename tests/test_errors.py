@@ -224,7 +224,9 @@ ARG_CASES = [
     (lambda: [1, 2][em.tensor(1.0)], "index", em.DTypeError),
     (lambda: bool(A), "bool", em.errors.EmberValueError),
     (lambda: ~(A == A), "invert", em.DTypeError),
-    (lambda: A.__setitem__([0], 1.0), "setitem", em.UnsupportedOp),
+    (lambda: A.__setitem__([0.5], 1.0), "setitem", em.DTypeError),
+    (lambda: A.__setitem__([0], "x"), "setitem", em.DTypeError),
+    (lambda: A.__setitem__(0, [[1.0], [2.0, 3.0]]), "setitem", em.EmberError),
 ]
 
 

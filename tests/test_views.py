@@ -138,9 +138,63 @@ def test_setitem_writes_in_place_like_numpy(dt):
     np.testing.assert_array_equal(row.numpy(), a[2])
 
 
+@pytest.mark.parametrize("dt", [em.float32, em.float64, em.int64, em.uint8, em.bfloat16], ids=lambda d: d.name)
+def test_setitem_with_index_arrays_matches_numpy(dt):
+    # t[ids] = v writes rows of dim 0 in place, in index order: a repeated index keeps its last value,
+    # as numpy does (and torch on CPU); negative indices count from the end
+    rng = np.random.default_rng(5)
+    a = (rng.random((6, 4)) * 50).astype(np.float32).astype(npdt(dt))
+    t = em.tensor(a.copy())
+    col = t[:, 1]  # a view: it must see every write
+    ids_cases = [[0, 3], np.array([5, -1, 2, 5]), em.tensor([4, 1]), em.tensor(np.array([2, 0], np.uint32)),
+                 np.array([[1, 4], [4, 0]]), [], np.array([3], np.int32)]
+    for k, ids in enumerate(ids_cases):
+        ia = ids.numpy() if isinstance(ids, em.Tensor) else np.asarray(ids, dtype=np.int64)
+        rows = ia.shape + a.shape[1:]
+        for v in (k + 0.0, (rng.random(rows) * 9).astype(np.float32), (rng.random(4) * 9).astype(np.float32)):
+            vv = np.asarray(v).astype(npdt(dt))
+            t[ids] = em.tensor(vv) if isinstance(v, np.ndarray) else v
+            for j, i in enumerate(ia.reshape(-1)):  # numpy's order: later rows win
+                a[i] = np.broadcast_to(vv, rows).reshape(-1, *a.shape[1:])[j]
+            np.testing.assert_array_equal(t.numpy().astype(np.float64), a.astype(np.float64), err_msg=str(ids))
+    np.testing.assert_array_equal(col.numpy().astype(np.float64), a[:, 1].astype(np.float64))
+
+
+def test_setitem_with_index_arrays_on_strided_targets_and_aliasing_values(rng):
+    base = rng.standard_normal((5, 6)).astype(np.float32)
+    t = em.tensor(base.copy())
+    a = base.copy()
+    tv, av = t.t()[1:5], a.T[1:5]  # a transposed, offset view: rows are strided columns of t
+    tv[[2, 0]] = em.tensor(np.float32([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]]))
+    av[[2, 0]] = np.float32([[1, 2, 3, 4, 5], [6, 7, 8, 9, 10]])
+    np.testing.assert_array_equal(t.numpy(), a)
+    # the value is a view of the target itself: the write reads the old rows (numpy does the same)
+    t[[0, 1, 2]] = t[1:4]
+    a[[0, 1, 2]] = a[1:4].copy()
+    np.testing.assert_array_equal(t.numpy(), a)
+    t[np.array([4, 3])] = t[np.array([3, 4])]
+    a[np.array([4, 3])] = a[np.array([3, 4])]
+    np.testing.assert_array_equal(t.numpy(), a)
+    # reading with an n-D index array: rows shaped like the index (numpy), differentiable through index_select
+    ids = np.array([[4, 0, 1], [1, 1, 3]])
+    np.testing.assert_array_equal(t[ids].numpy(), a[ids])
+    x = em.Var(base)
+    g = (x[ids] * em.tensor(np.arange(36, dtype=np.float32).reshape(2, 3, 6))).sum().backward()[x].numpy()
+    want = np.zeros_like(base)
+    np.add.at(want, ids.reshape(-1), np.arange(36, dtype=np.float32).reshape(6, 6))
+    np.testing.assert_array_equal(g, want)
+
+
 def test_setitem_refusals():
     t = em.zeros(3, 4)
-    expect_error(lambda: t.__setitem__([0, 1], 1.0), "setitem", em.UnsupportedOp)
+    expect_error(lambda: t.__setitem__([0, 5], 1.0), "setitem", em.IndexOutOfRange)
+    expect_error(lambda: t.__setitem__([0, -4], 1.0), "setitem", em.IndexOutOfRange)
+    expect_error(lambda: t.__setitem__([0, 1], em.ones(3, 4)), "setitem", em.ShapeError)
+    expect_error(lambda: t.__setitem__(np.array([0.0, 1.0]), 1.0), "setitem", em.DTypeError)
+    expect_error(lambda: t.__setitem__([0, 1], "x"), "setitem", em.DTypeError)
+    assert (t.numpy() == 0).all()  # a bad index anywhere in the list: nothing was written
+    expect_error(lambda: em.zeros(()).__setitem__([0], 1.0), "setitem", em.ShapeError)
+    expect_error(lambda: em.zeros(3).broadcast_as((2, 3)).__setitem__([1], 1.0), "setitem", em.EmberValueError)
     expect_error(lambda: t.__setitem__(0, em.zeros(3)), "setitem", em.ShapeError)
     expect_error(lambda: t.__setitem__(em.tensor([1, 0]).eq(1), 1.0), "setitem", em.ShapeError)
     expect_error(lambda: t.__setitem__(5, 1.0), "index", em.IndexOutOfRange)

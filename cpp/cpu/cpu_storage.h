@@ -37,6 +37,8 @@ class CpuStorage final : public BackendStorage {
                  const Layout& sl, int64_t dim) override;
   void scatter_add(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src,
                    const Layout& sl, int64_t dim) override;
+  void index_copy(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src,
+                  const Layout& sl, int64_t dim) override;
 
  private:
   void* data_ = nullptr;

@@ -1,4 +1,4 @@
-// Indexing kernels on CPU: index_select, gather, and their adjoints index_add, scatter_add.
+// Indexing kernels on CPU: index_select, gather, their adjoints index_add, scatter_add, and index_copy (t[ids] = v).
 // Every index is bounds-checked before any write, so bad input raises instead of corrupting memory.
 #include <vector>
 
@@ -84,6 +84,17 @@ void CpuStorage::index_add(const Layout& l, const BackendStorage& ids_, const La
       });
     }
   });
+  bump_version();
+}
+
+void CpuStorage::index_copy(const Layout& l, const BackendStorage& ids_, const Layout& il, const BackendStorage& src_,
+                            const Layout& sl, int64_t dim) {
+  // Every index is read and checked before the first write: a bad one leaves the tensor untouched.
+  auto ids = read_ids(as_cpu(ids_), il, l.shape()[dim], "setitem");
+  // Serial over the index list, so a repeated index keeps its last slice (as numpy and torch on CPU);
+  // each slice is one strided copy (contiguous runs become memcpy, large ones use the pool).
+  for (size_t j = 0; j < ids.size(); ++j)
+    src_.copy_into(sl.narrow(dim, (int64_t)j, 1), *this, l.narrow(dim, ids[j], 1));
   bump_version();
 }
 

@@ -54,6 +54,11 @@ def _big_int(b):
     return isinstance(b, numbers.Integral) and not isinstance(b, bool) and abs(int(b)) > 2**53
 
 
+def _is_float_scalar(b):
+    """A real, non-integral-typed scalar (Python or numpy float): the kind that promotes int tensors."""
+    return isinstance(b, numbers.Real) and not isinstance(b, numbers.Integral)
+
+
 def _contig(shape):
     """The contiguous Layout of a shape; layouts are immutable, so one object per shape is shared."""
     l = _CONTIG.get(shape)
@@ -335,8 +340,12 @@ class Tensor:
             idx = (idx,)
         if len(idx) == 1 and _is_mask(idx[0]):
             return self._select_mask(idx[0])
-        if len(idx) == 1 and (isinstance(idx[0], (list, np.ndarray)) or (isinstance(idx[0], Tensor) and idx[0].ndim)):
-            return self.index_select(_as_index(idx[0], "index"), 0)
+        if len(idx) == 1 and _is_index_array(idx[0]):
+            ids = _as_index(idx[0], "index")
+            if ids.ndim == 1:
+                return self.index_select(ids, 0)
+            # an n-D index picks rows too, the result shaped like it (numpy and torch): ids.shape + rest
+            return self.index_select(ids.reshape(-1), 0).reshape(*ids.shape, *self.shape[1:])
         n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
         if sum(1 for i in idx if i is Ellipsis) > 1:
             raise IndexOutOfRange("[index] an index can only have a single ellipsis")
@@ -372,9 +381,10 @@ class Tensor:
 
     def __setitem__(self, idx, value):
         """t[idx] = value: an in-place write into t's storage (every view sees it, as with slice_set) for
-        basic indices (ints, slices, None, ...) and 0/1 masks; value is a scalar or broadcasts. Like
+        basic indices (ints, slices, None, ...), 0/1 masks and integer index arrays (rows of dim 0; a
+        repeated index keeps its last value, as in numpy); value is a scalar or broadcasts. Like
         slice_set it is not recorded for autograd, so it is refused on a tensor that tracks gradients
-        (the backward would silently use the old values): use em.where there."""
+        (the backward would silently use the old values): use em.where or index_add there."""
         if is_grad_enabled() and (tracks(self) or (isinstance(value, Tensor) and tracks(value))):
             raise UnsupportedOp("[setitem] in-place assignment with a tensor that tracks gradients would not be "
                                 "differentiated; write t = em.where(mask, value, t), or assign under em.no_grad()")
@@ -382,14 +392,21 @@ class Tensor:
         if _is_mask(single):
             m = _mask_array(single, self.shape, "setitem")
             keep = tensor(m.reshape(m.shape + (1,) * (self.ndim - m.ndim)).astype(np.uint8), device=self._device)
-            target, src = self, where(keep, _setitem_value(value, self), self)
-        elif isinstance(single, (list, np.ndarray)) or (isinstance(single, Tensor) and single.ndim):
-            raise UnsupportedOp("[setitem] assignment through integer index arrays is not supported; "
-                                "use basic indices (ints, slices) or a 0/1 mask")
+            target, src = self, where(keep, _setitem_value(value, self._dtype, self._device, self.shape), self)
+        elif _is_index_array(single):
+            ids = _as_index(single, "setitem")
+            rows = ids.shape + self.shape[1:] if self.ndim else ids.shape
+            src = _setitem_value(value, self._dtype, self._device, rows)
+            if src.shape != rows:
+                src = src.broadcast_as(rows)
+            flat = ids.reshape(-1)
+            src = src.reshape(flat.shape[0], *rows[ids.ndim:])
+            _C.index_copy(self._storage, self._layout, flat._storage, flat._layout, src._storage, src._layout, 0)
+            return
         else:
             with no_grad():
                 target = self[idx]  # a view sharing self's storage
-            src = _setitem_value(value, target)
+            src = _setitem_value(value, target._dtype, target._device, target.shape)
         if target.ndim == 0:
             target, src = target.unsqueeze(0), src.reshape(1)
         try:
@@ -445,6 +462,10 @@ class Tensor:
         return self._unary("powf", e, 0.0, e)
 
     def clamp(self, lo=None, hi=None):
+        if not self._dtype.is_float and any(_is_float_scalar(b) for b in (lo, hi)):
+            # a float bound promotes an integer tensor to float32, as `t + 0.5` does here and clamp does
+            # in torch: u8.clamp(0.5, 2.5) is [0.5, ..., 2.5], not a silently truncated bound
+            return self.to_dtype(_dt.float32).clamp(lo, hi)
         if self._dtype is _dt.int64 and any(_big_int(b) for b in (lo, hi)):
             # a double cannot hold this bound exactly: compare in int64 (hi wins when lo > hi, as below)
             out = self
@@ -768,17 +789,26 @@ def _operands(a, b, op):
     raise DTypeError(f"[{op}] unsupported operand type {type(b).__name__}")
 
 
-def _setitem_value(value, like):
-    """The value of t[idx] = value as a tensor of like's dtype, broadcast to like's shape."""
+def _setitem_value(value, dtype, device, shape):
+    """The value of t[idx] = value as a tensor of t's dtype that broadcasts to shape (what idx selects)."""
     if not isinstance(value, Tensor):
         if isinstance(value, (numbers.Number, np.generic)) and not isinstance(value, complex):
-            return full((), value, dtype=like._dtype, device=like._device)
-        value = tensor(np.asarray(value), device=like._device)
-    if value._dtype is not like._dtype:
-        value = value.to_dtype(like._dtype)
-    if _broadcast_shape(value.shape, like.shape) != like.shape:
-        raise ShapeError(f"[setitem] value of shape {value.shape} cannot be broadcast to {like.shape}")
+            return full((), value, dtype=dtype, device=device)
+        try:
+            value = tensor(value, device=device)
+        except EmberError as e:  # a string, a ragged list...: say which op the user wrote
+            raise type(e)(str(e).replace("[tensor]", "[setitem]", 1)) from None
+    if value._dtype is not dtype:
+        value = value.to_dtype(dtype)
+    if _broadcast_shape(value.shape, shape) != shape:
+        raise ShapeError(f"[setitem] value of shape {value.shape} cannot be broadcast to {shape}")
     return value
+
+
+def _is_index_array(i):
+    """An integer index array (list, numpy array or ember tensor with at least one dim) that picks rows of
+    dim 0; call after _is_mask, which claims uint8 tensors and bool arrays."""
+    return isinstance(i, (list, np.ndarray)) or (isinstance(i, Tensor) and i.ndim > 0)
 
 
 def _is_mask(i):

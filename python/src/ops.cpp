@@ -79,6 +79,10 @@ void bind_ops(py::module_& m) {
                           const StoragePtr& src, const Layout& sl, int64_t dim) -> SL {
     return ember::scatter_add(S(s), l, S(ids), il, S(src), sl, dim);
   }, GilFree());
+  m.def("index_copy", [](const StoragePtr& s, const Layout& l, const StoragePtr& ids, const Layout& il,
+                         const StoragePtr& src, const Layout& sl, int64_t dim) {
+    ember::index_copy(*s, l, S(ids), il, S(src), sl, dim);
+  }, GilFree());
   m.def("cat", [](const std::vector<StoragePtr>& ss, const std::vector<Layout>& ls, int64_t dim) -> SL {
     EMBER_CHECK(ss.size() == ls.size(), Value, "[cat] storages and layouts differ in count");
     std::vector<const BackendStorage*> ps;
