@@ -85,6 +85,39 @@ def main():
     r = bench({"ember": lambda: ep @ eq, "torch": lambda: tp @ tq, "numpy": lambda: p @ q}, settle=0.15)
     rows.append(("matmul, 1024x1024 f32", r, "ms", ("numpy", 0.8)))
 
+    # 6-9. indexing at model sizes: an embedding lookup (rows of a 50000 x 256 table), its gradient's
+    # scatter (index_add), assignment through an index array, and cross-entropy's gather
+    table = rng.standard_normal((50000, 256)).astype(np.float32)
+    ids = rng.integers(0, 50000, 8192)
+    rows_v = rng.standard_normal((8192, 256)).astype(np.float32)
+    e_tab, e_ids, e_rows = em.tensor(table), em.tensor(ids), em.tensor(rows_v)
+    t_tab, t_ids, t_rows = torch.from_numpy(table.copy()), torch.from_numpy(ids), torch.from_numpy(rows_v)
+    n_tab = table.copy()
+    r = bench({"ember": lambda: e_tab[e_ids], "torch": lambda: t_tab[t_ids], "numpy": lambda: table[ids]}, settle=0.15)
+    rows.append(("t[ids], 8192 of 50000x256 f32", r, "ms", ("torch", 0.9)))
+    r = bench({"ember": lambda: e_tab.index_add(e_ids, e_rows, 0), "torch": lambda: t_tab.index_add(0, t_ids, t_rows),
+               "numpy": lambda: np.add.at(n_tab.copy(), ids, rows_v)}, settle=0.15)
+    rows.append(("index_add, 8192 rows into 50000x256", r, "ms", ("torch", 0.9)))
+    uniq = rng.permutation(50000)[:8192]
+    e_u, t_u = em.tensor(uniq), torch.from_numpy(uniq)
+
+    def n_put():
+        n_tab[uniq] = rows_v
+
+    def e_put():
+        e_tab[e_u] = e_rows
+
+    def t_put():
+        t_tab[t_u] = t_rows
+
+    r = bench({"ember": e_put, "torch": t_put, "numpy": n_put}, settle=0.15)
+    rows.append(("t[ids] = rows, 8192 distinct", r, "ms", ("torch", 0.9)))
+    cls = rng.integers(0, 256, (8192, 1))
+    e_c, t_c = em.tensor(cls), torch.from_numpy(cls)
+    r = bench({"ember": lambda: e_rows.gather(e_c, 1), "torch": lambda: t_rows.gather(1, t_c),
+               "numpy": lambda: np.take_along_axis(rows_v, cls, 1)}, inner=20)
+    rows.append(("gather(1), 8192x256 -> 8192x1", r, "us", ("torch", 0.9)))
+
     print(f"ember {em.__version__} (isa {em._C.isa()}), torch {torch.__version__}, numpy {np.__version__}; "
           f"{args.threads} threads each; median of {args.reps} interleaved runs\n")
     print("| op | ember | torch | numpy | torch / ember | numpy / ember | target | met |")

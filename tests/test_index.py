@@ -98,6 +98,64 @@ def test_index_add_scatter_add(rng):
     np.testing.assert_allclose(got, want, rtol=1e-6)
 
 
+def seq_add(out, dim, pos, src_slices):
+    """out with src_slices[j] added at index pos[j] along dim, one at a time in index order, each sum rounded
+    to out's dtype (halves through float32): what a serial loop computes."""
+    out = np.moveaxis(out.copy(), dim, 0)
+    for j, i in enumerate(pos):
+        acc = out[i].astype(np.float32) if out.dtype.itemsize == 2 and out.dtype.kind not in "iu" else out[i]
+        out[i] = (acc + np.asarray(src_slices[j]).astype(acc.dtype)).astype(out.dtype)
+    return np.moveaxis(out, 0, dim)
+
+
+@pytest.mark.parametrize("dt", [em.float32, em.float64, em.bfloat16, em.int64, em.uint8], ids=lambda d: d.name)
+def test_index_add_and_scatter_add_match_a_serial_loop(dt, rng):
+    # every layout of the target and source, every dim, repeated and negative indices
+    for shape in [(5, 3), (4, 3, 6)]:
+        for kind in ("contiguous", "transposed", "narrowed", "offset"):
+            t, a = make_view(rng, shape, dt, kind)
+            for dim in range(len(shape)):
+                n = shape[dim]
+                ids = rng.integers(-n, n, size=7)
+                sshape = shape[:dim] + (7,) + shape[dim + 1:]
+                s, sa = make_view(rng, sshape, dt, kind)
+                got = t.index_add(em.tensor(ids), s, dim).numpy()
+                want = seq_add(a, dim, ids % n, np.moveaxis(sa, dim, 0))
+                np.testing.assert_array_equal(got, want)
+                # scatter_add: an index per source element, the index tensor as big as the target outside dim
+                sids = rng.integers(0, n, size=sshape)
+                got = t.scatter_add(em.tensor(sids), s, dim).numpy()
+                want = np.moveaxis(a.copy(), dim, -1)
+                src_m, ids_m = np.moveaxis(sa, dim, -1), np.moveaxis(sids, dim, -1)
+                for lead in np.ndindex(*ids_m.shape[:-1]):
+                    want[lead] = seq_add(want[lead], 0, ids_m[lead], src_m[lead])
+                np.testing.assert_array_equal(got, np.moveaxis(want, -1, dim))
+
+
+def test_index_add_and_scatter_add_are_bit_identical_on_any_thread_count(rng):
+    x = rng.standard_normal((300, 70)).astype(np.float32)
+    src = rng.standard_normal((5000, 70)).astype(np.float32)
+    ids = rng.integers(0, 300, 5000)
+    sids = rng.integers(0, 300, (5000, 70))
+    sx = rng.standard_normal((5000, 70)).astype(np.float32)
+    before = em.get_num_threads()
+    try:
+        outs = []
+        for nt in (1, 2, 3):
+            em.set_num_threads(nt)
+            outs.append((em.tensor(x).index_add(em.tensor(ids), em.tensor(src), 0).numpy(),
+                         em.tensor(sx).scatter_add(em.tensor(sids), em.tensor(src), 0).numpy(),
+                         em.tensor(x.T.copy()).index_add(em.tensor(ids), em.tensor(src.T.copy()), 1).numpy()))
+    finally:
+        em.set_num_threads(before)
+    for o in outs[1:]:
+        for a, b in zip(outs[0], o):
+            np.testing.assert_array_equal(a, b)
+    want = x.astype(np.float64)
+    np.add.at(want, ids, src)
+    np.testing.assert_allclose(outs[0][0], want, rtol=1e-5, atol=1e-4)
+
+
 def test_index_errors():
     t = em.zeros(4, 3)
     e = expect_error(lambda: t.index_select(em.tensor([0, 4]), 0), "index_select", em.IndexOutOfRange)

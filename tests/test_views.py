@@ -160,6 +160,24 @@ def test_setitem_with_index_arrays_matches_numpy(dt):
     np.testing.assert_array_equal(col.numpy().astype(np.float64), a[:, 1].astype(np.float64))
 
 
+def test_setitem_with_many_index_rows_matches_numpy(rng):
+    # past 64 KB of rows the writes are threaded when the indices are distinct, and stay in index order
+    # (the last of a repeated index wins) when they are not
+    a = rng.standard_normal((4000, 64)).astype(np.float32)
+    t = em.tensor(a.copy())
+    for ids in (rng.permutation(4000)[:3000], rng.integers(-4000, 4000, 3000)):
+        v = rng.standard_normal((3000, 64)).astype(np.float32)
+        t[ids] = em.tensor(v)
+        a[ids] = v
+        np.testing.assert_array_equal(t.numpy(), a)
+    c = rng.standard_normal((64, 4000)).astype(np.float32)  # single elements: columns of a transposed view
+    tc = em.tensor(c.copy())
+    ids = rng.permutation(4000)[:3000]
+    tc.t()[ids] = em.tensor(np.arange(3000 * 64, dtype=np.float32).reshape(3000, 64))
+    c.T[ids] = np.arange(3000 * 64, dtype=np.float32).reshape(3000, 64)
+    np.testing.assert_array_equal(tc.numpy(), c)
+
+
 def test_setitem_with_index_arrays_on_strided_targets_and_aliasing_values(rng):
     base = rng.standard_normal((5, 6)).astype(np.float32)
     t = em.tensor(base.copy())

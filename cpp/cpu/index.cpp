@@ -1,5 +1,9 @@
 // Indexing kernels on CPU: index_select, gather, their adjoints index_add, scatter_add, and index_copy (t[ids] = v).
 // Every index is bounds-checked before any write, so bad input raises instead of corrupting memory.
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
 #include <vector>
 
 #include "cpu/cpu_storage.h"
@@ -8,45 +12,182 @@
 namespace ember::cpu {
 namespace {
 
-// Reads the indices (any integer dtype, any layout) into int64, checking 0 <= i < limit
-// (negative indices count from the end, as in torch).
-std::vector<int64_t> read_ids(const CpuStorage& ids, const Layout& il, int64_t limit, const char* op) {
-  std::vector<int64_t> v;
-  v.reserve(il.numel());
-  EMBER_DISPATCH(ids.dtype(), {
-    const T* p = ids.data<T>();
-    for_each_block(il, [&](int64_t off, int64_t len, int64_t st) {
-      for (int64_t k = 0; k < len; ++k) {
-        int64_t i = (int64_t)load(p[off + k * st]);
-        if (i < 0) i += limit;
-        EMBER_CHECK(i >= 0 && i < limit, Index, "[", op, "] index ", (int64_t)load(p[off + k * st]),
-                    " out of range for a dim of size ", limit);
-        v.push_back(i);
+// The indices (any integer dtype, any layout) as int64 values in [0, limit), in the index tensor's
+// row-major order; negative indices count from the end, as in torch. A contiguous int64 index tensor
+// with every entry already in range is used where it lies (one threaded check, no copy: an embedding
+// lookup's 16 MB of indices used to be converted and zero-filled first); anything else is converted
+// into an owned array. A bad index raises before any kernel writes.
+class Ids {
+ public:
+  Ids(const CpuStorage& ids, const Layout& il, int64_t limit, const char* op) : n_(il.numel()) {
+    if (ids.dtype() == DType::I64 && il.is_contiguous()) {
+      const int64_t* p = ids.data<int64_t>() + il.offset();
+      if (in_range(p, n_, limit)) {
+        p_ = p;
+        return;
       }
+    }
+    own_.reset(new int64_t[(size_t)std::max<int64_t>(n_, 1)]);  // no zero fill: every entry is written
+    int64_t* out = own_.get();
+    bool bad = false;
+    EMBER_DISPATCH(ids.dtype(), {
+      const T* p = ids.data<T>();
+      for_each_block(il, [&](int64_t off, int64_t len, int64_t st) {
+        for (int64_t k = 0; k < len; ++k) {
+          int64_t i = (int64_t)load(p[off + k * st]);
+          i += i < 0 ? limit : 0;
+          bad |= (uint64_t)i >= (uint64_t)limit;
+          *out++ = i;
+        }
+      });
     });
-  });
-  return v;
+    p_ = own_.get();
+    if (bad)  // the message names the index as the user wrote it
+      for (int64_t k = 0; k < n_; ++k)
+        EMBER_CHECK((uint64_t)p_[k] < (uint64_t)limit, Index, "[", op, "] index ", p_[k] < 0 ? p_[k] - limit : p_[k],
+                    " out of range for a dim of size ", limit);
+  }
+  const int64_t* data() const { return p_; }
+  int64_t size() const { return n_; }
+  int64_t operator[](int64_t k) const { return p_[k]; }
+
+ private:
+  // Is every p[k] in [0, limit)? Threaded over large arrays; a branch-free pass the compiler vectorises.
+  static bool in_range(const int64_t* p, int64_t n, int64_t limit) {
+    std::atomic<bool> ok{true};
+    parallel_for(n, int64_t(1) << 16, [&](int64_t b, int64_t e) {
+      bool bad = false;
+      for (int64_t k = b; k < e; ++k) bad |= (uint64_t)p[k] >= (uint64_t)limit;
+      if (bad) ok.store(false);
+    });
+    return ok.load();
+  }
+
+  const int64_t* p_ = nullptr;
+  int64_t n_ = 0;
+  std::unique_ptr<int64_t[]> own_;
+};
+
+// A layout seen as [outer, dim, inner] with one contiguous inner run: element (o, i, k) sits at
+// off + o*so + i*sd + k. as_blocks fails when the dims after `dim` are not one dense run or the dims
+// before it do not collapse into one stride; the kernels then take their general strided path.
+struct Blocks {
+  int64_t outer = 1, so = 0, sd = 0, inner = 1, off = 0;
+  int64_t at(int64_t o, int64_t i) const { return off + o * so + i * sd; }
+};
+bool as_blocks(const Layout& l, int64_t dim, Blocks& b) {
+  const Shape& sh = l.shape();
+  const Shape& st = l.stride();
+  b = Blocks{};
+  b.off = l.offset();
+  b.sd = st[dim];
+  for (int64_t i = l.ndim() - 1; i > dim; --i) {
+    if (sh[i] == 1) continue;
+    if (st[i] != b.inner) return false;
+    b.inner *= sh[i];
+  }
+  for (int64_t i = dim - 1; i >= 0; --i) {
+    if (sh[i] == 1) continue;
+    if (b.outer == 1) b.so = st[i];
+    else if (st[i] != b.so * b.outer) return false;
+    b.outer *= sh[i];
+  }
+  return true;
+}
+
+// Rows of `bytes` bytes per parallel chunk: about 64 KB of copying, so small selections stay inline.
+int64_t row_grain(int64_t bytes) { return std::max<int64_t>(1, (int64_t(1) << 16) / std::max<int64_t>(bytes, 1)); }
+
+// Copies one element of isz bytes (a constant-size copy per case: no memcpy call per element).
+inline void copy_elem(char* d, const char* s, size_t isz) {
+  switch (isz) {
+    case 1: std::memcpy(d, s, 1); break;
+    case 2: std::memcpy(d, s, 2); break;
+    case 4: std::memcpy(d, s, 4); break;
+    default: std::memcpy(d, s, 8); break;
+  }
+}
+
+// Copies rows (o, ids[j]) of src into rows (o, j) of dst, or the reverse when `scatter`: one memcpy per
+// inner run. Rows are independent unless `scatter` has repeated indices, which the caller serialises.
+void copy_rows(const char* src, const Blocks& sb, char* dst, const Blocks& db, const Ids& ids, size_t isz,
+               bool scatter, bool parallel) {
+  const int64_t k = ids.size(), rows = sb.outer * k;
+  const size_t rb = (size_t)sb.inner * isz;
+  auto body = [&](int64_t r0, int64_t r1) {
+    int64_t o = r0 / k, j = r0 % k;
+    for (int64_t r = r0; r < r1; ++r) {
+      const int64_t si = scatter ? sb.at(o, j) : sb.at(o, ids[j]), di = scatter ? db.at(o, ids[j]) : db.at(o, j);
+      if (rb == isz) copy_elem(dst + di * isz, src + si * isz, isz);
+      else std::memcpy(dst + di * isz, src + si * isz, rb);
+      if (++j == k) j = 0, ++o;
+    }
+  };
+  if (rb == isz && !scatter) {  // single elements (a selection along the last dim): one typed loop per outer row
+    auto pick = [&](auto tag) {
+      using E = decltype(tag);
+      const E* s = reinterpret_cast<const E*>(src);
+      E* d = reinterpret_cast<E*>(dst);
+      parallel_for(sb.outer, std::max<int64_t>(1, row_grain(k * (int64_t)isz)), [&](int64_t o0, int64_t o1) {
+        for (int64_t o = o0; o < o1; ++o) {
+          const E* srow = s + sb.at(o, 0);
+          E* drow = d + db.at(o, 0);
+          for (int64_t j = 0; j < k; ++j) drow[j * db.sd] = srow[ids[j] * sb.sd];
+        }
+      });
+    };
+    switch (isz) {
+      case 1: pick(uint8_t{}); return;
+      case 2: pick(uint16_t{}); return;
+      case 4: pick(uint32_t{}); return;
+      default: pick(uint64_t{}); return;
+    }
+  }
+  if (parallel) parallel_for(rows, row_grain((int64_t)rb), body);
+  else body(0, rows);
+}
+
+// True when no index appears twice (then rows written through ids may be written in any order): a
+// bitmap over the dim when it is not much longer than the list, else a sorted copy.
+bool all_distinct(const Ids& ids, int64_t limit) {
+  const int64_t n = ids.size();
+  if (limit <= 64 * n) {
+    std::vector<uint8_t> seen((size_t)limit, 0);
+    for (int64_t k = 0; k < n; ++k) {
+      if (seen[(size_t)ids[k]]) return false;
+      seen[(size_t)ids[k]] = 1;
+    }
+    return true;
+  }
+  std::vector<int64_t> s(ids.data(), ids.data() + n);
+  std::sort(s.begin(), s.end());
+  return std::adjacent_find(s.begin(), s.end()) == s.end();
 }
 
 }  // namespace
 
 StoragePtr CpuStorage::index_select(const Layout& l, const BackendStorage& ids_, const Layout& il,
                                     int64_t dim) const {
-  auto ids = read_ids(as_cpu(ids_), il, l.shape()[dim], "index_select");
+  const Ids ids(as_cpu(ids_), il, l.shape()[dim], "index_select");
   Shape os = l.shape();
-  os[dim] = (int64_t)ids.size();
+  os[dim] = ids.size();
   auto out = new_cpu(dtype_, shape_numel(os));
   Layout ol = Layout::contiguous(os);
-  for (size_t j = 0; j < ids.size(); ++j)
+  Blocks sb, ob;
+  if (as_blocks(l, dim, sb) && as_blocks(ol, dim, ob)) {  // the common case: whole rows, one memcpy each
+    copy_rows(static_cast<const char*>(raw()), sb, static_cast<char*>(out->raw()), ob, ids, itemsize(dtype_),
+              false, true);
+    return out;
+  }
+  for (int64_t j = 0; j < ids.size(); ++j)
     copy_into(l.narrow(dim, ids[j], 1), *out, ol.narrow(dim, (int64_t)j, 1));
   return out;
 }
 
 StoragePtr CpuStorage::gather(const Layout& l, const BackendStorage& ids_, const Layout& il, int64_t dim) const {
-  auto ids = read_ids(as_cpu(ids_), il, l.shape()[dim], "gather");
+  const Ids ids(as_cpu(ids_), il, l.shape()[dim], "gather");
   auto out = new_cpu(dtype_, il.numel());
   // Walk the index tensor's shape; the source position uses l's strides with dim replaced by ids[k].
-  Layout src = Layout(il.shape(), l.stride(), l.offset());
   Shape zst = l.stride();
   zst[dim] = 0;
   Layout src0 = Layout(il.shape(), zst, l.offset());
@@ -55,26 +196,53 @@ StoragePtr CpuStorage::gather(const Layout& l, const BackendStorage& ids_, const
   EMBER_DISPATCH(dtype_, {
     const T* in = data<T>();
     T* o = out->data<T>();
+    const int64_t* id = ids.data();
     nd_for_each<2>(il.shape(), {&src0, &lin}, kGrain, [&](const auto& off, const auto& st, int64_t n) {
-      for (int64_t i = 0; i < n; ++i) {
-        int64_t k = off[1] + i * st[1];
-        o[k] = in[off[0] + i * st[0] + ids[k] * dstride];
-      }
+      const T* s = in + off[0];
+      T* d = o + off[1];
+      const int64_t* ik = id + off[1];
+      if (st[1] == 1 && st[0] == 1)
+        for (int64_t i = 0; i < n; ++i) d[i] = s[i + ik[i] * dstride];
+      else
+        for (int64_t i = 0; i < n; ++i) d[i * st[1]] = s[i * st[0] + ik[i * st[1]] * dstride];
     });
   });
-  (void)src;
   return out;
 }
 
 void CpuStorage::index_add(const Layout& l, const BackendStorage& ids_, const Layout& il, const BackendStorage& src_,
                            const Layout& sl, int64_t dim) {
-  auto ids = read_ids(as_cpu(ids_), il, l.shape()[dim], "index_add");
+  const Ids ids(as_cpu(ids_), il, l.shape()[dim], "index_add");
   const auto& src = as_cpu(src_);
-  // Serial over the index list (repeated indices accumulate), parallel inside each slice.
+  Blocks db, sb;
+  if (as_blocks(l, dim, db) && as_blocks(sl, dim, sb)) {
+    // Threads split the (outer, inner) columns; each adds the rows in index order, so repeated indices
+    // accumulate in the same order on any thread count (bit-identical results).
+    const int64_t k = ids.size(), cols = db.outer * db.inner;
+    EMBER_DISPATCH(dtype_, {
+      T* o = data<T>();
+      const T* s = src.data<T>();
+      parallel_for(cols, std::max<int64_t>(64, kGrain / std::max<int64_t>(k, 1)), [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1;) {  // one run of inner columns within an outer block at a time
+          const int64_t oo = c / db.inner, i0 = c % db.inner, len = std::min(db.inner - i0, c1 - c);
+          for (int64_t j = 0; j < k; ++j) {
+            T* d = o + db.at(oo, ids[j]) + i0;
+            const T* x = s + sb.at(oo, j) + i0;
+            for (int64_t i = 0; i < len; ++i) d[i] = store<T>(load(d[i]) + load(x[i]));
+          }
+          c += len;
+        }
+      });
+    });
+    bump_version();
+    return;
+  }
+  // General strided layouts: serial over the index list (repeated indices accumulate), parallel inside
+  // each slice.
   EMBER_DISPATCH(dtype_, {
     T* o = data<T>();
     const T* s = src.data<T>();
-    for (size_t j = 0; j < ids.size(); ++j) {
+    for (int64_t j = 0; j < ids.size(); ++j) {
       Layout dl = l.narrow(dim, ids[j], 1), ssl = sl.narrow(dim, (int64_t)j, 1);
       nd_for_each<2>(dl.shape(), {&dl, &ssl}, kGrain, [&](const auto& off, const auto& st, int64_t n) {
         for (int64_t i = 0; i < n; ++i) {
@@ -87,27 +255,47 @@ void CpuStorage::index_add(const Layout& l, const BackendStorage& ids_, const La
   bump_version();
 }
 
-void CpuStorage::index_copy(const Layout& l, const BackendStorage& ids_, const Layout& il, const BackendStorage& src_,
-                            const Layout& sl, int64_t dim) {
-  // Every index is read and checked before the first write: a bad one leaves the tensor untouched.
-  auto ids = read_ids(as_cpu(ids_), il, l.shape()[dim], "setitem");
-  // Serial over the index list, so a repeated index keeps its last slice (as numpy and torch on CPU);
-  // each slice is one strided copy (contiguous runs become memcpy, large ones use the pool).
-  for (size_t j = 0; j < ids.size(); ++j)
-    src_.copy_into(sl.narrow(dim, (int64_t)j, 1), *this, l.narrow(dim, ids[j], 1));
-  bump_version();
-}
-
 void CpuStorage::scatter_add(const Layout& l, const BackendStorage& ids_, const Layout& il,
                              const BackendStorage& src_, const Layout& sl, int64_t dim) {
-  auto ids = read_ids(as_cpu(ids_), il, l.shape()[dim], "scatter_add");
+  const Ids ids(as_cpu(ids_), il, l.shape()[dim], "scatter_add");
   const auto& src = as_cpu(src_);
+  // Two index positions can only meet when they differ along dim alone, so the lines along dim are
+  // independent: threads split them, and each line adds its elements in index order, as a serial walk
+  // would (the same sums, bit for bit, on any thread count).
+  bool dense = il.is_contiguous() && sl.is_contiguous() && l.is_contiguous();
+  for (int64_t d = 0; d < l.ndim() && dense; ++d) dense = d == dim || il.shape()[d] == l.shape()[d];
+  if (dense) {
+    int64_t outer = 1, inner = 1;
+    for (int64_t d = 0; d < dim; ++d) outer *= il.shape()[d];
+    for (int64_t d = dim + 1; d < il.ndim(); ++d) inner *= il.shape()[d];
+    const int64_t ki = il.shape()[dim], D = l.shape()[dim], cols = outer * inner;
+    EMBER_DISPATCH(dtype_, {
+      T* o = data<T>() + l.offset();
+      const T* s = src.data<T>() + sl.offset();
+      parallel_for(cols, std::max<int64_t>(1, kGrain / std::max<int64_t>(ki, 1)), [&](int64_t c0, int64_t c1) {
+        for (int64_t c = c0; c < c1;) {
+          const int64_t oo = c / inner, i0 = c % inner, len = std::min(inner - i0, c1 - c);
+          T* dst = o + oo * D * inner + i0;
+          for (int64_t i = 0; i < ki; ++i) {
+            const int64_t base = (oo * ki + i) * inner + i0;
+            const int64_t* id = ids.data() + base;
+            for (int64_t q = 0; q < len; ++q) {
+              T& d = dst[id[q] * inner + q];
+              d = store<T>(load(d) + load(s[base + q]));
+            }
+          }
+          c += len;
+        }
+      });
+    });
+    bump_version();
+    return;
+  }
   Shape zst = l.stride();
   zst[dim] = 0;
   Layout dst0 = Layout(il.shape(), zst, l.offset());
-  Layout lin = Layout::contiguous(il.shape());
   const int64_t dstride = l.stride()[dim];
-  // Serial: different index positions may hit the same destination.
+  // General layouts: serial, since different index positions may hit the same destination.
   EMBER_DISPATCH(dtype_, {
     T* o = data<T>();
     const T* s = src.data<T>();
@@ -124,6 +312,26 @@ void CpuStorage::scatter_add(const Layout& l, const BackendStorage& ids_, const 
       }
     });
   });
+  bump_version();
+}
+
+void CpuStorage::index_copy(const Layout& l, const BackendStorage& ids_, const Layout& il, const BackendStorage& src_,
+                            const Layout& sl, int64_t dim) {
+  // Every index is read and checked before the first write: a bad one leaves the tensor untouched.
+  const int64_t limit = l.shape()[dim];
+  const Ids ids(as_cpu(ids_), il, limit, "setitem");
+  Blocks db, sb;
+  if (as_blocks(l, dim, db) && as_blocks(sl, dim, sb)) {
+    // A repeated index keeps its last row (as numpy and torch on CPU): then the rows go in index order
+    // on one thread; distinct indices may be written by any thread.
+    const size_t isz = itemsize(dtype_);
+    const bool big = (int64_t)ids.size() * db.outer * db.inner * (int64_t)isz >= (int64_t(1) << 16);
+    copy_rows(static_cast<const char*>(as_cpu(src_).raw()), sb, static_cast<char*>(raw()), db, ids, isz, true,
+              big && all_distinct(ids, limit));
+  } else {
+    for (int64_t j = 0; j < ids.size(); ++j)
+      src_.copy_into(sl.narrow(dim, (int64_t)j, 1), *this, l.narrow(dim, ids[j], 1));
+  }
   bump_version();
 }
 
