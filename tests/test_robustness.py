@@ -99,7 +99,7 @@ LAYOUT_CASES = [
      "em.Layout([1], [1], 0), s, em.Layout([1], [1], 10**6), 0)", "IndexOutOfRange"),
     # A 0-d source has no dim to index (normalize_dim lets dim 0 through): the kernels read past its shape.
     ("index_select_scalar", "em.tensor(1.5).index_select(em.tensor([0]), 0)", "ShapeError"),
-    ("index_list_of_scalar", "em.tensor(1.5)[[0]]", "ShapeError"),
+    ("index_list_of_scalar", "em.tensor(1.5)[[0]]", "IndexOutOfRange"),  # an IndexError, as in torch
     ("gather_scalar", "em.tensor(1.5).gather(em.tensor(0), 0)", "ShapeError"),
     ("index_add_scalar", "em.tensor(1.5).index_add(em.tensor([0]), em.ones(1), 0)", "ShapeError"),
     ("scatter_add_scalar", "em.tensor(1.5).scatter_add(em.tensor(0), em.tensor(1.0), 0)", "ShapeError"),

@@ -2,6 +2,7 @@
 one view are seen by all the others; basic indexing semantics and its errors."""
 import numpy as np
 import pytest
+import torch
 
 import ember as em
 
@@ -203,6 +204,43 @@ def test_setitem_with_index_arrays_on_strided_targets_and_aliasing_values(rng):
     np.testing.assert_array_equal(g, want)
 
 
+ONE_ARRAY_INDICES = [
+    (slice(None), [0, 3, 1]), (Ellipsis, [4, 0]), (1, slice(None), [2, 2]), ([2, 0], slice(1, 3)),
+    (None, slice(None), np.array([[1, 2], [3, 0]])), (slice(None), np.array([True, False, True, True])),
+    (0, np.array([[0, 1], [2, 3]]), slice(None, None, 2)), ([[0], [2]], 1), (slice(1, None), -1, [-1, 0]),
+    ([1, -3], Ellipsis, 4), (slice(None), slice(None), np.array([False, True, False, True, True])),
+]
+
+
+@pytest.mark.parametrize("k", range(len(ONE_ARRAY_INDICES)))
+def test_one_index_array_anywhere_matches_torch(k):
+    # one index array or 1-D mask among ints, slices, None and ...: torch's result (which differs from
+    # numpy's when an int and the array are split by a slice: t[1, :, [2, 2]] is (4, 2) in torch)
+    idx = ONE_ARRAY_INDICES[k]
+    tidx = tuple(torch.from_numpy(np.asarray(i)) if isinstance(i, (list, np.ndarray)) else i for i in idx)
+    a = np.random.default_rng(k).standard_normal((3, 4, 5))
+    got = em.tensor(a)[idx]
+    want = torch.from_numpy(a)[tidx]
+    assert got.shape == tuple(want.shape)
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+    # the gradient flows back through the view and index_select (repeated indices accumulate)
+    x, tx = em.Var(a), torch.from_numpy(a).requires_grad_()
+    w = np.random.default_rng(k + 100).standard_normal(want.shape)
+    g = (x[idx] * em.tensor(w)).sum().backward()[x].numpy()
+    (tx[tidx] * torch.from_numpy(w)).sum().backward()
+    np.testing.assert_allclose(g, tx.grad.numpy(), rtol=1e-12, atol=1e-12)
+    # assignment writes the same elements as torch's (a scalar, then values of the selected shape)
+    t, tt = em.tensor(a.copy()), torch.from_numpy(a.copy())
+    t[idx] = 7.5
+    tt[tidx] = 7.5
+    np.testing.assert_array_equal(t.numpy(), tt.numpy())
+    if not any(isinstance(i, list) and len(set(map(str, i))) < len(i) for i in idx):  # torch: repeats undefined
+        v = np.arange(want.numel(), dtype=np.float64).reshape(want.shape)
+        t[idx] = em.tensor(v)
+        tt[tidx] = torch.from_numpy(v)
+        np.testing.assert_array_equal(t.numpy(), tt.numpy())
+
+
 def test_setitem_refusals():
     t = em.zeros(3, 4)
     expect_error(lambda: t.__setitem__([0, 5], 1.0), "setitem", em.IndexOutOfRange)
@@ -211,7 +249,15 @@ def test_setitem_refusals():
     expect_error(lambda: t.__setitem__(np.array([0.0, 1.0]), 1.0), "setitem", em.DTypeError)
     expect_error(lambda: t.__setitem__([0, 1], "x"), "setitem", em.DTypeError)
     assert (t.numpy() == 0).all()  # a bad index anywhere in the list: nothing was written
-    expect_error(lambda: em.zeros(()).__setitem__([0], 1.0), "setitem", em.ShapeError)
+    expect_error(lambda: em.zeros(()).__setitem__([0], 1.0), "setitem", em.IndexOutOfRange)
+    # index arrays among other indices: one per index, 1-D masks of the right length, ids in range
+    cases = [(([0, 1], [1, 2]), em.UnsupportedOp), ((slice(None), np.ones((4, 1), bool)), em.UnsupportedOp),
+             ((slice(None), np.array([True, False])), em.ShapeError), ((slice(None), [0, 4]), em.IndexOutOfRange),
+             ((0, 1, [0]), em.IndexOutOfRange), ((slice(None), [0.5]), em.DTypeError)]
+    for idx, cls in cases:
+        expect_error(lambda idx=idx: t[idx], "index", cls)
+        expect_error(lambda idx=idx: t.__setitem__(idx, 0.0), "setitem", cls)
+    assert (t.numpy() == 0).all()
     expect_error(lambda: em.zeros(3).broadcast_as((2, 3)).__setitem__([1], 1.0), "setitem", em.EmberValueError)
     expect_error(lambda: t.__setitem__(0, em.zeros(3)), "setitem", em.ShapeError)
     expect_error(lambda: t.__setitem__(em.tensor([1, 0]).eq(1), 1.0), "setitem", em.ShapeError)

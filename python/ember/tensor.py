@@ -340,12 +340,17 @@ class Tensor:
             idx = (idx,)
         if len(idx) == 1 and _is_mask(idx[0]):
             return self._select_mask(idx[0])
-        if len(idx) == 1 and _is_index_array(idx[0]):
-            ids = _as_index(idx[0], "index")
-            if ids.ndim == 1:
-                return self.index_select(ids, 0)
-            # an n-D index picks rows too, the result shaped like it (numpy and torch): ids.shape + rest
-            return self.index_select(ids.reshape(-1), 0).reshape(*ids.shape, *self.shape[1:])
+        adv = _split_advanced(idx, self.ndim, "index") if _may_be_advanced(idx) else None
+        if adv is not None:
+            basic, d, ids, mask_len = adv
+            view = _indexed_view(self, basic, d, mask_len, "index")
+            ids = _as_index(ids, "index")
+            try:
+                picked = view.index_select(ids.reshape(-1) if ids.ndim != 1 else ids, d)
+            except EmberError as e:  # an index out of range: report it under the op the user wrote
+                raise type(e)(str(e).replace("[index_select]", "[index]", 1)) from None
+            # the index's dims take the place of the dim it indexes (numpy's rule for one index array)
+            return picked if ids.ndim == 1 else picked.reshape(*view.shape[:d], *ids.shape, *view.shape[d + 1:])
         n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
         if sum(1 for i in idx if i is Ellipsis) > 1:
             raise IndexOutOfRange("[index] an index can only have a single ellipsis")
@@ -389,19 +394,25 @@ class Tensor:
             raise UnsupportedOp("[setitem] in-place assignment with a tensor that tracks gradients would not be "
                                 "differentiated; write t = em.where(mask, value, t), or assign under em.no_grad()")
         single = idx[0] if isinstance(idx, tuple) and len(idx) == 1 else idx
+        idx_t = idx if isinstance(idx, tuple) else (idx,)
+        adv = _split_advanced(idx_t, self.ndim, "setitem") if _may_be_advanced(idx_t) else None
         if _is_mask(single):
             m = _mask_array(single, self.shape, "setitem")
             keep = tensor(m.reshape(m.shape + (1,) * (self.ndim - m.ndim)).astype(np.uint8), device=self._device)
             target, src = self, where(keep, _setitem_value(value, self._dtype, self._device, self.shape), self)
-        elif _is_index_array(single):
-            ids = _as_index(single, "setitem")
-            rows = ids.shape + self.shape[1:] if self.ndim else ids.shape
+        elif adv is not None:
+            basic, d, ids, mask_len = adv
+            with no_grad():
+                view = _indexed_view(self, basic, d, mask_len, "setitem")  # shares self's storage
+            ids = _as_index(ids, "setitem")
+            vs = view.shape
+            rows = vs[:d] + ids.shape + vs[d + 1:]
             src = _setitem_value(value, self._dtype, self._device, rows)
             if src.shape != rows:
                 src = src.broadcast_as(rows)
             flat = ids.reshape(-1)
-            src = src.reshape(flat.shape[0], *rows[ids.ndim:])
-            _C.index_copy(self._storage, self._layout, flat._storage, flat._layout, src._storage, src._layout, 0)
+            src = src.reshape(*vs[:d], flat.shape[0], *vs[d + 1:])
+            _C.index_copy(view._storage, view._layout, flat._storage, flat._layout, src._storage, src._layout, d)
             return
         else:
             with no_grad():
@@ -803,6 +814,52 @@ def _setitem_value(value, dtype, device, shape):
     if _broadcast_shape(value.shape, shape) != shape:
         raise ShapeError(f"[setitem] value of shape {value.shape} cannot be broadcast to {shape}")
     return value
+
+
+def _may_be_advanced(idx):
+    """A cheap first look for basic indexing's hot path: can an entry be an index array or a mask?"""
+    for i in idx:
+        if isinstance(i, (list, np.ndarray, Tensor)):
+            return True
+    return False
+
+
+def _split_advanced(idx, ndim, op):
+    """For an index tuple holding one index array or 1-D mask among basic entries (ints, slices, None,
+    ...): (the basic tuple with a full slice in its place, the dim of that view it indexes, the integer
+    indices, the mask's length or None). None when idx holds no index array, or is a lone mask (which
+    has its own path and may span several dims)."""
+    pos = [k for k, i in enumerate(idx) if _is_mask(i) or _is_index_array(i)]
+    if not pos or (len(idx) == 1 and _is_mask(idx[0])):
+        return None
+    if len(pos) > 1:
+        raise UnsupportedOp(f"[{op}] one index array or mask per index is supported, got {len(pos)}")
+    p = pos[0]
+    n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
+    d = 0
+    for i in idx[:p]:  # the view's dims made by the entries before the index array
+        if i is Ellipsis:
+            d += max(ndim - n_real, 0)
+        elif i is None or isinstance(i, slice):
+            d += 1
+    ids, mask_len = idx[p], None
+    if _is_mask(ids):
+        m = ids.numpy() if isinstance(ids, Tensor) else np.asarray(ids)
+        if m.ndim != 1:
+            raise UnsupportedOp(f"[{op}] a mask next to other indices must be 1-D, got shape {m.shape}")
+        ids, mask_len = np.flatnonzero(m), m.shape[0]
+    return idx[:p] + (slice(None),) + idx[p + 1:], d, ids, mask_len
+
+
+def _indexed_view(t, basic, d, mask_len, op):
+    """t[basic] (a view), checking that a mask's length matches the dim it indexes."""
+    n_real = sum(1 for i in basic if i is not None and i is not Ellipsis)
+    if n_real > t.ndim:
+        raise IndexOutOfRange(f"[{op}] too many indices ({n_real}) for a tensor with {t.ndim} dims")
+    view = t[basic]
+    if mask_len is not None and mask_len != view.shape[d]:
+        raise ShapeError(f"[{op}] mask of length {mask_len} does not match dim {d} of size {view.shape[d]}")
+    return view
 
 
 def _is_index_array(i):
