@@ -2,12 +2,18 @@
 
 Prints one row per (op, shape, dtype, direction) with milliseconds (best of N) and ratios; a ratio
 above 1 means ember is faster. `copy%` is the fraction of the memory limit the forward reaches (the
-time to copy the input's bytes into a preallocated buffer divided by ember's time). The copy is timed
-in turns with each forward (three calls of one, three of the other, seven times; best call of each),
-so both run in the same minute under the same load from other tenants of a shared machine, each
-with its own data warm in cache. (Timed once at the start of a shape, the same 8 MB copy ranged over
-0.4-1.5 ms between runs, which made copy% mostly noise. Strict alternation, call for call, would
-instead leave each with a cache the other had just filled: the copy then ran ~30% slower here.)
+time to copy the input's bytes into a preallocated buffer divided by ember's time).
+
+ember, torch and the copy are timed in rounds (best_ms_rounds): each round gives each of them in turn
+a pause, a warm-up and three timed calls, and the best call over the rounds counts. So all three sample
+the same stretch of time on a shared machine, whose speed drifts by up to ~40% over seconds to minutes
+(timed one after the other, a row's ratio moved with that drift: the same sdpa forward gave 0.75x and
+1.19x in two runs of one hour). MLX and the numpy composite, 10-100x slower, are timed after them.
+
+Every timed call starts with cold caches (a buffer twice the last-level cache is rewritten before it,
+outside the timing), for every library alike: the copy is then the memory limit it stands for. Called
+back to back, an 8 MB copy keeps its 16 MB in this machine's 32 MB L3 and runs at L3 speed (0.47 ms
+for the bf16 32768x128 copy, against ~1.0 ms from memory), which a compute-bound kernel cannot match.
 Usage: python bench/bench_fused.py [--reps N] [--quick]
 """
 from __future__ import annotations
@@ -38,6 +44,44 @@ SHAPES = [(4096, 4096), (32768, 128), (64, 65536)]
 
 def best_ms(fn, reps):
     return best_ms_each((fn,), reps)[0]
+
+
+def _llc_bytes():
+    """The last-level cache's size (Linux sysfs), or 32 MiB when it cannot be read."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index3/size") as f:
+            v = f.read().strip().upper()
+        return int(v[:-1]) << (20 if v.endswith("M") else 10) if v[-1] in "KM" else int(v)
+    except (OSError, ValueError, IndexError):
+        return 32 << 20
+
+
+_FLUSH = np.zeros(2 * _llc_bytes() // 8)
+
+
+def flush_caches():
+    """Rewrites a buffer twice the last-level cache, so the next call finds its data in memory."""
+    np.add(_FLUSH, 1.0, out=_FLUSH)
+
+
+def best_ms_rounds(fns, reps, burst=3, pause=0.2):
+    """Best time in ms of each of fns, measured in `reps` rounds; in a round each fn in turn gets a pause
+    (the spinning workers of the library timed before it settle), ~30 ms of warm-up calls (a VM's core
+    comes back to speed, allocators fill) and `burst` timed calls, each after flush_caches()."""
+    best = [float("inf")] * len(fns)
+    for _ in range(reps):
+        for k, fn in enumerate(fns):
+            time.sleep(pause)
+            t_end, n = time.perf_counter() + 0.03, 0
+            while n < 2 or (n < 1000 and time.perf_counter() < t_end):
+                fn()
+                n += 1
+            for _ in range(burst):
+                flush_caches()
+                t0 = time.perf_counter()
+                fn()
+                best[k] = min(best[k], time.perf_counter() - t0)
+    return [b * 1e3 for b in best]
 
 
 def best_ms_each(fns, reps, burst=1):
@@ -183,8 +227,11 @@ def sdpa_row(causal, arrays, reps):
         with em.no_grad():
             op.bwd(q, k, v, y, g)
 
-    res = {"ember": (best_ms(lambda: q.apply_op3(k, v, ops._Sdpa(scale, causal, None)), reps), best_ms(ebwd, reps))}
-    if torch is not None:
+    efwd = lambda: q.apply_op3(k, v, ops._Sdpa(scale, causal, None))
+    res = {}
+    if torch is None:
+        res["ember"] = best_ms_rounds((efwd,), reps), best_ms_rounds((ebwd,), reps)
+    else:
         tq, tk, tv, tg = (torch.from_numpy(a) for a in arrays)
         F = torch.nn.functional.scaled_dot_product_attention
 
@@ -194,8 +241,9 @@ def sdpa_row(causal, arrays, reps):
 
         qr, kr, vr = (t.clone().requires_grad_() for t in (tq, tk, tv))
         ty = F(qr, kr, vr, is_causal=causal)
-        res["torch"] = (best_ms(tf, reps),
-                        best_ms(lambda: torch.autograd.grad(ty, (qr, kr, vr), tg, retain_graph=True), reps))
+        tb = lambda: torch.autograd.grad(ty, (qr, kr, vr), tg, retain_graph=True)
+        (ef, tfm), (eb, tbm) = best_ms_rounds((efwd, tf), reps), best_ms_rounds((ebwd, tb), reps)
+        res["ember"], res["torch"] = (ef, eb), (tfm, tbm)
     if mx is not None:
         mq, mk_, mv, mg = (mx.array(a) for a in arrays)
         mask = "causal" if causal else None
@@ -219,7 +267,7 @@ def sdpa_rows(reps):
 # ----------------------------------------------------------------------------- main
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--quick", action="store_true", help="only the 32768x128 shape and sdpa")
     args = ap.parse_args()
     nt = em.get_num_threads()
@@ -242,17 +290,21 @@ def main():
             copy = functools.partial(np.copyto, np.empty_like(src), src)
             for op in ("softmax_last_dim", "rms_norm", "layer_norm"):
                 efwd, ebwd = ember_case(op, x, dt, w, b, g)
-                fwd_ms, copy_ms = best_ms_each((efwd, copy), args.reps, burst=3)
-                res = {"ember": [fwd_ms, best_ms(ebwd, args.reps)]}
                 if torch is not None:
-                    res["torch"] = [best_ms(f, args.reps) for f in torch_case(op, x, dt, w, b, g)]
+                    tfwd, tbwd = torch_case(op, x, dt, w, b, g)
+                    fwd_ms, copy_ms, tf_ms = best_ms_rounds((efwd, copy, tfwd), args.reps)
+                    bwd_ms, tb_ms = best_ms_rounds((ebwd, tbwd), args.reps)
+                    res = {"ember": [fwd_ms, bwd_ms], "torch": [tf_ms, tb_ms]}
+                else:
+                    fwd_ms, copy_ms = best_ms_rounds((efwd, copy), args.reps)
+                    res = {"ember": [fwd_ms, best_ms_rounds((ebwd,), args.reps)[0]]}
                 if mx is not None:
                     res["mlx"] = [best_ms(f, args.reps) for f in mlx_case(op, x, dt, w, b, g)]
                 if dt == "float32":
                     res["numpy"] = [best_ms(f, max(2, args.reps // 3)) for f in numpy_case(op, x, dt, w, b, g)]
                 rows.append((op, f"{shape[0]}x{shape[1]}", dt, res, copy_ms))
                 print_row(rows[-1], header=len(rows) == 1)
-    for r in sdpa_rows(max(3, args.reps // 2)):
+    for r in sdpa_rows(max(3, args.reps - 1)):
         rows.append(r)
         print_row(r, header=False)
     worst = min(res["torch"][i] / res["ember"][i] for _, _, _, res, _ in rows if "torch" in res for i in (0, 1))
