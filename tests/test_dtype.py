@@ -9,6 +9,11 @@ import ember as em
 
 from conftest import ALL, FLOATS, INTS, NP, expect_error, make_view, npdt
 
+# The numpy references cast out-of-range values on purpose (to inf, or NaN for ints): that is the
+# behaviour being compared, so numpy's warnings about it are expected here.
+pytestmark = pytest.mark.filterwarnings("ignore:overflow encountered in cast:RuntimeWarning",
+                                        "ignore:invalid value encountered in cast:RuntimeWarning")
+
 BF16 = np.dtype(ml_dtypes.bfloat16)
 
 
