@@ -209,12 +209,17 @@ ONE_ARRAY_INDICES = [
     (None, slice(None), np.array([[1, 2], [3, 0]])), (slice(None), np.array([True, False, True, True])),
     (0, np.array([[0, 1], [2, 3]]), slice(None, None, 2)), ([[0], [2]], 1), (slice(1, None), -1, [-1, 0]),
     ([1, -3], Ellipsis, 4), (slice(None), slice(None), np.array([False, True, False, True, True])),
+    # several arrays: broadcast together, side by side (the result's dims in their place) or apart
+    # (the result's dims first); x[arange(n), labels] picks one element per row
+    ([0, 2, 2], [1, 3, 0]), (slice(None), [0, 3], [[4], [1]]), ([2, -1], slice(1, 3), [4, 0]),
+    (np.arange(3), np.array([1, 0, 3]), 2), ([[0, 1]], [[2], [3]], np.array([True, False, False, True, False])),
 ]
+APART = (13,)  # the case whose arrays are split by a slice
 
 
 @pytest.mark.parametrize("k", range(len(ONE_ARRAY_INDICES)))
-def test_one_index_array_anywhere_matches_torch(k):
-    # one index array or 1-D mask among ints, slices, None and ...: torch's result (which differs from
+def test_index_arrays_match_torch(k):
+    # index arrays and 1-D masks among ints, slices, None and ...: torch's result (which differs from
     # numpy's when an int and the array are split by a slice: t[1, :, [2, 2]] is (4, 2) in torch)
     idx = ONE_ARRAY_INDICES[k]
     tidx = tuple(torch.from_numpy(np.asarray(i)) if isinstance(i, (list, np.ndarray)) else i for i in idx)
@@ -231,6 +236,10 @@ def test_one_index_array_anywhere_matches_torch(k):
     np.testing.assert_allclose(g, tx.grad.numpy(), rtol=1e-12, atol=1e-12)
     # assignment writes the same elements as torch's (a scalar, then values of the selected shape)
     t, tt = em.tensor(a.copy()), torch.from_numpy(a.copy())
+    n_arrays = sum(isinstance(i, (list, np.ndarray)) for i in idx)
+    if n_arrays > 1 and k in APART:  # several arrays split by a slice: refused in place
+        expect_error(lambda: t.__setitem__(idx, 7.5), "setitem", em.UnsupportedOp)
+        return
     t[idx] = 7.5
     tt[tidx] = 7.5
     np.testing.assert_array_equal(t.numpy(), tt.numpy())
@@ -251,7 +260,8 @@ def test_setitem_refusals():
     assert (t.numpy() == 0).all()  # a bad index anywhere in the list: nothing was written
     expect_error(lambda: em.zeros(()).__setitem__([0], 1.0), "setitem", em.IndexOutOfRange)
     # index arrays among other indices: one per index, 1-D masks of the right length, ids in range
-    cases = [(([0, 1], [1, 2]), em.UnsupportedOp), ((slice(None), np.ones((4, 1), bool)), em.UnsupportedOp),
+    cases = [(([0, 1], [1, 2, 0]), em.ShapeError), ((slice(None), np.ones((4, 1), bool)), em.UnsupportedOp),
+             (([0, 3], [0, 4]), em.IndexOutOfRange), (([0, 1], [0.5, 1]), em.DTypeError),
              ((slice(None), np.array([True, False])), em.ShapeError), ((slice(None), [0, 4]), em.IndexOutOfRange),
              ((0, 1, [0]), em.IndexOutOfRange), ((slice(None), [0.5]), em.DTypeError)]
     for idx, cls in cases:

@@ -342,15 +342,14 @@ class Tensor:
             return self._select_mask(idx[0])
         adv = _split_advanced(idx, self.ndim, "index") if _may_be_advanced(idx) else None
         if adv is not None:
-            basic, d, ids, mask_len = adv
-            view = _indexed_view(self, basic, d, mask_len, "index")
-            ids = _as_index(ids, "index")
+            view, d, flat, rows = _advanced_plan(self, adv, "index")
             try:
-                picked = view.index_select(ids.reshape(-1) if ids.ndim != 1 else ids, d)
+                picked = view.index_select(flat, d)
             except EmberError as e:  # an index out of range: report it under the op the user wrote
                 raise type(e)(str(e).replace("[index_select]", "[index]", 1)) from None
-            # the index's dims take the place of the dim it indexes (numpy's rule for one index array)
-            return picked if ids.ndim == 1 else picked.reshape(*view.shape[:d], *ids.shape, *view.shape[d + 1:])
+            # the indices' dims take the place of the dim they index (torch's rule)
+            vs = view.shape
+            return picked if len(rows) == 1 else picked.reshape(*vs[:d], *rows, *vs[d + 1:])
         n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
         if sum(1 for i in idx if i is Ellipsis) > 1:
             raise IndexOutOfRange("[index] an index can only have a single ellipsis")
@@ -401,16 +400,16 @@ class Tensor:
             keep = tensor(m.reshape(m.shape + (1,) * (self.ndim - m.ndim)).astype(np.uint8), device=self._device)
             target, src = self, where(keep, _setitem_value(value, self._dtype, self._device, self.shape), self)
         elif adv is not None:
-            basic, d, ids, mask_len = adv
             with no_grad():
-                view = _indexed_view(self, basic, d, mask_len, "setitem")  # shares self's storage
-            ids = _as_index(ids, "setitem")
+                view, d, flat, sel = _advanced_plan(self, adv, "setitem")
+            if not view._storage.same_buffer(self._storage):  # several arrays over dims that do not merge
+                raise UnsupportedOp("[setitem] several index arrays must sit side by side, over dims that merge "
+                                    "in place (as in a contiguous tensor); index with one array at a time")
             vs = view.shape
-            rows = vs[:d] + ids.shape + vs[d + 1:]
+            rows = vs[:d] + sel + vs[d + 1:]
             src = _setitem_value(value, self._dtype, self._device, rows)
             if src.shape != rows:
                 src = src.broadcast_as(rows)
-            flat = ids.reshape(-1)
             src = src.reshape(*vs[:d], flat.shape[0], *vs[d + 1:])
             _C.index_copy(view._storage, view._layout, flat._storage, flat._layout, src._storage, src._layout, d)
             return
@@ -825,41 +824,77 @@ def _may_be_advanced(idx):
 
 
 def _split_advanced(idx, ndim, op):
-    """For an index tuple holding one index array or 1-D mask among basic entries (ints, slices, None,
-    ...): (the basic tuple with a full slice in its place, the dim of that view it indexes, the integer
-    indices, the mask's length or None). None when idx holds no index array, or is a lone mask (which
-    has its own path and may span several dims)."""
+    """For an index tuple holding index arrays or 1-D masks among basic entries (ints, slices, None, ...):
+    (the basic tuple with a full slice in each array's place, the dims of that view the arrays index,
+    the arrays, the masks' lengths or None). None when idx holds no index array, or is a lone mask
+    (which has its own path and may span several dims). A mask becomes the positions where it is set."""
     pos = [k for k, i in enumerate(idx) if _is_mask(i) or _is_index_array(i)]
     if not pos or (len(idx) == 1 and _is_mask(idx[0])):
         return None
-    if len(pos) > 1:
-        raise UnsupportedOp(f"[{op}] one index array or mask per index is supported, got {len(pos)}")
-    p = pos[0]
     n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
-    d = 0
-    for i in idx[:p]:  # the view's dims made by the entries before the index array
-        if i is Ellipsis:
+    dims, arrays, mask_lens, d = [], [], [], 0
+    for k, i in enumerate(idx):
+        if k in pos:
+            n = None
+            if _is_mask(i):
+                m = i.numpy() if isinstance(i, Tensor) else np.asarray(i)
+                if m.ndim != 1:
+                    raise UnsupportedOp(f"[{op}] a mask next to other indices must be 1-D, got shape {m.shape}")
+                i, n = np.flatnonzero(m), m.shape[0]
+            dims.append(d)
+            arrays.append(i)
+            mask_lens.append(n)
+            d += 1
+        elif i is Ellipsis:
             d += max(ndim - n_real, 0)
         elif i is None or isinstance(i, slice):
             d += 1
-    ids, mask_len = idx[p], None
-    if _is_mask(ids):
-        m = ids.numpy() if isinstance(ids, Tensor) else np.asarray(ids)
-        if m.ndim != 1:
-            raise UnsupportedOp(f"[{op}] a mask next to other indices must be 1-D, got shape {m.shape}")
-        ids, mask_len = np.flatnonzero(m), m.shape[0]
-    return idx[:p] + (slice(None),) + idx[p + 1:], d, ids, mask_len
+    basic = tuple(slice(None) if k in pos else i for k, i in enumerate(idx))
+    return basic, dims, arrays, mask_lens
 
 
-def _indexed_view(t, basic, d, mask_len, op):
-    """t[basic] (a view), checking that a mask's length matches the dim it indexes."""
+def _advanced_plan(t, adv, op):
+    """How t[idx] with index arrays reads and writes: (a view of t, the dim d0 of it that the arrays
+    index, the flat int64 positions along d0, the arrays' broadcast shape S). Several arrays index the
+    view's dims merged into one (moved to the front first when they are not adjacent: torch's rule),
+    through their row-major positions; the result has S in place of d0."""
+    basic, dims, arrays, mask_lens = adv
     n_real = sum(1 for i in basic if i is not None and i is not Ellipsis)
     if n_real > t.ndim:
         raise IndexOutOfRange(f"[{op}] too many indices ({n_real}) for a tensor with {t.ndim} dims")
     view = t[basic]
-    if mask_len is not None and mask_len != view.shape[d]:
-        raise ShapeError(f"[{op}] mask of length {mask_len} does not match dim {d} of size {view.shape[d]}")
-    return view
+    for d, n in zip(dims, mask_lens):
+        if n is not None and n != view.shape[d]:
+            raise ShapeError(f"[{op}] mask of length {n} does not match dim {d} of size {view.shape[d]}")
+    if len(arrays) == 1:
+        ids = _as_index(arrays[0], op)
+        return view, dims[0], ids.reshape(-1) if ids.ndim != 1 else ids, ids.shape
+    arrs = []
+    for a, d in zip(arrays, dims):
+        a = a.numpy() if isinstance(a, Tensor) else np.asarray(a)
+        if a.size == 0:
+            a = a.astype(np.int64)
+        if a.dtype.kind not in "iu":
+            raise DTypeError(f"[{op}] indices must be integers, got {a.dtype}")
+        n = view.shape[d]
+        a = a.astype(np.int64)
+        bad = (a < -n) | (a >= n)
+        if bad.any():
+            raise IndexOutOfRange(f"[{op}] index {a[bad].flat[0]} out of range for a dim of size {n}")
+        arrs.append(np.where(a < 0, a + n, a))
+    try:
+        arrs = np.broadcast_arrays(*arrs)
+    except ValueError:
+        raise ShapeError(f"[{op}] index arrays of shapes {[a.shape for a in arrs]} do not broadcast") from None
+    k = len(dims)
+    if dims != list(range(dims[0], dims[0] + k)):  # separated by a slice: their dims go first
+        view = view.permute(*dims, *[d for d in range(view.ndim) if d not in dims])
+        dims = list(range(k))
+    d0, vs = dims[0], view.shape
+    sizes = vs[d0:d0 + k]
+    merged = view.reshape(*vs[:d0], int(np.prod(sizes)), *vs[d0 + k:])
+    lin = np.ravel_multi_index(tuple(arrs), sizes) if arrs[0].size else np.zeros(arrs[0].shape, np.int64)
+    return merged, d0, tensor(np.ascontiguousarray(lin, dtype=np.int64).reshape(-1), device=t._device), arrs[0].shape
 
 
 def _is_index_array(i):
