@@ -250,6 +250,19 @@ def test_index_arrays_match_torch(k):
         np.testing.assert_array_equal(t.numpy(), tt.numpy())
 
 
+def test_empty_index_arrays_and_empty_tensors():
+    t = em.tensor(np.arange(12.0).reshape(3, 4))
+    assert t[[]].shape == (0, 4) and t[:, []].shape == (3, 0) and t[[], []].shape == (0,)
+    assert em.zeros(3, 0)[[1, 2]].shape == (2, 0) and em.zeros(0, 4)[[]].shape == (0, 4)
+    for idx in ([], (slice(None), []), ([], []), np.zeros(0, np.int64)):
+        t[idx] = -1.0  # selects nothing: writes nothing
+    z = em.zeros(0, 4)
+    z[[]] = 1.0
+    np.testing.assert_array_equal(t.numpy(), np.arange(12.0).reshape(3, 4))
+    expect_error(lambda: z.__setitem__(([1], [2]), 0.0), "setitem", em.IndexOutOfRange)
+    assert t.index_add(em.tensor(np.zeros(0, np.int64)), em.zeros(0, 4, dtype=em.float64), 0).numpy().sum() == 66.0
+
+
 def test_setitem_refusals():
     t = em.zeros(3, 4)
     expect_error(lambda: t.__setitem__([0, 5], 1.0), "setitem", em.IndexOutOfRange)

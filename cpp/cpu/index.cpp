@@ -113,6 +113,7 @@ inline void copy_elem(char* d, const char* s, size_t isz) {
 void copy_rows(const char* src, const Blocks& sb, char* dst, const Blocks& db, const Ids& ids, size_t isz,
                bool scatter, bool parallel) {
   const int64_t k = ids.size(), rows = sb.outer * k;
+  if (rows == 0) return;
   const size_t rb = (size_t)sb.inner * isz;
   auto body = [&](int64_t r0, int64_t r1) {
     int64_t o = r0 / k, j = r0 % k;

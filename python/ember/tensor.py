@@ -402,7 +402,7 @@ class Tensor:
         elif adv is not None:
             with no_grad():
                 view, d, flat, sel = _advanced_plan(self, adv, "setitem")
-            if not view._storage.same_buffer(self._storage):  # several arrays over dims that do not merge
+            if view.numel() and not view._storage.same_buffer(self._storage):  # arrays over dims that do not merge
                 raise UnsupportedOp("[setitem] several index arrays must sit side by side, over dims that merge "
                                     "in place (as in a contiguous tensor); index with one array at a time")
             vs = view.shape
