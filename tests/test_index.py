@@ -53,6 +53,17 @@ def test_gather(dt, rng):
                     out = t.gather(em.tensor(ids.astype(npdt(idt))), dim)
                     assert out.shape == ishape and out.dtype is dt
                     np.testing.assert_array_equal(out.numpy(), torch_gather_ref(a, ids, dim))
+    # negative indices count from the end (checked as the kernel reads them); a bad one anywhere raises
+    big = em.tensor(np.arange(20000, dtype=np.float32).reshape(100, 200))
+    gi = np.random.default_rng(3).integers(0, 200, size=(100, 150))
+    want = np.take_along_axis(big.numpy(), gi, 1)
+    np.testing.assert_array_equal(big.gather(em.tensor(gi - 200), 1).numpy(), want)
+    gi[57, 99] = 200
+    expect_error(lambda: big.gather(em.tensor(gi), 1), "gather", em.IndexOutOfRange)
+    gi[57, 99] = -201
+    e = expect_error(lambda: big.gather(em.tensor(gi), 1), "gather", em.IndexOutOfRange)
+    assert "-201" in str(e)
+    expect_error(lambda: em.zeros(3, 0).gather(em.tensor([[0]]), 1), "gather", em.IndexOutOfRange)
     ids = em.tensor(np.array([[0, 1, 1, 0]], dtype=np.int64)).t()  # strided indices
     t = em.tensor(np.arange(8, dtype=np.float32).reshape(4, 2))
     np.testing.assert_array_equal(t.gather(ids, 1).numpy(), [[0], [3], [5], [6]])
