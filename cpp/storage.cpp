@@ -247,9 +247,10 @@ std::pair<StoragePtr, Layout> gather(const BackendStorage& s, const Layout& l, c
   return {s.gather(l, ids, il, dim), Layout::contiguous(il.shape())};
 }
 
-std::pair<StoragePtr, Layout> index_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
-                                        const Layout& il, const BackendStorage& src, const Layout& sl,
-                                        int64_t dim) {
+namespace {
+// The checks shared by index_add and its zeros-target form; returns the normalised dim.
+int64_t check_index_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
+                        const BackendStorage& src, const Layout& sl, int64_t dim) {
   check_ids(s, l, ids, il, "index_add");
   check_same_dtype(s, src, "index_add");
   check_same_device(s, src, "index_add");
@@ -260,14 +261,11 @@ std::pair<StoragePtr, Layout> index_add(const BackendStorage& s, const Layout& l
   want[dim] = il.shape()[0];
   EMBER_CHECK(sl.shape() == want, Shape, "[index_add] source shape ", shape_str(sl.shape()), " should be ",
               shape_str(want));
-  auto [out, ol] = contiguous_copy(s, l);
-  out->index_add(ol, ids, il, src, sl, dim);
-  return {out, ol};
+  return dim;
 }
 
-std::pair<StoragePtr, Layout> scatter_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
-                                          const Layout& il, const BackendStorage& src, const Layout& sl,
-                                          int64_t dim) {
+int64_t check_scatter_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
+                          const BackendStorage& src, const Layout& sl, int64_t dim) {
   check_ids(s, l, ids, il, "scatter_add");
   check_same_dtype(s, src, "scatter_add");
   check_same_device(s, src, "scatter_add");
@@ -280,7 +278,45 @@ std::pair<StoragePtr, Layout> scatter_add(const BackendStorage& s, const Layout&
   for (int64_t i = 0; i < l.ndim(); ++i)
     EMBER_CHECK(i == dim || il.shape()[i] <= l.shape()[i], Shape, "[scatter_add] indices ",
                 shape_str(il.shape()), " do not fit ", shape_str(l.shape()), " outside dim ", dim);
+  return dim;
+}
+
+// A fresh zero-filled storage of `shape` like src: the target of the *_zeros forms below.
+std::pair<StoragePtr, Layout> zeros_like_src(const BackendStorage& src, const Shape& shape) {
+  return {alloc(src.device(), src.dtype(), shape_numel(shape), true), Layout::contiguous(shape)};
+}
+}  // namespace
+
+std::pair<StoragePtr, Layout> index_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
+                                        const Layout& il, const BackendStorage& src, const Layout& sl,
+                                        int64_t dim) {
+  dim = check_index_add(s, l, ids, il, src, sl, dim);
   auto [out, ol] = contiguous_copy(s, l);
+  out->index_add(ol, ids, il, src, sl, dim);
+  return {out, ol};
+}
+
+std::pair<StoragePtr, Layout> index_add_zeros(const Shape& shape, const BackendStorage& ids, const Layout& il,
+                                              const BackendStorage& src, const Layout& sl, int64_t dim) {
+  auto [out, ol] = zeros_like_src(src, shape);
+  dim = check_index_add(*out, ol, ids, il, src, sl, dim);
+  out->index_add(ol, ids, il, src, sl, dim);
+  return {out, ol};
+}
+
+std::pair<StoragePtr, Layout> scatter_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
+                                          const Layout& il, const BackendStorage& src, const Layout& sl,
+                                          int64_t dim) {
+  dim = check_scatter_add(s, l, ids, il, src, sl, dim);
+  auto [out, ol] = contiguous_copy(s, l);
+  out->scatter_add(ol, ids, il, src, sl, dim);
+  return {out, ol};
+}
+
+std::pair<StoragePtr, Layout> scatter_add_zeros(const Shape& shape, const BackendStorage& ids, const Layout& il,
+                                                const BackendStorage& src, const Layout& sl, int64_t dim) {
+  auto [out, ol] = zeros_like_src(src, shape);
+  dim = check_scatter_add(*out, ol, ids, il, src, sl, dim);
   out->scatter_add(ol, ids, il, src, sl, dim);
   return {out, ol};
 }

@@ -50,6 +50,12 @@ std::pair<StoragePtr, Layout> scatter_add(const BackendStorage& s, const Layout&
 // index is checked before anything is written; a source sharing dst's buffer is read from a snapshot.
 void index_copy(BackendStorage& dst, const Layout& l, const BackendStorage& ids, const Layout& il,
                 const BackendStorage& src, const Layout& sl, int64_t dim);
+// The same added into fresh zeros of `shape` (no copy of a zero tensor): the backward of index_select
+// and gather.
+std::pair<StoragePtr, Layout> index_add_zeros(const Shape& shape, const BackendStorage& ids, const Layout& il,
+                                              const BackendStorage& src, const Layout& sl, int64_t dim);
+std::pair<StoragePtr, Layout> scatter_add_zeros(const Shape& shape, const BackendStorage& ids, const Layout& il,
+                                                const BackendStorage& src, const Layout& sl, int64_t dim);
 std::pair<StoragePtr, Layout> cat(const std::vector<const BackendStorage*>& ss, const std::vector<Layout>& ls,
                                   int64_t dim);
 

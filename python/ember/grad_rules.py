@@ -391,12 +391,16 @@ def _where(n, out, g):
 @rule("index_select", (1,))
 def _index_select(n, out, g):
     x, ids = n.inputs
+    if not _bp.is_grad_enabled():  # first order: add straight into fresh zeros (an embedding table's
+        return (_t._index_add_zeros(x.shape, ids, g, n.saved), None)  # size is not copied once more)
     return (_zeros(x.shape, g).index_add(ids, g, n.saved), None)
 
 
 @rule("gather", (1,))
 def _gather(n, out, g):
     x, ids = n.inputs
+    if not _bp.is_grad_enabled():
+        return (_t._scatter_add_zeros(x.shape, ids, g, n.saved), None)
     return (_zeros(x.shape, g).scatter_add(ids, g, n.saved), None)
 
 

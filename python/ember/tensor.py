@@ -823,6 +823,18 @@ def _may_be_advanced(idx):
     return False
 
 
+def _index_add_zeros(shape, ids, src, dim):
+    """zeros(shape).index_add(ids, src, dim) without copying the zeros; not recorded (backward rules)."""
+    s, l = _C.index_add_zeros(list(shape), ids._storage, ids._layout, src._storage, src._layout, dim)
+    return _wrap(s, l, src._dtype, src._device)
+
+
+def _scatter_add_zeros(shape, ids, src, dim):
+    """zeros(shape).scatter_add(ids, src, dim) without copying the zeros; not recorded."""
+    s, l = _C.scatter_add_zeros(list(shape), ids._storage, ids._layout, src._storage, src._layout, dim)
+    return _wrap(s, l, src._dtype, src._device)
+
+
 def _split_advanced(idx, ndim, op):
     """For an index tuple holding index arrays or 1-D masks among basic entries (ints, slices, None, ...):
     (the basic tuple with a full slice in each array's place, the dims of that view the arrays index,

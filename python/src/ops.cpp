@@ -79,6 +79,14 @@ void bind_ops(py::module_& m) {
                           const StoragePtr& src, const Layout& sl, int64_t dim) -> SL {
     return ember::scatter_add(S(s), l, S(ids), il, S(src), sl, dim);
   }, GilFree());
+  m.def("index_add_zeros", [](const std::vector<int64_t>& shape, const StoragePtr& ids, const Layout& il,
+                              const StoragePtr& src, const Layout& sl, int64_t dim) -> SL {
+    return ember::index_add_zeros(Shape(shape.begin(), shape.end()), S(ids), il, S(src), sl, dim);
+  }, GilFree());
+  m.def("scatter_add_zeros", [](const std::vector<int64_t>& shape, const StoragePtr& ids, const Layout& il,
+                                const StoragePtr& src, const Layout& sl, int64_t dim) -> SL {
+    return ember::scatter_add_zeros(Shape(shape.begin(), shape.end()), S(ids), il, S(src), sl, dim);
+  }, GilFree());
   m.def("index_copy", [](const StoragePtr& s, const Layout& l, const StoragePtr& ids, const Layout& il,
                          const StoragePtr& src, const Layout& sl, int64_t dim) {
     ember::index_copy(*s, l, S(ids), il, S(src), sl, dim);
