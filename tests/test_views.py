@@ -214,7 +214,6 @@ ONE_ARRAY_INDICES = [
     ([0, 2, 2], [1, 3, 0]), (slice(None), [0, 3], [[4], [1]]), ([2, -1], slice(1, 3), [4, 0]),
     (np.arange(3), np.array([1, 0, 3]), 2), ([[0, 1]], [[2], [3]], np.array([True, False, False, True, False])),
 ]
-APART = (13,)  # the case whose arrays are split by a slice
 
 
 @pytest.mark.parametrize("k", range(len(ONE_ARRAY_INDICES)))
@@ -236,10 +235,6 @@ def test_index_arrays_match_torch(k):
     np.testing.assert_allclose(g, tx.grad.numpy(), rtol=1e-12, atol=1e-12)
     # assignment writes the same elements as torch's (a scalar, then values of the selected shape)
     t, tt = em.tensor(a.copy()), torch.from_numpy(a.copy())
-    n_arrays = sum(isinstance(i, (list, np.ndarray)) for i in idx)
-    if n_arrays > 1 and k in APART:  # several arrays split by a slice: refused in place
-        expect_error(lambda: t.__setitem__(idx, 7.5), "setitem", em.UnsupportedOp)
-        return
     t[idx] = 7.5
     tt[tidx] = 7.5
     np.testing.assert_array_equal(t.numpy(), tt.numpy())
@@ -248,6 +243,33 @@ def test_index_arrays_match_torch(k):
         t[idx] = em.tensor(v)
         tt[tidx] = torch.from_numpy(v)
         np.testing.assert_array_equal(t.numpy(), tt.numpy())
+
+
+@pytest.mark.parametrize("kind", ["contiguous", "transposed"])
+def test_mask_assignment_takes_one_value_per_selected_element(kind):
+    # as in torch: t[mask] = v broadcasts v to the selection (count,) + rest, so a vector of the count's
+    # length goes to the selected elements in row-major order (it used to broadcast against t's shape,
+    # and a 4-vector landed by column when 4 elements were selected)
+    rng = np.random.default_rng(9)
+    a = rng.standard_normal((5, 4))
+    t = em.tensor(a.copy()) if kind == "contiguous" else em.tensor(a.T.copy()).t()
+    tt = torch.from_numpy(a.copy())
+    m = rng.random((5, 4)) < 0.5
+    n = int(m.sum())
+    for v in (np.arange(n, dtype=np.float64), np.float64(2.5), np.arange(n, dtype=np.float64)[::-1].copy()):
+        t[m] = em.tensor(v) if v.ndim else float(v)
+        tt[torch.from_numpy(m)] = torch.from_numpy(np.asarray(v))
+        np.testing.assert_array_equal(t.numpy(), tt.numpy())
+    rows = rng.random(5) < 0.5  # a mask over the leading dim: one row (or a broadcast row) per selected row
+    r = int(rows.sum())
+    for v in (np.arange(r * 4, dtype=np.float64).reshape(r, 4), np.array([9.0, 8.0, 7.0, 6.0])):
+        t[rows] = em.tensor(v)
+        tt[torch.from_numpy(rows)] = torch.from_numpy(v)
+        np.testing.assert_array_equal(t.numpy(), tt.numpy())
+    bad = np.arange(n + 1, dtype=np.float64)  # neither the count nor 1: refused, nothing written
+    before = t.numpy()
+    expect_error(lambda: t.__setitem__(m, em.tensor(bad)), "setitem", em.ShapeError)
+    np.testing.assert_array_equal(t.numpy(), before)
 
 
 def test_empty_index_arrays_and_empty_tensors():

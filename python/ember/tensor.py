@@ -342,7 +342,7 @@ class Tensor:
             return self._select_mask(idx[0])
         adv = _split_advanced(idx, self.ndim, "index") if _may_be_advanced(idx) else None
         if adv is not None:
-            view, d, flat, rows = _advanced_plan(self, adv, "index")
+            _, view, d, flat, rows = _advanced_plan(self, adv, "index")
             try:
                 picked = view.index_select(flat, d)
             except EmberError as e:  # an index out of range: report it under the op the user wrote
@@ -385,44 +385,53 @@ class Tensor:
 
     def __setitem__(self, idx, value):
         """t[idx] = value: an in-place write into t's storage (every view sees it, as with slice_set) for
-        basic indices (ints, slices, None, ...), 0/1 masks and integer index arrays (rows of dim 0; a
-        repeated index keeps its last value, as in numpy); value is a scalar or broadcasts. Like
-        slice_set it is not recorded for autograd, so it is refused on a tensor that tracks gradients
-        (the backward would silently use the old values): use em.where or index_add there."""
+        basic indices (ints, slices, None, ...), 0/1 masks and integer index arrays; value broadcasts to
+        what idx selects, as in torch (t[mask] = v takes one value per selected element, in row-major
+        order, or broadcasts to them). A repeated index keeps its last value, as in numpy. Like slice_set
+        it is not recorded for autograd, so it is refused on a tensor that tracks gradients (the
+        backward would silently use the old values): use em.where or index_add there."""
         if is_grad_enabled() and (tracks(self) or (isinstance(value, Tensor) and tracks(value))):
             raise UnsupportedOp("[setitem] in-place assignment with a tensor that tracks gradients would not be "
                                 "differentiated; write t = em.where(mask, value, t), or assign under em.no_grad()")
         single = idx[0] if isinstance(idx, tuple) and len(idx) == 1 else idx
         idx_t = idx if isinstance(idx, tuple) else (idx,)
-        adv = _split_advanced(idx_t, self.ndim, "setitem") if _may_be_advanced(idx_t) else None
-        if _is_mask(single):
+        if _is_mask(single):  # the positions where the mask is set, over the merged leading dims
             m = _mask_array(single, self.shape, "setitem")
-            keep = tensor(m.reshape(m.shape + (1,) * (self.ndim - m.ndim)).astype(np.uint8), device=self._device)
-            target, src = self, where(keep, _setitem_value(value, self._dtype, self._device, self.shape), self)
-        elif adv is not None:
             with no_grad():
-                view, d, flat, sel = _advanced_plan(self, adv, "setitem")
-            if view.numel() and not view._storage.same_buffer(self._storage):  # arrays over dims that do not merge
-                raise UnsupportedOp("[setitem] several index arrays must sit side by side, over dims that merge "
-                                    "in place (as in a contiguous tensor); index with one array at a time")
-            vs = view.shape
-            rows = vs[:d] + sel + vs[d + 1:]
-            src = _setitem_value(value, self._dtype, self._device, rows)
-            if src.shape != rows:
-                src = src.broadcast_as(rows)
-            src = src.reshape(*vs[:d], flat.shape[0], *vs[d + 1:])
-            _C.index_copy(view._storage, view._layout, flat._storage, flat._layout, src._storage, src._layout, d)
-            return
-        else:
+                plan = self, self.reshape(m.size, *self.shape[m.ndim:]), 0, \
+                    tensor(np.flatnonzero(m).astype(np.int64), device=self._device), (int(m.sum()),)
+            return self._write_selected(plan, value)
+        adv = _split_advanced(idx_t, self.ndim, "setitem") if _may_be_advanced(idx_t) else None
+        if adv is not None:
             with no_grad():
-                target = self[idx]  # a view sharing self's storage
-            src = _setitem_value(value, target._dtype, target._device, target.shape)
+                plan = _advanced_plan(self, adv, "setitem")
+            return self._write_selected(plan, value)
+        with no_grad():
+            target = self[idx]  # a view sharing self's storage
+        src = _setitem_value(value, target._dtype, target._device, target.shape)
         if target.ndim == 0:
             target, src = target.unsqueeze(0), src.reshape(1)
-        try:
-            target.slice_set(src.broadcast_as(target.shape) if src.shape != target.shape else src, 0, 0)
-        except EmberError as e:  # e.g. a target with stride 0: report it under the op the user wrote
-            raise type(e)(str(e).replace("[slice_set]", "[setitem]", 1)) from None
+        _slice_set_as(target, src.broadcast_as(target.shape) if src.shape != target.shape else src, "setitem")
+
+    def _write_selected(self, plan, value):
+        """Writes value (broadcast to the selection's shape) at an _advanced_plan's positions: in place
+        when the indexed dims merge as a view of self, else into a contiguous copy of the indexed view,
+        written back whole."""
+        pre, merged, d, flat, sel = plan
+        ms = merged.shape
+        rows = ms[:d] + sel + ms[d + 1:]
+        src = _setitem_value(value, self._dtype, self._device, rows)
+        if src.shape != rows:
+            src = src.broadcast_as(rows)
+        src = src.reshape(*ms[:d], flat.shape[0], *ms[d + 1:])
+        if merged.numel() == 0 or merged._storage.same_buffer(self._storage):
+            _C.index_copy(merged._storage, merged._layout, flat._storage, flat._layout, src._storage, src._layout, d)
+            return
+        with no_grad():
+            work = pre.contiguous()
+            target = work.reshape(*ms)
+        _C.index_copy(target._storage, target._layout, flat._storage, flat._layout, src._storage, src._layout, d)
+        _slice_set_as(pre, work, "setitem")
 
     def _select_mask(self, mask):
         """t[mask]: the elements (or sub-tensors) where a 0/1 mask over t's leading dims is set, in
@@ -835,6 +844,14 @@ def _scatter_add_zeros(shape, ids, src, dim):
     return _wrap(s, l, src._dtype, src._device)
 
 
+def _slice_set_as(target, src, op):
+    """target.slice_set(src, 0, 0), its errors (a broadcast target, say) named after the op the user wrote."""
+    try:
+        target.slice_set(src, 0, 0)
+    except EmberError as e:
+        raise type(e)(str(e).replace("[slice_set]", f"[{op}]", 1)) from None
+
+
 def _split_advanced(idx, ndim, op):
     """For an index tuple holding index arrays or 1-D masks among basic entries (ints, slices, None, ...):
     (the basic tuple with a full slice in each array's place, the dims of that view the arrays index,
@@ -866,7 +883,8 @@ def _split_advanced(idx, ndim, op):
 
 
 def _advanced_plan(t, adv, op):
-    """How t[idx] with index arrays reads and writes: (a view of t, the dim d0 of it that the arrays
+    """How t[idx] with index arrays reads and writes: (the indexed view of t, that view with the indexed
+    dims merged into one (a view, or a copy when they do not merge), the dim d0 of it that the arrays
     index, the flat int64 positions along d0, the arrays' broadcast shape S). Several arrays index the
     view's dims merged into one (moved to the front first when they are not adjacent: torch's rule),
     through their row-major positions; the result has S in place of d0."""
@@ -880,7 +898,7 @@ def _advanced_plan(t, adv, op):
             raise ShapeError(f"[{op}] mask of length {n} does not match dim {d} of size {view.shape[d]}")
     if len(arrays) == 1:
         ids = _as_index(arrays[0], op)
-        return view, dims[0], ids.reshape(-1) if ids.ndim != 1 else ids, ids.shape
+        return view, view, dims[0], ids.reshape(-1) if ids.ndim != 1 else ids, ids.shape
     arrs = []
     for a, d in zip(arrays, dims):
         a = a.numpy() if isinstance(a, Tensor) else np.asarray(a)
@@ -906,7 +924,8 @@ def _advanced_plan(t, adv, op):
     sizes = vs[d0:d0 + k]
     merged = view.reshape(*vs[:d0], int(np.prod(sizes)), *vs[d0 + k:])
     lin = np.ravel_multi_index(tuple(arrs), sizes) if arrs[0].size else np.zeros(arrs[0].shape, np.int64)
-    return merged, d0, tensor(np.ascontiguousarray(lin, dtype=np.int64).reshape(-1), device=t._device), arrs[0].shape
+    flat = tensor(np.ascontiguousarray(lin, dtype=np.int64).reshape(-1), device=t._device)
+    return view, merged, d0, flat, arrs[0].shape
 
 
 def _is_index_array(i):
