@@ -1,5 +1,6 @@
 // Elementwise ops on CPU: unary (with scalar params), binary with broadcasting, where, dtype casts.
 // The inner loops come from the per-ISA KernelTable; nd_for_each handles strides and threads.
+#include <type_traits>
 #include <cstring>
 
 #include "cpu/cpu_storage.h"
@@ -67,6 +68,31 @@ StoragePtr CpuStorage::where(const Layout& cl, const BackendStorage& a_, const L
       const T* pb = b.data<T>();
       T* o = out->data<T>();
       nd_for_each<4>(cl.shape(), {&cl, &al, &bl, &ol}, kGrain, [&](const auto& off, const auto& st, int64_t n) {
+        // Dense runs with a uint8 condition (a comparison's result) and each operand dense or a scalar:
+        // branch-free selects over plain arrays, which the compiler vectorises.
+        if constexpr (std::is_same_v<CT, uint8_t>) {
+          if (st[0] == 1 && st[3] == 1 && (st[1] | 1) == 1 && (st[2] | 1) == 1) {
+            const uint8_t* cc = c + off[0];
+            const T* xa = pa + off[1];
+            const T* xb = pb + off[2];
+            T* oo = o + off[3];
+            // Both values are loaded before the select: a load under the condition would make the
+            // compiler branch, and a random mask mispredicts every other element.
+            auto run = [&](auto ia, auto ib) {
+              for (int64_t i = 0; i < n; ++i) {
+                const T va = xa[ia(i)], vb = xb[ib(i)];
+                oo[i] = cc[i] ? va : vb;
+              }
+            };
+            auto dense = [](int64_t i) { return i; };
+            auto scalar = [](int64_t) { return int64_t(0); };
+            if (st[1] == 1 && st[2] == 1) run(dense, dense);
+            else if (st[1] == 1) run(dense, scalar);
+            else if (st[2] == 1) run(scalar, dense);
+            else run(scalar, scalar);
+            return;
+          }
+        }
         for (int64_t i = 0; i < n; ++i) {
           bool take_a = load(c[off[0] + i * st[0]]) != 0;
           o[off[3] + i * st[3]] = take_a ? pa[off[1] + i * st[1]] : pb[off[2] + i * st[2]];

@@ -395,8 +395,25 @@ class Tensor:
                                 "differentiated; write t = em.where(mask, value, t), or assign under em.no_grad()")
         single = idx[0] if isinstance(idx, tuple) and len(idx) == 1 else idx
         idx_t = idx if isinstance(idx, tuple) else (idx,)
-        if _is_mask(single):  # the positions where the mask is set, over the merged leading dims
-            m = _mask_array(single, self.shape, "setitem")
+        if _is_mask(single):
+            if isinstance(single, Tensor):  # an ember mask (a comparison's result) stays in ember
+                if single.shape != self.shape[:single.ndim]:
+                    raise ShapeError(f"[setitem] mask of shape {single.shape} does not match the leading dims "
+                                     f"of {self.shape}")
+                mt, count = single, int(single.sum().item())
+            else:
+                m = _mask_array(single, self.shape, "setitem")
+                mt, count = tensor(m.astype(np.uint8), device=self._device), int(m.sum())
+            rest = self.shape[mt.ndim:]
+            value = _setitem_value(value, self._dtype, self._device, (count,) + rest)
+            if value.ndim <= len(rest) or value.shape[0] == 1:
+                # one value (or sub-tensor) for every selected position: an elementwise select, two passes
+                v = value.reshape(value.shape[1:]) if value.ndim > len(rest) else value
+                with no_grad():
+                    keep = mt.reshape(*mt.shape, *(1,) * len(rest))
+                    return _slice_set_as(self, where(keep, v, self), "setitem")
+            # a value per selected element: write them at the positions where the mask is set
+            m = mt.numpy()
             with no_grad():
                 plan = self, self.reshape(m.size, *self.shape[m.ndim:]), 0, \
                     tensor(np.flatnonzero(m).astype(np.int64), device=self._device), (int(m.sum()),)
