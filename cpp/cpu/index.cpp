@@ -16,20 +16,12 @@ namespace {
 // row-major order; negative indices count from the end, as in torch. A contiguous int64 index tensor
 // with every entry already in range is used where it lies (one threaded check, no copy: an embedding
 // lookup's 16 MB of indices used to be converted and zero-filled first); anything else is converted
-// into an owned array. A bad index raises before any kernel writes. With `in_kernel` (for a kernel
-// that only writes a fresh output), contiguous int64 indices are handed over unchecked (raw() is
-// true): that kernel wraps and checks each one as it reads it, and calls raise_bad() if one was bad.
+// into an owned array. A bad index raises before any kernel writes.
 class Ids {
  public:
-  Ids(const CpuStorage& ids, const Layout& il, int64_t limit, const char* op, bool in_kernel = false)
-      : n_(il.numel()), limit_(limit), op_(op) {
+  Ids(const CpuStorage& ids, const Layout& il, int64_t limit, const char* op) : n_(il.numel()) {
     if (ids.dtype() == DType::I64 && il.is_contiguous()) {
       const int64_t* p = ids.data<int64_t>() + il.offset();
-      if (in_kernel && limit > 0) {
-        p_ = p;
-        raw_ = true;
-        return;
-      }
       if (in_range(p, n_, limit)) {
         p_ = p;
         return;
@@ -50,20 +42,14 @@ class Ids {
       });
     });
     p_ = own_.get();
-    if (bad) raise_bad();
+    if (bad)  // the message names the index as the user wrote it
+      for (int64_t k = 0; k < n_; ++k)
+        EMBER_CHECK((uint64_t)p_[k] < (uint64_t)limit, Index, "[", op, "] index ", p_[k] < 0 ? p_[k] - limit : p_[k],
+                    " out of range for a dim of size ", limit);
   }
   const int64_t* data() const { return p_; }
   int64_t size() const { return n_; }
   int64_t operator[](int64_t k) const { return p_[k]; }
-  bool raw() const { return raw_; }
-  // Raises for the first index outside [-limit, limit), named as the user wrote it.
-  void raise_bad() const {
-    for (int64_t k = 0; k < n_; ++k) {
-      const int64_t i = raw_ && p_[k] < 0 ? p_[k] + limit_ : p_[k];
-      EMBER_CHECK((uint64_t)i < (uint64_t)limit_, Index, "[", op_, "] index ", i < 0 ? i - limit_ : i,
-                  " out of range for a dim of size ", limit_);
-    }
-  }
 
  private:
   // Is every p[k] in [0, limit)? Threaded over large arrays; a branch-free pass the compiler vectorises.
@@ -78,9 +64,7 @@ class Ids {
   }
 
   const int64_t* p_ = nullptr;
-  int64_t n_ = 0, limit_ = 0;
-  const char* op_;
-  bool raw_ = false;
+  int64_t n_ = 0;
   std::unique_ptr<int64_t[]> own_;
 };
 
@@ -202,12 +186,8 @@ StoragePtr CpuStorage::index_select(const Layout& l, const BackendStorage& ids_,
 }
 
 StoragePtr CpuStorage::gather(const Layout& l, const BackendStorage& ids_, const Layout& il, int64_t dim) const {
-  // The output is fresh, so the indices are checked as the kernel reads them (one pass over them, not
-  // two); a bad one is never used to read, and the output is dropped when it raises.
-  const int64_t limit = l.shape()[dim];
-  const Ids ids(as_cpu(ids_), il, limit, "gather", true);
+  const Ids ids(as_cpu(ids_), il, l.shape()[dim], "gather");
   auto out = new_cpu(dtype_, il.numel());
-  std::atomic<bool> bad{false};
   // Walk the index tensor's shape; the source position uses l's strides with dim replaced by ids[k].
   Shape zst = l.stride();
   zst[dim] = 0;
@@ -222,25 +202,12 @@ StoragePtr CpuStorage::gather(const Layout& l, const BackendStorage& ids_, const
       const T* s = in + off[0];
       T* d = o + off[1];
       const int64_t* ik = id + off[1];
-      if (!ids.raw()) {
-        if (st[1] == 1 && st[0] == 1)
-          for (int64_t i = 0; i < n; ++i) d[i] = s[i + ik[i] * dstride];
-        else
-          for (int64_t i = 0; i < n; ++i) d[i * st[1]] = s[i * st[0] + ik[i * st[1]] * dstride];
-        return;
-      }
-      bool b = false;
-      for (int64_t i = 0; i < n; ++i) {
-        int64_t x = ik[i * st[1]];
-        x += x < 0 ? limit : 0;
-        const bool out_of_range = (uint64_t)x >= (uint64_t)limit;
-        b |= out_of_range;
-        d[i * st[1]] = s[i * st[0] + (out_of_range ? 0 : x) * dstride];
-      }
-      if (b) bad.store(true);
+      if (st[1] == 1 && st[0] == 1)
+        for (int64_t i = 0; i < n; ++i) d[i] = s[i + ik[i] * dstride];
+      else
+        for (int64_t i = 0; i < n; ++i) d[i * st[1]] = s[i * st[0] + ik[i * st[1]] * dstride];
     });
   });
-  if (bad.load()) ids.raise_bad();
   return out;
 }
 
