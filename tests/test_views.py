@@ -266,6 +266,11 @@ def test_mask_assignment_takes_one_value_per_selected_element(kind):
         t[rows] = em.tensor(v)
         tt[torch.from_numpy(rows)] = torch.from_numpy(v)
         np.testing.assert_array_equal(t.numpy(), tt.numpy())
+    # any nonzero byte of an ember mask selects, once (a mask need not hold only 0 and 1)
+    m3 = em.tensor(np.where(m, np.uint8(3), np.uint8(0)))
+    t[m3] = em.tensor(np.arange(n, dtype=np.float64) + 50)
+    tt[torch.from_numpy(m)] = torch.from_numpy(np.arange(n, dtype=np.float64) + 50)
+    np.testing.assert_array_equal(t.numpy(), tt.numpy())
     bad = np.arange(n + 1, dtype=np.float64)  # neither the count nor 1: refused, nothing written
     before = t.numpy()
     expect_error(lambda: t.__setitem__(m, em.tensor(bad)), "setitem", em.ShapeError)

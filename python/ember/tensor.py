@@ -400,10 +400,12 @@ class Tensor:
                 if single.shape != self.shape[:single.ndim]:
                     raise ShapeError(f"[setitem] mask of shape {single.shape} does not match the leading dims "
                                      f"of {self.shape}")
-                mt, count = single, int(single.sum().item())
+                scalar = isinstance(value, (numbers.Number, np.generic)) or (isinstance(value, Tensor) and not value.ndim)
+                # a scalar fits any count; else count the set positions (any nonzero value counts once)
+                mt, count = single, 1 if scalar else int(single.ne(0).sum().item())
             else:
                 m = _mask_array(single, self.shape, "setitem")
-                mt, count = tensor(m.astype(np.uint8), device=self._device), int(m.sum())
+                mt, count = tensor(m.astype(np.uint8), device=self._device), int(np.count_nonzero(m))
             rest = self.shape[mt.ndim:]
             value = _setitem_value(value, self._dtype, self._device, (count,) + rest)
             if value.ndim <= len(rest) or value.shape[0] == 1:
@@ -416,7 +418,7 @@ class Tensor:
             m = mt.numpy()
             with no_grad():
                 plan = self, self.reshape(m.size, *self.shape[m.ndim:]), 0, \
-                    tensor(np.flatnonzero(m).astype(np.int64), device=self._device), (int(m.sum()),)
+                    tensor(np.flatnonzero(m).astype(np.int64), device=self._device), (int(np.count_nonzero(m)),)
             return self._write_selected(plan, value)
         adv = _split_advanced(idx_t, self.ndim, "setitem") if _may_be_advanced(idx_t) else None
         if adv is not None:
