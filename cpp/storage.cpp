@@ -248,20 +248,26 @@ std::pair<StoragePtr, Layout> gather(const BackendStorage& s, const Layout& l, c
 }
 
 namespace {
-// The checks shared by index_add and its zeros-target form; returns the normalised dim.
-int64_t check_index_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
-                        const BackendStorage& src, const Layout& sl, int64_t dim) {
-  check_ids(s, l, ids, il, "index_add");
-  check_same_dtype(s, src, "index_add");
-  check_same_device(s, src, "index_add");
-  check_in_bounds(src, sl, "index_add");
-  dim = normalize_dim(dim, l.ndim(), "index_add");
-  EMBER_CHECK(il.ndim() == 1, Shape, "[index_add] indices must be 1-D, got ", shape_str(il.shape()));
+// The checks of a row-wise write of src's slices into (s, l) at 1-D ids along dim (index_add, its
+// zeros-target form, index_copy); `what` names src in the message. Returns the normalised dim.
+int64_t check_index_rows(const BackendStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
+                         const BackendStorage& src, const Layout& sl, int64_t dim, const char* op,
+                         const char* what) {
+  check_ids(s, l, ids, il, op);
+  check_same_dtype(s, src, op);
+  check_same_device(s, src, op);
+  check_in_bounds(src, sl, op);
+  dim = normalize_dim(dim, l.ndim(), op);
+  EMBER_CHECK(il.ndim() == 1, Shape, "[", op, "] indices must be 1-D, got ", shape_str(il.shape()));
   Shape want = l.shape();
   want[dim] = il.shape()[0];
-  EMBER_CHECK(sl.shape() == want, Shape, "[index_add] source shape ", shape_str(sl.shape()), " should be ",
+  EMBER_CHECK(sl.shape() == want, Shape, "[", op, "] ", what, " shape ", shape_str(sl.shape()), " should be ",
               shape_str(want));
   return dim;
+}
+int64_t check_index_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
+                        const BackendStorage& src, const Layout& sl, int64_t dim) {
+  return check_index_rows(s, l, ids, il, src, sl, dim, "index_add", "source");
 }
 
 int64_t check_scatter_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
@@ -324,16 +330,7 @@ std::pair<StoragePtr, Layout> scatter_add_zeros(const Shape& shape, const Backen
 void index_copy(BackendStorage& dst, const Layout& l, const BackendStorage& ids, const Layout& il,
                 const BackendStorage& src, const Layout& sl, int64_t dim) {
   const char* op = "setitem";  // the one caller is t[ids] = v
-  check_ids(dst, l, ids, il, op);
-  check_same_dtype(dst, src, op);
-  check_same_device(dst, src, op);
-  check_in_bounds(src, sl, op);
-  dim = normalize_dim(dim, l.ndim(), op);
-  EMBER_CHECK(il.ndim() == 1, Shape, "[", op, "] indices must be 1-D, got ", shape_str(il.shape()));
-  Shape want = l.shape();
-  want[dim] = il.shape()[0];
-  EMBER_CHECK(sl.shape() == want, Shape, "[", op, "] value shape ", shape_str(sl.shape()), " should be ",
-              shape_str(want));
+  dim = check_index_rows(dst, l, ids, il, src, sl, dim, op, "value");
   for (int64_t d = 0; d < l.ndim(); ++d)  // several elements at one address: the writes would collide
     EMBER_CHECK(l.stride()[d] != 0 || l.shape()[d] <= 1, Value, "[", op,
                 "] cannot write into a broadcast (stride 0) view");
