@@ -345,8 +345,8 @@ class Tensor:
             _, view, d, flat, rows = _advanced_plan(self, adv, "index")
             try:
                 picked = view.index_select(flat, d)
-            except EmberError as e:  # an index out of range: report it under the op the user wrote
-                raise type(e)(str(e).replace("[index_select]", "[index]", 1)) from None
+            except EmberError as e:  # an index out of range
+                raise _as_op(e, "index_select", "index") from None
             # the indices' dims take the place of the dim they index (torch's rule)
             vs = view.shape
             return picked if len(rows) == 1 else picked.reshape(*vs[:d], *rows, *vs[d + 1:])
@@ -397,12 +397,10 @@ class Tensor:
         idx_t = idx if isinstance(idx, tuple) else (idx,)
         if _is_mask(single):
             if isinstance(single, Tensor):  # an ember mask (a comparison's result) stays in ember
-                if single.shape != self.shape[:single.ndim]:
-                    raise ShapeError(f"[setitem] mask of shape {single.shape} does not match the leading dims "
-                                     f"of {self.shape}")
+                _check_mask_shape(single.shape, self.shape, "setitem")
                 scalar = isinstance(value, (numbers.Number, np.generic)) or (isinstance(value, Tensor) and not value.ndim)
                 # a scalar fits any count; else count the set positions (any nonzero value counts once)
-                mt, count = single, 1 if scalar else int(single.ne(0).sum().item())
+                mt, m, count = single, None, 1 if scalar else int(single.ne(0).sum().item())
             else:
                 m = _mask_array(single, self.shape, "setitem")
                 mt, count = tensor(m.astype(np.uint8), device=self._device), int(np.count_nonzero(m))
@@ -414,11 +412,11 @@ class Tensor:
                 with no_grad():
                     keep = mt.reshape(*mt.shape, *(1,) * len(rest))
                     return _slice_set_as(self, where(keep, v, self), "setitem")
-            # a value per selected element: write them at the positions where the mask is set
-            m = mt.numpy()
+            # a value per selected element (so not a scalar: count is exact): write them where the mask is set
+            m = mt.numpy() if m is None else m
             with no_grad():
-                plan = self, self.reshape(m.size, *self.shape[m.ndim:]), 0, \
-                    tensor(np.flatnonzero(m).astype(np.int64), device=self._device), (int(np.count_nonzero(m)),)
+                plan = self, self.reshape(m.size, *rest), 0, \
+                    tensor(np.flatnonzero(m).astype(np.int64), device=self._device), (count,)
             return self._write_selected(plan, value)
         adv = _split_advanced(idx_t, self.ndim, "setitem") if _may_be_advanced(idx_t) else None
         if adv is not None:
@@ -834,8 +832,8 @@ def _setitem_value(value, dtype, device, shape):
             return full((), value, dtype=dtype, device=device)
         try:
             value = tensor(value, device=device)
-        except EmberError as e:  # a string, a ragged list...: say which op the user wrote
-            raise type(e)(str(e).replace("[tensor]", "[setitem]", 1)) from None
+        except EmberError as e:  # a string, a ragged list...
+            raise _as_op(e, "tensor", "setitem") from None
     if value._dtype is not dtype:
         value = value.to_dtype(dtype)
     if _broadcast_shape(value.shape, shape) != shape:
@@ -863,12 +861,17 @@ def _scatter_add_zeros(shape, ids, src, dim):
     return _wrap(s, l, src._dtype, src._device)
 
 
+def _as_op(e, inner, op):
+    """The EmberError e raised by the internal op `inner`, re-made under the op the user wrote."""
+    return type(e)(str(e).replace(f"[{inner}]", f"[{op}]", 1))
+
+
 def _slice_set_as(target, src, op):
     """target.slice_set(src, 0, 0), its errors (a broadcast target, say) named after the op the user wrote."""
     try:
         target.slice_set(src, 0, 0)
     except EmberError as e:
-        raise type(e)(str(e).replace("[slice_set]", f"[{op}]", 1)) from None
+        raise _as_op(e, "slice_set", op) from None
 
 
 def _split_advanced(idx, ndim, op):
@@ -920,13 +923,8 @@ def _advanced_plan(t, adv, op):
         return view, view, dims[0], ids.reshape(-1) if ids.ndim != 1 else ids, ids.shape
     arrs = []
     for a, d in zip(arrays, dims):
-        a = a.numpy() if isinstance(a, Tensor) else np.asarray(a)
-        if a.size == 0:
-            a = a.astype(np.int64)
-        if a.dtype.kind not in "iu":
-            raise DTypeError(f"[{op}] indices must be integers, got {a.dtype}")
+        a = _index_np(a.numpy() if isinstance(a, Tensor) else a, op)
         n = view.shape[d]
-        a = a.astype(np.int64)
         bad = (a < -n) | (a >= n)
         if bad.any():
             raise IndexOutOfRange(f"[{op}] index {a[bad].flat[0]} out of range for a dim of size {n}")
@@ -965,22 +963,32 @@ def _is_mask(i):
     return False
 
 
+def _check_mask_shape(mshape, shape, op):
+    """A mask must cover the leading dims of the indexed shape exactly."""
+    if len(mshape) > len(shape) or tuple(mshape) != shape[:len(mshape)]:
+        raise ShapeError(f"[{op}] mask of shape {tuple(mshape)} does not match the leading dims of {shape}")
+
+
 def _mask_array(mask, shape, op):
     """A mask index as a numpy array, checked against the leading dims of the indexed shape."""
     m = mask.numpy() if isinstance(mask, Tensor) else np.asarray(mask)
-    if m.ndim > len(shape) or m.shape != shape[:m.ndim]:
-        raise ShapeError(f"[{op}] mask of shape {m.shape} does not match the leading dims of {shape}")
+    _check_mask_shape(m.shape, shape, op)
     return m
+
+
+def _index_np(ids, op):
+    """An index list or array as int64 numpy values; an empty one is int64, floats are refused."""
+    arr = np.asarray(ids)
+    if arr.size == 0:
+        arr = arr.astype(np.int64)
+    if arr.dtype.kind not in "iu":  # never truncate float indices, never read a bool mask as 0/1
+        raise DTypeError(f"[{op}] indices must be integers, got {arr.dtype}")
+    return arr.astype(np.int64)
 
 
 def _as_index(ids, op):
     if not isinstance(ids, Tensor):
-        arr = np.asarray(ids)
-        if arr.size == 0:
-            arr = arr.astype(np.int64)
-        if arr.dtype.kind not in "iu":  # never truncate float indices, never read a bool mask as 0/1
-            raise DTypeError(f"[{op}] indices must be integers, got {arr.dtype}")
-        ids = tensor(arr.astype(np.int64))
+        ids = tensor(_index_np(ids, op))
     if ids._dtype.is_float:
         raise DTypeError(f"[{op}] indices must be an integer tensor, got {ids._dtype.name}")
     return ids
