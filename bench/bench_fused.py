@@ -42,10 +42,6 @@ except (ImportError, RuntimeError, ValueError):  # pragma: no cover  (mlx missin
 SHAPES = [(4096, 4096), (32768, 128), (64, 65536)]
 
 
-def best_ms(fn, reps):
-    return best_ms_each((fn,), reps)[0]
-
-
 def _llc_bytes():
     """The last-level cache's size (Linux sysfs), or 32 MiB when it cannot be read."""
     try:
@@ -71,11 +67,7 @@ def best_ms_rounds(fns, reps, burst=3, pause=0.2):
     best = [float("inf")] * len(fns)
     for _ in range(reps):
         for k, fn in enumerate(fns):
-            time.sleep(pause)
-            t_end, n = time.perf_counter() + 0.03, 0
-            while n < 2 or (n < 1000 and time.perf_counter() < t_end):
-                fn()
-                n += 1
+            settle_and_warm(fn, pause)
             for _ in range(burst):
                 flush_caches()
                 t0 = time.perf_counter()
@@ -84,29 +76,27 @@ def best_ms_rounds(fns, reps, burst=3, pause=0.2):
     return [b * 1e3 for b in best]
 
 
-def best_ms_each(fns, reps, burst=1):
-    """Best time of each of fns in ms, called in turn (a, b, a, b, ...) under the same conditions;
-    with burst > 1 each turn is that many calls in a row, so the later ones run with a warm cache."""
-    # torch's (OpenMP) and MLX's workers keep spinning for ~0.1-0.2 s after a call and would steal a
-    # core from whichever library is timed next: let them settle first.
-    time.sleep(0.3)
-    # Warm up for ~30 ms, not one call: after the pause a VM's cores need a few milliseconds of work to
-    # come back to speed (the first 2-4 calls of a 2 ms op ran up to 2x slower here), and allocator
-    # caches and lazy init settle too. Every library gets the same treatment.
-    t_end = time.perf_counter() + 0.03 * len(fns)
-    for i in range(1000):
-        for fn in fns:
-            fn()
-        if i >= 1 and time.perf_counter() > t_end:
-            break
-    best = [float("inf")] * len(fns)
+def settle_and_warm(fn, pause):
+    """Sleeps `pause` s, then calls fn for ~30 ms (at least twice). torch's (OpenMP) and MLX's workers keep
+    spinning for ~0.1-0.2 s after a call and would steal a core from whichever library is timed next;
+    after the pause a VM's cores need a few milliseconds of work to come back to speed (the first 2-4
+    calls of a 2 ms op ran up to 2x slower here), and allocator caches and lazy init settle too."""
+    time.sleep(pause)
+    t_end, n = time.perf_counter() + 0.03, 0
+    while n < 2 or (n < 1000 and time.perf_counter() < t_end):
+        fn()
+        n += 1
+
+
+def best_ms(fn, reps):
+    """Best of `reps` calls of fn in ms, after settle_and_warm (for the slow MLX and numpy rows)."""
+    settle_and_warm(fn, 0.3)
+    best = float("inf")
     for _ in range(reps):
-        for k, fn in enumerate(fns):
-            for _ in range(burst):
-                t0 = time.perf_counter()
-                fn()
-                best[k] = min(best[k], time.perf_counter() - t0)
-    return [b * 1e3 for b in best]
+        t0 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t0)
+    return best * 1e3
 
 
 # ----------------------------------------------------------------------------- per-library runners
