@@ -69,6 +69,25 @@ def test_gather(dt, rng):
     np.testing.assert_array_equal(t.gather(ids, 1).numpy(), [[0], [3], [5], [6]])
 
 
+@pytest.mark.parametrize("dim", [0, 1])
+def test_gather_large_checks_indices_in_kernel(dim):
+    # 2**16 or more dense int64 indices are bounds-checked inside the gather itself; a negative or bad
+    # one anywhere (any thread's chunk) falls back to the checked path: same values, same errors.
+    rng = np.random.default_rng(11)
+    src = rng.standard_normal((300, 280)).astype(np.float32)
+    x = em.tensor(src)[:, 20:]  # offset, strided rows: (300, 260)
+    a = src[:, 20:]
+    gi = rng.integers(0, a.shape[dim], size=(300, 260))
+    np.testing.assert_array_equal(x.gather(em.tensor(gi), dim).numpy(), np.take_along_axis(a, gi, dim))
+    neg = gi - a.shape[dim] * (rng.random(gi.shape) < 0.3)
+    np.testing.assert_array_equal(x.gather(em.tensor(neg), dim).numpy(), np.take_along_axis(a, gi, dim))
+    for pos, bad in [((0, 0), a.shape[dim]), ((299, 259), -a.shape[dim] - 1), ((150, 7), 2**40)]:
+        b = gi.copy()
+        b[pos] = bad
+        e = expect_error(lambda: x.gather(em.tensor(b), dim), "gather", em.IndexOutOfRange)
+        assert str(bad) in str(e)
+
+
 @pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)
 def test_cat_and_stack(dt, rng, device):
     for shape in [(3,), (2, 4), (2, 3, 4)]:

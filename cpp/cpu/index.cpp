@@ -165,6 +165,47 @@ bool all_distinct(const Ids& ids, int64_t limit) {
   return std::adjacent_find(s.begin(), s.end()) == s.end();
 }
 
+// out[k] = src[k with dim replaced by ids[k]], walking the index tensor's shape. With `checked` the
+// indices are raw int64 values read where they lie: each is bounds-checked as it is used (an index out
+// of [0, limit) reads element 0 instead and clears `ok`), so a large gather reads its indices once.
+template <bool checked>
+bool gather_into(const CpuStorage& s, const Layout& l, const int64_t* id, const Layout& il, int64_t dim,
+                 CpuStorage& out) {
+  Shape zst = l.stride();
+  zst[dim] = 0;
+  const Layout src0 = Layout(il.shape(), zst, l.offset());
+  const Layout lin = Layout::contiguous(il.shape());
+  const int64_t dstride = l.stride()[dim];
+  const uint64_t limit = (uint64_t)l.shape()[dim];
+  std::atomic<bool> ok{true};
+  EMBER_DISPATCH(s.dtype(), {
+    const T* in = s.data<T>();
+    T* o = out.data<T>();
+    nd_for_each<2>(il.shape(), {&src0, &lin}, kGrain, [&](const auto& off, const auto& st, int64_t n) {
+      const T* src = in + off[0];
+      T* d = o + off[1];
+      const int64_t* ik = id + off[1];
+      bool bad = false;
+      auto pos = [&](int64_t j) {
+        if constexpr (checked) {
+          bad |= (uint64_t)j >= limit;
+          return (uint64_t)j < limit ? j : 0;  // a select, not a branch: the loop stays tight
+        } else {
+          return j;
+        }
+      };
+      if (st[1] == 1 && st[0] == 1)
+        for (int64_t i = 0; i < n; ++i) d[i] = src[i + pos(ik[i]) * dstride];
+      else if (st[1] == 1 && st[0] == 0)  // along the innermost dim (cross-entropy's pick)
+        for (int64_t i = 0; i < n; ++i) d[i] = src[pos(ik[i]) * dstride];
+      else
+        for (int64_t i = 0; i < n; ++i) d[i * st[1]] = src[i * st[0] + pos(ik[i * st[1]]) * dstride];
+      if (bad) ok.store(false, std::memory_order_relaxed);
+    });
+  });
+  return ok.load();
+}
+
 }  // namespace
 
 StoragePtr CpuStorage::index_select(const Layout& l, const BackendStorage& ids_, const Layout& il,
@@ -186,28 +227,18 @@ StoragePtr CpuStorage::index_select(const Layout& l, const BackendStorage& ids_,
 }
 
 StoragePtr CpuStorage::gather(const Layout& l, const BackendStorage& ids_, const Layout& il, int64_t dim) const {
-  const Ids ids(as_cpu(ids_), il, l.shape()[dim], "gather");
+  const auto& ic = as_cpu(ids_);
   auto out = new_cpu(dtype_, il.numel());
-  // Walk the index tensor's shape; the source position uses l's strides with dim replaced by ids[k].
-  Shape zst = l.stride();
-  zst[dim] = 0;
-  Layout src0 = Layout(il.shape(), zst, l.offset());
-  Layout lin = Layout::contiguous(il.shape());
-  const int64_t dstride = l.stride()[dim];
-  EMBER_DISPATCH(dtype_, {
-    const T* in = data<T>();
-    T* o = out->data<T>();
-    const int64_t* id = ids.data();
-    nd_for_each<2>(il.shape(), {&src0, &lin}, kGrain, [&](const auto& off, const auto& st, int64_t n) {
-      const T* s = in + off[0];
-      T* d = o + off[1];
-      const int64_t* ik = id + off[1];
-      if (st[1] == 1 && st[0] == 1)
-        for (int64_t i = 0; i < n; ++i) d[i] = s[i + ik[i] * dstride];
-      else
-        for (int64_t i = 0; i < n; ++i) d[i * st[1]] = s[i * st[0] + ik[i * st[1]] * dstride];
-    });
-  });
+  // Large dense int64 indices are checked inside the gather (one pass over them instead of two: ~1.5x
+  // the speed of a full-size gather). Small ones take the up-front check, which measured faster there.
+  // Negative or bad indices then redo the gather through Ids, which converts the negative ones and
+  // names a bad one in its error; nothing but the fresh output was written.
+  constexpr int64_t kCheckInKernel = int64_t(1) << 16;
+  if (ic.dtype() == DType::I64 && il.is_contiguous() && il.numel() >= kCheckInKernel &&
+      gather_into<true>(*this, l, ic.data<int64_t>() + il.offset(), il, dim, *out))
+    return out;
+  const Ids ids(ic, il, l.shape()[dim], "gather");
+  gather_into<false>(*this, l, ids.data(), il, dim, *out);
   return out;
 }
 
