@@ -30,7 +30,9 @@ enum class UnaryOp : uint8_t {
 enum class BinaryOp : uint8_t {
   Add, Sub, Mul, Div, Maximum, Minimum, Pow, FloorDiv, Rem, Eq, Ne, Lt, Le, Gt, Ge, Count
 };
-enum class ReduceOp : uint8_t { Sum, Max, Min, ArgMax, ArgMin, Count };
+// SumI64 is sum with integer inputs accumulated into (and returned as) int64, torch's integer sum
+// (a count of a uint8 mask must not wrap at 256); on float inputs it is Sum.
+enum class ReduceOp : uint8_t { Sum, Max, Min, ArgMax, ArgMin, SumI64, Count };
 constexpr int kNumUnary = (int)UnaryOp::Count;
 constexpr int kNumBinary = (int)BinaryOp::Count;
 inline bool is_cmp(BinaryOp op) { return op >= BinaryOp::Eq; }

@@ -30,7 +30,7 @@ const char* op_name(BinaryOp op) {
   return n[(int)op];
 }
 const char* op_name(ReduceOp op) {
-  static const char* n[] = {"sum", "max", "min", "argmax", "argmin"};
+  static const char* n[] = {"sum", "max", "min", "argmax", "argmin", "sum"};
   return n[(int)op];
 }
 
@@ -147,7 +147,7 @@ std::pair<StoragePtr, Layout> reduce(ReduceOp op, const BackendStorage& s, const
   dims.erase(std::unique(dims.begin(), dims.end()), dims.end());
   if (l.ndim() == 0) dims.clear();
   for (auto d : dims)
-    EMBER_CHECK(l.shape()[d] > 0 || op == ReduceOp::Sum, Shape, "[", name,
+    EMBER_CHECK(l.shape()[d] > 0 || op == ReduceOp::Sum || op == ReduceOp::SumI64, Shape, "[", name,
                 "] cannot reduce over an empty dim ", d, " of shape ", shape_str(l.shape()));
   StoragePtr out = s.reduce(op, l, dims);
   Shape kept = l.shape();

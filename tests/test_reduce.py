@@ -174,3 +174,18 @@ def test_counting_a_mask_does_not_wrap():
     assert (a == 3).sum(0).item() == int((np.arange(1000) % 7 == 3).sum())
     big = em.full((3,), 2**31, dtype=em.uint32)
     assert big.sum().dtype == em.int64 and big.sum().item() == 3 * 2**31
+
+
+@pytest.mark.parametrize("dt", [em.uint8, em.uint32], ids=lambda d: d.name)
+def test_integer_sums_into_int64_at_size(dt, rng):
+    # The int64 sum of uint8/uint32 adds them where they lie: rows longer than its 2^16-element blocks,
+    # many rows and a few long split ones, offset and transposed views (those go through an int64 copy);
+    # each compared with numpy's int64 sum.
+    hi = 256 if dt is em.uint8 else 2**32
+    a = rng.integers(hi - 8, hi, size=(5, 140_001), dtype=np.uint64).astype(np.uint8 if dt is em.uint8 else np.uint32)
+    t = em.tensor(a)
+    for view, ref in [(t, a), (t[1:, 3:], a[1:, 3:]), (t[:2], a[:2]), (t.t(), a.T)]:
+        for dim in (None, -1, 0):
+            got = view.sum(dim)
+            assert got.dtype is em.int64
+            np.testing.assert_array_equal(got.numpy(), ref.sum(axis=dim, dtype=np.int64))

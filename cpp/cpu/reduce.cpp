@@ -1,4 +1,4 @@
-// Reductions on CPU (sum, max, min, argmax, argmin) over any set of dims. Three shapes of work:
+// Reductions on CPU (sum, int64 sum of integers, max, min, argmax, argmin) over any set of dims. Three shapes of work:
 // rows (reduced dims innermost and contiguous), columns (kept dims innermost and contiguous), and
 // everything else, which is first copied so the reduced dims become contiguous rows.
 #include <algorithm>
@@ -156,6 +156,69 @@ void reduce_values(int kind, const CpuStorage& s, const Layout& l, const std::ve
   reduce_values<T>(kind, *r.storage, r.layout, r.dims, out);
 }
 
+// Sum of n contiguous integers into int64, wrapping like int64 arithmetic. Narrow types add into
+// 32-bit lanes a block at a time (a widening add the compiler vectorises; 2^16 uint8 values cannot
+// overflow them), then the block total goes into the int64 sum.
+template <typename T> int64_t wide_sum(const T* p, int64_t n) {
+  uint64_t total = 0;
+  if constexpr (sizeof(T) == 1) {
+    constexpr int64_t kB = int64_t(1) << 16;
+    for (int64_t b = 0; b < n; b += kB) {
+      const int64_t e = std::min(n, b + kB);
+      uint32_t acc = 0;
+      for (int64_t i = b; i < e; ++i) acc += (uint32_t)p[i];
+      total += acc;
+    }
+  } else {
+    for (int64_t i = 0; i < n; ++i) total += (uint64_t)(int64_t)p[i];
+  }
+  return (int64_t)total;
+}
+
+// Integer sums into int64 without first widening the whole input: reduced dims that form one contiguous
+// run are summed where they lie, threaded over rows or, for a few long rows, over parts of each row.
+// Other layouts are converted to int64 first and summed there.
+template <typename T>
+StoragePtr sum_i64(const CpuStorage& s, const Layout& l, const std::vector<int64_t>& dims) {
+  Split sp = split_dims(l, dims);
+  const int64_t nout = sp.kept.numel(), nred = sp.red.numel();
+  auto [rlen, rstride] = as_line(sp.red);
+  if (nred > 0 && (rlen <= 0 || rstride != 1)) {
+    auto wide = s.to_dtype(l, DType::I64);
+    return as_cpu(*wide).reduce(ReduceOp::Sum, Layout::contiguous(l.shape()), dims);
+  }
+  auto out = new_cpu(DType::I64, nout);
+  int64_t* o = out->data<int64_t>();
+  const T* in = s.data<T>();
+  const Layout ol = Layout::contiguous(sp.kept.shape());
+  if (nout >= 4 || nred < 4 * kGrain) {
+    nd_for_each<2>(sp.kept.shape(), {&sp.kept, &ol}, std::max<int64_t>(1, kGrain / std::max<int64_t>(nred, 1)),
+                   [&](const auto& off, const auto& st, int64_t n) {
+                     for (int64_t i = 0; i < n; ++i) o[off[1] + i * st[1]] = wide_sum(in + off[0] + i * st[0], nred);
+                   });
+    return out;
+  }
+  for (int64_t r = 0; r < nout; ++r) {  // few long rows: parts of each row in parallel, then their sum
+    int64_t base = sp.kept.offset(), rem = r;
+    for (int64_t d = sp.kept.ndim() - 1; d >= 0; --d) {
+      base += (rem % sp.kept.shape()[d]) * sp.kept.stride()[d];
+      rem /= sp.kept.shape()[d];
+    }
+    const int64_t parts = std::min<int64_t>(64, (nred + kGrain - 1) / kGrain);
+    std::vector<int64_t> partial(parts);
+    parallel_for(parts, 1, [&](int64_t b, int64_t e) {
+      for (int64_t q = b; q < e; ++q) {
+        const int64_t lo = nred * q / parts, hi = nred * (q + 1) / parts;
+        partial[q] = wide_sum(in + base + lo, hi - lo);
+      }
+    });
+    uint64_t acc = 0;
+    for (int64_t v : partial) acc += (uint64_t)v;
+    o[r] = (int64_t)acc;
+  }
+  return out;
+}
+
 template <typename C> inline bool is_nan(C v) {
   if constexpr (std::is_floating_point_v<C>) return v != v; else return false;
 }
@@ -198,6 +261,11 @@ StoragePtr CpuStorage::reduce(ReduceOp op, const Layout& l, const std::vector<in
     auto out = new_cpu(DType::I64, nout);
     if (nout) EMBER_DISPATCH(dtype_, reduce_arg<T>(op == ReduceOp::ArgMax, *this, l, dims, *out));
     return out;
+  }
+  if (op == ReduceOp::SumI64) {
+    if (dtype_ == DType::U8) return sum_i64<uint8_t>(*this, l, dims);
+    if (dtype_ == DType::U32) return sum_i64<uint32_t>(*this, l, dims);
+    op = ReduceOp::Sum;  // int64 and float inputs: a plain sum
   }
   auto out = new_cpu(dtype_, nout);
   if (nout) EMBER_DISPATCH(dtype_, reduce_values<T>((int)op, *this, l, dims, *out));

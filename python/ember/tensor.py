@@ -29,7 +29,7 @@ UNARY = {n: i for i, n in enumerate(
     ["exp", "log", "sin", "cos", "tanh", "sqrt", "sqr", "abs", "neg", "recip", "relu", "gelu", "silu", "erf", "ceil", "floor", "round", "sign", "sigmoid", "affine", "powf", "clamp"])}
 BINARY = {n: i for i, n in enumerate(["add", "sub", "mul", "div", "maximum", "minimum", "pow", "floor_divide",
                                         "remainder", "eq", "ne", "lt", "le", "gt", "ge"])}
-REDUCE = {n: i for i, n in enumerate(["sum", "max", "min", "argmax", "argmin"])}
+REDUCE = {n: i for i, n in enumerate(["sum", "max", "min", "argmax", "argmin", "sum_i64"])}
 _FIRST_CMP = BINARY["eq"]
 _PRUNED = frozenset(("ceil", "floor", "round", "sign", "floor_divide"))  # zero gradient: never recorded
 
@@ -591,15 +591,16 @@ class Tensor:
     def _reduce(self, name, dim, keepdim):
         dims = _dims(dim, self.ndim, name)
         keepdim = bool_arg(keepdim, name, "keepdim")
-        src = self
+        op, dtype = REDUCE[name], self._dtype
         if name == "sum" and not self._dtype.is_float and self._dtype is not _dt.int64:
             # Integer sums are int64, as in torch: counting a uint8 mask ((pred == y).sum()) must not
-            # wrap at 256. (candle keeps u8 here, and its accuracy counts wrap.)
-            src = self.to_dtype(_dt.int64)
-        s, l = _C.reduce(REDUCE[name], src._storage, src._layout, dims, keepdim)
+            # wrap at 256. (candle keeps u8 here, and its accuracy counts wrap.) The kernel adds the
+            # narrow values into int64 where they lie, without an int64 copy of the input.
+            op, dtype = REDUCE["sum_i64"], _dt.int64
+        s, l = _C.reduce(op, self._storage, self._layout, dims, keepdim)
         if name in ("argmax", "argmin"):
             return _wrap(s, l, _dt.int64, self._device)
-        return record(_wrap(s, l, src._dtype, self._device), name, (self,), (tuple(dims), keepdim))
+        return record(_wrap(s, l, dtype, self._device), name, (self,), (tuple(dims), keepdim))
 
     def sum(self, dim=None, keepdim=False): return self._reduce("sum", dim, keepdim)
     def max(self, dim=None, keepdim=False): return self._reduce("max", dim, keepdim)
