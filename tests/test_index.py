@@ -175,7 +175,8 @@ def test_index_add_and_scatter_add_are_bit_identical_on_any_thread_count(rng):
             em.set_num_threads(nt)
             outs.append((em.tensor(x).index_add(em.tensor(ids), em.tensor(src), 0).numpy(),
                          em.tensor(sx).scatter_add(em.tensor(sids), em.tensor(src), 0).numpy(),
-                         em.tensor(x.T.copy()).index_add(em.tensor(ids), em.tensor(src.T.copy()), 1).numpy()))
+                         em.tensor(x.T.copy()).index_add(em.tensor(ids), em.tensor(src.T.copy()), 1).numpy(),
+                         em.tensor(sx.T.copy()).scatter_add(em.tensor(sids.T.copy()), em.tensor(src.T.copy()), 1).numpy()))
     finally:
         em.set_num_threads(before)
     for o in outs[1:]:

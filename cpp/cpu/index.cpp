@@ -305,6 +305,15 @@ void CpuStorage::scatter_add(const Layout& l, const BackendStorage& ids_, const 
       T* o = data<T>() + l.offset();
       const T* s = src.data<T>() + sl.offset();
       parallel_for(cols, std::max<int64_t>(1, kGrain / std::max<int64_t>(ki, 1)), [&](int64_t c0, int64_t c1) {
+        if (inner == 1) {  // along the innermost dim: each line is a row of ids and of src
+          for (int64_t c = c0; c < c1; ++c) {
+            T* dst = o + c * D;
+            const int64_t* id = ids.data() + c * ki;
+            const T* sr = s + c * ki;
+            for (int64_t i = 0; i < ki; ++i) dst[id[i]] = store<T>(load(dst[id[i]]) + load(sr[i]));
+          }
+          return;
+        }
         for (int64_t c = c0; c < c1;) {
           const int64_t oo = c / inner, i0 = c % inner, len = std::min(inner - i0, c1 - c);
           T* dst = o + oo * D * inner + i0;
