@@ -86,6 +86,9 @@ def test_gather_large_checks_indices_in_kernel(dim):
         b[pos] = bad
         e = expect_error(lambda b=b: x.gather(em.tensor(b), dim), "gather", em.IndexOutOfRange)
         assert str(bad) in str(e)
+    # a dim of size 0 has no element to read in place of a bad index: refused before any read
+    expect_error(lambda: em.zeros(70_000, 0).gather(em.zeros(70_000, 1, dtype=em.int64), 1), "gather",
+                 em.IndexOutOfRange)
 
 
 @pytest.mark.parametrize("dt", ALL, ids=lambda d: d.name)

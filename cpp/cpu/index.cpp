@@ -234,7 +234,8 @@ StoragePtr CpuStorage::gather(const Layout& l, const BackendStorage& ids_, const
   // Negative or bad indices then redo the gather through Ids, which converts the negative ones and
   // names a bad one in its error; nothing but the fresh output was written.
   constexpr int64_t kCheckInKernel = int64_t(1) << 16;
-  if (ic.dtype() == DType::I64 && il.is_contiguous() && il.numel() >= kCheckInKernel &&
+  // (A dim of size 0 has no element 0 to read in place of a bad index: Ids refuses every index there.)
+  if (ic.dtype() == DType::I64 && il.is_contiguous() && il.numel() >= kCheckInKernel && l.shape()[dim] > 0 &&
       gather_into<true>(*this, l, ic.data<int64_t>() + il.offset(), il, dim, *out))
     return out;
   const Ids ids(ic, il, l.shape()[dim], "gather");

@@ -1,6 +1,6 @@
-// Reductions on CPU (sum, int64 sum of integers, max, min, argmax, argmin) over any set of dims. Three shapes of work:
-// rows (reduced dims innermost and contiguous), columns (kept dims innermost and contiguous), and
-// everything else, which is first copied so the reduced dims become contiguous rows.
+// Reductions on CPU (sum, int64 sum of integers, max, min, argmax, argmin) over any set of dims. Three
+// shapes of work: rows (reduced dims innermost and contiguous), columns (kept dims innermost and
+// contiguous), and everything else, which is first copied so the reduced dims become contiguous rows.
 #include <algorithm>
 #include <cmath>
 #include <type_traits>
