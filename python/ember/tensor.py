@@ -10,7 +10,7 @@ import numpy as np
 from . import _C
 from . import dtypes as _dt
 from .args import bool_arg, float_arg, i64_arg, int_arg
-from .backprop import is_grad_enabled, no_grad, record, tracks
+from .backprop import no_grad, record
 from .dtypes import Device, DType
 from .errors import (
     DeviceError,
@@ -20,7 +20,6 @@ from .errors import (
     IndexOutOfRange,
     OutOfMemory,
     ShapeError,
-    UnsupportedOp,
 )
 
 _ids = itertools.count(1)
@@ -336,126 +335,10 @@ class Tensor:
         return self.reshape(-1)
 
     def __getitem__(self, idx):
-        if not isinstance(idx, tuple):
-            idx = (idx,)
-        if len(idx) == 1 and _is_mask(idx[0]):
-            return self._select_mask(idx[0])
-        adv = _split_advanced(idx, self.ndim, "index") if _may_be_advanced(idx) else None
-        if adv is not None:
-            _, view, d, flat, rows = _advanced_plan(self, adv, "index")
-            try:
-                picked = view.index_select(flat, d)
-            except EmberError as e:  # an index out of range
-                raise _as_op(e, "index_select", "index") from None
-            # the indices' dims take the place of the dim they index (torch's rule)
-            vs = view.shape
-            return picked if len(rows) == 1 else picked.reshape(*vs[:d], *rows, *vs[d + 1:])
-        n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
-        if sum(1 for i in idx if i is Ellipsis) > 1:
-            raise IndexOutOfRange("[index] an index can only have a single ellipsis")
-        if n_real > self.ndim:
-            raise IndexOutOfRange(f"[index] too many indices ({n_real}) for a tensor with {self.ndim} dims")
-        layout, dim = self._layout, 0
-        for i in idx:
-            if i is Ellipsis:
-                dim += self.ndim - n_real
-            elif i is None:
-                layout = layout.unsqueeze(dim)
-                dim += 1
-            elif isinstance(i, slice):
-                size = layout.shape[dim]
-                try:  # slice.indices clamps like Python, so 2**70 or -2**70 cannot overflow int64 below
-                    start, stop, step = i.indices(size)
-                except (TypeError, ValueError) as e:
-                    raise IndexOutOfRange(f"[index] invalid slice {i!r}: {e}") from None
-                if step < 1:
-                    raise EmberValueError(f"[index] slice step must be >= 1, got {step}")
-                # slice.indices clamps start/stop but not step; any step past the size picks one element
-                layout = layout.slice(dim, start, max(start, stop), min(step, 2**63 - 1))
-                dim += 1
-            elif isinstance(i, (numbers.Integral, np.integer)) and not isinstance(i, bool):
-                if not -2**63 <= int(i) < 2**63:  # out of range anyway; past int64 the binding gives TypeError
-                    raise IndexOutOfRange(f"[index] index {i} out of range for dim {dim} of size {layout.shape[dim]}")
-                layout = layout.select(dim, int(i))
-            elif isinstance(i, Tensor) and not i._dtype.is_float and i.numel() == 1 and i.ndim == 0:
-                layout = layout.select(dim, int(i.item()))
-            else:
-                raise IndexOutOfRange(f"[index] unsupported index {i!r} (use ints, slices, None, ...)")
-        return self._view(layout, "index", idx)  # the rule replays idx on zeros
+        return getitem(self, idx)  # indexing.py
 
     def __setitem__(self, idx, value):
-        """t[idx] = value: an in-place write into t's storage (every view sees it, as with slice_set) for
-        basic indices (ints, slices, None, ...), 0/1 masks and integer index arrays; value broadcasts to
-        what idx selects, as in torch (t[mask] = v takes one value per selected element, in row-major
-        order, or broadcasts to them). A repeated index keeps its last value, as in numpy. Like slice_set
-        it is not recorded for autograd, so it is refused on a tensor that tracks gradients (the
-        backward would silently use the old values): use em.where or index_add there."""
-        if is_grad_enabled() and (tracks(self) or (isinstance(value, Tensor) and tracks(value))):
-            raise UnsupportedOp("[setitem] in-place assignment with a tensor that tracks gradients would not be "
-                                "differentiated; write t = em.where(mask, value, t), or assign under em.no_grad()")
-        single = idx[0] if isinstance(idx, tuple) and len(idx) == 1 else idx
-        idx_t = idx if isinstance(idx, tuple) else (idx,)
-        if _is_mask(single):
-            if isinstance(single, Tensor):  # an ember mask (a comparison's result) stays in ember
-                _check_mask_shape(single.shape, self.shape, "setitem")
-                scalar = isinstance(value, (numbers.Number, np.generic)) or (isinstance(value, Tensor) and not value.ndim)
-                # a scalar fits any count; else count the set positions (any nonzero value counts once)
-                mt, m, count = single, None, 1 if scalar else int(single.ne(0).sum().item())
-            else:
-                m = _mask_array(single, self.shape, "setitem")
-                mt, count = tensor(m.astype(np.uint8), device=self._device), int(np.count_nonzero(m))
-            rest = self.shape[mt.ndim:]
-            value = _setitem_value(value, self._dtype, self._device, (count,) + rest)
-            if value.ndim <= len(rest) or value.shape[0] == 1:
-                # one value (or sub-tensor) for every selected position: an elementwise select, two passes
-                v = value.reshape(value.shape[1:]) if value.ndim > len(rest) else value
-                with no_grad():
-                    keep = mt.reshape(*mt.shape, *(1,) * len(rest))
-                    return _slice_set_as(self, where(keep, v, self), "setitem")
-            # a value per selected element (so not a scalar: count is exact): write them where the mask is set
-            m = mt.numpy() if m is None else m
-            with no_grad():
-                plan = self, self.reshape(m.size, *rest), 0, \
-                    tensor(np.flatnonzero(m).astype(np.int64), device=self._device), (count,)
-            return self._write_selected(plan, value)
-        adv = _split_advanced(idx_t, self.ndim, "setitem") if _may_be_advanced(idx_t) else None
-        if adv is not None:
-            with no_grad():
-                plan = _advanced_plan(self, adv, "setitem")
-            return self._write_selected(plan, value)
-        with no_grad():
-            target = self[idx]  # a view sharing self's storage
-        src = _setitem_value(value, target._dtype, target._device, target.shape)
-        if target.ndim == 0:
-            target, src = target.unsqueeze(0), src.reshape(1)
-        _slice_set_as(target, src.broadcast_as(target.shape) if src.shape != target.shape else src, "setitem")
-
-    def _write_selected(self, plan, value):
-        """Writes value (broadcast to the selection's shape) at an _advanced_plan's positions: in place
-        when the indexed dims merge as a view of self, else into a contiguous copy of the indexed view,
-        written back whole."""
-        pre, merged, d, flat, sel = plan
-        ms = merged.shape
-        rows = ms[:d] + sel + ms[d + 1:]
-        src = _setitem_value(value, self._dtype, self._device, rows)
-        if src.shape != rows:
-            src = src.broadcast_as(rows)
-        src = src.reshape(*ms[:d], flat.shape[0], *ms[d + 1:])
-        if merged.numel() == 0 or merged._storage.same_buffer(self._storage):
-            _C.index_copy(merged._storage, merged._layout, flat._storage, flat._layout, src._storage, src._layout, d)
-            return
-        with no_grad():
-            work = pre.contiguous()
-            target = work.reshape(*ms)
-        _C.index_copy(target._storage, target._layout, flat._storage, flat._layout, src._storage, src._layout, d)
-        _slice_set_as(pre, work, "setitem")
-
-    def _select_mask(self, mask):
-        """t[mask]: the elements (or sub-tensors) where a 0/1 mask over t's leading dims is set, in
-        row-major order, as in torch and numpy; a new tensor, differentiable through index_select."""
-        m = _mask_array(mask, self.shape, "index")
-        flat = self.reshape(m.size, *self.shape[m.ndim:])
-        return flat.index_select(tensor(np.flatnonzero(m).astype(np.int64), device=self._device), 0)
+        setitem(self, idx, value)  # indexing.py
 
     # ----------------------------------------------------------------- elementwise
     def _unary(self, name, p0=0.0, p1=0.0, saved=None):
@@ -826,30 +709,6 @@ def _operands(a, b, op):
     raise DTypeError(f"[{op}] unsupported operand type {type(b).__name__}")
 
 
-def _setitem_value(value, dtype, device, shape):
-    """The value of t[idx] = value as a tensor of t's dtype that broadcasts to shape (what idx selects)."""
-    if not isinstance(value, Tensor):
-        if isinstance(value, (numbers.Number, np.generic)) and not isinstance(value, complex):
-            return full((), value, dtype=dtype, device=device)
-        try:
-            value = tensor(value, device=device)
-        except EmberError as e:  # a string, a ragged list...
-            raise _as_op(e, "tensor", "setitem") from None
-    if value._dtype is not dtype:
-        value = value.to_dtype(dtype)
-    if _broadcast_shape(value.shape, shape) != shape:
-        raise ShapeError(f"[setitem] value of shape {value.shape} cannot be broadcast to {shape}")
-    return value
-
-
-def _may_be_advanced(idx):
-    """A cheap first look for basic indexing's hot path: can an entry be an index array or a mask?"""
-    for i in idx:
-        if isinstance(i, (list, np.ndarray, Tensor)):
-            return True
-    return False
-
-
 def _index_add_zeros(shape, ids, src, dim):
     """zeros(shape).index_add(ids, src, dim) without copying the zeros; not recorded (backward rules)."""
     s, l = _C.index_add_zeros(list(shape), ids._storage, ids._layout, src._storage, src._layout, dim)
@@ -860,121 +719,6 @@ def _scatter_add_zeros(shape, ids, src, dim):
     """zeros(shape).scatter_add(ids, src, dim) without copying the zeros; not recorded."""
     s, l = _C.scatter_add_zeros(list(shape), ids._storage, ids._layout, src._storage, src._layout, dim)
     return _wrap(s, l, src._dtype, src._device)
-
-
-def _as_op(e, inner, op):
-    """The EmberError e raised by the internal op `inner`, re-made under the op the user wrote."""
-    return type(e)(str(e).replace(f"[{inner}]", f"[{op}]", 1))
-
-
-def _slice_set_as(target, src, op):
-    """target.slice_set(src, 0, 0), its errors (a broadcast target, say) named after the op the user wrote."""
-    try:
-        target.slice_set(src, 0, 0)
-    except EmberError as e:
-        raise _as_op(e, "slice_set", op) from None
-
-
-def _split_advanced(idx, ndim, op):
-    """For an index tuple holding index arrays or 1-D masks among basic entries (ints, slices, None, ...):
-    (the basic tuple with a full slice in each array's place, the dims of that view the arrays index,
-    the arrays, the masks' lengths or None). None when idx holds no index array, or is a lone mask
-    (which has its own path and may span several dims). A mask becomes the positions where it is set."""
-    pos = [k for k, i in enumerate(idx) if _is_mask(i) or _is_index_array(i)]
-    if not pos or (len(idx) == 1 and _is_mask(idx[0])):
-        return None
-    n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
-    dims, arrays, mask_lens, d = [], [], [], 0
-    for k, i in enumerate(idx):
-        if k in pos:
-            n = None
-            if _is_mask(i):
-                m = i.numpy() if isinstance(i, Tensor) else np.asarray(i)
-                if m.ndim != 1:
-                    raise UnsupportedOp(f"[{op}] a mask next to other indices must be 1-D, got shape {m.shape}")
-                i, n = np.flatnonzero(m), m.shape[0]
-            dims.append(d)
-            arrays.append(i)
-            mask_lens.append(n)
-            d += 1
-        elif i is Ellipsis:
-            d += max(ndim - n_real, 0)
-        elif i is None or isinstance(i, slice):
-            d += 1
-    basic = tuple(slice(None) if k in pos else i for k, i in enumerate(idx))
-    return basic, dims, arrays, mask_lens
-
-
-def _advanced_plan(t, adv, op):
-    """How t[idx] with index arrays reads and writes: (the indexed view of t, that view with the indexed
-    dims merged into one (a view, or a copy when they do not merge), the dim d0 of it that the arrays
-    index, the flat int64 positions along d0, the arrays' broadcast shape S). Several arrays index the
-    view's dims merged into one (moved to the front first when they are not adjacent: torch's rule),
-    through their row-major positions; the result has S in place of d0."""
-    basic, dims, arrays, mask_lens = adv
-    n_real = sum(1 for i in basic if i is not None and i is not Ellipsis)
-    if n_real > t.ndim:
-        raise IndexOutOfRange(f"[{op}] too many indices ({n_real}) for a tensor with {t.ndim} dims")
-    view = t[basic]
-    for d, n in zip(dims, mask_lens):
-        if n is not None and n != view.shape[d]:
-            raise ShapeError(f"[{op}] mask of length {n} does not match dim {d} of size {view.shape[d]}")
-    if len(arrays) == 1:
-        ids = _as_index(arrays[0], op)
-        return view, view, dims[0], ids.reshape(-1) if ids.ndim != 1 else ids, ids.shape
-    arrs = []
-    for a, d in zip(arrays, dims):
-        a = _index_np(a.numpy() if isinstance(a, Tensor) else a, op)
-        n = view.shape[d]
-        bad = (a < -n) | (a >= n)
-        if bad.any():
-            raise IndexOutOfRange(f"[{op}] index {a[bad].flat[0]} out of range for a dim of size {n}")
-        arrs.append(np.where(a < 0, a + n, a))
-    try:
-        arrs = np.broadcast_arrays(*arrs)
-    except ValueError:
-        raise ShapeError(f"[{op}] index arrays of shapes {[a.shape for a in arrs]} do not broadcast") from None
-    k = len(dims)
-    if dims != list(range(dims[0], dims[0] + k)):  # separated by a slice: their dims go first
-        view = view.permute(*dims, *[d for d in range(view.ndim) if d not in dims])
-        dims = list(range(k))
-    d0, vs = dims[0], view.shape
-    sizes = vs[d0:d0 + k]
-    merged = view.reshape(*vs[:d0], int(np.prod(sizes)), *vs[d0 + k:])
-    lin = np.ravel_multi_index(tuple(arrs), sizes) if arrs[0].size else np.zeros(arrs[0].shape, np.int64)
-    flat = tensor(np.ascontiguousarray(lin, dtype=np.int64).reshape(-1), device=t._device)
-    return view, merged, d0, flat, arrs[0].shape
-
-
-def _is_index_array(i):
-    """An integer index array (list, numpy array or ember tensor with at least one dim) that picks rows of
-    dim 0; call after _is_mask, which claims uint8 tensors and bool arrays."""
-    return isinstance(i, (list, np.ndarray)) or (isinstance(i, Tensor) and i.ndim > 0)
-
-
-def _is_mask(i):
-    """A boolean mask index: ember's comparison results (uint8 tensors, 1-D or more) or a bool array or
-    list. numpy uint8 arrays stay integer indices, as in numpy."""
-    if isinstance(i, Tensor):
-        return i._dtype is _dt.uint8 and i.ndim > 0
-    if isinstance(i, np.ndarray):
-        return i.dtype == np.bool_ and i.ndim > 0
-    if isinstance(i, list) and i:
-        return np.asarray(i).dtype == np.bool_
-    return False
-
-
-def _check_mask_shape(mshape, shape, op):
-    """A mask must cover the leading dims of the indexed shape exactly."""
-    if len(mshape) > len(shape) or tuple(mshape) != shape[:len(mshape)]:
-        raise ShapeError(f"[{op}] mask of shape {tuple(mshape)} does not match the leading dims of {shape}")
-
-
-def _mask_array(mask, shape, op):
-    """A mask index as a numpy array, checked against the leading dims of the indexed shape."""
-    m = mask.numpy() if isinstance(mask, Tensor) else np.asarray(mask)
-    _check_mask_shape(m.shape, shape, op)
-    return m
 
 
 def _index_np(ids, op):
@@ -1053,3 +797,4 @@ def stack(tensors, dim=0):
 from .creation import (  # noqa: E402, F401, I001
     arange, from_numpy, full, full_like, manual_seed, ones, ones_like, rand, randn, tensor, zeros, zeros_like,
 )
+from .indexing import getitem, setitem  # noqa: E402, I001  (indexing.py builds on everything above)
