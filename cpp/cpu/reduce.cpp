@@ -176,20 +176,40 @@ template <typename T> int64_t wide_sum(const T* p, int64_t n) {
 }
 
 // Integer sums into int64 without first widening the whole input: reduced dims that form one contiguous
-// run are summed where they lie, threaded over rows or, for a few long rows, over parts of each row.
-// Other layouts are converted to int64 first and summed there.
+// run are summed where they lie, threaded over rows or, for a few long rows, over parts of each row;
+// kept dims that form one contiguous run (columns) add row by row into the outputs. Other layouts are
+// converted to int64 first and summed there.
 template <typename T>
 StoragePtr sum_i64(const CpuStorage& s, const Layout& l, const std::vector<int64_t>& dims) {
   Split sp = split_dims(l, dims);
   const int64_t nout = sp.kept.numel(), nred = sp.red.numel();
   auto [rlen, rstride] = as_line(sp.red);
-  if (nred > 0 && (rlen <= 0 || rstride != 1)) {
-    auto wide = s.to_dtype(l, DType::I64);
-    return as_cpu(*wide).reduce(ReduceOp::Sum, Layout::contiguous(l.shape()), dims);
-  }
+  auto [klen, kstride] = as_line(sp.kept);
   auto out = new_cpu(DType::I64, nout);
   int64_t* o = out->data<int64_t>();
   const T* in = s.data<T>();
+  if (nred > 0 && (rlen <= 0 || rstride != 1)) {
+    if (klen <= 0 || kstride != 1) {  // neither rows nor columns: sum an int64 copy
+      auto wide = s.to_dtype(l, DType::I64);
+      return as_cpu(*wide).reduce(ReduceOp::Sum, Layout::contiguous(l.shape()), dims);
+    }
+    // columns (a mask's per-column count): each reduced row adds into the int64 outputs, threads
+    // split the columns
+    std::vector<int64_t> roffs;
+    roffs.reserve(nred);
+    for_each_block(sp.red, [&](int64_t off, int64_t len, int64_t st) {
+      for (int64_t k = 0; k < len; ++k) roffs.push_back(off + k * st);
+    });
+    const T* base = in + sp.kept.offset();
+    parallel_for(nout, std::max<int64_t>(256, kGrain / nred), [&](int64_t b, int64_t e) {
+      std::fill(o + b, o + e, int64_t(0));
+      for (int64_t r = 0; r < nred; ++r) {
+        const T* row = base + roffs[r];
+        for (int64_t j = b; j < e; ++j) o[j] = (int64_t)((uint64_t)o[j] + (uint64_t)row[j]);
+      }
+    });
+    return out;
+  }
   const Layout ol = Layout::contiguous(sp.kept.shape());
   if (nout >= 4 || nred < 4 * kGrain) {
     nd_for_each<2>(sp.kept.shape(), {&sp.kept, &ol}, std::max<int64_t>(1, kGrain / std::max<int64_t>(nred, 1)),
