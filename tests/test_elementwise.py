@@ -399,3 +399,17 @@ def test_isa_variants_agree(tmp_path):
         results[isa] = np.load(out)
     for isa in ("avx2", "avx512"):
         np.testing.assert_allclose(results[isa], results["base"], rtol=3e-6, atol=1e-6, err_msg=isa)
+
+
+def test_pow_two_and_half_match_torch():
+    # x ** 2 and x ** 0.5 run as x * x and sqrt (vectorised, as torch and numpy do): same values as
+    # torch's pow, including its -0 -> -0 and -inf -> nan for the square root
+    import torch
+    x = np.array([-0.0, 0.0, -np.inf, np.inf, -1.0, 2.0, 1e-40, 3e37, -3e19, 0.37], dtype=np.float64)
+    for dt in (np.float32, np.float64):
+        xx = x.astype(dt)
+        for e in (2.0, 0.5):
+            got = (em.tensor(xx) ** e).numpy()
+            want = (torch.from_numpy(xx) ** e).numpy()
+            np.testing.assert_allclose(got, want, rtol=2e-7, equal_nan=True)
+            assert np.array_equal(np.signbit(got[~np.isnan(got)]), np.signbit(want[~np.isnan(want)]))

@@ -24,6 +24,13 @@ template <typename T> using C_t = typename Acc<T>::type;
 template <typename Op, typename T>
 void unary_loop(const void* in_, int64_t is, void* out_, int64_t os, int64_t n, double p0d, double p1d) {
   using C = C_t<T>;
+  if constexpr (std::is_same_v<Op, UPowf>) {
+    // x ** 2 and x ** 0.5 (a squared error, a norm) as the vectorised x * x and sqrt, as torch and
+    // numpy do: both are correctly rounded, so they give pow's value (to its < 1 ulp) 6-15x faster than
+    // a scalar std::pow per element; like torch and numpy, (-0) ** 0.5 is then -0 and (-inf) ** 0.5 NaN.
+    if (p0d == 2.0) return unary_loop<USqr, T>(in_, is, out_, os, n, 0.0, 0.0);
+    if (p0d == 0.5) return unary_loop<USqrt, T>(in_, is, out_, os, n, 0.0, 0.0);
+  }
   const T* in = static_cast<const T*>(in_);
   T* out = static_cast<T*>(out_);
   const C p0 = (C)p0d, p1 = (C)p1d;
