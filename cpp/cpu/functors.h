@@ -17,6 +17,9 @@ template <typename C> static inline C fm_tanh(C x) {
   if constexpr (std::is_same_v<C, float>) return vm_tanh(x); else return std::tanh(x);
 }
 template <typename C> static inline C fm_sigmoid(C x) { return C(1) / (C(1) + fm_exp<C>(-x)); }
+template <typename C> static inline C fm_erf(C x) {
+  if constexpr (std::is_same_v<C, float>) return vm_erf(x); else return std::erf(x);
+}
 
 // Unary functors: `kFloatOnly` ops have no integer version.
 #define EMBER_UNARY(NAME, FLOAT_ONLY, EXPR)                              \
@@ -35,9 +38,9 @@ EMBER_UNARY(UAbs, false, (x < C(0) ? C(0) - x : x))
 EMBER_UNARY(UNeg, false, C(0) - x)
 EMBER_UNARY(URecip, true, C(1) / x)
 EMBER_UNARY(URelu, false, (x < C(0) ? C(0) : x))
-EMBER_UNARY(UGelu, true, C(0.5) * x * (C(1) + std::erf(x * C(0.70710678118654752440))))
+EMBER_UNARY(UGelu, true, C(0.5) * x * (C(1) + fm_erf<C>(x * C(0.70710678118654752440))))
 EMBER_UNARY(USilu, true, x * fm_sigmoid<C>(x))
-EMBER_UNARY(UErf, true, std::erf(x))
+EMBER_UNARY(UErf, true, fm_erf<C>(x))
 EMBER_UNARY(UCeil, false, std::ceil(x))
 EMBER_UNARY(UFloor, false, std::floor(x))
 EMBER_UNARY(URound, false, std::nearbyint(x))
