@@ -344,3 +344,23 @@ def test_indexing_errors():
     expect_error(lambda: t[[0.0, 1.0]], "index", em.DTypeError)
     expect_error(lambda: t[em.tensor(1.0)], "index", em.IndexOutOfRange)
     expect_error(lambda: em.zeros(())[0], "index", em.IndexOutOfRange)
+
+
+@pytest.mark.parametrize("dt", [em.uint8, em.bfloat16, em.float32, em.int64], ids=lambda d: d.name)
+def test_transposing_copies_at_tile_sizes(dt, rng):
+    # copies whose destination runs read the source with a stride go through square tiles: sizes around
+    # and past the tile (64), odd sizes, an offset start, outer dims, and a strided (non-contiguous)
+    # destination through slice_set, each checked against numpy
+    for shape, perm in [((70, 130), (1, 0)), ((64, 64), (1, 0)), ((3, 40, 97), (0, 2, 1)),
+                        ((2, 33, 5, 65), (0, 2, 3, 1)), ((200, 3, 48), (2, 1, 0))]:
+        a = rng.integers(0, 100, size=(shape[0] + 2,) + shape[1:]).astype(npdt(dt))
+        t = em.tensor(a)[2:]  # offset start
+        want = np.transpose(a[2:], perm)
+        got = t.permute(*perm).contiguous()
+        np.testing.assert_array_equal(got.numpy(), want)
+    big = rng.integers(0, 100, size=(96, 80)).astype(npdt(dt))
+    dst = em.zeros(80, 200, dtype=dt)
+    dst[:, 50:146] = em.tensor(big).t()  # a strided destination (rows of 200) written by a transposing copy
+    ref = np.zeros((80, 200), dtype=npdt(dt))
+    ref[:, 50:146] = big.T
+    np.testing.assert_array_equal(dst.numpy(), ref)
