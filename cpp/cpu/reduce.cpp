@@ -120,14 +120,16 @@ void reduce_values(int kind, const CpuStorage& s, const Layout& l, const std::ve
   }
   auto [klen, kstride] = as_line(sp.kept);
   if (klen > 0 && kstride == 1) {
-    // columns: accumulate whole rows of kept elements, parallel over column blocks
+    // columns: accumulate whole rows of kept elements, parallel over column blocks of at least 1024
+    // (each row's block is then a 4 KB run for f32 that the prefetcher follows; 256-column blocks made a
+    // 2048x2048 sum(0) take 1.6-2.1 ms, 1024 0.7-0.9, torch 1.6-1.8)
     std::vector<int64_t> roffs;
     roffs.reserve(nred);
     for_each_block(sp.red, [&](int64_t off, int64_t len, int64_t st) {
       for (int64_t k = 0; k < len; ++k) roffs.push_back(off + k * st);
     });
     const int64_t base = sp.kept.offset();
-    parallel_for(nout, std::max<int64_t>(256, kGrain / nred), [&](int64_t b, int64_t e) {
+    parallel_for(nout, std::max<int64_t>(1024, kGrain / nred), [&](int64_t b, int64_t e) {
       std::vector<C_t<T>> acc(e - b);
       auto first = [&](int64_t r) {
         for (int64_t j = b; j < e; ++j) acc[j - b] = load(in[base + roffs[r] + j]);
@@ -201,7 +203,7 @@ StoragePtr sum_i64(const CpuStorage& s, const Layout& l, const std::vector<int64
       for (int64_t k = 0; k < len; ++k) roffs.push_back(off + k * st);
     });
     const T* base = in + sp.kept.offset();
-    parallel_for(nout, std::max<int64_t>(256, kGrain / nred), [&](int64_t b, int64_t e) {
+    parallel_for(nout, std::max<int64_t>(1024, kGrain / nred), [&](int64_t b, int64_t e) {
       std::fill(o + b, o + e, int64_t(0));
       for (int64_t r = 0; r < nred; ++r) {
         const T* row = base + roffs[r];
