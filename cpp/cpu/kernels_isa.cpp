@@ -170,10 +170,9 @@ template <typename T> void sum_row(const void* in_, int64_t n, void* out_) {
   }
 }
 
-// Max / min of a row. A lane keeps a NaN once it meets one (`v != v` picks v, and no later compare
-// with a NaN lane is true), so the result is NaN when any element is, as in torch and numpy. Float rows
-// go through explicit vectors (a compare, a compare and a select per vector): GCC left the same loop
-// over a lane array scalar and branchy, ~9x slower than torch on a 2048x2048 max(-1).
+// Max / min of a row; NaN when any element is, as in torch and numpy (`pick` keeps a NaN once it meets
+// one). Float rows go through explicit vectors: GCC left the same loop over a lane array scalar and
+// branchy, ~9x slower than torch on a 2048x2048 max(-1).
 template <bool IsMax, typename T> void minmax_row(const void* in_, int64_t n, void* out_) {
   const T* in = static_cast<const T*>(in_);
   using C = C_t<T>;
@@ -202,17 +201,24 @@ template <bool IsMax, typename T> void minmax_row(const void* in_, int64_t n, vo
       }
       return v;
     };
-    auto vpick = [](V v, V l) { return ((IsMax ? v > l : v < l) | (v != v)) ? v : l; };
-    // four accumulators: each step (compare, or, select) waits on the last one of its lane
+    // The running max is a plain max/min instruction (a NaN element loses there); NaNs are counted
+    // on the side, off the accumulators' dependency chain, and make the result NaN at the end.
+    auto vbest = [](V v, V l) { return (IsMax ? v > l : v < l) ? v : l; };
+    typedef decltype(V{} != V{}) M;
     V a0 = first - V{}, a1 = a0, a2 = a0, a3 = a0;
+    M nan = M{};
     for (; i + 4 * L <= n; i += 4 * L) {
-      a0 = vpick(vload(i), a0);
-      a1 = vpick(vload(i + L), a1);
-      a2 = vpick(vload(i + 2 * L), a2);
-      a3 = vpick(vload(i + 3 * L), a3);
+      const V v0 = vload(i), v1 = vload(i + L), v2 = vload(i + 2 * L), v3 = vload(i + 3 * L);
+      a0 = vbest(v0, a0);
+      a1 = vbest(v1, a1);
+      a2 = vbest(v2, a2);
+      a3 = vbest(v3, a3);
+      nan |= (v0 != v0) | (v1 != v1) | (v2 != v2) | (v3 != v3);
     }
-    a0 = vpick(vpick(a1, a0), vpick(a3, a2));
+    a0 = vbest(vbest(a1, a0), vbest(a3, a2));
     for (int j = 0; j < L; ++j) r = pick(a0[j], r);
+    for (int j = 0; j < L; ++j)
+      if (nan[j]) r = std::numeric_limits<C>::quiet_NaN();
   } else {
     constexpr int W = 16;
     C lanes[W];
