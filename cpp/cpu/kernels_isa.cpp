@@ -24,6 +24,22 @@ template <typename T> using C_t = typename Acc<T>::type;
 template <typename Op, typename T>
 void unary_loop(const void* in_, int64_t is, void* out_, int64_t os, int64_t n, double p0d, double p1d) {
   using C = C_t<T>;
+  if constexpr ((std::is_same_v<Op, USin> || std::is_same_v<Op, UCos>) && std::is_same_v<C, float>) {
+    // Blocks through vmath's vectorised sin/cos, then libm for the few arguments past its range
+    // (|x| > 2^22, inf, NaN); the block copy keeps in-place and strided calls right.
+    constexpr int shift = std::is_same_v<Op, UCos> ? 1 : 0;
+    constexpr int64_t B = 256;
+    float xs[B], ys[B];
+    for (int64_t b = 0; b < n; b += B) {
+      const int64_t m = std::min(B, n - b);
+      for (int64_t k = 0; k < m; ++k) xs[k] = load(static_cast<const T*>(in_)[(b + k) * is]);
+      for (int64_t k = 0; k < m; ++k) ys[k] = vm_sincos(xs[k], shift);
+      for (int64_t k = 0; k < m; ++k)
+        if (!(std::fabs(xs[k]) <= kSinCosMax)) ys[k] = Op::template f<float>(xs[k], 0.0f, 0.0f);
+      for (int64_t k = 0; k < m; ++k) static_cast<T*>(out_)[(b + k) * os] = store<T>(ys[k]);
+    }
+    return;
+  }
   if constexpr (std::is_same_v<Op, UPowf>) {
     // x ** 2 and x ** 0.5 (a squared error, a norm) as the vectorised x * x and sqrt, as torch and
     // numpy do: both are correctly rounded, so they give pow's value (to its < 1 ulp) 6-15x faster than
