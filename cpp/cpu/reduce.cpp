@@ -62,6 +62,45 @@ template <typename T> inline C_t<T> combine(int kind, C_t<T> a, C_t<T> b) {
   return (b < a || b != b) ? b : a;
 }
 
+// The storage offset of the r-th kept position (row-major over kept's shape): the start of row r.
+int64_t kept_offset(const Layout& kept, int64_t r) {
+  int64_t base = kept.offset();
+  for (int64_t d = kept.ndim() - 1; d >= 0; --d) {
+    base += (r % kept.shape()[d]) * kept.stride()[d];
+    r /= kept.shape()[d];
+  }
+  return base;
+}
+
+// The offsets of the reduced positions in row-major order: the rows a column reduction adds up.
+std::vector<int64_t> reduced_offsets(const Layout& red) {
+  std::vector<int64_t> roffs;
+  roffs.reserve(red.numel());
+  for_each_block(red, [&](int64_t off, int64_t len, int64_t st) {
+    for (int64_t k = 0; k < len; ++k) roffs.push_back(off + k * st);
+  });
+  return roffs;
+}
+
+// Rows reductions thread over whole rows unless there are few and long ones, which split per row.
+inline bool few_long_rows(int64_t nout, int64_t nred) { return nout < 4 && nred >= 4 * kGrain; }
+
+// A long row of nred elements reduced in up to 64 parts in parallel: part(lo, hi) for each, the
+// partials returned in index order for the caller to combine.
+template <typename P, typename F> std::vector<P> row_parts(int64_t nred, F&& part) {
+  const int64_t parts = std::min<int64_t>(64, (nred + kGrain - 1) / kGrain);
+  std::vector<P> partial(parts);
+  parallel_for(parts, 1, [&](int64_t b, int64_t e) {
+    for (int64_t q = b; q < e; ++q) partial[q] = part(nred * q / parts, nred * (q + 1) / parts);
+  });
+  return partial;
+}
+
+// Column reductions give each task blocks of at least 1024 columns: each row's block is then a 4 KB run
+// for f32 that the prefetcher follows (256-column blocks made a 2048x2048 sum(0) take 1.6-2.1 ms, 1024
+// 0.7-0.9, torch 1.6-1.8).
+inline int64_t column_grain(int64_t nred) { return std::max<int64_t>(1024, kGrain / std::max<int64_t>(nred, 1)); }
+
 template <typename T>
 void reduce_values(int kind, const CpuStorage& s, const Layout& l, const std::vector<int64_t>& dims,
                    CpuStorage& out) {
@@ -80,7 +119,7 @@ void reduce_values(int kind, const CpuStorage& s, const Layout& l, const std::ve
   }
   if (rlen > 0 && rstride == 1) {
     const Layout ol = Layout::contiguous(sp.kept.shape());
-    if (nout >= 4 || nred < 4 * kGrain) {
+    if (!few_long_rows(nout, nred)) {
       // many rows: threads take whole rows
       nd_for_each<2>(sp.kept.shape(), {&sp.kept, &ol}, std::max<int64_t>(1, kGrain / nred),
                      [&](const auto& off, const auto& st, int64_t n) {
@@ -89,25 +128,16 @@ void reduce_values(int kind, const CpuStorage& s, const Layout& l, const std::ve
     } else {
       // few long rows: split each row across threads, then combine the partials
       for (int64_t r = 0; r < nout; ++r) {
-        int64_t base = sp.kept.offset();
-        int64_t rem = r;
-        for (int64_t d = sp.kept.ndim() - 1; d >= 0; --d) {
-          base += (rem % sp.kept.shape()[d]) * sp.kept.stride()[d];
-          rem /= sp.kept.shape()[d];
-        }
+        const int64_t base = kept_offset(sp.kept, r);
         // Partials are combined in int64 for integers (exact, wraps like the dtype) and in double
         // for floats; the float sum of each part is computed in double by the row kernel already.
         using P = std::conditional_t<std::is_integral_v<T>, int64_t, double>;
-        const int64_t parts = std::min<int64_t>(64, (nred + kGrain - 1) / kGrain);
-        std::vector<P> partial(parts);
-        parallel_for(parts, 1, [&](int64_t b, int64_t e) {
-          for (int64_t p = b; p < e; ++p) {
-            int64_t lo = nred * p / parts, hi = nred * (p + 1) / parts;
-            T v;
-            row(in + base + lo, hi - lo, &v);
-            partial[p] = (P)load(v);
-          }
+        const std::vector<P> partial = row_parts<P>(nred, [&](int64_t lo, int64_t hi) {
+          T v;
+          row(in + base + lo, hi - lo, &v);
+          return (P)load(v);
         });
+        const int64_t parts = (int64_t)partial.size();
         P acc = partial[0];
         for (int64_t p = 1; p < parts; ++p) {
           if (kind == 0) acc = (P)((std::conditional_t<std::is_integral_v<T>, uint64_t, double>)acc + partial[p]);
@@ -120,16 +150,10 @@ void reduce_values(int kind, const CpuStorage& s, const Layout& l, const std::ve
   }
   auto [klen, kstride] = as_line(sp.kept);
   if (klen > 0 && kstride == 1) {
-    // columns: accumulate whole rows of kept elements, parallel over column blocks of at least 1024
-    // (each row's block is then a 4 KB run for f32 that the prefetcher follows; 256-column blocks made a
-    // 2048x2048 sum(0) take 1.6-2.1 ms, 1024 0.7-0.9, torch 1.6-1.8)
-    std::vector<int64_t> roffs;
-    roffs.reserve(nred);
-    for_each_block(sp.red, [&](int64_t off, int64_t len, int64_t st) {
-      for (int64_t k = 0; k < len; ++k) roffs.push_back(off + k * st);
-    });
+    // columns: accumulate whole rows of kept elements, parallel over column blocks
+    const std::vector<int64_t> roffs = reduced_offsets(sp.red);
     const int64_t base = sp.kept.offset();
-    parallel_for(nout, std::max<int64_t>(1024, kGrain / nred), [&](int64_t b, int64_t e) {
+    parallel_for(nout, column_grain(nred), [&](int64_t b, int64_t e) {
       std::vector<C_t<T>> acc(e - b);
       auto first = [&](int64_t r) {
         for (int64_t j = b; j < e; ++j) acc[j - b] = load(in[base + roffs[r] + j]);
@@ -197,13 +221,9 @@ StoragePtr sum_i64(const CpuStorage& s, const Layout& l, const std::vector<int64
     }
     // columns (a mask's per-column count): each reduced row adds into the int64 outputs, threads
     // split the columns
-    std::vector<int64_t> roffs;
-    roffs.reserve(nred);
-    for_each_block(sp.red, [&](int64_t off, int64_t len, int64_t st) {
-      for (int64_t k = 0; k < len; ++k) roffs.push_back(off + k * st);
-    });
+    const std::vector<int64_t> roffs = reduced_offsets(sp.red);
     const T* base = in + sp.kept.offset();
-    parallel_for(nout, std::max<int64_t>(1024, kGrain / nred), [&](int64_t b, int64_t e) {
+    parallel_for(nout, column_grain(nred), [&](int64_t b, int64_t e) {
       std::fill(o + b, o + e, int64_t(0));
       for (int64_t r = 0; r < nred; ++r) {
         const T* row = base + roffs[r];
@@ -213,7 +233,7 @@ StoragePtr sum_i64(const CpuStorage& s, const Layout& l, const std::vector<int64
     return out;
   }
   const Layout ol = Layout::contiguous(sp.kept.shape());
-  if (nout >= 4 || nred < 4 * kGrain) {
+  if (!few_long_rows(nout, nred)) {
     nd_for_each<2>(sp.kept.shape(), {&sp.kept, &ol}, std::max<int64_t>(1, kGrain / std::max<int64_t>(nred, 1)),
                    [&](const auto& off, const auto& st, int64_t n) {
                      for (int64_t i = 0; i < n; ++i) o[off[1] + i * st[1]] = wide_sum(in + off[0] + i * st[0], nred);
@@ -221,19 +241,9 @@ StoragePtr sum_i64(const CpuStorage& s, const Layout& l, const std::vector<int64
     return out;
   }
   for (int64_t r = 0; r < nout; ++r) {  // few long rows: parts of each row in parallel, then their sum
-    int64_t base = sp.kept.offset(), rem = r;
-    for (int64_t d = sp.kept.ndim() - 1; d >= 0; --d) {
-      base += (rem % sp.kept.shape()[d]) * sp.kept.stride()[d];
-      rem /= sp.kept.shape()[d];
-    }
-    const int64_t parts = std::min<int64_t>(64, (nred + kGrain - 1) / kGrain);
-    std::vector<int64_t> partial(parts);
-    parallel_for(parts, 1, [&](int64_t b, int64_t e) {
-      for (int64_t q = b; q < e; ++q) {
-        const int64_t lo = nred * q / parts, hi = nred * (q + 1) / parts;
-        partial[q] = wide_sum(in + base + lo, hi - lo);
-      }
-    });
+    const T* row = in + kept_offset(sp.kept, r);
+    const std::vector<int64_t> partial =
+        row_parts<int64_t>(nred, [&](int64_t lo, int64_t hi) { return wide_sum(row + lo, hi - lo); });
     uint64_t acc = 0;
     for (int64_t v : partial) acc += (uint64_t)v;
     o[r] = (int64_t)acc;
