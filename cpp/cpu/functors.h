@@ -7,20 +7,6 @@
 
 #include "cpu/simd/vmath.h"
 
-template <typename C> static inline C fm_exp(C x) {
-  if constexpr (std::is_same_v<C, float>) return vm_exp(x); else return std::exp(x);
-}
-template <typename C> static inline C fm_log(C x) {
-  if constexpr (std::is_same_v<C, float>) return vm_log(x); else return std::log(x);
-}
-template <typename C> static inline C fm_tanh(C x) {
-  if constexpr (std::is_same_v<C, float>) return vm_tanh(x); else return std::tanh(x);
-}
-template <typename C> static inline C fm_sigmoid(C x) { return C(1) / (C(1) + fm_exp<C>(-x)); }
-template <typename C> static inline C fm_erf(C x) {
-  if constexpr (std::is_same_v<C, float>) return vm_erf(x); else return std::erf(x);
-}
-
 // Unary functors: `kFloatOnly` ops have no integer version.
 #define EMBER_UNARY(NAME, FLOAT_ONLY, EXPR)                              \
   struct NAME {                                                          \

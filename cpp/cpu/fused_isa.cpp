@@ -662,16 +662,10 @@ template <typename T> static void gelu_bwd_k(const void* a_, const void* g_, voi
   T* dx = (T*)dx_;
   // d/dx [x * Phi(x)] = Phi(x) + x * phi(x), exact erf form (torch's default gelu). Float math goes
   // through vmath's branch-free erf and exp, so the loop vectorises; double keeps libm's.
-  auto erf_ = [](C v) {
-    if constexpr (std::is_same_v<C, float>) return vm_erf(v); else return std::erf(v);
-  };
-  auto exp_ = [](C v) {
-    if constexpr (std::is_same_v<C, float>) return vm_exp(v); else return std::exp(v);
-  };
   for (int64_t i = 0; i < n; ++i) {
     const C xv = load(x[i]);
-    const C cdf = (C)0.5 * ((C)1 + erf_(xv * (C)0.70710678118654752440));
-    const C pdf = exp_((C)-0.5 * xv * xv) * (C)0.39894228040143267794;
+    const C cdf = (C)0.5 * ((C)1 + fm_erf<C>(xv * (C)0.70710678118654752440));
+    const C pdf = fm_exp<C>((C)-0.5 * xv * xv) * (C)0.39894228040143267794;
     dx[i] = store<T>((C)load(g[i]) * (cdf + xv * pdf));
   }
 }

@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 static inline float vm_bits_to_f(int32_t i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline int32_t vm_f_to_bits(float f) { int32_t i; std::memcpy(&i, &f, 4); return i; }
@@ -138,4 +139,20 @@ static inline float vm_sincos(float x, int shift) {
   const int q = (int)j + shift;
   const float v = (q & 1) ? c : s;
   return (q & 2) ? -v : v;
+}
+
+// The same functions for any compute type: float through the vectorisable versions above, double
+// through libm. Used by the elementwise functors and the fused backward kernels alike.
+template <typename C> static inline C fm_exp(C x) {
+  if constexpr (std::is_same_v<C, float>) return vm_exp(x); else return std::exp(x);
+}
+template <typename C> static inline C fm_log(C x) {
+  if constexpr (std::is_same_v<C, float>) return vm_log(x); else return std::log(x);
+}
+template <typename C> static inline C fm_tanh(C x) {
+  if constexpr (std::is_same_v<C, float>) return vm_tanh(x); else return std::tanh(x);
+}
+template <typename C> static inline C fm_sigmoid(C x) { return C(1) / (C(1) + fm_exp<C>(-x)); }
+template <typename C> static inline C fm_erf(C x) {
+  if constexpr (std::is_same_v<C, float>) return vm_erf(x); else return std::erf(x);
 }
