@@ -25,8 +25,8 @@ namespace ember::cpu {
 // Everything below has internal linkage so the three ISA copies never get merged by the linker.
 namespace {
 
-#include "cpu/fused_vec.inc"
 #include "cpu/simd/vmath.h"
+#include "cpu/fused_vec.inc"
 
 // Walks a row in blocks so long-row sums are combined in double (1M-column rows stay accurate).
 constexpr int64_t kBlk = 4096;

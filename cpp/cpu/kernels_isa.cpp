@@ -197,15 +197,8 @@ template <bool IsMax, typename T> void minmax_row(const void* in_, int64_t n, vo
   C r = first;
   int64_t i = 0;
   if constexpr (std::is_floating_point_v<C>) {
-#if defined(__AVX512F__)
-    constexpr int kBytes = 64;
-#elif defined(__AVX2__)
-    constexpr int kBytes = 32;
-#else
-    constexpr int kBytes = 16;
-#endif
-    constexpr int L = kBytes / (int)sizeof(C);
-    typedef C V __attribute__((vector_size(kBytes)));
+    constexpr int L = kVB / (int)sizeof(C);
+    typedef C V __attribute__((vector_size(kVB)));
     auto vload = [&](int64_t k) {
       V v;
       if constexpr (std::is_same_v<T, C>) {

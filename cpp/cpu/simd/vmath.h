@@ -7,6 +7,15 @@
 #include <cstring>
 #include <type_traits>
 
+// This ISA's vector width in bytes: the width of the explicit GCC vector types of the kernels.
+#if defined(__AVX512F__)
+constexpr int kVB = 64;
+#elif defined(__AVX2__)
+constexpr int kVB = 32;
+#else
+constexpr int kVB = 16;
+#endif
+
 static inline float vm_bits_to_f(int32_t i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline int32_t vm_f_to_bits(float f) { int32_t i; std::memcpy(&i, &f, 4); return i; }
 
