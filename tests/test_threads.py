@@ -138,3 +138,17 @@ def test_back_to_back_pooled_calls_stay_exact(restore_threads, nthreads):
         got = ops.softmax(ts[k], -1).numpy() if i % 2 else ts[k].exp().numpy()
         want = wants[k] if i % 2 else np.exp(xs[k])
         np.testing.assert_allclose(got, want, rtol=2e-5, atol=1e-7)
+
+
+def test_blas_is_single_threaded_from_the_first_matmul():
+    # ember's pool is the only source of threads: BLAS must be set to one thread before its first call,
+    # even when a process's first parallel work is a one-tile matmul (which runs inline, without the pool)
+    scipy_openblas32 = pytest.importorskip("scipy_openblas32")
+    code = ("import ctypes, os, sys, numpy as np, ember as em, scipy_openblas32 as sob\n"
+            "a = em.tensor(np.ones((256, 256), np.float32)); (a @ a).numpy()\n"
+            "lib = ctypes.CDLL(os.path.join(sob.get_lib_dir(), 'lib' + sob.get_library() + '.so'))\n"
+            "print(lib.scipy_openblas_get_num_threads())")
+    env = dict(os.environ, EMBER_NUM_THREADS="2", OPENBLAS_NUM_THREADS="4")
+    out = subprocess.run([sys.executable, "-c", code], check=False, env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "1"

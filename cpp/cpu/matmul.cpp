@@ -7,6 +7,7 @@
 
 #include "cpu/cpu_storage.h"
 #include "cpu/nditer.h"
+#include "cpu/parallel.h"
 
 #if defined(EMBER_ACCELERATE)
 #include <Accelerate/Accelerate.h>
@@ -93,6 +94,10 @@ constexpr int64_t kTile = 256;
 
 template <typename T>
 void matmul_blas(const CpuStorage& A, const Layout& la, const CpuStorage& B, const Layout& lb, CpuStorage& out) {
+  // Creating the pool sets BLAS to one thread. A one-tile product runs inline and never reaches the
+  // pool, so without this a process whose first parallel work is such a matmul ran BLAS on its own
+  // threads (all cores, whatever EMBER_NUM_THREADS says).
+  (void)get_num_threads();
   Mat ma = split(la), mb = split(lb);
   int64_t lda = 0, ldb = 0;
   char ta = blas_mode(ma, lda), tb = blas_mode(mb, ldb);
