@@ -93,3 +93,66 @@ def test_errors():
     expect_error(lambda: em.zeros(2, 3) // em.zeros(3, 2), "floor_divide", em.ShapeError)
     expect_error(lambda: em.zeros(2) % em.zeros(2, dtype=em.int64), "remainder", em.DTypeError)
     expect_error(lambda: em.zeros(2) // "x", "floor_divide", em.DTypeError)
+
+
+def hard_float32_pairs(rng, n):
+    """Pairs where an fmod through a rounded quotient goes wrong: quotients next to integers (a = k*b
+    and a neighbour), around the 2^29 bound of the vectorised path and far past it, every exponent,
+    subnormals, signed zeros, infinities and NaNs; in random order."""
+    b = (rng.standard_normal(n) * np.exp2(rng.integers(-30, 30, n))).astype(np.float32)
+    k = np.round(np.exp2(rng.uniform(0, 40, n)) * rng.choice([-1, 1], n))
+    k = np.where(rng.random(n) < 0.3, np.exp2(rng.uniform(28, 31, n)), k)  # around the 2^29 bound, k not whole
+    a = (k * b.astype(np.float64)).astype(np.float32)
+    a = np.where(rng.random(n) < 0.5, np.nextafter(a, rng.choice([-np.inf, np.inf], n).astype(np.float32)), a)
+    wide = (rng.standard_normal(n) * np.exp2(rng.integers(-140, 120, n))).astype(np.float32)
+    a = np.where(rng.random(n) < 0.3, wide, a)
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3.4e38, 2.0 ** 29, 2.0 ** 29 + 64],
+                       dtype=np.float32)
+    a = np.where(rng.random(n) < 0.05, rng.choice(special, n), a)
+    b = np.where(rng.random(n) < 0.05, rng.choice(special, n), b)
+    return a.astype(np.float32), b.astype(np.float32)
+
+
+@pytest.mark.parametrize("dt", [em.float32, em.float16, em.bfloat16], ids=lambda d: d.name)
+def test_float_divmod_is_exact_on_hard_operands(dt, rng):
+    a, b = hard_float32_pairs(rng, 20011)  # 78 blocks of 256 and a tail
+    ta, tb = (em.tensor(x).to_dtype(dt) for x in (a, b))
+    an, bn = ta.numpy(), tb.numpy()
+    for fn, ref_fn in ((lambda x, y: x // y, np.floor_divide), (lambda x, y: x % y, np.remainder)):
+        for x, y, xn, yn in ((ta, tb, an, bn),  # dense
+                             (ta[1::2], tb[::2][:-1], an[1::2], bn[::2][:-1]),  # strided, offset
+                             (ta, tb[7], an, bn[7:8]), (ta[5], tb, an[5:6], bn)):  # a scalar on either side
+            got, ref = fn(x, y).numpy(), reference(xn, yn, dt, ref_fn)
+            np.testing.assert_array_equal(f64(got), f64(ref))
+            np.testing.assert_array_equal(np.signbit(f64(got)), np.signbit(f64(ref)))  # -0.0 where numpy has it
+
+
+DIVMOD_ISA_SCRIPT = """
+import sys, numpy as np, ember as em
+sys.path.insert(0, sys.argv[1])
+from test_divmod import hard_float32_pairs
+a, b = hard_float32_pairs(np.random.default_rng(5), 50000)
+with np.errstate(all="ignore"):
+    refs = (np.floor_divide(a, b), np.remainder(a, b))
+gots = (em.tensor(a) // em.tensor(b), em.tensor(a) % em.tensor(b))
+bad = sum(int((~((g.numpy() == r) & (np.signbit(g.numpy()) == np.signbit(r)) | np.isnan(r) & np.isnan(g.numpy()))).sum())
+          for g, r in zip(gots, refs))
+print(em._C.isa(), bad)
+"""
+
+
+def test_float_divmod_exact_on_every_isa():
+    # the vectorised fmod's 2^29 bound is what makes it exact without an FMA (the base x86-64 build)
+    import os
+    import subprocess
+    import sys
+    seen = set()
+    for isa in ("base", "avx2", "avx512"):
+        env = dict(os.environ, EMBER_ISA=isa)
+        r = subprocess.run([sys.executable, "-c", DIVMOD_ISA_SCRIPT, os.path.dirname(__file__)], check=False, env=env,
+                           capture_output=True, text=True, timeout=120)
+        assert r.returncode == 0, r.stderr[-2000:]
+        got_isa, bad = r.stdout.split()
+        seen.add(got_isa)
+        assert bad == "0", (isa, got_isa)
+    assert "base" in seen

@@ -143,7 +143,7 @@ def test_back_to_back_pooled_calls_stay_exact(restore_threads, nthreads):
 def test_blas_is_single_threaded_from_the_first_matmul():
     # ember's pool is the only source of threads: BLAS must be set to one thread before its first call,
     # even when a process's first parallel work is a one-tile matmul (which runs inline, without the pool)
-    scipy_openblas32 = pytest.importorskip("scipy_openblas32")
+    pytest.importorskip("scipy_openblas32")  # the BLAS ember links on Linux (macOS: Accelerate)
     code = ("import ctypes, os, sys, numpy as np, ember as em, scipy_openblas32 as sob\n"
             "a = em.tensor(np.ones((256, 256), np.float32)); (a @ a).numpy()\n"
             "lib = ctypes.CDLL(os.path.join(sob.get_lib_dir(), 'lib' + sob.get_library() + '.so'))\n"

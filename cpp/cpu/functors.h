@@ -51,16 +51,23 @@ template <typename C> static inline C int_safe_div(C a, C b) {
     return b == C(0) ? C(0) : a / b;
   }
 }
-// a - b * floor(a / b) with the divisor's sign (Python's %), from fmod so that it is exact.
+// Python's % for floats from m = fmod(a, b): a - b * floor(a / b) with the divisor's sign, exact.
+// Selects only, so a loop over it vectorises (the remainder loop in kernels_isa.cpp).
+template <typename C> static inline C py_rem_from_fmod(C b, C m) {
+  return m != 0 ? (((b < 0) != (m < 0)) ? m + b : m) : std::copysign(C(0), b);
+}
+// Python's // for floats from m = fmod(a, b), b != 0, as numpy computes it ((a - m) / b, rounded to
+// the nearest integer), so that a == b * q + rem.
+template <typename C> static inline C py_floordiv_from_fmod(C a, C b, C m) {
+  C div = (a - m) / b;
+  div = (m != 0 && ((b < 0) != (m < 0))) ? div - 1 : div;
+  C fl = std::floor(div);
+  fl = div - fl > C(0.5) ? fl + 1 : fl;
+  return div == 0 ? std::copysign(C(0), a / b) : fl;
+}
 template <typename C> static inline C py_rem(C a, C b) {
   if constexpr (std::is_floating_point_v<C>) {
-    C r = std::fmod(a, b);  // NaN for b == 0 or an infinite a, like numpy
-    if (r != 0) {
-      if ((b < 0) != (r < 0)) r += b;
-    } else {
-      r = std::copysign(C(0), b);
-    }
-    return r;
+    return py_rem_from_fmod(b, std::fmod(a, b));  // fmod is NaN for b == 0 or an infinite a, like numpy
   } else if constexpr (std::is_signed_v<C>) {
     if (b == C(0) || b == C(-1)) return C(0);  // x % -1 is 0; INT64_MIN % -1 would trap
     C r = a % b;
@@ -69,17 +76,10 @@ template <typename C> static inline C py_rem(C a, C b) {
     return b == C(0) ? C(0) : a % b;
   }
 }
-// floor(a / b), computed as numpy does for floats ((a - rem) / b, rounded), so a == b * q + rem.
 template <typename C> static inline C py_floordiv(C a, C b) {
   if constexpr (std::is_floating_point_v<C>) {
     if (b == 0) return a / b;  // inf or NaN, like numpy
-    const C m = std::fmod(a, b);
-    C div = (a - m) / b;
-    if (m != 0 && ((b < 0) != (m < 0))) div -= 1;
-    if (div == 0) return std::copysign(C(0), a / b);
-    C fl = std::floor(div);
-    if (div - fl > C(0.5)) fl += 1;
-    return fl;
+    return py_floordiv_from_fmod(a, b, std::fmod(a, b));
   } else if constexpr (std::is_signed_v<C>) {
     if (b == C(0)) return C(0);
     if (b == C(-1)) return (C)(0 - (std::make_unsigned_t<C>)a);  // INT64_MIN // -1 wraps (numpy)

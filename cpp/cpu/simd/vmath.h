@@ -150,6 +150,20 @@ static inline float vm_sincos(float x, int shift) {
   return (q & 2) ? -v : v;
 }
 
+// fmod(a, b) of floats, exactly as fmodf, where |a / b| < 2^29 and b is finite; `other` is set to 1
+// for the rest (b zero or infinite, a infinite, NaNs, larger quotients), whose results callers take
+// from libm. In double, with |q| = |a / b| < 2^29:
+// - n = trunc(q) is exact. For |q| >= 2, a lies on the grid of ulp(b) > |b| * 2^-24, so the true
+//   quotient is an integer (then q is exact) or more than 2^-24 from one: over half an ulp of a double
+//   below 2^29 (2^-25), so q cannot round onto the next integer. Below 2 that half ulp is 2^-53;
+// - n * b (n < 2^29 times b's 24-bit significand) fits 53 bits, and so does a - n * b, which lies
+//   in (-|b|, |b|) on the grid of the smaller ulp of a and b: both exact, with or without an FMA.
+static inline float vm_fmod(float a, float b, int32_t& other) {
+  const double da = a, db = b, q = da / db;
+  other = !(std::fabs(q) < 536870912.0 && std::fabs(b) <= 3.40282347e+38f);
+  return (float)std::copysign(da - std::trunc(q) * db, da);  // a zero result has a's sign, as in fmodf
+}
+
 // The same functions for any compute type: float through the vectorisable versions above, double
 // through libm. Used by the elementwise functors and the fused backward kernels alike.
 template <typename C> static inline C fm_exp(C x) {
