@@ -95,27 +95,30 @@ def test_errors():
     expect_error(lambda: em.zeros(2) // "x", "floor_divide", em.DTypeError)
 
 
-def hard_float32_pairs(rng, n):
+def hard_float_pairs(rng, n, dtype=np.float32):
     """Pairs where an fmod through a rounded quotient goes wrong: quotients next to integers (a = k*b
-    and a neighbour), around the 2^29 bound of the vectorised path and far past it, every exponent,
-    subnormals, signed zeros, infinities and NaNs; in random order."""
-    b = (rng.standard_normal(n) * np.exp2(rng.integers(-30, 30, n))).astype(np.float32)
-    k = np.round(np.exp2(rng.uniform(0, 40, n)) * rng.choice([-1, 1], n))
-    k = np.where(rng.random(n) < 0.3, np.exp2(rng.uniform(28, 31, n)), k)  # around the 2^29 bound, k not whole
-    a = (k * b.astype(np.float64)).astype(np.float32)
-    a = np.where(rng.random(n) < 0.5, np.nextafter(a, rng.choice([-np.inf, np.inf], n).astype(np.float32)), a)
-    wide = (rng.standard_normal(n) * np.exp2(rng.integers(-140, 120, n))).astype(np.float32)
+    and a neighbour), around the bounds of the vectorised paths (2^29 for float32, 2^53 for float64)
+    and far past them, every exponent, subnormals, signed zeros, infinities and NaNs; in random order."""
+    big = dtype == np.float64
+    emax, bits, bound = (1000, 53, 53) if big else (120, 24, 29)
+    b = (rng.standard_normal(n) * np.exp2(rng.integers(-30, 30, n))).astype(dtype)
+    k = np.round(np.exp2(rng.uniform(0, bits + 16, n)) * rng.choice([-1, 1], n))
+    k = np.where(rng.random(n) < 0.3, np.exp2(rng.uniform(bound - 2, bound + 2, n)), k)  # the bound, k not whole
+    a = (k * b.astype(np.float64)).astype(dtype) if not big else k * b
+    a = np.where(rng.random(n) < 0.5, np.nextafter(a, rng.choice([-np.inf, np.inf], n).astype(dtype)), a)
+    wide = (rng.standard_normal(n) * np.exp2(rng.integers(-emax - 20, emax, n).astype(np.float64))).astype(dtype)
     a = np.where(rng.random(n) < 0.3, wide, a)
-    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, 1e-45, -1e-45, 3.4e38, 2.0 ** 29, 2.0 ** 29 + 64],
-                       dtype=np.float32)
+    tiny = np.finfo(dtype).smallest_subnormal
+    special = np.array([0.0, -0.0, np.inf, -np.inf, np.nan, tiny, -tiny, np.finfo(dtype).max, 2.0 ** bound,
+                        2.0 ** bound + 2.0 ** (bound - bits + 2)], dtype=dtype)
     a = np.where(rng.random(n) < 0.05, rng.choice(special, n), a)
     b = np.where(rng.random(n) < 0.05, rng.choice(special, n), b)
-    return a.astype(np.float32), b.astype(np.float32)
+    return a.astype(dtype), b.astype(dtype)
 
 
-@pytest.mark.parametrize("dt", [em.float32, em.float16, em.bfloat16], ids=lambda d: d.name)
+@pytest.mark.parametrize("dt", [em.float32, em.float16, em.bfloat16, em.float64], ids=lambda d: d.name)
 def test_float_divmod_is_exact_on_hard_operands(dt, rng):
-    a, b = hard_float32_pairs(rng, 20011)  # 78 blocks of 256 and a tail
+    a, b = hard_float_pairs(rng, 20011, np.float64 if dt is em.float64 else np.float32)  # 78 blocks of 256, a tail
     ta, tb = (em.tensor(x).to_dtype(dt) for x in (a, b))
     an, bn = ta.numpy(), tb.numpy()
     for fn, ref_fn in ((lambda x, y: x // y, np.floor_divide), (lambda x, y: x % y, np.remainder)):
@@ -130,19 +133,22 @@ def test_float_divmod_is_exact_on_hard_operands(dt, rng):
 DIVMOD_ISA_SCRIPT = """
 import sys, numpy as np, ember as em
 sys.path.insert(0, sys.argv[1])
-from test_divmod import hard_float32_pairs
-a, b = hard_float32_pairs(np.random.default_rng(5), 50000)
-with np.errstate(all="ignore"):
-    refs = (np.floor_divide(a, b), np.remainder(a, b))
-gots = (em.tensor(a) // em.tensor(b), em.tensor(a) % em.tensor(b))
-bad = sum(int((~((g.numpy() == r) & (np.signbit(g.numpy()) == np.signbit(r)) | np.isnan(r) & np.isnan(g.numpy()))).sum())
-          for g, r in zip(gots, refs))
+from test_divmod import hard_float_pairs
+bad = 0
+for dtype in (np.float32, np.float64):
+    a, b = hard_float_pairs(np.random.default_rng(5), 50000, dtype)
+    with np.errstate(all="ignore"):
+        refs = (np.floor_divide(a, b), np.remainder(a, b))
+    gots = (em.tensor(a) // em.tensor(b), em.tensor(a) % em.tensor(b))
+    bad += sum(int((~((g.numpy() == r) & (np.signbit(g.numpy()) == np.signbit(r)) | np.isnan(r) & np.isnan(g.numpy())))
+                   .sum()) for g, r in zip(gots, refs))
 print(em._C.isa(), bad)
 """
 
 
 def test_float_divmod_exact_on_every_isa():
-    # the vectorised fmod's 2^29 bound is what makes it exact without an FMA (the base x86-64 build)
+    # the float fmod's 2^29 bound is what makes it exact without an FMA (the base x86-64 build), and the
+    # double one needs an FMA
     import os
     import subprocess
     import sys

@@ -153,41 +153,50 @@ inline void binary_body(const T* a, int64_t sa, const T* b, int64_t sb, Out* out
   }
 }
 
-// Float // and %: libm's fmodf per element made them ~15x slower than torch. Blocks go through vmath's
+// Float // and %: libm's fmod per element made them 3-19x slower than torch. Blocks go through vmath's
 // exact, vectorised vm_fmod and Python's rules as selects, then the scalar functor redoes the few
-// elements vm_fmod does not take (|a / b| >= 2^29, b zero or infinite, a infinite, NaNs). Same results;
-// the block copies keep in-place and strided calls right.
+// elements vm_fmod does not take (huge quotients, b zero or infinite, a infinite, NaNs). Same results;
+// the block copies keep in-place and strided calls right. Doubles need an FMA (not on base x86-64).
 template <typename Op, typename T>
-void divmod_float_loop(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n) {
+void divmod_loop(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t n) {
+  using C = C_t<T>;
+  using I = std::conditional_t<sizeof(C) == 4, int32_t, int64_t>;  // lane-wide flags vectorise with C
   constexpr int64_t B = 256;
-  float xa[B], xb[B], ys[B];
-  int32_t other[B];
+  C xa[B], xb[B], ys[B];
+  I other[B];
   for (int64_t s = 0; s < n; s += B) {
     const int64_t m = std::min(B, n - s);
     for (int64_t k = 0; k < m; ++k) xa[k] = load(a[(s + k) * sa]);
     for (int64_t k = 0; k < m; ++k) xb[k] = load(b[(s + k) * sb]);
-    int32_t any_other = 0;
+    I any_other = 0;
     for (int64_t k = 0; k < m; ++k) {
-      const float r = vm_fmod(xa[k], xb[k], other[k]);
+      const C r = vm_fmod(xa[k], xb[k], other[k]);
       any_other |= other[k];
       if constexpr (std::is_same_v<Op, BRem>) ys[k] = py_rem_from_fmod(xb[k], r);
       else ys[k] = py_floordiv_from_fmod(xa[k], xb[k], r);
     }
     if (any_other)
       for (int64_t k = 0; k < m; ++k)
-        if (other[k]) ys[k] = Op::template f<float>(xa[k], xb[k]);
+        if (other[k]) ys[k] = Op::template f<C>(xa[k], xb[k]);
     for (int64_t k = 0; k < m; ++k) out[(s + k)] = store<T>(ys[k]);
   }
 }
 
+#if defined(__FMA__)
+constexpr bool kFmodDouble = true;
+#else
+constexpr bool kFmodDouble = false;
+#endif
 template <typename Op, typename T>
 void binary_loop(const void* a, int64_t sa, const void* b, int64_t sb, void* out, int64_t n) {
-  if constexpr ((std::is_same_v<Op, BRem> || std::is_same_v<Op, BFloorDiv>) && std::is_same_v<C_t<T>, float>) {
-    divmod_float_loop<Op, T>(static_cast<const T*>(a), sa, static_cast<const T*>(b), sb, static_cast<T*>(out), n);
+  using C = C_t<T>;
+  if constexpr ((std::is_same_v<Op, BRem> || std::is_same_v<Op, BFloorDiv>) &&
+                (std::is_same_v<C, float> || (std::is_same_v<C, double> && kFmodDouble))) {
+    divmod_loop<Op, T>(static_cast<const T*>(a), sa, static_cast<const T*>(b), sb, static_cast<T*>(out), n);
     return;
   }
   binary_body<Op, T>(static_cast<const T*>(a), sa, static_cast<const T*>(b), sb, static_cast<T*>(out), n,
-                     [](C_t<T> v) { return store<T>(v); });
+                     [](C v) { return store<T>(v); });
 }
 template <typename Op, typename T>
 void cmp_loop(const void* a, int64_t sa, const void* b, int64_t sb, void* out, int64_t n) {

@@ -182,6 +182,20 @@ static inline float vm_fmod(float a, float b, int32_t& other) {
   return (float)std::copysign(da - std::trunc(q) * db, da);  // a zero result has a's sign, as in fmodf
 }
 
+#if defined(__FMA__)
+// fmod(a, b) of doubles, exactly as fmod, where |a / b| < 2^53 and b is finite (`other` as above). The
+// rounded quotient can only round up onto the next integer, so n = trunc(a / b) is the true one or one
+// too far; a - n * b is representable either way (the remainder, or it less |b|), so one FMA gives it
+// exactly, and adding back |b| when its sign is not a's is exact too. Needs a real FMA (not libm's).
+static inline double vm_fmod(double a, double b, int64_t& other) {
+  const double q = a / b, ab = std::fabs(b);
+  other = !(std::fabs(q) < 9007199254740992.0 && ab <= 1.7976931348623157e308);
+  const double r = std::fma(-std::trunc(q), b, a);
+  const double t = std::copysign(1.0, a) * r;  // a's side up: belongs in [0, |b|)
+  return std::copysign(t < 0 ? t + ab : t, a);  // a zero result has a's sign, as in fmod
+}
+#endif
+
 // The same functions for any compute type: float through the vectorisable versions above, double
 // through libm. Used by the elementwise functors and the fused backward kernels alike.
 template <typename C> static inline C fm_exp(C x) {
