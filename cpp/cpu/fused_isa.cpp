@@ -661,13 +661,8 @@ template <typename T> static void gelu_bwd_k(const void* a_, const void* g_, voi
   const T* g = (const T*)g_;
   T* dx = (T*)dx_;
   // d/dx [x * Phi(x)] = Phi(x) + x * phi(x), exact erf form (torch's default gelu). Float math goes
-  // through vmath's branch-free erf and exp, so the loop vectorises; double keeps libm's.
-  for (int64_t i = 0; i < n; ++i) {
-    const C xv = load(x[i]);
-    const C cdf = (C)0.5 * ((C)1 + fm_erf<C>(xv * (C)0.70710678118654752440));
-    const C pdf = fm_exp<C>((C)-0.5 * xv * xv) * (C)0.39894228040143267794;
-    dx[i] = store<T>((C)load(g[i]) * (cdf + xv * pdf));
-  }
+  // through vmath's one-branch normal CDF and density, so the loop vectorises; double keeps libm's.
+  for (int64_t i = 0; i < n; ++i) dx[i] = store<T>((C)load(g[i]) * fm_gelu_grad<C>((C)load(x[i])));
 }
 
 #include "cpu/fused_attn.inc"

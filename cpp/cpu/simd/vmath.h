@@ -123,6 +123,58 @@ static inline float vm_erf(float x) {
   return ax <= 1.0f ? small : big;  // a NaN x fails the test and comes out of `big` as NaN
 }
 
+// The normal CDF Phi(x) and density phi(x) = e^(-x^2/2) / sqrt(2 pi) in one branch, for gelu = x * Phi(x)
+// and its derivative Phi + x * phi. Through erfc: with y = x / sqrt(2), z = |y| and t = 1 / (1 + z / 2),
+// erfc(z) = t * Q(t) * e^(-z^2), Q our own fit (relative error 4.3e-8 up to z = 10), and Phi(x) is
+// 1 - erfc(z) / 2 above 0, erfc(z) / 2 below. So negative x keep their relative accuracy (0.5 * (1 + erf(y))
+// loses every digit from x = -5 on), erf's two branches are not both evaluated, and phi shares e^(-z^2).
+// z^2 = x^2 / 2 is split exactly with an FMA (base x86-64: not split, a few ulp more far left), since the
+// error of exp's argument is its result's relative error. exp below -87.33 (|x| > 13.2) flushes to 0, where Phi
+// and phi are under FLT_MIN: no overflow or subnormal paths. Special values: Phi(inf) = 1, Phi(-inf) = 0,
+// so gelu(inf) = inf, gelu(-inf) = -inf * 0 = NaN (as torch); NaN stays NaN.
+static inline float vm_normal_cdf(float x, float& pdf) {
+  const float y = x * 0.70710678118654752f, z = std::fabs(y);
+  const float t = 1.0f / (1.0f + 0.5f * z);
+  float q = -5.906911567e-02f;
+  q = q * t + 2.845837176e-01f;
+  q = q * t - 4.872074425e-01f;
+  q = q * t + 2.780393660e-01f;
+  q = q * t - 2.657250501e-02f;
+  q = q * t + 2.026508600e-01f;
+  q = q * t + 2.431147397e-01f;
+  q = q * t + 2.823738754e-01f;
+  q = q * t + 2.820864916e-01f;
+  const float xx = x * x, zz = 0.5f * xx;  // z^2 = x^2 / 2 from x itself: y's rounding would cost ~10 ulp
+#if defined(__FMA__)
+  const float lo = 0.5f * std::fma(x, x, -xx);  // z^2 = zz + lo exactly
+#else
+  const float lo = 0.0f;
+#endif
+  const float a = zz > 87.33f ? -87.33f : -zz;  // e^a, a in [-87.33, 0]
+  const float n = (a * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
+  const float r = (a - n * 0.693359375f) - n * -2.12194440e-4f;
+  float p = 1.9875691500e-4f;
+  p = p * r + 1.3981999507e-3f;
+  p = p * r + 8.3334519073e-3f;
+  p = p * r + 4.1665795894e-2f;
+  p = p * r + 1.6666665459e-1f;
+  p = p * r + 5.0000001201e-1f;
+  p = p * r * r + r + 1.0f;
+  const float e = zz > 87.33f ? 0.0f : p * vm_bits_to_f(((int32_t)n + 127) << 23) * (1.0f - lo);  // e^(-z^2)
+  pdf = e * 0.39894228040143267794f;
+  const float half_erfc = 0.5f * (t * q * e);
+  return y > 0 ? 1.0f - half_erfc : half_erfc;
+}
+static inline float vm_gelu(float x) {
+  float pdf;
+  return x * vm_normal_cdf(x, pdf);
+}
+static inline float vm_gelu_grad(float x) {
+  float pdf;
+  const float cdf = vm_normal_cdf(x, pdf);
+  return cdf + x * pdf;
+}
+
 // sin (shift 0) or cos (shift 1) from x = j * pi/2 + r, |r| <= pi/4: float polynomials for sin and cos
 // (our own Chebyshev fits), picked and signed by j's quadrant.
 static inline float vm_sincos_reduced(float r, float j, int shift) {
@@ -208,6 +260,15 @@ template <typename C> static inline C fm_tanh(C x) {
   if constexpr (std::is_same_v<C, float>) return vm_tanh(x); else return std::tanh(x);
 }
 template <typename C> static inline C fm_sigmoid(C x) { return C(1) / (C(1) + fm_exp<C>(-x)); }
+template <typename C> static inline C fm_gelu(C x) {
+  if constexpr (std::is_same_v<C, float>) return vm_gelu(x);
+  else return C(0.5) * x * (C(1) + std::erf(x * C(0.70710678118654752440)));
+}
+// d/dx gelu = Phi(x) + x * phi(x) (the exact erf form, torch's default gelu)
+template <typename C> static inline C fm_gelu_grad(C x) {
+  if constexpr (std::is_same_v<C, float>) return vm_gelu_grad(x);
+  else return C(0.5) * (C(1) + std::erf(x * C(0.70710678118654752440))) + x * std::exp(C(-0.5) * x * x) * C(0.39894228040143267794);
+}
 template <typename C> static inline C fm_erf(C x) {
   if constexpr (std::is_same_v<C, float>) return vm_erf(x); else return std::erf(x);
 }
