@@ -19,14 +19,12 @@ constexpr int kVB = 16;
 static inline float vm_bits_to_f(int32_t i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline int32_t vm_f_to_bits(float f) { int32_t i; std::memcpy(&i, &f, 4); return i; }
 
-// exp(x) = 2^n * e^r, |r| <= ln2/2, degree-6 polynomial. 2^n is applied as two factors so that
-// results down to the subnormal range (x >= -103.97) are right, like libm's expf.
-static inline float vm_exp(float x) {
-  const float hi = 88.72283172607421875f, lo = -103.972084045410f;  // hi: largest x with finite expf(x)
-  float xc = x > hi ? hi : (x < lo ? lo : x);
-  float t = xc * 1.44269504088896341f;
-  float n = (t + 12582912.0f) - 12582912.0f;  // round to nearest integer (1.5 * 2^23 trick)
-  float r = xc - n * 0.693359375f;
+// e^x = 2^n * e^r for a finite x (the caller clamps it): n = round(x / ln2) is returned in `n`, and
+// e^r (|r| <= ln2/2, ln2 in two parts, degree-6 polynomial) is the result; callers scale by 2^n.
+static inline float vm_exp_reduced(float x, float& n) {
+  const float t = x * 1.44269504088896341f;
+  n = (t + 12582912.0f) - 12582912.0f;  // round to nearest integer (1.5 * 2^23 trick)
+  float r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
   float p = 1.9875691500e-4f;
   p = p * r + 1.3981999507e-3f;
@@ -34,7 +32,16 @@ static inline float vm_exp(float x) {
   p = p * r + 4.1665795894e-2f;
   p = p * r + 1.6666665459e-1f;
   p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  return p * r * r + r + 1.0f;
+}
+
+// exp(x) = 2^n * e^r. 2^n is applied as two factors so that results down to the subnormal range
+// (x >= -103.97) are right, like libm's expf.
+static inline float vm_exp(float x) {
+  const float hi = 88.72283172607421875f, lo = -103.972084045410f;  // hi: largest x with finite expf(x)
+  const float xc = x > hi ? hi : (x < lo ? lo : x);
+  float n;
+  const float p = vm_exp_reduced(xc, n);
   const int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;  // each half is a normal power of two
   float res = p * vm_bits_to_f((n1 + 127) << 23) * vm_bits_to_f((n2 + 127) << 23);
   res = x < lo ? 0.0f : res;
@@ -150,16 +157,8 @@ static inline float vm_normal_cdf(float x, float& pdf) {
 #else
   const float lo = 0.0f;
 #endif
-  const float a = zz > 87.33f ? -87.33f : -zz;  // e^a, a in [-87.33, 0]
-  const float n = (a * 1.44269504088896341f + 12582912.0f) - 12582912.0f;
-  const float r = (a - n * 0.693359375f) - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
-  p = p * r * r + r + 1.0f;
+  float n;
+  const float p = vm_exp_reduced(zz > 87.33f ? -87.33f : -zz, n);  // 2^n a normal power of two: one factor
   const float e = zz > 87.33f ? 0.0f : p * vm_bits_to_f(((int32_t)n + 127) << 23) * (1.0f - lo);  // e^(-z^2)
   pdf = e * 0.39894228040143267794f;
   const float half_erfc = 0.5f * (t * q * e);
