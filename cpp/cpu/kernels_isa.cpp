@@ -178,7 +178,7 @@ void divmod_loop(const T* a, int64_t sa, const T* b, int64_t sb, T* out, int64_t
     if (any_other)
       for (int64_t k = 0; k < m; ++k)
         if (other[k]) ys[k] = Op::template f<C>(xa[k], xb[k]);
-    for (int64_t k = 0; k < m; ++k) out[(s + k)] = store<T>(ys[k]);
+    for (int64_t k = 0; k < m; ++k) out[s + k] = store<T>(ys[k]);
   }
 }
 

@@ -135,10 +135,10 @@ static inline float vm_erf(float x) {
 // erfc(z) = t * Q(t) * e^(-z^2), Q our own fit (relative error 4.3e-8 up to z = 10), and Phi(x) is
 // 1 - erfc(z) / 2 above 0, erfc(z) / 2 below. So negative x keep their relative accuracy (0.5 * (1 + erf(y))
 // loses every digit from x = -5 on), erf's two branches are not both evaluated, and phi shares e^(-z^2).
-// z^2 = x^2 / 2 is split exactly with an FMA (base x86-64: not split, a few ulp more far left), since the
-// error of exp's argument is its result's relative error. exp below -87.33 (|x| > 13.2) flushes to 0, where Phi
-// and phi are under FLT_MIN: no overflow or subnormal paths. Special values: Phi(inf) = 1, Phi(-inf) = 0,
-// so gelu(inf) = inf, gelu(-inf) = -inf * 0 = NaN (as torch); NaN stays NaN.
+// z^2 = x^2 / 2 is split exactly with an FMA (base x86-64: not split, a few ulp more far left), since
+// the error of exp's argument is its result's relative error. exp below -87.33 (|x| > 13.2) flushes to
+// 0, where Phi and phi are under FLT_MIN: no overflow or subnormal paths. Special values: Phi(inf) = 1,
+// Phi(-inf) = 0, so gelu(inf) = inf, gelu(-inf) = -inf * 0 = NaN (as torch); NaN stays NaN.
 static inline float vm_normal_cdf(float x, float& pdf) {
   const float y = x * 0.70710678118654752f, z = std::fabs(y);
   const float t = 1.0f / (1.0f + 0.5f * z);
@@ -237,7 +237,8 @@ static inline float vm_fmod(float a, float b, int32_t& other) {
 // fmod(a, b) of doubles, exactly as fmod, where |a / b| < 2^53 and b is finite (`other` as above). The
 // rounded quotient can only round up onto the next integer, so n = trunc(a / b) is the true one or one
 // too far; a - n * b is representable either way (the remainder, or it less |b|), so one FMA gives it
-// exactly, and adding back |b| when its sign is not a's is exact too. Needs a real FMA (not libm's).
+// exactly, and adding back |b| when its sign is not a's is exact too. FMA builds only: without the
+// instruction std::fma is a libm call per element.
 static inline double vm_fmod(double a, double b, int64_t& other) {
   const double q = a / b, ab = std::fabs(b);
   other = !(std::fabs(q) < 9007199254740992.0 && ab <= 1.7976931348623157e308);
@@ -266,7 +267,8 @@ template <typename C> static inline C fm_gelu(C x) {
 // d/dx gelu = Phi(x) + x * phi(x) (the exact erf form, torch's default gelu)
 template <typename C> static inline C fm_gelu_grad(C x) {
   if constexpr (std::is_same_v<C, float>) return vm_gelu_grad(x);
-  else return C(0.5) * (C(1) + std::erf(x * C(0.70710678118654752440))) + x * std::exp(C(-0.5) * x * x) * C(0.39894228040143267794);
+  else return C(0.5) * (C(1) + std::erf(x * C(0.70710678118654752440))) +
+              x * std::exp(C(-0.5) * x * x) * C(0.39894228040143267794);
 }
 template <typename C> static inline C fm_erf(C x) {
   if constexpr (std::is_same_v<C, float>) return vm_erf(x); else return std::erf(x);
