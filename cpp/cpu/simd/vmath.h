@@ -19,6 +19,14 @@ constexpr int kVB = 16;
 static inline float vm_bits_to_f(int32_t i) { float f; std::memcpy(&f, &i, 4); return f; }
 static inline int32_t vm_f_to_bits(float f) { int32_t i; std::memcpy(&i, &f, 4); return i; }
 
+// Horner's rule: c[0] x^(N-1) + c[1] x^(N-2) + ... + c[N-1], coefficients highest first as the fits list
+// them (a constant trip count: unrolled, so loops calling it still vectorise).
+template <int N> static inline float vm_horner(float x, const float (&c)[N]) {
+  float p = c[0];
+  for (int i = 1; i < N; ++i) p = p * x + c[i];
+  return p;
+}
+
 // e^x = 2^n * e^r for a finite x (the caller clamps it): n = round(x / ln2) is returned in `n`, and
 // e^r (|r| <= ln2/2, ln2 in two parts, degree-6 polynomial) is the result; callers scale by 2^n.
 static inline float vm_exp_reduced(float x, float& n) {
@@ -26,12 +34,8 @@ static inline float vm_exp_reduced(float x, float& n) {
   n = (t + 12582912.0f) - 12582912.0f;  // round to nearest integer (1.5 * 2^23 trick)
   float r = x - n * 0.693359375f;
   r = r - n * -2.12194440e-4f;
-  float p = 1.9875691500e-4f;
-  p = p * r + 1.3981999507e-3f;
-  p = p * r + 8.3334519073e-3f;
-  p = p * r + 4.1665795894e-2f;
-  p = p * r + 1.6666665459e-1f;
-  p = p * r + 5.0000001201e-1f;
+  const float p = vm_horner(r, {1.9875691500e-4f, 1.3981999507e-3f, 8.3334519073e-3f, 4.1665795894e-2f,
+      1.6666665459e-1f, 5.0000001201e-1f});
   return p * r * r + r + 1.0f;
 }
 
@@ -61,15 +65,8 @@ static inline float vm_log(float x) {
   float ef = (float)(big ? e + 1 : e);
   float f = m - 1.0f;
   float z = f * f;
-  float p = 7.0376836292e-2f;
-  p = p * f - 1.1514610310e-1f;
-  p = p * f + 1.1676998740e-1f;
-  p = p * f - 1.2420140846e-1f;
-  p = p * f + 1.4249322787e-1f;
-  p = p * f - 1.6668057665e-1f;
-  p = p * f + 2.0000714765e-1f;
-  p = p * f - 2.4999993993e-1f;
-  p = p * f + 3.3333331174e-1f;
+  const float p = vm_horner(f, {7.0376836292e-2f, -1.1514610310e-1f, 1.1676998740e-1f, -1.2420140846e-1f,
+      1.4249322787e-1f, -1.6668057665e-1f, 2.0000714765e-1f, -2.4999993993e-1f, 3.3333331174e-1f});
   float y = f * z * p;
   y += ef * -2.12194440e-4f;
   y += -0.5f * z;
@@ -85,11 +82,8 @@ static inline float vm_log(float x) {
 static inline float vm_tanh(float x) {
   float ax = x < 0 ? -x : x;
   float z = x * x;
-  float p = -5.70498872745e-3f;
-  p = p * z + 2.06390887954e-2f;
-  p = p * z - 5.37397155531e-2f;
-  p = p * z + 1.33314422036e-1f;
-  p = p * z - 3.33332819422e-1f;
+  const float p = vm_horner(z, {-5.70498872745e-3f, 2.06390887954e-2f, -5.37397155531e-2f, 1.33314422036e-1f,
+      -3.33332819422e-1f});
   float small = x + x * z * p;
   float e = vm_exp(2.0f * ax);
   float big = 1.0f - 2.0f / (e + 1.0f);
@@ -106,25 +100,13 @@ static inline float vm_sigmoid(float x) { return 1.0f / (1.0f + vm_exp(-x)); }
 static inline float vm_erf(float x) {
   const float ax = x < 0 ? -x : x;
   const float z = x * x;
-  float pa = -5.654007217e-04f;
-  pa = pa * z + 4.923252925e-03f;
-  pa = pa * z - 2.671636274e-02f;
-  pa = pa * z + 1.128036353e-01f;
-  pa = pa * z - 3.761234965e-01f;
-  pa = pa * z + 1.128379127e+00f;
+  const float pa = vm_horner(z, {-5.654007217e-04f, 4.923252925e-03f, -2.671636274e-02f, 1.128036353e-01f,
+      -3.761234965e-01f, 1.128379127e+00f});
   const float small = x * pa;
   const float t = (ax > 4.0f ? 4.0f : ax) - 2.5f;
-  float pb = 1.671832676e-06f;
-  pb = pb * t - 6.386209744e-06f;
-  pb = pb * t + 1.435350619e-05f;
-  pb = pb * t - 5.358525088e-05f;
-  pb = pb * t + 2.129723539e-04f;
-  pb = pb * t - 7.389983919e-04f;
-  pb = pb * t + 2.465982165e-03f;
-  pb = pb * t - 7.999345154e-03f;
-  pb = pb * t + 2.493820378e-02f;
-  pb = pb * t - 7.434760099e-02f;
-  pb = pb * t + 2.108063575e-01f;
+  const float pb = vm_horner(t, {1.671832676e-06f, -6.386209744e-06f, 1.435350619e-05f, -5.358525088e-05f,
+      2.129723539e-04f, -7.389983919e-04f, 2.465982165e-03f, -7.999345154e-03f, 2.493820378e-02f,
+      -7.434760099e-02f, 2.108063575e-01f});
   float big = 1.0f - vm_exp(-z) * pb;
   big = x < 0 ? -big : big;
   return ax <= 1.0f ? small : big;  // a NaN x fails the test and comes out of `big` as NaN
@@ -142,15 +124,8 @@ static inline float vm_erf(float x) {
 static inline float vm_normal_cdf(float x, float& pdf) {
   const float y = x * 0.70710678118654752f, z = std::fabs(y);
   const float t = 1.0f / (1.0f + 0.5f * z);
-  float q = -5.906911567e-02f;
-  q = q * t + 2.845837176e-01f;
-  q = q * t - 4.872074425e-01f;
-  q = q * t + 2.780393660e-01f;
-  q = q * t - 2.657250501e-02f;
-  q = q * t + 2.026508600e-01f;
-  q = q * t + 2.431147397e-01f;
-  q = q * t + 2.823738754e-01f;
-  q = q * t + 2.820864916e-01f;
+  const float q = vm_horner(t, {-5.906911567e-02f, 2.845837176e-01f, -4.872074425e-01f, 2.780393660e-01f,
+      -2.657250501e-02f, 2.026508600e-01f, 2.431147397e-01f, 2.823738754e-01f, 2.820864916e-01f});
   const float xx = x * x, zz = 0.5f * xx;  // z^2 = x^2 / 2 from x itself: y's rounding would cost ~10 ulp
 #if defined(__FMA__)
   const float lo = 0.5f * std::fma(x, x, -xx);  // z^2 = zz + lo exactly
@@ -178,15 +153,9 @@ static inline float vm_gelu_grad(float x) {
 // (our own Chebyshev fits), picked and signed by j's quadrant.
 static inline float vm_sincos_reduced(float r, float j, int shift) {
   const float z = r * r;
-  float ps = 2.724996370e-06f;
-  ps = ps * z - 1.984008714e-04f;
-  ps = ps * z + 8.333331876e-03f;
-  ps = ps * z - 1.666666666e-01f;
+  const float ps = vm_horner(z, {2.724996370e-06f, -1.984008714e-04f, 8.333331876e-03f, -1.666666666e-01f});
   const float s = r == 0.0f ? r : r + r * z * ps;  // -0 + (+0) would be +0: keep sin(-0) = -0
-  float pc = -2.730098631e-07f;
-  pc = pc * z + 2.480060068e-05f;
-  pc = pc * z - 1.388888767e-03f;
-  pc = pc * z + 4.166666666e-02f;
+  const float pc = vm_horner(z, {-2.730098631e-07f, 2.480060068e-05f, -1.388888767e-03f, 4.166666666e-02f});
   const float c = 1.0f - 0.5f * z + z * z * pc;
   const int q = (int)j + shift;
   const float v = (q & 1) ? c : s;
