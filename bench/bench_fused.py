@@ -8,13 +8,16 @@ ember, torch and the copy are timed in rounds (best_ms_rounds): each round gives
 a pause, a warm-up and three timed calls, and the best call over the rounds counts. So all three sample
 the same stretch of time on a shared machine, whose speed drifts by up to ~40% over seconds to minutes
 (timed one after the other, a row's ratio moved with that drift: the same sdpa forward gave 0.75x and
-1.19x in two runs of one hour). MLX and the numpy composite, 10-100x slower, are timed after them.
+1.19x in two runs of one hour). Nine rounds by default: with five, one fast stretch that fell on one
+library's turn and not on the other's could decide a row (one run's torch sdpa forward took 19.4 ms
+once and 24-27 ms in every other run). MLX and the numpy composite, 10-100x slower, are timed after
+them.
 
 Every timed call starts with cold caches (a buffer twice the last-level cache is rewritten before it,
 outside the timing), for every library alike: the copy is then the memory limit it stands for. Called
 back to back, an 8 MB copy keeps its 16 MB in this machine's 32 MB L3 and runs at L3 speed (0.47 ms
 for the bf16 32768x128 copy, against ~1.0 ms from memory), which a compute-bound kernel cannot match.
-Usage: python bench/bench_fused.py [--reps N] [--quick]
+Usage: python bench/bench_fused.py [--rounds N] [--reps N] [--quick]
 """
 from __future__ import annotations
 
@@ -205,7 +208,7 @@ def numpy_case(op, x, dt, w, b, g):
 
 
 # ----------------------------------------------------------------------------- sdpa
-def sdpa_row(causal, arrays, reps):
+def sdpa_row(causal, arrays, rounds, reps):
     """ember / torch / MLX times (fwd, bwd) of one attention configuration."""
     D = arrays[0].shape[-1]
     scale = 1 / np.sqrt(D)
@@ -220,7 +223,7 @@ def sdpa_row(causal, arrays, reps):
     efwd = lambda: q.apply_op3(k, v, ops._Sdpa(scale, causal, None))
     res = {}
     if torch is None:
-        res["ember"] = best_ms_rounds((efwd,), reps), best_ms_rounds((ebwd,), reps)
+        res["ember"] = best_ms_rounds((efwd,), rounds), best_ms_rounds((ebwd,), rounds)
     else:
         tq, tk, tv, tg = (torch.from_numpy(a) for a in arrays)
         F = torch.nn.functional.scaled_dot_product_attention
@@ -232,7 +235,7 @@ def sdpa_row(causal, arrays, reps):
         qr, kr, vr = (t.clone().requires_grad_() for t in (tq, tk, tv))
         ty = F(qr, kr, vr, is_causal=causal)
         tb = lambda: torch.autograd.grad(ty, (qr, kr, vr), tg, retain_graph=True)
-        (ef, tfm), (eb, tbm) = best_ms_rounds((efwd, tf), reps), best_ms_rounds((ebwd, tb), reps)
+        (ef, tfm), (eb, tbm) = best_ms_rounds((efwd, tf), rounds), best_ms_rounds((ebwd, tb), rounds)
         res["ember"], res["torch"] = (ef, eb), (tfm, tbm)
     if mx is not None:
         mq, mk_, mv, mg = (mx.array(a) for a in arrays)
@@ -246,18 +249,19 @@ def sdpa_row(causal, arrays, reps):
     return res
 
 
-def sdpa_rows(reps):
+def sdpa_rows(rounds, reps):
     B, H, L, D = 4, 8, 512, 64
     rng = np.random.default_rng(0)
     arrays = tuple(rng.standard_normal((B, H, L, D)).astype(np.float32) for _ in range(4))
-    return [(f"sdpa{' causal' if causal else ''}", f"{B}x{H}x{L}x{D}", "float32", sdpa_row(causal, arrays, reps), None)
+    return [(f"sdpa{' causal' if causal else ''}", f"{B}x{H}x{L}x{D}", "float32", sdpa_row(causal, arrays, rounds, reps), None)
             for causal in (False, True)]
 
 
 # ----------------------------------------------------------------------------- main
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds of ember, torch and the copy")
+    ap.add_argument("--reps", type=int, default=5, help="best of N calls for MLX (numpy: N // 3, at least 2)")
     ap.add_argument("--quick", action="store_true", help="only the 32768x128 shape and sdpa")
     args = ap.parse_args()
     nt = em.get_num_threads()
@@ -282,19 +286,19 @@ def main():
                 efwd, ebwd = ember_case(op, x, dt, w, b, g)
                 if torch is not None:
                     tfwd, tbwd = torch_case(op, x, dt, w, b, g)
-                    fwd_ms, copy_ms, tf_ms = best_ms_rounds((efwd, copy, tfwd), args.reps)
-                    bwd_ms, tb_ms = best_ms_rounds((ebwd, tbwd), args.reps)
+                    fwd_ms, copy_ms, tf_ms = best_ms_rounds((efwd, copy, tfwd), args.rounds)
+                    bwd_ms, tb_ms = best_ms_rounds((ebwd, tbwd), args.rounds)
                     res = {"ember": [fwd_ms, bwd_ms], "torch": [tf_ms, tb_ms]}
                 else:
-                    fwd_ms, copy_ms = best_ms_rounds((efwd, copy), args.reps)
-                    res = {"ember": [fwd_ms, best_ms_rounds((ebwd,), args.reps)[0]]}
+                    fwd_ms, copy_ms = best_ms_rounds((efwd, copy), args.rounds)
+                    res = {"ember": [fwd_ms, best_ms_rounds((ebwd,), args.rounds)[0]]}
                 if mx is not None:
                     res["mlx"] = [best_ms(f, args.reps) for f in mlx_case(op, x, dt, w, b, g)]
                 if dt == "float32":
                     res["numpy"] = [best_ms(f, max(2, args.reps // 3)) for f in numpy_case(op, x, dt, w, b, g)]
                 rows.append((op, f"{shape[0]}x{shape[1]}", dt, res, copy_ms))
                 print_row(rows[-1], header=len(rows) == 1)
-    for r in sdpa_rows(max(3, args.reps - 1)):
+    for r in sdpa_rows(args.rounds, max(3, args.reps - 1)):
         rows.append(r)
         print_row(r, header=False)
     worst = min(res["torch"][i] / res["ember"][i] for _, _, _, res, _ in rows if "torch" in res for i in (0, 1))
