@@ -91,6 +91,43 @@ def test_softmax_extremes():
     close(tt(F.softmax_fwd(s, l, True), x.shape, x.dtype), torch.log_softmax(x.double(), -1), torch.float32)
 
 
+@pytest.mark.parametrize("dtype", DTYPES)
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_long_rows_combine_their_blocks(dtype, log):
+    # Rows over 4096 columns are taken a 4096-column block at a time, each block against its own max,
+    # and the blocks are rescaled to the row's max at the end: the row's max in any block, blocks far
+    # below it (their outputs underflow to 0), blocks of -inf, and NaN/inf in one block must all come
+    # out as a whole-row softmax does. 3 blocks and a 37-column tail; rows of an offset (ldx > n) view.
+    n = 3 * 4096 + 37
+    x = torch.randn(9, n + 3, dtype=torch.float64)[:, 2:2 + n] * 3
+    x[0, -1] = 25.0                      # the max in the tail
+    x[1, 5000] = 40.0                    # ... in the middle block
+    x[2, :4096] = -math.inf              # a first block of -inf
+    x[2, 9000:9100] = -math.inf
+    x[3, 4096:8192] -= 1000.0            # a block far below the max: its outputs are 0
+    x[4, 10000] = float("nan")           # NaN in one block: the whole row is NaN
+    x[5, 7000] = math.inf                # +inf: inf - inf, NaN as in torch
+    x[6] = -math.inf                     # nothing finite: NaN as in torch
+    x[7, 8192:] = -math.inf              # the tail block (and the last whole one) all -inf
+    x[8, :8192] += 60.0                  # two blocks far above the rest
+    x = x.to(dtype)
+    s, l = sto(x)
+    got = tt(F.softmax_fwd(s, l, log), x.shape, dtype).double()
+    ref = (torch.log_softmax if log else torch.softmax)(x.double(), -1)
+    assert torch.equal(got.isnan(), ref.isnan())
+    assert got[4].isnan().all() and got[5].isnan().all() and got[6].isnan().all()
+    rtol, atol = TOL[dtype]
+    torch.testing.assert_close(got, ref, rtol=rtol, atol=atol * (1 if log else 1e-3), equal_nan=True)
+    if not log:
+        assert (got[3, 4096:8192] == 0).all() and (got[2, :4096] == 0).all()
+        ok = ~ref.isnan().any(-1)
+        close(got[ok].sum(-1), torch.ones(int(ok.sum()), dtype=torch.float64), dtype)
+    # the same rows one at a time (a chunk of one row prefetches nothing after it): the same bits
+    for r in (0, 3, 8):
+        alone = tt(F.softmax_fwd(*sto(x[r:r + 1].clone()), log), (1, n), dtype)
+        assert torch.equal(alone[0].double().nan_to_num(), got[r].nan_to_num())
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_softmax_nan_rows_stay_nan_in_every_store_path(dtype):
     # 40 columns: vector pairs, a single vector and a partial tail; rows with a NaN or an inf - inf
