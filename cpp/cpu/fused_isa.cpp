@@ -127,6 +127,24 @@ static inline double exp_sum(const T* x, int64_t n, C_t<T> mx, C_t<T>* e, const 
       });
 }
 
+// One log_softmax row: (x - max) - log(sum), subtracting in two steps keeps log(sum) when max is huge.
+template <typename T>
+static inline void log_softmax_row_out(const T* xr, T* yr, int64_t n, C_t<T> mx, double total, bool nt) {
+  using C = C_t<T>;
+  using V = Vec<C>;
+  constexpr int L = kL<C>;
+  const V vm = vbc(mx), sub = vbc((C)std::log(total));
+  const int64_t n2 = pair_end<C>(n);
+  int64_t i = 0;
+  for (; i < n2; i += 2 * L) {
+    V a, b;
+    vload2(xr + i, a, b);
+    vstore2(yr + i, (a - vm) - sub, (b - vm) - sub, nt);
+  }
+  for (; i + L <= n; i += L) vstore_o(yr + i, (vload(xr + i) - vm) - sub, nt);
+  if (i < n) vstore_n(yr + i, (vload_n(xr + i, n - i, 0) - vm) - sub, n - i);
+}
+
 // Rows longer than kBlk, a block at a time: the block's max, then its exps against that max while the
 // block is still in L1, so the row comes from memory once. (A whole-row max pass first streamed the
 // row from memory with the core idle; the 64x65536 bf16 forward took ~1.4x its in-cache time.) With
@@ -170,16 +188,7 @@ static void softmax_fwd_long(const T* x, int64_t ldx, T* y, int64_t rows, int64_
     for (int64_t b = 0; b < nb; ++b)
       if (bsum[b] != 0) total += bsum[b] * std::exp(bmax[b] - M);
     if (log) {
-      // (x - max) - log(sum): subtracting in two steps keeps log(sum) when max is huge.
-      const V vm = vbc((C)M), sub = vbc((C)std::log(total));
-      int64_t i = 0;
-      for (; i < n2; i += 2 * L) {
-        V a, b;
-        vload2(xr + i, a, b);
-        vstore2(yr + i, (a - vm) - sub, (b - vm) - sub, nt);
-      }
-      for (; i + L <= n; i += L) vstore_o(yr + i, (vload(xr + i) - vm) - sub, nt);
-      if (i < n) vstore_n(yr + i, (vload_n(xr + i, n - i, 0) - vm) - sub, n - i);
+      log_softmax_row_out(xr, yr, n, (C)M, total, nt);
       continue;
     }
     const bool no_nan = std::isfinite(total) && total > 0;  // then every scale and e is finite
@@ -223,15 +232,7 @@ static void softmax_fwd_impl(const T* x, int64_t ldx, T* y, int64_t rows, int64_
       T* yr = y + r * n;
       int64_t i = 0;
       if (log) {
-        // (x - max) - log(sum): subtracting in two steps keeps log(sum) when max is huge.
-        const V vm = vbc(mx[r - g0]), sub = vbc((C)std::log(total[r - g0]));
-        for (; i < n2; i += 2 * L) {
-          V a, b;
-          vload2(xr + i, a, b);
-          vstore2(yr + i, (a - vm) - sub, (b - vm) - sub, nt);
-        }
-        for (; i + L <= n; i += L) vstore_o(yr + i, (vload(xr + i) - vm) - sub, nt);
-        if (i < n) vstore_n(yr + i, (vload_n(xr + i, n - i, 0) - vm) - sub, n - i);
+        log_softmax_row_out(xr, yr, n, mx[r - g0], total[r - g0], nt);
       } else {
         const C* e = e_of(r, g0);
         const V inv = vbc((C)(1.0 / total[r - g0]));
