@@ -98,7 +98,9 @@ static inline double block_sum(int64_t n, Pair&& pair, Part&& part) {
 }
 
 // sum(exp(x - mx)); softmax also keeps e = exp(x - mx) in `e` (vload2 order below pair_end, like y).
-// pf, when set, is prefetched into L2 alongside (the same offsets), one line per pair of vectors.
+// pf, when set, is prefetched into L2 alongside (the same offsets), one line per pair of vectors. Its
+// addresses are formed as integers: past a short last block they may lie beyond the buffer (a prefetch
+// never faults, but pointer arithmetic there would be out of range).
 template <typename T, bool keep>
 static inline double exp_sum(const T* x, int64_t n, C_t<T> mx, C_t<T>* e, const T* pf = nullptr) {
   using C = C_t<T>;
@@ -109,7 +111,7 @@ static inline double exp_sum(const T* x, int64_t n, C_t<T> mx, C_t<T>* e, const 
       n,
       [&](int64_t j, V& s0, V& s1) {
         V a, b;
-        if (pf) __builtin_prefetch(pf + j, 0, 2);
+        if (pf) __builtin_prefetch((const void*)((uintptr_t)pf + (uintptr_t)j * sizeof(T)), 0, 2);
         vload2(x + j, a, b);
         const V e0 = exp_row<T>(a - vm), e1 = exp_row<T>(b - vm);
         if (keep) vst(e + j, e0), vst(e + j + L, e1);
@@ -145,6 +147,21 @@ static inline void log_softmax_row_out(const T* xr, T* yr, int64_t n, C_t<T> mx,
   if (i < n) vstore_n(yr + i, (vload_n(xr + i, n - i, 0) - vm) - sub, n - i);
 }
 
+// softmax outputs y[i] = e[i] * inv for i in [i0, i1): vector pairs below p1 (vload2 order, as e was
+// stored), single vectors and scalars after. no_nan (a finite, positive sum: every e and e * inv is
+// finite) takes the cheaper rounding.
+template <typename T>
+static inline void softmax_out(const C_t<T>* e, T* yr, int64_t i0, int64_t i1, int64_t p1, Vec<C_t<T>> inv,
+                               bool no_nan, bool nt) {
+  constexpr int L = kL<C_t<T>>;
+  int64_t i = i0;
+  if (no_nan)
+    for (; i < p1; i += 2 * L) vstore2_no_nan(yr + i, vld(e + i) * inv, vld(e + i + L) * inv, nt);
+  for (; i < p1; i += 2 * L) vstore2(yr + i, vld(e + i) * inv, vld(e + i + L) * inv, nt);
+  for (; i + L <= i1; i += L) vstore_o(yr + i, vld(e + i) * inv, nt);
+  for (; i < i1; ++i) yr[i] = store<T>(e[i] * inv[0]);
+}
+
 // Rows longer than kBlk, a block at a time: the block's max, then its exps against that max while the
 // block is still in L1, so the row comes from memory once. (A whole-row max pass first streamed the
 // row from memory with the core idle; the 64x65536 bf16 forward took ~1.4x its in-cache time.) With
@@ -154,7 +171,6 @@ static inline void log_softmax_row_out(const T* xr, T* yr, int64_t n, C_t<T> mx,
 template <typename T, bool log>
 static void softmax_fwd_long(const T* x, int64_t ldx, T* y, int64_t rows, int64_t n, bool nt) {
   using C = C_t<T>;
-  using V = Vec<C>;
   constexpr int L = kL<C>;
   const int64_t nb = (n + kBlk - 1) / kBlk, n2 = pair_end<C>(n);
   const bool in_y = std::is_same_v<T, C> && !nt;
@@ -194,13 +210,7 @@ static void softmax_fwd_long(const T* x, int64_t ldx, T* y, int64_t rows, int64_
     const bool no_nan = std::isfinite(total) && total > 0;  // then every scale and e is finite
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t b0 = b * kBlk, b1 = std::min(n, b0 + kBlk), p1 = std::min(n2, b1);
-      const V inv = vbc((C)(std::exp(bmax[b] - M) / total));
-      int64_t i = b0;
-      if (no_nan)
-        for (; i < p1; i += 2 * L) vstore2_no_nan(yr + i, vld(e + i) * inv, vld(e + i + L) * inv, nt);
-      for (; i < p1; i += 2 * L) vstore2(yr + i, vld(e + i) * inv, vld(e + i + L) * inv, nt);
-      for (; i + L <= b1; i += L) vstore_o(yr + i, vld(e + i) * inv, nt);
-      for (; i < b1; ++i) yr[i] = store<T>(e[i] * inv[0]);
+      softmax_out(e, yr, b0, b1, p1, vbc((C)(std::exp(bmax[b] - M) / total)), no_nan, nt);
     }
   }
 }
@@ -208,7 +218,6 @@ static void softmax_fwd_long(const T* x, int64_t ldx, T* y, int64_t rows, int64_
 template <typename T, bool log>
 static void softmax_fwd_impl(const T* x, int64_t ldx, T* y, int64_t rows, int64_t n, bool nt) {
   using C = C_t<T>;
-  using V = Vec<C>;
   constexpr int L = kL<C>;
   const int64_t n2 = pair_end<C>(n);  // pairs (vload2 order) below n2, plain vectors from there on
   // f32/f64 keep e in y unless y is streamed; halves (or a streamed y) keep it in a cache-resident
@@ -230,18 +239,10 @@ static void softmax_fwd_impl(const T* x, int64_t ldx, T* y, int64_t rows, int64_
     for (int64_t r = g0; r < g1; ++r) {
       const T* xr = x + r * ldx;
       T* yr = y + r * n;
-      int64_t i = 0;
-      if (log) {
+      if (log)
         log_softmax_row_out(xr, yr, n, mx[r - g0], total[r - g0], nt);
-      } else {
-        const C* e = e_of(r, g0);
-        const V inv = vbc((C)(1.0 / total[r - g0]));
-        if (std::isfinite(total[r - g0]))  // then every e is finite too, and e * inv is in [0, 1]
-          for (; i < n2; i += 2 * L) vstore2_no_nan(yr + i, vld(e + i) * inv, vld(e + i + L) * inv, nt);
-        for (; i < n2; i += 2 * L) vstore2(yr + i, vld(e + i) * inv, vld(e + i + L) * inv, nt);
-        for (; i + L <= n; i += L) vstore_o(yr + i, vld(e + i) * inv, nt);
-        for (; i < n; ++i) yr[i] = store<T>(e[i] * inv[0]);
-      }
+      else  // a finite sum makes every e finite too, and e * inv is in [0, 1]
+        softmax_out(e_of(r, g0), yr, 0, n, n2, vbc((C)(1.0 / total[r - g0])), std::isfinite(total[r - g0]), nt);
     }
   }
 }
