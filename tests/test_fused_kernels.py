@@ -128,6 +128,55 @@ def test_softmax_long_rows_combine_their_blocks(dtype, log):
         assert torch.equal(alone[0].double().nan_to_num(), got[r].nan_to_num())
 
 
+@pytest.mark.parametrize("dtype", HALF)
+def test_softmax_half_rows_take_their_max_from_the_bits(dtype):
+    # f16/bf16 rows find their max on the raw bits (int16 max of the non-negative, uint16 min of the
+    # negative) and, when |max| < 8192, take their exps as 2^(x*log2e - c) with c = max*log2e rounded.
+    # 77 columns: whole vector blocks at every width, then a scalar tail. Rows all negative, of mixed
+    # sign, of signed zeros, with -inf, with a negative NaN (bits 0xff../0xfe..), either side of 8192.
+    n = 77
+    x = torch.randn(12, n, dtype=torch.float64)
+    x[0] = -(x[0].abs() * 5 + 1)             # all negative: the max is the smallest magnitude
+    x[1, 70] = 6.5                            # mixed signs, the max in the tail
+    x[2] = -(x[2].abs() + 2)
+    x[2, 76] = -0.75                          # all negative, the max the last element
+    x[3] = -0.0
+    x[3, :40] = -x[3, :40].abs() - 1
+    x[3, 60] = 0.0                            # +0 and -0 as the max: both give e = 1
+    x[4, ::5] = -math.inf                     # -inf among negatives
+    x[4] = -(x[4].abs())
+    x[6] = 8100 + 30 * x[6]                   # |max| just under and well over 8192: both exp forms
+    x[7] = 9000 + 30 * x[7]
+    x[8] = -9000 + 30 * x[8]
+    x[9, 76] = 200.0                          # far above the rest (missed, its e would overflow)
+    x[10] = -30000 + 100 * x[10] if dtype == torch.bfloat16 else -30000 + 100 * x[10].clamp(-3, 3)
+    x[11, 31] = -200.0
+    x = x.to(dtype)
+    bits = x.view(torch.int16)
+    bits[5, 33] = -64 if dtype == torch.bfloat16 else -512   # a NaN with its sign bit set
+    s, l = sto(x)
+    got = tt(F.softmax_fwd(s, l, False), x.shape, dtype).double()
+    ref = torch.softmax(x.double(), -1)
+    assert torch.equal(got.isnan(), ref.isnan()) and got[5].isnan().all()
+    torch.testing.assert_close(got, ref, rtol=TOL[dtype][0], atol=TOL[dtype][1], equal_nan=True)
+    ok = ~ref.isnan().any(-1)
+    assert (got[ok] <= 1).all() and (got[ok] >= 0).all()
+    assert (got[4, ::5] == 0).all()
+    logs = tt(F.softmax_fwd(s, l, True), x.shape, dtype).double()
+    torch.testing.assert_close(logs, torch.log_softmax(x.double(), -1), rtol=TOL[dtype][0], atol=TOL[dtype][1],
+                               equal_nan=True)
+    for r in (0, 3, 6, 7):  # a row alone: the same bits
+        assert torch.equal(tt(F.softmax_fwd(*sto(x[r:r + 1].clone()), False), (1, n), dtype)[0].double(), got[r])
+
+
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_one_column_rows_are_exactly_one(dtype):
+    x = (torch.randn(9, 1, dtype=torch.float64) * torch.tensor([1, 10, 1e3, 8000, 9000, -8000, -9e3, 1e-3, 0.0],
+                                                                dtype=torch.float64)[:, None]).to(dtype)
+    got = tt(F.softmax_fwd(*sto(x), False), x.shape, dtype).double()
+    assert (got == 1).all()
+
+
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
 def test_softmax_nan_rows_stay_nan_in_every_store_path(dtype):
     # 40 columns: vector pairs, a single vector and a partial tail; rows with a NaN or an inf - inf

@@ -53,24 +53,56 @@ template <typename F> static inline void with_flag(bool b, F&& f) {
 }
 
 // ============================ softmax / log_softmax ============================================
+// The largest element of a row; callers treat a NaN max like any other (its row's sum becomes NaN).
 template <typename T> static inline C_t<T> row_max(const T* x, int64_t n) {
   using C = C_t<T>;
   using V = Vec<C>;
   constexpr int L = kL<C>;
-  V m0 = vbc(-kInf<C>), m1 = m0, m2 = m0, m3 = m0;  // 4 accumulators hide the compare latency
-  int64_t i = 0;
-  for (; i + 4 * L <= n; i += 4 * L) {
-    V a, b, c, d;
-    vload2(x + i, a, b);
-    vload2(x + i + 2 * L, c, d);
-    m0 = vmax(m0, a);
-    m1 = vmax(m1, b);
-    m2 = vmax(m2, c);
-    m3 = vmax(m3, d);
+  if constexpr (sizeof(T) == 2) {
+    // f16/bf16: on the bits, with no widening. Both formats are sign-magnitude: among non-negative
+    // values the largest bits read as int16 belong to the largest value, among negative ones the
+    // smallest bits read as uint16. One integer max and one min per vector of 16-bit elements, where
+    // the widened compare took two shuffles and two float maxes for the same elements. NaN bits lie
+    // beyond inf's, so a NaN can come out as the max: the row is NaN either way.
+    using S = I16V;
+    using U = U16V;
+    constexpr int H = kVB / 2;
+    S s0 = S{} + (int16_t)INT16_MIN, s1 = s0;
+    U u0 = U{} + (uint16_t)0xffff, u1 = u0;
+    int64_t i = 0;
+    for (; i + 2 * H <= n; i += 2 * H) {
+      U a, b;
+      __builtin_memcpy(&a, x + i, sizeof a);
+      __builtin_memcpy(&b, x + i + H, sizeof b);
+      s0 = (S)a > s0 ? (S)a : s0;
+      s1 = (S)b > s1 ? (S)b : s1;
+      u0 = a < u0 ? a : u0;
+      u1 = b < u1 ? b : u1;
+    }
+    int16_t sm = hmax_i16(s0 > s1 ? s0 : s1);
+    uint16_t um = hmin_u16(u0 < u1 ? u0 : u1);
+    for (; i < n; ++i) {
+      const uint16_t b = x[i].bits;
+      sm = std::max(sm, (int16_t)b);
+      um = std::min(um, b);
+    }
+    return load(T{sm >= 0 ? (uint16_t)sm : um});
+  } else {
+    V m0 = vbc(-kInf<C>), m1 = m0, m2 = m0, m3 = m0;  // 4 accumulators hide the compare latency
+    int64_t i = 0;
+    for (; i + 4 * L <= n; i += 4 * L) {
+      V a, b, c, d;
+      vload2(x + i, a, b);
+      vload2(x + i + 2 * L, c, d);
+      m0 = vmax(m0, a);
+      m1 = vmax(m1, b);
+      m2 = vmax(m2, c);
+      m3 = vmax(m3, d);
+    }
+    for (; i + L <= n; i += L) m0 = vmax(m0, vload(x + i));
+    if (i < n) m1 = vmax(m1, vload_n(x + i, n - i, -kInf<C>));
+    return hmax(vmax(vmax(m0, m1), vmax(m2, m3)));
   }
-  for (; i + L <= n; i += L) m0 = vmax(m0, vload(x + i));
-  if (i < n) m1 = vmax(m1, vload_n(x + i, n - i, -kInf<C>));
-  return hmax(vmax(vmax(m0, m1), vmax(m2, m3)));
 }
 
 // exp(x - m) for softmax rows of T (f16/bf16 results need less of the exp polynomial).
@@ -78,6 +110,7 @@ template <typename T, typename V> static inline V exp_row(V d) {
   if constexpr (sizeof(T) == 2) return vexp_neg_half(d);
   else return vexp_neg(d);
 }
+
 // A row's sum in blocks of kBlk (a multiple of 2L: pairs never straddle blocks), each block's two
 // vector accumulators combined in double, so 1M-column rows stay accurate. pair(j, s0, s1) adds the
 // pair at j; part(j, c, s0) adds the c <= L elements at j (a block's tail).
@@ -97,36 +130,64 @@ static inline double block_sum(int64_t n, Pair&& pair, Part&& part) {
   return total;
 }
 
-// sum(exp(x - mx)); softmax also keeps e = exp(x - mx) in `e` (vload2 order below pair_end, like y).
-// pf, when set, is prefetched into L2 alongside (the same offsets), one line per pair of vectors. Its
-// addresses are formed as integers: past a short last block they may lie beyond the buffer (a prefetch
-// never faults, but pointer arithmetic there would be out of range).
+// f16/bf16 softmax rows (not log_softmax) whose max m has |m| < 8192 take e = 2^(x*log2e - c), with
+// c = m*log2e rounded to float: one FMA where (x - m)*log2e took a subtract and a multiply. Below 8192,
+// c is within 2^-11 of m*log2e; that error scales every e of the row (of the block) alike, so the
+// normalisation cancels it. The row's exps are then e^(x - s) for the shift s = c / log2e, which the
+// long-row path rescales blocks by. The max element's e is 2^(m*log2e - c), within 2^-21 of 1 for
+// |m| < 8, so a float output could exceed 1 by an ulp (a one-element row gave 1 + 2^-23): float
+// and double rows subtract first, as do larger maxima, log_softmax (it needs the exact max) and ISAs
+// without an FMA (x*log2e would be rounded: up to 2^-11 off near 8192).
+template <typename T, bool keep> static inline bool fma_form(C_t<T> m) {
+  return keep && kHasFma && sizeof(T) == 2 && std::fabs(m) < 8192.0f;
+}
+template <typename T, bool keep> static inline double exp_shift(C_t<T> m) {
+  if (fma_form<T, keep>(m)) return (double)(m * kLog2eF) / (double)kLog2eF;
+  return (double)m;
+}
+
+// sum(exp(x - s)) over n <= kBlk elements (a short row, or a block of a long one), s = exp_shift(mx);
+// softmax also keeps e = exp(x - s) in `e` (vload2 order below pair_end, like y). Each pair prefetches
+// into L2 its offset from pf (the next block or rows, or x again when there is none; a line twice where
+// a pair is shorter than a line, one op cheaper than a test). The prefetch addresses are formed as
+// integers: past a short last block they may lie beyond the buffer (a prefetch never faults, but
+// pointer arithmetic there would be out of range).
 template <typename T, bool keep>
-static inline double exp_sum(const T* x, int64_t n, C_t<T> mx, C_t<T>* e, const T* pf = nullptr) {
+static inline double exp_sum(const T* x, int64_t n, C_t<T> mx, C_t<T>* e, const T* pf) {
   using C = C_t<T>;
   using V = Vec<C>;
   constexpr int L = kL<C>;
-  const V vm = vbc(mx);
-  return block_sum<C>(
-      n,
-      [&](int64_t j, V& s0, V& s1) {
-        V a, b;
-        if (pf) __builtin_prefetch((const void*)((uintptr_t)pf + (uintptr_t)j * sizeof(T)), 0, 2);
-        vload2(x + j, a, b);
-        const V e0 = exp_row<T>(a - vm), e1 = exp_row<T>(b - vm);
-        if (keep) vst(e + j, e0), vst(e + j + L, e1);
-        s0 += e0;
-        s1 += e1;
-      },
-      [&](int64_t j, int64_t c, V& s0) {
-        const V e0 = exp_row<T>((c == L ? vload(x + j) : vload_n(x + j, c, -kInf<C>)) - vm);
-        if (keep) {
-          C tmp[L];
-          vst(tmp, e0);
-          for (int64_t t = 0; t < c; ++t) e[j + t] = tmp[t];
-        }
-        s0 += e0;
-      });
+  double total = 0;
+  with_flag(fma_form<T, keep>(mx), [&](auto fm) {
+    const V vm = vbc(mx), vnc = vbc((C)(-(mx * (C)kLog2eF))), vl = vbc((C)kLog2eF);
+    auto ex = [&](V a) {
+      if constexpr (decltype(fm)::value && sizeof(T) == 2) return vexp2_neg<4>(vfma(a, vl, vnc));
+      else return exp_row<T>(a - vm);
+    };
+    V s0{}, s1{};
+    int64_t j = 0;
+    for (; j + 2 * L <= n; j += 2 * L) {
+      __builtin_prefetch((const void*)((uintptr_t)pf + (uintptr_t)j * sizeof(T)), 0, 2);
+      V a, b;
+      vload2(x + j, a, b);
+      const V e0 = ex(a), e1 = ex(b);
+      if (keep) vst(e + j, e0), vst(e + j + L, e1);
+      s0 += e0;
+      s1 += e1;
+    }
+    for (; j < n; j += L) {
+      const int64_t c = std::min<int64_t>(L, n - j);
+      const V e0 = ex(c == L ? vload(x + j) : vload_n(x + j, c, -kInf<C>));
+      if (keep) {
+        C tmp[L];
+        vst(tmp, e0);
+        for (int64_t t = 0; t < c; ++t) e[j + t] = tmp[t];
+      }
+      s0 += e0;
+    }
+    total = (double)hsum(s0 + s1);
+  });
+  return total;
 }
 
 // One log_softmax row: (x - max) - log(sum), subtracting in two steps keeps log(sum) when max is huge.
@@ -165,8 +226,9 @@ static inline void softmax_out(const C_t<T>* e, T* yr, int64_t i0, int64_t i1, i
 // Rows longer than kBlk, a block at a time: the block's max, then its exps against that max while the
 // block is still in L1, so the row comes from memory once. (A whole-row max pass first streamed the
 // row from memory with the core idle; the 64x65536 bf16 forward took ~1.4x its in-cache time.) With
-// block b's max m_b and sum s_b, the row's max is M = max m_b and its sum total = sum s_b e^(m_b - M);
-// softmax scales block b's exps by e^(m_b - M) / total. A block of -inf contributes exps of 0 (its
+// block b's exps taken against m_b (e^(x - s_b) for exp_sum's shift s_b, m_b up to rounding) and their
+// sum t_b, the row's shift is M = max s_b and its sum total = sum t_b e^(s_b - M); softmax scales
+// block b's exps by e^(s_b - M) / total. A block of -inf contributes exps of 0 (its
 // x - m_b would be NaN); NaN and +inf reach total as NaN, and an all -inf row gives NaN, as before.
 template <typename T, bool log>
 static void softmax_fwd_long(const T* x, int64_t ldx, T* y, int64_t rows, int64_t n, bool nt) {
@@ -174,7 +236,7 @@ static void softmax_fwd_long(const T* x, int64_t ldx, T* y, int64_t rows, int64_
   constexpr int L = kL<C>;
   const int64_t nb = (n + kBlk - 1) / kBlk, n2 = pair_end<C>(n);
   const bool in_y = std::is_same_v<T, C> && !nt;
-  // Scratch: the blocks' sums and maxima (doubles, padded to 64 bytes), then a float row of exps
+  // Scratch: the blocks' sums and shifts (doubles, padded to 64 bytes), then a float row of exps
   // unless they are kept in y (or not kept: log_softmax).
   const int64_t nd = (2 * nb + 7) / 8 * 8, e_len = (log || in_y) ? 0 : n + L;
   double* bsum = reinterpret_cast<double*>(
@@ -189,16 +251,16 @@ static void softmax_fwd_long(const T* x, int64_t ldx, T* y, int64_t rows, int64_
     for (int64_t b = 0; b < nb; ++b) {
       const int64_t b0 = b * kBlk, len = std::min(kBlk, n - b0);
       const C m = row_max(xr + b0, len);
-      bmax[b] = (double)m;
+      bmax[b] = exp_shift<T, !log>(m);
       if (m == -kInf<C>) {
         bsum[b] = 0;
         if (!log) std::fill(e + b0, e + b0 + len, (C)0);
         continue;
       }
       // While this block's exps are computed, the next block (or the next row's first) is fetched.
-      const T* next = b + 1 < nb ? xr + b0 + kBlk : r + 1 < rows ? xr + ldx : nullptr;
+      const T* next = b + 1 < nb ? xr + b0 + kBlk : r + 1 < rows ? xr + ldx : xr + b0;
       bsum[b] = exp_sum<T, !log>(xr + b0, len, m, log ? nullptr : e + b0, next);
-      M = m > M ? (double)m : M;  // a NaN max never wins; its block's NaN sum reaches total
+      M = bmax[b] > M ? bmax[b] : M;  // a NaN max never wins; its block's NaN sum reaches total
     }
     double total = 0;
     for (int64_t b = 0; b < nb; ++b)
@@ -232,10 +294,11 @@ static void softmax_fwd_impl(const T* x, int64_t ldx, T* y, int64_t rows, int64_
   for (int64_t g0 = 0; g0 < rows; g0 += group) {
     const int64_t g1 = std::min(rows, g0 + group);
     for (int64_t r = g0; r < g1; ++r) mx[r - g0] = row_max(x + r * ldx, n);
-    // While a group's exps are computed, the next group's rows are fetched (same offsets).
+    // While a group's exps are computed, the rows two groups on are fetched (same offsets): one group
+    // ahead was 4-5% slower for 32768x128 f32 from memory, more made no difference.
     for (int64_t r = g0; r < g1; ++r)
       total[r - g0] = exp_sum<T, !log>(x + r * ldx, n, mx[r - g0], log ? nullptr : e_of(r, g0),
-                                       r + group < rows ? x + (r + group) * ldx : nullptr);
+                                       x + (r + 2 * group < rows ? r + 2 * group : r) * ldx);
     for (int64_t r = g0; r < g1; ++r) {
       const T* xr = x + r * ldx;
       T* yr = y + r * n;
