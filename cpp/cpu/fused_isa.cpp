@@ -449,13 +449,15 @@ template <typename T> struct NormParams {
 
 // `no_nan`: store pairs without the NaN select (see finite_row).
 template <bool no_nan, typename T, typename P>
-static inline void rms_out_row(const T* x, const P* w, T* y, int64_t n, int64_t n2, C_t<T> r, bool nt) {
+static inline void rms_out_row(const T* x, const P* w, T* y, int64_t n, int64_t n2, C_t<T> r, bool nt,
+                               const T* pf) {
   using C = C_t<T>;
   using V = Vec<C>;
   constexpr int L = kL<C>;
   const V vr = vbc(r);
   int64_t i = 0;
   for (; i < n2; i += 2 * L) {
+    __builtin_prefetch((const void*)((uintptr_t)pf + (uintptr_t)i * sizeof(T)), 0, 2);
     V xa, xb, wa, wb;
     vload2(x + i, xa, xb);
     vload2(w + i, wa, wb);
@@ -483,8 +485,9 @@ template <typename T> static void rms_fwd_rows(const void* x_, int64_t ldx, cons
       T* y = (T*)y_ + r * n;
       with_flag(finite_row<T>(rstd[r]), [&](auto no_nan) {
         constexpr bool nn = decltype(no_nan)::value;
-        if (p.wf) rms_out_row<nn>(x, p.wf, y, n, n2, rstd[r], nt);
-        else rms_out_row<nn>(x, p.w, y, n, n2, rstd[r], nt);
+        const T* pf = (const T*)x_ + (r + 2 * group < rows ? r + 2 * group : r) * ldx;
+        if (p.wf) rms_out_row<nn>(x, p.wf, y, n, n2, rstd[r], nt, pf);
+        else rms_out_row<nn>(x, p.w, y, n, n2, rstd[r], nt, pf);
       });
     }
   }
@@ -616,7 +619,7 @@ template <typename T> static void mean_var(const T* x, int64_t n, double& mean, 
 
 template <bool no_nan, typename T, typename P>
 static inline void ln_out_row(const T* x, const P* w, const P* bb, T* y, int64_t n, int64_t n2, double mu,
-                              C_t<T> r, bool nt) {
+                              C_t<T> r, bool nt, const T* pf) {
   using C = C_t<T>;
   using V = Vec<C>;
   constexpr int L = kL<C>;
@@ -626,6 +629,7 @@ static inline void ln_out_row(const T* x, const P* w, const P* bb, T* y, int64_t
   const V vr = vbc(r), vmu = vbc(mu_hi), vmu_lo = vbc(mu_lo);
   int64_t i = 0;
   for (; i < n2; i += 2 * L) {
+    __builtin_prefetch((const void*)((uintptr_t)pf + (uintptr_t)i * sizeof(T)), 0, 2);
     V xa, xb, wa, wb, ba, bb2;
     vload2(x + i, xa, xb);
     vload2(w + i, wa, wb);
@@ -651,13 +655,14 @@ template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const
   const int64_t n2 = pair_end<C>(n);
   C* mean = (C*)mean_;
   C* rstd = (C*)rstd_;
-  auto out = [&](int64_t r, double mu) {
+  auto out = [&](int64_t r, double mu, int64_t r_pf) {  // r_pf: the row prefetched meanwhile
     const T* x = (const T*)x_ + r * ldx;
+    const T* pf = (const T*)x_ + (r_pf < rows ? r_pf : r) * ldx;
     T* y = (T*)y_ + r * n;
     with_flag(finite_row<T>(mu) && finite_row<T>(rstd[r]), [&](auto no_nan) {
       constexpr bool nn = decltype(no_nan)::value;
-      if (p.wf) ln_out_row<nn>(x, p.wf, p.bf, y, n, n2, mu, rstd[r], nt);
-      else ln_out_row<nn>(x, p.w, p.b, y, n, n2, mu, rstd[r], nt);
+      if (p.wf) ln_out_row<nn>(x, p.wf, p.bf, y, n, n2, mu, rstd[r], nt, pf);
+      else ln_out_row<nn>(x, p.w, p.b, y, n, n2, mu, rstd[r], nt, pf);
     });
   };
   if (n > kBlk) {  // long rows: blocks merged per row
@@ -666,7 +671,7 @@ template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const
       mean_var((const T*)x_ + r * ldx, n, mu, var);
       mean[r] = (C)mu;
       rstd[r] = (C)(1.0 / std::sqrt(var + eps));
-      out(r, mu);
+      out(r, mu, r + 1);
     }
   } else {  // one block per row: its mean, its squares, its output, each pass over a group of rows
     const int64_t group = row_group(n, sizeof(T));
@@ -680,7 +685,7 @@ template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const
         mean[r] = bm[r - g0];
         rstd[r] = (C)(1.0 / std::sqrt(var + eps));
       }
-      for (int64_t r = g0; r < g1; ++r) out(r, (double)bm[r - g0]);
+      for (int64_t r = g0; r < g1; ++r) out(r, (double)bm[r - g0], r + 2 * group);
     }
   }
   nt_fence(nt);
