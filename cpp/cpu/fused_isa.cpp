@@ -52,6 +52,20 @@ template <typename F> static inline void with_flag(bool b, F&& f) {
   else f(std::false_type{});
 }
 
+// A row kernel's pass over row r prefetches into L2, at its own offsets, the row a later pass will read
+// (prefetch_l2 below): for short rows the row two groups on (one group ahead was 4-5% slower for
+// 32768x128 f32 softmax from memory, more made no difference), for long rows the next one. Past the
+// last row, row r itself: a prefetch of what is being read does nothing, and is cheaper than a test.
+template <typename T> static inline const T* row_ahead(const void* x, int64_t ldx, int64_t r, int64_t ahead,
+                                                      int64_t rows) {
+  return (const T*)x + (r + ahead < rows ? r + ahead : r) * ldx;
+}
+// Prefetches element i of pf into L2. The address is formed as an integer: past a short last block it
+// may lie beyond the buffer (a prefetch never faults, but pointer arithmetic there would be out of range).
+template <typename T> static inline void prefetch_l2(const T* pf, int64_t i) {
+  __builtin_prefetch((const void*)((uintptr_t)pf + (uintptr_t)i * sizeof(T)), 0, 2);
+}
+
 // ============================ softmax / log_softmax ============================================
 // The largest element of a row; callers treat a NaN max like any other (its row's sum becomes NaN).
 template <typename T> static inline C_t<T> row_max(const T* x, int64_t n) {
@@ -148,10 +162,8 @@ template <typename T, bool keep> static inline double exp_shift(C_t<T> m) {
 
 // sum(exp(x - s)) over n <= kBlk elements (a short row, or a block of a long one), s = exp_shift(mx);
 // softmax also keeps e = exp(x - s) in `e` (vload2 order below pair_end, like y). Each pair prefetches
-// into L2 its offset from pf (the next block or rows, or x again when there is none; a line twice where
-// a pair is shorter than a line, one op cheaper than a test). The prefetch addresses are formed as
-// integers: past a short last block they may lie beyond the buffer (a prefetch never faults, but
-// pointer arithmetic there would be out of range).
+// its offset from pf (the next block or rows, or x again when there is none; a line twice where a pair
+// is shorter than a line, one op cheaper than a test).
 template <typename T, bool keep>
 static inline double exp_sum(const T* x, int64_t n, C_t<T> mx, C_t<T>* e, const T* pf) {
   using C = C_t<T>;
@@ -167,7 +179,7 @@ static inline double exp_sum(const T* x, int64_t n, C_t<T> mx, C_t<T>* e, const 
     V s0{}, s1{};
     int64_t j = 0;
     for (; j + 2 * L <= n; j += 2 * L) {
-      __builtin_prefetch((const void*)((uintptr_t)pf + (uintptr_t)j * sizeof(T)), 0, 2);
+      prefetch_l2(pf, j);
       V a, b;
       vload2(x + j, a, b);
       const V e0 = ex(a), e1 = ex(b);
@@ -258,7 +270,7 @@ static void softmax_fwd_long(const T* x, int64_t ldx, T* y, int64_t rows, int64_
         continue;
       }
       // While this block's exps are computed, the next block (or the next row's first) is fetched.
-      const T* next = b + 1 < nb ? xr + b0 + kBlk : r + 1 < rows ? xr + ldx : xr + b0;
+      const T* next = b + 1 < nb ? xr + b0 + kBlk : row_ahead<T>(x, ldx, r, 1, rows);
       bsum[b] = exp_sum<T, !log>(xr + b0, len, m, log ? nullptr : e + b0, next);
       M = bmax[b] > M ? bmax[b] : M;  // a NaN max never wins; its block's NaN sum reaches total
     }
@@ -294,11 +306,9 @@ static void softmax_fwd_impl(const T* x, int64_t ldx, T* y, int64_t rows, int64_
   for (int64_t g0 = 0; g0 < rows; g0 += group) {
     const int64_t g1 = std::min(rows, g0 + group);
     for (int64_t r = g0; r < g1; ++r) mx[r - g0] = row_max(x + r * ldx, n);
-    // While a group's exps are computed, the rows two groups on are fetched (same offsets): one group
-    // ahead was 4-5% slower for 32768x128 f32 from memory, more made no difference.
     for (int64_t r = g0; r < g1; ++r)
       total[r - g0] = exp_sum<T, !log>(x + r * ldx, n, mx[r - g0], log ? nullptr : e_of(r, g0),
-                                       x + (r + 2 * group < rows ? r + 2 * group : r) * ldx);
+                                       row_ahead<T>(x, ldx, r, 2 * group, rows));
     for (int64_t r = g0; r < g1; ++r) {
       const T* xr = x + r * ldx;
       T* yr = y + r * n;
@@ -457,7 +467,7 @@ static inline void rms_out_row(const T* x, const P* w, T* y, int64_t n, int64_t 
   const V vr = vbc(r);
   int64_t i = 0;
   for (; i < n2; i += 2 * L) {
-    __builtin_prefetch((const void*)((uintptr_t)pf + (uintptr_t)i * sizeof(T)), 0, 2);
+    prefetch_l2(pf, i);
     V xa, xb, wa, wb;
     vload2(x + i, xa, xb);
     vload2(w + i, wa, wb);
@@ -485,7 +495,7 @@ template <typename T> static void rms_fwd_rows(const void* x_, int64_t ldx, cons
       T* y = (T*)y_ + r * n;
       with_flag(finite_row<T>(rstd[r]), [&](auto no_nan) {
         constexpr bool nn = decltype(no_nan)::value;
-        const T* pf = (const T*)x_ + (r + 2 * group < rows ? r + 2 * group : r) * ldx;
+        const T* pf = row_ahead<T>(x_, ldx, r, 2 * group, rows);
         if (p.wf) rms_out_row<nn>(x, p.wf, y, n, n2, rstd[r], nt, pf);
         else rms_out_row<nn>(x, p.w, y, n, n2, rstd[r], nt, pf);
       });
@@ -629,7 +639,7 @@ static inline void ln_out_row(const T* x, const P* w, const P* bb, T* y, int64_t
   const V vr = vbc(r), vmu = vbc(mu_hi), vmu_lo = vbc(mu_lo);
   int64_t i = 0;
   for (; i < n2; i += 2 * L) {
-    __builtin_prefetch((const void*)((uintptr_t)pf + (uintptr_t)i * sizeof(T)), 0, 2);
+    prefetch_l2(pf, i);
     V xa, xb, wa, wb, ba, bb2;
     vload2(x + i, xa, xb);
     vload2(w + i, wa, wb);
@@ -655,9 +665,9 @@ template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const
   const int64_t n2 = pair_end<C>(n);
   C* mean = (C*)mean_;
   C* rstd = (C*)rstd_;
-  auto out = [&](int64_t r, double mu, int64_t r_pf) {  // r_pf: the row prefetched meanwhile
+  auto out = [&](int64_t r, double mu, int64_t ahead) {  // prefetching row_ahead meanwhile
     const T* x = (const T*)x_ + r * ldx;
-    const T* pf = (const T*)x_ + (r_pf < rows ? r_pf : r) * ldx;
+    const T* pf = row_ahead<T>(x_, ldx, r, ahead, rows);
     T* y = (T*)y_ + r * n;
     with_flag(finite_row<T>(mu) && finite_row<T>(rstd[r]), [&](auto no_nan) {
       constexpr bool nn = decltype(no_nan)::value;
@@ -671,7 +681,7 @@ template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const
       mean_var((const T*)x_ + r * ldx, n, mu, var);
       mean[r] = (C)mu;
       rstd[r] = (C)(1.0 / std::sqrt(var + eps));
-      out(r, mu, r + 1);
+      out(r, mu, 1);
     }
   } else {  // one block per row: its mean, its squares, its output, each pass over a group of rows
     const int64_t group = row_group(n, sizeof(T));
@@ -685,7 +695,7 @@ template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const
         mean[r] = bm[r - g0];
         rstd[r] = (C)(1.0 / std::sqrt(var + eps));
       }
-      for (int64_t r = g0; r < g1; ++r) out(r, (double)bm[r - g0], r + 2 * group);
+      for (int64_t r = g0; r < g1; ++r) out(r, (double)bm[r - g0], 2 * group);
     }
   }
   nt_fence(nt);
