@@ -95,22 +95,26 @@ template <typename T> EMBER_INLINE T store(typename Acc<T>::type v) { return v; 
 template <> EMBER_INLINE f16 store<f16>(float v) { return f16{f32_to_f16(v)}; }
 template <> EMBER_INLINE bf16 store<bf16>(float v) { return bf16{f32_to_bf16(v)}; }
 
-// double -> f16 with a single rounding (bit-exact with numpy): round to f32 *to odd* first, so the
-// sticky bit survives and the f32 -> f16 rounding sees the true side of a tie.
-EMBER_INLINE uint16_t f64_to_f16(double d) {
+// double -> f32 rounded *to odd*: the sticky bit survives, so rounding the result once more to a
+// format at least two bits narrower (f16, bf16) gives the double's single, correct rounding.
+EMBER_INLINE float f64_to_f32_odd(double d) {
   float f = (float)d;
   if ((double)f != d && d == d) {
     uint32_t b = f32_bits(f);
     if (std::fabs((double)f) > std::fabs(d)) b -= 1;  // step the magnitude back toward zero: truncation
     f = bits_f32(b | 1u);
   }
-  return f32_to_f16(f);
+  return f;
 }
+EMBER_INLINE uint16_t f64_to_f16(double d) { return f32_to_f16(f64_to_f32_odd(d)); }
+EMBER_INLINE uint16_t f64_to_bf16(double d) { return f32_to_bf16(f64_to_f32_odd(d)); }
 
 // Generic value conversion used by casts (through the wider type's arithmetic).
 template <typename To, typename From> EMBER_INLINE To convert(From v) {
   if constexpr (std::is_same_v<To, f16> && std::is_same_v<From, double>) {
     return f16{f64_to_f16(v)};
+  } else if constexpr (std::is_same_v<To, bf16> && std::is_same_v<From, double>) {
+    return bf16{f64_to_bf16(v)};
   } else if constexpr (std::is_integral_v<To> && !std::is_integral_v<From>) {
     // float -> int truncates toward zero and wraps into To like numpy on x86; NaN and values beyond
     // 64 bits give 0 instead of undefined behaviour

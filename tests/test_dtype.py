@@ -1,4 +1,4 @@
-"""DTypes: attributes, f16/bf16 conversions bit-exact with numpy / ml_dtypes, casts between all dtypes."""
+"""DTypes: attributes, f16/bf16 conversions bit-exact with an exact rounding reference, casts between all dtypes."""
 import pickle
 
 import ml_dtypes
@@ -44,6 +44,43 @@ def test_dtype_by_name_and_numpy_dtype():
 
 def all_halves():
     return np.arange(65536, dtype=np.uint32).astype(np.uint16)
+
+
+# The largest finite 16-bit pattern and the first power of two past it, per format: the rounding
+# threshold to inf is the midpoint between the two.
+_HALF_GRID = {"float16": (0x7BFF, 2.0**16, np.float16), "bfloat16": (0x7F7F, 2.0**128, BF16)}
+
+
+def round_to_half_bits(x, fmt):
+    """The bits of ``x`` (float32 or float64 values) rounded once, to nearest even, to ``fmt``.
+
+    Exact, and independent of any package's cast: every grid value of a 16-bit float and every
+    midpoint between two of them is a float64, so comparing |x| with the midpoint decides the
+    rounding. NaN inputs give a NaN pattern."""
+    top, past, npt = _HALF_GRID[fmt]
+    x = np.asarray(x, dtype=np.float64)
+    grid = np.arange(top + 1, dtype=np.uint16).view(npt).astype(np.float64)  # ascending, bits == index
+    grid = np.append(grid, past)  # index top + 1 is the inf pattern (0x7C00 / 0x7F80)
+    ax = np.abs(x)
+    lo = np.clip(np.searchsorted(grid, ax, side="right") - 1, 0, top)
+    mid = (grid[lo] + grid[lo + 1]) / 2
+    up = (ax > mid) | ((ax == mid) & (lo % 2 == 1))
+    bits = (lo + up).astype(np.uint16) | np.where(np.signbit(x), 0x8000, 0).astype(np.uint16)
+    return np.where(np.isnan(x), np.uint16(0x7E00 if fmt == "float16" else 0x7FC0), bits).astype(np.uint16)
+
+
+def half_reference(x, dt):
+    """``x`` rounded once to the ember half dtype ``dt``, as a numpy array of that dtype."""
+    return round_to_half_bits(x, dt.name).view(npdt(dt))
+
+
+def test_rounding_reference_is_exact():
+    # The reference itself: grid points map to themselves, nudges off a midpoint go to the near side,
+    # a midpoint to the even side, and the overflow threshold rounds to inf by ties-to-even.
+    assert round_to_half_bits([1.0, 1.0 + 2.0**-11, 1.0 + 3 * 2.0**-11, 65519.0, 65520.0, -0.0], "float16").tolist() \
+        == [0x3C00, 0x3C00, 0x3C02, 0x7BFF, 0x7C00, 0x8000]
+    assert round_to_half_bits([1.0 + 2.0**-8, 1.0 + 2.0**-8 + 2.0**-40, 3.0e38, 1e300], "bfloat16").tolist() \
+        == [0x3F80, 0x3F81, 0x7F62, 0x7F80]
 
 
 def test_f16_to_f32_all_patterns():
@@ -94,35 +131,35 @@ def check_bits(got, want):
 
 def test_f32_to_f16_round_to_nearest_even():
     x = rounding_probe_f32(all_halves(), np.float16)
-    check_bits(em.tensor(x).to_dtype(em.float16).numpy(), x.astype(np.float16))
+    check_bits(em.tensor(x).to_dtype(em.float16).numpy(), half_reference(x, em.float16))
 
 
 def test_f32_to_bf16_round_to_nearest_even():
     x = rounding_probe_f32(all_halves(), BF16)
-    check_bits(em.tensor(x).to_dtype(em.bfloat16).numpy(), x.astype(BF16))
+    check_bits(em.tensor(x).to_dtype(em.bfloat16).numpy(), half_reference(x, em.bfloat16))
 
 
-def test_f64_to_halves_single_rounding():
-    # A double just above a half-way point of the f16 grid must round up; going through f32 first
-    # would land exactly on the tie and round to even (down).
+@pytest.mark.parametrize("dt", [em.float16, em.bfloat16], ids=lambda d: d.name)
+def test_f64_to_halves_single_rounding(dt):
+    # A double just off a half-way point of the 16-bit grid must round to its own side; going
+    # through f32 first would land exactly on the tie and round to even instead.
     rng = np.random.default_rng(1)
-    halves = all_halves().view(np.float16)
+    halves = all_halves().view(npdt(dt))
     fin = np.unique(halves[np.isfinite(halves)].astype(np.float64))
     mids = (fin[:-1] + fin[1:]) / 2
     nudge = np.abs(mids) * 2.0**-40 + 1e-300
     x = np.concatenate([mids + nudge, mids - nudge, mids, rng.standard_normal(100_000) * 1e3,
-                        [0.0, -0.0, np.inf, -np.inf, np.nan, 65519.99999, 65520.0, 1e300, 1e-300]])
-    check_bits(em.tensor(x).to_dtype(em.float16).numpy(), x.astype(np.float16))
-    # bf16: ml_dtypes (like torch) rounds a double through f32; ember matches it
-    check_bits(em.tensor(x).to_dtype(em.bfloat16).numpy(), x.astype(BF16))
+                        [0.0, -0.0, np.inf, -np.inf, np.nan, 65519.99999, 65520.0, 1e300, 1e-300, -1e-300,
+                         3.3961e38, 3.3962e38, 3.4e38, 1e-45, 2.0**-133, 2.0**-134 * 1.0000001]])
+    check_bits(em.tensor(x).to_dtype(dt).numpy(), half_reference(x, dt))
 
 
 def test_half_to_half_casts():
     bits = all_halves()
     f16 = em.tensor(bits.view(np.float16))
-    check_bits(f16.to_dtype(em.bfloat16).numpy(), bits.view(np.float16).astype(np.float32).astype(BF16))
+    check_bits(f16.to_dtype(em.bfloat16).numpy(), half_reference(bits.view(np.float16).astype(np.float64), em.bfloat16))
     bf = em.tensor(bits.view(BF16))
-    check_bits(bf.to_dtype(em.float16).numpy(), bits.view(BF16).astype(np.float32).astype(np.float16))
+    check_bits(bf.to_dtype(em.float16).numpy(), half_reference(bits.view(BF16).astype(np.float64), em.float16))
 
 
 def test_half_arithmetic_rounds_once():
@@ -134,7 +171,7 @@ def test_half_arithmetic_rounds_once():
     np.testing.assert_array_equal(got.view(np.uint16), (a + b).view(np.uint16))
     a16, b16 = a.astype(BF16), b.astype(BF16)
     got = (em.tensor(a16) * em.tensor(b16)).numpy()
-    want = (a16.astype(np.float32) * b16.astype(np.float32)).astype(BF16)
+    want = half_reference(a16.astype(np.float64) * b16.astype(np.float64), em.bfloat16)  # the product is exact in f32
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
@@ -163,12 +200,8 @@ def test_cast_matches_numpy(src, dst, rng):
             t, ref = em.tensor(base).t(), base.T
         else:
             t, ref = em.tensor(base)[::2, 1::3], base[::2, 1::3]
-        if dst is em.float16 and src.is_float:
-            want = ref.astype(np.float16) if src is not em.bfloat16 else ref.astype(np.float32).astype(np.float16)
-        elif dst is em.float16:
-            want = ref.astype(np.float64).astype(np.float16)
-        elif dst is em.bfloat16:
-            want = ref.astype(np.float32).astype(BF16)  # ml_dtypes (like ember) rounds through f32
+        if dst in (em.float16, em.bfloat16):  # every value converts with a single rounding
+            want = half_reference(ref.astype(np.float64), dst)
         else:
             want = ref.astype(npdt(dst)) if src is not em.bfloat16 else ref.astype(np.float32).astype(npdt(dst))
         out = t.to_dtype(dst)
