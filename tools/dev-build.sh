@@ -11,13 +11,13 @@ if [ ! -f build/dev/build.ninja ]; then
 fi
 ninja -C build/dev -j2 "$@"
 # Replace atomically (copy, then rename) so running processes keep the old file mapped.
-for f in build/dev/_C*.so; do
+for f in build/dev/python/src/_C*.so; do
   cp "$f" "python/ember/.tmp.$(basename "$f")" && mv "python/ember/.tmp.$(basename "$f")" "python/ember/$(basename "$f")"
 done
 # The per-ISA objects must export their register_* functions and nothing else: any other global or
 # weak symbol (an out-of-line std:: template member, say) is shared by the linker with baseline code,
 # which could then run AVX2/AVX-512 instructions on a CPU without them.
-for o in build/dev/CMakeFiles/ember_isa_*.dir/cpp/cpu/*.o; do
+for o in build/dev/cpp/CMakeFiles/ember_isa_*.dir/cpu/*.o; do
   bad=$(nm -C --defined-only "$o" | grep -E ' [A-Z] ' | grep -vE 'ember::cpu::register_(fused|kernels)_' || true)
   if [ -n "$bad" ]; then
     echo "dev-build: $o defines shared symbols (see cpp/cpu/fused.h, thread_scratch):" >&2

@@ -3,16 +3,13 @@ from __future__ import annotations
 
 import operator
 
+import ml_dtypes as _ml_dtypes
 import numpy as np
 
 from .errors import DeviceError, DTypeError
 
-try:  # bfloat16 numpy interop when ml_dtypes is installed
-    import ml_dtypes as _ml_dtypes
-
-    _NP_BF16 = np.dtype(_ml_dtypes.bfloat16)
-except ImportError:  # pragma: no cover - exercised only without ml_dtypes
-    _NP_BF16 = None
+# numpy has no bfloat16; ml_dtypes' is the one JAX and MLX use, so a bf16 tensor is such an array.
+_NP_BF16 = np.dtype(_ml_dtypes.bfloat16)
 
 
 class DType:
@@ -81,7 +78,7 @@ _NP_WIDEN = {
 def from_numpy_dtype(npdt: np.dtype) -> DType:
     if npdt in _NP_TO_EMBER:
         return _NP_TO_EMBER[npdt]
-    if _NP_BF16 is not None and npdt == _NP_BF16:
+    if npdt == _NP_BF16:
         return bfloat16
     if npdt in _NP_WIDEN:
         return _NP_WIDEN[npdt]
@@ -89,7 +86,7 @@ def from_numpy_dtype(npdt: np.dtype) -> DType:
 
 
 def numpy_dtype(dt: DType):
-    """The numpy dtype that holds ``dt`` exactly (bfloat16 needs ml_dtypes, else None)."""
+    """The numpy dtype that holds ``dt`` exactly (``ml_dtypes.bfloat16`` for bfloat16)."""
     if dt is bfloat16:
         return _NP_BF16
     return np.dtype(dt.name)

@@ -100,9 +100,9 @@ def _mismatch(got, want, dtype):
 # ----------------------------------------------------------------------------- strided variants
 def _garbage(dtype, n):
     """Filler for the elements a layout does not cover: reading them shows up in the output."""
-    np_dt = _dt.numpy_dtype(dtype) or np.dtype(np.uint16)
+    np_dt = _dt.numpy_dtype(dtype)
     if dtype.is_float:
-        return np.full(n, np.nan, dtype=np_dt) if np_dt != np.uint16 else np.full(n, 0x7FC0, np_dt)
+        return np.full(n, np.nan, dtype=np_dt)
     return np.full(n, 0xAB, dtype=np_dt)
 
 

@@ -10,8 +10,8 @@ from .errors import DTypeError, EmberValueError
 _BY_CODE = _dt.BY_CODE
 _KIND_NAMES = {v: k for k, v in _dt.Device._KINDS.items()}
 
-# numpy dtype -> ember dtype code for the dtypes a storage holds exactly (bf16 only with ml_dtypes).
-_EXACT = {np.dtype(_dt.numpy_dtype(d)): d for d in _dt.ALL_DTYPES if _dt.numpy_dtype(d) is not None}
+# numpy dtype -> ember dtype for the dtypes a storage holds exactly.
+_EXACT = {np.dtype(_dt.numpy_dtype(d)): d for d in _dt.ALL_DTYPES}
 
 
 def _storage_dtype(self) -> _dt.DType:
@@ -29,7 +29,7 @@ def _from_numpy(arr, dtype=None):
     """A new CpuStorage holding a copy of ``arr`` (flattened in C order), in ember's aligned memory.
 
     The dtype follows the array's (int32/int16/bool are widened like ``em.tensor`` does); pass
-    ``dtype=`` to convert, e.g. ``dtype=em.bfloat16`` for uint16 bit patterns without ml_dtypes.
+    ``dtype=`` to convert (``dtype=em.bfloat16`` rounds float data to bfloat16).
     """
     if type(arr) is not np.ndarray:
         arr = np.asarray(arr)
@@ -46,11 +46,7 @@ def _from_numpy(arr, dtype=None):
     else:
         dt = _dt.to_dtype(dtype)
         npt = _dt.numpy_dtype(dt)
-        if npt is None:  # bf16 without ml_dtypes: accept the raw 16-bit patterns
-            if arr.dtype.itemsize != 2 or arr.dtype.kind not in "uif":
-                raise DTypeError(f"[from_numpy] bfloat16 without ml_dtypes needs uint16 bits, got {arr.dtype}")
-            arr = arr.view(np.uint16)
-        elif arr.dtype != npt:
+        if arr.dtype != npt:
             arr = arr.astype(npt)
     if not arr.flags.c_contiguous:
         arr = np.ascontiguousarray(arr)

@@ -185,10 +185,7 @@ class Tensor:
     def _np_values(self):
         """A numpy view of the values for reading (not a copy; callers copy)."""
         t = self if self._device.type == "cpu" else self.to_device("cpu")
-        arr = t._storage.as_numpy(t._layout)
-        if self._dtype is _dt.bfloat16 and _dt.numpy_dtype(_dt.bfloat16) is None:
-            arr = (arr.astype(np.uint32) << 16).view(np.float32)
-        return arr
+        return t._storage.as_numpy(t._layout)
 
     def numpy(self) -> np.ndarray:
         """A new numpy array with the values (never aliases the tensor)."""

@@ -10,7 +10,7 @@ namespace {
 
 using cpu::CpuStorage;
 
-// numpy dtype for an ember dtype; bfloat16 is ml_dtypes.bfloat16 when installed, else raw uint16 bits.
+// numpy dtype for an ember dtype; bfloat16 is ml_dtypes.bfloat16 (a dependency of ember).
 py::dtype np_dtype(DType dt) {
   switch (dt) {
     case DType::F32: return py::dtype::of<float>();
@@ -18,14 +18,8 @@ py::dtype np_dtype(DType dt) {
     case DType::F16: return py::dtype("float16");
     case DType::BF16: {
       // Leaked on purpose: a static py::object would be released after the interpreter is gone.
-      static PyObject* bf = [] {
-        try {
-          return py::object(py::module_::import("ml_dtypes").attr("bfloat16")).release().ptr();
-        } catch (py::error_already_set&) {
-          return py::none().release().ptr();
-        }
-      }();
-      return bf == Py_None ? py::dtype("uint16") : py::dtype::from_args(py::reinterpret_borrow<py::object>(bf));
+      static PyObject* bf = py::object(py::module_::import("ml_dtypes").attr("bfloat16")).release().ptr();
+      return py::dtype::from_args(py::reinterpret_borrow<py::object>(bf));
     }
     case DType::I64: return py::dtype::of<int64_t>();
     case DType::U32: return py::dtype::of<uint32_t>();
