@@ -81,15 +81,23 @@ from .custom_op import (  # noqa: E402  (also attaches apply_op*/inplace_op* to 
     InplaceOp3,
     MetalStorage,
 )
+from . import tensor_docs as _tensor_docs  # noqa: E402
+
+_tensor_docs.apply(Tensor, Var)
 
 
 def set_num_threads(n: int) -> None:
-    """Threads for ember's pool and BLAS (also set by the EMBER_NUM_THREADS environment variable)."""
+    """Sets the number of threads of ember's pool, which also runs BLAS (``EMBER_NUM_THREADS`` at start).
+
+    Args:
+        n: the thread count, clamped to [1, 1024]. Results are bit-identical for any ``n``.
+    """
     n = _int_arg(n, "set_num_threads", "n")  # int() would truncate 1.5 and raise bare errors on "a" or nan
     _C.set_num_threads(max(0, min(n, 2**31 - 1)))  # the core clamps to [1, 1024]; no int overflow
 
 
 def get_num_threads() -> int:
+    """The number of threads of ember's pool."""
     return _C.get_num_threads()
 
 

@@ -30,11 +30,20 @@ _mode = _GradMode()
 
 
 def is_grad_enabled() -> bool:
+    """False inside ``with em.no_grad():`` (on this thread), else True."""
     return _mode.enabled
 
 
 class no_grad:
-    """Context manager (and decorator) inside which no op is recorded (per thread)."""
+    """Context manager (and decorator) inside which no op is recorded, on this thread.
+
+    Results computed inside track no gradients, which saves the memory the graph would keep::
+
+        with em.no_grad():
+            logits = model(x)
+
+    As a decorator, ``@em.no_grad()`` runs the whole function so.
+    """
 
     def __enter__(self):
         self._prev = _mode.enabled
@@ -192,8 +201,13 @@ def _key(t):
 
 
 class GradStore:
-    """Gradients keyed by tensor id: ``get(t)``, ``gs[t]``, ``t in gs``, ``insert``, ``remove``,
-    ``extend`` (sums where both hold a gradient), ``ids()``, ``len()``."""
+    """The gradients ``backward()`` returns, keyed by tensor: ``grads[v]`` is the gradient of ``v``.
+
+    ember keeps gradients here rather than on the tensors (there is no ``v.grad``): ``g =
+    loss.backward(); g[w]``, and optimizers take the store (``opt.step(g)``). ``GradStore()`` makes
+    an empty one; ``get(t)``, ``gs[t]``, ``t in gs``, ``insert``, ``remove``, ``extend``, ``ids()``,
+    ``tensors()``, ``items()`` and ``len()`` read and change it.
+    """
 
     __slots__ = ("_map",)
 
@@ -201,20 +215,23 @@ class GradStore:
         self._map = {}  # id -> (tensor, grad)
 
     def get(self, t):
+        """The gradient of tensor ``t``, or None when the store holds none."""
         e = self._map.get(_key(t))
         return None if e is None else e[1]
 
     def __getitem__(self, t):
+        """The gradient of tensor ``t``; raises KeyError when the store holds none."""
         e = self._map.get(_key(t))
         if e is None:
             raise KeyError(f"no gradient for tensor id {_key(t)}")
         return e[1]
 
     def __contains__(self, t):
+        """True when the store holds a gradient for tensor ``t``."""
         return _key(t) in self._map
 
     def insert(self, t, g):
-        """Sets (replaces) the gradient of t."""
+        """Sets (replaces) the gradient of tensor ``t`` to the tensor ``g``; raises DTypeError for non-tensors."""
         if not hasattr(t, "_id") or not hasattr(g, "_storage"):
             raise DTypeError(f"[GradStore] insert expects (Tensor, Tensor), got ({type(t).__name__}, "
                              f"{type(g).__name__})")
@@ -223,12 +240,12 @@ class GradStore:
     __setitem__ = insert
 
     def remove(self, t):
-        """Removes and returns the gradient of t (None when absent)."""
+        """Removes and returns the gradient of tensor ``t`` (None when absent)."""
         e = self._map.pop(_key(t), None)
         return None if e is None else e[1]
 
     def extend(self, other):
-        """Adds other's gradients into this store, summing where both hold one."""
+        """Adds the gradients of the GradStore ``other`` into this one, summing where both hold one."""
         if not isinstance(other, GradStore):
             raise DTypeError(f"[GradStore] extend expects a GradStore, got {type(other).__name__}")
         for k, (t, g) in other._map.items():
@@ -236,6 +253,7 @@ class GradStore:
             self._map[k] = (t, g) if e is None else (t, e[1] + g)
 
     def ids(self):
+        """The ids (``t.id``) of the tensors the store holds gradients for, a list."""
         return list(self._map)
 
     def items(self):
@@ -243,6 +261,7 @@ class GradStore:
         return [(t, g) for t, g in self._map.values()]
 
     def tensors(self):
+        """The tensors the store holds gradients for, a list."""
         return [t for t, _ in self._map.values()]
 
     def __len__(self):

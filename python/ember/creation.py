@@ -14,7 +14,21 @@ from .tensor import Tensor, _check_tensor_arg, _full_storage, _shape_arg, _wrap
 
 
 def tensor(data, dtype=None, device=None) -> Tensor:
-    """A new tensor from a scalar, nested lists, a numpy array or a Tensor (always copies)."""
+    """A new tensor holding a copy of ``data``.
+
+    Args:
+        data: a Python scalar, nested lists, a numpy array, a Tensor, or an object with
+            ``__dlpack__``. Python floats become float32 and Python ints int64; a numpy array keeps
+            its dtype (float64 stays float64; narrower ints widen to int64, bool to uint8).
+        dtype: convert to this dtype (an ``em.DType``, its name or a numpy dtype).
+        device: put the tensor on this device (default the CPU).
+
+    Returns:
+        Tensor: a new tensor; it never shares memory with ``data``.
+
+    Raises:
+        DTypeError: ragged or non-numeric data, or an unsupported dtype.
+    """
     device = _dt.to_device(device)
     if isinstance(data, Tensor):
         out = data.detach().to_dtype(dtype) if dtype is not None else data.detach()
@@ -55,6 +69,7 @@ def tensor(data, dtype=None, device=None) -> Tensor:
 
 
 def from_numpy(arr) -> Tensor:
+    """A new tensor holding a copy of the numpy array ``arr`` in its dtype; the same as ``em.tensor(arr)``."""
     return tensor(arr)
 
 
@@ -85,14 +100,45 @@ def _alloc_full(shape, value, dtype, device):
 
 
 def zeros(*shape, dtype=None, device=None):
+    """A new tensor of zeros.
+
+    Args:
+        shape: the sizes, as separate ints (``zeros(2, 3)``) or one tuple (``zeros((2, 3))``).
+        dtype: the element type (default float32).
+        device: where the tensor lives (default the CPU).
+
+    Raises:
+        ShapeError: a negative dim, or more elements than an int64 counts.
+    """
     return _alloc_full(_shape_arg(shape, "full"), 0, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device))
 
 
 def ones(*shape, dtype=None, device=None):
+    """A new tensor of ones.
+
+    Args:
+        shape: the sizes, as separate ints (``zeros(2, 3)``) or one tuple (``zeros((2, 3))``).
+        dtype: the element type (default float32).
+        device: where the tensor lives (default the CPU).
+
+    Raises:
+        ShapeError: a negative dim, or more elements than an int64 counts.
+    """
     return _alloc_full(_shape_arg(shape, "full"), 1, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device))
 
 
 def full(shape, value, dtype=None, device=None):
+    """A new tensor with every element set to ``value``.
+
+    Args:
+        shape: the sizes, a tuple of ints (or one int).
+        value: the fill value, a Python number.
+        dtype: the element type (default int64 for an int value, else float32).
+        device: where the tensor lives (default the CPU).
+
+    Raises:
+        EmberValueError: a NaN or infinite value for an integer dtype.
+    """
     if isinstance(shape, np.ndarray):
         shape = shape.tolist()
     shape = _shape_arg(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,), "full")
@@ -102,21 +148,39 @@ def full(shape, value, dtype=None, device=None):
 
 
 def zeros_like(t, dtype=None):
+    """A new tensor of zeros with the shape and device of tensor ``t``, in ``dtype`` (default ``t``'s)."""
     _check_tensor_arg(t, "zeros_like", "input")
     return _alloc_full(t.shape, 0, _dt.to_dtype(dtype or t._dtype), t._device)
 
 
 def ones_like(t, dtype=None):
+    """A new tensor of ones with the shape and device of tensor ``t``, in ``dtype`` (default ``t``'s)."""
     _check_tensor_arg(t, "ones_like", "input")
     return _alloc_full(t.shape, 1, _dt.to_dtype(dtype or t._dtype), t._device)
 
 
 def full_like(t, value, dtype=None):
+    """A new tensor filled with ``value``, with the shape and device of tensor ``t``, in ``dtype`` (default ``t``'s)."""
     _check_tensor_arg(t, "full_like", "input")
     return _alloc_full(t.shape, value, _dt.to_dtype(dtype or t._dtype), t._device)
 
 
 def arange(start, end=None, step=1, dtype=None, device=None):
+    """The values ``start, start + step, ...`` below ``end`` (above it for a negative step).
+
+    Args:
+        start: the first value; with ``end`` None, the end (and the start is 0).
+        end: the bound, not included.
+        step: the spacing, nonzero.
+        dtype: the element type (default int64 when every argument is an int, else float32).
+        device: where the tensor lives (default the CPU).
+
+    Returns:
+        Tensor: 1-D.
+
+    Raises:
+        EmberValueError: a zero step, or a count that is not finite.
+    """
     if end is None:
         start, end = 0, start
     if step == 0:
@@ -140,6 +204,15 @@ def arange(start, end=None, step=1, dtype=None, device=None):
 
 
 def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0):
+    """A new tensor of uniform random values in ``[lo, hi)``; ``em.manual_seed`` makes it reproducible.
+
+    Args:
+        shape: the sizes, as separate ints (``zeros(2, 3)``) or one tuple (``zeros((2, 3))``).
+        dtype: the element type (default float32).
+        device: where the tensor lives (default the CPU).
+        lo: the lower bound.
+        hi: the upper bound.
+    """
     shape = _shape_arg(shape, "rand")
     dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
     n = _checked_numel(shape, "rand")  # np.prod would wrap silently
@@ -149,6 +222,15 @@ def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0):
 
 
 def randn(*shape, dtype=None, device=None, mean=0.0, std=1.0):
+    """A new tensor of normally distributed random values; ``em.manual_seed`` makes it reproducible.
+
+    Args:
+        shape: the sizes, as separate ints (``zeros(2, 3)``) or one tuple (``zeros((2, 3))``).
+        dtype: the element type (default float32).
+        device: where the tensor lives (default the CPU).
+        mean: the mean of the distribution.
+        std: its standard deviation.
+    """
     shape = _shape_arg(shape, "randn")
     dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
     n = _checked_numel(shape, "randn")
@@ -158,4 +240,6 @@ def randn(*shape, dtype=None, device=None, mean=0.0, std=1.0):
 
 
 def manual_seed(n: int):
+    """Seeds the generator behind ``rand`` / ``randn``: the same seed ``n`` gives the same values on
+    any thread count."""
     _C.manual_seed(int_arg(n, "manual_seed", "seed") & 0xFFFFFFFFFFFFFFFF)

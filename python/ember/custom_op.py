@@ -81,41 +81,102 @@ class _CustomOpBase(_OpBase):
 
 
 class CustomOp1(_CustomOpBase):
-    """One input: ``cpu_fwd(storage, layout) -> (storage, shape)``; ``bwd(arg, res, grad_res)``
-    returns the gradient of ``arg`` (a Tensor or None)."""
+    """Base class of an op with one input, written in Python: subclass it, then ``y = x.apply_op1(op)``.
+
+    The contract (CustomOp2/3 are the same with more inputs):
+
+    * ``name`` (class attribute): the op's name in errors and in the graph; defaults to the class name.
+    * ``cpu_fwd(self, storage, layout) -> (storage, shape)`` (required for CPU tensors): ``storage``
+      is the input's ``CpuStorage`` and ``layout`` the ``Layout`` that says how to read it (any
+      strides and offset: ``storage.as_numpy(layout)`` is a zero-copy, read-only strided view).
+      Return a *new* storage (``em.CpuStorage.from_numpy(arr)`` or ``em.CpuStorage.empty(n, dtype)``)
+      holding the output densely in row-major order, and the output's shape.
+    * ``metal_fwd(self, storage, layout)`` / ``cuda_fwd(...)``: the same for a tensor on that device;
+      the default raises ``EmberError("[name] no metal implementation for name")``.
+    * ``out_dtype`` (class attribute): the dtype the forward must return. None (the default) means the
+      input's dtype; else an ``em.DType``, its name, or a callable taking the inputs' dtypes. A forward
+      returning another dtype raises ``DTypeError`` (this catches numpy's silent float64 promotion).
+    * ``bwd(self, arg, res, grad_res) -> Tensor | None``: the gradient with respect to ``arg``, written
+      with ordinary Tensor ops (so it is itself differentiable); ``res`` is the forward's output and
+      ``grad_res`` the gradient flowing into it. None means "no gradient for this input". Without a
+      ``bwd``, a ``backward`` that reaches the op on a path to a variable raises
+      ``BackwardNotSupported``.
+
+    What the forward returns is checked: the storage kind and device, the dtype, the element count
+    against the shape, and that it shares no memory with an input; each mismatch raises an
+    ``EmberError`` subclass whose message starts with ``[name]``.
+
+    ``x.apply_op1_no_bwd(op)`` records no backward rule (a later backward through the result raises).
+    ``em.testing.check_op(op, x)`` checks an op: strided inputs, aliasing, dtypes, the gradient
+    against finite differences and every available device.
+
+    Example::
+
+        class Softplus(em.CustomOp1):
+            name = "softplus"
+            def cpu_fwd(self, storage, layout):
+                x = storage.as_numpy(layout)
+                return em.CpuStorage.from_numpy(np.logaddexp(0, x)), layout.shape
+            def bwd(self, arg, res, grad_res):
+                return grad_res * em.nn.ops.sigmoid(arg)
+    """
 
     _arity = 1
 
 
 class CustomOp2(_CustomOpBase):
-    """Two inputs: ``cpu_fwd(s1, l1, s2, l2) -> (storage, shape)``; ``bwd(arg1, arg2, res, grad_res)``
-    returns ``(grad1, grad2)``, each a Tensor or None."""
+    """Base class of an op with two inputs: ``y = a.apply_op2(b, op)``.
+
+    ``cpu_fwd(self, s1, l1, s2, l2) -> (storage, shape)`` receives each input's storage and layout;
+    both inputs are on one device (else ``DeviceError``). ``bwd(self, arg1, arg2, res, grad_res)``
+    returns ``(grad1, grad2)``, each a Tensor shaped like its input or None. Everything else (name,
+    out_dtype, metal_fwd, the output checks) is as in ``CustomOp1``.
+    """
 
     _arity = 2
 
 
 class CustomOp3(_CustomOpBase):
-    """Three inputs: ``cpu_fwd(s1, l1, s2, l2, s3, l3) -> (storage, shape)``;
-    ``bwd(arg1, arg2, arg3, res, grad_res)`` returns ``(grad1, grad2, grad3)``."""
+    """Base class of an op with three inputs: ``y = a.apply_op3(b, c, op)``.
+
+    ``cpu_fwd(self, s1, l1, s2, l2, s3, l3) -> (storage, shape)``;
+    ``bwd(self, arg1, arg2, arg3, res, grad_res)`` returns ``(grad1, grad2, grad3)``, each a Tensor or
+    None. Everything else is as in ``CustomOp1``.
+    """
 
     _arity = 3
 
 
 class InplaceOp1(_OpBase):
-    """Mutates its operand: ``cpu_fwd(storage, layout)`` writes through ``storage.as_numpy(layout)``
-    (writable for this operand) and returns None."""
+    """Base class of an op that mutates its one operand: ``t.inplace_op1(op)``.
+
+    ``cpu_fwd(self, storage, layout)`` writes the new values through ``storage.as_numpy(layout)``
+    (writable for the operand being mutated, during the call) and returns None. The write lands in
+    the shared storage, so every view sees it, and bumps the storage's version counter: a later
+    ``backward`` that needs the overwritten values raises ``InplaceModifiedError``. A broadcast
+    (stride 0) operand is refused. There is no ``bwd``: in-place ops are not differentiated.
+    """
 
     _arity = 1
 
 
 class InplaceOp2(_OpBase):
-    """``cpu_fwd(s1, l1, s2, l2)`` mutates the first operand, reads the second; returns None."""
+    """Base class of an in-place op with a second, read-only operand: ``a.inplace_op2(b, op)``.
+
+    ``cpu_fwd(self, s1, l1, s2, l2)`` mutates the first operand and reads the second, returning None.
+    When the operands share memory (``a.inplace_op2(a, op)``) the second is read as it was before the
+    write. See ``InplaceOp1``.
+    """
 
     _arity = 2
 
 
 class InplaceOp3(_OpBase):
-    """``cpu_fwd(s1, l1, s2, l2, s3, l3)`` mutates the first operand, reads the others; returns None."""
+    """Base class of an in-place op with two read-only operands: ``a.inplace_op3(b, c, op)``.
+
+    ``cpu_fwd(self, s1, l1, s2, l2, s3, l3)`` mutates the first operand and reads the others, returning
+    None. See ``InplaceOp1`` and ``InplaceOp2``.
+    """
 
     _arity = 3
 
@@ -250,7 +311,19 @@ _NO_BWD = backprop.NO_BACKWARD  # the walk raises BackwardNotSupported naming th
 
 # ----------------------------------------------------------------------------- apply (Tensor methods)
 def apply_op1(self, op):
-    """``op``'s forward on this tensor's device, the output checked; recorded for backward."""
+    """Runs a custom op on this tensor and records it for backward.
+
+    Args:
+        op: a ``CustomOp1`` instance; its forward for this tensor's device runs.
+
+    Returns:
+        Tensor: the checked output (see ``CustomOp1`` for the checks).
+
+    Raises:
+        DTypeError: ``op`` is not a CustomOp1, or the forward returned the wrong dtype or kind.
+        ShapeError: the returned storage does not hold the returned shape.
+        UnsupportedOp: the op has no forward for this device.
+    """
     if not isinstance(op, CustomOp1):
         _check_op(op, CustomOp1, "apply_op1")
     s = self._storage
@@ -271,24 +344,79 @@ def _apply(ins, op, cls, api, rule):
 
 
 def apply_op2(self, other, op):
+    """Runs a two-input custom op on ``(self, other)`` and records it for backward.
+
+    Args:
+        other: the second input, a Tensor on the same device.
+        op: a ``CustomOp2`` instance.
+
+    Returns:
+        Tensor: the checked output.
+
+    Raises:
+        DeviceError: the inputs are on different devices.
+        DTypeError: ``op`` is not a CustomOp2, or the forward returned the wrong dtype or kind.
+    """
     return _apply((self, other), op, CustomOp2, "apply_op2", _rule2)
 
 
 def apply_op3(self, b, c, op):
+    """Runs a three-input custom op on ``(self, b, c)`` and records it for backward.
+
+    Args:
+        b: the second input, a Tensor on the same device.
+        c: the third input, a Tensor on the same device.
+        op: a ``CustomOp3`` instance.
+
+    Returns:
+        Tensor: the checked output.
+
+    Raises:
+        DeviceError: the inputs are on different devices.
+        DTypeError: ``op`` is not a CustomOp3, or the forward returned the wrong dtype or kind.
+    """
     return _apply((self, b, c), op, CustomOp3, "apply_op3", _rule3)
 
 
 def apply_op1_no_bwd(self, op):
-    """Like apply_op1, but a later backward that must pass through the result raises
-    BackwardNotSupported instead of dropping the gradient."""
+    """Like ``apply_op1``, recording no backward rule.
+
+    A later ``backward`` that must pass through the result towards a variable raises
+    ``BackwardNotSupported`` (use ``apply_op1`` or ``detach()``) instead of dropping the gradient.
+
+    Args:
+        op: a ``CustomOp1`` instance.
+
+    Returns:
+        Tensor: the checked output.
+    """
     return _apply((self,), op, CustomOp1, "apply_op1_no_bwd", _NO_BWD)
 
 
 def apply_op2_no_bwd(self, other, op):
+    """Like ``apply_op2``, recording no backward rule (see ``apply_op1_no_bwd``).
+
+    Args:
+        other: the second input.
+        op: a ``CustomOp2`` instance.
+
+    Returns:
+        Tensor: the checked output.
+    """
     return _apply((self, other), op, CustomOp2, "apply_op2_no_bwd", _NO_BWD)
 
 
 def apply_op3_no_bwd(self, b, c, op):
+    """Like ``apply_op3``, recording no backward rule (see ``apply_op1_no_bwd``).
+
+    Args:
+        b: the second input.
+        c: the third input.
+        op: a ``CustomOp3`` instance.
+
+    Returns:
+        Tensor: the checked output.
+    """
     return _apply((self, b, c), op, CustomOp3, "apply_op3_no_bwd", _NO_BWD)
 
 
@@ -325,17 +453,49 @@ def _inplace(op, target, others):
 
 
 def inplace_op1(self, op):
-    """Mutates this tensor's storage (every view sees it) and bumps its version counter."""
+    """Runs an in-place custom op on this tensor (see ``InplaceOp1``).
+
+    The write lands in the shared storage (every view sees it) and bumps its version counter.
+
+    Args:
+        op: an ``InplaceOp1`` instance.
+
+    Raises:
+        DTypeError: ``op`` is not an InplaceOp1, or its forward returned something other than None.
+        EmberValueError: the tensor is a broadcast (stride 0) view.
+    """
     _check_op(op, InplaceOp1, "inplace_op1")
     _inplace(op, self, ())
 
 
 def inplace_op2(self, other, op):
+    """Runs an in-place custom op on this tensor, reading ``other`` (see ``InplaceOp2``).
+
+    Args:
+        other: the read-only operand, a Tensor on the same device; read as it was before the write
+            even when it shares memory with ``self``.
+        op: an ``InplaceOp2`` instance.
+
+    Raises:
+        DTypeError: ``op`` is not an InplaceOp2, or its forward returned something other than None.
+        DeviceError: the operands are on different devices.
+    """
     _check_op(op, InplaceOp2, "inplace_op2")
     _inplace(op, self, (other,))
 
 
 def inplace_op3(self, b, c, op):
+    """Runs an in-place custom op on this tensor, reading ``b`` and ``c`` (see ``InplaceOp3``).
+
+    Args:
+        b: the first read-only operand.
+        c: the second read-only operand.
+        op: an ``InplaceOp3`` instance.
+
+    Raises:
+        DTypeError: ``op`` is not an InplaceOp3, or its forward returned something other than None.
+        DeviceError: the operands are on different devices.
+    """
     _check_op(op, InplaceOp3, "inplace_op3")
     _inplace(op, self, (b, c))
 

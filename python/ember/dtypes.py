@@ -13,11 +13,19 @@ _NP_BF16 = np.dtype(_ml_dtypes.bfloat16)
 
 
 class DType:
-    """An element type. Compare with ``==`` or ``is``; instances are singletons."""
+    """An element type: ``em.float32 float16 bfloat16 float64 int64 uint32 uint8``.
+
+    Instances are singletons (compare with ``is`` or ``==``; they pickle to themselves). Attributes:
+    ``name`` (``"float32"``), ``itemsize`` (bytes per element), ``is_float``, and ``code`` (the
+    index the C++ core uses). Functions take a DType, its name or a numpy dtype wherever they take a
+    dtype.
+    """
 
     __slots__ = ("name", "itemsize", "is_float", "code")
 
     def __init__(self, name, itemsize, is_float, code):
+        """Made once per dtype at import (use ``em.float32`` and friends): ``name``, ``itemsize`` in
+        bytes, ``is_float``, and ``code``, the C++ core's index of the dtype."""
         self.name, self.itemsize, self.is_float, self.code = name, itemsize, is_float, code
 
     def __repr__(self):
@@ -44,7 +52,7 @@ def _dtype_by_name(name):
 
 
 def to_dtype(dt) -> DType:
-    """Accepts an ember DType, its name, or a numpy dtype."""
+    """The ember DType for ``dt``: an ember DType, its name, or a numpy dtype; raises DTypeError."""
     if isinstance(dt, DType):
         return dt
     if isinstance(dt, str) and dt in _BY_NAME:
@@ -76,6 +84,7 @@ _NP_WIDEN = {
 
 
 def from_numpy_dtype(npdt: np.dtype) -> DType:
+    """The ember DType holding numpy dtype ``npdt`` (narrow ints widen to int64, bool to uint8)."""
     if npdt in _NP_TO_EMBER:
         return _NP_TO_EMBER[npdt]
     if npdt == _NP_BF16:
@@ -93,12 +102,18 @@ def numpy_dtype(dt: DType):
 
 
 class Device:
-    """A device: ``Device("cpu")``, ``Device("metal", 0)``. Compares by value."""
+    """A device: ``Device("cpu")`` (also ``em.cpu``), ``Device("metal", 0)`` or ``Device("metal:0")``.
+
+    Devices compare and hash by value. Attributes: ``type`` (``"cpu"``, ``"metal"``, ``"cuda"``) and
+    ``index``.
+    """
 
     __slots__ = ("type", "index", "kind")
     _KINDS = {"cpu": 0, "metal": 1, "cuda": 2}
 
     def __init__(self, type="cpu", index=0):
+        """Args: ``type``, a device type or ``"type:index"`` string (or a Device to copy); ``index``,
+        the device's index among those of its type. Raises DeviceError for an unknown type."""
         if isinstance(type, Device):
             type, index = type.type, type.index
         if isinstance(type, str) and ":" in type:
@@ -133,6 +148,7 @@ cpu = Device("cpu")
 
 
 def to_device(dev) -> Device:
+    """The Device for ``dev``: a Device, a device string, or None (the CPU)."""
     if dev is None:
         return cpu
     return dev if isinstance(dev, Device) else Device(dev)

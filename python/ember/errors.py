@@ -37,6 +37,7 @@ class BackwardNotSupported(EmberError, NotImplementedError):
     """Backward reached an op that has no gradient rule. ``.op`` names the op."""
 
     def __init__(self, op, message=None):
+        """Args: ``op``, the op's name; ``message``, the text (default: "[op] backward is not supported")."""
         self.op = op
         super().__init__(message or f"[{op}] backward is not supported for {op}")
 

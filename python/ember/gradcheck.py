@@ -34,7 +34,23 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
     """Checks ``backward`` of ``fn(*inputs)`` against central differences in float64.
 
     Float tensors among ``inputs`` are copied to float64 variables (other inputs are passed as
-    they are). Returns True, or raises GradcheckError naming the worst element."""
+    they are); each element is perturbed by +-``eps`` and the difference quotient compared with the
+    gradient of a random weighting of the outputs.
+
+    Args:
+        fn: a function of the inputs returning a Tensor or a tuple of Tensors.
+        inputs: a Tensor or a sequence of inputs.
+        eps: the finite-difference step.
+        atol: the absolute tolerance.
+        rtol: the relative tolerance.
+
+    Returns:
+        bool: True when every element agrees within ``atol + rtol * |numeric|``.
+
+    Raises:
+        GradcheckError: names the worst element and both values.
+        DTypeError: no float tensor among the inputs.
+    """
     if isinstance(inputs, Tensor):
         inputs = (inputs,)
     inputs = list(inputs)

@@ -181,7 +181,18 @@ def _capsule_of(obj):
 
 
 def from_dlpack(obj) -> Tensor:
-    """An ember tensor sharing the memory of any DLPack producer (torch, numpy, jax, ...) on CPU."""
+    """An ember tensor sharing the memory of a DLPack producer (torch, numpy, jax, ...).
+
+    Args:
+        obj: an object with ``__dlpack__`` (or a DLPack capsule). On CPU the memory is shared, not
+            copied: writes through either side are seen by both.
+
+    Returns:
+        Tensor: a tensor over the producer's memory (dtypes ember lacks are converted into a copy).
+
+    Raises:
+        DTypeError: the producer's dtype or device cannot be imported.
+    """
     if isinstance(obj, Tensor):
         return obj.detach()
     cap = _capsule_of(obj)

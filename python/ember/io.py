@@ -105,7 +105,18 @@ def _read_header(buf: np.ndarray, path):
 
 
 def load_safetensors(path, device=None) -> dict:
-    """Reads a safetensors file into ``{name: Tensor}`` (on ``device``, default CPU)."""
+    """Reads a safetensors file.
+
+    Args:
+        path: the file's path (a str or os.PathLike).
+        device: where the tensors go (default the CPU).
+
+    Returns:
+        dict: ``{name: Tensor}`` in the file's order.
+
+    Raises:
+        EmberError: the file is not a valid safetensors file (the message says why).
+    """
     path = _path(path, "load_safetensors")
     # Map the file instead of reading it: each tensor is copied out once, so peak memory stays ~1x.
     try:

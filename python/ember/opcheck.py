@@ -19,6 +19,8 @@ class CheckOpError(EmberError, AssertionError):
     """Raised by check_op with one line per failed check; ``.failures`` holds (check, detail) pairs."""
 
     def __init__(self, op_name, failures, report=None):
+        """Args: ``op_name``, the op checked; ``failures``, (check, detail) pairs; ``report``, the
+        CheckOpReport of the checks that ran."""
         self.failures = list(failures)
         self.report = report
         lines = "\n".join(f"  - {check}: {detail}" for check, detail in self.failures)
@@ -30,6 +32,7 @@ class CheckOpReport:
     dtypes the op accepted (``supported_dtypes``)."""
 
     def __init__(self, op_name):
+        """Args: ``op_name``, the name of the op the report is about."""
         self.op = op_name
         self.passed = []
         self.skipped = []
@@ -309,6 +312,21 @@ def check_op(op, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
     cpu. Returns a CheckOpReport when all pass, else raises CheckOpError listing each failure.
 
     A ``bwd`` that returns None where the true gradient is nonzero counts as a failure here.
+
+    Args:
+        op: a CustomOp1/2/3 or InplaceOp1/2/3 instance.
+        inputs: one Tensor (or array) per input of the op.
+        eps: the finite-difference step.
+        atol: the absolute tolerance of the gradient check.
+        rtol: its relative tolerance.
+        seed: seeds the random weights and the elements the gradient check perturbs.
+
+    Returns:
+        CheckOpReport: what passed, what was skipped and why, and the dtypes the op accepted.
+
+    Raises:
+        CheckOpError: one line per failed check.
+        DTypeError: ``op`` is not a custom op.
     """
     kinds = (_co.CustomOp1, _co.CustomOp2, _co.CustomOp3, _co.InplaceOp1, _co.InplaceOp2, _co.InplaceOp3)
     if not isinstance(op, kinds):

@@ -8,6 +8,8 @@ from .backprop import no_grad
 from .errors import DTypeError, EmberValueError, ShapeError
 from .tensor import Tensor, Var
 
+__all__ = ["AdamW", "Optimizer", "SGD"]
+
 
 class Optimizer:
     """Holds the variables to update, in torch-style param groups (``params`` is an iterable of
@@ -76,6 +78,8 @@ class Optimizer:
             raise EmberValueError(f"[{self.name}] invalid learning rate {group['lr']}")
 
     def step(self, grads) -> None:
+        """Applies one update to every variable that has a gradient in ``grads`` (a GradStore from
+        ``backward()``); variables without one are left untouched."""
         if not callable(getattr(grads, "get", None)):
             raise DTypeError(f"[{self.name}] step expects the GradStore from backward(), got {type(grads).__name__}")
         with no_grad():  # updates are never part of a graph
@@ -121,7 +125,11 @@ class Optimizer:
                                  for k, v in st.items()}
 
     def backward_step(self, loss):
-        """loss.backward() then step(); returns the GradStore."""
+        """Runs ``loss.backward()`` then ``step`` with its gradients; returns the GradStore.
+
+        Args:
+            loss: the tensor to differentiate (usually a scalar loss).
+        """
         if not isinstance(loss, Tensor):
             raise DTypeError(f"[{self.name}] backward_step expects a loss Tensor, got {type(loss).__name__}")
         grads = loss.backward()
@@ -133,8 +141,20 @@ class Optimizer:
 
 
 class SGD(Optimizer):
-    """torch.optim.SGD: g += wd * p; buf = momentum * buf + (1 - dampening) * g (buf = g first);
-    g = g + momentum * buf (nesterov) or buf; p -= lr * g."""
+    """Stochastic gradient descent with torch.optim.SGD's update rule.
+
+    Per step: ``g += weight_decay * p``; ``buf = momentum * buf + (1 - dampening) * g`` (``buf = g`` on
+    the first step); ``g = g + momentum * buf`` with ``nesterov``, else ``buf``; ``p -= lr * g``.
+
+    Args:
+        params: the Vars to update: ``model.parameters()``, ``model.named_parameters()``, or a list of
+            param-group dicts (``{"params": [...], "lr": ...}``) overriding the defaults per group.
+        lr: the learning rate.
+        momentum: the momentum factor (0 for none).
+        dampening: the dampening of the momentum.
+        weight_decay: the L2 penalty added to the gradient.
+        nesterov: use Nesterov momentum.
+    """
 
     name = "SGD"
 
@@ -165,8 +185,18 @@ class SGD(Optimizer):
 
 
 class AdamW(Optimizer):
-    """torch.optim.AdamW (defaults lr=1e-3, betas=(0.9, 0.999), eps=1e-8, weight_decay=1e-2):
-    decoupled decay p *= 1 - lr * wd, then Adam with bias correction."""
+    """Adam with decoupled weight decay, with torch.optim.AdamW's update rule and defaults.
+
+    Per step: ``p *= 1 - lr * weight_decay``, then the Adam update with bias correction.
+
+    Args:
+        params: the Vars to update: ``model.parameters()``, ``model.named_parameters()``, or a list of
+            param-group dicts overriding the defaults per group.
+        lr: the learning rate.
+        betas: the decay rates of the first and second moment estimates.
+        eps: added to the denominator.
+        weight_decay: the decoupled weight decay factor.
+    """
 
     name = "AdamW"
 

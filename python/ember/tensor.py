@@ -597,7 +597,13 @@ class Tensor:
 
 
 class Var(Tensor):
-    """A leaf that tracks gradients. ``Var(t)`` copies ``t``'s data."""
+    """A leaf tensor that tracks gradients: the parameters and inputs ``backward()`` differentiates for.
+
+    ``em.Var(data, dtype=None, device=None)`` takes what ``em.tensor`` takes (a scalar, nested lists, a
+    numpy array) or a Tensor, and always copies it. After ``g = loss.backward()``, ``g[v]`` is the
+    gradient of ``loss`` with respect to ``v``. ``v.set(t)`` writes new values into the variable's
+    existing storage (an optimizer step), which autograd sees as an in-place write.
+    """
 
     __slots__ = ()
     is_variable = True
@@ -616,7 +622,13 @@ class Var(Tensor):
         pass
 
     def set(self, t):
-        """Writes t's values into this variable's storage (shape/dtype/device checked)."""
+        """Writes the values of ``t`` (a Tensor, list or array) into this variable's storage.
+
+        Raises:
+            ShapeError: ``t`` has another shape.
+            DTypeError: ``t`` is a Tensor of another dtype.
+            DeviceError: ``t`` is on another device.
+        """
         if not isinstance(t, Tensor):
             t = tensor(t, dtype=self._dtype)
         if t.shape != self.shape:
@@ -738,7 +750,19 @@ def _as_index(ids, op):
 
 # --------------------------------------------------------------------- functions of several tensors
 def where(cond, a, b):
-    """Elementwise cond ? a : b with broadcasting; a and b may be Python scalars."""
+    """Elementwise ``a if cond else b``, with numpy broadcasting.
+
+    Args:
+        cond: the condition, a Tensor (nonzero means true; a uint8 mask from a comparison), list or array.
+        a: the values where ``cond`` holds, a Tensor or a Python scalar.
+        b: the values elsewhere, a Tensor or a Python scalar (at least one of ``a``, ``b`` is a Tensor).
+
+    Returns:
+        Tensor: differentiable with respect to ``a`` and ``b``.
+
+    Raises:
+        ShapeError: the shapes do not broadcast.
+    """
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         raise DTypeError("[where] at least one of a, b must be a tensor")
     if not isinstance(a, Tensor):
@@ -752,10 +776,12 @@ def where(cond, a, b):
 
 
 def maximum(a, b):
+    """The elementwise larger of ``a`` and ``b`` (one may be a scalar); ties share the gradient evenly."""
     return a.maximum(b) if isinstance(a, Tensor) else b.maximum(a)
 
 
 def minimum(a, b):
+    """The elementwise smaller of ``a`` and ``b`` (one may be a scalar); ties share the gradient evenly."""
     return a.minimum(b) if isinstance(a, Tensor) else b.minimum(a)
 
 
@@ -771,6 +797,19 @@ def _tensor_list(tensors, op):
 
 
 def cat(tensors, dim=0):
+    """Joins tensors along an existing dim.
+
+    Args:
+        tensors: a sequence of tensors whose shapes agree except along ``dim``.
+        dim: the dim to join along.
+
+    Returns:
+        Tensor: a new tensor; differentiable with respect to every input.
+
+    Raises:
+        ShapeError: the other dims differ.
+        EmberValueError: the sequence is empty.
+    """
     tensors = _tensor_list(tensors, "cat")
     dim = _dim(dim, tensors[0].ndim, "cat")
     s, l = _C.cat([t._storage for t in tensors], [t._layout for t in tensors], dim)
@@ -779,6 +818,18 @@ def cat(tensors, dim=0):
 
 
 def stack(tensors, dim=0):
+    """Joins tensors of one shape along a new dim.
+
+    Args:
+        tensors: a sequence of tensors of the same shape.
+        dim: where the new dim goes.
+
+    Returns:
+        Tensor: a new tensor; differentiable with respect to every input.
+
+    Raises:
+        ShapeError: the shapes differ.
+    """
     tensors = _tensor_list(tensors, "stack")
     dim = _dim(dim, tensors[0].ndim + 1, "stack")
     for t in tensors[1:]:

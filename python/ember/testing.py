@@ -1,3 +1,5 @@
 """ember.testing: gradcheck (finite differences) and check_op (an opcheck for custom ops)."""
-from .gradcheck import GradcheckError, gradcheck  # noqa: F401
-from .opcheck import CheckOpError, check_op  # noqa: F401
+from .gradcheck import GradcheckError, gradcheck
+from .opcheck import CheckOpError, CheckOpReport, check_op
+
+__all__ = ["CheckOpError", "CheckOpReport", "GradcheckError", "check_op", "gradcheck"]

@@ -80,14 +80,21 @@ void bind_storage(py::module_& m) {
     return py::make_tuple((uintptr_t)&dl_release, (uintptr_t)&dl_capsule_destructor);
   }, "Registers interop's release(address); returns the addresses of the C deleter and capsule destructor.");
 
-  py::class_<BackendStorage, std::shared_ptr<BackendStorage>>(m, "Storage")
-      .def_property_readonly("dtype_code", [](const BackendStorage& s) { return (int)s.dtype(); })
-      .def_property_readonly("device_kind", [](const BackendStorage& s) { return (int)s.device().kind; })
-      .def_property_readonly("device_index", [](const BackendStorage& s) { return s.device().index; })
-      .def_property_readonly("numel", &BackendStorage::numel)
-      .def_property_readonly("version", &BackendStorage::version)
-      .def("bump_version", &BackendStorage::bump_version)
-      .def("same_buffer", &BackendStorage::same_buffer);
+  py::class_<BackendStorage, std::shared_ptr<BackendStorage>>(m, "Storage",
+                                                              "A flat buffer of elements of one dtype on one device; tensors read it through a Layout.")
+      .def_property_readonly("dtype_code", [](const BackendStorage& s) { return (int)s.dtype(); },
+                             "The element type's code (an index into em.ALL_DTYPES); .dtype gives the em.DType.")
+      .def_property_readonly("device_kind", [](const BackendStorage& s) { return (int)s.device().kind; },
+                             "The device kind's code (0 cpu, 1 metal, 2 cuda); .device gives the em.Device.")
+      .def_property_readonly("device_index", [](const BackendStorage& s) { return s.device().index; },
+                             "The index of the device among those of its kind.")
+      .def_property_readonly("numel", &BackendStorage::numel, "The number of elements the buffer holds.")
+      .def_property_readonly("version", &BackendStorage::version,
+                             "The in-place write counter autograd checks: every in-place write bumps it.")
+      .def("bump_version", &BackendStorage::bump_version,
+           "Records an in-place write, so a later backward through a saved view of this buffer raises.")
+      .def("same_buffer", &BackendStorage::same_buffer, py::arg("other"),
+           "True when other shares memory with this storage (the same or overlapping buffers).");
 
   // Sets this thread's in-place target (None clears it) and returns the previous one, so nested
   // in-place ops restore it.
@@ -100,7 +107,9 @@ void bind_storage(py::module_& m) {
     t_inplace_target = reinterpret_cast<const BackendStorage*>(prev);
   });
 
-  py::class_<CpuStorage, BackendStorage, std::shared_ptr<CpuStorage>>(m, "CpuStorage")
+  py::class_<CpuStorage, BackendStorage, std::shared_ptr<CpuStorage>>(m, "CpuStorage",
+                                                                      "A storage in host memory (64-byte aligned). A custom op's cpu_fwd "
+                                                                      "receives its inputs as CpuStorages and returns a new one.")
       .def(
           "numpy", [](py::object self) {
             const auto& s = self.cast<const CpuStorage&>();
@@ -119,8 +128,9 @@ void bind_storage(py::module_& m) {
       .def("as_numpy", [](const py::object&, const py::args&, const py::kwargs&) -> py::object {
         EMBER_CHECK(false, DType, "[as_numpy] expected as_numpy(layout: Layout, writable: bool | None = None)");
       })
-      .def_property_readonly("data_ptr", [](const CpuStorage& s) { return (uintptr_t)s.raw(); })
-      .def_property_readonly("nbytes", &CpuStorage::nbytes)
+      .def_property_readonly("data_ptr", [](const CpuStorage& s) { return (uintptr_t)s.raw(); },
+                             "The address of the first element, as an int (for ctypes or cffi kernels).")
+      .def_property_readonly("nbytes", &CpuStorage::nbytes, "The size of the buffer in bytes.")
       .def_static(
           "_from_numpy_code",
           [](py::array arr, int code) {

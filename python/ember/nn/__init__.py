@@ -1,6 +1,6 @@
 """ember.nn: fused ops (``ember.nn.ops``), layers and losses."""
-from . import ops  # noqa: F401
-from .layers import (  # noqa: F401
+from . import ops
+from .layers import (
     MLP,
     CausalSelfAttention,
     Embedding,
@@ -14,4 +14,9 @@ from .layers import (  # noqa: F401
     TransformerBlock,
     swiglu,
 )
-from .losses import cross_entropy, mse_loss  # noqa: F401
+from .losses import cross_entropy, mse_loss
+
+__all__ = [
+    "MLP", "CausalSelfAttention", "Embedding", "GatedMLP", "LayerNorm", "Linear", "Module", "ModuleList",
+    "RmsNorm", "Sequential", "TransformerBlock", "cross_entropy", "mse_loss", "ops", "swiglu",
+]

@@ -166,6 +166,13 @@ class Linear(Module):
     (kaiming-uniform with a=sqrt(5), i.e. U(-1/sqrt(in), 1/sqrt(in)), for weight and bias)."""
 
     def __init__(self, in_features, out_features, bias=True, dtype=None, device=None):
+        """Args:
+            in_features: the size of each input's last dim.
+            out_features: the size of each output's last dim.
+            bias: add a learned bias.
+            dtype: the parameters' dtype (default float32).
+            device: where the parameters live (default the CPU).
+        """
         super().__init__()
         in_features, out_features = int_arg(in_features, "Linear", "in_features"), int_arg(out_features, "Linear", "out_features")
         if in_features <= 0 or out_features <= 0:
@@ -195,6 +202,12 @@ class Embedding(Module):
     """A lookup table (num_embeddings, dim) initialised N(0, 1) like torch; input: integer ids."""
 
     def __init__(self, num_embeddings, dim, dtype=None, device=None):
+        """Args:
+            num_embeddings: the number of rows (the vocabulary size).
+            dim: the size of each row.
+            dtype: the parameters' dtype (default float32).
+            device: where the parameters live (default the CPU).
+        """
         super().__init__()
         dtype, device = to_dtype(dtype or "float32"), to_device(device)
         self.num_embeddings, self.dim = int_arg(num_embeddings, "Embedding", "num_embeddings"), int_arg(dim, "Embedding", "dim")
@@ -217,6 +230,12 @@ class RmsNorm(Module):
     """x / sqrt(mean(x^2) + eps) * weight over the last dim (weight starts at ones)."""
 
     def __init__(self, dim, eps=1e-5, dtype=None, device=None):
+        """Args:
+            dim: the size of the normalised (last) dim.
+            eps: added to the variance or mean square.
+            dtype: the parameters' dtype (default float32).
+            device: where the parameters live (default the CPU).
+        """
         super().__init__()
         self.dim, self.eps = int_arg(dim, "RmsNorm", "dim"), float_arg(eps, "RmsNorm", "eps")
         self.weight = Var(ones(self.dim, dtype=to_dtype(dtype or "float32"), device=device))
@@ -232,6 +251,12 @@ class LayerNorm(Module):
     """(x - mean) / sqrt(var + eps) * weight + bias over the last dim (ones / zeros at start)."""
 
     def __init__(self, dim, eps=1e-5, dtype=None, device=None):
+        """Args:
+            dim: the size of the normalised (last) dim.
+            eps: added to the variance or mean square.
+            dtype: the parameters' dtype (default float32).
+            device: where the parameters live (default the CPU).
+        """
         super().__init__()
         self.dim, self.eps = int_arg(dim, "LayerNorm", "dim"), float_arg(eps, "LayerNorm", "eps")
         dtype = to_dtype(dtype or "float32")
@@ -249,6 +274,13 @@ class CausalSelfAttention(Module):
     """Multi-head causal self-attention on ``ops.sdpa``: one fused qkv projection, one output one."""
 
     def __init__(self, dim, n_heads, bias=False, dtype=None, device=None):
+        """Args:
+            dim: the model width (input and output last dim).
+            n_heads: the number of heads; must divide ``dim``.
+            bias: add biases to the projections.
+            dtype: the parameters' dtype (default float32).
+            device: where the parameters live (default the CPU).
+        """
         super().__init__()
         dim, n_heads = int_arg(dim, "CausalSelfAttention", "dim"), int_arg(n_heads, "CausalSelfAttention", "n_heads")
         if n_heads <= 0:  # dim % 0 would raise a bare ZeroDivisionError
@@ -280,6 +312,14 @@ class MLP(Module):
     """fc -> activation -> proj. ``activation``: "gelu" | "silu" | "relu" or any callable."""
 
     def __init__(self, dim, hidden, activation="gelu", bias=True, dtype=None, device=None):
+        """Args:
+            dim: the input and output width.
+            hidden: the width of the hidden layer.
+            activation: "gelu", "silu", "relu" or a callable of one tensor.
+            bias: add biases to both layers.
+            dtype: the parameters' dtype (default float32).
+            device: where the parameters live (default the CPU).
+        """
         super().__init__()
         self.fc = Linear(dim, hidden, bias=bias, dtype=dtype, device=device)
         self.proj = Linear(hidden, dim, bias=bias, dtype=dtype, device=device)
@@ -301,6 +341,14 @@ class GatedMLP(Module):
     e.g. a user CustomOp2 applied with ``gate.apply_op2(up, op)``."""
 
     def __init__(self, dim, hidden, activation=swiglu, bias=False, dtype=None, device=None):
+        """Args:
+            dim: the input and output width.
+            hidden: the width of the gated hidden layer.
+            activation: a callable ``(gate, up) -> Tensor``; default ``swiglu``.
+            bias: add biases to the three projections.
+            dtype: the parameters' dtype (default float32).
+            device: where the parameters live (default the CPU).
+        """
         super().__init__()
         self.gate = Linear(dim, hidden, bias=bias, dtype=dtype, device=device)
         self.up = Linear(dim, hidden, bias=bias, dtype=dtype, device=device)
@@ -315,6 +363,15 @@ class TransformerBlock(Module):
     """Pre-norm block: x + attn(norm1(x)), then + mlp(norm2(x)). ``mlp`` defaults to a GatedMLP."""
 
     def __init__(self, dim, n_heads, mlp=None, norm="rms", eps=1e-5, dtype=None, device=None):
+        """Args:
+            dim: the model width.
+            n_heads: the number of attention heads.
+            mlp: the feed-forward module (default a GatedMLP of width 4 * dim, rounded).
+            norm: "rms" (RmsNorm) or "layer" (LayerNorm).
+            eps: the norms' epsilon.
+            dtype: the parameters' dtype (default float32).
+            device: where the parameters live (default the CPU).
+        """
         super().__init__()
         norms = {"rms": RmsNorm, "layer": LayerNorm}
         if norm not in norms:  # a bare KeyError before

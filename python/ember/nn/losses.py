@@ -41,7 +41,20 @@ def cross_entropy(logits: Tensor, targets, reduction: str = "mean", ignore_index
 
 
 def mse_loss(pred: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
-    """Mean (or summed) squared error."""
+    """The squared error ``(pred - target) ** 2``, averaged, summed or per element.
+
+    Args:
+        pred: the predictions, a float tensor.
+        target: the targets, the same shape.
+        reduction: "mean", "sum" or "none".
+
+    Returns:
+        Tensor: a scalar, or the per-element errors for "none"; differentiable.
+
+    Raises:
+        ShapeError: the shapes differ.
+        EmberValueError: an unknown reduction.
+    """
     ops._check_tensor(pred, "mse_loss", "prediction")
     ops._check_tensor(target, "mse_loss", "target")
     if reduction not in ("mean", "sum", "none"):  # an unknown one used to fall through to "none"

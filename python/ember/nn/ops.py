@@ -86,17 +86,49 @@ class _Gelu(_Act):
 
 
 def sigmoid(x: Tensor) -> Tensor:
+    """The logistic function ``1 / (1 + exp(-x))``, fused forward and backward.
+
+    Args:
+        x: a float tensor (f32, f16, bf16, f64; any strides and offset).
+
+    Returns:
+        Tensor: same shape and dtype; differentiable (the backward is one fused kernel too).
+
+    Raises:
+        DTypeError: ``x`` is not a float tensor.
+    """
     _check_tensor(x, "sigmoid")
     return x.apply_op1(_Sigmoid())
 
 
 def silu(x: Tensor) -> Tensor:
+    """``x * sigmoid(x)`` (swish), fused forward and backward.
+
+    Args:
+        x: a float tensor (f32, f16, bf16, f64; any strides and offset).
+
+    Returns:
+        Tensor: same shape and dtype; differentiable (the backward is one fused kernel too).
+
+    Raises:
+        DTypeError: ``x`` is not a float tensor.
+    """
     _check_tensor(x, "silu")
     return x.apply_op1(_Silu())
 
 
 def gelu(x: Tensor) -> Tensor:
-    """Exact (erf) gelu, torch's default."""
+    """The exact (erf) gelu ``x * Phi(x)``, torch's default, fused forward and backward.
+
+    Args:
+        x: a float tensor (f32, f16, bf16, f64; any strides and offset).
+
+    Returns:
+        Tensor: same shape and dtype; differentiable (the backward is one fused kernel too).
+
+    Raises:
+        DTypeError: ``x`` is not a float tensor.
+    """
     _check_tensor(x, "gelu")
     return x.apply_op1(_Gelu())
 
@@ -135,14 +167,50 @@ def _last_dim_apply(x, dim, op_cls, name):
 
 
 def softmax_last_dim(x: Tensor) -> Tensor:
+    """``softmax(x, -1)``, candle's name: the softmax over the last dim, one fused kernel.
+
+    Args:
+        x: a float tensor.
+
+    Returns:
+        Tensor: same shape and dtype; differentiable.
+    """
     return _last_dim_apply(x, -1, _Softmax, "softmax")
 
 
 def softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """``exp(x) / sum(exp(x))`` over ``dim``, as one fused kernel (f16/bf16 accumulate in f32).
+
+    Args:
+        x: a float tensor (f32, f16, bf16, f64; any strides and offset).
+        dim: the dim to normalise over (negative counts from the end).
+
+    Returns:
+        Tensor: same shape and dtype; differentiable (the backward is one fused kernel; under
+        ``create_graph=True`` a composite, so second derivatives work).
+
+    Raises:
+        DTypeError: ``x`` is not a float tensor.
+        IndexOutOfRange: ``dim`` is out of range.
+    """
     return _last_dim_apply(x, dim, _Softmax, "softmax")
 
 
 def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """``x - logsumexp(x)`` over ``dim``, as one fused kernel.
+
+    Args:
+        x: a float tensor (f32, f16, bf16, f64; any strides and offset).
+        dim: the dim to normalise over (negative counts from the end).
+
+    Returns:
+        Tensor: same shape and dtype; differentiable (the backward is one fused kernel; under
+        ``create_graph=True`` a composite, so second derivatives work).
+
+    Raises:
+        DTypeError: ``x`` is not a float tensor.
+        IndexOutOfRange: ``dim`` is out of range.
+    """
     return _last_dim_apply(x, dim, _LogSoftmax, "log_softmax")
 
 
@@ -180,6 +248,20 @@ class _RmsNorm(CustomOp2):
 
 
 def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-5) -> Tensor:
+    """``x / sqrt(mean(x**2, -1) + eps) * weight``, over the last dim, as one fused kernel.
+
+    Args:
+        x: a float tensor (..., D); any strides and offset.
+        weight: the (D,) scale, the same dtype as ``x``.
+        eps: added to the mean square.
+
+    Returns:
+        Tensor: same shape and dtype; differentiable with respect to ``x`` and ``weight``.
+
+    Raises:
+        ShapeError: ``weight`` is not of shape (D,).
+        DTypeError: the dtypes differ or are not float.
+    """
     _check_tensor(x, "rms_norm")
     if x.ndim == 0:
         raise ShapeError("[rms_norm] expected at least 1 dim, got a scalar")
@@ -213,7 +295,21 @@ class _LayerNorm(CustomOp3):
 
 
 def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
-    """Layer norm over the last dim; a missing weight/bias acts as ones/zeros."""
+    """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dim, as one fused kernel.
+
+    Args:
+        x: a float tensor (..., D); any strides and offset.
+        weight: the (D,) scale, or None for ones.
+        bias: the (D,) shift, or None for zeros.
+        eps: added to the variance (the biased one, as torch).
+
+    Returns:
+        Tensor: same shape and dtype; differentiable with respect to ``x``, ``weight`` and ``bias``.
+
+    Raises:
+        ShapeError: ``weight`` or ``bias`` is not of shape (D,).
+        DTypeError: the dtypes differ or are not float.
+    """
     _check_tensor(x, "layer_norm")
     if x.ndim == 0:
         raise ShapeError("[layer_norm] expected at least 1 dim, got a scalar")
@@ -308,7 +404,23 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
     (B, H, Lq, Lk)) is additive when float, a keep-mask when bool/uint8 (0 = masked out). A float mask
     that needs a gradient (a learned bias, as in T5 or ALiBi variants) gets one: then, as in torch, the
     attention runs as the composite (the L x L scores are built, the softmax is still fused). Fully
-    masked rows give 0."""
+    masked rows give 0.
+
+    Args:
+        q: queries (B, H, Lq, D).
+        k: keys (B, Hkv, Lk, D).
+        v: values (B, Hkv, Lk, Dv).
+        scale: the factor on ``q @ k^T``; default ``1 / sqrt(D)``.
+        causal: mask out keys after each query (query i sees keys 0..i).
+        mask: None, an additive float mask or a bool/uint8 keep-mask, broadcastable to (B, H, Lq, Lk).
+
+    Returns:
+        Tensor: (B, H, Lq, Dv), differentiable with respect to ``q``, ``k``, ``v`` (and a float mask).
+
+    Raises:
+        ShapeError: the shapes do not fit together.
+        DTypeError: the dtypes differ or are not float.
+    """
     for t, nm in ((q, "query"), (k, "key"), (v, "value")):
         _check_tensor(t, "sdpa", nm)
     if mask is not None:
@@ -329,25 +441,30 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
 
 # ----------------------------------------------------------------------------- composite references
 def softmax_slow(x: Tensor, dim: int = -1) -> Tensor:
-    """Composite reference: exp(x - max) / sum(exp(x - max))."""
+    """Composite reference for tests: ``exp(x - max) / sum(exp(x - max))`` over ``dim``, in Tensor ops."""
     m = x.max(dim, keepdim=True).detach()
     e = (x - m).exp()
     return e / e.sum(dim, keepdim=True)
 
 
 def log_softmax_slow(x: Tensor, dim: int = -1) -> Tensor:
+    """Composite reference for tests: ``x - logsumexp(x)`` over ``dim``, in Tensor ops."""
     return x - x.logsumexp(dim, keepdim=True)
 
 
 def rms_norm_slow(x: Tensor, weight: Tensor, eps: float = 1e-5) -> Tensor:
+    """Composite reference for tests: ``rms_norm(x, weight, eps)`` in Tensor ops."""
     return x / ((x * x).mean(-1, keepdim=True) + eps).sqrt() * weight
 
 
 def layer_norm_slow(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
+    """Composite reference for tests: ``layer_norm(x, weight, bias, eps)`` in Tensor ops."""
     xc = x - x.mean(-1, keepdim=True)
     return xc / ((xc * xc).mean(-1, keepdim=True) + eps).sqrt() * weight + bias
 
 
 def sdpa_slow(q, k, v, scale=None, causal=False, mask=None):
+    """Composite reference for tests: ``sdpa(q, k, v, scale, causal, mask)`` with the whole L x L
+    score matrix built in Tensor ops."""
     scale = 1.0 / math.sqrt(max(q.shape[-1], 1)) if scale is None else float(scale)
     return softmax_slow(_attn_scores(q, _repeat_kv(k, q), scale, causal, mask), -1) @ _repeat_kv(v, q)
