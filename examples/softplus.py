@@ -1,4 +1,4 @@
-"""Example: the softplus CustomOp1 of SPEC §4 — a numpy forward, a backward in Tensor ops, check_op."""
+"""Example: the softplus CustomOp1 of the custom-op tutorial — a numpy forward, a backward in Tensor ops, check_op."""
 import numpy as np
 
 import ember as em

@@ -1,4 +1,4 @@
-"""The backward walk and its contract (SPEC §3): GradStore semantics, backward twice, detach,
+"""The backward walk and its contract (docs/autograd.md): GradStore semantics, backward twice, detach,
 no_grad, second order, pruning, custom rules and NO_BACKWARD, the in-place version check,
 gradcheck itself, and the deep/wide graphs that must stay fast and recursion-free."""
 import time

@@ -1,4 +1,4 @@
-"""Custom ops in Python (SPEC §4): storage access, CustomOp1/2/3, no-bwd, validation, in-place ops, threads."""
+"""Custom ops in Python (docs/custom-ops.md): storage access, CustomOp1/2/3, no-bwd, validation, in-place ops, threads."""
 import threading
 
 import ml_dtypes

@@ -1,4 +1,5 @@
 """em.testing.check_op: passes good custom ops, and names each failed check for broken ones."""
+import ml_dtypes
 import numpy as np
 import pytest
 
@@ -165,3 +166,27 @@ def test_check_op_on_inplace_ops():
 def test_check_op_bad_arguments():
     expect_error(lambda: em.testing.check_op(Softplus(), em.randn(2), em.randn(2)), "check_op")
     expect_error(lambda: em.testing.check_op(lambda x: x, em.randn(2)), "check_op")
+
+
+def test_bfloat16_reaches_a_numpy_forward_as_ml_dtypes_bfloat16():
+    # A numpy forward sees bf16 inputs as ml_dtypes.bfloat16 arrays and may return them as they are,
+    # so check_op counts bfloat16 among the dtypes a float op accepts (with raw uint16 bits it could
+    # not, and a uint16 result would have come back as int64).
+    seen = []
+
+    class Square(em.CustomOp1):
+        name = "square"
+
+        def cpu_fwd(self, storage, layout):
+            x = storage.as_numpy(layout)
+            seen.append(x.dtype)
+            return em.CpuStorage.from_numpy(x * x), layout.shape
+
+        def bwd(self, arg, res, grad_res):
+            return grad_res * arg * 2.0
+
+    rep = em.testing.check_op(Square(), em.randn(4, 3))
+    assert em.bfloat16 in rep.supported_dtypes
+    assert np.dtype(ml_dtypes.bfloat16) in seen
+    y = em.randn(3, dtype=em.bfloat16).apply_op1(Square())
+    assert y.dtype is em.bfloat16 and y.numpy().dtype == np.dtype(ml_dtypes.bfloat16)

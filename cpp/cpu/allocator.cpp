@@ -46,7 +46,7 @@ Cache& cache() {
 }
 
 // Big blocks are 2 MiB aligned and marked for transparent huge pages: streaming kernels over tens of
-// MiB then miss the TLB far less (measured ~10-30% on a 64 MiB row sum) and first touch faults 512x less.
+// MiB then miss the TLB far less, and a first touch faults in 2 MiB instead of 4 KiB.
 constexpr size_t kHugeMin = size_t(4) << 20;
 constexpr size_t kHugePage = size_t(2) << 20;
 

@@ -53,8 +53,8 @@ template <typename F> static inline void with_flag(bool b, F&& f) {
 }
 
 // A row kernel's pass over row r prefetches into L2, at its own offsets, the row a later pass will read
-// (prefetch_l2 below): for short rows the row two groups on (one group ahead was 4-5% slower for
-// 32768x128 f32 softmax from memory, more made no difference), for long rows the next one. Past the
+// (prefetch_l2 below): for short rows the row two groups on (one group ahead was slower from memory,
+// more made no difference), for long rows the next one. Past the
 // last row, row r itself: a prefetch of what is being read does nothing, and is cheaper than a test.
 template <typename T> static inline const T* row_ahead(const void* x, int64_t ldx, int64_t r, int64_t ahead,
                                                       int64_t rows) {
@@ -236,8 +236,8 @@ static inline void softmax_out(const C_t<T>* e, T* yr, int64_t i0, int64_t i1, i
 }
 
 // Rows longer than kBlk, a block at a time: the block's max, then its exps against that max while the
-// block is still in L1, so the row comes from memory once. (A whole-row max pass first streamed the
-// row from memory with the core idle; the 64x65536 bf16 forward took ~1.4x its in-cache time.) With
+// block is still in L1, so the row comes from memory once (a whole-row max pass first streamed the
+// row from memory with the core idle). With
 // block b's exps taken against m_b (e^(x - s_b) for exp_sum's shift s_b, m_b up to rounding) and their
 // sum t_b, the row's shift is M = max s_b and its sum total = sum t_b e^(s_b - M); softmax scales
 // block b's exps by e^(s_b - M) / total. A block of -inf contributes exps of 0 (its

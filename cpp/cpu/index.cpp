@@ -229,8 +229,8 @@ StoragePtr CpuStorage::index_select(const Layout& l, const BackendStorage& ids_,
 StoragePtr CpuStorage::gather(const Layout& l, const BackendStorage& ids_, const Layout& il, int64_t dim) const {
   const auto& ic = as_cpu(ids_);
   auto out = new_cpu(dtype_, il.numel());
-  // Large dense int64 indices are checked inside the gather (one pass over them instead of two: ~1.5x
-  // the speed of a full-size gather). Small ones take the up-front check, which measured faster there.
+  // Large dense int64 indices are checked inside the gather (one pass over them instead of two). Small
+  // ones take the up-front check, which measured faster there.
   // Negative or bad indices then redo the gather through Ids, which converts the negative ones and
   // names a bad one in its error; nothing but the fresh output was written.
   constexpr int64_t kCheckInKernel = int64_t(1) << 16;

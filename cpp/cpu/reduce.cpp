@@ -97,8 +97,7 @@ template <typename P, typename F> std::vector<P> row_parts(int64_t nred, F&& par
 }
 
 // Column reductions give each task blocks of at least 1024 columns: each row's block is then a 4 KB run
-// for f32 that the prefetcher follows (256-column blocks made a 2048x2048 sum(0) take 1.6-2.1 ms, 1024
-// 0.7-0.9, torch 1.6-1.8).
+// for f32 that the prefetcher follows (256-column runs were too short for it).
 inline int64_t column_grain(int64_t nred) { return std::max<int64_t>(1024, kGrain / std::max<int64_t>(nred, 1)); }
 
 template <typename T>

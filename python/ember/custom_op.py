@@ -1,4 +1,4 @@
-"""Custom ops written in Python (SPEC §4): CustomOp1/2/3, InplaceOp1/2/3, device dispatch, output checks."""
+"""Custom ops written in Python (docs/custom-ops.md): CustomOp1/2/3, InplaceOp1/2/3, device dispatch, output checks."""
 from __future__ import annotations
 
 import math

@@ -36,7 +36,7 @@ py::array view(const CpuStorage& s, const Layout& l, py::handle owner, bool writ
   for (auto st : l.stride()) strides.push_back(st * isz);
   char* ptr = static_cast<char*>(s.raw()) + (l.numel() ? l.offset() * isz : 0);
   py::array a(np_dtype(s.dtype()), shape, strides, ptr, owner);
-  // Clear the flag through the C API: going through a.flags.writeable costs ~1 us per view.
+  // Clear the flag through the C API: going through a.flags.writeable is a Python call per view.
   if (!writable) py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
   return a;
 }

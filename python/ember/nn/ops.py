@@ -1,4 +1,4 @@
-"""Fused ops (SPEC §5): CustomOps over the C++ fused kernels (_C.fused), plus composite references.
+"""Fused ops (docs/fused-ops.md): CustomOps over the C++ fused kernels (_C.fused), plus composite references.
 
 Each op's forward is one fused kernel. Its backward, during an ordinary ``backward()``, is one fused
 kernel too; under ``backward(create_graph=True)`` the same gradients are written with Tensor ops
