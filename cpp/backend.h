@@ -40,6 +40,13 @@ const char* op_name(UnaryOp op);
 const char* op_name(BinaryOp op);
 const char* op_name(ReduceOp op);
 
+// The geometry of a 2-D convolution window (1-D is h == kh == 1): input (n, c, h, w), kernel (kh, kw),
+// stride, zero padding before each spatial dim, dilation, and the output size (oh, ow), which also
+// fixes the padding after (asymmetric padding such as "same" is pad-before plus the output size).
+struct ConvGeom {
+  int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+};
+
 class BackendStorage;
 using StoragePtr = std::shared_ptr<BackendStorage>;
 
@@ -83,6 +90,11 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   // (a repeated index keeps the last slice): t[ids] = src. src does not share this buffer.
   virtual void index_copy(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src,
                           const Layout& sl, int64_t dim) = 0;
+  // Convolution windows as columns: this (n, c, h, w) through l -> (n, c*kh*kw, oh*ow), zeros where a
+  // window reaches into the padding (im2col, torch's unfold).
+  virtual StoragePtr im2col(const Layout& l, const ConvGeom& g) const = 0;
+  // The adjoint: this (n, c*kh*kw, oh*ow), contiguous, summed back into (n, c, h, w) (col2im, fold).
+  virtual StoragePtr col2im(const ConvGeom& g) const = 0;
 
  protected:
   DType dtype_;

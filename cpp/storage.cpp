@@ -373,3 +373,43 @@ std::pair<StoragePtr, Layout> cat(const std::vector<const BackendStorage*>& ss, 
 }
 
 }  // namespace ember
+
+namespace ember {
+namespace {
+// The checks im2col and col2im share: a positive kernel, stride and dilation, non-negative padding, at
+// least one output position, and element counts an int64 holds (before any allocation). Windows that
+// reach past the input read zeros, so any output size is safe; the callers derive it from the rest.
+void check_conv_geom(const ConvGeom& g, const char* op) {
+  EMBER_CHECK(g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1 && g.dh >= 1 && g.dw >= 1, Value, "[", op,
+              "] kernel size, stride and dilation must be positive, got kernel (", g.kh, ", ", g.kw, "), stride (",
+              g.sh, ", ", g.sw, "), dilation (", g.dh, ", ", g.dw, ")");
+  EMBER_CHECK(g.ph >= 0 && g.pw >= 0, Value, "[", op, "] padding must be non-negative, got (", g.ph, ", ", g.pw, ")");
+  EMBER_CHECK(g.oh >= 1 && g.ow >= 1, Shape, "[", op, "] the kernel (", g.kh, ", ", g.kw, ") with dilation (", g.dh,
+              ", ", g.dw, ") does not fit the padded input (", g.h, ", ", g.w, "): no output position");
+  checked_numel({g.n, g.c, g.kh, g.kw, g.oh, g.ow}, op);
+  checked_numel({g.n, g.c, g.h, g.w}, op);
+}
+}  // namespace
+
+std::pair<StoragePtr, Layout> im2col(const BackendStorage& s, const Layout& l, const ConvGeom& g) {
+  check_in_bounds(s, l, "unfold");
+  EMBER_CHECK(l.ndim() == 4, Shape, "[unfold] expected input (N, C, H, W), got ", shape_str(l.shape()));
+  EMBER_CHECK(l.shape() == Shape({g.n, g.c, g.h, g.w}), Shape, "[unfold] input ", shape_str(l.shape()),
+              " does not match the geometry (", g.n, ", ", g.c, ", ", g.h, ", ", g.w, ")");
+  check_conv_geom(g, "unfold");
+  return {s.im2col(l, g), Layout::contiguous({g.n, g.c * g.kh * g.kw, g.oh * g.ow})};
+}
+
+std::pair<StoragePtr, Layout> col2im(const BackendStorage& s, const Layout& l, const ConvGeom& g) {
+  check_in_bounds(s, l, "fold");
+  check_conv_geom(g, "fold");
+  EMBER_CHECK(l.shape() == Shape({g.n, g.c * g.kh * g.kw, g.oh * g.ow}), Shape, "[fold] expected columns (", g.n,
+              ", ", g.c * g.kh * g.kw, ", ", g.oh * g.ow, "), got ", shape_str(l.shape()));
+  if (!l.is_contiguous() || l.offset() != 0 || s.numel() != l.numel()) {
+    auto [c, cl] = contiguous_copy(s, l);
+    return {c->col2im(g), Layout::contiguous({g.n, g.c, g.h, g.w})};
+  }
+  return {s.col2im(g), Layout::contiguous({g.n, g.c, g.h, g.w})};
+}
+
+}  // namespace ember

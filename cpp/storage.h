@@ -58,5 +58,9 @@ std::pair<StoragePtr, Layout> scatter_add_zeros(const Shape& shape, const Backen
                                                 const BackendStorage& src, const Layout& sl, int64_t dim);
 std::pair<StoragePtr, Layout> cat(const std::vector<const BackendStorage*>& ss, const std::vector<Layout>& ls,
                                   int64_t dim);
+// Convolution windows: (s, l) of shape (n, c, h, w) as columns (n, c*kh*kw, oh*ow), and the adjoint,
+// columns summed back into (n, c, h, w). Geometry and sizes are checked before anything is allocated.
+std::pair<StoragePtr, Layout> im2col(const BackendStorage& s, const Layout& l, const ConvGeom& g);
+std::pair<StoragePtr, Layout> col2im(const BackendStorage& s, const Layout& l, const ConvGeom& g);
 
 }  // namespace ember

@@ -39,6 +39,8 @@ class CpuStorage final : public BackendStorage {
                    const Layout& sl, int64_t dim) override;
   void index_copy(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src,
                   const Layout& sl, int64_t dim) override;
+  StoragePtr im2col(const Layout& l, const ConvGeom& g) const override;
+  StoragePtr col2im(const ConvGeom& g) const override;
 
  private:
   void* data_ = nullptr;

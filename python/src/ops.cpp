@@ -1,4 +1,5 @@
 // Bindings for the op families: thin wrappers over cpp/storage.h that release the GIL.
+#include <array>
 #include <optional>
 
 #include "common.h"
@@ -96,6 +97,16 @@ void bind_ops(py::module_& m) {
     std::vector<const BackendStorage*> ps;
     for (auto& s : ss) ps.push_back(s.get());
     return ember::cat(ps, ls, dim);
+  }, GilFree());
+  // geom: (n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow), see ConvGeom.
+  auto conv_geom = [](const std::array<int64_t, 14>& v) {
+    return ConvGeom{v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7], v[8], v[9], v[10], v[11], v[12], v[13]};
+  };
+  m.def("im2col", [conv_geom](const StoragePtr& s, const Layout& l, const std::array<int64_t, 14>& geom) -> SL {
+    return ember::im2col(*s, l, conv_geom(geom));
+  }, GilFree());
+  m.def("col2im", [conv_geom](const StoragePtr& s, const Layout& l, const std::array<int64_t, 14>& geom) -> SL {
+    return ember::col2im(*s, l, conv_geom(geom));
   }, GilFree());
 }
 

@@ -1,0 +1,218 @@
+"""Convolutions against torch: unfold/fold, conv1d/conv2d and their transposes (values and every
+gradient, strided inputs, every float dtype), the layers, and each bad argument."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+import ember as em
+
+from conftest import FLOATS, TOL, expect_error, npdt
+
+# torch warns that it copies for padding="same" with an even kernel: that is torch's business here.
+pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same':UserWarning")
+
+# (kwargs, weight-channels divisor): stride, padding (ints, pairs, "same", "valid"), dilation, groups.
+CONV2D_CASES = [
+    dict(),
+    dict(stride=2, padding=1),
+    dict(stride=(2, 3), padding=(1, 0), dilation=(1, 2)),
+    dict(padding="same", dilation=2),
+    dict(padding="same", groups=2),
+    dict(padding="valid", groups=3, stride=2),
+    dict(padding=2, dilation=(2, 1), groups=6),
+]
+CONVT2D_CASES = [
+    dict(),
+    dict(stride=2, padding=1, output_padding=1),
+    dict(stride=(2, 1), padding=(0, 1), dilation=(1, 2), groups=2),
+    dict(stride=3, groups=3, output_padding=(2, 0)),
+]
+
+
+def _t(a, grad=False):
+    t = torch.tensor(a, dtype=torch.float64)
+    return t.requires_grad_(grad)
+
+
+def _close(got, want, dt=em.float64):
+    rtol, atol = TOL[dt.name]
+    np.testing.assert_allclose(np.asarray(got, dtype=np.float64), want, rtol=rtol * 20, atol=atol * 50)
+
+
+def _check_against_torch(em_fn, torch_fn, x, w, b, kw):
+    """Values and the gradients of a random weighting of the output, for input, weight and bias."""
+    xv, wv, bv = em.Var(x), em.Var(w), (em.Var(b) if b is not None else None)
+    out = em_fn(xv, wv, bv, **kw)
+    xt, wt, bt = _t(x, True), _t(w, True), (_t(b, True) if b is not None else None)
+    ref = torch_fn(xt, wt, bt, **kw)
+    assert out.shape == tuple(ref.shape)
+    _close(out.numpy(), ref.detach().numpy())
+    g = np.random.default_rng(0).standard_normal(ref.shape)
+    grads = (out * em.tensor(g)).sum().backward()
+    (ref * _t(g)).sum().backward()
+    _close(grads[xv].numpy(), xt.grad.numpy())
+    _close(grads[wv].numpy(), wt.grad.numpy())
+    if b is not None:
+        _close(grads[bv].numpy(), bt.grad.numpy())
+
+
+@pytest.mark.parametrize("kw", CONV2D_CASES, ids=str)
+def test_conv2d_matches_torch_values_and_gradients(kw, rng):
+    g = kw.get("groups", 1)
+    x = rng.standard_normal((2, 6, 9, 11))
+    w = rng.standard_normal((6, 6 // g, 3, 2))
+    _check_against_torch(em.nn.conv2d, F.conv2d, x, w, rng.standard_normal(6), kw)
+
+
+@pytest.mark.parametrize("kw", CONVT2D_CASES, ids=str)
+def test_conv_transpose2d_matches_torch_values_and_gradients(kw, rng):
+    g = kw.get("groups", 1)
+    x = rng.standard_normal((2, 6, 5, 4))
+    w = rng.standard_normal((6, 4 // g if g < 3 else 2, 3, 2))
+    _check_against_torch(em.nn.conv_transpose2d, F.conv_transpose2d, x, w, rng.standard_normal(w.shape[1] * g), kw)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(stride=2, padding=3, dilation=2), dict(padding="same", groups=2)],
+                         ids=str)
+def test_conv1d_matches_torch(kw, rng):
+    g = kw.get("groups", 1)
+    x = rng.standard_normal((3, 4, 17))
+    w = rng.standard_normal((6, 4 // g, 5))
+    _check_against_torch(em.nn.conv1d, F.conv1d, x, w, rng.standard_normal(6), kw)
+
+
+@pytest.mark.parametrize("kw", [dict(), dict(stride=3, padding=1, output_padding=2), dict(groups=2, dilation=2)],
+                         ids=str)
+def test_conv_transpose1d_matches_torch(kw, rng):
+    g = kw.get("groups", 1)
+    x = rng.standard_normal((2, 4, 7))
+    w = rng.standard_normal((4, 6 // g, 3))
+    _check_against_torch(em.nn.conv_transpose1d, F.conv_transpose1d, x, w, None, kw)
+
+
+def test_unfold_and_fold_match_torch(rng):
+    x = rng.standard_normal((2, 3, 8, 7))
+    kw = dict(kernel_size=(3, 2), dilation=(1, 2), padding=(1, 2), stride=(2, 1))
+    xv = em.Var(x)
+    cols = em.nn.unfold(xv, **kw)
+    xt = _t(x, True)
+    ref = F.unfold(xt, **kw)
+    _close(cols.numpy(), ref.detach().numpy())
+    gc = rng.standard_normal(ref.shape)
+    grads = (cols * em.tensor(gc)).sum().backward()
+    (ref * _t(gc)).sum().backward()
+    _close(grads[xv].numpy(), xt.grad.numpy())
+    back = em.nn.fold(em.tensor(gc), (8, 7), **kw)
+    _close(back.numpy(), F.fold(_t(gc), (8, 7), **kw).numpy())
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
+def test_conv2d_every_float_dtype_and_strided_inputs(dt, rng):
+    # A transposed (non-contiguous) input and weight, in each dtype; halves accumulate in f32.
+    x = rng.standard_normal((2, 10, 9, 4)).astype(np.float32)  # (N, W, H, C) in memory
+    w = rng.standard_normal((3, 2, 4, 5)).astype(np.float32)  # (kw, kh, C, O) in memory
+    xe = em.tensor(x).to_dtype(dt).permute(0, 3, 2, 1)
+    we = em.tensor(w).to_dtype(dt).permute(3, 2, 1, 0)
+    assert not xe.layout.is_contiguous() and not we.layout.is_contiguous()
+    out = em.nn.conv2d(xe, we, stride=(1, 2), padding=1)
+    xr = torch.tensor(xe.to_dtype(em.float64).numpy())
+    wr = torch.tensor(we.to_dtype(em.float64).numpy())
+    ref = F.conv2d(xr, wr, stride=(1, 2), padding=1).numpy()
+    assert out.dtype is dt and out.numpy().dtype == npdt(dt)
+    rtol, atol = TOL[dt.name]
+    scale = np.abs(ref).max()
+    np.testing.assert_allclose(out.to_dtype(em.float64).numpy(), ref, rtol=rtol * 10, atol=atol * 10 + rtol * scale)
+
+
+def test_gradcheck_float64_conv2d_and_transpose(rng):
+    x = em.tensor(rng.standard_normal((1, 2, 5, 4)))
+    w = em.tensor(rng.standard_normal((3, 2, 2, 3)))
+    b = em.tensor(rng.standard_normal(3))
+    assert em.testing.gradcheck(lambda x, w, b: em.nn.conv2d(x, w, b, stride=(2, 1), padding=(1, 2)), [x, w, b])
+    wt = em.tensor(rng.standard_normal((2, 3, 3, 2)))
+    assert em.testing.gradcheck(lambda x, w: em.nn.conv_transpose2d(x, w, stride=2, output_padding=1), [x, wt])
+
+
+def test_conv2d_second_order(rng):
+    # The backward is itself tensor ops (matmul, unfold, fold), so a gradient of a gradient works.
+    x = em.Var(rng.standard_normal((1, 2, 4, 4)))
+    w = em.Var(rng.standard_normal((2, 2, 3, 3)))
+    g = (em.nn.conv2d(x, w, padding=1) ** 2).sum().backward(create_graph=True)
+    gg = (g[x] ** 2).sum().backward()
+    xt, wt = _t(x.numpy(), True), _t(w.numpy(), True)
+    (gx,) = torch.autograd.grad((F.conv2d(xt, wt, padding=1) ** 2).sum(), xt, create_graph=True)
+    (gx ** 2).sum().backward()
+    _close(gg[w].numpy(), wt.grad.numpy())
+    _close(gg[x].numpy(), xt.grad.numpy())
+
+
+def test_unbatched_input(rng):
+    x = rng.standard_normal((3, 6, 5))
+    w = rng.standard_normal((2, 3, 3, 3))
+    out = em.nn.conv2d(em.tensor(x), em.tensor(w), padding=1)
+    _close(out.numpy(), F.conv2d(_t(x), _t(w), padding=1).numpy())
+    x1 = np.ascontiguousarray(x[:, 0])  # (C, L)
+    out1 = em.nn.conv1d(em.tensor(x1), em.tensor(w[:, :, 0]))
+    _close(out1.numpy(), F.conv1d(_t(x1), _t(w[:, :, 0])).numpy())
+
+
+def test_layers_parameters_and_forward(rng):
+    conv = em.nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2)
+    names = dict(conv.named_parameters())
+    assert set(names) == {"weight", "bias"}
+    assert conv.weight.shape == (6, 2, 3, 3) and conv.bias.shape == (6,)
+    bound = 1 / np.sqrt(2 * 9)  # torch's init: U(-1/sqrt(fan_in), 1/sqrt(fan_in))
+    assert np.abs(conv.weight.numpy()).max() <= bound and np.abs(conv.weight.numpy()).max() > bound / 2
+    x = em.tensor(rng.standard_normal((2, 4, 8, 8)).astype(np.float32))
+    assert conv(x).shape == (2, 6, 4, 4)
+    tconv = em.nn.ConvTranspose2d(6, 4, 3, stride=2, padding=1, output_padding=1, bias=False)
+    assert tconv.weight.shape == (6, 4, 3, 3) and tconv.bias is None
+    assert tconv(conv(x)).shape == (2, 4, 8, 8)
+    c1 = em.nn.Conv1d(3, 5, 4, padding="same", dtype=em.float64)
+    assert c1.weight.dtype is em.float64 and c1(em.randn(2, 3, 9, dtype=em.float64)).shape == (2, 5, 9)
+    t1 = em.nn.ConvTranspose1d(5, 3, 4, stride=2)
+    assert t1(em.randn(2, 5, 9)).shape == (2, 3, 20)
+    # The layer is trainable end to end: one SGD step lowers a simple loss.
+    y = em.tensor(rng.standard_normal((2, 6, 4, 4)).astype(np.float32))
+    opt = em.optim.SGD(conv.parameters(), lr=0.05)
+    before = ((conv(x) - y) ** 2).mean().item()
+    for _ in range(3):
+        opt.backward_step(((conv(x) - y) ** 2).mean())
+    assert ((conv(x) - y) ** 2).mean().item() < before
+
+
+def test_bad_arguments():
+    x, w = em.randn(1, 4, 6, 6), em.randn(2, 4, 3, 3)
+    expect_error(lambda: em.nn.conv2d(x, em.randn(2, 3, 3, 3)), "conv2d", em.ShapeError)
+    expect_error(lambda: em.nn.conv2d(x, w, groups=3), "conv2d", em.ShapeError)
+    expect_error(lambda: em.nn.conv2d(x, w, groups=0), "conv2d", em.EmberValueError)
+    expect_error(lambda: em.nn.conv2d(x, w, stride=0), "conv2d", em.EmberValueError)
+    expect_error(lambda: em.nn.conv2d(x, w, padding=-1), "conv2d", em.EmberValueError)
+    expect_error(lambda: em.nn.conv2d(x, w, padding="same", stride=2), "conv2d", em.EmberValueError)
+    expect_error(lambda: em.nn.conv2d(x, w, padding="full"), "conv2d", em.EmberValueError)
+    expect_error(lambda: em.nn.conv2d(x, w, stride=1.5), "conv2d", em.DTypeError)
+    expect_error(lambda: em.nn.conv2d(x, em.randn(2, 4, 7, 3)), "conv2d", em.ShapeError)  # kernel > input
+    expect_error(lambda: em.nn.conv2d(x, w.to_dtype(em.float64)), "conv2d", em.DTypeError)
+    expect_error(lambda: em.nn.conv2d(x.to_dtype(em.int64), w), "conv2d", em.DTypeError)
+    expect_error(lambda: em.nn.conv2d(x, w, em.randn(3)), "conv2d", em.ShapeError)
+    expect_error(lambda: em.nn.conv2d(em.randn(6, 6), w), "conv2d", em.ShapeError)
+    expect_error(lambda: em.nn.conv2d(x, em.randn(2, 4, 3)), "conv2d", em.ShapeError)
+    expect_error(lambda: em.nn.conv_transpose2d(x, em.randn(3, 2, 3, 3)), "conv_transpose2d", em.ShapeError)
+    expect_error(lambda: em.nn.conv_transpose2d(x, em.randn(4, 2, 3, 3), output_padding=1), "conv_transpose2d",
+                 em.EmberValueError)
+    expect_error(lambda: em.nn.conv1d(em.randn(1, 4, 5), em.randn(2, 4, 3, 3)), "conv1d", em.ShapeError)
+    expect_error(lambda: em.nn.unfold(em.randn(4, 6, 6), 3), "unfold", em.ShapeError)
+    expect_error(lambda: em.nn.fold(em.randn(1, 10, 16), (6, 6), 3), "fold", em.ShapeError)
+    expect_error(lambda: em.nn.fold(em.randn(1, 9, 15), (6, 6), 3), "fold", em.ShapeError)
+    expect_error(lambda: em.nn.Conv2d(4, 6, 3, groups=4), "Conv2d", em.ShapeError)
+    expect_error(lambda: em.nn.Conv2d(0, 6, 3), "Conv2d", em.EmberValueError)
+    # the C++ entry points check the geometry themselves, before allocating
+    expect_error(lambda: em._C.im2col(x.storage, x.layout, (1, 4, 6, 6, 3, 3, 1, 1, 0, 0, 1, 1, 0, 4)), "unfold",
+                 em.ShapeError)
+    expect_error(lambda: em._C.im2col(x.storage, x.layout, (1, 4, 6, 6, 3, 3, 0, 1, 0, 0, 1, 1, 4, 4)), "unfold",
+                 em.EmberValueError)
+    expect_error(lambda: em._C.im2col(x.storage, x.layout, (1, 4, 6, 5, 3, 3, 1, 1, 0, 0, 1, 1, 4, 4)), "unfold",
+                 em.ShapeError)
+    expect_error(lambda: em._C.im2col(x.storage, x.layout, (1, 4, 6, 6, 3, 3, 1, 1, 0, 0, 1, 1, 2**40, 2**40)),
+                 "unfold", em.ShapeError)
