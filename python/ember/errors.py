@@ -29,6 +29,11 @@ class OutOfMemory(EmberError, MemoryError):
     """An allocation that the machine cannot satisfy (the size is in the message)."""
 
 
+class EmberIOError(EmberError, OSError):
+    """A file ember cannot read (missing, unreadable, or not a regular file). ``errno`` and
+    ``filename`` are set as on the ``OSError`` it replaces."""
+
+
 class UnsupportedOp(EmberError, NotImplementedError):
     """An op that has no implementation for these arguments."""
 
