@@ -228,6 +228,9 @@ def from_dlpack(obj) -> Tensor:
         strides, acc = [0] * ndim, 1
         for i in reversed(range(ndim)):
             strides[i], acc = acc, acc * shape[i]
+    # A dim of size 1 never steps: its stride (any int64, e.g. 2**62) is made 0 so no index arithmetic
+    # (numpy's as_strided below included) ever multiplies by it.
+    strides = [0 if n == 1 else s for n, s in zip(shape, strides)]
     itemsize = dl.dtype.bits // 8
     data = (dl.data or 0) + int(dl.byte_offset)
     numel = math.prod(shape)
@@ -259,7 +262,7 @@ def from_dlpack(obj) -> Tensor:
     raw = (C.c_uint8 * ((hi - lo + 1) * itemsize)).from_address(data + lo * itemsize)
     flat = np.frombuffer(raw, dtype=npt)
     arr = np.lib.stride_tricks.as_strided(flat[-lo:], shape, [s * itemsize for s in strides])
-    arr = np.ascontiguousarray(arr)
+    arr = arr.copy(order="C")  # not ascontiguousarray, which makes a 0-d array 1-d
     del owner  # the copy is made: release the producer's memory now
     if key in _WIDEN_NP:
         return tensor(arr)

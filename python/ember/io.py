@@ -142,8 +142,6 @@ def _read_header(buf: np.ndarray, path, op="load_safetensors"):
         text = buf[8 : 8 + n].tobytes().decode("utf-8")
     except UnicodeDecodeError:
         raise _refuse(op, path, "header is not UTF-8") from None
-    if not text.startswith("{"):
-        raise _refuse(op, path, "header does not start with '{'")
     try:
         header = json.loads(text)
     # ValueError: an integer past Python's digit limit; RecursionError: deep nesting
