@@ -57,9 +57,28 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   DType dtype() const { return dtype_; }
   Device device() const { return device_; }
   int64_t numel() const { return numel_; }
-  // Bumped by every in-place write, so autograd can tell a saved tensor was modified.
-  uint64_t version() const { return version_.load(std::memory_order_relaxed); }
+  // Bumped by every in-place write, so autograd can tell a saved tensor was modified. While a
+  // writable view of the buffer is out (numpy(), as_numpy(writable=True)) any write may happen
+  // unseen, so every read then returns a new value: a backward whose saved tensor was recorded
+  // before the view closed, or while it was open, finds a different version and raises.
+  uint64_t version() const {
+    if (writable_views_.load(std::memory_order_relaxed) == 0) return version_.load(std::memory_order_relaxed);
+    return version_.fetch_add(1, std::memory_order_relaxed) + 1;
+  }
   void bump_version() { version_.fetch_add(1, std::memory_order_relaxed); }
+  // A writable view opens / closes: each counts as a write (see version()).
+  void open_writable_view() {
+    writable_views_.fetch_add(1, std::memory_order_relaxed);
+    bump_version();
+  }
+  void close_writable_view() {
+    bump_version();
+    writable_views_.fetch_sub(1, std::memory_order_relaxed);
+  }
+  // Set when autograd records this storage for backward; DLPack exports of such a buffer are marked
+  // read-only. Sticky: the graph that saved it may still be alive.
+  void mark_saved() { saved_.store(true, std::memory_order_relaxed); }
+  bool saved() const { return saved_.load(std::memory_order_relaxed); }
   // True when both storages are the same buffer (in-place ops must snapshot shared operands).
   virtual bool same_buffer(const BackendStorage& other) const = 0;
 
@@ -100,7 +119,9 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   DType dtype_;
   Device device_;
   int64_t numel_;
-  std::atomic<uint64_t> version_{0};
+  mutable std::atomic<uint64_t> version_{0};
+  std::atomic<int64_t> writable_views_{0};
+  std::atomic<bool> saved_{false};
 };
 
 }  // namespace ember

@@ -7,7 +7,8 @@
 
 namespace ember {
 
-enum class ErrorKind { Value, Shape, DType, Device, Index, Unsupported, Memory };
+// Interrupted: the op stopped at a Ctrl-C (see cpu/parallel.h); the binding raises KeyboardInterrupt.
+enum class ErrorKind { Value, Shape, DType, Device, Index, Unsupported, Memory, Interrupted };
 
 struct Error : std::runtime_error {
   ErrorKind kind;

@@ -9,6 +9,8 @@ namespace ember {
 int64_t checked_numel(const Shape& s, const char* op) {
   // Overflow-checked: a wrapped count would let a tiny buffer pass for a huge tensor. Zero dims are
   // counted as 1 so that the strides of an empty shape cannot overflow either.
+  EMBER_CHECK((int64_t)s.size() <= kMaxRank, Shape, "[", op, "] ", s.size(), " dims; at most ", kMaxRank,
+              " are supported");
   int64_t n = 1;
   bool empty = false;
   for (auto d : s) {
@@ -181,6 +183,8 @@ Layout Layout::squeeze(int64_t dim) const {
 }
 
 Layout Layout::unsqueeze(int64_t dim) const {
+  EMBER_CHECK(ndim() < kMaxRank, Shape, "[unsqueeze] a tensor of ", ndim(), " dims cannot get another; at most ",
+              kMaxRank, " are supported");
   dim = normalize_dim(dim, ndim() + 1, "unsqueeze");
   Layout l = *this;
   int64_t st = dim < ndim() ? shape_[dim] * stride_[dim] : 1;

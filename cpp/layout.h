@@ -11,10 +11,13 @@
 namespace ember {
 
 using Shape = std::vector<int64_t>;
+// The most dims a tensor may have (numpy's limit): past it, per-dim work in autograd and the kernels'
+// index arithmetic grows without bound for no real use.
+constexpr int64_t kMaxRank = 64;
 
 int64_t shape_numel(const Shape& s);
 // Element count of a shape from outside (Python, a file, a custom op): throws "[op] ..." on a
-// negative dim or when the count (zero dims counted as 1) does not fit an int64.
+// negative dim, more than kMaxRank dims, or when the count (zero dims counted as 1) does not fit an int64.
 int64_t checked_numel(const Shape& s, const char* op);
 Shape contiguous_strides(const Shape& s);
 // Normalises a possibly negative dim into [0, ndim); throws "[op] dim d out of range ..." otherwise.

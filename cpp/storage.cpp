@@ -3,6 +3,7 @@
 #include "storage.h"
 
 #include <algorithm>
+#include <climits>
 
 #include "cpu/cpu_storage.h"
 #include "cpu/random.h"
@@ -177,9 +178,17 @@ std::pair<StoragePtr, Layout> matmul(const BackendStorage& a, const Layout& la, 
   EMBER_CHECK(k == k2, Shape, "[matmul] shape mismatch ", shape_str(la.shape()), " @ ", shape_str(lb.shape()));
   Shape ba(A.shape().begin(), A.shape().end() - 2), bb(B.shape().begin(), B.shape().end() - 2);
   Shape batch = broadcast_shapes(ba, bb, "matmul");
-  Shape sa = batch, sb = batch;
+  Shape sa = batch, sb = batch, so = batch;
   sa.push_back(m); sa.push_back(k);
   sb.push_back(k); sb.push_back(n);
+  so.push_back(m); so.push_back(n);
+  // Every size check before any allocation: the backend copies operands BLAS cannot read (a broadcast
+  // one included) before it multiplies, so a refusal after that could cost gigabytes first.
+  checked_numel(sa, "matmul");
+  checked_numel(sb, "matmul");
+  checked_numel(so, "matmul");
+  EMBER_CHECK(!is_float(a.dtype()) || std::max({m, n, k}) <= INT32_MAX, Unsupported, "[matmul] a dim of ",
+              shape_str(la.shape()), " @ ", shape_str(lb.shape()), " exceeds BLAS's 32-bit limit");
   StoragePtr out = a.matmul(A.broadcast_as(sa), b, B.broadcast_as(sb));
   Shape os = batch;
   if (la.ndim() > 1) os.push_back(m);
@@ -203,19 +212,24 @@ void copy_into(const BackendStorage& src, const Layout& sl, BackendStorage& dst,
               ", destination ", shape_str(dl.shape()));
   check_in_bounds(src, sl, op);
   check_in_bounds(dst, dl, op);
+  dst.bump_version();  // before the write too: an interrupted copy has written part of dst
   src.copy_into(sl, dst, dl);
 }
 
 void fill(BackendStorage& s, const Layout& l, double value) {
   check_in_bounds(s, l, "fill");
+  s.bump_version();  // before the write too (see copy_into)
   s.fill(l, value);
 }
 
 namespace {
-void check_ids(const BackendStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
-               const char* op) {
-  check_same_device(s, ids, op);
-  check_in_bounds(s, l, op);
+// `s` null: the target is a fresh buffer of l's shape not yet made (the *_zeros forms check before
+// they allocate); `like` then stands in for its device.
+void check_ids(const BackendStorage* s, const Layout& l, const BackendStorage& ids, const Layout& il,
+               const char* op, const BackendStorage* like = nullptr) {
+  check_same_device(s ? *s : *like, ids, op);
+  if (s) check_in_bounds(*s, l, op);
+  else checked_numel(l.shape(), op);
   check_in_bounds(ids, il, op);
   // normalize_dim accepts dim 0/-1 of a 0-d tensor (torch's rule for reductions), but the kernels
   // index the selected dim's size and stride: a scalar has neither.
@@ -227,7 +241,7 @@ void check_ids(const BackendStorage& s, const Layout& l, const BackendStorage& i
 
 std::pair<StoragePtr, Layout> index_select(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
                                            const Layout& il, int64_t dim) {
-  check_ids(s, l, ids, il, "index_select");
+  check_ids(&s, l, ids, il, "index_select");
   dim = normalize_dim(dim, l.ndim(), "index_select");
   EMBER_CHECK(il.ndim() == 1, Shape, "[index_select] indices must be 1-D, got ", shape_str(il.shape()));
   Shape os = l.shape();
@@ -237,7 +251,7 @@ std::pair<StoragePtr, Layout> index_select(const BackendStorage& s, const Layout
 
 std::pair<StoragePtr, Layout> gather(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
                                      const Layout& il, int64_t dim) {
-  check_ids(s, l, ids, il, "gather");
+  check_ids(&s, l, ids, il, "gather");
   dim = normalize_dim(dim, l.ndim(), "gather");
   EMBER_CHECK(il.ndim() == l.ndim(), Shape, "[gather] indices ", shape_str(il.shape()), " must have as many dims as ",
               shape_str(l.shape()));
@@ -250,12 +264,14 @@ std::pair<StoragePtr, Layout> gather(const BackendStorage& s, const Layout& l, c
 namespace {
 // The checks of a row-wise write of src's slices into (s, l) at 1-D ids along dim (index_add, its
 // zeros-target form, index_copy); `what` names src in the message. Returns the normalised dim.
-int64_t check_index_rows(const BackendStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
+int64_t check_index_rows(const BackendStorage* s, const Layout& l, const BackendStorage& ids, const Layout& il,
                          const BackendStorage& src, const Layout& sl, int64_t dim, const char* op,
                          const char* what) {
-  check_ids(s, l, ids, il, op);
-  check_same_dtype(s, src, op);
-  check_same_device(s, src, op);
+  check_ids(s, l, ids, il, op, &src);
+  if (s) {
+    check_same_dtype(*s, src, op);
+    check_same_device(*s, src, op);
+  }
   check_in_bounds(src, sl, op);
   dim = normalize_dim(dim, l.ndim(), op);
   EMBER_CHECK(il.ndim() == 1, Shape, "[", op, "] indices must be 1-D, got ", shape_str(il.shape()));
@@ -265,16 +281,18 @@ int64_t check_index_rows(const BackendStorage& s, const Layout& l, const Backend
               shape_str(want));
   return dim;
 }
-int64_t check_index_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
+int64_t check_index_add(const BackendStorage* s, const Layout& l, const BackendStorage& ids, const Layout& il,
                         const BackendStorage& src, const Layout& sl, int64_t dim) {
   return check_index_rows(s, l, ids, il, src, sl, dim, "index_add", "source");
 }
 
-int64_t check_scatter_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
+int64_t check_scatter_add(const BackendStorage* s, const Layout& l, const BackendStorage& ids, const Layout& il,
                           const BackendStorage& src, const Layout& sl, int64_t dim) {
-  check_ids(s, l, ids, il, "scatter_add");
-  check_same_dtype(s, src, "scatter_add");
-  check_same_device(s, src, "scatter_add");
+  check_ids(s, l, ids, il, "scatter_add", &src);
+  if (s) {
+    check_same_dtype(*s, src, "scatter_add");
+    check_same_device(*s, src, "scatter_add");
+  }
   check_in_bounds(src, sl, "scatter_add");
   dim = normalize_dim(dim, l.ndim(), "scatter_add");
   EMBER_CHECK(il.shape() == sl.shape(), Shape, "[scatter_add] indices ", shape_str(il.shape()),
@@ -296,7 +314,7 @@ std::pair<StoragePtr, Layout> zeros_like_src(const BackendStorage& src, const Sh
 std::pair<StoragePtr, Layout> index_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
                                         const Layout& il, const BackendStorage& src, const Layout& sl,
                                         int64_t dim) {
-  dim = check_index_add(s, l, ids, il, src, sl, dim);
+  dim = check_index_add(&s, l, ids, il, src, sl, dim);
   auto [out, ol] = contiguous_copy(s, l);
   out->index_add(ol, ids, il, src, sl, dim);
   return {out, ol};
@@ -304,8 +322,9 @@ std::pair<StoragePtr, Layout> index_add(const BackendStorage& s, const Layout& l
 
 std::pair<StoragePtr, Layout> index_add_zeros(const Shape& shape, const BackendStorage& ids, const Layout& il,
                                               const BackendStorage& src, const Layout& sl, int64_t dim) {
+  checked_numel(shape, "index_add");  // before Layout::contiguous computes its strides
+  dim = check_index_add(nullptr, Layout::contiguous(shape), ids, il, src, sl, dim);
   auto [out, ol] = zeros_like_src(src, shape);
-  dim = check_index_add(*out, ol, ids, il, src, sl, dim);
   out->index_add(ol, ids, il, src, sl, dim);
   return {out, ol};
 }
@@ -313,7 +332,7 @@ std::pair<StoragePtr, Layout> index_add_zeros(const Shape& shape, const BackendS
 std::pair<StoragePtr, Layout> scatter_add(const BackendStorage& s, const Layout& l, const BackendStorage& ids,
                                           const Layout& il, const BackendStorage& src, const Layout& sl,
                                           int64_t dim) {
-  dim = check_scatter_add(s, l, ids, il, src, sl, dim);
+  dim = check_scatter_add(&s, l, ids, il, src, sl, dim);
   auto [out, ol] = contiguous_copy(s, l);
   out->scatter_add(ol, ids, il, src, sl, dim);
   return {out, ol};
@@ -321,8 +340,9 @@ std::pair<StoragePtr, Layout> scatter_add(const BackendStorage& s, const Layout&
 
 std::pair<StoragePtr, Layout> scatter_add_zeros(const Shape& shape, const BackendStorage& ids, const Layout& il,
                                                 const BackendStorage& src, const Layout& sl, int64_t dim) {
+  checked_numel(shape, "scatter_add");  // before Layout::contiguous computes its strides
+  dim = check_scatter_add(nullptr, Layout::contiguous(shape), ids, il, src, sl, dim);
   auto [out, ol] = zeros_like_src(src, shape);
-  dim = check_scatter_add(*out, ol, ids, il, src, sl, dim);
   out->scatter_add(ol, ids, il, src, sl, dim);
   return {out, ol};
 }
@@ -330,14 +350,16 @@ std::pair<StoragePtr, Layout> scatter_add_zeros(const Shape& shape, const Backen
 void index_copy(BackendStorage& dst, const Layout& l, const BackendStorage& ids, const Layout& il,
                 const BackendStorage& src, const Layout& sl, int64_t dim) {
   const char* op = "setitem";  // the one caller is t[ids] = v
-  dim = check_index_rows(dst, l, ids, il, src, sl, dim, op, "value");
+  dim = check_index_rows(&dst, l, ids, il, src, sl, dim, op, "value");
   for (int64_t d = 0; d < l.ndim(); ++d)  // several elements at one address: the writes would collide
     EMBER_CHECK(l.stride()[d] != 0 || l.shape()[d] <= 1, Value, "[", op,
                 "] cannot write into a broadcast (stride 0) view");
   if (src.same_buffer(dst)) {  // t[ids] = t[...]: read the old values, not the ones being written
     auto [snap, snl] = contiguous_copy(src, sl);
+    dst.bump_version();  // before the write too (see copy_into)
     dst.index_copy(l, ids, il, *snap, snl, dim);
   } else {
+    dst.bump_version();
     dst.index_copy(l, ids, il, src, sl, dim);
   }
 }
@@ -359,8 +381,10 @@ std::pair<StoragePtr, Layout> cat(const std::vector<const BackendStorage*>& ss, 
     for (int64_t d = 0; d < l0.ndim(); ++d)
       EMBER_CHECK(d == dim || ls[i].shape()[d] == l0.shape()[d], Shape, "[cat] tensor ", i, " has shape ",
                   shape_str(ls[i].shape()), ", incompatible with ", shape_str(l0.shape()), " outside dim ", dim);
-    os[dim] += ls[i].shape()[dim];
+    EMBER_CHECK(!__builtin_add_overflow(os[dim], ls[i].shape()[dim], &os[dim]), Shape, "[cat] the sizes of dim ",
+                dim, " add up past what an int64 can count");
   }
+  checked_numel(os, "cat");
   StoragePtr out = alloc(ss[0]->device(), ss[0]->dtype(), shape_numel(os), false);
   Layout ol = Layout::contiguous(os);
   int64_t at = 0;

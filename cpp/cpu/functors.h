@@ -89,11 +89,25 @@ template <typename C> static inline C py_floordiv(C a, C b) {
     return b == C(0) ? C(0) : a / b;
   }
 }
+// Signed integers wrap on overflow (two's complement, as numpy and torch): the sum, difference and
+// product are taken in the unsigned type, since signed overflow is undefined behaviour.
+template <typename C> static inline C wrap_add(C a, C b) {
+  if constexpr (std::is_integral_v<C> && std::is_signed_v<C>) return (C)((std::make_unsigned_t<C>)a + (std::make_unsigned_t<C>)b);
+  else return a + b;
+}
+template <typename C> static inline C wrap_sub(C a, C b) {
+  if constexpr (std::is_integral_v<C> && std::is_signed_v<C>) return (C)((std::make_unsigned_t<C>)a - (std::make_unsigned_t<C>)b);
+  else return a - b;
+}
+template <typename C> static inline C wrap_mul(C a, C b) {
+  if constexpr (std::is_integral_v<C> && std::is_signed_v<C>) return (C)((std::make_unsigned_t<C>)a * (std::make_unsigned_t<C>)b);
+  else return a * b;
+}
 #define EMBER_BINARY(NAME, EXPR) \
   struct NAME { template <typename C> static inline C f(C a, C b) { return EXPR; } };
-EMBER_BINARY(BAdd, a + b)
-EMBER_BINARY(BSub, a - b)
-EMBER_BINARY(BMul, a * b)
+EMBER_BINARY(BAdd, wrap_add<C>(a, b))
+EMBER_BINARY(BSub, wrap_sub<C>(a, b))
+EMBER_BINARY(BMul, wrap_mul<C>(a, b))
 EMBER_BINARY(BDiv, int_safe_div<C>(a, b))
 EMBER_BINARY(BMaximum, (a != a ? a : (a > b || b != b ? (b != b ? b : a) : b)))
 EMBER_BINARY(BMinimum, (a != a ? a : (a < b || b != b ? (b != b ? b : a) : b)))

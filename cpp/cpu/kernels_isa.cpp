@@ -36,15 +36,22 @@ void unary_loop(const void* in_, int64_t is, void* out_, int64_t os, int64_t n, 
       for (int64_t k = 0; k < m; ++k) xs[k] = load(static_cast<const T*>(in_)[(b + k) * is]);
       int32_t amax = 0;  // the largest |x| as float bits: NaNs come out above inf
       for (int64_t k = 0; k < m; ++k) amax = std::max(amax, vm_f_to_bits(xs[k]) & 0x7fffffff);
-#if defined(__FMA__)
-      if (amax <= vm_f_to_bits(kSinCosFloatMax))
-        for (int64_t k = 0; k < m; ++k) ys[k] = vm_sincos_fma(xs[k], shift);
-      else
-#endif
-        for (int64_t k = 0; k < m; ++k) ys[k] = vm_sincos(xs[k], shift);
-      if (amax > vm_f_to_bits(kSinCosMax))
+      if (amax > vm_f_to_bits(kSinCosMax)) {
+        // The reduction's quadrant is converted to int: NaN or huge arguments would make that undefined,
+        // so they are reduced as 0 and then taken from libm.
+        float safe[B];
+        for (int64_t k = 0; k < m; ++k) safe[k] = std::fabs(xs[k]) <= kSinCosMax ? xs[k] : 0.0f;
+        for (int64_t k = 0; k < m; ++k) ys[k] = vm_sincos(safe[k], shift);
         for (int64_t k = 0; k < m; ++k)
           if (!(std::fabs(xs[k]) <= kSinCosMax)) ys[k] = Op::template f<float>(xs[k], 0.0f, 0.0f);
+      } else {
+#if defined(__FMA__)
+        if (amax <= vm_f_to_bits(kSinCosFloatMax))
+          for (int64_t k = 0; k < m; ++k) ys[k] = vm_sincos_fma(xs[k], shift);
+        else
+#endif
+          for (int64_t k = 0; k < m; ++k) ys[k] = vm_sincos(xs[k], shift);
+      }
       for (int64_t k = 0; k < m; ++k) static_cast<T*>(out_)[(b + k) * os] = store<T>(ys[k]);
     }
     return;
@@ -211,8 +218,8 @@ template <typename T> void sum_row(const void* in_, int64_t n, void* out_) {
   const T* in = static_cast<const T*>(in_);
   using C = C_t<T>;
   if constexpr (std::is_integral_v<T>) {
-    int64_t acc = 0;
-    for (int64_t i = 0; i < n; ++i) acc += (int64_t)in[i];
+    uint64_t acc = 0;  // wraps like the dtype: unsigned, since signed overflow is undefined
+    for (int64_t i = 0; i < n; ++i) acc += (uint64_t)in[i];
     *static_cast<T*>(out_) = (T)acc;
   } else {
     constexpr int W = 16;
@@ -296,7 +303,7 @@ template <int Kind, typename T> void col_step(const void* in_, int64_t n, void* 
   C* acc = static_cast<C*>(acc_);
   for (int64_t j = 0; j < n; ++j) {
     C v = load(in[j]);
-    if constexpr (Kind == 0) acc[j] += v;
+    if constexpr (Kind == 0) acc[j] = wrap_add<C>(acc[j], v);
     else if constexpr (Kind == 1) acc[j] = (v > acc[j] || v != v) ? v : acc[j];
     else acc[j] = (v < acc[j] || v != v) ? v : acc[j];
   }

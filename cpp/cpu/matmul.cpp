@@ -3,6 +3,7 @@
 // directly are copied once.
 #include <algorithm>
 #include <climits>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/cpu_storage.h"
@@ -101,6 +102,9 @@ void matmul_blas(const CpuStorage& A, const Layout& la, const CpuStorage& B, con
   Mat ma = split(la), mb = split(lb);
   int64_t lda = 0, ldb = 0;
   char ta = blas_mode(ma, lda), tb = blas_mode(mb, ldb);
+  // A leading dim past BLAS's 32-bit ints (a view into a huge buffer) is read through a compact copy.
+  if (lda > INT32_MAX) ta = 0;
+  if (ldb > INT32_MAX) tb = 0;
   CpuStoragePtr ca, cb;  // contiguous copies when BLAS cannot read an operand as is
   const CpuStorage* pa = &A;
   const CpuStorage* pb = &B;
@@ -123,7 +127,8 @@ void matmul_blas(const CpuStorage& A, const Layout& la, const CpuStorage& B, con
   int64_t m = ma.rows;
   const int64_t k = ma.cols, n = mb.cols;
   // BLAS takes 32-bit ints: a dim or leading dim past 2**31-1 would be truncated (wrong results,
-  // reads out of bounds). Only operands of >= 2**31 elements get here, so refuse them.
+  // reads out of bounds). storage.cpp refuses such dims before anything is allocated; this stays as
+  // the backend's own guard.
   EMBER_CHECK(std::max({m, n, k, lda, ldb}) <= INT32_MAX, Unsupported, "[matmul] a dim or row stride of ",
               shape_str(la.shape()), " @ ", shape_str(lb.shape()), " exceeds BLAS's 32-bit limit");
   T* c = out.data<T>();
@@ -169,10 +174,11 @@ void matmul_loop(const CpuStorage& A, const Layout& la, const CpuStorage& B, con
                  for (int64_t r = lo; r < hi; ++r) {
                    int64_t bi = r / m, i = r % m;
                    for (int64_t j = 0; j < n; ++j) {
-                     T acc = 0;
+                     using U = std::make_unsigned_t<T>;  // wraps like numpy: signed overflow is undefined
+                     U acc = 0;
                      for (int64_t p = 0; p < k; ++p)
-                       acc += a[oa[bi] + i * ma.rs + p * ma.cs] * b[ob[bi] + p * mb.rs + j * mb.cs];
-                     c[r * n + j] = acc;
+                       acc += (U)((U)a[oa[bi] + i * ma.rs + p * ma.cs] * (U)b[ob[bi] + p * mb.rs + j * mb.cs]);
+                     c[r * n + j] = (T)acc;
                    }
                  }
                });

@@ -1,7 +1,10 @@
 // Thread pool: workers spin briefly, then sleep on a condition variable; each parallel_for splits
 // [0, n) into a few contiguous chunks per thread. Thread t owns the t-th run of chunks (the same rows
 // on every call, so data stays in that core's caches) and steals from the others once its own are done.
+// Also: the pool's fork handlers (a child gets a fresh pool) and the Ctrl-C checks between pieces.
 #include "cpu/parallel.h"
+
+#include "error.h"
 
 #include <algorithm>
 #include <atomic>
@@ -10,6 +13,7 @@
 #include <cstdlib>
 #include <exception>
 #include <mutex>
+#include <pthread.h>
 #include <thread>
 #include <vector>
 
@@ -20,6 +24,28 @@ void blas_set_num_threads(int n);  // matmul.cpp
 namespace {
 
 thread_local bool t_in_worker = false;
+
+// Ctrl-C: the SIGINT hook counts interrupts; an InterruptScope remembers the count its op began at.
+std::atomic<uint64_t> g_interrupts{0};
+thread_local bool t_watch = false;
+thread_local uint64_t t_since = 0;
+inline bool interrupted_since(uint64_t since) { return g_interrupts.load(std::memory_order_relaxed) != since; }
+
+// Runs fn over [b, e) in up to 32 pieces of at least `grain`, stopping (returning false) at the first
+// piece that finds an interrupt noted since `since`. 32 pieces: a chunk of an 8192^2 matmul is ~50 ms.
+bool run_watched(const std::function<void(int64_t, int64_t)>& fn, int64_t b, int64_t e, int64_t grain,
+                 uint64_t since) {
+  const int64_t piece = std::max(grain, (e - b + 31) / 32);
+  for (int64_t s = b; s < e; s += std::min(piece, e - s)) {
+    if (interrupted_since(since)) return false;
+    fn(s, std::min(e, s + piece));
+  }
+  return true;
+}
+
+[[noreturn]] void throw_interrupted() {
+  throw Error(ErrorKind::Interrupted, "[interrupt] the operation was interrupted (SIGINT)");
+}
 
 // How long a worker (or the caller waiting for the last chunk) spins before it sleeps. Waking a
 // sleeping thread costs tens to hundreds of microseconds on a VM (an IPI to a halted vCPU), paid on
@@ -61,7 +87,7 @@ class Pool {
   explicit Pool(int n) { start(n); }
   ~Pool() { stop(); }
 
-  int size() const { return nthreads_; }
+  int size() const { return nthreads_.load(std::memory_order_relaxed); }
 
   void resize(int n) {
     std::lock_guard<std::mutex> run(run_mu_);
@@ -69,18 +95,25 @@ class Pool {
     start(n);
   }
 
-  // Returns false when the pool is busy (another caller) so the caller runs inline instead.
-  bool run(int64_t n, int64_t chunks, const std::function<void(int64_t, int64_t)>& fn) {
+  // Returns false when the pool is busy (another caller) so the caller runs inline instead. The chunk
+  // count is taken here, under run_mu_, so a concurrent resize cannot change the size it is based on.
+  bool run(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
     std::unique_lock<std::mutex> run(run_mu_, std::try_to_lock);
     if (!run.owns_lock()) return false;
+    const int nt = nthreads_.load(std::memory_order_relaxed);
+    // A few chunks per thread, claimed dynamically: on a shared machine one slow core no longer holds
+    // the whole op back (chunk boundaries still depend only on n, grain and the pool size).
+    const int64_t chunks = std::min<int64_t>(4 * (int64_t)nt, (n + grain - 1) / grain);
+    if (chunks <= 1) return false;
     Job job;
     {
       std::lock_guard<std::mutex> g(mu_);
-      job = Job{generation_.load() + 1, &fn, n, chunks};
+      job = Job{generation_.load() + 1, &fn, n, chunks, grain, nt, t_watch, t_since};
       job_ = job;
       pending_.store(chunks);
       error_ = nullptr;
-      for (int t = 0; t < nthreads_; ++t) claim_[t].v.store((job.gen << 32) | (uint64_t)first_chunk(job, t));
+      stopped_ = false;
+      for (int t = 0; t < nt; ++t) claim_[t].v.store((job.gen << 32) | (uint64_t)first_chunk(job, t));
       generation_.store(job.gen);   // published last: spinning workers then read job_ under mu_
     }
     cv_.notify_all();
@@ -96,15 +129,16 @@ class Pool {
     }
     std::lock_guard<std::mutex> g(mu_);
     if (error_) std::rethrow_exception(error_);
+    if (stopped_) throw_interrupted();
     return true;
   }
 
  private:
   void start(int n) {
-    nthreads_ = std::max(1, n);
-    claim_ = std::vector<Claim>(nthreads_);
+    nthreads_.store(std::max(1, n));
+    claim_ = std::vector<Claim>(nthreads_.load());
     quit_.store(false);
-    for (int i = 1; i < nthreads_; ++i) workers_.emplace_back([this, i] { loop(i); });
+    for (int i = 1; i < nthreads_.load(); ++i) workers_.emplace_back([this, i] { loop(i); });
   }
   void stop() {
     {
@@ -116,11 +150,15 @@ class Pool {
     workers_.clear();
   }
 
-  // One parallel_for call: its generation, body and split.
+  // One parallel_for call: its generation, body, split, the pool size it was split for, and whether
+  // it stops at an interrupt noted after `since`.
   struct Job {
     uint64_t gen = 0;
     const std::function<void(int64_t, int64_t)>* fn = nullptr;
-    int64_t n = 0, chunks = 0;
+    int64_t n = 0, chunks = 0, grain = 1;
+    int nthreads = 1;
+    bool watch = false;
+    uint64_t since = 0;
   };
 
   void loop(int tid) {
@@ -143,7 +181,7 @@ class Pool {
     }
   }
 
-  int64_t first_chunk(const Job& job, int t) const { return job.chunks * t / nthreads_; }
+  static int64_t first_chunk(const Job& job, int t) { return job.chunks * t / job.nthreads; }
 
   // Claims one chunk of thread t's run for `job`, or returns -1. A claim carries the generation in its
   // high bits, so a worker that arrives late for a finished job can never take (and run with the wrong
@@ -160,12 +198,17 @@ class Pool {
 
   // Runs thread tid's own chunks, then steals the rest; the last finisher wakes the caller.
   void work(const Job& job, int tid) {
-    for (int k = 0; k < nthreads_; ++k) {
-      const int t = (tid + k) % nthreads_;
+    for (int k = 0; k < job.nthreads; ++k) {
+      const int t = (tid + k) % job.nthreads;
       for (int64_t c; (c = claim(job, t)) >= 0;) {
         const int64_t b = job.n * c / job.chunks, e = job.n * (c + 1) / job.chunks;
         try {
-          (*job.fn)(b, e);
+          if (!job.watch) {
+            (*job.fn)(b, e);
+          } else if (!run_watched(*job.fn, b, e, job.grain, job.since)) {
+            std::lock_guard<std::mutex> g(mu_);
+            stopped_ = true;  // the remaining chunks still count down, each skipping its work
+          }
         } catch (...) {
           std::lock_guard<std::mutex> g(mu_);
           if (!error_) error_ = std::current_exception();
@@ -183,7 +226,7 @@ class Pool {
     std::atomic<uint64_t> v{0};
   };
 
-  int nthreads_ = 1;
+  std::atomic<int> nthreads_{1};   // written only by start(), under run_mu_ (or in the constructor)
   std::vector<std::thread> workers_;
   std::mutex run_mu_, mu_;
   std::condition_variable cv_, done_cv_;
@@ -192,7 +235,8 @@ class Pool {
   Job job_;                         // guarded by mu_
   std::vector<Claim> claim_;        // one per thread, (re)made only while no job runs
   std::atomic<int64_t> pending_{0};
-  std::exception_ptr error_;
+  std::exception_ptr error_;       // guarded by mu_
+  bool stopped_ = false;           // guarded by mu_: a chunk saw an interrupt
 };
 
 // More threads than this buys nothing and, near INT_MAX, spends seconds and the process's thread
@@ -208,34 +252,77 @@ int default_threads() {
   return hw ? (int)hw : 1;
 }
 
-Pool& pool() {
-  // Leaked on purpose: joining threads during static destruction at interpreter exit can hang.
-  static Pool* p = [] {
-    int n = default_threads();
+// The pool is made at first use and replaced in a forked child, whose copy of it has no workers (they
+// are threads of the parent): the child's first parallel call makes a fresh pool of the same size.
+// g_pool_mu serialises creation and resizing, and is held across fork() so that neither is half done.
+std::mutex g_pool_mu;
+std::atomic<Pool*> g_pool{nullptr};
+std::atomic<int> g_size{0};  // the size asked for (0: not yet decided); a forked child keeps it
+
+void fork_prepare() { g_pool_mu.lock(); }
+void fork_parent() { g_pool_mu.unlock(); }
+void fork_child() {
+  // Leaked on purpose: destroying it would join (or std::terminate on) threads that do not exist here.
+  g_pool.store(nullptr);
+  t_in_worker = false;
+  g_pool_mu.unlock();
+}
+const int g_atfork_registered = pthread_atfork(fork_prepare, fork_parent, fork_child);
+
+// Under g_pool_mu: the pool, made with the size asked for (or the default) when there is none.
+Pool& pool_locked() {
+  Pool* p = g_pool.load();
+  if (!p) {
+    int n = g_size.load();
+    if (n <= 0) n = default_threads();
     blas_set_num_threads(n);
-    return new Pool(n);
-  }();
+    // Leaked on purpose: joining threads during static destruction at interpreter exit can hang.
+    p = new Pool(n);
+    g_size.store(n);
+    g_pool.store(p, std::memory_order_release);
+  }
   return *p;
+}
+
+Pool& pool() {
+  if (Pool* p = g_pool.load(std::memory_order_acquire)) return *p;
+  std::lock_guard<std::mutex> g(g_pool_mu);
+  return pool_locked();
 }
 
 }  // namespace
 
+void note_interrupt() { g_interrupts.fetch_add(1, std::memory_order_relaxed); }
+
+InterruptScope::InterruptScope() : prev_active_(t_watch), prev_since_(t_since) {
+  t_watch = true;
+  t_since = g_interrupts.load(std::memory_order_relaxed);
+}
+InterruptScope::~InterruptScope() {
+  t_watch = prev_active_;
+  t_since = prev_since_;
+}
+
 int get_num_threads() { return pool().size(); }
 
 void set_num_threads(int n) {
+  (void)g_atfork_registered;
   n = std::min(std::max(1, n), kMaxThreads);
-  pool().resize(n);
+  std::lock_guard<std::mutex> g(g_pool_mu);
+  g_size.store(n);
+  pool_locked().resize(n);
   blas_set_num_threads(n);
 }
 
 void parallel_for_pooled(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn) {
   if (n <= 0) return;
   grain = std::max<int64_t>(1, grain);
-  Pool& p = pool();
-  // A few chunks per thread, claimed dynamically: on a shared machine one slow core no longer holds
-  // the whole op back (chunk boundaries still depend only on n, grain and the pool size).
-  int64_t chunks = std::min<int64_t>(4 * (int64_t)p.size(), (n + grain - 1) / grain);
-  if (chunks <= 1 || t_in_worker || !p.run(n, chunks, fn)) fn(0, n);
+  const bool watch = t_watch;
+  if (watch && interrupted_since(t_since)) throw_interrupted();
+  if (!t_in_worker && pool().run(n, grain, fn)) return;
+  // Inline: one chunk's worth of work, a nested call, or the pool busy with another caller.
+  if (!watch) fn(0, n);
+  else if (!run_watched(fn, 0, n, grain, t_since)) throw_interrupted();
 }
 
 }  // namespace ember::cpu

@@ -8,6 +8,23 @@ namespace ember::cpu {
 int get_num_threads();
 void set_num_threads(int n);  // also sets BLAS's thread count
 
+// Ctrl-C between work chunks. note_interrupt() is what the SIGINT hook calls (async-signal-safe: one
+// atomic increment). While an InterruptScope lives on a thread, the pooled work of that thread's op
+// checks for an interrupt noted since the scope began, between pieces of its chunks, and once one is
+// seen skips the rest and throws Error(Interrupted). Scopes nest; threads without one never stop.
+void note_interrupt();
+class InterruptScope {
+ public:
+  InterruptScope();
+  ~InterruptScope();
+  InterruptScope(const InterruptScope&) = delete;
+  InterruptScope& operator=(const InterruptScope&) = delete;
+
+ private:
+  bool prev_active_;
+  uint64_t prev_since_;
+};
+
 // The pooled path of parallel_for (takes a std::function, which may allocate).
 void parallel_for_pooled(int64_t n, int64_t grain, const std::function<void(int64_t, int64_t)>& fn);
 

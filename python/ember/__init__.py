@@ -34,6 +34,7 @@ from .errors import (
     DeviceError,
     DTypeError,
     EmberError,
+    EmberIOError,
     EmberValueError,
     IndexOutOfRange,
     InplaceModifiedError,
@@ -65,6 +66,7 @@ from .tensor import (
 
 from .interop import from_dlpack  # noqa: E402  (also attaches Tensor.__dlpack__)
 from .io import load_safetensors, save_safetensors  # noqa: E402
+from .memory import empty_cache, memory_stats, reset_peak_memory_stats, set_cache_limit  # noqa: E402
 from . import nn, optim  # noqa: E402
 from . import testing  # noqa: E402
 
@@ -105,11 +107,11 @@ __version__ = "0.1.0"
 
 __all__ = [
     "ALL_DTYPES", "BackwardNotSupported", "CpuStorage", "CustomOp1", "CustomOp2", "CustomOp3", "DType",
-    "DTypeError", "Device", "DeviceError", "EmberError", "EmberValueError", "GradStore", "IndexOutOfRange",
+    "DTypeError", "Device", "DeviceError", "EmberError", "EmberIOError", "EmberValueError", "GradStore", "IndexOutOfRange",
     "InplaceModifiedError", "InplaceOp1", "InplaceOp2", "InplaceOp3", "Layout", "MetalStorage", "OutOfMemory",
-    "ShapeError", "Storage", "Tensor", "UnsupportedOp", "Var", "arange", "bfloat16", "cat", "cpu", "float16",
-    "float32", "float64", "from_dlpack", "from_numpy", "full", "full_like", "get_num_threads", "int64",
-    "is_grad_enabled", "load_safetensors", "manual_seed", "maximum", "metal_is_available", "minimum", "nn",
-    "no_grad", "ones", "ones_like", "optim", "rand", "randn", "save_safetensors", "set_num_threads", "stack",
+    "ShapeError", "Storage", "Tensor", "UnsupportedOp", "Var", "arange", "bfloat16", "cat", "cpu", "empty_cache",
+    "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "full_like", "get_num_threads", "int64",
+    "is_grad_enabled", "load_safetensors", "manual_seed", "maximum", "memory_stats", "metal_is_available", "minimum", "nn",
+    "no_grad", "ones", "ones_like", "optim", "rand", "randn", "reset_peak_memory_stats", "save_safetensors", "set_cache_limit", "set_num_threads", "stack",
     "tensor", "testing", "uint8", "uint32", "where", "zeros", "zeros_like",
 ]

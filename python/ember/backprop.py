@@ -114,16 +114,17 @@ def record(out, name, inputs, saved=None, rule=None):
             break
     else:
         return out
+    # saved_version also marks the storage as saved, so a DLPack export of it is read-only.
     n = len(inputs)
     if n == 2 and inputs[0] is not None and inputs[1] is not None:
-        versions = (inputs[0]._storage.version, inputs[1]._storage.version)
+        versions = (inputs[0]._storage.saved_version, inputs[1]._storage.saved_version)
     elif n == 1 and inputs[0] is not None:
-        versions = (inputs[0]._storage.version,)
+        versions = (inputs[0]._storage.saved_version,)
     else:
-        versions = tuple([t._storage.version if t is not None else 0 for t in inputs])
+        versions = tuple([t._storage.saved_version if t is not None else 0 for t in inputs])
     node = Node(name, inputs, saved, versions, rule)
     if rule is not None or name in _READS_OUT:
-        node.out_version = out._storage.version
+        node.out_version = out._storage.saved_version
     out._op = node
     return out
 

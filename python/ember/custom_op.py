@@ -1,6 +1,7 @@
 """Custom ops written in Python (docs/custom-ops.md): CustomOp1/2/3, InplaceOp1/2/3, device dispatch, output checks."""
 from __future__ import annotations
 
+import itertools
 import math
 import operator
 
@@ -22,6 +23,7 @@ from .tensor import Tensor, _contig, _wrap
 
 CpuStorage = _C.CpuStorage
 _BY_CODE = _dt.BY_CODE
+_MAX_RANK = 64  # the core's bound on dims (numpy's)
 _FWD_NAMES = ("cpu_fwd", "metal_fwd", "cuda_fwd")  # indexed by the storage's device kind
 
 MetalStorage = getattr(_C, "MetalStorage", None)
@@ -222,9 +224,12 @@ def _resolve_dtype(op, want, tensors):
 def _shape_of(op, shape):
     """A forward's returned shape as a tuple of non-negative Python ints."""
     try:  # operator.index, not int(): a 3.5 dim is an error, never silently 3
-        shape = tuple(operator.index(d) for d in shape)
+        # At most one dim past the rank bound is read: the shape may be an endless iterator.
+        shape = tuple(operator.index(d) for d in itertools.islice(shape, _MAX_RANK + 1))
     except (TypeError, ValueError):
         raise ShapeError(f"[{op.name}] forward returned shape {shape!r}, expected a tuple of ints") from None
+    if len(shape) > _MAX_RANK:
+        raise ShapeError(f"[{op.name}] forward returned a shape of more than {_MAX_RANK} dims")
     if any(d < 0 for d in shape):
         raise ShapeError(f"[{op.name}] forward returned a negative dimension in shape {shape}")
     if math.prod(max(d, 1) for d in shape) >= 2**63:  # e.g. (2**64, 2**64, 0): 0 elements, uncountable
@@ -260,7 +265,7 @@ def _output(op, res, tensors):
         raise DTypeError(
             f"[{op.name}] forward returned a {_BY_CODE[st.dtype_code].name} storage, expected {want.name} "
             "(convert the result, or declare out_dtype on the op)")
-    if type(shape) is not tuple:
+    if type(shape) is not tuple or len(shape) > _MAX_RANK:
         shape = _shape_of(op, shape)
     n = 1
     for d in shape:

@@ -29,6 +29,15 @@ class OutOfMemory(EmberError, MemoryError):
     """An allocation that the machine cannot satisfy (the size is in the message)."""
 
 
+class EmberIOError(EmberError, OSError):
+    """A file ember cannot read (missing, unreadable, or not a regular file). ``errno`` and
+    ``filename`` are set as on the ``OSError`` it replaces."""
+
+    def __str__(self):
+        # OSError's own __str__ would format "[Errno n] ..." once errno is set: keep the "[op]" message.
+        return str(self.args[0]) if self.args else super().__str__()
+
+
 class UnsupportedOp(EmberError, NotImplementedError):
     """An op that has no implementation for these arguments."""
 

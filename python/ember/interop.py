@@ -128,7 +128,10 @@ def _dlpack(self: Tensor, *, stream=None, max_version=None, dl_device=None, copy
     m.deleter = _release
     if versioned:
         m.version = _DLVersion(1, 0)
-        m.flags = 2 if copy else 0  # IS_COPIED
+        # A buffer autograd saved is exported read-only: numpy honours the flag, so a write through
+        # the import cannot silently change a gradient (torch ignores it; see docs/memory-and-safety.md).
+        read_only = not copy and t._storage.saved
+        m.flags = (2 if copy else 0) | (_FLAG_READ_ONLY if read_only else 0)  # IS_COPIED, READ_ONLY
     addr = C.addressof(m)
     _LIVE[addr] = keep
     return _api.PyCapsule_New(addr, _NAME_V if versioned else _NAME, _DESTRUCTOR_PTR)
@@ -236,11 +239,27 @@ def from_dlpack(obj) -> Tensor:
         strides, acc = [0] * ndim, 1
         for i in reversed(range(ndim)):
             strides[i], acc = acc, acc * shape[i]
+    # A dim of size 1 never steps: its stride (any int64, e.g. 2**62) is made 0 so no index arithmetic
+    # (numpy's as_strided below included) ever multiplies by it.
+    strides = [0 if n == 1 else s for n, s in zip(shape, strides)]
     itemsize = dl.dtype.bits // 8
     data = (dl.data or 0) + int(dl.byte_offset)
-    numel = int(np.prod(shape)) if ndim else 1
-    span = 0 if numel == 0 else 1 + sum((n - 1) * s for n, s in zip(shape, strides) if n > 1)
-    zero_copy = key in _FROM_DL and not read_only and all(s >= 0 for s in strides) and numel > 0
+    numel = math.prod(shape)
+    # The bytes the strides reach, relative to data: a producer's strides are not trusted either. An
+    # extent that leaves the address space or that an int64 cannot count would wrap in the kernels'
+    # index arithmetic and let a read run out of bounds.
+    lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0 and n > 1)
+    hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0 and n > 1)
+    if numel and (data + lo * itemsize < 0 or data + (hi + 1) * itemsize > 2**64
+                  or (hi - lo + 1) * itemsize >= 2**63):
+        del owner
+        raise EmberValueError(f"[from_dlpack] strides {tuple(strides)} of shape {tuple(shape)} reach outside "
+                              "the address space")
+    span = 0 if numel == 0 else 1 + hi
+    # Zero-copy needs memory aligned to the element size: the kernels' typed and SIMD loads of a
+    # misaligned buffer are undefined behaviour. Such data is copied.
+    zero_copy = (key in _FROM_DL and not read_only and all(s >= 0 for s in strides) and numel > 0
+                 and data % itemsize == 0)
     if zero_copy:
         dt = _FROM_DL[key]
         storage = _C.CpuStorage._borrow(data, span, dt.code, owner)
@@ -251,12 +270,10 @@ def from_dlpack(obj) -> Tensor:
         out = tensor(np.zeros(shape, dtype=npt))
         return out.to_dtype(_FROM_DL[key]) if key in _FROM_DL else out
     npt = np.dtype(_WIDEN_NP[key]) if key in _WIDEN_NP else np.dtype(f"u{itemsize}")
-    lo = sum((n - 1) * s for n, s in zip(shape, strides) if s < 0)  # lowest element, relative to data
-    hi = sum((n - 1) * s for n, s in zip(shape, strides) if s > 0)
     raw = (C.c_uint8 * ((hi - lo + 1) * itemsize)).from_address(data + lo * itemsize)
     flat = np.frombuffer(raw, dtype=npt)
     arr = np.lib.stride_tricks.as_strided(flat[-lo:], shape, [s * itemsize for s in strides])
-    arr = np.ascontiguousarray(arr)
+    arr = arr.copy(order="C")  # not ascontiguousarray, which makes a 0-d array 1-d
     del owner  # the copy is made: release the producer's memory now
     if key in _WIDEN_NP:
         return tensor(arr)

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import json
 import math
+import mmap
 import os
+import stat
 import struct
 import sys
 
@@ -11,7 +13,7 @@ import numpy as np
 
 from . import _C
 from . import dtypes as _dt
-from .errors import DTypeError, EmberValueError
+from .errors import DTypeError, EmberIOError, EmberValueError
 from .tensor import Tensor, _wrap
 
 # Format: u64 little-endian header length N, N bytes of JSON (padded with spaces to a multiple of 8
@@ -25,6 +27,7 @@ _FROM_CODE = {v: k for k, v in _TO_CODE.items()}
 _WIDEN = {"BOOL": (np.bool_, _dt.uint8), "I8": (np.int8, _dt.int64), "I16": (np.int16, _dt.int64),
           "I32": (np.int32, _dt.int64), "U16": (np.uint16, _dt.int64)}
 _MAX_HEADER = 100_000_000  # the safetensors package refuses larger headers too
+_MAX_RANK = 64  # the core's bound (numpy's)
 
 if sys.byteorder != "little":  # pragma: no cover - every platform ember targets is little-endian
     raise ImportError("ember.io assumes a little-endian host")
@@ -89,55 +92,93 @@ def save_safetensors(tensors, path, metadata=None) -> None:
         raise
 
 
-def _read_header(buf: np.ndarray, path):
+def _refuse(op, path, why, cls=EmberValueError):
+    return cls(f"[{op}] {path}: {why}")
+
+
+def _io_error(op, path, e: OSError) -> EmberIOError:
+    err = EmberIOError(f"[{op}] {path}: {e.strerror or e}")
+    err.errno, err.filename = e.errno, path
+    return err
+
+
+def _map_file(path, op):
+    """The file's bytes as a read-only uint8 array (memory-mapped). Opens without blocking, so a FIFO
+    cannot hang the call, and refuses anything but a regular file (devices, FIFOs, sockets, dirs)."""
+    flags = os.O_RDONLY
+    for name in ("O_NONBLOCK", "O_CLOEXEC", "O_NOCTTY", "O_BINARY"):
+        flags |= getattr(os, name, 0)
+    try:
+        fd = os.open(path, flags)
+    except OSError as e:
+        raise _io_error(op, path, e) from None
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise _refuse(op, path, "not a regular file", EmberIOError)
+        if st.st_size == 0:  # mmap refuses empty files (and /proc files report size 0)
+            return np.zeros(0, dtype=np.uint8)
+        return np.frombuffer(mmap.mmap(fd, st.st_size, access=mmap.ACCESS_READ), dtype=np.uint8)
+    except OSError as e:
+        if isinstance(e, EmberIOError):
+            raise
+        raise _io_error(op, path, e) from None
+    finally:
+        os.close(fd)  # the mapping keeps its own reference to the file
+
+
+def _read_header(buf: np.ndarray, path, op="load_safetensors"):
+    """Parses the header as the reference ``safetensors`` package does, refusing what it refuses.
+
+    Returns:
+        ``(header, data_start)``: the JSON object and the offset of the byte buffer in ``buf``.
+    """
     if buf.size < 8:
-        raise EmberValueError(f"[load_safetensors] {path}: file too small to be safetensors")
+        raise _refuse(op, path, "file too small to be safetensors")
     n = int(buf[:8].view("<u8")[0])
     if n > _MAX_HEADER or 8 + n > buf.size:
-        raise EmberValueError(f"[load_safetensors] {path}: header length {n} does not fit the file")
+        raise _refuse(op, path, f"header length {n} does not fit the file")
     try:
-        header = json.loads(buf[8 : 8 + n].tobytes().decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError, RecursionError) as e:  # deep nesting recurses
-        raise EmberValueError(f"[load_safetensors] {path}: header is not valid JSON ({e})") from None
+        text = buf[8 : 8 + n].tobytes().decode("utf-8")
+    except UnicodeDecodeError:
+        raise _refuse(op, path, "header is not UTF-8") from None
+    try:
+        header = json.loads(text)
+    # ValueError: an integer past Python's digit limit; RecursionError: deep nesting
+    except (ValueError, RecursionError) as e:
+        raise _refuse(op, path, f"header is not valid JSON ({str(e)[:200]})") from None
     if not isinstance(header, dict):
-        raise EmberValueError(f"[load_safetensors] {path}: header is not a JSON object")
+        raise _refuse(op, path, "header is not a JSON object")
+    meta = header.get("__metadata__", {})
+    if meta is not None and not (isinstance(meta, dict) and all(isinstance(v, str) for v in meta.values())):
+        raise _refuse(op, path, "__metadata__ is not a map of strings")
     return header, 8 + n
 
 
-def load_safetensors(path, device=None) -> dict:
-    """Reads a safetensors file.
-
-    Args:
-        path: the file's path (a str or os.PathLike).
-        device: where the tensors go (default the CPU).
+def _entries(header, size, path):
+    """Checks every tensor entry against the data buffer of ``size`` bytes before anything is read:
+    known dtype, exact integer shape within the rank bound, and byte ranges that tile the buffer from
+    0 to its end without gaps or overlaps (the reference package's rules).
 
     Returns:
-        dict: ``{name: Tensor}`` in the file's order.
-
-    Raises:
-        EmberError: the file is not a valid safetensors file (the message says why).
+        ``[(name, dtype, numpy dtype of the stored bytes, shape, begin, end)]`` in header order.
     """
-    path = _path(path, "load_safetensors")
-    # Map the file instead of reading it: each tensor is copied out once, so peak memory stays ~1x.
-    try:
-        buf = np.memmap(path, dtype=np.uint8, mode="r")
-    except ValueError:  # numpy cannot map an empty file
-        buf = np.zeros(0, dtype=np.uint8)
-    header, data_start = _read_header(buf, path)
-    data = buf[data_start:]
-    out = {}
+    out = []
     for name, info in header.items():
         if name == "__metadata__":
             continue
         try:
             code, shape, (begin, end) = info["dtype"], list(info["shape"]), info["data_offsets"]
         except (KeyError, TypeError, ValueError):
-            raise EmberValueError(f"[load_safetensors] {path}: malformed entry for {name!r}") from None
+            raise _refuse("load_safetensors", path, f"malformed entry for {name!r}") from None
+        if isinstance(shape, list) and len(shape) > _MAX_RANK:
+            raise _refuse("load_safetensors", path, f"tensor {name!r} has {len(shape)} dims; at most {_MAX_RANK} "
+                          "are supported")
         # Exact JSON integers only: int(1.5) would truncate, and a bool or string is no size at all.
         if (not isinstance(code, str) or not all(type(v) is int for v in (*shape, begin, end))
                 or any(d < 0 for d in shape)):
-            raise EmberValueError(f"[load_safetensors] {path}: malformed entry for {name!r}: dtype {code!r}, "
-                             f"shape {shape!r}, data_offsets {[begin, end]!r}")
+            raise _refuse("load_safetensors", path, f"malformed entry for {name!r}: dtype {code!r}, "
+                          f"shape {shape!r}, data_offsets {[begin, end]!r}")
         if code in _FROM_CODE:
             dt = _FROM_CODE[code]
             npt = np.dtype(f"<u{dt.itemsize}") if dt is _dt.bfloat16 else _dt.numpy_dtype(dt)
@@ -145,12 +186,50 @@ def load_safetensors(path, device=None) -> dict:
             npt, dt = np.dtype(_WIDEN[code][0]), _WIDEN[code][1]
         else:
             raise DTypeError(f"[load_safetensors] tensor {name!r} has dtype {code}, which ember cannot hold")
-        n = math.prod(shape)  # exact: np.prod wraps, and (2**32, 2**32) would pass for 0 bytes
         if math.prod(max(d, 1) for d in shape) >= 2**63:
-            raise EmberValueError(f"[load_safetensors] {path}: shape {tuple(shape)} of {name!r} is too large")
-        if not (0 <= begin <= end <= data.size) or end - begin != n * npt.itemsize:
-            raise EmberValueError(f"[load_safetensors] {path}: data_offsets {[begin, end]} of {name!r} do not match "
-                             f"shape {tuple(shape)} and dtype {code}")
+            raise _refuse("load_safetensors", path, f"shape {tuple(shape)} of {name!r} is too large")
+        n = math.prod(shape)  # exact: np.prod wraps, and (2**32, 2**32) would pass for 0 bytes
+        if not 0 <= begin <= end or end - begin != n * npt.itemsize:
+            raise _refuse("load_safetensors", path, f"data_offsets {[begin, end]} of {name!r} do not match "
+                          f"shape {tuple(shape)} and dtype {code}")
+        out.append((name, dt, npt, shape, begin, end))
+    at = 0
+    for name, *_, begin, end in sorted(out, key=lambda e: (e[4], e[5])):
+        if begin != at:
+            what = "overlaps the tensor before it" if begin < at else f"leaves a gap at byte {at}"
+            raise _refuse("load_safetensors", path, f"data_offsets {[begin, end]} of {name!r} {what}")
+        at = end
+    if at != size:
+        raise _refuse("load_safetensors", path, f"the tensors cover {at} bytes of a {size}-byte data buffer")
+    return out
+
+
+def load_safetensors(path, device=None) -> dict:
+    """Reads a safetensors file into ``{name: Tensor}``.
+
+    The file is checked as the reference ``safetensors`` package checks it (a file one accepts and the
+    other refuses would be a portability bug), and must be a regular file.
+
+    Args:
+        path: a ``str`` or ``os.PathLike``.
+        device: where the tensors go (default: CPU).
+
+    Returns:
+        ``{name: Tensor}``; BOOL and small integer types are widened (to uint8 / int64).
+
+    Raises:
+        EmberIOError: the file cannot be opened or is not a regular file (a FIFO, a device, ...).
+        EmberValueError: the header or an entry is malformed, byte ranges overlap, leave gaps or do not
+            cover the data, or a tensor has more than 64 dims.
+        DTypeError: a dtype ember cannot hold, or a path of the wrong type.
+    """
+    path = _path(path, "load_safetensors")
+    # Map the file instead of reading it: each tensor is copied out once, so peak memory stays ~1x.
+    buf = _map_file(path, "load_safetensors")
+    header, data_start = _read_header(buf, path)
+    data = buf[data_start:]
+    out = {}
+    for name, dt, npt, shape, begin, end in _entries(header, data.size, path):
         # Copy out of the file buffer: offsets in foreign files need not be aligned to the itemsize.
         arr = np.array(data[begin:end]).view(npt)
         if arr.dtype != _dt.numpy_dtype(dt) and dt is not _dt.bfloat16:
@@ -162,14 +241,18 @@ def load_safetensors(path, device=None) -> dict:
 
 
 def load_safetensors_metadata(path) -> dict:
-    """The ``__metadata__`` mapping of a safetensors file ({} when absent)."""
-    path = _path(path, "load_safetensors_metadata")
-    with open(path, "rb") as f:
-        head = np.frombuffer(f.read(8), dtype=np.uint8)
-        n = int(head.view("<u8")[0]) if head.size == 8 else 0
-        buf = np.concatenate([head, np.frombuffer(f.read(min(n, _MAX_HEADER)), dtype=np.uint8)])
-    header, _ = _read_header(buf, path)
-    meta = header.get("__metadata__", {})
-    if not isinstance(meta, dict):
-        raise EmberValueError(f"[load_safetensors_metadata] {path}: __metadata__ is a {type(meta).__name__}, not a map")
-    return dict(meta)
+    """The ``__metadata__`` mapping of a safetensors file.
+
+    Args:
+        path: a ``str`` or ``os.PathLike``.
+
+    Returns:
+        ``{str: str}``, ``{}`` when the file has none.
+
+    Raises:
+        EmberIOError, EmberValueError, DTypeError: as ``load_safetensors`` does for the header.
+    """
+    op = "load_safetensors_metadata"
+    path = _path(path, op)
+    header, _ = _read_header(_map_file(path, op), path, op)
+    return dict(header.get("__metadata__") or {})

@@ -4,8 +4,11 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <optional>
+
 #include "backend.h"
 #include "cpu/cpu_storage.h"
+#include "cpu/parallel.h"
 
 namespace py = pybind11;
 
@@ -16,7 +19,17 @@ inline DType to_dtype(int code) {
   return static_cast<DType>(code);
 }
 inline Device to_device(int kind, int index) { return Device{static_cast<DeviceKind>(kind), index}; }
-using GilFree = py::call_guard<py::gil_scoped_release>;
+// Python's main thread (the one KeyboardInterrupt is raised in), set at import and in a forked child.
+inline unsigned long g_main_thread = 0;
+// Makes a kernel call from the main thread stoppable by Ctrl-C (cpu/parallel.h); built with the GIL
+// held, before it is released.
+struct Interruptible {
+  std::optional<cpu::InterruptScope> scope;
+  Interruptible() {
+    if (PyThread_get_thread_ident() == g_main_thread) scope.emplace();
+  }
+};
+using GilFree = py::call_guard<Interruptible, py::gil_scoped_release>;
 
 void bind_layout(py::module_& m);
 void bind_storage(py::module_& m);

@@ -1,4 +1,7 @@
 // ember._C: the pybind11 module. Bindings only; C++ errors become ember's Python exception classes.
+#include <pthread.h>
+#include <signal.h>
+
 #include "common.h"
 #include "cpu/allocator.h"
 #include "cpu/dispatch.h"
@@ -20,9 +23,32 @@ PyObject* error_class(ember::ErrorKind kind) {
     case ember::ErrorKind::Unsupported: name = "UnsupportedOp"; break;
     case ember::ErrorKind::Memory: name = "OutOfMemory"; break;
     case ember::ErrorKind::Value: name = "EmberValueError"; break;
+    case ember::ErrorKind::Interrupted: name = "EmberError"; break;
   }
   return py::handle(mod).attr(name).ptr();
 }
+
+// SIGINT: Python's own C handler only sets a flag that its eval loop reads once the running kernel
+// returns. This one also tells the kernels (cpu::note_interrupt) and then runs Python's. Installed
+// only over a handler, not over SIG_DFL / SIG_IGN; a later signal.signal(SIGINT, ...) replaces it,
+// and kernels then finish before KeyboardInterrupt, as before.
+struct sigaction g_prev_sigint;
+void on_sigint(int sig, siginfo_t* info, void* ctx) {
+  ember::cpu::note_interrupt();
+  if (g_prev_sigint.sa_flags & SA_SIGINFO) g_prev_sigint.sa_sigaction(sig, info, ctx);
+  else g_prev_sigint.sa_handler(sig);
+}
+void install_sigint_hook() {
+  struct sigaction cur;
+  if (sigaction(SIGINT, nullptr, &cur) != 0) return;
+  if (!(cur.sa_flags & SA_SIGINFO) && (cur.sa_handler == SIG_DFL || cur.sa_handler == SIG_IGN)) return;
+  g_prev_sigint = cur;
+  struct sigaction mine = cur;
+  mine.sa_flags |= SA_SIGINFO;
+  mine.sa_sigaction = on_sigint;
+  sigaction(SIGINT, &mine, nullptr);
+}
+void after_fork_child() { ember::bind::g_main_thread = PyThread_get_thread_ident(); }
 
 }  // namespace
 
@@ -32,9 +58,15 @@ PYBIND11_MODULE(_C, m) {
     try {
       if (p) std::rethrow_exception(p);
     } catch (const ember::Error& e) {
+      // An op stopped by Ctrl-C: Python's handler raises KeyboardInterrupt (or whatever it does);
+      // if it raises nothing, the op still did not complete, which an EmberError says.
+      if (e.kind == ember::ErrorKind::Interrupted && PyErr_CheckSignals() != 0) return;
       PyErr_SetString(error_class(e.kind), e.what());
     }
   });
+  ember::bind::g_main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
+  pthread_atfork(nullptr, nullptr, after_fork_child);
+  install_sigint_hook();
   ember::bind::bind_layout(m);
   ember::bind::bind_storage(m);
   ember::bind::bind_ops(m);
@@ -46,4 +78,10 @@ PYBIND11_MODULE(_C, m) {
   m.def("isa", [] { return std::string(ember::cpu::isa_name(ember::cpu::active_isa())); });
   m.def("cached_bytes", &ember::cpu::cached_bytes);
   m.def("empty_cache", &ember::cpu::empty_cache);
+  m.def("memory_stats", [] {
+    const auto st = ember::cpu::memory_stats();
+    return py::make_tuple(st.allocated, st.cached, st.peak, st.cache_limit);
+  }, "(allocated, cached, peak, cache_limit) bytes of the CPU allocator.");
+  m.def("reset_peak_memory", &ember::cpu::reset_peak_memory);
+  m.def("set_cache_limit", &ember::cpu::set_cache_limit, py::arg("bytes"));
 }

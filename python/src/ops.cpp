@@ -15,9 +15,13 @@ template <typename Op> Op op_code(int code, int count, const char* family) {
   return static_cast<Op>(code);
 }
 struct MaybeGilFree {
+  std::optional<Interruptible> intr;
   std::optional<py::gil_scoped_release> rel;
   explicit MaybeGilFree(int64_t numel) {
-    if (numel > 16384) rel.emplace();
+    if (numel > 16384) {
+      intr.emplace();
+      rel.emplace();
+    }
   }
 };
 }  // namespace

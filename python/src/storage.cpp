@@ -28,16 +28,31 @@ py::dtype np_dtype(DType dt) {
   return py::dtype::of<float>();
 }
 
-// Strided view of (s, l) that keeps `owner` (the Python storage object) alive.
-py::array view(const CpuStorage& s, const Layout& l, py::handle owner, bool writable, const char* op) {
+// The base object of a writable view: keeps the storage alive and counts the view open until numpy
+// drops the last array that uses it (slices of the view keep it too), so autograd sees the writes.
+py::capsule writable_base(std::shared_ptr<BackendStorage> s) {
+  s->open_writable_view();
+  return py::capsule(new std::shared_ptr<BackendStorage>(std::move(s)), [](void* p) {
+    auto* sp = static_cast<std::shared_ptr<BackendStorage>*>(p);
+    (*sp)->close_writable_view();
+    delete sp;
+  });
+}
+
+// Strided view of (s, l) that keeps `owner` (the Python storage object) alive; a writable one has a
+// writable_base instead.
+py::array view(const py::object& owner, const Layout& l, bool writable, const char* op) {
+  auto sp = owner.cast<std::shared_ptr<CpuStorage>>();
+  const CpuStorage& s = *sp;
   check_in_bounds(s, l, op);  // rank, dims and reach, as every kernel entry point checks
   const ssize_t isz = (ssize_t)itemsize(s.dtype());
   std::vector<ssize_t> shape(l.shape().begin(), l.shape().end()), strides;
   for (auto st : l.stride()) strides.push_back(st * isz);
   char* ptr = static_cast<char*>(s.raw()) + (l.numel() ? l.offset() * isz : 0);
+  if (writable) return py::array(np_dtype(s.dtype()), shape, strides, ptr, writable_base(std::move(sp)));
   py::array a(np_dtype(s.dtype()), shape, strides, ptr, owner);
   // Clear the flag through the C API: going through a.flags.writeable is a Python call per view.
-  if (!writable) py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
+  py::detail::array_proxy(a.ptr())->flags &= ~py::detail::npy_api::NPY_ARRAY_WRITEABLE_;
   return a;
 }
 
@@ -91,6 +106,13 @@ void bind_storage(py::module_& m) {
       .def_property_readonly("numel", &BackendStorage::numel, "The number of elements the buffer holds.")
       .def_property_readonly("version", &BackendStorage::version,
                              "The in-place write counter autograd checks: every in-place write bumps it.")
+      // What autograd reads when it records the storage for backward: the version, and a mark that
+      // makes DLPack exports of this buffer read-only.
+      .def_property_readonly("saved_version", [](BackendStorage& s) {
+        s.mark_saved();
+        return s.version();
+      }, "The version, read by autograd when it saves this storage; marks it saved (DLPack exports become read-only).")
+      .def_property_readonly("saved", &BackendStorage::saved, "True once autograd has saved this storage for a backward.")
       .def("bump_version", &BackendStorage::bump_version,
            "Records an in-place write, so a later backward through a saved view of this buffer raises.")
       .def("same_buffer", &BackendStorage::same_buffer, py::arg("other"),
@@ -113,18 +135,20 @@ void bind_storage(py::module_& m) {
       .def(
           "numpy", [](py::object self) {
             const auto& s = self.cast<const CpuStorage&>();
-            return view(s, Layout::contiguous({s.numel()}), self, true, "numpy");
+            return view(self, Layout::contiguous({s.numel()}), true, "numpy");
           },
-          "Flat, writable, zero-copy view of the whole buffer.")
+          "Flat, writable, zero-copy view of the whole buffer. While it (or an array made from it) is "
+          "alive, autograd treats the buffer as modified in place.")
       .def(
           "as_numpy",
           [](py::object self, const Layout& l, std::optional<bool> writable) {
             const auto& s = self.cast<const CpuStorage&>();
-            return view(s, l, self, writable.value_or(&s == t_inplace_target), "as_numpy");
+            return view(self, l, writable.value_or(&s == t_inplace_target), "as_numpy");
           },
           py::arg("layout"), py::arg("writable") = py::none(),
           "Zero-copy strided view through a layout; read-only unless writable=True or this storage is "
-          "the operand of the in-place op running on this thread.")
+          "the operand of the in-place op running on this thread. A writable view counts as an in-place "
+          "write for autograd while it is alive.")
       .def("as_numpy", [](const py::object&, const py::args&, const py::kwargs&) -> py::object {
         EMBER_CHECK(false, DType, "[as_numpy] expected as_numpy(layout: Layout, writable: bool | None = None)");
       })
@@ -145,13 +169,19 @@ void bind_storage(py::module_& m) {
       .def_static(
           "_borrow",
           [](uintptr_t ptr, int64_t numel, int code, py::object keep_alive) {
+            const DType dt = to_dtype(code);
+            // The kernels read elements (and SIMD vectors of them) as typed loads: memory that is not
+            // aligned to its element size would be undefined behaviour there. Callers copy instead.
+            EMBER_CHECK(ptr % itemsize(dt) == 0, Value, "[borrow] address ", ptr, " is not aligned to the ",
+                        itemsize(dt), "-byte elements of ", dtype_name(dt));
+            EMBER_CHECK(numel >= 0, Value, "[borrow] negative element count ", numel);
             // Zero-copy: the storage holds a reference to `keep_alive` until it dies.
             auto* ref = new py::object(std::move(keep_alive));
             auto release = [ref] {
               py::gil_scoped_acquire g;
               delete ref;
             };
-            auto s = std::make_shared<CpuStorage>(to_dtype(code), numel, reinterpret_cast<void*>(ptr), release);
+            auto s = std::make_shared<CpuStorage>(dt, numel, reinterpret_cast<void*>(ptr), release);
             return std::static_pointer_cast<BackendStorage>(s);
           },
           "Wraps external memory without copying (DLPack / numpy).")

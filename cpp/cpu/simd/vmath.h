@@ -43,11 +43,13 @@ static inline float vm_exp_reduced(float x, float& n) {
 // (x >= -103.97) are right, like libm's expf.
 static inline float vm_exp(float x) {
   const float hi = 88.72283172607421875f, lo = -103.972084045410f;  // hi: largest x with finite expf(x)
-  const float xc = x > hi ? hi : (x < lo ? lo : x);
+  // A NaN x is clamped too (to lo: it fails x >= lo), so that n below is a small integer: converting a
+  // NaN to int and shifting the negative result would be undefined. The last line returns the NaN.
+  const float xc = x > hi ? hi : (x >= lo ? x : lo);
   float n;
   const float p = vm_exp_reduced(xc, n);
   const int32_t ni = (int32_t)n, n1 = ni >> 1, n2 = ni - n1;  // each half is a normal power of two
-  float res = p * vm_bits_to_f((n1 + 127) << 23) * vm_bits_to_f((n2 + 127) << 23);
+  float res = p * vm_bits_to_f((int32_t)((uint32_t)(n1 + 127) << 23)) * vm_bits_to_f((int32_t)((uint32_t)(n2 + 127) << 23));
   res = x < lo ? 0.0f : res;
   res = x > hi ? INFINITY : res;
   return x != x ? x : res;
@@ -133,8 +135,11 @@ static inline float vm_normal_cdf(float x, float& pdf) {
   const float lo = 0.0f;
 #endif
   float n;
-  const float p = vm_exp_reduced(zz > 87.33f ? -87.33f : -zz, n);  // 2^n a normal power of two: one factor
-  const float e = zz > 87.33f ? 0.0f : p * vm_bits_to_f(((int32_t)n + 127) << 23) * (1.0f - lo);  // e^(-z^2)
+  // !(zz <= ...): a NaN x takes the far branch too, so n stays a small integer (no NaN to int); the
+  // result is still NaN, from t.
+  const bool far = !(zz <= 87.33f);
+  const float p = vm_exp_reduced(far ? -87.33f : -zz, n);  // 2^n a normal power of two: one factor
+  const float e = far ? 0.0f : p * vm_bits_to_f((int32_t)((uint32_t)((int32_t)n + 127) << 23)) * (1.0f - lo);  // e^(-z^2)
   pdf = e * 0.39894228040143267794f;
   const float half_erfc = 0.5f * (t * q * e);
   return y > 0 ? 1.0f - half_erfc : half_erfc;

@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# CI: builds ember's extension with a sanitizer in its own build dir and runs tests under it; any
+# sanitizer report fails the job. Usage: tools/ci-sanitize.sh asan|tsan [extra pytest args]
+#   asan: ASan + UBSan (every object, the per-ISA kernels included) over the whole suite.
+#   tsan: TSan over the threaded and concurrency tests, with EMBER_NUM_THREADS=2.
+# Reports go to files (build/<kind>/reports), not stderr, so pytest's capture cannot hide them; the
+# job prints each one and exits 1. Needs gcc's libasan/libubsan/libtsan (Debian: part of gcc).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+kind=${1:?usage: tools/ci-sanitize.sh asan|tsan [pytest args]}
+shift
+case "$kind" in
+  asan) sanitizer="address,undefined"; runtime=libasan.so ;;
+  tsan) sanitizer="thread"; runtime=libtsan.so ;;
+  *) echo "ci-sanitize: unknown kind '$kind' (asan or tsan)" >&2; exit 2 ;;
+esac
+bdir="build/$kind"
+python=${PYTHON:-python}
+
+# --- build (serialised with the other builds of this machine, -j2 like them) ----------------------
+exec 9>/tmp/ember_build.lock
+flock 9
+if [ ! -f "$bdir/build.ninja" ]; then
+  cmake -S . -B "$bdir" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo -DEMBER_SANITIZE=ON \
+    -DEMBER_SANITIZER="$sanitizer" -DPython_EXECUTABLE="$(command -v "$python")" \
+    -Dpybind11_DIR="$("$python" -m pybind11 --cmakedir)" >/dev/null
+fi
+ninja -C "$bdir" -j2
+flock -u 9
+
+# The package with the instrumented extension, apart from the developer's python/ember.
+pkg="$bdir/pkg"
+rm -rf "$pkg"
+mkdir -p "$pkg"
+cp -r python/ember "$pkg/ember"
+rm -f "$pkg"/ember/_C*.so "$pkg"/ember/.tmp.*
+cp "$bdir"/_C*.so "$pkg/ember/"
+
+reports="$bdir/reports"
+rm -rf "$reports"
+mkdir -p "$reports"
+# Python itself is not instrumented: the runtime must be loaded first, before libpython's allocator.
+preload="$(gcc -print-file-name="$runtime")"
+[ -f "$preload" ] || { echo "ci-sanitize: $runtime not found (gcc -print-file-name)" >&2; exit 2; }
+
+status=0
+if [ "$kind" = asan ]; then
+  # detect_leaks=0: CPython keeps its objects alive at exit. allocator_may_return_null: the tests of
+  # huge allocations expect ember's OutOfMemory, not an ASan abort.
+  LD_PRELOAD="$preload" \
+  ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1:log_path=$PWD/$reports/asan:handle_segv=1" \
+  UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=0:log_path=$PWD/$reports/ubsan" \
+  EMBER_SANITIZED=1 PYTHONPATH="$pkg" \
+    "$python" -m pytest tests -q -p no:cacheprovider "$@" || status=$?
+else
+  # The tests that run ember from several threads at once, and the pool itself. Fork tests stay out:
+  # TSan does not support a multi-threaded fork.
+  LD_PRELOAD="$preload" \
+  TSAN_OPTIONS="log_path=$PWD/$reports/tsan:halt_on_error=0:report_signal_unsafe=0:suppressions=$PWD/tools/tsan.supp" \
+  EMBER_NUM_THREADS=2 EMBER_SANITIZED=1 PYTHONPATH="$pkg" \
+    "$python" -m pytest tests/test_threads.py tests/test_concurrency.py -q -p no:cacheprovider \
+      -k "not fork" "$@" || status=$?
+fi
+
+found=0
+for f in "$reports"/*; do
+  [ -e "$f" ] || continue
+  found=1
+  echo "===== sanitizer report: $f" >&2
+  cat "$f" >&2
+done
+if [ "$found" = 1 ]; then
+  echo "ci-sanitize $kind: sanitizer reports (above)" >&2
+  exit 1
+fi
+exit "$status"
