@@ -21,6 +21,7 @@ using GilFree = py::call_guard<py::gil_scoped_release>;
 void bind_layout(py::module_& m);
 void bind_storage(py::module_& m);
 void bind_ops(py::module_& m);
+void bind_metal(py::module_& m);
 
 }  // namespace ember::bind
 
