@@ -226,10 +226,17 @@ void record_exception(Group& g, uint32_t i) {
 
 // Hands control from fiber i back to its group's scheduler.
 void yield(Group& g, uint32_t i) {
+  EMU_IGNORE_BEGIN();
+  Fiber& me = g.fibers[i];
+  Fiber& sched = *g.sched;
 #ifdef EMU_TSAN
-  __tsan_switch_to_fiber(g.tsan_sched, __tsan_switch_to_fiber_no_sync);
+  void* to = g.tsan_sched;
 #endif
-  switch_to(g.fibers[i], *g.sched);
+  EMU_IGNORE_END();
+#ifdef EMU_TSAN
+  __tsan_switch_to_fiber(to, __tsan_switch_to_fiber_no_sync);
+#endif
+  switch_to(me, sched);
 }
 
 void fiber_main(void* arg) {
@@ -260,7 +267,12 @@ Group& group_of(msl_abi::Thread* t) {
 }
 
 // ---- the services a kernel module calls ------------------------------------------------------------
-msl_abi::Thread* api_current() { return t_cur; }
+msl_abi::Thread* api_current() {
+  EMU_IGNORE_BEGIN();
+  msl_abi::Thread* t = t_cur;
+  EMU_IGNORE_END();
+  return t;
+}
 
 void api_barrier(msl_abi::Thread* t) {
   Group& g = group_of(t);
@@ -451,6 +463,22 @@ void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3]) {
     t_cur = nullptr;
     return;
   }
+#ifdef EMU_TSAN
+  std::vector<void*> new_fibers(g.count);
+  for (uint32_t i = 0; i < g.count; ++i) new_fibers[i] = __tsan_create_fiber(0);
+#endif
+  // The scheduler's bookkeeping (and the stacks it reuses) is hidden from TSan, the kernel's accesses
+  // (on the fibers, created above so that they do not inherit the ignoring) are not.
+  struct IgnoreScope {
+    IgnoreScope() { EMU_IGNORE_BEGIN(); }
+    ~IgnoreScope() { EMU_IGNORE_END(); }
+  } ignore_scope;
+#ifdef EMU_TSAN
+  g.tsan_sched = __tsan_get_current_fiber();
+  g.tsan_fibers.swap(new_fibers);
+  g.tsan_first.assign(g.count, 1);
+  g.simd_sync.resize(g.simds);
+#endif
   while (w.stacks.size() < g.count) w.stacks.push_back(make_stack());
   g.fibers.resize(g.count);
   g.args.resize(g.count);
@@ -463,13 +491,6 @@ void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3]) {
     g.args[i] = {&g, i};
     init_fiber(g.fibers[i], w.stacks[i], &g.args[i]);
   }
-#ifdef EMU_TSAN
-  g.tsan_sched = __tsan_get_current_fiber();
-  g.tsan_fibers.resize(g.count);
-  g.tsan_first.assign(g.count, 1);
-  g.simd_sync.resize(g.simds);
-  for (uint32_t i = 0; i < g.count; ++i) g.tsan_fibers[i] = __tsan_create_fiber(0);
-#endif
   std::vector<uint32_t> order(g.count);
   uint64_t pass = 0;
   for (;;) {
