@@ -124,6 +124,7 @@ void bind_metal(py::module_& m) {
     if (!s) return py::none();
     return py::str(s);
   }, py::arg("name"));
+  bind_metal_policy(m);
   m.def("_metal_sources", [] {
     std::vector<std::string> names;
     for (int i = 0; i < metal::embedded_source_count(); ++i) names.push_back(metal::embedded_source_name(i));
