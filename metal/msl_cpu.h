@@ -2,8 +2,7 @@
 // The emulator's rewriter (cpp/metal/emu/rewrite.cpp) turns `device T*` into msl::dptr<T> (bounds-checked),
 // threadgroup variables into group-shared storage and drops attributes; this header supplies the rest of
 // what `#include <metal_stdlib>` gives a kernel: half/bfloat, vectors, metal:: math, simdgroup ops,
-// barriers and atomics. With MSL_STATIC_CHECK defined it instead keeps Metal's address spaces distinct
-// (clang's address_space attribute) for the static checks, and declares what it need not run.
+// barriers and atomics. (The static checks use metal/msl_static.h instead, which keeps address spaces.)
 #pragma once
 #define __METAL_EMULATOR__ 1
 #include <stddef.h>
@@ -20,14 +19,6 @@
 #include "../cpp/dtype.h"
 #endif
 #include "msl_abi.h"
-
-#ifdef MSL_STATIC_CHECK
-// Metal's address spaces as clang ones, so mixing them is a type error as in Apple's compiler.
-#define device __attribute__((address_space(1)))
-#define constant __attribute__((address_space(2)))
-#define threadgroup __attribute__((address_space(3)))
-#define thread
-#endif
 
 typedef unsigned int uint;
 typedef unsigned short ushort;
@@ -447,7 +438,6 @@ enum class mem_flags : uint32_t {
 };
 inline mem_flags operator|(mem_flags a, mem_flags b) { return mem_flags((uint32_t)a | (uint32_t)b); }
 
-#ifndef MSL_STATIC_CHECK
 inline void threadgroup_barrier(mem_flags) { ::msl::api->barrier(::msl::api->current()); }
 namespace simdops {
 enum : uint32_t { Sync, Sum, Prod, Max, Min, And, Or, Xor, PreIncSum, PreExcSum, PreIncProd, PreExcProd, Shuffle,
@@ -575,26 +565,6 @@ inline bool simd_is_first() {
   const uint64_t m = simd_exchange(0, simdops::IsFirst, &s, &me);
   return me == (uint32_t)__builtin_ctzll(m);
 }
-#else
-void threadgroup_barrier(mem_flags);
-void simdgroup_barrier(mem_flags);
-template <class T> T simd_sum(T); template <class T> T simd_product(T); template <class T> T simd_max(T);
-template <class T> T simd_min(T); template <class T> T simd_and(T); template <class T> T simd_or(T);
-template <class T> T simd_xor(T);
-template <class T> T simd_prefix_inclusive_sum(T); template <class T> T simd_prefix_exclusive_sum(T);
-template <class T> T simd_prefix_inclusive_product(T); template <class T> T simd_prefix_exclusive_product(T);
-template <class T> T simd_shuffle(T, ushort); template <class T> T simd_shuffle_down(T, ushort);
-template <class T> T simd_shuffle_up(T, ushort); template <class T> T simd_shuffle_xor(T, ushort);
-template <class T> T simd_broadcast(T, ushort); template <class T> T simd_broadcast_first(T);
-struct simd_vote {
-  using vote_t = uint64_t;
-  explicit operator vote_t() const;
-  bool all() const;
-  bool any() const;
-};
-simd_vote simd_ballot(bool); bool simd_all(bool); bool simd_any(bool); simd_vote simd_active_threads_mask();
-bool simd_is_first();
-#endif
 
 // ---------------------------------------------------------------------------------------------------
 // Atomics: Metal's relaxed atomics on device or threadgroup memory, as GCC atomic builtins (threadgroups
@@ -611,7 +581,6 @@ typedef atomic<bool> atomic_bool;
 typedef atomic<ulong> atomic_ulong;
 typedef atomic<long> atomic_long;
 
-#ifndef MSL_STATIC_CHECK
 template <class P> inline auto* atomic_ptr(P p) { return &::msl::raw(p)->v; }
 template <class P, class V> inline void atomic_store_explicit(P obj, V val, memory_order) {
   auto* q = atomic_ptr(obj);
@@ -659,18 +628,6 @@ MSL_ATOMIC_RMW(atomic_fetch_xor_explicit, old ^ val)
 MSL_ATOMIC_RMW(atomic_fetch_max_explicit, old < (decltype(old))val ? (decltype(old))val : old)
 MSL_ATOMIC_RMW(atomic_fetch_min_explicit, (decltype(old))val < old ? (decltype(old))val : old)
 #undef MSL_ATOMIC_RMW
-#else
-template <class P, class V> void atomic_store_explicit(P, V, memory_order);
-template <class P> auto atomic_load_explicit(P obj, memory_order) -> decltype(obj->v + 0);
-template <class P, class V> auto atomic_exchange_explicit(P obj, V, memory_order) -> decltype(obj->v + 0);
-template <class P, class E, class V> bool atomic_compare_exchange_weak_explicit(P, E*, V, memory_order, memory_order);
-#define MSL_ATOMIC_DECL(NAME) template <class P, class V> auto NAME(P obj, V, memory_order) -> decltype(obj->v + 0);
-MSL_ATOMIC_DECL(atomic_fetch_add_explicit) MSL_ATOMIC_DECL(atomic_fetch_sub_explicit)
-MSL_ATOMIC_DECL(atomic_fetch_and_explicit) MSL_ATOMIC_DECL(atomic_fetch_or_explicit)
-MSL_ATOMIC_DECL(atomic_fetch_xor_explicit) MSL_ATOMIC_DECL(atomic_fetch_max_explicit)
-MSL_ATOMIC_DECL(atomic_fetch_min_explicit)
-#undef MSL_ATOMIC_DECL
-#endif
 }  // namespace metal
 
 using metal::atomic_bool;

@@ -11,7 +11,7 @@ def backend():
 
     ``EMBER_METAL=emulate`` in the environment selects ember's MSL emulator, which runs the Metal kernels
     as C++ on the CPU on any machine (see docs/metal.md); it is never on unless asked for. Otherwise a
-    build with the metal-cpp backend (macOS) reports ``"apple"``.
+    build with the metal-cpp backend (macOS) that finds a Metal device reports ``"apple"``.
 
     Returns:
         ``"emulator"``, ``"apple"`` or ``None`` when this process has no Metal backend.
@@ -21,6 +21,6 @@ def backend():
     """
     if os.environ.get("EMBER_METAL", "").strip().lower() == "emulate":
         return "emulator"
-    if getattr(_C, "_metal_apple_built", False):
+    if _C._metal_apple_available():
         return "apple"
     return None

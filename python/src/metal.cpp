@@ -100,8 +100,18 @@ void emu_run(const std::string& source, const std::string& function, const py::l
 void bind_metal(py::module_& m) {
 #if defined(EMBER_HAS_METAL_CPP)
   m.attr("_metal_apple_built") = true;
+  // True when the metal-cpp adapter finds a device (a headless or virtual Mac may have none).
+  m.def("_metal_apple_available", [] {
+    try {
+      metal::apple_adapter();
+      return true;
+    } catch (const Error&) {
+      return false;
+    }
+  });
 #else
   m.attr("_metal_apple_built") = false;
+  m.def("_metal_apple_available", [] { return false; });
 #endif
   m.def("_metal_emu_run", &emu_run, py::arg("source"), py::arg("function"), py::arg("args"), py::arg("grid_threads"),
         py::arg("threads_per_threadgroup"), py::arg("constants") = py::list(),

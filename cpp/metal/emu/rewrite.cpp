@@ -409,10 +409,10 @@ RewriteResult Rewriter::run() {
           continue;
         }
       }
-      if (t(k - 1) == "." && kd == Tk::Ident) swizzle(k);
+      if (t(k - 1) == "." && mode_ == RewriteMode::Emulate) swizzle(k);  // clang's vectors have swizzles
       continue;
     }
-    if (kd == Tk::Ident && t(k - 1) == ".") swizzle(k);
+    if (kd == Tk::Ident && t(k - 1) == "." && mode_ == RewriteMode::Emulate) swizzle(k);
     if (kd == Tk::Number) literal(k);
   }
   if (mode_ == RewriteMode::Emulate) {
