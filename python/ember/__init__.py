@@ -67,7 +67,7 @@ from .tensor import (
 from .interop import from_dlpack  # noqa: E402  (also attaches Tensor.__dlpack__)
 from .io import load_safetensors, save_safetensors  # noqa: E402
 from .memory import empty_cache, memory_stats, reset_peak_memory_stats, set_cache_limit  # noqa: E402
-from . import nn, optim  # noqa: E402
+from . import metal, nn, optim  # noqa: E402
 from . import testing  # noqa: E402
 
 Layout = _C.Layout
@@ -111,7 +111,8 @@ __all__ = [
     "InplaceModifiedError", "InplaceOp1", "InplaceOp2", "InplaceOp3", "Layout", "MetalStorage", "OutOfMemory",
     "ShapeError", "Storage", "Tensor", "UnsupportedOp", "Var", "arange", "bfloat16", "cat", "cpu", "empty_cache",
     "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "full_like", "get_num_threads", "int64",
-    "is_grad_enabled", "load_safetensors", "manual_seed", "maximum", "memory_stats", "metal_is_available", "minimum", "nn",
-    "no_grad", "ones", "ones_like", "optim", "rand", "randn", "reset_peak_memory_stats", "save_safetensors", "set_cache_limit", "set_num_threads", "stack",
+    "is_grad_enabled", "load_safetensors", "manual_seed", "maximum", "memory_stats", "metal", "metal_is_available",
+    "minimum", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randn", "reset_peak_memory_stats",
+    "save_safetensors", "set_cache_limit", "set_num_threads", "stack",
     "tensor", "testing", "uint8", "uint32", "where", "zeros", "zeros_like",
 ]

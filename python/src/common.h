@@ -34,6 +34,8 @@ using GilFree = py::call_guard<Interruptible, py::gil_scoped_release>;
 void bind_layout(py::module_& m);
 void bind_storage(py::module_& m);
 void bind_ops(py::module_& m);
+void bind_metal(py::module_& m);
+void bind_metal_policy(py::module_& m);
 
 }  // namespace ember::bind
 

@@ -71,6 +71,7 @@ PYBIND11_MODULE(_C, m) {
   ember::bind::bind_storage(m);
   ember::bind::bind_ops(m);
   bind_fused(m);
+  ember::bind::bind_metal(m);
 
   m.def("get_num_threads", &ember::cpu::get_num_threads);
   m.def("set_num_threads", &ember::cpu::set_num_threads, py::arg("n"));

@@ -1,0 +1,93 @@
+// The narrow adapter interface: the final device calls of ember's Metal backend (buffers, pipelines from
+// source, a compute encoder, commit/wait). Everything above it (MetalStorage, launchers, policy/) is one
+// code path; below it sit metal-cpp (cpp/metal/apple/, Apple only) and the MSL emulator (cpp/metal/emu/).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace ember::metal {
+
+// Opaque handles; each adapter knows what they point to (an MTL object, or an emulator record).
+struct BufferHandle {
+  void* p = nullptr;
+  explicit operator bool() const { return p != nullptr; }
+  bool operator==(const BufferHandle& o) const { return p == o.p; }
+  bool operator!=(const BufferHandle& o) const { return p != o.p; }
+};
+struct PipelineHandle {
+  void* p = nullptr;
+  explicit operator bool() const { return p != nullptr; }
+};
+
+struct Dim3 {
+  uint32_t x = 1, y = 1, z = 1;
+};
+
+// A value for a [[function_constant(index)]] of the pipeline's function.
+struct FunctionConstant {
+  enum class Type : uint8_t { Bool, Int, UInt, Float };
+  uint32_t index = 0;
+  Type type = Type::Int;
+  double value = 0;  // exact for every int32/uint32 and float
+};
+
+// One compute encoder of a command buffer: bindings persist from dispatch to dispatch, as in Metal.
+class Encoder {
+ public:
+  virtual ~Encoder() = default;
+  virtual void set_pipeline(PipelineHandle pipeline) = 0;
+  virtual void set_buffer(BufferHandle buffer, size_t offset, uint32_t index) = 0;
+  virtual void set_bytes(const void* data, size_t length, uint32_t index) = 0;  // copied now
+  virtual void set_threadgroup_memory(size_t length, uint32_t index) = 0;
+  // grid in threads (dispatchThreads: edge threadgroups may be partial), threads per threadgroup.
+  virtual void dispatch_threads(Dim3 grid, Dim3 threads_per_threadgroup) = 0;
+  virtual void memory_barrier() = 0;  // buffers written before it are visible to dispatches after it
+  virtual void end_encoding() = 0;
+};
+
+class CommandBuffer {
+ public:
+  virtual ~CommandBuffer() = default;
+  virtual Encoder& compute_encoder() = 0;  // the one open encoder (created on first use)
+  virtual void commit() = 0;
+  // Blocks until the work has run; throws ember::Error with the device's message if it failed.
+  virtual void wait() = 0;
+};
+
+class Adapter {
+ public:
+  virtual ~Adapter() = default;
+  virtual const char* kind() const = 0;  // "apple" or "emulator"
+  virtual std::string device_name() const = 0;
+  virtual uint64_t recommended_working_set_size() const = 0;
+  virtual uint32_t max_threads_per_threadgroup() const = 0;
+
+  // Shared (CPU-visible) buffers. new_buffer throws ember::Error (Memory) when the device refuses.
+  virtual BufferHandle new_buffer(size_t length) = 0;
+  virtual BufferHandle new_buffer(const void* data, size_t length) = 0;
+  virtual void release(BufferHandle buffer) = 0;
+  virtual void* contents(BufferHandle buffer) = 0;
+  virtual size_t length(BufferHandle buffer) = 0;
+
+  // Compiles `source` (MSL) and makes the pipeline of `function` with `constants`. Throws ember::Error
+  // carrying the compiler's log on a compile error, or naming the function when it is absent.
+  // Uncached: policy::PipelineCache sits above this call.
+  virtual PipelineHandle new_pipeline(const std::string& source, const std::string& label, const std::string& function,
+                                      const std::vector<FunctionConstant>& constants) = 0;
+  virtual void release(PipelineHandle pipeline) = 0;
+
+  virtual std::unique_ptr<CommandBuffer> new_command_buffer() = 0;
+};
+
+// The emulator (any OS): runs kernels as C++ (cpp/metal/emu/).
+Adapter& emulator_adapter();
+
+#if defined(EMBER_HAS_METAL_CPP)
+// metal-cpp on the default device (cpp/metal/apple/); throws ember::Error (Device) without one.
+Adapter& apple_adapter();
+#endif
+
+}  // namespace ember::metal

@@ -1,0 +1,54 @@
+// The emulator's kernel compiler: MSL source -> rewritten C++ -> shared object (system compiler), cached
+// on disk by a hash of (source, shim, options, compiler) and loaded with dlopen.
+#pragma once
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "msl_abi.h"
+
+namespace ember::metal::emu {
+
+struct CompileOptions {
+  // Function constants: [[function_constant(index)]] -> a C++ literal of the declared type.
+  std::vector<std::pair<uint32_t, std::string>> constants;
+  bool tsan = false;  // instrument the kernel for ThreadSanitizer (the TSan job's runner sets it)
+  std::string key() const;
+};
+
+// A loaded kernel module; kept loaded for the life of the process (kernels may be running).
+class Module {
+ public:
+  Module(void* handle, std::string label);
+  const msl_abi::Kernel* find(const std::string& name) const;  // nullptr when absent
+  std::vector<std::string> names() const;
+  const std::string& label() const { return label_; }
+
+ private:
+  void* handle_;
+  std::string label_;
+  const msl_abi::Kernel* kernels_ = nullptr;
+  uint32_t count_ = 0;
+};
+
+// Compiles (or finds in the caches) `source`. `label` names it in messages ("unary.metal"). A
+// compile error throws ember::Error "[metal] compiling <label> failed:\n<the compiler's log>".
+std::shared_ptr<const Module> load_module(const std::string& source, const std::string& label,
+                                          const CompileOptions& options);
+
+struct CompileStats {
+  uint64_t compiles = 0;     // modules built by the compiler in this process
+  uint64_t disk_hits = 0;    // modules loaded from the on-disk cache
+  uint64_t memory_hits = 0;  // modules found already loaded
+};
+CompileStats compile_stats();
+
+// $EMBER_METAL_CACHE, else $XDG_CACHE_HOME/ember/msl-emu, else ~/.cache/ember/msl-emu.
+std::string cache_dir();
+
+// 128-bit FNV-1a style digest, as 32 hex digits (cache keys; not cryptographic).
+std::string digest(const std::string& data);
+
+}  // namespace ember::metal::emu

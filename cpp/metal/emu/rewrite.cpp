@@ -1,0 +1,524 @@
+// The MSL -> C++ rewriter: a token-level pass over preprocessed MSL that keeps line numbers, so the
+// compiler's messages point at the kernel's own lines.
+#include "metal/emu/rewrite.h"
+
+#include <map>
+#include <set>
+
+#include "error.h"
+
+namespace ember::metal::emu {
+namespace {
+
+enum class Tk { Ident, Number, Str, Punct, Space, Directive };
+struct Tok {
+  Tk kind;
+  std::string text;
+};
+
+bool ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
+bool ident_char(char c) { return ident_start(c) || (c >= '0' && c <= '9'); }
+bool digit(char c) { return c >= '0' && c <= '9'; }
+
+std::vector<Tok> tokenize(const std::string& s) {
+  std::vector<Tok> out;
+  size_t i = 0;
+  const size_t n = s.size();
+  bool line_start = true;
+  static const char* multi[] = {"::", "->", "++", "--", "&&", "||", "==", "!=", "<=", ">=", "+=", "-=", "*=",
+                                "/=", "%=", "&=", "|=", "^=", "..."};
+  while (i < n) {
+    const char c = s[i];
+    const size_t b = i;
+    if (c == '\n' || c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
+      while (i < n && (s[i] == ' ' || s[i] == '\t' || s[i] == '\r' || s[i] == '\f' || s[i] == '\v' || s[i] == '\n')) {
+        if (s[i] == '\n') line_start = true;
+        ++i;
+      }
+      out.push_back({Tk::Space, s.substr(b, i - b)});
+      continue;
+    }
+    if (line_start && c == '#') {
+      while (i < n && s[i] != '\n') {
+        if (s[i] == '\\' && i + 1 < n && s[i + 1] == '\n') ++i;
+        ++i;
+      }
+      out.push_back({Tk::Directive, s.substr(b, i - b)});
+      continue;
+    }
+    line_start = false;
+    if (c == '/' && i + 1 < n && s[i + 1] == '/') {
+      while (i < n && s[i] != '\n') ++i;
+      out.push_back({Tk::Space, s.substr(b, i - b)});
+      continue;
+    }
+    if (c == '/' && i + 1 < n && s[i + 1] == '*') {
+      i += 2;
+      while (i + 1 < n && !(s[i] == '*' && s[i + 1] == '/')) ++i;
+      i = std::min(n, i + 2);
+      out.push_back({Tk::Space, s.substr(b, i - b)});
+      continue;
+    }
+    if (ident_start(c)) {
+      while (i < n && ident_char(s[i])) ++i;
+      out.push_back({Tk::Ident, s.substr(b, i - b)});
+      continue;
+    }
+    if (digit(c) || (c == '.' && i + 1 < n && digit(s[i + 1]))) {
+      while (i < n) {
+        if ((s[i] == '+' || s[i] == '-') && (s[i - 1] == 'e' || s[i - 1] == 'E' || s[i - 1] == 'p' || s[i - 1] == 'P')) {
+          ++i;
+        } else if (ident_char(s[i]) || s[i] == '.') {
+          ++i;
+        } else {
+          break;
+        }
+      }
+      out.push_back({Tk::Number, s.substr(b, i - b)});
+      continue;
+    }
+    if (c == '"' || c == '\'') {
+      ++i;
+      while (i < n && s[i] != c && s[i] != '\n') {
+        if (s[i] == '\\') ++i;
+        ++i;
+      }
+      i = std::min(n, i + 1);
+      out.push_back({Tk::Str, s.substr(b, i - b)});
+      continue;
+    }
+    size_t len = 1;
+    for (const char* m : multi) {
+      const size_t ml = std::char_traits<char>::length(m);
+      if (s.compare(i, ml, m) == 0 && ml > len) len = ml;
+    }
+    out.push_back({Tk::Punct, s.substr(i, len)});
+    i += len;
+  }
+  return out;
+}
+
+struct Attr {
+  int begin, end;  // significant-token range [begin, end) of `[[ ... ]]`
+  std::string text;
+};
+
+struct Param {
+  std::string type, name, attr;
+};
+
+struct KernelSite {
+  std::string host_name;  // the name a pipeline asks for
+  std::string call;       // what the wrapper calls: fn or fn<args>
+  int open, close;        // significant indices of the parameter list's parentheses
+};
+
+class Rewriter {
+ public:
+  Rewriter(const std::string& src, const std::string& name, RewriteMode mode)
+      : raw_(tokenize(src)), name_(name), mode_(mode) {
+    for (int i = 0; i < (int)raw_.size(); ++i)
+      if (raw_[i].kind != Tk::Space && raw_[i].kind != Tk::Directive) sig_.push_back(i);
+    out_.reserve(raw_.size());
+    for (const Tok& t : raw_) out_.push_back(t.text);
+  }
+
+  RewriteResult run();
+
+ private:
+  const std::string& t(int k) const {
+    static const std::string empty;
+    return k >= 0 && k < (int)sig_.size() ? raw_[sig_[k]].text : empty;
+  }
+  Tk kind(int k) const { return k >= 0 && k < (int)sig_.size() ? raw_[sig_[k]].kind : Tk::Space; }
+  bool member(int k) const { return t(k - 1) == "." || t(k - 1) == "->" || t(k - 1) == "::"; }
+  [[noreturn]] void fail(const std::string& msg) const {
+    throw Error(ErrorKind::Value, "[metal] " + name_ + ": " + msg);
+  }
+  // Replaces significant tokens [a, b] (and what lies between) by `text`, keeping the newlines.
+  void replace(int a, int b, const std::string& text) {
+    std::string nl;
+    for (int r = sig_[a]; r <= sig_[b]; ++r) {
+      for (char c : raw_[r].text)
+        if (c == '\n') nl += '\n';
+      out_[r].clear();
+    }
+    out_[sig_[a]] = text + nl;
+  }
+  std::string source_text(int a, int b) const {  // original text of significant tokens [a, b)
+    std::string s;
+    for (int k = a; k < b; ++k) s += (s.empty() ? "" : " ") + t(k);
+    return s;
+  }
+  std::string output_text(int a, int b) const {  // rewritten text of [a, b), newlines folded
+    std::string s;
+    if (a >= b) return s;
+    for (int r = sig_[a]; r < (b < (int)sig_.size() ? sig_[b] : (int)raw_.size()); ++r)
+      for (char c : out_[r]) s += c == '\n' ? ' ' : c;
+    return s;
+  }
+  int match(int k, const char* open, const char* close) const {  // index of the token closing t(k)
+    int depth = 0;
+    for (int j = k; j < (int)sig_.size(); ++j) {
+      if (t(j) == open) ++depth;
+      if (t(j) == close && --depth == 0) return j;
+    }
+    fail(std::string("unbalanced '") + open + "'");
+  }
+  int attribute(int k);
+  void address_space(int& k);
+  void threadgroup_var(int& k);
+  void literal(int k);
+  void swizzle(int k);
+  void kernel_definition(int k, bool is_template, const std::string& host_name);
+  void instantiation(int& k);
+  std::vector<Param> params(const KernelSite& ks) const;
+  std::string wrappers(bool uses_sync) const;
+  const Attr* attr_at(int k) const {
+    for (const Attr& a : attrs_)
+      if (k >= a.begin && k < a.end) return &a;
+    return nullptr;
+  }
+
+  std::vector<Tok> raw_;
+  std::vector<int> sig_;
+  std::vector<std::string> out_;
+  std::string name_;
+  RewriteMode mode_;
+  std::vector<Attr> attrs_;
+  std::vector<KernelSite> kernels_;
+  std::set<int> function_constants_;
+  int depth_ = 0;
+  int template_end_ = -2;  // index of the '>' that closed the last `template <...>`
+  int tg_sites_ = 0;
+  std::string pending_host_name_;
+  bool pending_kernel_ = false;
+};
+
+// `[[...]]`: recorded for the parameter parser, removed from the output.
+int Rewriter::attribute(int k) {
+  int j = k + 2, depth = 0;
+  for (; j + 1 < (int)sig_.size(); ++j) {
+    if (t(j) == "[") ++depth;
+    if (t(j) == "]") {
+      if (depth == 0 && t(j + 1) == "]") break;
+      --depth;
+    }
+  }
+  if (j + 1 >= (int)sig_.size()) fail("unterminated [[ attribute");
+  std::string text;  // without spaces, so "buffer ( 0 )" reads as "buffer(0)"
+  for (int m = k + 2; m < j; ++m) text += t(m);
+  attrs_.push_back({k, j + 2, text});
+  replace(k, j + 1, "");
+  return j + 1;
+}
+
+// device/constant pointers become checked pointers; references and values just lose the qualifier.
+// const is dropped from the pointee so that template deduction works as on Metal: the static
+// check (address spaces and const kept) is what enforces const-correctness.
+void Rewriter::address_space(int& k) {
+  const std::string& q = t(k);
+  int j = k + 1, angle = 0;
+  static const std::set<std::string> stop = {"*", "&", "&&", ",", ")", ";", "=", "[", "{", "(", "]"};
+  for (; j < (int)sig_.size(); ++j) {
+    if (t(j) == "<") ++angle;
+    else if (t(j) == ">") --angle;
+    else if (angle <= 0 && stop.count(t(j))) break;
+  }
+  if (t(j) == "*") {
+    if (t(k - 1) == "const") replace(k - 1, k - 1, "");
+    std::string type;
+    for (int m = k + 1; m < j; ++m)
+      if (t(m) != "const") type += (type.empty() ? "" : " ") + t(m);
+    replace(k, j, "::msl::dptr<" + type + ">");
+    k = j;
+    return;
+  }
+  if (t(j) == "&" || t(j) == "&&") {
+    replace(k, k, q == "constant" ? "const" : "");
+    return;
+  }
+  if (q == "constant" && depth_ == 0) {
+    // `constant T name [[function_constant(i)]];` takes its value from the pipeline's constants.
+    int e = k;
+    while (e < (int)sig_.size() && t(e) != ";") ++e;
+    for (int m = k; m + 3 < e; ++m) {
+      if (t(m) == "[" && t(m + 1) == "[" && t(m + 2) == "function_constant" && t(m + 3) == "(") {
+        const int idx = std::atoi(t(m + 4).c_str());
+        const std::string nm = t(m - 1), type = source_text(k + 1, m - 1);
+        function_constants_.insert(idx);
+        replace(k, e, "static const " + type + " " + nm + " = (" + type + ")(MSL_FC_" + std::to_string(idx) + ");");
+        k = e;
+        return;
+      }
+    }
+  }
+  replace(k, k, q == "constant" ? "const" : "");
+}
+
+// `threadgroup T name[N];` in a function body: one object per threadgroup, shared by its threads.
+void Rewriter::threadgroup_var(int& k) {
+  int e = k + 1;
+  while (e < (int)sig_.size() && t(e) != ";") {
+    const std::string& u = t(e);
+    if (u == "*" || u == "&" || u == "(" || u == "=" || u == "{" || u == ",") return;  // not a plain variable
+    ++e;
+  }
+  int bracket = e;
+  for (int m = k + 1; m < e; ++m)
+    if (t(m) == "[") {
+      bracket = m;
+      break;
+    }
+  const int nm = bracket - 1;
+  if (nm <= k + 1 || kind(nm) != Tk::Ident) fail("cannot parse the threadgroup declaration '" + source_text(k, e) + "'");
+  if (mode_ == RewriteMode::Static) {
+    replace(k, k, "static threadgroup");
+    return;
+  }
+  const std::string type = source_text(k + 1, nm) + " " + source_text(bracket, e);
+  replace(k, e, "auto& " + t(nm) + " = *::msl::tg_decl<" + type + ">(" + std::to_string(tg_sites_++) + "u);");
+  k = e;
+}
+
+// Floating literals are float in MSL (no double), and `h` marks a half.
+void Rewriter::literal(int k) {
+  const std::string& s = t(k);
+  if (s.size() > 1 && (s[1] == 'x' || s[1] == 'X')) return;
+  const bool is_float = s.find('.') != std::string::npos || s.find_first_of("eE") != std::string::npos;
+  const char last = s.back();
+  if (last == 'h' || last == 'H') {
+    replace(k, k, "half(" + s.substr(0, s.size() - 1) + (is_float ? "f" : ".0f") + ")");
+  } else if (is_float && last != 'f' && last != 'F') {
+    replace(k, k, s + "f");
+  }
+}
+
+void Rewriter::swizzle(int k) {
+  const std::string& s = t(k);
+  if (s.size() < 2 || s.size() > 4 || t(k + 1) == "(") return;
+  std::string idx;
+  const bool xyzw = s.find_first_not_of("xyzw") == std::string::npos;
+  const bool rgba = s.find_first_not_of("rgba") == std::string::npos;
+  if (!xyzw && !rgba) return;
+  for (char c : s) {
+    const char* set = xyzw ? "xyzw" : "rgba";
+    idx += (idx.empty() ? "" : ",") + std::to_string(std::char_traits<char>::find(set, 4, c) - set);
+  }
+  replace(k, k, "template swz<" + idx + ">()");
+}
+
+void Rewriter::kernel_definition(int k, bool is_template, const std::string& host_name) {
+  // k is the `void`; then the name and the parameter list
+  if (kind(k + 1) != Tk::Ident || t(k + 2) != "(") fail("cannot parse the kernel after 'kernel void'");
+  if (is_template) return;  // wrappers come from the explicit instantiations
+  const int close = match(k + 2, "(", ")");
+  kernels_.push_back({host_name.empty() ? t(k + 1) : host_name, t(k + 1), k + 2, close});
+}
+
+// `template [[host_name("x")]] [[kernel]] void fn<T>(params);` names one instantiation as a kernel.
+void Rewriter::instantiation(int& k) {
+  int j = k + 1;
+  std::string host;
+  while (t(j) == "[" && t(j + 1) == "[") {
+    const int start = j;
+    j = attribute(j) + 1;
+    const std::string& a = attrs_.back().text;
+    if (a.rfind("host_name", 0) == 0) {
+      const size_t q0 = a.find('"'), q1 = a.rfind('"');
+      if (q0 != std::string::npos && q1 > q0) host = a.substr(q0 + 1, q1 - q0 - 1);
+    }
+    (void)start;
+  }
+  if (t(j) != "void") {
+    k = j - 1;
+    return;  // an ordinary explicit instantiation with attributes; nothing to register
+  }
+  const std::string fn = t(j + 1);
+  int m = j + 2;
+  std::string call = fn;
+  if (t(m) == "<") {
+    const int e = match(m, "<", ">");
+    call += "<" + source_text(m + 1, e) + ">";
+    m = e + 1;
+  }
+  if (t(m) != "(") fail("cannot parse the instantiation of '" + fn + "'");
+  const int close = match(m, "(", ")");
+  if (host.empty()) host = fn;
+  kernels_.push_back({host, call, m, close});
+  k = j;  // the parameter list is rewritten by the main loop like any other
+}
+
+RewriteResult Rewriter::run() {
+  RewriteResult res;
+  for (int k = 0; k < (int)sig_.size(); ++k) {
+    const std::string& s = t(k);
+    const Tk kd = kind(k);
+    if (s == "{") ++depth_;
+    if (s == "}") --depth_;
+    if (s == "[" && t(k + 1) == "[") {
+      const int end = attribute(k);
+      const std::string& a = attrs_.back().text;
+      if (a == "kernel") pending_kernel_ = true;
+      if (a.rfind("host_name", 0) == 0) {
+        const size_t q0 = a.find('"'), q1 = a.rfind('"');
+        if (q0 != std::string::npos && q1 > q0) pending_host_name_ = a.substr(q0 + 1, q1 - q0 - 1);
+      }
+      k = end;
+      continue;
+    }
+    if (kd == Tk::Ident && (s == "threadgroup_barrier" || s == "simdgroup_barrier" || s.rfind("simd_", 0) == 0))
+      res.uses_sync = true;
+    if (s == "template" && t(k + 1) == "<") {
+      template_end_ = match(k + 1, "<", ">");
+      k = template_end_;
+      continue;
+    }
+    if (s == "template" && t(k + 1) == "[" && t(k + 2) == "[") {
+      instantiation(k);
+      continue;
+    }
+    if (kd == Tk::Ident && !member(k)) {
+      if (s == "kernel" && t(k + 1) == "void") {
+        const bool is_template = template_end_ == k - 1 || (pending_kernel_ && template_end_ >= 0 &&
+                                                             attrs_.size() && attrs_.back().begin == template_end_ + 1);
+        replace(k, k, "");
+        kernel_definition(k + 1, is_template, pending_host_name_);
+        pending_host_name_.clear();
+        pending_kernel_ = false;
+        continue;
+      }
+      if (s == "void" && pending_kernel_) {
+        const bool is_template = !attrs_.empty() && attrs_.back().begin == template_end_ + 1;
+        kernel_definition(k, is_template, pending_host_name_);
+        pending_host_name_.clear();
+        pending_kernel_ = false;
+        continue;
+      }
+      if (s == "threadgroup" && depth_ > 0 && (t(k - 1) == ";" || t(k - 1) == "{" || t(k - 1) == "}")) {
+        threadgroup_var(k);
+        if (t(k) == ";") continue;
+      }
+      if (mode_ == RewriteMode::Emulate) {
+        if (s == "device" || s == "constant") {
+          address_space(k);
+          continue;
+        }
+        if (s == "thread" || s == "threadgroup") {
+          replace(k, k, "");
+          continue;
+        }
+      }
+      if (t(k - 1) == "." && mode_ == RewriteMode::Emulate) swizzle(k);  // clang's vectors have swizzles
+      continue;
+    }
+    if (kd == Tk::Ident && t(k - 1) == "." && mode_ == RewriteMode::Emulate) swizzle(k);
+    if (kd == Tk::Number) literal(k);
+  }
+  if (mode_ == RewriteMode::Emulate) {
+    out_.push_back(wrappers(res.uses_sync));
+  }
+  for (const auto& s : out_) res.text += s;
+  for (const auto& ks : kernels_) res.kernels.push_back(ks.host_name);
+  return res;
+}
+
+std::vector<Param> Rewriter::params(const KernelSite& ks) const {
+  std::vector<Param> ps;
+  int a = ks.open + 1;
+  int paren = 0, angle = 0;
+  for (int k = ks.open + 1; k <= ks.close; ++k) {
+    const std::string& s = t(k);
+    if (attr_at(k)) continue;
+    if (s == "(") ++paren;
+    if (s == "<") ++angle;
+    if (s == ">") --angle;
+    if (k == ks.close || (s == "," && paren == 0 && angle <= 0)) {
+      if (k > a) {
+        Param p;
+        int nm = -1;
+        for (int m = a; m < k; ++m) {
+          if (const Attr* at = attr_at(m)) {
+            p.attr = at->text;
+            m = at->end - 1;
+          } else if (kind(m) == Tk::Ident) {
+            nm = m;
+          }
+        }
+        if (nm < 0) fail("cannot parse a parameter of kernel '" + ks.host_name + "'");
+        p.name = t(nm);
+        p.type = output_text(a, nm);
+        ps.push_back(p);
+      }
+      a = k + 1;
+    }
+    if (s == ")") --paren;
+  }
+  return ps;
+}
+
+// The entry wrappers: one per kernel, binding each parameter from the runtime's Thread record.
+std::string Rewriter::wrappers(bool uses_sync) const {
+  static const std::map<std::string, std::string> attr_field = {
+      {"thread_position_in_grid", "t->tpig"},
+      {"thread_position_in_threadgroup", "t->tpitg"},
+      {"threadgroup_position_in_grid", "t->tgpig"},
+      {"threads_per_threadgroup", "t->tptg"},
+      {"dispatch_threads_per_threadgroup", "t->dtptg"},
+      {"threads_per_grid", "t->tpg"},
+      {"grid_size", "t->tpg"},
+      {"threadgroups_per_grid", "t->tgpg"},
+      {"thread_index_in_threadgroup", "&t->tiitg"},
+      {"thread_index_in_simdgroup", "&t->lane"},
+      {"simdgroup_index_in_threadgroup", "&t->simd_id"},
+      {"simdgroups_per_threadgroup", "&t->simds"},
+      {"dispatch_simdgroups_per_threadgroup", "&t->simds"},
+      {"threads_per_simdgroup", "::msl::simd_width_value"},
+      {"thread_execution_width", "::msl::simd_width_value"},
+  };
+  std::string w = "\n// ---- generated by ember's MSL emulator ----\n";
+  for (int fc : function_constants_)
+    w += "#ifndef MSL_FC_" + std::to_string(fc) + "\n#error \"function constant " + std::to_string(fc) +
+         " has no value: pass it in the pipeline's constants\"\n#endif\n";
+  std::string table;
+  for (size_t i = 0; i < kernels_.size(); ++i) {
+    const KernelSite& ks = kernels_[i];
+    const std::string id = std::to_string(i);
+    std::string args, bufs;
+    for (const Param& p : params(ks)) {
+      const std::string& a = p.attr;
+      std::string arg;
+      auto num = [&](const std::string& pre) { return a.substr(pre.size() + 1, a.size() - pre.size() - 2); };
+      if (a.rfind("buffer(", 0) == 0) {
+        arg = "::msl::binder<" + p.type + ">::get(t, " + num("buffer") + ")";
+        bufs += "{" + num("buffer") + "u, ::msl::binder<" + p.type + ">::min_size}, ";
+      } else if (a.rfind("threadgroup(", 0) == 0) {
+        arg = "::msl::tg_param<" + p.type + ">(t, " + num("threadgroup") + ")";
+      } else if (attr_field.count(a)) {
+        arg = "::msl::attr<std::decay_t<" + p.type + ">>(" + attr_field.at(a) + ")";
+      } else {
+        fail("kernel '" + ks.host_name + "': parameter '" + p.name + "' has " +
+             (a.empty() ? std::string("no binding attribute") : "the unsupported attribute [[" + a + "]]"));
+      }
+      args += (args.empty() ? "" : ", ") + arg;
+    }
+    w += "static void msl_entry_" + id + "(msl_abi::Thread* t) { (void)t; " + ks.call + "(" + args + "); }\n";
+    w += "static const msl_abi::BufferUse msl_bufs_" + id + "[] = {" + bufs + "{0xffffffffu, 0}};\n";
+    table += "  {\"" + ks.host_name + "\", msl_entry_" + id + ", msl_bufs_" + id + ", " + (uses_sync ? "1u" : "0u") + "},\n";
+  }
+  if (table.empty()) table = "  {nullptr, nullptr, nullptr, 0u},\n";
+  w += "static const msl_abi::Kernel msl_kernels[] = {\n" + table + "};\n";
+  w += "extern \"C\" __attribute__((visibility(\"default\"))) uint32_t msl_module_init(const msl_abi::Api* a) {\n"
+       "  ::msl::api = a;\n  return msl_abi::kVersion;\n}\n";
+  w += "extern \"C\" __attribute__((visibility(\"default\"))) const msl_abi::Kernel* msl_module_kernels(uint32_t* n) {\n"
+       "  *n = " + std::to_string(kernels_.size()) + "u;\n  return msl_kernels;\n}\n";
+  return w;
+}
+
+}  // namespace
+
+RewriteResult rewrite_msl(const std::string& source, const std::string& name, RewriteMode mode) {
+  return Rewriter(source, name, mode).run();
+}
+
+}  // namespace ember::metal::emu

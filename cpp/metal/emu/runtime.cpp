@@ -1,0 +1,577 @@
+// The emulator's execution engine: threadgroups in parallel on ember's pool; within a group, one fiber per
+// thread (a small x86-64 context switch, ucontext elsewhere), run in a varying but deterministic order
+// between barriers, so a kernel that lacks a barrier reads stale threadgroup memory and fails its test.
+#include "metal/emu/runtime.h"
+
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <stdexcept>
+
+#include "cpu/parallel.h"
+#include "error.h"
+
+#if defined(__SANITIZE_THREAD__)
+#define EMU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define EMU_TSAN 1
+#endif
+#endif
+#ifdef EMU_TSAN
+#include <sanitizer/tsan_interface.h>
+extern "C" void AnnotateIgnoreReadsBegin(const char* f, int l);
+extern "C" void AnnotateIgnoreReadsEnd(const char* f, int l);
+extern "C" void AnnotateIgnoreWritesBegin(const char* f, int l);
+extern "C" void AnnotateIgnoreWritesEnd(const char* f, int l);
+// The runtime's own bookkeeping is shared by a group's fibers and its scheduler without
+// happens-before on purpose (that would hide the kernel's races), so TSan is told to skip it.
+#define EMU_IGNORE_BEGIN() (AnnotateIgnoreReadsBegin(__FILE__, __LINE__), AnnotateIgnoreWritesBegin(__FILE__, __LINE__))
+#define EMU_IGNORE_END() (AnnotateIgnoreWritesEnd(__FILE__, __LINE__), AnnotateIgnoreReadsEnd(__FILE__, __LINE__))
+#else
+#define EMU_IGNORE_BEGIN() ((void)0)
+#define EMU_IGNORE_END() ((void)0)
+#endif
+
+#if defined(__x86_64__) && defined(__linux__)
+#define EMU_ASM_SWITCH 1
+// ember_emu_switch(save, load): saves the callee-saved registers and the FP control words on the current
+// stack, stores the stack pointer in *save and resumes the context whose stack pointer is `load`.
+extern "C" void ember_emu_switch(void** save, void* load);
+extern "C" void ember_emu_trampoline();
+asm(R"(
+  .pushsection .text
+  .globl ember_emu_switch
+  .hidden ember_emu_switch
+  .type ember_emu_switch, @function
+ember_emu_switch:
+  pushq %rbp
+  pushq %rbx
+  pushq %r12
+  pushq %r13
+  pushq %r14
+  pushq %r15
+  subq $8, %rsp
+  stmxcsr (%rsp)
+  fnstcw 4(%rsp)
+  movq %rsp, (%rdi)
+  movq %rsi, %rsp
+  ldmxcsr (%rsp)
+  fldcw 4(%rsp)
+  addq $8, %rsp
+  popq %r15
+  popq %r14
+  popq %r13
+  popq %r12
+  popq %rbx
+  popq %rbp
+  ret
+  .size ember_emu_switch, .-ember_emu_switch
+  .globl ember_emu_trampoline
+  .hidden ember_emu_trampoline
+  .type ember_emu_trampoline, @function
+ember_emu_trampoline:
+  movq %r12, %rdi
+  callq *%r13
+  ud2
+  .size ember_emu_trampoline, .-ember_emu_trampoline
+  .popsection
+)");
+#else
+#include <ucontext.h>
+#endif
+
+namespace ember::metal::emu {
+namespace {
+
+#ifdef EMU_TSAN
+constexpr size_t kStackBytes = 512 * 1024;
+#else
+constexpr size_t kStackBytes = 64 * 1024;  // kernels keep small locals; a guard page catches overflow
+#endif
+
+struct Fiber {
+#ifdef EMU_ASM_SWITCH
+  void* sp = nullptr;
+#else
+  ucontext_t uc;
+#endif
+};
+
+struct Stack {
+  char* base = nullptr;  // lowest usable byte (a PROT_NONE guard page lies below it)
+  size_t size = 0;
+};
+
+Stack make_stack() {
+  const size_t page = (size_t)::sysconf(_SC_PAGESIZE);
+  void* p = ::mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  EMBER_CHECK(p != MAP_FAILED, Memory, "[metal] cannot map a fiber stack for the emulator");
+  ::mprotect(p, page, PROT_NONE);
+  return {static_cast<char*>(p) + page, kStackBytes};
+}
+
+void fiber_main(void* arg);
+
+#ifdef EMU_ASM_SWITCH
+void init_fiber(Fiber& f, const Stack& s, void* arg) {
+  const uintptr_t top = (uintptr_t)(s.base + s.size) & ~(uintptr_t)15;
+  uint64_t* frame = reinterpret_cast<uint64_t*>(top - 128);
+  frame[0] = 0x1F80ull | (0x037Full << 32);  // default MXCSR, x87 control word
+  frame[1] = frame[2] = 0;                   // r15, r14
+  frame[3] = (uint64_t)(uintptr_t)&fiber_main;  // r13: the function the trampoline calls
+  frame[4] = (uint64_t)(uintptr_t)arg;          // r12: its argument
+  frame[5] = frame[6] = 0;                      // rbx, rbp
+  frame[7] = (uint64_t)(uintptr_t)&ember_emu_trampoline;
+  f.sp = frame;
+}
+inline void switch_to(Fiber& from, Fiber& to) { ember_emu_switch(&from.sp, to.sp); }
+#else
+void uc_entry(unsigned hi, unsigned lo) { fiber_main((void*)(((uintptr_t)hi << 32) | (uintptr_t)lo)); }
+void init_fiber(Fiber& f, const Stack& s, void* arg) {
+  ::getcontext(&f.uc);
+  f.uc.uc_stack.ss_sp = s.base;
+  f.uc.uc_stack.ss_size = s.size;
+  f.uc.uc_link = nullptr;
+  const uintptr_t a = (uintptr_t)arg;
+  ::makecontext(&f.uc, (void (*)())uc_entry, 2, (unsigned)(a >> 32), (unsigned)(a & 0xffffffffu));
+}
+inline void switch_to(Fiber& from, Fiber& to) { ::swapcontext(&from.uc, &to.uc); }
+#endif
+
+enum State : uint8_t { Ready, WaitBarrier, WaitSimd, Done };
+
+struct Group;
+struct FiberArg {
+  Group* g;
+  uint32_t i;
+};
+
+// The state of the threadgroup a worker is running; reused from group to group.
+struct Group {
+  const Launch* launch = nullptr;
+  uint32_t count = 0, simds = 0;
+  bool fibered = false;
+  std::vector<msl_abi::Thread> threads;
+  std::vector<Fiber> fibers;
+  std::vector<FiberArg> args;
+  std::vector<uint8_t> state;
+  std::vector<uint32_t> simd_op;
+  std::vector<uint64_t> simd_mask;
+  std::vector<uint32_t> sg_counter;
+  std::vector<char> simd_slots;
+  std::vector<int64_t> site_off;
+  std::vector<uint64_t> param_off;
+  alignas(64) char tg_mem[kMaxThreadgroupMemory];
+  uint64_t tg_used = 0;
+  bool failed = false;
+  ErrorKind error_kind = ErrorKind::Value;
+  std::string error;
+  Fiber* sched = nullptr;
+#ifdef EMU_TSAN
+  std::vector<void*> tsan_fibers;
+  std::vector<char> tsan_first;
+  void* tsan_sched = nullptr;
+  char barrier_sync = 0, done_sync = 0;
+  std::vector<char> simd_sync;
+#endif
+};
+
+struct Worker {
+  std::vector<Stack> stacks;
+  Fiber sched;
+  Group group;
+  ~Worker() {
+    const size_t page = (size_t)::sysconf(_SC_PAGESIZE);
+    for (const Stack& s : stacks) ::munmap(s.base - page, s.size + page);
+  }
+};
+Worker& worker() {
+  thread_local std::unique_ptr<Worker> w = std::make_unique<Worker>();
+  return *w;
+}
+
+thread_local msl_abi::Thread* t_cur = nullptr;
+
+std::string where(const Group& g, uint32_t i) {
+  const msl_abi::Thread& t = g.threads[i];
+  return cat_str("[metal] kernel '", g.launch->kernel->name, "' (", g.launch->label, ") threadgroup (", t.tgpig[0],
+                 ", ", t.tgpig[1], ", ", t.tgpig[2], ") thread (", t.tpitg[0], ", ", t.tpitg[1], ", ", t.tpitg[2],
+                 "): ");
+}
+
+void fail(Group& g, uint32_t i, const std::string& msg, ErrorKind kind = ErrorKind::Value) {
+  if (g.failed) return;
+  g.failed = true;
+  g.error_kind = kind;
+  g.error = where(g, i) + msg;
+}
+
+void record_exception(Group& g, uint32_t i) {
+  try {
+    throw;
+  } catch (const std::exception& e) {
+    const std::string m = e.what();
+    fail(g, i, m, m.rfind("out-of-bounds", 0) == 0 ? ErrorKind::Index : ErrorKind::Value);
+  } catch (...) {
+    fail(g, i, "the kernel threw an unknown exception");
+  }
+}
+
+// Hands control from fiber i back to its group's scheduler.
+void yield(Group& g, uint32_t i) {
+  EMU_IGNORE_BEGIN();
+  Fiber& me = g.fibers[i];
+  Fiber& sched = *g.sched;
+#ifdef EMU_TSAN
+  void* to = g.tsan_sched;
+#endif
+  EMU_IGNORE_END();
+#ifdef EMU_TSAN
+  __tsan_switch_to_fiber(to, __tsan_switch_to_fiber_no_sync);
+#endif
+  switch_to(me, sched);
+}
+
+void fiber_main(void* arg) {
+  FiberArg* a = static_cast<FiberArg*>(arg);
+  Group& g = *a->g;
+  const uint32_t i = a->i;
+  try {
+    g.launch->kernel->entry(&g.threads[i]);
+  } catch (...) {
+    EMU_IGNORE_BEGIN();
+    record_exception(g, i);
+    EMU_IGNORE_END();
+  }
+  EMU_IGNORE_BEGIN();
+  g.state[i] = Done;
+  EMU_IGNORE_END();
+#ifdef EMU_TSAN
+  __tsan_release(&g.done_sync);
+#endif
+  yield(g, i);
+  std::abort();  // a finished fiber is never resumed
+}
+
+Group& group_of(msl_abi::Thread* t) {
+  Group& g = *static_cast<Group*>(t->group);
+  if (!g.fibered) throw std::runtime_error("barrier or simd op in a kernel the emulator runs without fibers");
+  return g;
+}
+
+// ---- the services a kernel module calls ------------------------------------------------------------
+msl_abi::Thread* api_current() {
+  EMU_IGNORE_BEGIN();
+  msl_abi::Thread* t = t_cur;
+  EMU_IGNORE_END();
+  return t;
+}
+
+void api_barrier(msl_abi::Thread* t) {
+  Group& g = group_of(t);
+#ifdef EMU_TSAN
+  __tsan_release(&g.barrier_sync);
+#endif
+  EMU_IGNORE_BEGIN();
+  g.state[t->tiitg] = WaitBarrier;
+  EMU_IGNORE_END();
+  yield(g, t->tiitg);
+#ifdef EMU_TSAN
+  __tsan_acquire(&g.barrier_sync);
+#endif
+}
+
+char* api_simd_begin(msl_abi::Thread* t) {
+  Group& g = group_of(t);
+  EMU_IGNORE_BEGIN();
+  const uint32_t parity = g.sg_counter[t->simd_id] & 1;
+  EMU_IGNORE_END();
+  return g.simd_slots.data() + (size_t)(t->simd_id * 2 + parity) * msl_abi::kSimdWidth * msl_abi::kSimdSlotBytes;
+}
+
+uint64_t api_simd_end(msl_abi::Thread* t, uint32_t op) {
+  Group& g = group_of(t);
+#ifdef EMU_TSAN
+  __tsan_release(&g.simd_sync[t->simd_id]);
+#endif
+  EMU_IGNORE_BEGIN();
+  g.state[t->tiitg] = WaitSimd;
+  g.simd_op[t->tiitg] = op;
+  EMU_IGNORE_END();
+  yield(g, t->tiitg);
+#ifdef EMU_TSAN
+  __tsan_acquire(&g.simd_sync[t->simd_id]);
+#endif
+  EMU_IGNORE_BEGIN();
+  const uint64_t m = g.simd_mask[t->tiitg];
+  EMU_IGNORE_END();
+  return m;
+}
+
+void* api_tg_alloc(msl_abi::Thread* t, uint32_t site, uint64_t size, uint64_t align) {
+  Group& g = *static_cast<Group*>(t->group);
+  EMU_IGNORE_BEGIN();
+  if (site >= g.site_off.size()) g.site_off.resize(site + 1, -1);
+  if (g.site_off[site] < 0) {
+    const uint64_t off = (g.tg_used + align - 1) / align * align;
+    if (off + size > kMaxThreadgroupMemory) {
+      EMU_IGNORE_END();
+      throw std::runtime_error(cat_str("the kernel's threadgroup memory reaches ", off + size,
+                                       " bytes; Metal allows ", kMaxThreadgroupMemory));
+    }
+    g.site_off[site] = (int64_t)off;
+    g.tg_used = off + size;
+    std::memset(g.tg_mem + off, 0xff, size);  // uninitialised threadgroup memory reads as NaN / all ones
+  }
+  void* p = g.tg_mem + g.site_off[site];
+  EMU_IGNORE_END();
+  return p;
+}
+
+void* api_tg_param(msl_abi::Thread* t, uint32_t index, uint64_t* size) {
+  Group& g = *static_cast<Group*>(t->group);
+  if (index >= g.param_off.size() || g.launch->threadgroup_mem[index] == 0)
+    throw std::runtime_error(cat_str("[[threadgroup(", index, ")]] has no memory set on the encoder"));
+  *size = g.launch->threadgroup_mem[index];
+  return g.tg_mem + g.param_off[index];
+}
+
+const msl_abi::Api kApi = {msl_abi::kVersion, api_current, api_barrier, api_simd_begin, api_simd_end,
+                           api_tg_alloc, api_tg_param};
+
+// ---- the scheduler ----------------------------------------------------------------------------------
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// Completes simd ops whose lanes have all arrived, or a barrier that every thread reached.
+// Returns 0 to keep running, 1 when every thread has finished, -1 on an error.
+int resolve(Group& g) {
+  bool progressed = false;
+  for (uint32_t s = 0; s < g.simds; ++s) {
+    const uint32_t b = s * msl_abi::kSimdWidth, e = std::min(g.count, b + msl_abi::kSimdWidth);
+    uint64_t mask = 0;
+    uint32_t op = ~0u;
+    for (uint32_t i = b; i < e; ++i) {
+      if (g.state[i] != WaitSimd) continue;
+      mask |= 1ull << (i - b);
+      if (op == ~0u) {
+        op = g.simd_op[i];
+      } else if (op != g.simd_op[i]) {
+        fail(g, i, cat_str("the lanes of simdgroup ", s, " reached different simd_* operations (divergent control flow)"));
+        return -1;
+      }
+    }
+    if (!mask) continue;
+    // Every live lane is blocked here, so the lanes that arrived are the active ones (divergence).
+    char* slots = g.simd_slots.data() + (size_t)(s * 2 + (g.sg_counter[s] & 1)) * msl_abi::kSimdWidth * msl_abi::kSimdSlotBytes;
+    for (uint32_t l = 0; l < msl_abi::kSimdWidth; ++l)
+      if (!((mask >> l) & 1)) std::memset(slots + l * msl_abi::kSimdSlotBytes, 0xff, msl_abi::kSimdSlotBytes);
+    for (uint32_t i = b; i < e; ++i)
+      if (g.state[i] == WaitSimd) {
+        g.simd_mask[i] = mask;
+        g.state[i] = Ready;
+      }
+    ++g.sg_counter[s];
+    progressed = true;
+  }
+  if (progressed) return 0;
+  uint32_t live = 0, waiting = 0, first_done = ~0u;
+  for (uint32_t i = 0; i < g.count; ++i) {
+    if (g.state[i] == Done) {
+      if (first_done == ~0u) first_done = i;
+      continue;
+    }
+    ++live;
+    waiting += g.state[i] == WaitBarrier;
+  }
+  if (live == 0) return 1;
+  if (waiting == live) {
+    if (live != g.count) {
+      fail(g, first_done, cat_str("threadgroup_barrier reached by ", live, " of the group's ", g.count,
+                                  " threads; this one returned before it (undefined behaviour on a GPU)"));
+      return -1;
+    }
+    for (uint32_t i = 0; i < g.count; ++i) g.state[i] = Ready;
+    return 0;
+  }
+  fail(g, 0, "the threadgroup's threads are blocked and none can proceed");
+  return -1;
+}
+
+void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3]) {
+  Group& g = w.group;
+  g.launch = &L;
+  g.failed = false;
+  g.error.clear();
+  g.sched = &w.sched;
+  g.fibered = L.kernel->uses_sync != 0;
+  const uint32_t gx = (uint32_t)(gi % ng[0]), gy = (uint32_t)(gi / ng[0] % ng[1]), gz = (uint32_t)(gi / ng[0] / ng[1]);
+  const uint32_t gp[3] = {gx, gy, gz};
+  uint32_t as[3];
+  for (int d = 0; d < 3; ++d) as[d] = std::min(L.group[d], L.grid[d] - gp[d] * L.group[d]);
+  g.count = as[0] * as[1] * as[2];
+  g.simds = (g.count + msl_abi::kSimdWidth - 1) / msl_abi::kSimdWidth;
+  g.threads.resize(g.count);
+  for (uint32_t i = 0; i < g.count; ++i) {
+    msl_abi::Thread& t = g.threads[i];
+    const uint32_t lp[3] = {i % as[0], i / as[0] % as[1], i / as[0] / as[1]};
+    for (int d = 0; d < 3; ++d) {
+      t.tpitg[d] = lp[d];
+      t.tgpig[d] = gp[d];
+      t.tpig[d] = gp[d] * L.group[d] + lp[d];
+      t.tptg[d] = as[d];
+      t.dtptg[d] = L.group[d];
+      t.tpg[d] = L.grid[d];
+      t.tgpg[d] = ng[d];
+    }
+    t.tiitg = i;
+    t.lane = i % msl_abi::kSimdWidth;
+    t.simd_id = i / msl_abi::kSimdWidth;
+    t.simds = g.simds;
+    t.buffers = L.buffers.data();
+    t.num_buffers = (uint32_t)L.buffers.size();
+    t.group = &g;
+  }
+  g.site_off.assign(g.site_off.size(), -1);
+  g.param_off.resize(L.threadgroup_mem.size());
+  g.tg_used = 0;
+  for (size_t n = 0; n < L.threadgroup_mem.size(); ++n) {
+    g.param_off[n] = g.tg_used;
+    std::memset(g.tg_mem + g.tg_used, 0xff, L.threadgroup_mem[n]);
+    g.tg_used += (L.threadgroup_mem[n] + 15) / 16 * 16;
+  }
+  if (!g.fibered) {
+    for (uint32_t i = 0; i < g.count && !g.failed; ++i) {
+      t_cur = &g.threads[i];
+      try {
+        L.kernel->entry(&g.threads[i]);
+      } catch (...) {
+        record_exception(g, i);
+      }
+    }
+    t_cur = nullptr;
+    return;
+  }
+#ifdef EMU_TSAN
+  std::vector<void*> new_fibers(g.count);
+  for (uint32_t i = 0; i < g.count; ++i) new_fibers[i] = __tsan_create_fiber(0);
+#endif
+  // The scheduler's bookkeeping (and the stacks it reuses) is hidden from TSan, the kernel's accesses
+  // (on the fibers, created above so that they do not inherit the ignoring) are not.
+  struct IgnoreScope {
+    IgnoreScope() { EMU_IGNORE_BEGIN(); }
+    ~IgnoreScope() { EMU_IGNORE_END(); }
+  } ignore_scope;
+#ifdef EMU_TSAN
+  g.tsan_sched = __tsan_get_current_fiber();
+  g.tsan_fibers.swap(new_fibers);
+  g.tsan_first.assign(g.count, 1);
+  g.simd_sync.resize(g.simds);
+#endif
+  while (w.stacks.size() < g.count) w.stacks.push_back(make_stack());
+  g.fibers.resize(g.count);
+  g.args.resize(g.count);
+  g.state.assign(g.count, Ready);
+  g.simd_op.assign(g.count, 0);
+  g.simd_mask.assign(g.count, 0);
+  g.sg_counter.assign(g.simds, 0);
+  g.simd_slots.resize((size_t)g.simds * 2 * msl_abi::kSimdWidth * msl_abi::kSimdSlotBytes);
+  for (uint32_t i = 0; i < g.count; ++i) {
+    g.args[i] = {&g, i};
+    init_fiber(g.fibers[i], w.stacks[i], &g.args[i]);
+  }
+  std::vector<uint32_t> order(g.count);
+  uint64_t pass = 0;
+  for (;;) {
+    // One pass runs every ready thread until it blocks, in an order that changes from pass to pass.
+    for (uint32_t i = 0; i < g.count; ++i) order[i] = i;
+    uint64_t r = mix(gi * 0x100000001b3ull ^ mix(++pass));
+    for (uint32_t i = g.count; i > 1; --i) {
+      r = mix(r);
+      std::swap(order[i - 1], order[r % i]);
+    }
+    for (uint32_t k = 0; k < g.count && !g.failed; ++k) {
+      const uint32_t i = order[k];
+      if (g.state[i] != Ready) continue;
+      t_cur = &g.threads[i];
+#ifdef EMU_TSAN
+      __tsan_switch_to_fiber(g.tsan_fibers[i], g.tsan_first[i] ? 0 : __tsan_switch_to_fiber_no_sync);
+      g.tsan_first[i] = 0;
+#endif
+      switch_to(w.sched, g.fibers[i]);
+    }
+    if (g.failed || resolve(g) != 0) break;
+  }
+  t_cur = nullptr;
+#ifdef EMU_TSAN
+  __tsan_acquire(&g.done_sync);
+  for (void* f : g.tsan_fibers) __tsan_destroy_fiber(f);
+#endif
+}
+
+}  // namespace
+
+const msl_abi::Api* runtime_api() { return &kApi; }
+
+void run_launch(const Launch& L) {
+  EMBER_CHECK(L.kernel != nullptr, Value, "[metal] dispatch without a pipeline");
+  const std::string kn = cat_str("[metal] kernel '", L.kernel->name, "': ");
+  uint64_t threads = 1;
+  for (int d = 0; d < 3; ++d) {
+    EMBER_CHECK(L.group[d] >= 1, Value, kn, "threads_per_threadgroup must be at least 1 in each dimension");
+    threads *= L.group[d];
+  }
+  EMBER_CHECK(threads <= kMaxThreadsPerGroup, Value, kn, "a threadgroup of ", threads,
+              " threads; Metal allows at most ", kMaxThreadsPerGroup);
+  for (const msl_abi::BufferUse* u = L.kernel->buffers; u->index != 0xffffffffu; ++u) {
+    EMBER_CHECK(u->index < L.buffers.size() && L.buffers[u->index].data != nullptr, Value, kn, "buffer(", u->index,
+                ") is not bound");
+    EMBER_CHECK(L.buffers[u->index].size >= u->min_size, Value, kn, "buffer(", u->index, ") has ",
+                L.buffers[u->index].size, " bytes; the kernel reads ", u->min_size);
+  }
+  uint64_t tg = 0;
+  for (uint64_t m : L.threadgroup_mem) tg += (m + 15) / 16 * 16;
+  EMBER_CHECK(tg <= kMaxThreadgroupMemory, Value, kn, "threadgroup memory of ", tg, " bytes; Metal allows ",
+              kMaxThreadgroupMemory);
+  uint32_t ng[3];
+  uint64_t groups = 1;
+  for (int d = 0; d < 3; ++d) {
+    if (L.grid[d] == 0) return;
+    ng[d] = (L.grid[d] + L.group[d] - 1) / L.group[d];
+    groups *= ng[d];
+  }
+  std::mutex mu;
+  std::atomic<bool> failed{false};
+  uint64_t err_group = ~0ull;
+  std::string err;
+  ErrorKind err_kind = ErrorKind::Value;
+  cpu::parallel_for((int64_t)groups, 1, [&](int64_t b, int64_t e) {
+    Worker& w = worker();
+    for (int64_t gi = b; gi < e && !failed.load(std::memory_order_relaxed); ++gi) {
+      run_group(w, L, (uint64_t)gi, ng);
+      if (w.group.failed) {
+        std::lock_guard<std::mutex> lock(mu);
+        if ((uint64_t)gi < err_group) {  // the lowest failing group, whichever worker saw it first
+          err_group = (uint64_t)gi;
+          err = w.group.error;
+          err_kind = w.group.error_kind;
+        }
+        failed.store(true, std::memory_order_relaxed);
+      }
+    }
+  });
+  if (failed.load()) throw Error(err_kind, err);
+}
+
+}  // namespace ember::metal::emu

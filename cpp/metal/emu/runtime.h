@@ -1,0 +1,30 @@
+// The emulator's execution engine: runs one dispatch of a compiled kernel in Metal's model (threadgroups
+// on ember's thread pool, a group's threads as fibers with real barriers, 32-wide simdgroups).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "msl_abi.h"
+
+namespace ember::metal::emu {
+
+constexpr uint32_t kMaxThreadsPerGroup = 1024;
+constexpr uint64_t kMaxThreadgroupMemory = 32768;
+
+struct Launch {
+  const msl_abi::Kernel* kernel = nullptr;
+  std::string label;                       // the source's name, for messages
+  std::vector<msl_abi::Buffer> buffers;    // indexed by [[buffer(n)]]; data == nullptr: not bound
+  std::vector<uint64_t> threadgroup_mem;   // bytes per [[threadgroup(n)]]
+  uint32_t grid[3] = {1, 1, 1};            // in threads, as dispatchThreads
+  uint32_t group[3] = {1, 1, 1};           // threads per threadgroup
+};
+
+// Runs the launch to completion. Throws ember::Error naming the kernel: a bad launch (Value), an
+// out-of-bounds access (Index: the buffer index and byte offset), a barrier some threads never reach.
+void run_launch(const Launch& launch);
+
+const msl_abi::Api* runtime_api();
+
+}  // namespace ember::metal::emu

@@ -1,0 +1,62 @@
+// The binary contract between the MSL emulator's runtime (cpp/metal/emu/) and a compiled kernel module.
+#pragma once
+#include <stdint.h>
+
+namespace msl_abi {
+
+constexpr uint32_t kVersion = 1;
+constexpr uint32_t kSimdWidth = 32;
+constexpr uint32_t kSimdSlotBytes = 64;  // the largest value one lane hands to a simd_* op (a float4x4 row)
+
+// A bound argument as the kernel sees it: device memory at `data`, `size` bytes long.
+struct Buffer {
+  char* data;
+  uint64_t size;
+};
+
+// What one thread of a dispatch sees: its positions and ids, and its group's opaque runtime state.
+struct Thread {
+  uint32_t tpig[3];   // thread_position_in_grid
+  uint32_t tpitg[3];  // thread_position_in_threadgroup
+  uint32_t tgpig[3];  // threadgroup_position_in_grid
+  uint32_t tptg[3];   // threads_per_threadgroup (this group's actual size; edge groups are smaller)
+  uint32_t dtptg[3];  // dispatch_threads_per_threadgroup (the size the dispatch asked for)
+  uint32_t tpg[3];    // threads_per_grid
+  uint32_t tgpg[3];   // threadgroups_per_grid
+  uint32_t tiitg;     // thread_index_in_threadgroup
+  uint32_t lane;      // thread_index_in_simdgroup
+  uint32_t simd_id;   // simdgroup_index_in_threadgroup
+  uint32_t simds;     // simdgroups_per_threadgroup
+  const Buffer* buffers;
+  uint32_t num_buffers;
+  void* group;        // the runtime's state of this thread's threadgroup
+};
+
+// Runtime services a kernel module calls; handed to the module once, at load.
+struct Api {
+  uint32_t version;
+  Thread* (*current)();
+  void (*barrier)(Thread*);                           // threadgroup_barrier
+  char* (*simd_begin)(Thread*);                       // this simdgroup's slots for the next simd op
+  uint64_t (*simd_end)(Thread*, uint32_t op);         // waits for the active lanes; returns their mask
+  void* (*tg_alloc)(Thread*, uint32_t site, uint64_t size, uint64_t align);  // threadgroup variable
+  void* (*tg_param)(Thread*, uint32_t index, uint64_t* size);              // [[threadgroup(n)]]
+};
+
+// One kernel a module defines. `buffers` lists each [[buffer(n)]] index the kernel binds, with the
+// least size it needs (sizeof(T) for a `constant T&`, 0 for a pointer), ended by index UINT32_MAX.
+struct BufferUse {
+  uint32_t index;
+  uint32_t min_size;
+};
+struct Kernel {
+  const char* name;
+  void (*entry)(Thread*);
+  const BufferUse* buffers;
+  uint32_t uses_sync;  // barriers or simd ops: its threads need fibers
+};
+
+}  // namespace msl_abi
+
+// A module exports: extern "C" uint32_t msl_module_init(const msl_abi::Api*) (returns kVersion) and
+// extern "C" const msl_abi::Kernel* msl_module_kernels(uint32_t* count).

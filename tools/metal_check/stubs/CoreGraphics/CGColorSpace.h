@@ -1,0 +1,3 @@
+// Stub for the libclang check of the metal-cpp adapter: CGColorSpaceRef.
+#pragma once
+typedef struct CGColorSpace* CGColorSpaceRef;

@@ -1,0 +1,117 @@
+// The ThreadSanitizer job's runner: ember's reduction kernels (metal/reduce.metal) under the MSL emulator,
+// built with -fsanitize=thread together with the emulator, must run clean and match a reference; a
+// fixture without its barriers (`race`) must make TSan report the data race.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "error.h"
+#include "metal/adapter.h"
+#include "metal/embedded.h"
+
+namespace ember::cpu {
+void blas_set_num_threads(int) {}  // parallel.cpp's hook; no BLAS in this binary
+}  // namespace ember::cpu
+
+namespace {
+
+using namespace ember::metal;
+
+const char* kRace = R"(
+#include <metal_stdlib>
+using namespace metal;
+kernel void tree_sum_nobarrier(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
+                               uint tid [[thread_index_in_threadgroup]], uint row [[threadgroup_position_in_grid]],
+                               uint tpg [[threads_per_threadgroup]]) {
+  threadgroup float shared[256];
+  shared[tid] = x[row * tpg + tid];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint s = tpg / 2; s > 0; s >>= 1) {  // no barrier between the steps: a read races the next write
+    if (tid < s) shared[tid] += shared[tid + s];
+  }
+  if (tid == 0) out[row] = shared[0];
+}
+)";
+
+struct Run {
+  PipelineHandle p;
+  std::vector<BufferHandle> bufs;
+};
+
+void dispatch(Adapter& a, PipelineHandle p, const std::vector<BufferHandle>& bufs, const std::vector<uint32_t>& scalars,
+              uint32_t grid, uint32_t group) {
+  auto cb = a.new_command_buffer();
+  Encoder& e = cb->compute_encoder();
+  e.set_pipeline(p);
+  uint32_t i = 0;
+  for (; i < bufs.size(); ++i) e.set_buffer(bufs[i], 0, i);
+  for (uint32_t s : scalars) e.set_bytes(&s, 4, i++);
+  e.dispatch_threads({grid, 1, 1}, {group, 1, 1});
+  e.end_encoding();
+  cb->commit();
+  cb->wait();
+}
+
+int clean() {
+  Adapter& a = emulator_adapter();
+  const char* src = embedded_source("reduce.metal");
+  std::mt19937 rng(7);
+  std::normal_distribution<float> nd;
+  int bad = 0;
+  for (const char* op : {"sum", "max", "min"}) {
+    for (const auto& [rows, cols, looped] : {std::tuple<uint32_t, uint32_t, bool>{13, 100, false}, {4, 5000, true}}) {
+      std::vector<float> x((size_t)rows * cols);
+      for (float& v : x) v = nd(rng);
+      BufferHandle in = a.new_buffer(x.data(), x.size() * 4), out = a.new_buffer(rows * 4);
+      const std::string name = std::string(looped ? "reduce_row_looped_" : "reduce_row_simd_") + op + "_float32";
+      PipelineHandle p = a.new_pipeline(src, "reduce.metal", name, {});
+      if (looped) {
+        dispatch(a, p, {in, out}, {cols}, rows * 256, 256);
+      } else {
+        dispatch(a, p, {in, out}, {rows, cols}, (rows * 32 + 255) / 256 * 256, 256);
+      }
+      const float* got = static_cast<const float*>(a.contents(out));
+      for (uint32_t r = 0; r < rows; ++r) {
+        double want = op[1] == 'u' ? 0.0 : x[(size_t)r * cols];
+        for (uint32_t c = 0; c < cols; ++c) {
+          const double v = x[(size_t)r * cols + c];
+          want = op[1] == 'u' ? want + v : (op[1] == 'a' ? std::max(want, v) : std::min(want, v));
+        }
+        if (std::fabs(got[r] - want) > 1e-4 * (1 + std::fabs(want)) + 1e-5 * cols) {
+          std::printf("MISMATCH %s row %u: %g vs %g\n", name.c_str(), r, got[r], want);
+          ++bad;
+        }
+      }
+      std::printf("%s: %u rows x %u cols checked\n", name.c_str(), rows, cols);
+      a.release(p);
+      a.release(in);
+      a.release(out);
+    }
+  }
+  return bad ? 1 : 0;
+}
+
+int race() {
+  Adapter& a = emulator_adapter();
+  std::vector<float> x(8 * 64, 1.0f);
+  BufferHandle in = a.new_buffer(x.data(), x.size() * 4), out = a.new_buffer(8 * 4);
+  PipelineHandle p = a.new_pipeline(kRace, "race_fixture.metal", "tree_sum_nobarrier", {});
+  dispatch(a, p, {in, out}, {}, 8 * 64, 64);
+  std::printf("race fixture ran (its results are meaningless)\n");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const std::string mode = argc > 1 ? argv[1] : "clean";
+  try {
+    return mode == "race" ? race() : clean();
+  } catch (const ember::Error& e) {
+    std::printf("ember error: %s\n", e.what());
+    return 2;
+  }
+}
