@@ -1,5 +1,6 @@
 """ember: a tensor library with a C++ core whose centre is custom operators."""
 # ruff: noqa: I001  (the import order is deliberate: BLAS is preloaded, then _C, then the modules that patch Tensor)
+import builtins as _builtins
 import sys as _sys
 
 if _sys.platform != "darwin":
@@ -35,8 +36,10 @@ from .errors import (
     DTypeError,
     EmberError,
     EmberValueError,
+    GradientsInStore,
     IndexOutOfRange,
     InplaceModifiedError,
+    NoGradientPath,
     OutOfMemory,
     ShapeError,
     UnsupportedOp,
@@ -63,6 +66,8 @@ from .tensor import (
     zeros_like,
 )
 
+from .creation import eye, linspace  # noqa: E402
+from .promotion import promote_types, result_type  # noqa: E402
 from .interop import from_dlpack  # noqa: E402  (also attaches Tensor.__dlpack__)
 from .io import load_safetensors, save_safetensors  # noqa: E402
 from . import nn, optim  # noqa: E402
@@ -86,11 +91,23 @@ from .custom_op import (  # noqa: E402  (also attaches apply_op*/inplace_op* to 
 def set_num_threads(n: int) -> None:
     """Threads for ember's pool and BLAS (also set by the EMBER_NUM_THREADS environment variable)."""
     n = _int_arg(n, "set_num_threads", "n")  # int() would truncate 1.5 and raise bare errors on "a" or nan
-    _C.set_num_threads(max(0, min(n, 2**31 - 1)))  # the core clamps to [1, 1024]; no int overflow
+    _C.set_num_threads(_builtins.max(0, _builtins.min(n, 2**31 - 1)))  # the core clamps to [1, 1024]; no int overflow
 
 
 def get_num_threads() -> int:
     return _C.get_num_threads()
+
+
+# the functional namespace (em.exp(x), em.sum(x, dim), ...); last, since em.sum / em.max / em.min /
+# em.abs / em.round / em.pow / em.any / em.all shadow the builtins in this module from here on
+from .functional import (  # noqa: E402
+    abs, acos, all, allclose, any, argmax, argmin, as_tensor, asin, atan, add, broadcast_to, ceil, chunk, clamp,
+    cos, cosh, div, eq, erf, exp, expm1, flatten, flip, floor, floor_divide, gather, ge, gelu, gt, index_select,
+    isclose, isfinite, isinf, isnan, le, log, log1p, log2, log10, log_softmax, logsumexp, lt, masked_fill,
+    matmul, max, mean, min, mul, narrow, ne, neg, numel, permute, pow, recip, relu, remainder, reshape, round,
+    rsqrt, sigmoid, sign, silu, sin, sinh, softmax, split, sqr, sqrt, squeeze, std, sub, sum, tan, tanh, tile,
+    transpose, tril, triu, trunc, unbind, unsqueeze, var,
+)
 
 
 __version__ = "0.1.0"
@@ -104,4 +121,14 @@ __all__ = [
     "is_grad_enabled", "load_safetensors", "manual_seed", "maximum", "metal_is_available", "minimum", "nn",
     "no_grad", "ones", "ones_like", "optim", "rand", "randn", "save_safetensors", "set_num_threads", "stack",
     "tensor", "testing", "uint8", "uint32", "where", "zeros", "zeros_like",
+    "GradientsInStore", "NoGradientPath", "eye", "linspace", "promote_types", "result_type",
+    # the functional namespace
+    "abs", "acos", "add", "all", "allclose", "any", "argmax", "argmin", "as_tensor", "asin", "atan",
+    "broadcast_to", "ceil", "chunk", "clamp", "cos", "cosh", "div", "eq", "erf", "exp", "expm1", "flatten", "flip",
+    "floor", "floor_divide", "gather", "ge", "gelu", "gt", "index_select", "isclose", "isfinite", "isinf", "isnan",
+    "le", "log", "log1p", "log2", "log10", "log_softmax", "logsumexp", "lt", "masked_fill", "matmul", "max",
+    "mean", "min", "mul", "narrow", "ne", "neg", "numel", "permute", "pow", "recip", "relu", "remainder",
+    "reshape", "round", "rsqrt", "sigmoid", "sign", "silu", "sin", "sinh", "softmax", "split", "sqr", "sqrt",
+    "squeeze", "std", "sub", "sum", "tan", "tanh", "tile", "transpose", "tril", "triu", "trunc", "unbind",
+    "unsqueeze", "var",
 ]

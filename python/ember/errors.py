@@ -43,3 +43,14 @@ class BackwardNotSupported(EmberError, NotImplementedError):
 
 class InplaceModifiedError(EmberError, RuntimeError):
     """A tensor saved for backward was modified in place after it was saved."""
+
+
+class GradientsInStore(EmberError, AttributeError):
+    """A torch gradient name (``t.grad``, ``requires_grad=True``, ``opt.zero_grad()``, ``opt.step()``)
+    that ember spells differently: gradients come back from ``loss.backward()`` in a GradStore
+    (``g[v]``), and ``opt.step(g)`` / ``opt.backward_step(loss)`` apply them."""
+
+
+class NoGradientPath(EmberError, RuntimeError):
+    """``backward()`` on a result that depends on no variable (made from constants, or under
+    ``no_grad``), as torch's "element 0 of tensors does not require grad"."""

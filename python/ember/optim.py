@@ -5,7 +5,7 @@ import math
 
 from .args import bool_arg, float_arg
 from .backprop import no_grad
-from .errors import DTypeError, EmberValueError, ShapeError
+from .errors import DTypeError, EmberValueError, GradientsInStore, ShapeError
 from .tensor import Tensor, Var
 
 
@@ -75,7 +75,16 @@ class Optimizer:
         if not group["lr"] >= 0:
             raise EmberValueError(f"[{self.name}] invalid learning rate {group['lr']}")
 
-    def step(self, grads) -> None:
+    def zero_grad(self, set_to_none=True):
+        """Not in ember: raises GradientsInStore (nothing accumulates between backward calls)."""
+        raise GradientsInStore(f"[{self.name}.zero_grad] ember accumulates no gradients, so there is nothing to "
+                               "zero: each g = loss.backward() is a new GradStore; then opt.step(g), or "
+                               "opt.backward_step(loss) for both")
+
+    def step(self, grads=None) -> None:
+        if grads is None:
+            raise GradientsInStore(f"[{self.name}.step] step needs the gradients: ember keeps none on the "
+                                   "parameters; g = loss.backward(); opt.step(g), or opt.backward_step(loss)")
         if not callable(getattr(grads, "get", None)):
             raise DTypeError(f"[{self.name}] step expects the GradStore from backward(), got {type(grads).__name__}")
         with no_grad():  # updates are never part of a graph

@@ -11,6 +11,7 @@ from . import _C
 from . import dtypes as _dt
 from .args import bool_arg, float_arg, i64_arg, int_arg
 from .backprop import no_grad, record
+from .composite import CompositeOps
 from .dtypes import Device, DType
 from .errors import (
     DeviceError,
@@ -21,16 +22,19 @@ from .errors import (
     OutOfMemory,
     ShapeError,
 )
+from .promotion import result_type
+from .tensor_methods import TorchNames
 
 _ids = itertools.count(1)
 
 UNARY = {n: i for i, n in enumerate(
-    ["exp", "log", "sin", "cos", "tanh", "sqrt", "sqr", "abs", "neg", "recip", "relu", "gelu", "silu", "erf", "ceil", "floor", "round", "sign", "sigmoid", "affine", "powf", "clamp"])}
+    ["exp", "log", "sin", "cos", "tanh", "sqrt", "sqr", "abs", "neg", "recip", "relu", "gelu", "silu", "erf", "ceil", "floor", "round", "sign", "sigmoid", "affine", "powf", "clamp",
+     "log1p", "expm1", "rsqrt", "log2", "log10", "tan", "sinh", "cosh", "asin", "acos", "atan", "trunc"])}
 BINARY = {n: i for i, n in enumerate(["add", "sub", "mul", "div", "maximum", "minimum", "pow", "floor_divide",
                                         "remainder", "eq", "ne", "lt", "le", "gt", "ge"])}
 REDUCE = {n: i for i, n in enumerate(["sum", "max", "min", "argmax", "argmin", "sum_i64"])}
 _FIRST_CMP = BINARY["eq"]
-_PRUNED = frozenset(("ceil", "floor", "round", "sign", "floor_divide"))  # zero gradient: never recorded
+_PRUNED = frozenset(("ceil", "floor", "round", "sign", "trunc", "floor_divide"))  # zero gradient: never recorded
 
 
 def _wrap(storage, layout, dtype, device, cls=None, shape=None):
@@ -97,7 +101,7 @@ def _dims(dim, ndim, op):
     return out if ndim else []
 
 
-class Tensor:
+class Tensor(TorchNames, CompositeOps):
     """An n-dimensional array on a device: a storage seen through a layout, plus the op that made it."""
 
     __slots__ = ("__weakref__", "_device", "_dtype", "_id", "_layout", "_op", "_shape", "_storage")
@@ -172,7 +176,7 @@ class Tensor:
 
     def __repr__(self):
         try:
-            body = np.array2string(self._np_values(), separator=", ", threshold=200, edgeitems=3)
+            body = np.array2string(self._np_values(), separator=", ", threshold=200, edgeitems=3, prefix="Tensor(")
         except EmberError:
             raise
         except ValueError:  # a broadcast view bigger than numpy can describe: shape and dtype still print
@@ -241,8 +245,6 @@ class Tensor:
             return self
         raise DeviceError(f"[to_device] device {device} is not available in this build")
 
-    to = to_device
-
     def contiguous(self) -> Tensor:
         return self if self._layout.is_contiguous() else self.copy()
 
@@ -304,8 +306,6 @@ class Tensor:
         shape = _shape_arg(shape, "broadcast_as")
         return self._view(self._layout.broadcast_as(list(shape)), "broadcast_as", self.shape)
 
-    expand = broadcast_as
-
     def broadcast_left(self, *shape):
         return self.broadcast_as(_shape_arg(shape, "broadcast_as") + self.shape)
 
@@ -318,7 +318,16 @@ class Tensor:
         out = _wrap(s, l.reshape(shape), self._dtype, self._device)
         return record(out, "reshape", (self,), self.shape)
 
-    view = reshape
+    def view(self, *shape):
+        """Always a view of the same storage (torch's rule); raises when the layout cannot be seen in
+        ``shape`` without a copy (reshape copies there)."""
+        shape = _C.resolve_reshape(list(_shape_arg(shape, "view")), self.numel())
+        layout = self._layout.reshape(shape)
+        if layout is None:
+            raise ShapeError(f"[view] a tensor of shape {self.shape} and strides {self._layout.stride} cannot be "
+                             f"viewed as {tuple(shape)} without a copy; use reshape (copies when it must) or "
+                             "contiguous() first")
+        return self._view(layout, "reshape", self.shape)
 
     def flatten(self, start_dim=0, end_dim=-1):
         if self.ndim == 0:
@@ -380,7 +389,11 @@ class Tensor:
         e = float_arg(e, "powf", "exponent")
         return self._unary("powf", e, 0.0, e)
 
-    def clamp(self, lo=None, hi=None):
+    def clamp(self, lo=None, hi=None, *, min=None, max=None):  # noqa: A002  (torch's keyword names)
+        if min is not None or max is not None:
+            if lo is not None or hi is not None:
+                raise EmberValueError("[clamp] give the bounds as lo/hi or as min=/max=, not both")
+            lo, hi = min, max
         if not self._dtype.is_float and any(_is_float_scalar(b) for b in (lo, hi)):
             # a float bound promotes an integer tensor to float32, as `t + 0.5` does here and clamp does
             # in torch: u8.clamp(0.5, 2.5) is [0.5, ..., 2.5], not a silently truncated bound
@@ -390,7 +403,7 @@ class Tensor:
             out = self
             for b, f in ((lo, maximum), (hi, minimum)):
                 if b is not None:  # past int64 a bound saturates: clamp(hi=2**70) changes nothing
-                    b = min(max(int(b), -(2**63)), 2**63 - 1)
+                    b = -(2**63) if int(b) < -(2**63) else 2**63 - 1 if int(b) > 2**63 - 1 else int(b)
                     out = f(out, full((), b, dtype=_dt.int64, device=self._device))
             return out
         lo = -float("inf") if lo is None else float_arg(lo, "clamp", "lo")
@@ -658,17 +671,19 @@ def _check_tensor_arg(x, op, what):
         raise DTypeError(f"[{op}] expected a Tensor {what}, got {type(x).__name__}")
 
 
-def _float_for(other):
-    return other._dtype if isinstance(other, Tensor) and other._dtype.is_float else _dt.float32
-
-
 def _true_div_operands(a, o):
-    """True division of ints gives floats (like torch): int tensor operands are cast to a float dtype."""
-    if not a._dtype.is_float:
-        a = a.to_dtype(_float_for(o))
-    if isinstance(o, Tensor) and not o._dtype.is_float:
-        o = o.to_dtype(a._dtype)
-    return a, o
+    """True division computes in the promoted dtype, a float one (int / int gives float32, as torch)."""
+    if isinstance(o, (np.ndarray, list)):
+        o = tensor(o, device=a._device)
+    if isinstance(o, Tensor):
+        dt = result_type(a, o)
+    elif isinstance(o, numbers.Real) and not a._dtype.is_float:
+        dt = _dt.float32
+    else:
+        return a, o
+    if not dt.is_float:
+        dt = _dt.float32
+    return a.to_dtype(dt), (o.to_dtype(dt) if isinstance(o, Tensor) else o)
 
 
 def _full_storage(device, dtype, n, value):
@@ -687,25 +702,32 @@ _SCALAR_LAYOUT = _C.Layout([], [], 0)  # only _scalar uses it: grad_rules.wanted
 
 
 def _operands(a, b, op):
-    """Brings a Python scalar / numpy operand to a tensor; floats promote int tensors to float32."""
+    """a (a tensor) and b (a tensor, Python or numpy scalar, numpy array or list) as two tensors of
+    the promoted dtype (torch.result_type's rule, promotion.py); casts are recorded, so gradients
+    come back in each input's own dtype."""
     if isinstance(b, Tensor):
-        return a, b
+        if b._dtype is a._dtype:
+            return a, b
+        dt = result_type(a, b)
+        return a.to_dtype(dt), b.to_dtype(dt)
     if isinstance(b, (bool, numbers.Integral)):
         if a._dtype.is_float:
             float_arg(b, op, "scalar")  # past a double's range: EmberValueError, not a bare OverflowError
         return a, _scalar(int(b), a._dtype, a._device)
     if isinstance(b, numbers.Real):
         if not a._dtype.is_float:
-            a = a.to_dtype(_dt.float32)
+            a = a.to_dtype(_dt.float32)  # a Python float with an int tensor: float32, never truncated
         return a, _scalar(float(b), a._dtype, a._device)
-    if isinstance(b, (np.ndarray, list)):
+    if isinstance(b, (np.ndarray, list)):  # a numpy array counts as a tensor of its dtype
         try:
-            kind = np.asarray(b).dtype.kind
-        except (ValueError, TypeError):
-            kind = ""  # ragged or odd: tensor() below says what is wrong with it
-        if kind in "fc" and kind and not a._dtype.is_float:
-            a = a.to_dtype(_dt.float32)  # like a Python float: never truncate 1.5 to 1
-        return a, tensor(b, dtype=a._dtype, device=a._device)
+            bt = tensor(b, device=a._device)
+        except EmberError as e:
+            raise type(e)(str(e).replace("[tensor]", f"[{op}]", 1)) from None
+        return _operands(a, bt, op)
+    mod = type(b).__module__ or ""
+    if mod.split(".")[0] == "torch":
+        raise DTypeError(f"[{op}] got a torch tensor; convert it first with em.from_dlpack(t) (zero-copy on "
+                         "CPU) or em.tensor(t.numpy())")
     raise DTypeError(f"[{op}] unsupported operand type {type(b).__name__}")
 
 
@@ -739,62 +761,11 @@ def _as_index(ids, op):
     return ids
 
 
-# --------------------------------------------------------------------- functions of several tensors
-def where(cond, a, b):
-    """Elementwise cond ? a : b with broadcasting; a and b may be Python scalars."""
-    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
-        raise DTypeError("[where] at least one of a, b must be a tensor")
-    if not isinstance(a, Tensor):
-        b, a = _operands(b, a, "where")
-    elif not isinstance(b, Tensor):
-        a, b = _operands(a, b, "where")
-    if not isinstance(cond, Tensor):  # a list / array condition, like numpy
-        cond = tensor(cond)
-    s, l = _C.where(cond._storage, cond._layout, a._storage, a._layout, b._storage, b._layout)
-    return record(_wrap(s, l, a._dtype, a._device), "where", (a, b, cond))
-
-
-def maximum(a, b):
-    return a.maximum(b) if isinstance(a, Tensor) else b.maximum(a)
-
-
-def minimum(a, b):
-    return a.minimum(b) if isinstance(a, Tensor) else b.minimum(a)
-
-
-def _tensor_list(tensors, op):
-    if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)) and not hasattr(tensors, "__iter__"):
-        raise DTypeError(f"[{op}] expected a sequence of tensors, got {type(tensors).__name__}")
-    tensors = list(tensors)
-    if not tensors:
-        raise EmberValueError(f"[{op}] expected at least one tensor")
-    for i, t in enumerate(tensors):
-        _check_tensor_arg(t, op, f"at position {i}")
-    return tensors
-
-
-def cat(tensors, dim=0):
-    tensors = _tensor_list(tensors, "cat")
-    dim = _dim(dim, tensors[0].ndim, "cat")
-    s, l = _C.cat([t._storage for t in tensors], [t._layout for t in tensors], dim)
-    t0 = tensors[0]
-    return record(_wrap(s, l, t0._dtype, t0._device), "cat", tuple(tensors), (dim, tuple(t.shape[dim] for t in tensors)))
-
-
-def stack(tensors, dim=0):
-    tensors = _tensor_list(tensors, "stack")
-    dim = _dim(dim, tensors[0].ndim + 1, "stack")
-    for t in tensors[1:]:
-        if t.shape != tensors[0].shape:
-            raise ShapeError(f"[stack] all tensors must have the same shape, got {tensors[0].shape} and {t.shape}")
-    return cat([t.unsqueeze(dim) for t in tensors], dim)
-
-
-
 # Creation functions live in creation.py and are re-exported here (the rest of the package imports
 # them from this module); imported last because creation.py builds Tensors, and tensor.py itself calls
 # tensor() and zeros_like() at run time.
 from .creation import (  # noqa: E402, F401, I001
     arange, from_numpy, full, full_like, manual_seed, ones, ones_like, rand, randn, tensor, zeros, zeros_like,
 )
+from .multi import cat, maximum, minimum, stack, where  # noqa: E402, F401, I001
 from .indexing import getitem, setitem  # noqa: E402, I001  (indexing.py builds on everything above)

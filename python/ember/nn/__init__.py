@@ -1,5 +1,9 @@
-"""ember.nn: fused ops (``ember.nn.ops``), layers and losses."""
-from . import ops  # noqa: F401
+"""ember.nn: fused ops (``ember.nn.ops``), layers, activation modules, losses and ``functional``."""
+from . import (
+    functional,  # noqa: F401, E402, I001
+    ops,  # noqa: F401
+)
+from .activations import GELU, Dropout, Identity, ReLU, Sigmoid, SiLU, Tanh  # noqa: F401, E402, I001
 from .layers import (  # noqa: F401
     MLP,
     CausalSelfAttention,

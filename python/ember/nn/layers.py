@@ -5,7 +5,7 @@ import math
 
 from ..args import float_arg, int_arg
 from ..dtypes import to_device, to_dtype
-from ..errors import DTypeError, EmberValueError, ShapeError
+from ..errors import DTypeError, EmberValueError, GradientsInStore, ShapeError
 from ..tensor import Tensor, Var, ones, rand, randn, tensor, zeros
 from . import ops
 
@@ -96,6 +96,12 @@ class Module:
             p.set(value.detach().to_dtype(p.dtype).to_device(p.device))
         return missing, unexpected
 
+    def zero_grad(self, set_to_none=True):
+        """Not in ember: raises GradientsInStore (each backward returns a new GradStore; nothing accumulates)."""
+        raise GradientsInStore(f"[{type(self).__name__}.zero_grad] ember accumulates no gradients on parameters, "
+                               "so there is nothing to zero: g = loss.backward() returns them (g[p]), then "
+                               "opt.step(g), or opt.backward_step(loss) for both")
+
     def train(self, mode: bool = True):
         for _, m in self.named_modules():
             m.training = bool(mode)
@@ -149,7 +155,17 @@ class ModuleList(Module):
 
 
 class Sequential(ModuleList):
-    """Runs its modules one after the other."""
+    """Runs its modules one after the other, as ``torch.nn.Sequential(a, b, c)`` (a single list or
+    tuple of modules is accepted too); submodules are named "0", "1", ...
+
+    Raises:
+        DTypeError: when an argument is not a Module.
+    """
+
+    def __init__(self, *modules):
+        if len(modules) == 1 and not isinstance(modules[0], Module):
+            modules = modules[0]  # Sequential([a, b]): the older list form
+        super().__init__(modules)
 
     def forward(self, x):
         for m in self.items:
@@ -273,7 +289,19 @@ class CausalSelfAttention(Module):
         return f"dim={self.dim}, n_heads={self.n_heads}"
 
 
-_ACTS = {"gelu": ops.gelu, "silu": ops.silu, "relu": lambda x: x.relu()}
+def _relu(x):
+    return x.relu()  # a module-level function (not a lambda), so that an MLP pickles
+
+
+_ACTS = {"gelu": ops.gelu, "silu": ops.silu, "relu": _relu}
+
+
+def _features(v, op, what):
+    """A positive feature count, the error named after the layer's own argument."""
+    n = int_arg(v, op, what)
+    if n <= 0:
+        raise ShapeError(f"[{op}] {what} must be positive, got {n}")
+    return n
 
 
 class MLP(Module):
@@ -281,6 +309,7 @@ class MLP(Module):
 
     def __init__(self, dim, hidden, activation="gelu", bias=True, dtype=None, device=None):
         super().__init__()
+        dim, hidden = _features(dim, "MLP", "dim"), _features(hidden, "MLP", "hidden")
         self.fc = Linear(dim, hidden, bias=bias, dtype=dtype, device=device)
         self.proj = Linear(hidden, dim, bias=bias, dtype=dtype, device=device)
         if isinstance(activation, str) and activation not in _ACTS or not isinstance(activation, str) and not callable(activation):
@@ -302,6 +331,9 @@ class GatedMLP(Module):
 
     def __init__(self, dim, hidden, activation=swiglu, bias=False, dtype=None, device=None):
         super().__init__()
+        dim, hidden = _features(dim, "GatedMLP", "dim"), _features(hidden, "GatedMLP", "hidden")
+        if not callable(activation):
+            raise EmberValueError(f"[GatedMLP] activation must be a callable of (gate, up), got {activation!r}")
         self.gate = Linear(dim, hidden, bias=bias, dtype=dtype, device=device)
         self.up = Linear(dim, hidden, bias=bias, dtype=dtype, device=device)
         self.down = Linear(hidden, dim, bias=bias, dtype=dtype, device=device)
