@@ -66,7 +66,7 @@ def test_tril_triu_match_torch(rng, diag, dtype):
 def test_tril_triu_gradients_and_errors(rng):
     em.testing.gradcheck(lambda x: x.tril(1) * 3.0 + x.triu(-1), [em.tensor(rng.standard_normal((3, 4)))])
     expect_error(lambda: em.zeros(3).tril(), "tril", em.ShapeError)
-    expect_error(lambda: em.zeros(3, 3).triu(0.5), "triu", em.DTypeError)
+    expect_error(lambda: em.zeros(3, 3).triu(0.5), "triu", em.EmberTypeError)
 
 
 def test_eye_and_linspace_match_torch():
@@ -99,7 +99,7 @@ def test_masked_fill_matches_torch(rng):
     np.testing.assert_array_equal(gs[x].numpy(), (~m).astype(np.float64))
     expect_error(lambda: t.masked_fill(em.ones(3, 4), 1.0), "masked_fill", em.DTypeError)
     expect_error(lambda: t.masked_fill(em.ones(4, 4, dtype=em.uint8), 1.0), "masked_fill", em.ShapeError)
-    expect_error(lambda: t.masked_fill(t.gt(0), "x"), "masked_fill", em.DTypeError)
+    expect_error(lambda: t.masked_fill(t.gt(0), "x"), "masked_fill", em.EmberTypeError)
 
 
 @pytest.mark.parametrize("dim", [None, 0, 1, (0, 2), -1])

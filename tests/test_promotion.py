@@ -166,13 +166,13 @@ def test_mixed_gradient_in_float64_passes_gradcheck(rng):
 
 
 def test_result_type_errors():
-    with pytest.raises(em.DTypeError, match=r"^\[result_type\]"):
+    with pytest.raises(em.EmberTypeError, match=r"^\[result_type\]"):
         em.result_type(1, 2.0)
-    with pytest.raises(em.DTypeError, match=r"^\[result_type\]"):
+    with pytest.raises(em.EmberTypeError, match=r"^\[result_type\]"):
         em.result_type(em.zeros(2), "x")
     with pytest.raises(em.DTypeError, match=r"^\[dtype\]"):
         em.promote_types(em.float32, "complex")
-    with pytest.raises(em.DTypeError, match=r"^\[add\] got a torch tensor.*from_dlpack"):
+    with pytest.raises(em.EmberTypeError, match=r"^\[add\] got a torch tensor.*from_dlpack"):
         em.zeros(2) + torch.zeros(2)
 
 

@@ -180,8 +180,8 @@ def test_functional_binary_reduction_and_friends(rng):
     assert em.transpose(em.tensor(a), 0, 1).shape == (4, 3) and em.reshape(em.tensor(a), 12).shape == (12,)
     assert em.permute(em.tensor(a), 1, 0).shape == (4, 3) and em.flatten(em.tensor(a)).shape == (12,)
     assert em.unsqueeze(em.tensor(a), 0).shape == (1, 3, 4) and em.squeeze(em.zeros(1, 3)).shape == (3,)
-    expect_error(lambda: em.exp("x"), "exp", em.DTypeError)
-    expect_error(lambda: em.add("x", 1), "add", em.DTypeError)
+    expect_error(lambda: em.exp("x"), "exp", em.EmberTypeError)
+    expect_error(lambda: em.add("x", 1), "add", em.EmberTypeError)
 
 
 def test_sequential_takes_modules_and_activations_match_torch(rng):
@@ -199,14 +199,14 @@ def test_sequential_takes_modules_and_activations_match_torch(rng):
     np.testing.assert_allclose(seq(em.tensor(x.astype(np.float32))).numpy(), tseq(torch.tensor(x)).detach().numpy(),
                                rtol=1e-4, atol=1e-5)
     assert len(em.nn.Sequential([em.nn.ReLU(), em.nn.Tanh()])) == 2  # the list form still works
-    expect_error(lambda: em.nn.Sequential(em.nn.ReLU(), 3), "Sequential", em.DTypeError)
+    expect_error(lambda: em.nn.Sequential(em.nn.ReLU(), 3), "Sequential", em.EmberTypeError)
 
 
 def test_mlp_errors_name_its_arguments():
     expect_error(lambda: em.nn.MLP(0, 4), "MLP", em.ShapeError)
     e = expect_error(lambda: em.nn.MLP(4, -1), "MLP", em.ShapeError)
     assert "hidden" in str(e)
-    expect_error(lambda: em.nn.MLP(4.5, 4), "MLP", em.DTypeError)
+    expect_error(lambda: em.nn.MLP(4.5, 4), "MLP", em.EmberTypeError)
     expect_error(lambda: em.nn.MLP(4, 4, activation="tanhh"), "MLP", em.EmberValueError)
     expect_error(lambda: em.nn.GatedMLP(4, 0), "GatedMLP", em.ShapeError)
 
@@ -318,3 +318,16 @@ def test_repr_aligns_rows_like_numpy():
 def test_negative_step_says_to_use_flip():
     e = expect_error(lambda: em.zeros(3)[::-1], "index", em.EmberValueError)
     assert "flip" in str(e)
+
+
+def test_dtype_error_only_for_dtype_problems():
+    a = em.zeros(2, 3)
+    for fn in (lambda: a + "x", lambda: a.sum(1.5), lambda: em.cat([a, None]), lambda: len(em.tensor(1.0)),
+               lambda: em.nn.Sequential(em.nn.ReLU(), 3), lambda: a.clamp([1], 2), lambda: em.exp(None)):
+        with pytest.raises(em.EmberTypeError) as ei:
+            fn()
+        assert isinstance(ei.value, TypeError) and not isinstance(ei.value, em.DTypeError), ei.value
+    for fn in (lambda: em.tensor([1, 2]).exp(), lambda: a.index_select(em.tensor([0.0]), 0),
+               lambda: em.tensor([1]).mean(), lambda: em.zeros(2, dtype="int8x")):
+        with pytest.raises(em.DTypeError):
+            fn()

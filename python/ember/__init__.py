@@ -35,6 +35,7 @@ from .errors import (
     DeviceError,
     DTypeError,
     EmberError,
+    EmberTypeError,
     EmberValueError,
     GradientsInStore,
     IndexOutOfRange,
@@ -121,7 +122,7 @@ __all__ = [
     "is_grad_enabled", "load_safetensors", "manual_seed", "maximum", "metal_is_available", "minimum", "nn",
     "no_grad", "ones", "ones_like", "optim", "rand", "randn", "save_safetensors", "set_num_threads", "stack",
     "tensor", "testing", "uint8", "uint32", "where", "zeros", "zeros_like",
-    "GradientsInStore", "NoGradientPath", "eye", "linspace", "promote_types", "result_type",
+    "EmberTypeError", "GradientsInStore", "NoGradientPath", "eye", "linspace", "promote_types", "result_type",
     # the functional namespace
     "abs", "acos", "add", "all", "allclose", "any", "argmax", "argmin", "as_tensor", "asin", "atan",
     "broadcast_to", "ceil", "chunk", "clamp", "cos", "cosh", "div", "eq", "erf", "exp", "expm1", "flatten", "flip",

@@ -11,6 +11,7 @@ from .errors import (
     BackwardNotSupported,
     DeviceError,
     DTypeError,
+    EmberTypeError,
     EmberValueError,
     InplaceModifiedError,
     NoGradientPath,
@@ -213,7 +214,7 @@ def _key(t):
     try:
         return t._id
     except AttributeError:  # a clear error for gs["w"], not an AttributeError from inside the store
-        raise DTypeError(f"[GradStore] keys are tensors or tensor ids, got {type(t).__name__}") from None
+        raise EmberTypeError(f"[GradStore] keys are tensors or tensor ids, got {type(t).__name__}") from None
 
 
 class GradStore:
@@ -241,7 +242,7 @@ class GradStore:
     def insert(self, t, g):
         """Sets (replaces) the gradient of t."""
         if not hasattr(t, "_id") or not hasattr(g, "_storage"):
-            raise DTypeError(f"[GradStore] insert expects (Tensor, Tensor), got ({type(t).__name__}, "
+            raise EmberTypeError(f"[GradStore] insert expects (Tensor, Tensor), got ({type(t).__name__}, "
                              f"{type(g).__name__})")
         self._map[t._id] = (t, g)
 
@@ -255,7 +256,7 @@ class GradStore:
     def extend(self, other):
         """Adds other's gradients into this store, summing where both hold one."""
         if not isinstance(other, GradStore):
-            raise DTypeError(f"[GradStore] extend expects a GradStore, got {type(other).__name__}")
+            raise EmberTypeError(f"[GradStore] extend expects a GradStore, got {type(other).__name__}")
         for k, (t, g) in other._map.items():
             e = self._map.get(k)
             self._map[k] = (t, g) if e is None else (t, e[1] + g)
@@ -324,7 +325,7 @@ def _custom_grads(node, out, g, rule):
     try:
         res = tuple(res)
     except TypeError:  # a bwd returning 5 must name the op, not fail inside tuple()
-        raise DTypeError(f"[{node.name}] bwd returned a {type(res).__name__}, expected a Tensor, None or a "
+        raise EmberTypeError(f"[{node.name}] bwd returned a {type(res).__name__}, expected a Tensor, None or a "
                          "tuple of them") from None
     if len(res) != n:
         raise EmberValueError(f"[{node.name}] bwd returned {len(res)} gradients for {n} inputs")
@@ -332,7 +333,7 @@ def _custom_grads(node, out, g, rule):
         if gi is None or inp is None:
             continue
         if not hasattr(gi, "_storage"):
-            raise DTypeError(f"[{node.name}] bwd returned a {type(gi).__name__} for input {i}, expected a Tensor")
+            raise EmberTypeError(f"[{node.name}] bwd returned a {type(gi).__name__} for input {i}, expected a Tensor")
         if gi.shape != inp.shape:
             raise ShapeError(f"[{node.name}] bwd returned a gradient of shape {gi.shape} for input {i} of "
                              f"shape {inp.shape}")

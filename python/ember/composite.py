@@ -9,7 +9,7 @@ import sys
 
 from . import dtypes as _dt
 from .args import bool_arg, float_arg, int_arg
-from .errors import DTypeError, EmberValueError, ShapeError
+from .errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
 
 
 def _t():
@@ -261,7 +261,7 @@ class CompositeOps:
         elif isinstance(value, numbers.Real):
             value = t._scalar(value if self.dtype.is_float else int(value), self.dtype, self.device)
         else:
-            raise DTypeError(f"[masked_fill] value must be a number or a 0-d tensor, got {type(value).__name__}")
+            raise EmberTypeError(f"[masked_fill] value must be a number or a 0-d tensor, got {type(value).__name__}")
         return t.where(mask, value, self)
 
     # ----------------------------------------------------------------- statistics and logic

@@ -9,7 +9,7 @@ import numpy as np
 from . import _C
 from . import dtypes as _dt
 from .args import float_arg, int_arg
-from .errors import DTypeError, EmberValueError, GradientsInStore, ShapeError
+from .errors import DTypeError, EmberTypeError, EmberValueError, GradientsInStore, ShapeError
 from .tensor import Tensor, _check_tensor_arg, _full_storage, _shape_arg, _wrap
 
 
@@ -134,7 +134,7 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     if step == 0:
         raise EmberValueError("[arange] step must be nonzero")
     if not all(isinstance(v, numbers.Real) for v in (start, end, step)):
-        raise DTypeError(f"[arange] start, end and step must be real numbers, got {start!r}, {end!r}, {step!r}")
+        raise EmberTypeError(f"[arange] start, end and step must be real numbers, got {start!r}, {end!r}, {step!r}")
     all_int = all(isinstance(v, numbers.Integral) for v in (start, end, step))
     dtype = _dt.to_dtype(dtype or (_dt.int64 if all_int else _dt.float32))
     if not dtype.is_float and not all(float(v).is_integer() for v in (start, end, step) if not isinstance(v, numbers.Integral)):

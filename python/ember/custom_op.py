@@ -13,6 +13,7 @@ from .errors import (
     DeviceError,
     DTypeError,
     EmberError,
+    EmberTypeError,
     EmberValueError,
     InplaceModifiedError,
     ShapeError,
@@ -133,7 +134,7 @@ def _fwd(op, storage):
 
 def _check_op(op, cls, method):
     if not isinstance(op, cls):
-        raise DTypeError(f"[{method}] expected a {cls.__name__} instance, got {type(op).__name__}")
+        raise EmberTypeError(f"[{method}] expected a {cls.__name__} instance, got {type(op).__name__}")
 
 
 def _check_inputs(op, tensors):
@@ -143,7 +144,7 @@ def _check_inputs(op, tensors):
     for i in range(1, len(tensors)):
         t = tensors[i]
         if not isinstance(t, Tensor):
-            raise DTypeError(f"[{op.name}] input {i} must be a Tensor, got {type(t).__name__}")
+            raise EmberTypeError(f"[{op.name}] input {i} must be a Tensor, got {type(t).__name__}")
         if type(t._storage) is not type(xs) or (type(xs) is not CpuStorage and x._device != t._device):
             raise DeviceError(f"[{op.name}] inputs on different devices: {x._device} and {t._device}")
 
@@ -180,13 +181,13 @@ def _output(op, res, tensors):
         try:
             st, shape = res
         except (TypeError, ValueError):
-            raise DTypeError(
+            raise EmberTypeError(
                 f"[{op.name}] a forward must return (storage, shape), got {type(res).__name__}") from None
     x = tensors[0]
     xs = x._storage
     if type(st) is not type(xs):
         if not isinstance(st, _C.Storage):
-            raise DTypeError(f"[{op.name}] forward returned a {type(st).__name__}, expected a storage")
+            raise EmberTypeError(f"[{op.name}] forward returned a {type(st).__name__}, expected a storage")
         raise DeviceError(f"[{op.name}] forward returned a {type(st).__name__} for inputs on {x._device}")
     if type(st) is not CpuStorage and st.device_index != x._device.index:
         raise DeviceError(f"[{op.name}] forward returned a storage on {st.device}, inputs are on {x._device}")
@@ -316,7 +317,7 @@ def _inplace(op, target, others):
         _C._restore_inplace_target(prev)
         s.bump_version()  # even after a failure: the forward may have written part of the data
     if res is not None:
-        raise DTypeError(
+        raise EmberTypeError(
             f"[{op.name}] an in-place forward mutates its first operand and returns None, got {type(res).__name__}")
     node = target._op
     if node is not None:

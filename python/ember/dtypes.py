@@ -5,7 +5,7 @@ import operator
 
 import numpy as np
 
-from .errors import DeviceError, DTypeError
+from .errors import DeviceError, DTypeError, EmberTypeError
 
 try:  # bfloat16 numpy interop when ml_dtypes is installed
     import ml_dtypes as _ml_dtypes
@@ -114,7 +114,7 @@ class Device:
         try:  # operator.index, not int(): Device("cpu", 1.5) is an error, not device 1
             index = operator.index(index)
         except TypeError:
-            raise DTypeError(f"[device] device index must be an int, got {index!r}") from None
+            raise EmberTypeError(f"[device] device index must be an int, got {index!r}") from None
         self.type, self.index, self.kind = type, index, self._KINDS[type]
 
     def __eq__(self, other):

@@ -17,6 +17,11 @@ class DTypeError(EmberError, TypeError):
     """A dtype the op cannot take, or two operands whose dtypes differ."""
 
 
+class EmberTypeError(EmberError, TypeError):
+    """A value of the wrong Python type: a list where a Tensor is expected, a string for a number, a
+    float for a dim, len() of a 0-d tensor. Dtype problems raise DTypeError instead."""
+
+
 class DeviceError(EmberError, ValueError):
     """Operands on different devices, or a device this build cannot use."""
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .errors import DTypeError
+from .errors import EmberTypeError
 from .tensor import Tensor, tensor
 
 UNARY_NAMES = (
@@ -36,7 +36,7 @@ def as_tensor(x, op="as_tensor"):
     if isinstance(x, Tensor):
         return x
     if isinstance(x, (str, bytes, dict)) or x is None:
-        raise DTypeError(f"[{op}] expected a tensor, array or number, got {type(x).__name__}")
+        raise EmberTypeError(f"[{op}] expected a tensor, array or number, got {type(x).__name__}")
     return tensor(x)
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from .backprop import no_grad
-from .errors import DTypeError, EmberError
+from .errors import DTypeError, EmberError, EmberTypeError
 from .tensor import Tensor, Var, tensor
 
 
@@ -17,7 +17,7 @@ def _outputs(res):
         return [res]
     if isinstance(res, (tuple, list)) and all(isinstance(r, Tensor) or r is None for r in res):
         return [r for r in res if r is not None]
-    raise DTypeError(f"[gradcheck] fn must return a Tensor or a tuple of Tensors, got {type(res).__name__}")
+    raise EmberTypeError(f"[gradcheck] fn must return a Tensor or a tuple of Tensors, got {type(res).__name__}")
 
 
 def _loss(outs, weights):

@@ -9,7 +9,7 @@ import numpy as np
 from . import _C
 from . import dtypes as _dt
 from .backprop import record
-from .errors import DTypeError, EmberValueError, ShapeError
+from .errors import EmberTypeError, EmberValueError, ShapeError
 from .promotion import promote_types, result_type
 from .tensor import Tensor, _check_tensor_arg, _dim, _scalar, _wrap, tensor
 
@@ -43,7 +43,7 @@ def where(cond, a, b):
         cond = tensor(cond)
     for x in (a, b):
         if not isinstance(x, (Tensor, np.ndarray, list, numbers.Real)):
-            raise DTypeError(f"[where] unsupported operand type {type(x).__name__}")
+            raise EmberTypeError(f"[where] unsupported operand type {type(x).__name__}")
     arrays = [x for x in (a, b) if isinstance(x, (Tensor, np.ndarray, list))]
     if arrays:
         arrays = [tensor(x) if isinstance(x, list) else x for x in arrays]
@@ -72,7 +72,7 @@ def maximum(a, b):
     if isinstance(a, Tensor):
         return a.maximum(b)
     if not isinstance(b, Tensor):
-        raise DTypeError(f"[maximum] expected a tensor operand, got {type(a).__name__} and {type(b).__name__}")
+        raise EmberTypeError(f"[maximum] expected a tensor operand, got {type(a).__name__} and {type(b).__name__}")
     return b.maximum(a)
 
 
@@ -93,13 +93,13 @@ def minimum(a, b):
     if isinstance(a, Tensor):
         return a.minimum(b)
     if not isinstance(b, Tensor):
-        raise DTypeError(f"[minimum] expected a tensor operand, got {type(a).__name__} and {type(b).__name__}")
+        raise EmberTypeError(f"[minimum] expected a tensor operand, got {type(a).__name__} and {type(b).__name__}")
     return b.minimum(a)
 
 
 def _tensor_list(tensors, op):
     if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)) and not hasattr(tensors, "__iter__"):
-        raise DTypeError(f"[{op}] expected a sequence of tensors, got {type(tensors).__name__}")
+        raise EmberTypeError(f"[{op}] expected a sequence of tensors, got {type(tensors).__name__}")
     tensors = list(tensors)
     if not tensors:
         raise EmberValueError(f"[{op}] expected at least one tensor")

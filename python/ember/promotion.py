@@ -8,7 +8,7 @@ import numpy as np
 
 from . import dtypes as _dt
 from .dtypes import DType
-from .errors import DTypeError
+from .errors import EmberTypeError
 
 __all__ = ["promote_types", "result_type"]
 
@@ -78,7 +78,7 @@ def _classify(x):
     if isinstance(x, np.ndarray):
         dt = _dt.from_numpy_dtype(x.dtype)
         return (2 if x.ndim else 1), dt, (_BOOL if x.dtype == np.bool_ else _category(dt))
-    raise DTypeError(f"[result_type] unsupported operand type {type(x).__name__}")
+    raise EmberTypeError(f"[result_type] unsupported operand type {type(x).__name__}")
 
 
 def _scalar_dtype(cat):
@@ -110,7 +110,7 @@ def result_type(*operands) -> DType:
             best[p] = dt if best[p] is None else _TABLE[best[p], dt]
         cats[p] = max(cats[p], cat)
     if best[2] is None and best[1] is None:
-        raise DTypeError("[result_type] expected at least one tensor or array among the operands")
+        raise EmberTypeError("[result_type] expected at least one tensor or array among the operands")
     out, out_cat = None, -1
     for p in (2, 1, 0):
         if cats[p] > out_cat:

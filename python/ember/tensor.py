@@ -17,6 +17,7 @@ from .errors import (
     DeviceError,
     DTypeError,
     EmberError,
+    EmberTypeError,
     EmberValueError,
     IndexOutOfRange,
     OutOfMemory,
@@ -163,7 +164,7 @@ class Tensor(TorchNames, CompositeOps):
 
     def __len__(self):
         if not self.shape:
-            raise DTypeError("[len] len() of a 0-d tensor")
+            raise EmberTypeError("[len] len() of a 0-d tensor")
         return self.shape[0]
 
     def __hash__(self):
@@ -531,7 +532,7 @@ class Tensor(TorchNames, CompositeOps):
     def matmul(self, other):
         if not isinstance(other, Tensor):
             if not isinstance(other, (np.ndarray, list)):  # numpy's matmul would take it and return an array
-                raise DTypeError(f"[matmul] unsupported operand type {type(other).__name__}")
+                raise EmberTypeError(f"[matmul] unsupported operand type {type(other).__name__}")
             other = tensor(other, dtype=self._dtype)
         s, l = _C.matmul(self._storage, self._layout, other._storage, other._layout)
         return record(_wrap(s, l, self._dtype, self._device), "matmul", (self, other))
@@ -540,7 +541,7 @@ class Tensor(TorchNames, CompositeOps):
 
     def __rmatmul__(self, other):
         if not isinstance(other, (np.ndarray, list)):
-            raise DTypeError(f"[matmul] unsupported operand type {type(other).__name__}")
+            raise EmberTypeError(f"[matmul] unsupported operand type {type(other).__name__}")
         return tensor(other, dtype=self._dtype).matmul(self)
 
     def index_select(self, indices, dim):
@@ -668,7 +669,7 @@ def _shape_arg(shape, op):
 
 def _check_tensor_arg(x, op, what):
     if not isinstance(x, Tensor):
-        raise DTypeError(f"[{op}] expected a Tensor {what}, got {type(x).__name__}")
+        raise EmberTypeError(f"[{op}] expected a Tensor {what}, got {type(x).__name__}")
 
 
 def _true_div_operands(a, o):
@@ -726,9 +727,9 @@ def _operands(a, b, op):
         return _operands(a, bt, op)
     mod = type(b).__module__ or ""
     if mod.split(".")[0] == "torch":
-        raise DTypeError(f"[{op}] got a torch tensor; convert it first with em.from_dlpack(t) (zero-copy on "
+        raise EmberTypeError(f"[{op}] got a torch tensor; convert it first with em.from_dlpack(t) (zero-copy on "
                          "CPU) or em.tensor(t.numpy())")
-    raise DTypeError(f"[{op}] unsupported operand type {type(b).__name__}")
+    raise EmberTypeError(f"[{op}] unsupported operand type {type(b).__name__}")
 
 
 def _index_add_zeros(shape, ids, src, dim):

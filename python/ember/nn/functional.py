@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from ..args import bool_arg, float_arg, int_arg
 from ..creation import arange, rand
-from ..errors import DTypeError, EmberValueError, IndexOutOfRange
+from ..errors import DTypeError, EmberTypeError, EmberValueError, IndexOutOfRange
 from ..tensor import Tensor, tensor
 from .losses import cross_entropy, mse_loss
 from .ops import gelu, layer_norm, log_softmax, rms_norm, sigmoid, silu, softmax
@@ -16,14 +16,14 @@ __all__ = ["cross_entropy", "dropout", "gelu", "layer_norm", "log_softmax", "mse
 def relu(x):
     """max(x, 0) elementwise. Args: x: a tensor. Returns: a new tensor. Raises: DTypeError for a non-tensor."""
     if not isinstance(x, Tensor):
-        raise DTypeError(f"[relu] expected a Tensor, got {type(x).__name__}")
+        raise EmberTypeError(f"[relu] expected a Tensor, got {type(x).__name__}")
     return x.relu()
 
 
 def tanh(x):
     """tanh elementwise. Args: x: a float tensor. Returns: a new tensor. Raises: DTypeError for ints."""
     if not isinstance(x, Tensor):
-        raise DTypeError(f"[tanh] expected a Tensor, got {type(x).__name__}")
+        raise EmberTypeError(f"[tanh] expected a Tensor, got {type(x).__name__}")
     return x.tanh()
 
 
@@ -77,7 +77,7 @@ def dropout(x, p=0.5, training=True):
         EmberValueError: for p outside [0, 1].
     """
     if not isinstance(x, Tensor):
-        raise DTypeError(f"[dropout] expected a Tensor, got {type(x).__name__}")
+        raise EmberTypeError(f"[dropout] expected a Tensor, got {type(x).__name__}")
     if not x.dtype.is_float:
         raise DTypeError(f"[dropout] expected a float tensor, got {x.dtype.name}")
     p = float_arg(p, "dropout", "p")

@@ -5,7 +5,7 @@ import math
 
 from ..args import float_arg, int_arg
 from ..dtypes import to_device, to_dtype
-from ..errors import DTypeError, EmberValueError, GradientsInStore, ShapeError
+from ..errors import DTypeError, EmberTypeError, EmberValueError, GradientsInStore, ShapeError
 from ..tensor import Tensor, Var, ones, rand, randn, tensor, zeros
 from . import ops
 
@@ -79,7 +79,7 @@ class Module:
         """Writes values into the existing parameters (in place). Returns (missing, unexpected) keys;
         with ``strict`` either being non-empty raises an EmberError."""
         if not hasattr(state, "keys") or not hasattr(state, "__getitem__"):
-            raise DTypeError(f"[load_state_dict] expected a mapping of names to tensors, got {type(state).__name__}")
+            raise EmberTypeError(f"[load_state_dict] expected a mapping of names to tensors, got {type(state).__name__}")
         params = dict(self.named_parameters())
         missing = [k for k in params if k not in state]
         unexpected = [k for k in state if k not in params]
@@ -128,7 +128,7 @@ class ModuleList(Module):
         try:
             items = list(modules)
         except TypeError:
-            raise DTypeError(f"[{type(self).__name__}] expected an iterable of Modules, got "
+            raise EmberTypeError(f"[{type(self).__name__}] expected an iterable of Modules, got "
                              f"{type(modules).__name__}") from None
         self.items = []
         for m in items:
@@ -149,7 +149,7 @@ class ModuleList(Module):
 
     def append(self, m):
         if not isinstance(m, Module):  # caught here, not at the first forward or parameters() call
-            raise DTypeError(f"[{type(self).__name__}] item {len(self.items)} is a {type(m).__name__}, not a Module")
+            raise EmberTypeError(f"[{type(self).__name__}] item {len(self.items)} is a {type(m).__name__}, not a Module")
         self.items.append(m)
         return self
 
