@@ -331,3 +331,43 @@ def test_dtype_error_only_for_dtype_problems():
                lambda: em.tensor([1]).mean(), lambda: em.zeros(2, dtype="int8x")):
         with pytest.raises(em.DTypeError):
             fn()
+
+
+def test_cross_entropy_names_itself_for_a_bad_target(rng):
+    logits = em.tensor(rng.standard_normal((3, 4)).astype(np.float32))
+    for bad in ([0, 4, 1], [0, -1, 2]):  # -1 would read the last class through gather: a silent wrong loss
+        e = expect_error(lambda b=bad: em.nn.cross_entropy(logits, em.tensor(b)), "cross_entropy", em.IndexOutOfRange)
+        assert "out of range for 4 classes" in str(e)
+        with pytest.raises(IndexError):
+            torch.nn.functional.cross_entropy(torch.tensor(logits.numpy()), torch.tensor(bad))
+    ok = em.nn.cross_entropy(logits, em.tensor([0, -100, 3]))  # ignore_index is not out of range
+    ref = torch.nn.functional.cross_entropy(torch.tensor(logits.numpy()), torch.tensor([0, -100, 3]))
+    np.testing.assert_allclose(ok.item(), ref.item(), rtol=1e-6)
+
+
+def test_from_dlpack_warns_when_it_must_copy():
+    t = torch.arange(6, dtype=torch.int32)
+    with pytest.warns(em.DLPackCopyWarning, match=r"^\[from_dlpack\] ember has no int32.*int64"):
+        out = em.from_dlpack(t)
+    assert out.dtype is em.int64 and out.tolist() == list(range(6))
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert em.tensor(t).dtype is em.int64  # em.tensor always copies: no warning there
+        em.from_dlpack(torch.arange(3, dtype=torch.float32))  # a dtype ember has: shared, no warning
+
+
+def test_bogus_isa_env_warns():
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, EMBER_ISA="bogus", PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", "import ember"], env=env,
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode != 0 and "[EMBER_ISA] unknown value 'bogus'" in r.stderr
+    env["EMBER_ISA"] = "avx2"
+    r = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", "import ember"], env=env,
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0, r.stderr

@@ -1,6 +1,7 @@
 """ember: a tensor library with a C++ core whose centre is custom operators."""
 # ruff: noqa: I001  (the import order is deliberate: BLAS is preloaded, then _C, then the modules that patch Tensor)
 import builtins as _builtins
+import os as _env_os
 import sys as _sys
 
 if _sys.platform != "darwin":
@@ -14,6 +15,13 @@ if _sys.platform != "darwin":
     _ctypes.CDLL(_os.path.join(_openblas.get_lib_dir(), "libscipy_openblas.so"), mode=_ctypes.RTLD_GLOBAL)
 
 from . import _C  # noqa: E402
+
+if _env_os.environ.get("EMBER_ISA", "base") not in ("base", "avx2", "avx512"):
+    # the core ignores a value it does not know; a typo must not pass for a choice
+    import warnings as _warnings
+
+    _warnings.warn(f"[EMBER_ISA] unknown value {_env_os.environ['EMBER_ISA']!r} (expected base, avx2 or "
+                   f"avx512): ignored, running {_C.isa()}", RuntimeWarning, stacklevel=2)
 from .args import int_arg as _int_arg  # noqa: E402
 from .backprop import GradStore, is_grad_enabled, no_grad
 from .dtypes import (
@@ -33,6 +41,7 @@ from .dtypes import (
 from .errors import (
     BackwardNotSupported,
     DeviceError,
+    DLPackCopyWarning,
     DTypeError,
     EmberError,
     EmberTypeError,
@@ -122,7 +131,7 @@ __all__ = [
     "is_grad_enabled", "load_safetensors", "manual_seed", "maximum", "metal_is_available", "minimum", "nn",
     "no_grad", "ones", "ones_like", "optim", "rand", "randn", "save_safetensors", "set_num_threads", "stack",
     "tensor", "testing", "uint8", "uint32", "where", "zeros", "zeros_like",
-    "EmberTypeError", "GradientsInStore", "NoGradientPath", "eye", "linspace", "promote_types", "result_type",
+    "DLPackCopyWarning", "EmberTypeError", "GradientsInStore", "NoGradientPath", "eye", "linspace", "promote_types", "result_type",
     # the functional namespace
     "abs", "acos", "add", "all", "allclose", "any", "argmax", "argmin", "as_tensor", "asin", "atan",
     "broadcast_to", "ceil", "chunk", "clamp", "cos", "cosh", "div", "eq", "erf", "exp", "expm1", "flatten", "flip",

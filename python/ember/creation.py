@@ -3,13 +3,21 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import numpy as np
 
 from . import _C
 from . import dtypes as _dt
 from .args import float_arg, int_arg
-from .errors import DTypeError, EmberTypeError, EmberValueError, GradientsInStore, ShapeError
+from .errors import (
+    DLPackCopyWarning,
+    DTypeError,
+    EmberTypeError,
+    EmberValueError,
+    GradientsInStore,
+    ShapeError,
+)
 from .tensor import Tensor, _check_tensor_arg, _full_storage, _shape_arg, _wrap
 
 
@@ -32,7 +40,9 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
         if hasattr(data, "__dlpack__") and not isinstance(data, (list, tuple)):
             from .interop import from_dlpack  # numpy's DLPack import has no bfloat16
 
-            src = from_dlpack(data)
+            with warnings.catch_warnings():  # em.tensor copies anyway: widening is no surprise here
+                warnings.simplefilter("ignore", DLPackCopyWarning)
+                src = from_dlpack(data)
             out = src.copy().detach() if dtype is None else src.to_dtype(dtype)
             return out if out._storage is not src._storage else out.copy().detach()
         else:

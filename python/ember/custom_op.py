@@ -297,6 +297,11 @@ def apply_op3_no_bwd(self, b, c, op):
 def _inplace(op, target, others):
     """Runs an in-place forward on ``target`` reading ``others``; see InplaceOp1."""
     _check_inputs(op, (target,) + others)
+    if target.is_variable and target._dtype.is_float and backprop.is_grad_enabled():
+        # the rule of v[0] = 5 (and torch's for a leaf that requires grad): the write is not differentiated
+        raise UnsupportedOp(f"[{op.name}] an in-place op on a variable (a leaf that tracks gradients) would not be "
+                            "differentiated; run it under em.no_grad() (as an optimizer update does), or write "
+                            "new values with v.set(t)")
     s, l = target._storage, target._layout
     for d, st in zip(l.shape, l.stride):
         if st == 0 and d > 1:

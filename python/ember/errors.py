@@ -50,6 +50,11 @@ class InplaceModifiedError(EmberError, RuntimeError):
     """A tensor saved for backward was modified in place after it was saved."""
 
 
+class DLPackCopyWarning(UserWarning):
+    """``em.from_dlpack`` of a dtype ember lacks (int8, int16, int32, uint16): the data is copied and
+    widened (to int64), so the result shares no memory with the producer."""
+
+
 class GradientsInStore(EmberError, AttributeError):
     """A torch gradient name (``t.grad``, ``requires_grad=True``, ``opt.zero_grad()``, ``opt.step()``)
     that ember spells differently: gradients come back from ``loss.backward()`` in a GradStore
