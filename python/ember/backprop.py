@@ -157,8 +157,14 @@ _walk_state = _Walk()
 
 def needs_grad(t) -> bool:
     """Whether backward needs a gradient for ``t`` (torch's ``needs_input_grad``): a float variable, or
-    a result that leads to one. Rules ask it so that a constant operand costs nothing; outside a
-    backward it is true for every float tensor."""
+    a result that leads to one. Rules ask it so that a constant operand costs nothing.
+
+    Args:
+        t: a tensor (or None).
+
+    Returns:
+        A bool; outside a backward, True for every float tensor.
+    """
     if t is None or not t._dtype.is_float:
         return False
     if t.is_variable:

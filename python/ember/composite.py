@@ -71,59 +71,39 @@ def isclose(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
     return close
 
 
+def _unary_method(name, what, ints=False):
+    """A Tensor method running the C++ unary functor ``name`` (vectorised; float32 within a few ulp)."""
+
+    def method(self):
+        return self._unary(name)
+
+    method.__name__ = method.__qualname__ = name
+    raises = "    None (integer tensors come back unchanged).\n" if ints else \
+        "    DTypeError: for an integer tensor (a float-only op).\n"
+    method.__doc__ = (f"{what}, elementwise, as ``torch.{name}``.\n\n"
+                      "Returns:\n    A new tensor of the same shape and dtype"
+                      f"{'' if ints else ', differentiable'}.\n\nRaises:\n{raises}")
+    return method
+
+
 class CompositeOps:
     """Composite Tensor methods (mixed into Tensor)."""
 
     __slots__ = ()
 
     # ----------------------------------------------------------------- new unary math (C++ unary family)
-    def log1p(self):
-        """log(1 + x), accurate for small x. Returns: a new tensor. Raises: DTypeError for ints."""
-        return self._unary("log1p")
-
-    def expm1(self):
-        """exp(x) - 1, accurate for small x. Returns: a new tensor. Raises: DTypeError for ints."""
-        return self._unary("expm1")
-
-    def rsqrt(self):
-        """1 / sqrt(x). Returns: a new tensor. Raises: DTypeError for ints."""
-        return self._unary("rsqrt")
-
-    def log2(self):
-        """The base-2 logarithm. Returns: a new tensor. Raises: DTypeError for ints."""
-        return self._unary("log2")
-
-    def log10(self):
-        """The base-10 logarithm. Returns: a new tensor. Raises: DTypeError for ints."""
-        return self._unary("log10")
-
-    def tan(self):
-        """The tangent. Returns: a new tensor. Raises: DTypeError for ints."""
-        return self._unary("tan")
-
-    def sinh(self):
-        """The hyperbolic sine. Returns: a new tensor. Raises: DTypeError for ints."""
-        return self._unary("sinh")
-
-    def cosh(self):
-        """The hyperbolic cosine. Returns: a new tensor. Raises: DTypeError for ints."""
-        return self._unary("cosh")
-
-    def asin(self):
-        """The arcsine (NaN outside [-1, 1]). Returns: a new tensor. Raises: DTypeError for ints."""
-        return self._unary("asin")
-
-    def acos(self):
-        """The arccosine (NaN outside [-1, 1]). Returns: a new tensor. Raises: DTypeError for ints."""
-        return self._unary("acos")
-
-    def atan(self):
-        """The arctangent. Returns: a new tensor. Raises: DTypeError for ints."""
-        return self._unary("atan")
-
-    def trunc(self):
-        """Rounds toward zero (ints unchanged); no gradient. Returns: a new tensor."""
-        return self._unary("trunc")
+    log1p = _unary_method("log1p", "log(1 + x), accurate for small x")
+    expm1 = _unary_method("expm1", "exp(x) - 1, accurate for small x")
+    rsqrt = _unary_method("rsqrt", "1 / sqrt(x)")
+    log2 = _unary_method("log2", "The base-2 logarithm (exact at powers of two)")
+    log10 = _unary_method("log10", "The base-10 logarithm")
+    tan = _unary_method("tan", "The tangent")
+    sinh = _unary_method("sinh", "The hyperbolic sine")
+    cosh = _unary_method("cosh", "The hyperbolic cosine")
+    asin = _unary_method("asin", "The arcsine (NaN outside [-1, 1])")
+    acos = _unary_method("acos", "The arccosine (NaN outside [-1, 1])")
+    atan = _unary_method("atan", "The arctangent")
+    trunc = _unary_method("trunc", "Rounds toward zero (ints unchanged; no gradient)", ints=True)
 
     # ----------------------------------------------------------------- splitting
     def chunk(self, chunks, dim=0):
@@ -343,27 +323,67 @@ class CompositeOps:
         return self.eq(0).sum(dim, keepdim).eq(0)
 
     def isnan(self):
-        """Where the elements are NaN. Returns: a uint8 tensor (all 0 for ints)."""
+        """Where the elements are NaN, as ``torch.isnan``.
+
+        Returns:
+            A uint8 tensor (all 0 for ints).
+        """
         return self.ne(self)
 
     def isinf(self):
-        """Where the elements are +-inf. Returns: a uint8 tensor (all 0 for ints)."""
+        """Where the elements are +-inf, as ``torch.isinf``.
+
+        Returns:
+            A uint8 tensor (all 0 for ints).
+        """
         if not self.dtype.is_float:
             return self.ne(self)
         return self.abs().eq(math.inf)
 
     def isfinite(self):
-        """Where the elements are neither inf nor NaN. Returns: a uint8 tensor (all 1 for ints)."""
+        """Where the elements are neither inf nor NaN, as ``torch.isfinite``.
+
+        Returns:
+            A uint8 tensor (all 1 for ints).
+        """
         if not self.dtype.is_float:
             return self.eq(self)
         return (self - self).eq(0)
 
     def isclose(self, other, rtol=1e-5, atol=1e-8, equal_nan=False):
-        """Elementwise closeness to other (see ``em.isclose``). Returns: a uint8 tensor."""
+        """Elementwise closeness to other, as ``torch.isclose``.
+
+        Args:
+            other: a tensor, array, list or scalar, broadcast against self.
+            rtol: the relative tolerance.
+            atol: the absolute tolerance.
+            equal_nan: whether two NaNs count as close.
+
+        Returns:
+            A uint8 tensor, 1 where |self - other| <= atol + rtol * |other|.
+
+        Raises:
+            EmberValueError: for a negative tolerance.
+            ShapeError: when the shapes do not broadcast.
+        """
         return isclose(self, other, rtol, atol, equal_nan)
 
     def allclose(self, other, rtol=1e-5, atol=1e-8, equal_nan=False) -> bool:
-        """Whether every element is close to other (see ``em.allclose``). Returns: a bool."""
+        """Whether every element is close to other (``isclose``), as ``torch.allclose``.
+
+        Args:
+            other: a tensor, array, list or scalar, broadcast against self.
+            rtol: the relative tolerance.
+            atol: the absolute tolerance.
+            equal_nan: whether two NaNs count as close.
+
+        Returns:
+            A bool.
+
+        Raises:
+            EmberValueError: for a negative tolerance.
+            ShapeError: when the shapes do not broadcast.
+        """
         return bool(isclose(self, other, rtol, atol, equal_nan).all().item())
 
     # ----------------------------------------------------------------- repeating and flipping

@@ -76,7 +76,14 @@ class Optimizer:
             raise EmberValueError(f"[{self.name}] invalid learning rate {group['lr']}")
 
     def zero_grad(self, set_to_none=True):
-        """Not in ember: raises GradientsInStore (nothing accumulates between backward calls)."""
+        """torch's gradient reset; nothing accumulates between backward calls in ember.
+
+        Args:
+            set_to_none: ignored.
+
+        Raises:
+            GradientsInStore: always, saying to pass ``loss.backward()``'s store to ``step``.
+        """
         raise GradientsInStore(f"[{self.name}.zero_grad] ember accumulates no gradients, so there is nothing to "
                                "zero: each g = loss.backward() is a new GradStore; then opt.step(g), or "
                                "opt.backward_step(loss) for both")

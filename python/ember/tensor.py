@@ -320,8 +320,18 @@ class Tensor(TorchNames, CompositeOps):
         return record(out, "reshape", (self,), self.shape)
 
     def view(self, *shape):
-        """Always a view of the same storage (torch's rule); raises when the layout cannot be seen in
-        ``shape`` without a copy (reshape copies there)."""
+        """This tensor in a new shape, always as a view of the same storage (torch's rule).
+
+        Args:
+            *shape: the new shape (ints or one tuple); one dim may be -1.
+
+        Returns:
+            A view sharing this tensor's storage, differentiable.
+
+        Raises:
+            ShapeError: when the element counts differ, or the layout cannot be seen in that shape
+                without a copy (``reshape`` copies there).
+        """
         shape = _C.resolve_reshape(list(_shape_arg(shape, "view")), self.numel())
         layout = self._layout.reshape(shape)
         if layout is None:

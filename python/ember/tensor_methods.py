@@ -38,6 +38,16 @@ def _reduce_layout(l):
 copyreg.pickle(_C.Layout, _reduce_layout)  # a Layout is plain data: shape, strides, offset
 
 
+def _cast_method(name, dtype, extra):
+    def method(self):
+        return self.to_dtype(dtype)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = (f"This tensor as {dtype.name}{extra}, as ``torch.Tensor.{name}``.\n\n"
+                      "Returns:\n    self when it already is, else a new tensor (differentiable from a float).\n")
+    return method
+
+
 class TorchNames:
     """torch's names for conversions, strides and gradients (mixed into Tensor)."""
 
@@ -86,33 +96,25 @@ class TorchNames:
             out = out.to_dtype(dtype)
         return out.copy() if copy and out is self else out
 
-    def float(self):
-        """This tensor as float32 (self when it already is). Returns: a Tensor."""
-        return self.to_dtype(_dt.float32)
+    float = _cast_method("float", _dt.float32, "")
 
-    def half(self):
-        """This tensor as float16 (self when it already is). Returns: a Tensor."""
-        return self.to_dtype(_dt.float16)
+    half = _cast_method("half", _dt.float16, "")
 
-    def bfloat16(self):
-        """This tensor as bfloat16 (self when it already is). Returns: a Tensor."""
-        return self.to_dtype(_dt.bfloat16)
+    bfloat16 = _cast_method("bfloat16", _dt.bfloat16, "")
 
-    def double(self):
-        """This tensor as float64 (self when it already is). Returns: a Tensor."""
-        return self.to_dtype(_dt.float64)
+    double = _cast_method("double", _dt.float64, "")
 
-    def long(self):
-        """This tensor as int64 (floats truncate toward zero, as in torch). Returns: a Tensor."""
-        return self.to_dtype(_dt.int64)
+    long = _cast_method("long", _dt.int64, " (floats truncate toward zero, as in torch)")
 
-    def byte(self):
-        """This tensor as uint8. Returns: a Tensor."""
-        return self.to_dtype(_dt.uint8)
+    byte = _cast_method("byte", _dt.uint8, "")
 
     # ----------------------------------------------------------------- layout
     def is_contiguous(self) -> bool:
-        """Whether the elements lie in row-major order with no gaps. Returns: a bool."""
+        """Whether the elements lie in row-major order with no gaps, as ``torch.Tensor.is_contiguous``.
+
+        Returns:
+            A bool.
+        """
         return self._layout.is_contiguous()
 
     def stride(self, dim=None):
@@ -136,16 +138,28 @@ class TorchNames:
         return st[d]
 
     def dim(self) -> int:
-        """The number of dims (``ndim``). Returns: an int."""
+        """The number of dims (``ndim``), as ``torch.Tensor.dim``.
+
+        Returns:
+            An int.
+        """
         return len(self.shape)
 
     def element_size(self) -> int:
-        """Bytes per element. Returns: an int."""
+        """Bytes per element, as ``torch.Tensor.element_size``.
+
+        Returns:
+            An int.
+        """
         return self._dtype.itemsize
 
     @property
     def mT(self):  # noqa: N802  (torch's name)
-        """The last two dims swapped (a view), as ``torch.Tensor.mT``; raises ShapeError below 2 dims."""
+        """The last two dims swapped (a view sharing storage), as ``torch.Tensor.mT``.
+
+        Raises:
+            ShapeError: below 2 dims.
+        """
         if len(self.shape) < 2:
             raise ShapeError(f"[mT] expected at least 2 dims, got shape {self.shape}")
         return self.transpose(-2, -1)
@@ -190,13 +204,23 @@ class TorchNames:
     # ----------------------------------------------------------------- torch's gradient names
     @property
     def grad(self):
-        """Not in ember: raises GradientsInStore saying where the gradients are."""
+        """torch's gradient attribute; ember returns gradients from ``backward()`` instead.
+
+        Raises:
+            GradientsInStore: always, saying where the gradients are (``g = loss.backward(); g[v]``).
+        """
         raise GradientsInStore(f"[grad] {_WHERE}")
 
     @property
     def requires_grad(self):
-        """Whether gradients flow into this tensor (a float Var, or a recorded op's result); setting it
-        raises GradientsInStore: wrap the tensor in ``em.Var`` instead."""
+        """Whether gradients flow into this tensor (a float Var, or a recorded op's result).
+
+        Returns:
+            A bool.
+
+        Raises:
+            GradientsInStore: on assignment; wrap the tensor in ``em.Var`` instead.
+        """
         return tracks(self)
 
     @requires_grad.setter
@@ -205,10 +229,21 @@ class TorchNames:
                                f"that tracks gradients; em.Var(data) for new data); {_WHERE}")
 
     def requires_grad_(self, requires_grad=True):
-        """Not in ember: raises GradientsInStore (use ``em.Var(t)``)."""
+        """torch's in-place flag; ember marks what to differentiate by type.
+
+        Args:
+            requires_grad: ignored.
+
+        Raises:
+            GradientsInStore: always; use ``em.Var(t)``.
+        """
         raise GradientsInStore("[requires_grad_] ember marks what to differentiate by type: v = em.Var(t); "
                                f"{_WHERE}")
 
     def retain_grad(self):
-        """Not in ember: raises GradientsInStore (every backward returns a new GradStore)."""
+        """torch's flag to keep an intermediate's gradient; ember's backward returns a new GradStore.
+
+        Raises:
+            GradientsInStore: always.
+        """
         raise GradientsInStore(f"[retain_grad] {_WHERE}")

@@ -13,7 +13,17 @@ class ReLU(Module):
     """max(x, 0) elementwise, as ``torch.nn.ReLU``. Calling it takes a tensor and returns a new one."""
 
     def forward(self, x):
-        """Args: x: a tensor. Returns: relu(x). Raises: DTypeError for an unsupported input."""
+        """Applies the activation.
+
+        Args:
+            x: a tensor.
+
+        Returns:
+            A new tensor of x's shape and dtype, differentiable.
+
+        Raises:
+            EmberTypeError: for a non-tensor input.
+        """
         ops._check_tensor(x, "ReLU")
         return x.relu()
 
@@ -22,7 +32,17 @@ class GELU(Module):
     """The exact (erf) GELU, x * Phi(x), as ``torch.nn.GELU()``; one fused kernel."""
 
     def forward(self, x):
-        """Args: x: a float tensor. Returns: gelu(x). Raises: DTypeError for a non-float input."""
+        """Applies the activation.
+
+        Args:
+            x: a float tensor.
+
+        Returns:
+            A new tensor of x's shape and dtype, differentiable.
+
+        Raises:
+            DTypeError: for a non-float tensor.
+        """
         return ops.gelu(x)
 
 
@@ -30,7 +50,17 @@ class SiLU(Module):
     """x * sigmoid(x), as ``torch.nn.SiLU``; one fused kernel."""
 
     def forward(self, x):
-        """Args: x: a float tensor. Returns: silu(x). Raises: DTypeError for a non-float input."""
+        """Applies the activation.
+
+        Args:
+            x: a float tensor.
+
+        Returns:
+            A new tensor of x's shape and dtype, differentiable.
+
+        Raises:
+            DTypeError: for a non-float tensor.
+        """
         return ops.silu(x)
 
 
@@ -38,7 +68,17 @@ class Tanh(Module):
     """tanh elementwise, as ``torch.nn.Tanh``."""
 
     def forward(self, x):
-        """Args: x: a float tensor. Returns: tanh(x). Raises: DTypeError for a non-float input."""
+        """Applies the activation.
+
+        Args:
+            x: a float tensor.
+
+        Returns:
+            A new tensor of x's shape and dtype, differentiable.
+
+        Raises:
+            DTypeError: for a non-float tensor.
+        """
         ops._check_tensor(x, "Tanh")
         return x.tanh()
 
@@ -47,7 +87,17 @@ class Sigmoid(Module):
     """1 / (1 + exp(-x)) elementwise, as ``torch.nn.Sigmoid``; one fused kernel."""
 
     def forward(self, x):
-        """Args: x: a float tensor. Returns: sigmoid(x). Raises: DTypeError for a non-float input."""
+        """Applies the activation.
+
+        Args:
+            x: a float tensor.
+
+        Returns:
+            A new tensor of x's shape and dtype, differentiable.
+
+        Raises:
+            DTypeError: for a non-float tensor.
+        """
         return ops.sigmoid(x)
 
 
@@ -58,7 +108,14 @@ class Identity(Module):
         super().__init__()
 
     def forward(self, x):
-        """Args: x: anything. Returns: x itself."""
+        """Returns its input.
+
+        Args:
+            x: anything.
+
+        Returns:
+            x itself.
+        """
         return x
 
 
@@ -81,8 +138,17 @@ class Dropout(Module):
             raise EmberValueError(f"[Dropout] p must be in [0, 1], got {self.p}")
 
     def forward(self, x):
-        """Args: x: a float tensor. Returns: x with dropout applied when training, else x.
-        Raises: DTypeError for a non-float input."""
+        """Applies dropout when training.
+
+        Args:
+            x: a float tensor.
+
+        Returns:
+            A new tensor with dropped elements zeroed and the rest scaled, or x itself in eval mode.
+
+        Raises:
+            DTypeError: for a non-float tensor.
+        """
         return F.dropout(x, self.p, self.training)
 
     def extra_repr(self):

@@ -14,14 +14,35 @@ __all__ = ["cross_entropy", "dropout", "gelu", "layer_norm", "log_softmax", "mse
 
 
 def relu(x):
-    """max(x, 0) elementwise. Args: x: a tensor. Returns: a new tensor. Raises: DTypeError for a non-tensor."""
+    """max(x, 0) elementwise, as ``torch.nn.functional.relu``.
+
+    Args:
+        x: a tensor.
+
+    Returns:
+        A new tensor, differentiable.
+
+    Raises:
+        EmberTypeError: for a non-tensor.
+    """
     if not isinstance(x, Tensor):
         raise EmberTypeError(f"[relu] expected a Tensor, got {type(x).__name__}")
     return x.relu()
 
 
 def tanh(x):
-    """tanh elementwise. Args: x: a float tensor. Returns: a new tensor. Raises: DTypeError for ints."""
+    """tanh elementwise, as ``torch.nn.functional.tanh``.
+
+    Args:
+        x: a float tensor.
+
+    Returns:
+        A new tensor, differentiable.
+
+    Raises:
+        EmberTypeError: for a non-tensor.
+        DTypeError: for an integer tensor.
+    """
     if not isinstance(x, Tensor):
         raise EmberTypeError(f"[tanh] expected a Tensor, got {type(x).__name__}")
     return x.tanh()

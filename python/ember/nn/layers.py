@@ -97,7 +97,14 @@ class Module:
         return missing, unexpected
 
     def zero_grad(self, set_to_none=True):
-        """Not in ember: raises GradientsInStore (each backward returns a new GradStore; nothing accumulates)."""
+        """torch's gradient reset; ember accumulates no gradients on parameters.
+
+        Args:
+            set_to_none: ignored.
+
+        Raises:
+            GradientsInStore: always, saying where gradients are (``g = loss.backward()``).
+        """
         raise GradientsInStore(f"[{type(self).__name__}.zero_grad] ember accumulates no gradients on parameters, "
                                "so there is nothing to zero: g = loss.backward() returns them (g[p]), then "
                                "opt.step(g), or opt.backward_step(loss) for both")
