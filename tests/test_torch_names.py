@@ -226,6 +226,9 @@ def test_torch_gradient_names_say_where_gradients_are():
         assert msg.startswith("[") and "backward()" in msg and ("g[" in msg or "opt.step(g)" in msg), msg
         assert isinstance(ei.value, AttributeError) and isinstance(ei.value, em.EmberError)
     assert v.requires_grad and not em.tensor([1.0]).requires_grad and (v * 2).requires_grad
+    assert em.Var([1.0], requires_grad=True).is_variable  # torch's spelling is accepted where it holds
+    with pytest.raises(em.GradientsInStore, match=r"^\[Var\] .*em\.tensor"):
+        em.Var([1.0], requires_grad=False)
     assert not hasattr(v, "grad")  # hasattr-based duck typing sees no .grad
 
 
@@ -371,3 +374,14 @@ def test_bogus_isa_env_warns():
     r = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", "import ember"], env=env,
                        capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode == 0, r.stderr
+
+
+def test_torch_spellings_of_ember_ops(rng):
+    a = rng.uniform(0.5, 2.0, (3, 4))
+    t, r = em.tensor(a), torch.tensor(a)
+    for name in ("square", "reciprocal"):
+        np.testing.assert_allclose(getattr(t, name)().numpy(), getattr(r, name)().numpy(), rtol=1e-15)
+        np.testing.assert_allclose(getattr(em, name)(t).numpy(), getattr(torch, name)(r).numpy(), rtol=1e-15)
+    np.testing.assert_allclose(t.softmax(0).numpy(), r.softmax(0).numpy(), rtol=1e-12)
+    np.testing.assert_allclose(t.log_softmax(-1).numpy(), r.log_softmax(-1).numpy(), rtol=1e-12)
+    em.testing.gradcheck(lambda x: x.square() + x.reciprocal() + x.softmax(1), [t])

@@ -116,7 +116,7 @@ from .functional import (  # noqa: E402
     isclose, isfinite, isinf, isnan, le, log, log1p, log2, log10, log_softmax, logsumexp, lt, masked_fill,
     matmul, max, mean, min, mul, narrow, ne, neg, numel, permute, pow, recip, relu, remainder, reshape, round,
     rsqrt, sigmoid, sign, silu, sin, sinh, softmax, split, sqr, sqrt, squeeze, std, sub, sum, tan, tanh, tile,
-    transpose, tril, triu, trunc, unbind, unsqueeze, var,
+    transpose, tril, triu, trunc, unbind, unsqueeze, var, square, reciprocal,
 )
 
 
@@ -140,5 +140,5 @@ __all__ = [
     "mean", "min", "mul", "narrow", "ne", "neg", "numel", "permute", "pow", "recip", "relu", "remainder",
     "reshape", "round", "rsqrt", "sigmoid", "sign", "silu", "sin", "sinh", "softmax", "split", "sqr", "sqrt",
     "squeeze", "std", "sub", "sum", "tan", "tanh", "tile", "transpose", "tril", "triu", "trunc", "unbind",
-    "unsqueeze", "var",
+    "unsqueeze", "var", "square", "reciprocal",
 ]

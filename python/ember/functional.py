@@ -10,7 +10,7 @@ from .tensor import Tensor, tensor
 UNARY_NAMES = (
     "exp", "log", "sin", "cos", "tanh", "sqrt", "sqr", "abs", "neg", "recip", "relu", "gelu", "silu", "erf",
     "ceil", "floor", "round", "sign", "sigmoid", "log1p", "expm1", "rsqrt", "log2", "log10", "tan", "sinh",
-    "cosh", "asin", "acos", "atan", "trunc", "isnan", "isinf", "isfinite",
+    "cosh", "asin", "acos", "atan", "trunc", "isnan", "isinf", "isfinite", "square", "reciprocal",
 )
 BINARY_NAMES = ("add", "sub", "mul", "div", "pow", "floor_divide", "remainder", "eq", "ne", "lt", "le", "gt", "ge")
 REDUCE_NAMES = ("sum", "mean", "max", "min", "argmax", "argmin", "logsumexp", "any", "all")

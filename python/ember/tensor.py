@@ -19,6 +19,7 @@ from .errors import (
     EmberError,
     EmberTypeError,
     EmberValueError,
+    GradientsInStore,
     IndexOutOfRange,
     OutOfMemory,
     ShapeError,
@@ -629,7 +630,10 @@ class Var(Tensor):
     __slots__ = ()
     is_variable = True
 
-    def __new__(cls, data, dtype=None, device=None):
+    def __new__(cls, data, dtype=None, device=None, requires_grad=True):
+        if not requires_grad:  # torch's flag, spelled out: a Var always tracks gradients
+            raise GradientsInStore("[Var] a Var always tracks gradients; for a constant use em.tensor(data) (or "
+                                   "t.detach())")
         src = data if isinstance(data, Tensor) else tensor(data, dtype=dtype, device=device)
         if isinstance(data, Tensor):
             if dtype is not None:

@@ -189,6 +189,60 @@ class TorchNames:
             out.append(n)
         return self.broadcast_as(tuple(out))
 
+    # ----------------------------------------------------------------- torch's spellings of ember ops
+    def square(self):
+        """x * x elementwise, as ``torch.Tensor.square`` (ember's ``sqr``).
+
+        Returns:
+            A new tensor, differentiable.
+        """
+        return self.sqr()
+
+    def reciprocal(self):
+        """1 / x elementwise, as ``torch.Tensor.reciprocal`` (ember's ``recip``).
+
+        Returns:
+            A new tensor, differentiable.
+
+        Raises:
+            DTypeError: for an integer tensor.
+        """
+        return self.recip()
+
+    def softmax(self, dim=-1):
+        """Softmax over one dim (one fused kernel), as ``torch.Tensor.softmax``.
+
+        Args:
+            dim: the dim to normalise over.
+
+        Returns:
+            A new tensor, differentiable.
+
+        Raises:
+            DTypeError: for a non-float tensor.
+            IndexOutOfRange: for a dim out of range.
+        """
+        from .nn import ops
+
+        return ops.softmax(self, dim)
+
+    def log_softmax(self, dim=-1):
+        """log(softmax) over one dim, computed stably, as ``torch.Tensor.log_softmax``.
+
+        Args:
+            dim: the dim to normalise over.
+
+        Returns:
+            A new tensor, differentiable.
+
+        Raises:
+            DTypeError: for a non-float tensor.
+            IndexOutOfRange: for a dim out of range.
+        """
+        from .nn import ops
+
+        return ops.log_softmax(self, dim)
+
     # ----------------------------------------------------------------- pickling and copies
     def __reduce__(self):
         # values, dtype, device and variable-ness travel; the graph (op) does not, as a detached copy
