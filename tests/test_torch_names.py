@@ -385,3 +385,19 @@ def test_torch_spellings_of_ember_ops(rng):
     np.testing.assert_allclose(t.softmax(0).numpy(), r.softmax(0).numpy(), rtol=1e-12)
     np.testing.assert_allclose(t.log_softmax(-1).numpy(), r.log_softmax(-1).numpy(), rtol=1e-12)
     em.testing.gradcheck(lambda x: x.square() + x.reciprocal() + x.softmax(1), [t])
+
+
+def test_functional_affine_powf_and_every_method_name_exported(rng):
+    a = rng.uniform(0.5, 2.0, (2, 3))
+    np.testing.assert_allclose(em.affine(a, 2.0, 1.0).numpy(), a * 2 + 1, rtol=1e-15)
+    np.testing.assert_allclose(em.powf(em.tensor(a), 1.5).numpy(), a ** 1.5, rtol=1e-15)
+    from ember import functional
+
+    builtins_names = {"abs", "all", "any", "max", "min", "pow", "round", "sum"}
+    for name in functional.UNARY_NAMES + functional.BINARY_NAMES + functional.REDUCE_NAMES:
+        assert (name in em.__all__) != (name in builtins_names), name
+        assert callable(getattr(em, name)) and hasattr(em.Tensor, name), name
+        assert "Returns:" in getattr(em, name).__doc__ and "Raises:" in getattr(em, name).__doc__
+    ns = {}
+    exec("from ember import *", ns)  # the star import keeps Python's sum, max, ... intact
+    assert "exp" in ns and "softmax" in ns and not builtins_names & set(ns)

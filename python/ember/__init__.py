@@ -111,13 +111,16 @@ def get_num_threads() -> int:
 # the functional namespace (em.exp(x), em.sum(x, dim), ...); last, since em.sum / em.max / em.min /
 # em.abs / em.round / em.pow / em.any / em.all shadow the builtins in this module from here on
 from .functional import (  # noqa: E402
-    abs, acos, all, allclose, any, argmax, argmin, as_tensor, asin, atan, add, broadcast_to, ceil, chunk, clamp,
-    cos, cosh, div, eq, erf, exp, expm1, flatten, flip, floor, floor_divide, gather, ge, gelu, gt, index_select,
-    isclose, isfinite, isinf, isnan, le, log, log1p, log2, log10, log_softmax, logsumexp, lt, masked_fill,
-    matmul, max, mean, min, mul, narrow, ne, neg, numel, permute, pow, recip, relu, remainder, reshape, round,
-    rsqrt, sigmoid, sign, silu, sin, sinh, softmax, split, sqr, sqrt, squeeze, std, sub, sum, tan, tanh, tile,
-    transpose, tril, triu, trunc, unbind, unsqueeze, var, square, reciprocal,
+    acos, allclose, argmax, argmin, as_tensor, asin, atan, add, broadcast_to, ceil, chunk, clamp, cos, cosh,
+    div, eq, erf, exp, expm1, flatten, flip, floor, floor_divide, gather, ge, gelu, gt, index_select, isclose,
+    isfinite, isinf, isnan, le, log, log1p, log2, log10, log_softmax, logsumexp, lt, masked_fill, matmul, mean,
+    mul, narrow, ne, neg, numel, permute, recip, relu, remainder, reshape, rsqrt, sigmoid, sign, silu, sin,
+    sinh, softmax, split, sqr, sqrt, squeeze, std, sub, tan, tanh, tile, transpose, tril, triu, trunc, unbind,
+    unsqueeze, var, square, reciprocal, affine, powf,
 )
+# em.sum / em.max / ... exist, but stay out of __all__: `from ember import *` keeps Python's builtins
+from .functional import abs as abs, all as all, any as any, max as max, min as min  # noqa: E402
+from .functional import pow as pow, round as round, sum as sum  # noqa: E402
 
 
 __version__ = "0.1.0"
@@ -132,13 +135,13 @@ __all__ = [
     "no_grad", "ones", "ones_like", "optim", "rand", "randn", "save_safetensors", "set_num_threads", "stack",
     "tensor", "testing", "uint8", "uint32", "where", "zeros", "zeros_like",
     "DLPackCopyWarning", "EmberTypeError", "GradientsInStore", "NoGradientPath", "eye", "linspace", "promote_types", "result_type",
-    # the functional namespace
-    "abs", "acos", "add", "all", "allclose", "any", "argmax", "argmin", "as_tensor", "asin", "atan",
-    "broadcast_to", "ceil", "chunk", "clamp", "cos", "cosh", "div", "eq", "erf", "exp", "expm1", "flatten", "flip",
-    "floor", "floor_divide", "gather", "ge", "gelu", "gt", "index_select", "isclose", "isfinite", "isinf", "isnan",
-    "le", "log", "log1p", "log2", "log10", "log_softmax", "logsumexp", "lt", "masked_fill", "matmul", "max",
-    "mean", "min", "mul", "narrow", "ne", "neg", "numel", "permute", "pow", "recip", "relu", "remainder",
-    "reshape", "round", "rsqrt", "sigmoid", "sign", "silu", "sin", "sinh", "softmax", "split", "sqr", "sqrt",
-    "squeeze", "std", "sub", "sum", "tan", "tanh", "tile", "transpose", "tril", "triu", "trunc", "unbind",
-    "unsqueeze", "var", "square", "reciprocal",
+    # the functional namespace (sum, max, min, abs, round, pow, any, all are left out on purpose)
+    "acos", "add", "allclose", "argmax", "argmin", "as_tensor", "asin", "atan", "broadcast_to", "ceil", "chunk",
+    "clamp", "cos", "cosh", "div", "eq", "erf", "exp", "expm1", "flatten", "flip", "floor", "floor_divide",
+    "gather", "ge", "gelu", "gt", "index_select", "isclose", "isfinite", "isinf", "isnan", "le", "log", "log1p",
+    "log2", "log10", "log_softmax", "logsumexp", "lt", "masked_fill", "matmul", "mean", "mul", "narrow", "ne",
+    "neg", "numel", "permute", "recip", "relu", "remainder", "reshape", "rsqrt", "sigmoid", "sign", "silu",
+    "sin", "sinh", "softmax", "split", "sqr", "sqrt", "squeeze", "std", "sub", "tan", "tanh", "tile",
+    "transpose", "tril", "triu", "trunc", "unbind", "unsqueeze", "var", "square", "reciprocal", "affine",
+    "powf",
 ]

@@ -310,6 +310,8 @@ masked_fill = _method("masked_fill", "x with value where a mask is set")
 var = _method("var", "The variance over dims, with Bessel's correction by default")
 std = _method("std", "The standard deviation over dims, with Bessel's correction by default")
 tile = _method("tile", "x repeated along each dim")
+affine = _method("affine", "x * mul + add elementwise (one pass)")
+powf = _method("powf", "x ** e elementwise for a Python float e")
 
 
 def isclose(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
