@@ -7,7 +7,8 @@
 
 namespace ember {
 
-enum class ErrorKind { Value, Shape, DType, Device, Index, Unsupported, Memory };
+// Type: a value of the wrong Python type (EmberTypeError); DType is for dtype problems only.
+enum class ErrorKind { Value, Shape, DType, Device, Index, Unsupported, Memory, Type };
 
 struct Error : std::runtime_error {
   ErrorKind kind;

@@ -75,11 +75,11 @@ CASES = [
      TypeError),
     (lambda: em.nn.Linear(3, 2).load_state_dict({}), "load_state_dict", em.EmberValueError, ValueError),
     # the binding's own argument conversion fails: still the op's name, not pybind's bare TypeError
-    (lambda: em.Layout(None, None), "Layout", em.DTypeError, TypeError),
-    (lambda: em.Layout([2, 3], [1, 2**64]), "Layout", em.DTypeError, TypeError),
-    (lambda: em.Layout.contiguous("x"), "Layout", em.DTypeError, TypeError),
-    (lambda: A._storage.as_numpy(None), "as_numpy", em.DTypeError, TypeError),
-    (lambda: A._storage.as_numpy(A.layout, writable="no"), "as_numpy", em.DTypeError, TypeError),
+    (lambda: em.Layout(None, None), "Layout", em.EmberTypeError, TypeError),
+    (lambda: em.Layout([2, 3], [1, 2**64]), "Layout", em.EmberTypeError, TypeError),
+    (lambda: em.Layout.contiguous("x"), "Layout", em.EmberTypeError, TypeError),
+    (lambda: A._storage.as_numpy(None), "as_numpy", em.EmberTypeError, TypeError),
+    (lambda: A._storage.as_numpy(A.layout, writable="no"), "as_numpy", em.EmberTypeError, TypeError),
 ]
 
 

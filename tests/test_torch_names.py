@@ -401,3 +401,10 @@ def test_functional_affine_powf_and_every_method_name_exported(rng):
     ns = {}
     exec("from ember import *", ns)  # the star import keeps Python's sum, max, ... intact
     assert "exp" in ns and "softmax" in ns and not builtins_names & set(ns)
+
+
+def test_gradcheck_of_a_function_that_ignores_its_input():
+    # backward raises NoGradientPath there; gradcheck compares zero against the finite differences
+    assert em.testing.gradcheck(lambda x: em.tensor([1.0, 2.0], dtype=em.float64), [em.tensor([3.0])])
+    with pytest.raises(em.testing.GradcheckError):
+        em.testing.gradcheck(lambda x: em.tensor(x.numpy() * 2.0), [em.tensor([3.0])])  # a hidden dependence

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backprop import no_grad
-from .errors import DTypeError, EmberError, EmberTypeError
+from .backprop import GradStore, no_grad
+from .errors import DTypeError, EmberError, EmberTypeError, NoGradientPath
 from .tensor import Tensor, Var, tensor
 
 
@@ -54,7 +54,10 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
     outs = _outputs(fn(*args))
     rng = np.random.default_rng(0)
     weights = [tensor(rng.uniform(0.5, 1.5, o.shape).astype(np.float64)) for o in outs]
-    grads = _loss(outs, weights).backward()
+    try:
+        grads = _loss(outs, weights).backward()
+    except NoGradientPath:  # fn ignores its inputs: every analytic gradient is zero, checked below
+        grads = GradStore()
 
     worst = None  # (excess over tolerance, message)
     for i in diff:

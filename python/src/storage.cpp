@@ -123,7 +123,7 @@ void bind_storage(py::module_& m) {
           "Zero-copy strided view through a layout; read-only unless writable=True or this storage is "
           "the operand of the in-place op running on this thread.")
       .def("as_numpy", [](const py::object&, const py::args&, const py::kwargs&) -> py::object {
-        EMBER_CHECK(false, DType, "[as_numpy] expected as_numpy(layout: Layout, writable: bool | None = None)");
+        EMBER_CHECK(false, Type, "[as_numpy] expected as_numpy(layout: Layout, writable: bool | None = None)");
       })
       .def_property_readonly("data_ptr", [](const CpuStorage& s) { return (uintptr_t)s.raw(); })
       .def_property_readonly("nbytes", &CpuStorage::nbytes)
