@@ -23,7 +23,8 @@ struct Device {
 // Elementwise ops with up to two scalar parameters (affine: mul, add; powf: e; clamp: lo, hi).
 enum class UnaryOp : uint8_t {
   Exp, Log, Sin, Cos, Tanh, Sqrt, Sqr, Abs, Neg, Recip, Relu, Gelu, Silu, Erf, Ceil, Floor, Round,
-  Sign, Sigmoid, Affine, Powf, Clamp, Count
+  Sign, Sigmoid, Affine, Powf, Clamp, Log1p, Expm1, Rsqrt, Log2, Log10, Tan, Sinh, Cosh, Asin, Acos, Atan,
+  Trunc, Count
 };
 // FloorDiv and Rem follow Python/numpy: the quotient rounds toward -inf and the remainder takes the
 // divisor's sign; integer x // 0 and x % 0 give 0 (numpy's result, without its warning).

@@ -8,7 +8,8 @@
 namespace ember {
 
 // Interrupted: the op stopped at a Ctrl-C (see cpu/parallel.h); the binding raises KeyboardInterrupt.
-enum class ErrorKind { Value, Shape, DType, Device, Index, Unsupported, Memory, Interrupted };
+// Type: a value of the wrong Python type (EmberTypeError); DType is for dtype problems only.
+enum class ErrorKind { Value, Shape, DType, Device, Index, Unsupported, Memory, Interrupted, Type };
 
 struct Error : std::runtime_error {
   ErrorKind kind;

@@ -22,7 +22,8 @@ std::string Device::str() const {
 const char* op_name(UnaryOp op) {
   static const char* n[] = {"exp",  "log",   "sin",  "cos",   "tanh", "sqrt",  "sqr",     "abs",
                             "neg",  "recip", "relu", "gelu",  "silu", "erf",   "ceil",    "floor",
-                            "round", "sign", "sigmoid", "affine", "powf", "clamp"};
+                            "round", "sign", "sigmoid", "affine", "powf", "clamp", "log1p", "expm1",
+                            "rsqrt", "log2", "log10", "tan", "sinh", "cosh", "asin", "acos", "atan", "trunc"};
   return n[(int)op];
 }
 const char* op_name(BinaryOp op) {

@@ -483,8 +483,13 @@ def test_inplace_on_a_saved_tensor_makes_backward_raise():
     z.inplace_op1(Scale(2))  # z itself was overwritten: its own gradient would be wrong
     e = expect_error(lambda: z.sum().backward(), "scale_", em.InplaceModifiedError)
     assert "clone" in str(e)
-    w = em.Var([1.0, 2.0])  # a variable mutated before use is fine
-    w.inplace_op1(Scale(2))
+    w = em.Var([1.0, 2.0])  # a variable mutated before use, under no_grad, is fine
+    expect_error(lambda: w.inplace_op1(Scale(2)), "scale_", em.UnsupportedOp)  # the rule of w[0] = 5
+    with pytest.raises(em.UnsupportedOp, match=r"^\[setitem\]"):
+        w[0] = 5.0
+    np.testing.assert_array_equal(w.numpy(), [1.0, 2.0])  # neither wrote anything
+    with em.no_grad():
+        w.inplace_op1(Scale(2))
     np.testing.assert_allclose((w * w).sum().backward()[w].numpy(), [4.0, 8.0])
 
 

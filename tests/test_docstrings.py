@@ -92,3 +92,10 @@ def test_custom_op_help_explains_the_contract():
     for needle in ("name", "cpu_fwd", "metal_fwd", "bwd", "out_dtype", "layout", "apply_op1", "EmberError",
                    "BackwardNotSupported", "check_op"):
         assert needle in doc, f"help(em.CustomOp1) does not explain {needle!r}"
+
+
+def test_tensor_docs_table_has_no_dead_entries():
+    # An entry for a method that was renamed, removed or documented in place would be dead text.
+    from ember import tensor_docs
+
+    assert tensor_docs.unused_entries(em.Tensor, em.Var) == []

@@ -160,8 +160,9 @@ def test_dlpack_numpy_both_ways_and_copies():
     a = np.arange(10, dtype=np.float64)[::-1]  # negative stride: imported as a copy
     e = em.from_dlpack(a)
     assert e.tolist() == a.tolist()
-    b = np.arange(8, dtype=np.int32)  # int32 is widened (copy), like em.tensor
-    assert em.from_dlpack(b).dtype is em.int64
+    b = np.arange(8, dtype=np.int32)  # int32 is widened (copy), like em.tensor, and says so
+    with pytest.warns(em.DLPackCopyWarning, match="int32"):
+        assert em.from_dlpack(b).dtype is em.int64
     t = em.arange(6.0).reshape(2, 3)
     arr = np.from_dlpack(t)
     assert arr.shape == (2, 3)

@@ -36,6 +36,18 @@ EMBER_UNARY(UAffine, false, x * p0 + p1)
 EMBER_UNARY(UPowf, true, std::pow(x, p0))
 // min(max(x, lo), hi): hi wins when lo > hi, as in torch and numpy; NaN stays NaN
 EMBER_UNARY(UClamp, false, ((x < p0 ? p0 : x) > p1 ? p1 : (x < p0 ? p0 : x)))
+EMBER_UNARY(ULog1p, true, fm_log1p<C>(x))
+EMBER_UNARY(UExpm1, true, fm_expm1<C>(x))
+EMBER_UNARY(URsqrt, true, C(1) / std::sqrt(x))
+EMBER_UNARY(ULog2, true, fm_log2<C>(x))
+EMBER_UNARY(ULog10, true, fm_log10<C>(x))
+EMBER_UNARY(UTan, true, std::tan(x))  // float goes through vm_tan in the sin/cos block loop
+EMBER_UNARY(USinh, true, fm_sinh<C>(x))
+EMBER_UNARY(UCosh, true, fm_cosh<C>(x))
+EMBER_UNARY(UAsin, true, fm_asin<C>(x))
+EMBER_UNARY(UAcos, true, fm_acos<C>(x))
+EMBER_UNARY(UAtan, true, fm_atan<C>(x))
+EMBER_UNARY(UTrunc, false, std::trunc(x))
 #undef EMBER_UNARY
 
 // Binary functors; comparisons return 0/1 (stored as uint8 by the caller).

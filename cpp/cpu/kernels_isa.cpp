@@ -24,11 +24,14 @@ template <typename T> using C_t = typename Acc<T>::type;
 template <typename Op, typename T>
 void unary_loop(const void* in_, int64_t is, void* out_, int64_t os, int64_t n, double p0d, double p1d) {
   using C = C_t<T>;
-  if constexpr ((std::is_same_v<Op, USin> || std::is_same_v<Op, UCos>) && std::is_same_v<C, float>) {
+  if constexpr ((std::is_same_v<Op, USin> || std::is_same_v<Op, UCos> || std::is_same_v<Op, UTan>) &&
+                std::is_same_v<C, float>) {
     // Blocks through vmath's vectorised sin/cos, then libm for the few arguments past its range
     // (|x| > 2^22, inf, NaN); the block copy keeps in-place and strided calls right. A block whose
     // arguments all lie within 2^19 (angles, RoPE positions) takes the float reduction, half the work.
+    // tan shares the double reduction only.
     constexpr int shift = std::is_same_v<Op, UCos> ? 1 : 0;
+    constexpr bool is_tan = std::is_same_v<Op, UTan>;
     constexpr int64_t B = 256;
     float xs[B], ys[B];
     for (int64_t b = 0; b < n; b += B) {
@@ -41,9 +44,15 @@ void unary_loop(const void* in_, int64_t is, void* out_, int64_t os, int64_t n, 
         // so they are reduced as 0 and then taken from libm.
         float safe[B];
         for (int64_t k = 0; k < m; ++k) safe[k] = std::fabs(xs[k]) <= kSinCosMax ? xs[k] : 0.0f;
-        for (int64_t k = 0; k < m; ++k) ys[k] = vm_sincos(safe[k], shift);
+        if constexpr (is_tan) {
+          for (int64_t k = 0; k < m; ++k) ys[k] = vm_tan(safe[k]);
+        } else {
+          for (int64_t k = 0; k < m; ++k) ys[k] = vm_sincos(safe[k], shift);
+        }
         for (int64_t k = 0; k < m; ++k)
           if (!(std::fabs(xs[k]) <= kSinCosMax)) ys[k] = Op::template f<float>(xs[k], 0.0f, 0.0f);
+      } else if constexpr (is_tan) {
+        for (int64_t k = 0; k < m; ++k) ys[k] = vm_tan(xs[k]);
       } else {
 #if defined(__FMA__)
         if (amax <= vm_f_to_bits(kSinCosFloatMax))
@@ -120,7 +129,8 @@ void unary_loop_int(const void* in_, int64_t is, void* out_, int64_t os, int64_t
   else if constexpr (std::is_same_v<Op, UNeg>) body([](T x) { return (T)(U)(U(0) - (U)x); });
   else if constexpr (std::is_same_v<Op, URelu>) body([](T x) { return x < 0 ? T(0) : x; });
   else if constexpr (std::is_same_v<Op, USign>) body([](T x) { return (T)((x > 0) - (x < 0)); });
-  else if constexpr (std::is_same_v<Op, UCeil> || std::is_same_v<Op, UFloor> || std::is_same_v<Op, URound>)
+  else if constexpr (std::is_same_v<Op, UCeil> || std::is_same_v<Op, UFloor> || std::is_same_v<Op, URound> ||
+                     std::is_same_v<Op, UTrunc>)
     body([](T x) { return x; });
   else if constexpr (std::is_same_v<Op, UClamp>) {
     // A bound outside T saturates (uint8 clamp(lo=300) gives 255, not 300 wrapped to 44).
@@ -322,6 +332,10 @@ template <typename T> void register_dtype(KernelTable& t) {
   EMBER_REG_UNARY(Erf, UErf) EMBER_REG_UNARY(Ceil, UCeil) EMBER_REG_UNARY(Floor, UFloor)
   EMBER_REG_UNARY(Round, URound) EMBER_REG_UNARY(Sign, USign) EMBER_REG_UNARY(Sigmoid, USigmoid)
   EMBER_REG_UNARY(Affine, UAffine) EMBER_REG_UNARY(Powf, UPowf) EMBER_REG_UNARY(Clamp, UClamp)
+  EMBER_REG_UNARY(Log1p, ULog1p) EMBER_REG_UNARY(Expm1, UExpm1) EMBER_REG_UNARY(Rsqrt, URsqrt)
+  EMBER_REG_UNARY(Log2, ULog2) EMBER_REG_UNARY(Log10, ULog10) EMBER_REG_UNARY(Tan, UTan)
+  EMBER_REG_UNARY(Sinh, USinh) EMBER_REG_UNARY(Cosh, UCosh) EMBER_REG_UNARY(Asin, UAsin)
+  EMBER_REG_UNARY(Acos, UAcos) EMBER_REG_UNARY(Atan, UAtan) EMBER_REG_UNARY(Trunc, UTrunc)
 #undef EMBER_REG_UNARY
   // Negating unsigned integers is refused rather than silently wrapping.
   if constexpr (flt) t.unary[(int)UnaryOp::Neg][d] = &unary_loop<UNeg, T>;

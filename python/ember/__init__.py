@@ -1,5 +1,7 @@
 """ember: a tensor library with a C++ core whose centre is custom operators."""
 # ruff: noqa: I001  (the import order is deliberate: BLAS is preloaded, then _C, then the modules that patch Tensor)
+import builtins as _builtins
+import os as _env_os
 import sys as _sys
 
 if _sys.platform != "darwin":
@@ -13,6 +15,13 @@ if _sys.platform != "darwin":
     _ctypes.CDLL(_os.path.join(_openblas.get_lib_dir(), "libscipy_openblas.so"), mode=_ctypes.RTLD_GLOBAL)
 
 from . import _C  # noqa: E402
+
+if _env_os.environ.get("EMBER_ISA", "base") not in ("base", "avx2", "avx512"):
+    # the core ignores a value it does not know; a typo must not pass for a choice
+    import warnings as _warnings
+
+    _warnings.warn(f"[EMBER_ISA] unknown value {_env_os.environ['EMBER_ISA']!r} (expected base, avx2 or "
+                   f"avx512): ignored, running {_C.isa()}", RuntimeWarning, stacklevel=2)
 from .args import int_arg as _int_arg  # noqa: E402
 from .backprop import GradStore, is_grad_enabled, no_grad
 from .dtypes import (
@@ -32,12 +41,16 @@ from .dtypes import (
 from .errors import (
     BackwardNotSupported,
     DeviceError,
+    DLPackCopyWarning,
     DTypeError,
     EmberError,
     EmberIOError,
+    EmberTypeError,
     EmberValueError,
+    GradientsInStore,
     IndexOutOfRange,
     InplaceModifiedError,
+    NoGradientPath,
     OutOfMemory,
     ShapeError,
     UnsupportedOp,
@@ -64,6 +77,8 @@ from .tensor import (
     zeros_like,
 )
 
+from .creation import eye, linspace  # noqa: E402
+from .promotion import promote_types, result_type  # noqa: E402
 from .interop import from_dlpack  # noqa: E402  (also attaches Tensor.__dlpack__)
 from .io import load_safetensors, save_safetensors  # noqa: E402
 from .memory import empty_cache, memory_stats, reset_peak_memory_stats, set_cache_limit  # noqa: E402
@@ -95,12 +110,27 @@ def set_num_threads(n: int) -> None:
         n: the thread count, clamped to [1, 1024]. Results are bit-identical for any ``n``.
     """
     n = _int_arg(n, "set_num_threads", "n")  # int() would truncate 1.5 and raise bare errors on "a" or nan
-    _C.set_num_threads(max(0, min(n, 2**31 - 1)))  # the core clamps to [1, 1024]; no int overflow
+    _C.set_num_threads(_builtins.max(0, _builtins.min(n, 2**31 - 1)))  # the core clamps to [1, 1024]; no int overflow
 
 
 def get_num_threads() -> int:
     """The number of threads of ember's pool."""
     return _C.get_num_threads()
+
+
+# the functional namespace (em.exp(x), em.sum(x, dim), ...); last, since em.sum / em.max / em.min /
+# em.abs / em.round / em.pow / em.any / em.all shadow the builtins in this module from here on
+from .functional import (  # noqa: E402
+    acos, allclose, argmax, argmin, as_tensor, asin, atan, add, broadcast_to, ceil, chunk, clamp, cos, cosh,
+    div, eq, erf, exp, expm1, flatten, flip, floor, floor_divide, gather, ge, gelu, gt, index_select, isclose,
+    isfinite, isinf, isnan, le, log, log1p, log2, log10, log_softmax, logsumexp, lt, masked_fill, matmul, mean,
+    mul, narrow, ne, neg, numel, permute, recip, relu, remainder, reshape, rsqrt, sigmoid, sign, silu, sin,
+    sinh, softmax, split, sqr, sqrt, squeeze, std, sub, tan, tanh, tile, transpose, tril, triu, trunc, unbind,
+    unsqueeze, var, square, reciprocal, affine, powf,
+)
+# em.sum / em.max / ... exist, but stay out of __all__: `from ember import *` keeps Python's builtins
+from .functional import abs as abs, all as all, any as any, max as max, min as min  # noqa: E402
+from .functional import pow as pow, round as round, sum as sum  # noqa: E402
 
 
 __version__ = "0.1.0"
@@ -115,4 +145,14 @@ __all__ = [
     "minimum", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randn", "reset_peak_memory_stats",
     "save_safetensors", "set_cache_limit", "set_num_threads", "stack",
     "tensor", "testing", "uint8", "uint32", "where", "zeros", "zeros_like",
+    "DLPackCopyWarning", "EmberTypeError", "GradientsInStore", "NoGradientPath", "eye", "linspace", "promote_types", "result_type",
+    # the functional namespace (sum, max, min, abs, round, pow, any, all are left out on purpose)
+    "acos", "add", "allclose", "argmax", "argmin", "as_tensor", "asin", "atan", "broadcast_to", "ceil", "chunk",
+    "clamp", "cos", "cosh", "div", "eq", "erf", "exp", "expm1", "flatten", "flip", "floor", "floor_divide",
+    "gather", "ge", "gelu", "gt", "index_select", "isclose", "isfinite", "isinf", "isnan", "le", "log", "log1p",
+    "log2", "log10", "log_softmax", "logsumexp", "lt", "masked_fill", "matmul", "mean", "mul", "narrow", "ne",
+    "neg", "numel", "permute", "recip", "relu", "remainder", "reshape", "rsqrt", "sigmoid", "sign", "silu",
+    "sin", "sinh", "softmax", "split", "sqr", "sqrt", "squeeze", "std", "sub", "tan", "tanh", "tile",
+    "transpose", "tril", "triu", "trunc", "unbind", "unsqueeze", "var", "square", "reciprocal", "affine",
+    "powf",
 ]

@@ -8,7 +8,7 @@ import operator
 
 import numpy as np
 
-from .errors import DTypeError, EmberValueError, IndexOutOfRange
+from .errors import EmberTypeError, EmberValueError, IndexOutOfRange
 
 _I64 = 2**63
 
@@ -20,7 +20,7 @@ def int_arg(v, op, what):
     try:
         return operator.index(v)
     except TypeError:
-        raise DTypeError(f"[{op}] {what} must be an int, got {type(v).__name__}") from None
+        raise EmberTypeError(f"[{op}] {what} must be an int, got {type(v).__name__}") from None
 
 
 def i64_arg(v, op, what):
@@ -37,13 +37,13 @@ def float_arg(v, op, what):
     if type(v) is float:
         return v
     if isinstance(v, (str, bytes, bytearray)):
-        raise DTypeError(f"[{op}] {what} must be a real number, got {type(v).__name__}")
+        raise EmberTypeError(f"[{op}] {what} must be a real number, got {type(v).__name__}")
     try:
         return float(v)
     except OverflowError:
         raise EmberValueError(f"[{op}] {what} {v} is too large for a float") from None
     except (TypeError, ValueError):
-        raise DTypeError(f"[{op}] {what} must be a real number, got {type(v).__name__}") from None
+        raise EmberTypeError(f"[{op}] {what} must be a real number, got {type(v).__name__}") from None
 
 
 def bool_arg(v, op, what):
@@ -56,4 +56,4 @@ def bool_arg(v, op, what):
         if v in (0, 1):
             return bool(v)
         raise EmberValueError(f"[{op}] {what} must be a bool, got {v}")
-    raise DTypeError(f"[{op}] {what} must be a bool, got {type(v).__name__}")
+    raise EmberTypeError(f"[{op}] {what} must be a bool, got {type(v).__name__}")

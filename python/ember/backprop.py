@@ -11,14 +11,16 @@ from .errors import (
     BackwardNotSupported,
     DeviceError,
     DTypeError,
+    EmberTypeError,
     EmberValueError,
     InplaceModifiedError,
+    NoGradientPath,
     ShapeError,
 )
 
 __all__ = [
-    "NO_BACKWARD", "GradStore", "Node", "backward", "is_grad_enabled", "no_grad", "record", "sorted_nodes",
-    "tracks",
+    "NO_BACKWARD", "GradStore", "Node", "backward", "is_grad_enabled", "needs_grad", "no_grad", "record",
+    "sorted_nodes", "tracks",
 ]
 
 
@@ -101,7 +103,7 @@ def tracks(t) -> bool:
 
 
 # Ops whose table rule reads the op's result: only these pay for reading its version when recorded.
-_READS_OUT = frozenset(("exp", "tanh", "sqrt", "recip", "sigmoid", "pow", "max", "min"))
+_READS_OUT = frozenset(("exp", "tanh", "sqrt", "recip", "sigmoid", "pow", "max", "min", "expm1", "rsqrt", "tan"))
 
 
 def record(out, name, inputs, saved=None, rule=None):
@@ -131,7 +133,7 @@ def record(out, name, inputs, saved=None, rule=None):
 
 # --------------------------------------------------------------------- the walk
 # Ops whose gradient is zero (or flows only to ints): candle prunes them from the graph.
-_PRUNED = frozenset(("ceil", "floor", "round", "sign", "argmax", "argmin"))
+_PRUNED = frozenset(("ceil", "floor", "round", "sign", "trunc", "argmax", "argmin"))
 
 
 _MAYBE_PRUNED = _PRUNED | {"affine", "to_dtype"}
@@ -153,8 +155,38 @@ def sorted_nodes(root):
     """The results with an op on some path from ``root`` to a variable, root first (a topological
     order). Iterative depth-first search, memoised on "leads to a variable", so deep chains never
     recurse and shared subgraphs are visited once."""
+    return _walk(root)[0]
+
+
+class _Walk(threading.local):
+    leads = None  # during a backward: id(tensor) -> whether it leads to a variable (its walk's memo)
+
+
+_walk_state = _Walk()
+
+
+def needs_grad(t) -> bool:
+    """Whether backward needs a gradient for ``t`` (torch's ``needs_input_grad``): a float variable, or
+    a result that leads to one. Rules ask it so that a constant operand costs nothing.
+
+    Args:
+        t: a tensor (or None).
+
+    Returns:
+        A bool; outside a backward, True for every float tensor.
+    """
+    if t is None or not t._dtype.is_float:
+        return False
+    if t.is_variable:
+        return True
+    leads = _walk_state.leads
+    return True if leads is None else bool(leads.get(id(t), False))
+
+
+def _walk(root):
+    """(sorted_nodes(root), the memo: id -> leads to a variable) of one walk."""
     if root._op is None:
-        return []
+        return [], {}
     state = {}  # id(tensor) -> None while its inputs are being visited, then "leads to a variable"
     order = []
     stack = [root]
@@ -188,7 +220,7 @@ def sorted_nodes(root):
         if leads:
             order.append(t)
     order.reverse()
-    return order
+    return order, state
 
 
 # --------------------------------------------------------------------- the gradient store
@@ -198,7 +230,7 @@ def _key(t):
     try:
         return t._id
     except AttributeError:  # a clear error for gs["w"], not an AttributeError from inside the store
-        raise DTypeError(f"[GradStore] keys are tensors or tensor ids, got {type(t).__name__}") from None
+        raise EmberTypeError(f"[GradStore] keys are tensors or tensor ids, got {type(t).__name__}") from None
 
 
 class GradStore:
@@ -234,7 +266,7 @@ class GradStore:
     def insert(self, t, g):
         """Sets (replaces) the gradient of tensor ``t`` to the tensor ``g``; raises DTypeError for non-tensors."""
         if not hasattr(t, "_id") or not hasattr(g, "_storage"):
-            raise DTypeError(f"[GradStore] insert expects (Tensor, Tensor), got ({type(t).__name__}, "
+            raise EmberTypeError(f"[GradStore] insert expects (Tensor, Tensor), got ({type(t).__name__}, "
                              f"{type(g).__name__})")
         self._map[t._id] = (t, g)
 
@@ -248,7 +280,7 @@ class GradStore:
     def extend(self, other):
         """Adds the gradients of the GradStore ``other`` into this one, summing where both hold one."""
         if not isinstance(other, GradStore):
-            raise DTypeError(f"[GradStore] extend expects a GradStore, got {type(other).__name__}")
+            raise EmberTypeError(f"[GradStore] extend expects a GradStore, got {type(other).__name__}")
         for k, (t, g) in other._map.items():
             e = self._map.get(k)
             self._map[k] = (t, g) if e is None else (t, e[1] + g)
@@ -319,7 +351,7 @@ def _custom_grads(node, out, g, rule):
     try:
         res = tuple(res)
     except TypeError:  # a bwd returning 5 must name the op, not fail inside tuple()
-        raise DTypeError(f"[{node.name}] bwd returned a {type(res).__name__}, expected a Tensor, None or a "
+        raise EmberTypeError(f"[{node.name}] bwd returned a {type(res).__name__}, expected a Tensor, None or a "
                          "tuple of them") from None
     if len(res) != n:
         raise EmberValueError(f"[{node.name}] bwd returned {len(res)} gradients for {n} inputs")
@@ -327,7 +359,7 @@ def _custom_grads(node, out, g, rule):
         if gi is None or inp is None:
             continue
         if not hasattr(gi, "_storage"):
-            raise DTypeError(f"[{node.name}] bwd returned a {type(gi).__name__} for input {i}, expected a Tensor")
+            raise EmberTypeError(f"[{node.name}] bwd returned a {type(gi).__name__} for input {i}, expected a Tensor")
         if gi.shape != inp.shape:
             raise ShapeError(f"[{node.name}] bwd returned a gradient of shape {gi.shape} for input {i} of "
                              f"shape {inp.shape}")
@@ -342,20 +374,26 @@ def _custom_grads(node, out, g, rule):
 
 def backward(root, create_graph=False):
     """Gradients of ``root`` (seeded with ones, any shape) with respect to every variable it depends
-    on, and of the plain inputs a rule gave a gradient to. With ``create_graph`` the gradients keep
-    their graph (second order); otherwise the walk records nothing."""
+    on, and only those: rules compute no gradient for an input that leads to no variable (needs_grad).
+    With ``create_graph`` the gradients keep their graph (second order); otherwise the walk records
+    nothing. Raises NoGradientPath when no variable is reachable."""
     rules = _rules or _load_rules()
     store = GradStore()
     if not root._dtype.is_float:
         raise DTypeError(f"[backward] expected a float tensor, got {root._dtype.name}")
-    if root._op is None and not root.is_variable:
-        return store  # nothing leads to a variable
-    nodes = sorted_nodes(root)
+    nodes, leads = _walk(root)
+    if not root.is_variable and not nodes:
+        how = "under em.no_grad()" if root._op is None else "from constants only"
+        raise NoGradientPath(
+            f"[backward] this result depends on no variable (it was made {how}, or every path to a "
+            "variable goes through an int or a non-differentiable op); wrap the inputs to differentiate "
+            "in em.Var(t)")
     table, uses_of, wanted = rules.RULES, rules.USES, rules.wanted
     grads = {id(root): [root, rules.ones_like(root)]}  # id -> [tensor, grad]
     pop, get = grads.pop, grads.get
-    prev = _mode.enabled
+    prev, prev_leads = _mode.enabled, _walk_state.leads
     _mode.enabled = bool(create_graph)
+    _walk_state.leads = leads
     try:
         for t in nodes:
             e = pop(id(t), None)
@@ -402,10 +440,11 @@ def backward(root, create_graph=False):
                     acc[1] = acc[1] + gi
     finally:
         _mode.enabled = prev
+        _walk_state.leads = prev_leads
     m = store._map
     owners = set()  # storages already handed out: each stored gradient gets its own
     for t, g in grads.values():
-        if t._op is None:  # variables and plain inputs; intermediates were popped (or pruned)
+        if t.is_variable:  # only variables: constants got none, intermediates were popped (or pruned)
             if not create_graph and g._op is not None:
                 g = g.detach()
             # pass-through rules (add, views, sum's broadcast) can hand one tensor, or views of one

@@ -3,17 +3,32 @@ from __future__ import annotations
 
 import math
 import numbers
+import warnings
 
 import numpy as np
 
 from . import _C
 from . import dtypes as _dt
 from .args import float_arg, int_arg
-from .errors import DTypeError, EmberValueError, ShapeError
+from .errors import (
+    DLPackCopyWarning,
+    DTypeError,
+    EmberTypeError,
+    EmberValueError,
+    GradientsInStore,
+    ShapeError,
+)
 from .tensor import Tensor, _check_tensor_arg, _full_storage, _shape_arg, _wrap
 
 
-def tensor(data, dtype=None, device=None) -> Tensor:
+def _no_requires_grad(flag, op):
+    """torch's requires_grad=True: ember marks what to differentiate by type (em.Var), so it says so."""
+    if flag:
+        raise GradientsInStore(f"[{op}] ember has no requires_grad flag: wrap the tensor in em.Var(...) (a leaf that "
+                               "tracks gradients); g = loss.backward() returns the gradients, g[v]")
+
+
+def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
     """A new tensor holding a copy of ``data``.
 
     Args:
@@ -22,6 +37,8 @@ def tensor(data, dtype=None, device=None) -> Tensor:
             its dtype (float64 stays float64; narrower ints widen to int64, bool to uint8).
         dtype: convert to this dtype (an ``em.DType``, its name or a numpy dtype).
         device: put the tensor on this device (default the CPU).
+        requires_grad: must be False: ember marks what to differentiate by type (``em.Var``); True
+            raises GradientsInStore saying so.
 
     Returns:
         Tensor: a new tensor; it never shares memory with ``data``.
@@ -29,6 +46,7 @@ def tensor(data, dtype=None, device=None) -> Tensor:
     Raises:
         DTypeError: ragged or non-numeric data, or an unsupported dtype.
     """
+    _no_requires_grad(requires_grad, "tensor")
     device = _dt.to_device(device)
     if isinstance(data, Tensor):
         out = data.detach().to_dtype(dtype) if dtype is not None else data.detach()
@@ -38,7 +56,9 @@ def tensor(data, dtype=None, device=None) -> Tensor:
         if hasattr(data, "__dlpack__") and not isinstance(data, (list, tuple)):
             from .interop import from_dlpack  # numpy's DLPack import has no bfloat16
 
-            src = from_dlpack(data)
+            with warnings.catch_warnings():  # em.tensor copies anyway: widening is no surprise here
+                warnings.simplefilter("ignore", DLPackCopyWarning)
+                src = from_dlpack(data)
             out = src.copy().detach() if dtype is None else src.to_dtype(dtype)
             return out if out._storage is not src._storage else out.copy().detach()
         else:
@@ -99,35 +119,41 @@ def _alloc_full(shape, value, dtype, device):
     return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
 
 
-def zeros(*shape, dtype=None, device=None):
+def zeros(*shape, dtype=None, device=None, requires_grad=False):
     """A new tensor of zeros.
 
     Args:
         shape: the sizes, as separate ints (``zeros(2, 3)``) or one tuple (``zeros((2, 3))``).
         dtype: the element type (default float32).
         device: where the tensor lives (default the CPU).
+        requires_grad: must be False: ember marks what to differentiate by type (``em.Var``); True
+            raises GradientsInStore saying so.
 
     Raises:
         ShapeError: a negative dim, or more elements than an int64 counts.
     """
+    _no_requires_grad(requires_grad, "zeros")
     return _alloc_full(_shape_arg(shape, "full"), 0, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device))
 
 
-def ones(*shape, dtype=None, device=None):
+def ones(*shape, dtype=None, device=None, requires_grad=False):
     """A new tensor of ones.
 
     Args:
         shape: the sizes, as separate ints (``zeros(2, 3)``) or one tuple (``zeros((2, 3))``).
         dtype: the element type (default float32).
         device: where the tensor lives (default the CPU).
+        requires_grad: must be False: ember marks what to differentiate by type (``em.Var``); True
+            raises GradientsInStore saying so.
 
     Raises:
         ShapeError: a negative dim, or more elements than an int64 counts.
     """
+    _no_requires_grad(requires_grad, "ones")
     return _alloc_full(_shape_arg(shape, "full"), 1, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device))
 
 
-def full(shape, value, dtype=None, device=None):
+def full(shape, value, dtype=None, device=None, requires_grad=False):
     """A new tensor with every element set to ``value``.
 
     Args:
@@ -135,10 +161,13 @@ def full(shape, value, dtype=None, device=None):
         value: the fill value, a Python number.
         dtype: the element type (default int64 for an int value, else float32).
         device: where the tensor lives (default the CPU).
+        requires_grad: must be False: ember marks what to differentiate by type (``em.Var``); True
+            raises GradientsInStore saying so.
 
     Raises:
         EmberValueError: a NaN or infinite value for an integer dtype.
     """
+    _no_requires_grad(requires_grad, "full")
     if isinstance(shape, np.ndarray):
         shape = shape.tolist()
     shape = _shape_arg(tuple(shape) if isinstance(shape, (tuple, list)) else (shape,), "full")
@@ -165,7 +194,7 @@ def full_like(t, value, dtype=None):
     return _alloc_full(t.shape, value, _dt.to_dtype(dtype or t._dtype), t._device)
 
 
-def arange(start, end=None, step=1, dtype=None, device=None):
+def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
     """The values ``start, start + step, ...`` below ``end`` (above it for a negative step).
 
     Args:
@@ -174,21 +203,30 @@ def arange(start, end=None, step=1, dtype=None, device=None):
         step: the spacing, nonzero.
         dtype: the element type (default int64 when every argument is an int, else float32).
         device: where the tensor lives (default the CPU).
+        requires_grad: must be False: ember marks what to differentiate by type (``em.Var``); True
+            raises GradientsInStore saying so.
 
     Returns:
         Tensor: 1-D.
 
     Raises:
-        EmberValueError: a zero step, or a count that is not finite.
+        EmberValueError: a zero step, a count that is not finite, or a fractional step for an
+            integer dtype (as torch refuses it).
     """
+    _no_requires_grad(requires_grad, "arange")
     if end is None:
         start, end = 0, start
     if step == 0:
         raise EmberValueError("[arange] step must be nonzero")
     if not all(isinstance(v, numbers.Real) for v in (start, end, step)):
-        raise DTypeError(f"[arange] start, end and step must be real numbers, got {start!r}, {end!r}, {step!r}")
+        raise EmberTypeError(f"[arange] start, end and step must be real numbers, got {start!r}, {end!r}, {step!r}")
     all_int = all(isinstance(v, numbers.Integral) for v in (start, end, step))
     dtype = _dt.to_dtype(dtype or (_dt.int64 if all_int else _dt.float32))
+    if not dtype.is_float and not all(float(v).is_integer() for v in (start, end, step) if not isinstance(v, numbers.Integral)):
+        # numpy's answer (arange(0, 3, 0.2, int64) is fifteen zeros) follows from casting its first two
+        # values; torch refuses. Neither is a useful integer range, so refuse with the reason.
+        raise EmberValueError(f"[arange] an integer dtype ({dtype.name}) needs integral start, end and step, got "
+                              f"arange({start}, {end}, {step}); use a float dtype and cast, or integer arguments")
     if all_int:
         n = max(0, -((int(start) - int(end)) // int(step)))  # exact ceil, even past 2**53
     else:
@@ -203,7 +241,7 @@ def arange(start, end=None, step=1, dtype=None, device=None):
     return _wrap(s, _C.Layout.contiguous([n]), dtype, device)
 
 
-def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0):
+def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0, requires_grad=False):
     """A new tensor of uniform random values in ``[lo, hi)``; ``em.manual_seed`` makes it reproducible.
 
     Args:
@@ -212,7 +250,10 @@ def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0):
         device: where the tensor lives (default the CPU).
         lo: the lower bound.
         hi: the upper bound.
+        requires_grad: must be False: ember marks what to differentiate by type (``em.Var``); True
+            raises GradientsInStore saying so.
     """
+    _no_requires_grad(requires_grad, "rand")
     shape = _shape_arg(shape, "rand")
     dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
     n = _checked_numel(shape, "rand")  # np.prod would wrap silently
@@ -221,7 +262,7 @@ def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0):
     return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
 
 
-def randn(*shape, dtype=None, device=None, mean=0.0, std=1.0):
+def randn(*shape, dtype=None, device=None, mean=0.0, std=1.0, requires_grad=False):
     """A new tensor of normally distributed random values; ``em.manual_seed`` makes it reproducible.
 
     Args:
@@ -230,7 +271,10 @@ def randn(*shape, dtype=None, device=None, mean=0.0, std=1.0):
         device: where the tensor lives (default the CPU).
         mean: the mean of the distribution.
         std: its standard deviation.
+        requires_grad: must be False: ember marks what to differentiate by type (``em.Var``); True
+            raises GradientsInStore saying so.
     """
+    _no_requires_grad(requires_grad, "randn")
     shape = _shape_arg(shape, "randn")
     dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
     n = _checked_numel(shape, "randn")
@@ -243,3 +287,64 @@ def manual_seed(n: int):
     """Seeds the generator behind ``rand`` / ``randn``: the same seed ``n`` gives the same values on
     any thread count."""
     _C.manual_seed(int_arg(n, "manual_seed", "seed") & 0xFFFFFFFFFFFFFFFF)
+
+
+def eye(n, m=None, dtype=None, device=None):
+    """The n x m identity matrix (ones on the main diagonal), as ``torch.eye``.
+
+    Args:
+        n: the number of rows, >= 0.
+        m: the number of columns (default n).
+        dtype: the dtype (default float32).
+        device: the device (default cpu).
+
+    Returns:
+        A new tensor of shape (n, m).
+
+    Raises:
+        ShapeError: for a negative size.
+        DTypeError: for a non-integer size.
+    """
+    n = int_arg(n, "eye", "n")
+    m = n if m is None else int_arg(m, "eye", "m")
+    if n < 0 or m < 0:
+        raise ShapeError(f"[eye] sizes must be >= 0, got ({n}, {m})")
+    dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
+    rows, cols = arange(n, device=device).reshape(n, 1), arange(m, device=device).reshape(1, m)
+    return rows.eq(cols).to_dtype(dtype)
+
+
+def linspace(start, end, steps, dtype=None, device=None):
+    """``steps`` values evenly spaced from start to end inclusive, as ``torch.linspace`` (computed in
+    float64, the second half counted back from end, so both ends are exact).
+
+    Args:
+        start: the first value.
+        end: the last value.
+        steps: how many values, >= 0.
+        dtype: the dtype (default float32).
+        device: the device (default cpu).
+
+    Returns:
+        A new 1-D tensor.
+
+    Raises:
+        EmberValueError: for negative steps or a non-finite bound.
+        DTypeError: for a non-number argument.
+    """
+    lo, hi = float_arg(start, "linspace", "start"), float_arg(end, "linspace", "end")
+    steps = int_arg(steps, "linspace", "steps")
+    if steps < 0:
+        raise EmberValueError(f"[linspace] steps must be >= 0, got {steps}")
+    if not (math.isfinite(lo) and math.isfinite(hi)):
+        raise EmberValueError(f"[linspace] start and end must be finite, got {lo} and {hi}")
+    dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
+    if steps <= 1:
+        return full((steps,), lo, dtype=_dt.float64, device=device).to_dtype(dtype)
+    step = (hi - lo) / (steps - 1)
+    i = arange(steps, dtype=_dt.float64, device=device)
+    half = steps // 2
+    from .multi import where
+
+    out = where(i.lt(half), i.affine(step, lo), i.affine(-1.0, steps - 1.0).affine(-step, hi))  # end - j * step
+    return out.to_dtype(dtype)

@@ -14,6 +14,7 @@ from .errors import (
     DeviceError,
     DTypeError,
     EmberError,
+    EmberTypeError,
     EmberValueError,
     InplaceModifiedError,
     ShapeError,
@@ -196,7 +197,7 @@ def _fwd(op, storage):
 
 def _check_op(op, cls, method):
     if not isinstance(op, cls):
-        raise DTypeError(f"[{method}] expected a {cls.__name__} instance, got {type(op).__name__}")
+        raise EmberTypeError(f"[{method}] expected a {cls.__name__} instance, got {type(op).__name__}")
 
 
 def _check_inputs(op, tensors):
@@ -206,7 +207,7 @@ def _check_inputs(op, tensors):
     for i in range(1, len(tensors)):
         t = tensors[i]
         if not isinstance(t, Tensor):
-            raise DTypeError(f"[{op.name}] input {i} must be a Tensor, got {type(t).__name__}")
+            raise EmberTypeError(f"[{op.name}] input {i} must be a Tensor, got {type(t).__name__}")
         if type(t._storage) is not type(xs) or (type(xs) is not CpuStorage and x._device != t._device):
             raise DeviceError(f"[{op.name}] inputs on different devices: {x._device} and {t._device}")
 
@@ -246,13 +247,13 @@ def _output(op, res, tensors):
         try:
             st, shape = res
         except (TypeError, ValueError):
-            raise DTypeError(
+            raise EmberTypeError(
                 f"[{op.name}] a forward must return (storage, shape), got {type(res).__name__}") from None
     x = tensors[0]
     xs = x._storage
     if type(st) is not type(xs):
         if not isinstance(st, _C.Storage):
-            raise DTypeError(f"[{op.name}] forward returned a {type(st).__name__}, expected a storage")
+            raise EmberTypeError(f"[{op.name}] forward returned a {type(st).__name__}, expected a storage")
         raise DeviceError(f"[{op.name}] forward returned a {type(st).__name__} for inputs on {x._device}")
     if type(st) is not CpuStorage and st.device_index != x._device.index:
         raise DeviceError(f"[{op.name}] forward returned a storage on {st.device}, inputs are on {x._device}")
@@ -429,6 +430,11 @@ def apply_op3_no_bwd(self, b, c, op):
 def _inplace(op, target, others):
     """Runs an in-place forward on ``target`` reading ``others``; see InplaceOp1."""
     _check_inputs(op, (target,) + others)
+    if target.is_variable and target._dtype.is_float and backprop.is_grad_enabled():
+        # the rule of v[0] = 5 (and torch's for a leaf that requires grad): the write is not differentiated
+        raise UnsupportedOp(f"[{op.name}] an in-place op on a variable (a leaf that tracks gradients) would not be "
+                            "differentiated; run it under em.no_grad() (as an optimizer update does), or write "
+                            "new values with v.set(t)")
     s, l = target._storage, target._layout
     for d, st in zip(l.shape, l.stride):
         if st == 0 and d > 1:
@@ -449,7 +455,7 @@ def _inplace(op, target, others):
         _C._restore_inplace_target(prev)
         s.bump_version()  # even after a failure: the forward may have written part of the data
     if res is not None:
-        raise DTypeError(
+        raise EmberTypeError(
             f"[{op.name}] an in-place forward mutates its first operand and returns None, got {type(res).__name__}")
     node = target._op
     if node is not None:

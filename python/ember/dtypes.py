@@ -6,7 +6,7 @@ import operator
 import ml_dtypes as _ml_dtypes
 import numpy as np
 
-from .errors import DeviceError, DTypeError
+from .errors import DeviceError, DTypeError, EmberTypeError
 
 # numpy has no bfloat16; ml_dtypes' is the one JAX and MLX use, so a bf16 tensor is such an array.
 _NP_BF16 = np.dtype(_ml_dtypes.bfloat16)
@@ -126,7 +126,7 @@ class Device:
         try:  # operator.index, not int(): Device("cpu", 1.5) is an error, not device 1
             index = operator.index(index)
         except TypeError:
-            raise DTypeError(f"[device] device index must be an int, got {index!r}") from None
+            raise EmberTypeError(f"[device] device index must be an int, got {index!r}") from None
         self.type, self.index, self.kind = type, index, self._KINDS[type]
 
     def __eq__(self, other):

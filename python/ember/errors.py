@@ -17,6 +17,11 @@ class DTypeError(EmberError, TypeError):
     """A dtype the op cannot take, or two operands whose dtypes differ."""
 
 
+class EmberTypeError(EmberError, TypeError):
+    """A value of the wrong Python type: a list where a Tensor is expected, a string for a number, a
+    float for a dim, len() of a 0-d tensor. Dtype problems raise DTypeError instead."""
+
+
 class DeviceError(EmberError, ValueError):
     """Operands on different devices, or a device this build cannot use."""
 
@@ -53,3 +58,19 @@ class BackwardNotSupported(EmberError, NotImplementedError):
 
 class InplaceModifiedError(EmberError, RuntimeError):
     """A tensor saved for backward was modified in place after it was saved."""
+
+
+class DLPackCopyWarning(UserWarning):
+    """``em.from_dlpack`` of a dtype ember lacks (int8, int16, int32, uint16): the data is copied and
+    widened (to int64), so the result shares no memory with the producer."""
+
+
+class GradientsInStore(EmberError, AttributeError):
+    """A torch gradient name (``t.grad``, ``requires_grad=True``, ``opt.zero_grad()``, ``opt.step()``)
+    that ember spells differently: gradients come back from ``loss.backward()`` in a GradStore
+    (``g[v]``), and ``opt.step(g)`` / ``opt.backward_step(loss)`` apply them."""
+
+
+class NoGradientPath(EmberError, RuntimeError):
+    """``backward()`` on a result that depends on no variable (made from constants, or under
+    ``no_grad``), as torch's "element 0 of tensors does not require grad"."""

@@ -32,9 +32,10 @@ def rule(name, inputs=None, out=False):
 
 
 def wanted(t) -> bool:
-    """Whether an input should receive a gradient: float tensors, except the 0-d constants that
-    tensor.py makes from Python scalars (the user has no handle on them)."""
-    return t is not None and t._dtype.is_float and t._layout is not _SCALAR_LAYOUT
+    """Whether an input should receive a gradient: a float tensor that leads to a variable
+    (backprop.needs_grad, torch's needs_input_grad), never the 0-d constants that tensor.py makes from
+    Python scalars (the user has no handle on them)."""
+    return t is not None and t._layout is not _SCALAR_LAYOUT and _bp.needs_grad(t)
 
 
 _SCALAR_LAYOUT = getattr(_t, "_SCALAR_LAYOUT", object())
@@ -254,6 +255,61 @@ def _clamp(n, out, g):
     lo, hi = n.saved
     x = n.inputs[0]
     return (_mask(x.ge(lo) * x.le(hi), g),)  # inclusive bounds pass the gradient, like torch
+
+
+@rule("log1p", (0,))
+def _log1p(n, out, g):
+    return (g / n.inputs[0].affine(1.0, 1.0),)
+
+
+@rule("expm1", (), out=True)
+def _expm1(n, out, g):
+    return (g * out.affine(1.0, 1.0),)
+
+
+@rule("rsqrt", (), out=True)
+def _rsqrt(n, out, g):
+    return (g * (out * out.sqr()).affine(-0.5, 0.0),)  # d/dx x^(-1/2) = -x^(-3/2) / 2
+
+
+@rule("log2", (0,))
+def _log2(n, out, g):
+    return (g / n.inputs[0].affine(math.log(2.0), 0.0),)
+
+
+@rule("log10", (0,))
+def _log10(n, out, g):
+    return (g / n.inputs[0].affine(math.log(10.0), 0.0),)
+
+
+@rule("tan", (), out=True)
+def _tan(n, out, g):
+    return (g * out.sqr().affine(1.0, 1.0),)
+
+
+@rule("sinh", (0,))
+def _sinh(n, out, g):
+    return (g * n.inputs[0].cosh(),)
+
+
+@rule("cosh", (0,))
+def _cosh(n, out, g):
+    return (g * n.inputs[0].sinh(),)
+
+
+@rule("asin", (0,))
+def _asin(n, out, g):
+    return (g * n.inputs[0].sqr().affine(-1.0, 1.0).rsqrt(),)
+
+
+@rule("acos", (0,))
+def _acos(n, out, g):
+    return (g * n.inputs[0].sqr().affine(-1.0, 1.0).rsqrt().neg(),)
+
+
+@rule("atan", (0,))
+def _atan(n, out, g):
+    return (g / n.inputs[0].sqr().affine(1.0, 1.0),)
 
 
 # --------------------------------------------------------------------- binary (numpy broadcasting)

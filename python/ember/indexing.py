@@ -21,6 +21,9 @@ def getitem(t, idx):
         idx = (idx,)
     if len(idx) == 1 and _is_mask(idx[0]):
         return _select_mask(t, idx[0])
+    for i in idx:
+        if _is_scalar_bool(i):
+            return _getitem_scalar_bools(t, idx)
     adv = _split_advanced(idx, t.ndim, "index") if _may_be_advanced(idx) else None
     if adv is not None:
         _, view, d, flat, rows = _advanced_plan(t, adv, "index")
@@ -36,10 +39,11 @@ def getitem(t, idx):
         raise IndexOutOfRange("[index] an index can only have a single ellipsis")
     if n_real > t.ndim:
         raise IndexOutOfRange(f"[index] too many indices ({n_real}) for a tensor with {t.ndim} dims")
-    layout, dim = t._layout, 0
+    layout, dim, src = t._layout, 0, 0  # dim: in the layout being built; src: the dim of t it reads
     for i in idx:
         if i is Ellipsis:
             dim += t.ndim - n_real
+            src += t.ndim - n_real
         elif i is None:
             layout = layout.unsqueeze(dim)
             dim += 1
@@ -50,16 +54,19 @@ def getitem(t, idx):
             except (TypeError, ValueError) as e:
                 raise IndexOutOfRange(f"[index] invalid slice {i!r}: {e}") from None
             if step < 1:
-                raise EmberValueError(f"[index] slice step must be >= 1, got {step}")
+                raise EmberValueError(f"[index] slice step must be >= 1, got {step} (ember's views have no negative "
+                                      "strides; for a reversed copy use t.flip(dim))")
             # slice.indices clamps start/stop but not step; any step past the size picks one element
             layout = layout.slice(dim, start, max(start, stop), min(step, 2**63 - 1))
             dim += 1
-        elif isinstance(i, (numbers.Integral, np.integer)) and not isinstance(i, bool):
-            if not -2**63 <= int(i) < 2**63:  # out of range anyway; past int64 the binding gives TypeError
-                raise IndexOutOfRange(f"[index] index {i} out of range for dim {dim} of size {layout.shape[dim]}")
-            layout = layout.select(dim, int(i))
-        elif isinstance(i, Tensor) and not i._dtype.is_float and i.numel() == 1 and i.ndim == 0:
-            layout = layout.select(dim, int(i.item()))
+            src += 1
+        elif isinstance(i, (numbers.Integral, np.integer)) and not isinstance(i, bool) or (
+                isinstance(i, Tensor) and not i._dtype.is_float and i.ndim == 0):
+            v, size = int(i) if not isinstance(i, Tensor) else int(i.item()), layout.shape[dim]
+            if not -size <= v < size:  # named after t's own dim (the layout's dims shift as ints drop them)
+                raise IndexOutOfRange(f"[index] index {v} out of range for dim {src} of size {size}")
+            layout = layout.select(dim, v)
+            src += 1
         else:
             raise IndexOutOfRange(f"[index] unsupported index {i!r} (use ints, slices, None, ...)")
     return t._view(layout, "index", idx)  # the rule replays idx on zeros
@@ -111,6 +118,39 @@ def setitem(t, idx, value):
         target, src = target.unsqueeze(0), src.reshape(1)
     _slice_set_as(target, src.broadcast_as(target.shape) if src.shape != target.shape else src, "setitem")
 
+def _is_scalar_bool(i):
+    """A 0-d mask: a Python or numpy bool, a 0-d bool array or a 0-d uint8 tensor (a comparison's result)."""
+    if isinstance(i, (bool, np.bool_)):
+        return True
+    if isinstance(i, np.ndarray):
+        return i.ndim == 0 and i.dtype == np.bool_
+    return isinstance(i, Tensor) and i.ndim == 0 and i._dtype is _dt.uint8
+
+
+def _getitem_scalar_bools(t, idx):
+    """t[idx] where idx holds 0-d masks: each adds a dim of size 1 (true) or 0 (false), as in numpy
+    and torch (t[True] is t[None]; t[False] selects nothing)."""
+    if _may_be_advanced(tuple(i for i in idx if not _is_scalar_bool(i))):
+        raise UnsupportedOp("[index] a 0-d mask (True/False) cannot be combined with index arrays or masks")
+    n_real = sum(1 for i in idx if i is not None and i is not Ellipsis and not _is_scalar_bool(i))
+    basic, empty, out_dim = [], [], 0
+    for i in idx:
+        if _is_scalar_bool(i):
+            if not bool(i.item() if isinstance(i, (Tensor, np.ndarray)) else i):
+                empty.append(out_dim)
+            basic.append(None)
+            out_dim += 1
+        else:
+            basic.append(i)
+            if i is Ellipsis:
+                out_dim += max(t.ndim - n_real, 0)
+            elif i is None or isinstance(i, slice):
+                out_dim += 1
+    out = getitem(t, tuple(basic))
+    for d in empty:
+        out = out.narrow(d, 0, 0)
+    return out
+
 def _write_selected(t, plan, value):
     """Writes value (broadcast to the selection's shape) at an _advanced_plan's positions: in place
     when the indexed dims merge as a view of t, else into a contiguous copy of the indexed view,
@@ -149,6 +189,8 @@ def _setitem_value(value, dtype, device, shape):
             raise _as_op(e, "tensor", "setitem") from None
     if value._dtype is not dtype:
         value = value.to_dtype(dtype)
+    if value.ndim > len(shape) and all(n == 1 for n in value.shape[:value.ndim - len(shape)]):
+        value = value.reshape(value.shape[value.ndim - len(shape):])  # numpy/torch drop leading size-1 dims
     if _broadcast_shape(value.shape, shape) != shape:
         raise ShapeError(f"[setitem] value of shape {value.shape} cannot be broadcast to {shape}")
     return value

@@ -4,12 +4,13 @@ from __future__ import annotations
 import ctypes as C
 import math
 import operator
+import warnings
 
 import numpy as np
 
 from . import _C
 from . import dtypes as _dt
-from .errors import DeviceError, DTypeError, EmberValueError
+from .errors import DeviceError, DLPackCopyWarning, DTypeError, EmberValueError
 from .tensor import Tensor, _wrap, tensor
 
 # The DLPack C structs (dlpack.h v1.x), declared with ctypes. numpy's own exporter cannot carry
@@ -265,6 +266,10 @@ def from_dlpack(obj) -> Tensor:
         storage = _C.CpuStorage._borrow(data, span, dt.code, owner)
         return _wrap(storage, _C.Layout(shape, strides, 0), dt, _dt.cpu)
     # Fallback (widened dtypes, read-only or negatively strided producers, empty tensors): copy.
+    if key in _WIDEN_NP:  # said out loud: the caller asked for shared memory and does not get it
+        warnings.warn(f"[from_dlpack] ember has no {np.dtype(_WIDEN_NP[key]).name}: the data is copied and widened "
+                      f"to {_dt.from_numpy_dtype(np.dtype(_WIDEN_NP[key])).name}, sharing no memory",
+                      DLPackCopyWarning, stacklevel=2)
     if numel == 0:
         npt = _WIDEN_NP.get(key) or _dt.numpy_dtype(_FROM_DL[key])
         out = tensor(np.zeros(shape, dtype=npt))

@@ -7,7 +7,7 @@ from . import _C
 from . import custom_op as _co
 from . import dtypes as _dt
 from .backprop import no_grad
-from .errors import DTypeError, EmberError, EmberValueError
+from .errors import EmberError, EmberTypeError, EmberValueError
 from .tensor import Tensor, Var, _wrap, tensor
 
 # strided-vs-contiguous agreement: the same math on the same values, so only reduction order may differ
@@ -330,7 +330,7 @@ def check_op(op, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
     """
     kinds = (_co.CustomOp1, _co.CustomOp2, _co.CustomOp3, _co.InplaceOp1, _co.InplaceOp2, _co.InplaceOp3)
     if not isinstance(op, kinds):
-        raise DTypeError(f"[check_op] expected a CustomOp1/2/3 or InplaceOp1/2/3, got {type(op).__name__}")
+        raise EmberTypeError(f"[check_op] expected a CustomOp1/2/3 or InplaceOp1/2/3, got {type(op).__name__}")
     if len(inputs) != op._arity:
         raise EmberValueError(f"[check_op] {op.name} takes {op._arity} input(s), got {len(inputs)}")
     with no_grad():

@@ -5,7 +5,7 @@ import math
 
 from .args import bool_arg, float_arg
 from .backprop import no_grad
-from .errors import DTypeError, EmberValueError, ShapeError
+from .errors import DTypeError, EmberTypeError, EmberValueError, GradientsInStore, ShapeError
 from .tensor import Tensor, Var
 
 __all__ = ["AdamW", "Optimizer", "SGD"]
@@ -22,7 +22,7 @@ class Optimizer:
 
     def __init__(self, params, defaults):
         if isinstance(params, (str, bytes, dict)) or not hasattr(params, "__iter__"):
-            raise DTypeError(f"[{self.name}] params must be an iterable of Vars or of param groups, got "
+            raise EmberTypeError(f"[{self.name}] params must be an iterable of Vars or of param groups, got "
                              f"{type(params).__name__}")
         items = list(params)
         groups = [dict(g) for g in items] if items and isinstance(items[0], dict) else [{"params": items}]
@@ -35,7 +35,7 @@ class Optimizer:
             ps = [p[1] if isinstance(p, tuple) else p for p in ps]
             for p in ps:
                 if not isinstance(p, Var):
-                    raise DTypeError(f"[{self.name}] parameters must be em.Var, got {type(p).__name__}")
+                    raise EmberTypeError(f"[{self.name}] parameters must be em.Var, got {type(p).__name__}")
                 if not p.dtype.is_float:
                     raise DTypeError(f"[{self.name}] parameters must be float, got {p.dtype.name}")
                 if id(p) in seen:
@@ -77,11 +77,28 @@ class Optimizer:
         if not group["lr"] >= 0:
             raise EmberValueError(f"[{self.name}] invalid learning rate {group['lr']}")
 
-    def step(self, grads) -> None:
+    def zero_grad(self, set_to_none=True):
+        """torch's gradient reset; nothing accumulates between backward calls in ember.
+
+        Args:
+            set_to_none: ignored.
+
+        Raises:
+            GradientsInStore: always, saying to pass ``loss.backward()``'s store to ``step``.
+        """
+        raise GradientsInStore(f"[{self.name}.zero_grad] ember accumulates no gradients, so there is nothing to "
+                               "zero: each g = loss.backward() is a new GradStore; then opt.step(g), or "
+                               "opt.backward_step(loss) for both")
+
+    def step(self, grads=None) -> None:
         """Applies one update to every variable that has a gradient in ``grads`` (a GradStore from
-        ``backward()``); variables without one are left untouched."""
+        ``backward()``); variables without one are left untouched. Raises GradientsInStore without
+        ``grads``: ember keeps no gradients on the parameters."""
+        if grads is None:
+            raise GradientsInStore(f"[{self.name}.step] step needs the gradients: ember keeps none on the "
+                                   "parameters; g = loss.backward(); opt.step(g), or opt.backward_step(loss)")
         if not callable(getattr(grads, "get", None)):
-            raise DTypeError(f"[{self.name}] step expects the GradStore from backward(), got {type(grads).__name__}")
+            raise EmberTypeError(f"[{self.name}] step expects the GradStore from backward(), got {type(grads).__name__}")
         with no_grad():  # updates are never part of a graph
             for group in self.param_groups:
                 for p in group["params"]:
@@ -89,7 +106,7 @@ class Optimizer:
                     if g is None:
                         continue
                     if not isinstance(g, Tensor):
-                        raise DTypeError(f"[{self.name}] gradient of a parameter is a {type(g).__name__}, not a Tensor")
+                        raise EmberTypeError(f"[{self.name}] gradient of a parameter is a {type(g).__name__}, not a Tensor")
                     if g.shape != p.shape:
                         raise ShapeError(f"[{self.name}] gradient shape {g.shape} does not match parameter {p.shape}")
                     g = g.detach()
@@ -110,7 +127,7 @@ class Optimizer:
     def load_state_dict(self, sd: dict) -> None:
         """Restores hyperparameters and per-parameter state saved by ``state_dict`` (same model layout)."""
         if not isinstance(sd, dict) or not isinstance(sd.get("param_groups", []), (list, tuple)):
-            raise DTypeError(f"[{self.name}] load_state_dict expects the dict from state_dict(), got {type(sd).__name__}")
+            raise EmberTypeError(f"[{self.name}] load_state_dict expects the dict from state_dict(), got {type(sd).__name__}")
         params = self.params
         groups = sd.get("param_groups", [])
         if len(groups) != len(self.param_groups) or any(
@@ -131,7 +148,7 @@ class Optimizer:
             loss: the tensor to differentiate (usually a scalar loss).
         """
         if not isinstance(loss, Tensor):
-            raise DTypeError(f"[{self.name}] backward_step expects a loss Tensor, got {type(loss).__name__}")
+            raise EmberTypeError(f"[{self.name}] backward_step expects a loss Tensor, got {type(loss).__name__}")
         grads = loss.backward()
         self.step(grads)
         return grads
@@ -207,7 +224,7 @@ class AdamW(Optimizer):
         super()._check(g)
         betas = g["betas"]
         if not isinstance(betas, (tuple, list)) or len(betas) != 2:
-            raise DTypeError(f"[AdamW] betas must be a pair of floats, got {betas!r}")
+            raise EmberTypeError(f"[AdamW] betas must be a pair of floats, got {betas!r}")
         g["betas"] = b1, b2 = float_arg(betas[0], "AdamW", "beta1"), float_arg(betas[1], "AdamW", "beta2")
         g["eps"], g["weight_decay"] = float_arg(g["eps"], "AdamW", "eps"), float_arg(g["weight_decay"], "AdamW", "weight_decay")
         if not (0.0 <= b1 < 1.0 and 0.0 <= b2 < 1.0) or not g["eps"] >= 0 or not g["weight_decay"] >= 0:

@@ -11,26 +11,32 @@ from . import _C
 from . import dtypes as _dt
 from .args import bool_arg, float_arg, i64_arg, int_arg
 from .backprop import no_grad, record
+from .composite import CompositeOps
 from .dtypes import Device, DType
 from .errors import (
     DeviceError,
     DTypeError,
     EmberError,
+    EmberTypeError,
     EmberValueError,
+    GradientsInStore,
     IndexOutOfRange,
     OutOfMemory,
     ShapeError,
 )
+from .promotion import result_type
+from .tensor_methods import TorchNames
 
 _ids = itertools.count(1)
 
 UNARY = {n: i for i, n in enumerate(
-    ["exp", "log", "sin", "cos", "tanh", "sqrt", "sqr", "abs", "neg", "recip", "relu", "gelu", "silu", "erf", "ceil", "floor", "round", "sign", "sigmoid", "affine", "powf", "clamp"])}
+    ["exp", "log", "sin", "cos", "tanh", "sqrt", "sqr", "abs", "neg", "recip", "relu", "gelu", "silu", "erf", "ceil", "floor", "round", "sign", "sigmoid", "affine", "powf", "clamp",
+     "log1p", "expm1", "rsqrt", "log2", "log10", "tan", "sinh", "cosh", "asin", "acos", "atan", "trunc"])}
 BINARY = {n: i for i, n in enumerate(["add", "sub", "mul", "div", "maximum", "minimum", "pow", "floor_divide",
                                         "remainder", "eq", "ne", "lt", "le", "gt", "ge"])}
 REDUCE = {n: i for i, n in enumerate(["sum", "max", "min", "argmax", "argmin", "sum_i64"])}
 _FIRST_CMP = BINARY["eq"]
-_PRUNED = frozenset(("ceil", "floor", "round", "sign", "floor_divide"))  # zero gradient: never recorded
+_PRUNED = frozenset(("ceil", "floor", "round", "sign", "trunc", "floor_divide"))  # zero gradient: never recorded
 
 
 def _wrap(storage, layout, dtype, device, cls=None, shape=None):
@@ -97,7 +103,7 @@ def _dims(dim, ndim, op):
     return out if ndim else []
 
 
-class Tensor:
+class Tensor(TorchNames, CompositeOps):
     """An n-dimensional array on a device: a storage seen through a layout, plus the op that made it."""
 
     __slots__ = ("__weakref__", "_device", "_dtype", "_id", "_layout", "_op", "_shape", "_storage")
@@ -159,7 +165,7 @@ class Tensor:
 
     def __len__(self):
         if not self.shape:
-            raise DTypeError("[len] len() of a 0-d tensor")
+            raise EmberTypeError("[len] len() of a 0-d tensor")
         return self.shape[0]
 
     def __hash__(self):
@@ -172,7 +178,7 @@ class Tensor:
 
     def __repr__(self):
         try:
-            body = np.array2string(self._np_values(), separator=", ", threshold=200, edgeitems=3)
+            body = np.array2string(self._np_values(), separator=", ", threshold=200, edgeitems=3, prefix="Tensor(")
         except EmberError:
             raise
         except ValueError:  # a broadcast view bigger than numpy can describe: shape and dtype still print
@@ -185,7 +191,10 @@ class Tensor:
     def _np_values(self):
         """A numpy view of the values for reading (not a copy; callers copy)."""
         t = self if self._device.type == "cpu" else self.to_device("cpu")
-        return t._storage.as_numpy(t._layout)
+        arr = t._storage.as_numpy(t._layout)
+        if self._dtype is _dt.bfloat16 and _dt.numpy_dtype(_dt.bfloat16) is None:
+            arr = (arr.astype(np.uint32) << 16).view(np.float32)
+        return arr
 
     def numpy(self) -> np.ndarray:
         """A new numpy array with the values (never aliases the tensor)."""
@@ -237,8 +246,6 @@ class Tensor:
         if device == self._device:
             return self
         raise DeviceError(f"[to_device] device {device} is not available in this build")
-
-    to = to_device
 
     def contiguous(self) -> Tensor:
         return self if self._layout.is_contiguous() else self.copy()
@@ -301,8 +308,6 @@ class Tensor:
         shape = _shape_arg(shape, "broadcast_as")
         return self._view(self._layout.broadcast_as(list(shape)), "broadcast_as", self.shape)
 
-    expand = broadcast_as
-
     def broadcast_left(self, *shape):
         return self.broadcast_as(_shape_arg(shape, "broadcast_as") + self.shape)
 
@@ -315,7 +320,26 @@ class Tensor:
         out = _wrap(s, l.reshape(shape), self._dtype, self._device)
         return record(out, "reshape", (self,), self.shape)
 
-    view = reshape
+    def view(self, *shape):
+        """This tensor in a new shape, always as a view of the same storage (torch's rule).
+
+        Args:
+            *shape: the new shape (ints or one tuple); one dim may be -1.
+
+        Returns:
+            A view sharing this tensor's storage, differentiable.
+
+        Raises:
+            ShapeError: when the element counts differ, or the layout cannot be seen in that shape
+                without a copy (``reshape`` copies there).
+        """
+        shape = _C.resolve_reshape(list(_shape_arg(shape, "view")), self.numel())
+        layout = self._layout.reshape(shape)
+        if layout is None:
+            raise ShapeError(f"[view] a tensor of shape {self.shape} and strides {self._layout.stride} cannot be "
+                             f"viewed as {tuple(shape)} without a copy; use reshape (copies when it must) or "
+                             "contiguous() first")
+        return self._view(layout, "reshape", self.shape)
 
     def flatten(self, start_dim=0, end_dim=-1):
         if self.ndim == 0:
@@ -377,7 +401,11 @@ class Tensor:
         e = float_arg(e, "powf", "exponent")
         return self._unary("powf", e, 0.0, e)
 
-    def clamp(self, lo=None, hi=None):
+    def clamp(self, lo=None, hi=None, *, min=None, max=None):  # noqa: A002  (torch's keyword names)
+        if min is not None or max is not None:
+            if lo is not None or hi is not None:
+                raise EmberValueError("[clamp] give the bounds as lo/hi or as min=/max=, not both")
+            lo, hi = min, max
         if not self._dtype.is_float and any(_is_float_scalar(b) for b in (lo, hi)):
             # a float bound promotes an integer tensor to float32, as `t + 0.5` does here and clamp does
             # in torch: u8.clamp(0.5, 2.5) is [0.5, ..., 2.5], not a silently truncated bound
@@ -387,7 +415,7 @@ class Tensor:
             out = self
             for b, f in ((lo, maximum), (hi, minimum)):
                 if b is not None:  # past int64 a bound saturates: clamp(hi=2**70) changes nothing
-                    b = min(max(int(b), -(2**63)), 2**63 - 1)
+                    b = -(2**63) if int(b) < -(2**63) else 2**63 - 1 if int(b) > 2**63 - 1 else int(b)
                     out = f(out, full((), b, dtype=_dt.int64, device=self._device))
             return out
         lo = -float("inf") if lo is None else float_arg(lo, "clamp", "lo")
@@ -515,7 +543,7 @@ class Tensor:
     def matmul(self, other):
         if not isinstance(other, Tensor):
             if not isinstance(other, (np.ndarray, list)):  # numpy's matmul would take it and return an array
-                raise DTypeError(f"[matmul] unsupported operand type {type(other).__name__}")
+                raise EmberTypeError(f"[matmul] unsupported operand type {type(other).__name__}")
             other = tensor(other, dtype=self._dtype)
         s, l = _C.matmul(self._storage, self._layout, other._storage, other._layout)
         return record(_wrap(s, l, self._dtype, self._device), "matmul", (self, other))
@@ -524,7 +552,7 @@ class Tensor:
 
     def __rmatmul__(self, other):
         if not isinstance(other, (np.ndarray, list)):
-            raise DTypeError(f"[matmul] unsupported operand type {type(other).__name__}")
+            raise EmberTypeError(f"[matmul] unsupported operand type {type(other).__name__}")
         return tensor(other, dtype=self._dtype).matmul(self)
 
     def index_select(self, indices, dim):
@@ -597,18 +625,15 @@ class Tensor:
 
 
 class Var(Tensor):
-    """A leaf tensor that tracks gradients: the parameters and inputs ``backward()`` differentiates for.
-
-    ``em.Var(data, dtype=None, device=None)`` takes what ``em.tensor`` takes (a scalar, nested lists, a
-    numpy array) or a Tensor, and always copies it. After ``g = loss.backward()``, ``g[v]`` is the
-    gradient of ``loss`` with respect to ``v``. ``v.set(t)`` writes new values into the variable's
-    existing storage (an optimizer step), which autograd sees as an in-place write.
-    """
+    """A leaf that tracks gradients. ``Var(t)`` copies ``t``'s data."""
 
     __slots__ = ()
     is_variable = True
 
-    def __new__(cls, data, dtype=None, device=None):
+    def __new__(cls, data, dtype=None, device=None, requires_grad=True):
+        if not requires_grad:  # torch's flag, spelled out: a Var always tracks gradients
+            raise GradientsInStore("[Var] a Var always tracks gradients; for a constant use em.tensor(data) (or "
+                                   "t.detach())")
         src = data if isinstance(data, Tensor) else tensor(data, dtype=dtype, device=device)
         if isinstance(data, Tensor):
             if dtype is not None:
@@ -622,13 +647,7 @@ class Var(Tensor):
         pass
 
     def set(self, t):
-        """Writes the values of ``t`` (a Tensor, list or array) into this variable's storage.
-
-        Raises:
-            ShapeError: ``t`` has another shape.
-            DTypeError: ``t`` is a Tensor of another dtype.
-            DeviceError: ``t`` is on another device.
-        """
+        """Writes t's values into this variable's storage (shape/dtype/device checked)."""
         if not isinstance(t, Tensor):
             t = tensor(t, dtype=self._dtype)
         if t.shape != self.shape:
@@ -664,20 +683,22 @@ def _shape_arg(shape, op):
 
 def _check_tensor_arg(x, op, what):
     if not isinstance(x, Tensor):
-        raise DTypeError(f"[{op}] expected a Tensor {what}, got {type(x).__name__}")
-
-
-def _float_for(other):
-    return other._dtype if isinstance(other, Tensor) and other._dtype.is_float else _dt.float32
+        raise EmberTypeError(f"[{op}] expected a Tensor {what}, got {type(x).__name__}")
 
 
 def _true_div_operands(a, o):
-    """True division of ints gives floats (like torch): int tensor operands are cast to a float dtype."""
-    if not a._dtype.is_float:
-        a = a.to_dtype(_float_for(o))
-    if isinstance(o, Tensor) and not o._dtype.is_float:
-        o = o.to_dtype(a._dtype)
-    return a, o
+    """True division computes in the promoted dtype, a float one (int / int gives float32, as torch)."""
+    if isinstance(o, (np.ndarray, list)):
+        o = tensor(o, device=a._device)
+    if isinstance(o, Tensor):
+        dt = result_type(a, o)
+    elif isinstance(o, numbers.Real) and not a._dtype.is_float:
+        dt = _dt.float32
+    else:
+        return a, o
+    if not dt.is_float:
+        dt = _dt.float32
+    return a.to_dtype(dt), (o.to_dtype(dt) if isinstance(o, Tensor) else o)
 
 
 def _full_storage(device, dtype, n, value):
@@ -696,26 +717,33 @@ _SCALAR_LAYOUT = _C.Layout([], [], 0)  # only _scalar uses it: grad_rules.wanted
 
 
 def _operands(a, b, op):
-    """Brings a Python scalar / numpy operand to a tensor; floats promote int tensors to float32."""
+    """a (a tensor) and b (a tensor, Python or numpy scalar, numpy array or list) as two tensors of
+    the promoted dtype (torch.result_type's rule, promotion.py); casts are recorded, so gradients
+    come back in each input's own dtype."""
     if isinstance(b, Tensor):
-        return a, b
+        if b._dtype is a._dtype:
+            return a, b
+        dt = result_type(a, b)
+        return a.to_dtype(dt), b.to_dtype(dt)
     if isinstance(b, (bool, numbers.Integral)):
         if a._dtype.is_float:
             float_arg(b, op, "scalar")  # past a double's range: EmberValueError, not a bare OverflowError
         return a, _scalar(int(b), a._dtype, a._device)
     if isinstance(b, numbers.Real):
         if not a._dtype.is_float:
-            a = a.to_dtype(_dt.float32)
+            a = a.to_dtype(_dt.float32)  # a Python float with an int tensor: float32, never truncated
         return a, _scalar(float(b), a._dtype, a._device)
-    if isinstance(b, (np.ndarray, list)):
+    if isinstance(b, (np.ndarray, list)):  # a numpy array counts as a tensor of its dtype
         try:
-            kind = np.asarray(b).dtype.kind
-        except (ValueError, TypeError):
-            kind = ""  # ragged or odd: tensor() below says what is wrong with it
-        if kind in "fc" and kind and not a._dtype.is_float:
-            a = a.to_dtype(_dt.float32)  # like a Python float: never truncate 1.5 to 1
-        return a, tensor(b, dtype=a._dtype, device=a._device)
-    raise DTypeError(f"[{op}] unsupported operand type {type(b).__name__}")
+            bt = tensor(b, device=a._device)
+        except EmberError as e:
+            raise type(e)(str(e).replace("[tensor]", f"[{op}]", 1)) from None
+        return _operands(a, bt, op)
+    mod = type(b).__module__ or ""
+    if mod.split(".")[0] == "torch":
+        raise EmberTypeError(f"[{op}] got a torch tensor; convert it first with em.from_dlpack(t) (zero-copy on "
+                         "CPU) or em.tensor(t.numpy())")
+    raise EmberTypeError(f"[{op}] unsupported operand type {type(b).__name__}")
 
 
 def _index_add_zeros(shape, ids, src, dim):
@@ -748,101 +776,11 @@ def _as_index(ids, op):
     return ids
 
 
-# --------------------------------------------------------------------- functions of several tensors
-def where(cond, a, b):
-    """Elementwise ``a if cond else b``, with numpy broadcasting.
-
-    Args:
-        cond: the condition, a Tensor (nonzero means true; a uint8 mask from a comparison), list or array.
-        a: the values where ``cond`` holds, a Tensor or a Python scalar.
-        b: the values elsewhere, a Tensor or a Python scalar (at least one of ``a``, ``b`` is a Tensor).
-
-    Returns:
-        Tensor: differentiable with respect to ``a`` and ``b``.
-
-    Raises:
-        ShapeError: the shapes do not broadcast.
-    """
-    if not isinstance(a, Tensor) and not isinstance(b, Tensor):
-        raise DTypeError("[where] at least one of a, b must be a tensor")
-    if not isinstance(a, Tensor):
-        b, a = _operands(b, a, "where")
-    elif not isinstance(b, Tensor):
-        a, b = _operands(a, b, "where")
-    if not isinstance(cond, Tensor):  # a list / array condition, like numpy
-        cond = tensor(cond)
-    s, l = _C.where(cond._storage, cond._layout, a._storage, a._layout, b._storage, b._layout)
-    return record(_wrap(s, l, a._dtype, a._device), "where", (a, b, cond))
-
-
-def maximum(a, b):
-    """The elementwise larger of ``a`` and ``b`` (one may be a scalar); ties share the gradient evenly."""
-    return a.maximum(b) if isinstance(a, Tensor) else b.maximum(a)
-
-
-def minimum(a, b):
-    """The elementwise smaller of ``a`` and ``b`` (one may be a scalar); ties share the gradient evenly."""
-    return a.minimum(b) if isinstance(a, Tensor) else b.minimum(a)
-
-
-def _tensor_list(tensors, op):
-    if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)) and not hasattr(tensors, "__iter__"):
-        raise DTypeError(f"[{op}] expected a sequence of tensors, got {type(tensors).__name__}")
-    tensors = list(tensors)
-    if not tensors:
-        raise EmberValueError(f"[{op}] expected at least one tensor")
-    for i, t in enumerate(tensors):
-        _check_tensor_arg(t, op, f"at position {i}")
-    return tensors
-
-
-def cat(tensors, dim=0):
-    """Joins tensors along an existing dim.
-
-    Args:
-        tensors: a sequence of tensors whose shapes agree except along ``dim``.
-        dim: the dim to join along.
-
-    Returns:
-        Tensor: a new tensor; differentiable with respect to every input.
-
-    Raises:
-        ShapeError: the other dims differ.
-        EmberValueError: the sequence is empty.
-    """
-    tensors = _tensor_list(tensors, "cat")
-    dim = _dim(dim, tensors[0].ndim, "cat")
-    s, l = _C.cat([t._storage for t in tensors], [t._layout for t in tensors], dim)
-    t0 = tensors[0]
-    return record(_wrap(s, l, t0._dtype, t0._device), "cat", tuple(tensors), (dim, tuple(t.shape[dim] for t in tensors)))
-
-
-def stack(tensors, dim=0):
-    """Joins tensors of one shape along a new dim.
-
-    Args:
-        tensors: a sequence of tensors of the same shape.
-        dim: where the new dim goes.
-
-    Returns:
-        Tensor: a new tensor; differentiable with respect to every input.
-
-    Raises:
-        ShapeError: the shapes differ.
-    """
-    tensors = _tensor_list(tensors, "stack")
-    dim = _dim(dim, tensors[0].ndim + 1, "stack")
-    for t in tensors[1:]:
-        if t.shape != tensors[0].shape:
-            raise ShapeError(f"[stack] all tensors must have the same shape, got {tensors[0].shape} and {t.shape}")
-    return cat([t.unsqueeze(dim) for t in tensors], dim)
-
-
-
 # Creation functions live in creation.py and are re-exported here (the rest of the package imports
 # them from this module); imported last because creation.py builds Tensors, and tensor.py itself calls
 # tensor() and zeros_like() at run time.
 from .creation import (  # noqa: E402, F401, I001
     arange, from_numpy, full, full_like, manual_seed, ones, ones_like, rand, randn, tensor, zeros, zeros_like,
 )
+from .multi import cat, maximum, minimum, stack, where  # noqa: E402, F401, I001
 from .indexing import getitem, setitem  # noqa: E402, I001  (indexing.py builds on everything above)

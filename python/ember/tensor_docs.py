@@ -255,11 +255,13 @@ DOCS = {
 
         Returns:
             Tensor: same shape and dtype; differentiable.""",
-    "clamp": """Limits every element to ``[lo, hi]``.
+    "clamp": """Limits every element to ``[lo, hi]`` (torch's ``min=`` / ``max=`` keywords work too).
 
         Args:
             lo: the lower bound, or None for none.
             hi: the upper bound, or None for none. Where ``lo > hi`` the result is ``hi``, as in torch.
+            min: torch's name for ``lo`` (keyword only; not together with ``lo``/``hi``).
+            max: torch's name for ``hi``.
 
         Returns:
             Tensor: same shape; a float bound makes an integer tensor float32. Differentiable (gradient

@@ -22,7 +22,7 @@ void bind_layout(py::module_& m) {
       // Tried only when the typed overload above cannot convert its arguments: pybind's own message
       // would be a bare TypeError without the op's name.
       .def(py::init([](const py::args&, const py::kwargs&) -> Layout {
-        EMBER_CHECK(false, DType, "[Layout] expected Layout(shape, stride, start_offset=0): two sequences of "
+        EMBER_CHECK(false, Type, "[Layout] expected Layout(shape, stride, start_offset=0): two sequences of "
                     "ints of one length and an int, each within int64");
       }))
       .def_static(
@@ -34,7 +34,7 @@ void bind_layout(py::module_& m) {
           py::arg("shape"), py::arg("start_offset") = 0,
           "The dense row-major layout of shape, starting at start_offset.")
       .def_static("contiguous", [](const py::args&, const py::kwargs&) -> Layout {
-        EMBER_CHECK(false, DType, "[Layout] expected Layout.contiguous(shape, start_offset=0): a sequence of ints "
+        EMBER_CHECK(false, Type, "[Layout] expected Layout.contiguous(shape, start_offset=0): a sequence of ints "
                     "and an int, each within int64");
       })
       .def_property_readonly("shape", [](const Layout& l) { return py::tuple(py::cast(l.shape())); },

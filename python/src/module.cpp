@@ -18,6 +18,7 @@ PyObject* error_class(ember::ErrorKind kind) {
   switch (kind) {
     case ember::ErrorKind::Shape: name = "ShapeError"; break;
     case ember::ErrorKind::DType: name = "DTypeError"; break;
+    case ember::ErrorKind::Type: name = "EmberTypeError"; break;
     case ember::ErrorKind::Device: name = "DeviceError"; break;
     case ember::ErrorKind::Index: name = "IndexOutOfRange"; break;
     case ember::ErrorKind::Unsupported: name = "UnsupportedOp"; break;

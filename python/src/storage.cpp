@@ -150,7 +150,7 @@ void bind_storage(py::module_& m) {
           "the operand of the in-place op running on this thread. A writable view counts as an in-place "
           "write for autograd while it is alive.")
       .def("as_numpy", [](const py::object&, const py::args&, const py::kwargs&) -> py::object {
-        EMBER_CHECK(false, DType, "[as_numpy] expected as_numpy(layout: Layout, writable: bool | None = None)");
+        EMBER_CHECK(false, Type, "[as_numpy] expected as_numpy(layout: Layout, writable: bool | None = None)");
       })
       .def_property_readonly("data_ptr", [](const CpuStorage& s) { return (uintptr_t)s.raw(); },
                              "The address of the first element, as an int (for ctypes or cffi kernels).")

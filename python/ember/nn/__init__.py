@@ -1,5 +1,6 @@
-"""ember.nn: fused ops (``ember.nn.ops``), layers and losses."""
-from . import ops
+"""ember.nn: fused ops (``ember.nn.ops``), layers, convolutions, activation modules, losses and ``functional``."""
+from . import functional, ops
+from .activations import GELU, Dropout, Identity, ReLU, Sigmoid, SiLU, Tanh
 from .conv import (
     Conv1d,
     Conv2d,
@@ -29,8 +30,8 @@ from .layers import (
 from .losses import cross_entropy, mse_loss
 
 __all__ = [
-    "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "conv1d", "conv2d", "conv_transpose1d",
-    "conv_transpose2d", "fold", "unfold",
-    "MLP", "CausalSelfAttention", "Embedding", "GatedMLP", "LayerNorm", "Linear", "Module", "ModuleList",
-    "RmsNorm", "Sequential", "TransformerBlock", "cross_entropy", "mse_loss", "ops", "swiglu",
+    "GELU", "MLP", "CausalSelfAttention", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "Dropout",
+    "Embedding", "GatedMLP", "Identity", "LayerNorm", "Linear", "Module", "ModuleList", "ReLU", "RmsNorm",
+    "Sequential", "SiLU", "Sigmoid", "Tanh", "TransformerBlock", "conv1d", "conv2d", "conv_transpose1d",
+    "conv_transpose2d", "cross_entropy", "fold", "functional", "mse_loss", "ops", "swiglu", "unfold",
 ]

@@ -5,7 +5,7 @@ import math
 
 from ..args import float_arg, int_arg
 from ..dtypes import to_device, to_dtype
-from ..errors import DTypeError, EmberValueError, ShapeError
+from ..errors import DTypeError, EmberTypeError, EmberValueError, GradientsInStore, ShapeError
 from ..tensor import Tensor, Var, ones, rand, randn, tensor, zeros
 from . import ops
 
@@ -79,7 +79,7 @@ class Module:
         """Writes values into the existing parameters (in place). Returns (missing, unexpected) keys;
         with ``strict`` either being non-empty raises an EmberError."""
         if not hasattr(state, "keys") or not hasattr(state, "__getitem__"):
-            raise DTypeError(f"[load_state_dict] expected a mapping of names to tensors, got {type(state).__name__}")
+            raise EmberTypeError(f"[load_state_dict] expected a mapping of names to tensors, got {type(state).__name__}")
         params = dict(self.named_parameters())
         missing = [k for k in params if k not in state]
         unexpected = [k for k in state if k not in params]
@@ -95,6 +95,19 @@ class Module:
                 raise ShapeError(f"[load_state_dict] {name}: expected shape {p.shape}, got {value.shape}")
             p.set(value.detach().to_dtype(p.dtype).to_device(p.device))
         return missing, unexpected
+
+    def zero_grad(self, set_to_none=True):
+        """torch's gradient reset; ember accumulates no gradients on parameters.
+
+        Args:
+            set_to_none: ignored.
+
+        Raises:
+            GradientsInStore: always, saying where gradients are (``g = loss.backward()``).
+        """
+        raise GradientsInStore(f"[{type(self).__name__}.zero_grad] ember accumulates no gradients on parameters, "
+                               "so there is nothing to zero: g = loss.backward() returns them (g[p]), then "
+                               "opt.step(g), or opt.backward_step(loss) for both")
 
     def train(self, mode: bool = True):
         for _, m in self.named_modules():
@@ -122,7 +135,7 @@ class ModuleList(Module):
         try:
             items = list(modules)
         except TypeError:
-            raise DTypeError(f"[{type(self).__name__}] expected an iterable of Modules, got "
+            raise EmberTypeError(f"[{type(self).__name__}] expected an iterable of Modules, got "
                              f"{type(modules).__name__}") from None
         self.items = []
         for m in items:
@@ -143,13 +156,23 @@ class ModuleList(Module):
 
     def append(self, m):
         if not isinstance(m, Module):  # caught here, not at the first forward or parameters() call
-            raise DTypeError(f"[{type(self).__name__}] item {len(self.items)} is a {type(m).__name__}, not a Module")
+            raise EmberTypeError(f"[{type(self).__name__}] item {len(self.items)} is a {type(m).__name__}, not a Module")
         self.items.append(m)
         return self
 
 
 class Sequential(ModuleList):
-    """Runs its modules one after the other."""
+    """Runs its modules one after the other, as ``torch.nn.Sequential(a, b, c)`` (a single list or
+    tuple of modules is accepted too); submodules are named "0", "1", ...
+
+    Raises:
+        DTypeError: when an argument is not a Module.
+    """
+
+    def __init__(self, *modules):
+        if len(modules) == 1 and not isinstance(modules[0], Module):
+            modules = modules[0]  # Sequential([a, b]): the older list form
+        super().__init__(modules)
 
     def forward(self, x):
         for m in self.items:
@@ -305,7 +328,19 @@ class CausalSelfAttention(Module):
         return f"dim={self.dim}, n_heads={self.n_heads}"
 
 
-_ACTS = {"gelu": ops.gelu, "silu": ops.silu, "relu": lambda x: x.relu()}
+def _relu(x):
+    return x.relu()  # a module-level function (not a lambda), so that an MLP pickles
+
+
+_ACTS = {"gelu": ops.gelu, "silu": ops.silu, "relu": _relu}
+
+
+def _features(v, op, what):
+    """A positive feature count, the error named after the layer's own argument."""
+    n = int_arg(v, op, what)
+    if n <= 0:
+        raise ShapeError(f"[{op}] {what} must be positive, got {n}")
+    return n
 
 
 class MLP(Module):
@@ -321,6 +356,7 @@ class MLP(Module):
             device: where the parameters live (default the CPU).
         """
         super().__init__()
+        dim, hidden = _features(dim, "MLP", "dim"), _features(hidden, "MLP", "hidden")
         self.fc = Linear(dim, hidden, bias=bias, dtype=dtype, device=device)
         self.proj = Linear(hidden, dim, bias=bias, dtype=dtype, device=device)
         if isinstance(activation, str) and activation not in _ACTS or not isinstance(activation, str) and not callable(activation):
@@ -350,6 +386,9 @@ class GatedMLP(Module):
             device: where the parameters live (default the CPU).
         """
         super().__init__()
+        dim, hidden = _features(dim, "GatedMLP", "dim"), _features(hidden, "GatedMLP", "hidden")
+        if not callable(activation):
+            raise EmberValueError(f"[GatedMLP] activation must be a callable of (gate, up), got {activation!r}")
         self.gate = Linear(dim, hidden, bias=bias, dtype=dtype, device=device)
         self.up = Linear(dim, hidden, bias=bias, dtype=dtype, device=device)
         self.down = Linear(hidden, dim, bias=bias, dtype=dtype, device=device)

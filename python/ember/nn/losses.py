@@ -1,7 +1,7 @@
 """Loss functions: cross_entropy (log_softmax + gather) and mse_loss."""
 from __future__ import annotations
 
-from ..errors import DTypeError, EmberValueError, ShapeError
+from ..errors import DTypeError, EmberValueError, IndexOutOfRange, ShapeError
 from ..tensor import Tensor, tensor, where
 from . import ops
 
@@ -27,6 +27,12 @@ def cross_entropy(logits: Tensor, targets, reduction: str = "mean", ignore_index
             keep = targets.ne(ignore_index).to_dtype(logits.dtype)
             targets = where(ignored, 0, targets)  # any valid id: its term is masked out below
     logp = ops.log_softmax(logits, -1)
+    n = logits.shape[-1]
+    if targets.numel():  # gather would read a negative id from the end: a silent wrong loss
+        lo, hi = int(targets.min().item()), int(targets.max().item())
+        if lo < 0 or hi >= n:
+            raise IndexOutOfRange(f"[cross_entropy] target {lo if lo < 0 else hi} out of range for {n} classes "
+                                  "(targets are class ids in [0, classes), or ignore_index)")
     picked = logp.gather(targets.unsqueeze(-1), -1).squeeze(-1)
     if keep is not None:
         picked = picked * keep

@@ -14,7 +14,7 @@ from .. import _C
 from ..args import float_arg
 from ..backprop import is_grad_enabled, tracks
 from ..custom_op import CustomOp1, CustomOp2, CustomOp3
-from ..errors import DeviceError, DTypeError, ShapeError
+from ..errors import DeviceError, DTypeError, EmberTypeError, ShapeError
 from ..tensor import UNARY, Tensor, _contig, _dim, _wrap, arange, full, where
 
 _F = _C.fused
@@ -38,7 +38,7 @@ def _sum_leading(t: Tensor) -> Tensor:
 
 def _check_tensor(x, op, what="input"):
     if not isinstance(x, Tensor):
-        raise DTypeError(f"[{op}] expected a Tensor {what}, got {type(x).__name__}")
+        raise EmberTypeError(f"[{op}] expected a Tensor {what}, got {type(x).__name__}")
 
 
 # ----------------------------------------------------------------------------- activations

@@ -1,0 +1,160 @@
+"""Functions of several tensors: where, maximum, minimum, cat and stack, each computing in the
+promoted dtype (promotion.py) and recording its op for backward."""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+
+from . import _C
+from . import dtypes as _dt
+from .backprop import record
+from .errors import EmberTypeError, EmberValueError, ShapeError
+from .promotion import promote_types, result_type
+from .tensor import Tensor, _check_tensor_arg, _dim, _scalar, _wrap, tensor
+
+
+def _to_operand(x, dt, device):
+    """x (a tensor, numpy array, list or scalar) as a tensor of dtype dt on device."""
+    if isinstance(x, Tensor):
+        return x.to_dtype(dt)
+    if isinstance(x, (np.ndarray, list)):
+        return tensor(x, device=device).to_dtype(dt)
+    return _scalar(x, dt, device)
+
+
+def where(cond, a, b):
+    """Elementwise ``cond ? a : b`` with numpy broadcasting, as ``torch.where``.
+
+    Args:
+        cond: the condition, a tensor (any nonzero element is true), a numpy array or a list.
+        a: the values where cond holds: a tensor, numpy array, list or Python scalar.
+        b: the values elsewhere, likewise.
+
+    Returns:
+        A new tensor of the promoted dtype of a and b (torch.result_type's rule; two Python
+        scalars give float32 or int64), differentiable in a and b.
+
+    Raises:
+        DTypeError: for an operand of an unsupported type.
+        ShapeError: when the shapes do not broadcast.
+    """
+    if not isinstance(cond, Tensor):  # a list / array condition, like numpy
+        cond = tensor(cond)
+    for x in (a, b):
+        if not isinstance(x, (Tensor, np.ndarray, list, numbers.Real)):
+            raise EmberTypeError(f"[where] unsupported operand type {type(x).__name__}")
+    arrays = [x for x in (a, b) if isinstance(x, (Tensor, np.ndarray, list))]
+    if arrays:
+        arrays = [tensor(x) if isinstance(x, list) else x for x in arrays]
+        dt = result_type(*arrays, *[x for x in (a, b) if isinstance(x, numbers.Real)])
+    else:  # two scalars: torch's defaults
+        dt = _dt.float32 if any(not isinstance(x, numbers.Integral) for x in (a, b)) else _dt.int64
+    a, b = _to_operand(a, dt, cond._device), _to_operand(b, dt, cond._device)
+    s, l = _C.where(cond._storage, cond._layout, a._storage, a._layout, b._storage, b._layout)
+    return record(_wrap(s, l, a._dtype, a._device), "where", (a, b, cond))
+
+
+def maximum(a, b):
+    """The elementwise maximum of a and b (NaN wins), in their promoted dtype.
+
+    Args:
+        a: a tensor, numpy array or Python scalar.
+        b: likewise; at least one of a and b is a tensor.
+
+    Returns:
+        A new tensor; ties share the gradient evenly.
+
+    Raises:
+        DTypeError: when neither operand is a tensor, or for an unsupported operand type.
+        ShapeError: when the shapes do not broadcast.
+    """
+    if isinstance(a, Tensor):
+        return a.maximum(b)
+    if not isinstance(b, Tensor):
+        raise EmberTypeError(f"[maximum] expected a tensor operand, got {type(a).__name__} and {type(b).__name__}")
+    return b.maximum(a)
+
+
+def minimum(a, b):
+    """The elementwise minimum of a and b (NaN wins), in their promoted dtype.
+
+    Args:
+        a: a tensor, numpy array or Python scalar.
+        b: likewise; at least one of a and b is a tensor.
+
+    Returns:
+        A new tensor; ties share the gradient evenly.
+
+    Raises:
+        DTypeError: when neither operand is a tensor, or for an unsupported operand type.
+        ShapeError: when the shapes do not broadcast.
+    """
+    if isinstance(a, Tensor):
+        return a.minimum(b)
+    if not isinstance(b, Tensor):
+        raise EmberTypeError(f"[minimum] expected a tensor operand, got {type(a).__name__} and {type(b).__name__}")
+    return b.minimum(a)
+
+
+def _tensor_list(tensors, op):
+    if isinstance(tensors, Tensor) or not isinstance(tensors, (list, tuple)) and not hasattr(tensors, "__iter__"):
+        raise EmberTypeError(f"[{op}] expected a sequence of tensors, got {type(tensors).__name__}")
+    tensors = list(tensors)
+    if not tensors:
+        raise EmberValueError(f"[{op}] expected at least one tensor")
+    for i, t in enumerate(tensors):
+        _check_tensor_arg(t, op, f"at position {i}")
+    dt = tensors[0]._dtype
+    for t in tensors[1:]:
+        if t._dtype is not dt:
+            dt = promote_types(dt, t._dtype)
+    return [t.to_dtype(dt) for t in tensors]
+
+
+def cat(tensors, dim=0):
+    """Joins tensors along an existing dim, as ``torch.cat``.
+
+    Args:
+        tensors: a non-empty sequence of tensors with equal shapes except along dim; mixed dtypes
+            are promoted (torch.promote_types) and each gradient comes back in its input's dtype.
+        dim: the dim to join along (negative counts from the end).
+
+    Returns:
+        A new tensor.
+
+    Raises:
+        DTypeError: when tensors is not a sequence of tensors.
+        EmberValueError: for an empty sequence.
+        ShapeError: when the other dims differ.
+        IndexOutOfRange: for a dim out of range.
+    """
+    tensors = _tensor_list(tensors, "cat")
+    dim = _dim(dim, tensors[0].ndim, "cat")
+    s, l = _C.cat([t._storage for t in tensors], [t._layout for t in tensors], dim)
+    t0 = tensors[0]
+    return record(_wrap(s, l, t0._dtype, t0._device), "cat", tuple(tensors), (dim, tuple(t.shape[dim] for t in tensors)))
+
+
+def stack(tensors, dim=0):
+    """Joins tensors of one shape along a new dim, as ``torch.stack``.
+
+    Args:
+        tensors: a non-empty sequence of tensors of the same shape (dtypes promoted as in cat).
+        dim: where the new dim goes, in ``[-ndim - 1, ndim]``.
+
+    Returns:
+        A new tensor with one more dim.
+
+    Raises:
+        DTypeError: when tensors is not a sequence of tensors.
+        EmberValueError: for an empty sequence.
+        ShapeError: when the shapes differ.
+        IndexOutOfRange: for a dim out of range.
+    """
+    tensors = _tensor_list(tensors, "stack")
+    dim = _dim(dim, tensors[0].ndim + 1, "stack")
+    for t in tensors[1:]:
+        if t.shape != tensors[0].shape:
+            raise ShapeError(f"[stack] all tensors must have the same shape, got {tensors[0].shape} and {t.shape}")
+    return cat([t.unsqueeze(dim) for t in tensors], dim)

@@ -1,0 +1,112 @@
+"""ember.nn.functional: torch.nn.functional's names for ember's ops (relu, gelu, softmax, one_hot,
+dropout, cross_entropy, ...), so that ``import ember.nn.functional as F`` reads like torch."""
+from __future__ import annotations
+
+from ..args import bool_arg, float_arg, int_arg
+from ..creation import arange, rand
+from ..errors import DTypeError, EmberTypeError, EmberValueError, IndexOutOfRange
+from ..tensor import Tensor, tensor
+from .losses import cross_entropy, mse_loss
+from .ops import gelu, layer_norm, log_softmax, rms_norm, sigmoid, silu, softmax
+
+__all__ = ["cross_entropy", "dropout", "gelu", "layer_norm", "log_softmax", "mse_loss", "one_hot", "relu",
+           "rms_norm", "sigmoid", "silu", "softmax", "tanh"]
+
+
+def relu(x):
+    """max(x, 0) elementwise, as ``torch.nn.functional.relu``.
+
+    Args:
+        x: a tensor.
+
+    Returns:
+        A new tensor, differentiable.
+
+    Raises:
+        EmberTypeError: for a non-tensor.
+    """
+    if not isinstance(x, Tensor):
+        raise EmberTypeError(f"[relu] expected a Tensor, got {type(x).__name__}")
+    return x.relu()
+
+
+def tanh(x):
+    """tanh elementwise, as ``torch.nn.functional.tanh``.
+
+    Args:
+        x: a float tensor.
+
+    Returns:
+        A new tensor, differentiable.
+
+    Raises:
+        EmberTypeError: for a non-tensor.
+        DTypeError: for an integer tensor.
+    """
+    if not isinstance(x, Tensor):
+        raise EmberTypeError(f"[tanh] expected a Tensor, got {type(x).__name__}")
+    return x.tanh()
+
+
+def one_hot(indices, num_classes=-1):
+    """One-hot encodings of integer class indices, as ``torch.nn.functional.one_hot``.
+
+    Args:
+        indices: an integer tensor (or list / array) of class ids in [0, num_classes).
+        num_classes: the number of classes; -1 takes the largest index + 1.
+
+    Returns:
+        An int64 tensor of shape ``indices.shape + (num_classes,)``.
+
+    Raises:
+        DTypeError: for float indices.
+        IndexOutOfRange: for an index outside [0, num_classes).
+        EmberValueError: for num_classes < -1, or -1 with no indices.
+    """
+    ids = indices if isinstance(indices, Tensor) else tensor(indices)
+    if ids.dtype.is_float:
+        raise DTypeError(f"[one_hot] indices must be an integer tensor, got {ids.dtype.name}")
+    n = int_arg(num_classes, "one_hot", "num_classes")
+    if n < -1:
+        raise EmberValueError(f"[one_hot] num_classes must be -1 or >= 0, got {n}")
+    if ids.numel():
+        lo, hi = int(ids.min().item()), int(ids.max().item())
+        if n == -1:
+            n = hi + 1
+        if lo < 0 or hi >= n:
+            bad = lo if lo < 0 else hi
+            raise IndexOutOfRange(f"[one_hot] class index {bad} out of range for {n} classes")
+    elif n == -1:
+        raise EmberValueError("[one_hot] num_classes=-1 needs at least one index to infer the count")
+    return ids.unsqueeze(-1).eq(arange(n, device=ids.device)).long()
+
+
+def dropout(x, p=0.5, training=True):
+    """Zeroes each element with probability p and scales the rest by 1 / (1 - p) when training, as
+    ``torch.nn.functional.dropout``; the mask comes from ``em.rand`` (``em.manual_seed`` repeats it).
+
+    Args:
+        x: a float tensor.
+        p: the drop probability, in [0, 1].
+        training: apply dropout (True) or return x unchanged (False).
+
+    Returns:
+        A new tensor (x itself when not training or p == 0), differentiable in x.
+
+    Raises:
+        DTypeError: for a non-float tensor.
+        EmberValueError: for p outside [0, 1].
+    """
+    if not isinstance(x, Tensor):
+        raise EmberTypeError(f"[dropout] expected a Tensor, got {type(x).__name__}")
+    if not x.dtype.is_float:
+        raise DTypeError(f"[dropout] expected a float tensor, got {x.dtype.name}")
+    p = float_arg(p, "dropout", "p")
+    if not 0.0 <= p <= 1.0:
+        raise EmberValueError(f"[dropout] p must be in [0, 1], got {p}")
+    if not bool_arg(training, "dropout", "training") or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    keep = rand(*x.shape, device=x.device).ge(p).to_dtype(x.dtype)
+    return x * keep.affine(1.0 / (1.0 - p), 0.0)

@@ -1,0 +1,303 @@
+"""The Tensor methods a PyTorch user types first (to, float, stride, dim, mT, expand, clamp's keywords
+live in tensor.py), pickling and deep copies, and the torch gradient names that end in an error
+saying where ember keeps gradients. A mixin of Tensor; it reaches tensor.py only at call time."""
+from __future__ import annotations
+
+import copyreg
+import sys
+
+from . import _C
+from . import dtypes as _dt
+from .args import int_arg
+from .backprop import tracks
+from .errors import EmberValueError, GradientsInStore, IndexOutOfRange, ShapeError
+
+
+def _t():
+    return sys.modules["ember.tensor"]  # the module (the function ember.tensor shadows it on the package)
+
+
+_WHERE = ("ember keeps no gradients on tensors: backward() returns them in a GradStore, "
+          "g = loss.backward(); g[v] (or g.get(v)), then opt.step(g), or opt.backward_step(loss) for both")
+
+
+def _rebuild(arr, dtype_name, device, variable):
+    """Unpickles a tensor: the values, then the device and variable-ness it had."""
+    t = _t().tensor(arr, dtype=dtype_name, device=device)
+    return _t().Var(t) if variable else t
+
+
+def _rebuild_layout(shape, stride, start_offset):
+    return _C.Layout(list(shape), list(stride), start_offset)
+
+
+def _reduce_layout(l):
+    return _rebuild_layout, (tuple(l.shape), tuple(l.stride), l.start_offset)
+
+
+copyreg.pickle(_C.Layout, _reduce_layout)  # a Layout is plain data: shape, strides, offset
+
+
+def _cast_method(name, dtype, extra):
+    def method(self):
+        return self.to_dtype(dtype)
+
+    method.__name__ = method.__qualname__ = name
+    method.__doc__ = (f"This tensor as {dtype.name}{extra}, as ``torch.Tensor.{name}``.\n\n"
+                      "Returns:\n    self when it already is, else a new tensor (differentiable from a float).\n")
+    return method
+
+
+class TorchNames:
+    """torch's names for conversions, strides and gradients (mixed into Tensor)."""
+
+    __slots__ = ()
+
+    # ----------------------------------------------------------------- conversions
+    def to(self, *args, dtype=None, device=None, copy=False):
+        """Converts to a dtype and/or a device, as ``torch.Tensor.to``.
+
+        Args:
+            *args: at most two of: a dtype (``em.float16``, ``"float16"``, a numpy dtype), a device
+                (``em.cpu``, ``"cpu"``) or a tensor (its dtype and device).
+            dtype: the target dtype (keyword form).
+            device: the target device (keyword form).
+            copy: when True, always return a new storage, even if nothing changes.
+
+        Returns:
+            self when nothing changes and ``copy`` is False, else a new tensor (differentiable).
+
+        Raises:
+            EmberValueError: for more than one dtype or device, or an argument that is neither.
+            DeviceError: for a device this build lacks.
+        """
+        for a in args:
+            if hasattr(a, "_dtype") and hasattr(a, "_device"):
+                dts, dvs = [a._dtype], [a._device]
+            elif isinstance(a, _dt.Device) or (isinstance(a, str) and a.split(":")[0] in _dt.Device._KINDS):
+                dts, dvs = [], [a]
+            else:
+                try:
+                    dts, dvs = [_dt.to_dtype(a)], []
+                except Exception:
+                    raise EmberValueError(f"[to] expected a dtype, a device or a tensor, got {a!r}") from None
+            for v in dts:
+                if dtype is not None:
+                    raise EmberValueError("[to] got the dtype twice")
+                dtype = v
+            for v in dvs:
+                if device is not None:
+                    raise EmberValueError("[to] got the device twice")
+                device = v
+        out = self
+        if device is not None:
+            out = out.to_device(device)
+        if dtype is not None:
+            out = out.to_dtype(dtype)
+        return out.copy() if copy and out is self else out
+
+    float = _cast_method("float", _dt.float32, "")
+
+    half = _cast_method("half", _dt.float16, "")
+
+    bfloat16 = _cast_method("bfloat16", _dt.bfloat16, "")
+
+    double = _cast_method("double", _dt.float64, "")
+
+    long = _cast_method("long", _dt.int64, " (floats truncate toward zero, as in torch)")
+
+    byte = _cast_method("byte", _dt.uint8, "")
+
+    # ----------------------------------------------------------------- layout
+    def is_contiguous(self) -> bool:
+        """Whether the elements lie in row-major order with no gaps, as ``torch.Tensor.is_contiguous``.
+
+        Returns:
+            A bool.
+        """
+        return self._layout.is_contiguous()
+
+    def stride(self, dim=None):
+        """The strides in elements (0 for a broadcast dim), as ``torch.Tensor.stride``.
+
+        Args:
+            dim: one dim (negative counts from the end), or None for all of them.
+
+        Returns:
+            A tuple of ints, or one int for ``dim``.
+
+        Raises:
+            IndexOutOfRange: for a dim out of range.
+        """
+        st = tuple(self._layout.stride)
+        if dim is None:
+            return st
+        d = int_arg(dim, "stride", "dim")
+        if not -len(st) <= d < len(st):
+            raise IndexOutOfRange(f"[stride] dim {d} out of range for a tensor with {len(st)} dims")
+        return st[d]
+
+    def dim(self) -> int:
+        """The number of dims (``ndim``), as ``torch.Tensor.dim``.
+
+        Returns:
+            An int.
+        """
+        return len(self.shape)
+
+    def element_size(self) -> int:
+        """Bytes per element, as ``torch.Tensor.element_size``.
+
+        Returns:
+            An int.
+        """
+        return self._dtype.itemsize
+
+    @property
+    def mT(self):  # noqa: N802  (torch's name)
+        """The last two dims swapped (a view sharing storage), as ``torch.Tensor.mT``.
+
+        Raises:
+            ShapeError: below 2 dims.
+        """
+        if len(self.shape) < 2:
+            raise ShapeError(f"[mT] expected at least 2 dims, got shape {self.shape}")
+        return self.transpose(-2, -1)
+
+    def expand(self, *sizes):
+        """A broadcast (stride-0) view, as ``torch.Tensor.expand``: -1 keeps a dim's size.
+
+        Args:
+            *sizes: the new shape (ints or one tuple); new dims go in front, -1 only for existing dims.
+
+        Returns:
+            A view sharing this tensor's storage.
+
+        Raises:
+            ShapeError: when a dim of size other than 1 would change, or -1 names a new dim.
+        """
+        shape = _t()._shape_arg(sizes, "expand")
+        lead = len(shape) - len(self.shape)
+        if lead < 0:
+            raise ShapeError(f"[expand] cannot expand shape {self.shape} to fewer dims {shape}")
+        out = []
+        for i, n in enumerate(shape):
+            if n == -1:
+                if i < lead:
+                    raise ShapeError(f"[expand] -1 is not allowed for the new leading dim {i} in {shape}")
+                n = self.shape[i - lead]
+            out.append(n)
+        return self.broadcast_as(tuple(out))
+
+    # ----------------------------------------------------------------- torch's spellings of ember ops
+    def square(self):
+        """x * x elementwise, as ``torch.Tensor.square`` (ember's ``sqr``).
+
+        Returns:
+            A new tensor, differentiable.
+        """
+        return self.sqr()
+
+    def reciprocal(self):
+        """1 / x elementwise, as ``torch.Tensor.reciprocal`` (ember's ``recip``).
+
+        Returns:
+            A new tensor, differentiable.
+
+        Raises:
+            DTypeError: for an integer tensor.
+        """
+        return self.recip()
+
+    def softmax(self, dim=-1):
+        """Softmax over one dim (one fused kernel), as ``torch.Tensor.softmax``.
+
+        Args:
+            dim: the dim to normalise over.
+
+        Returns:
+            A new tensor, differentiable.
+
+        Raises:
+            DTypeError: for a non-float tensor.
+            IndexOutOfRange: for a dim out of range.
+        """
+        from .nn import ops
+
+        return ops.softmax(self, dim)
+
+    def log_softmax(self, dim=-1):
+        """log(softmax) over one dim, computed stably, as ``torch.Tensor.log_softmax``.
+
+        Args:
+            dim: the dim to normalise over.
+
+        Returns:
+            A new tensor, differentiable.
+
+        Raises:
+            DTypeError: for a non-float tensor.
+            IndexOutOfRange: for a dim out of range.
+        """
+        from .nn import ops
+
+        return ops.log_softmax(self, dim)
+
+    # ----------------------------------------------------------------- pickling and copies
+    def __reduce__(self):
+        # values, dtype, device and variable-ness travel; the graph (op) does not, as a detached copy
+        return (_rebuild, (self.numpy(), self._dtype.name, str(self._device), self.is_variable))
+
+    def __deepcopy__(self, memo):
+        s, l = _C.contiguous(self._storage, self._layout)
+        t = _t()
+        out = t._wrap(s, l, self._dtype, self._device, type(self) if self.is_variable else None)
+        memo[id(self)] = out
+        return out
+
+    # ----------------------------------------------------------------- torch's gradient names
+    @property
+    def grad(self):
+        """torch's gradient attribute; ember returns gradients from ``backward()`` instead.
+
+        Raises:
+            GradientsInStore: always, saying where the gradients are (``g = loss.backward(); g[v]``).
+        """
+        raise GradientsInStore(f"[grad] {_WHERE}")
+
+    @property
+    def requires_grad(self):
+        """Whether gradients flow into this tensor (a float Var, or a recorded op's result).
+
+        Returns:
+            A bool.
+
+        Raises:
+            GradientsInStore: on assignment; wrap the tensor in ``em.Var`` instead.
+        """
+        return tracks(self)
+
+    @requires_grad.setter
+    def requires_grad(self, value):
+        raise GradientsInStore("[requires_grad] ember marks what to differentiate by type: v = em.Var(t) (a leaf "
+                               f"that tracks gradients; em.Var(data) for new data); {_WHERE}")
+
+    def requires_grad_(self, requires_grad=True):
+        """torch's in-place flag; ember marks what to differentiate by type.
+
+        Args:
+            requires_grad: ignored.
+
+        Raises:
+            GradientsInStore: always; use ``em.Var(t)``.
+        """
+        raise GradientsInStore("[requires_grad_] ember marks what to differentiate by type: v = em.Var(t); "
+                               f"{_WHERE}")
+
+    def retain_grad(self):
+        """torch's flag to keep an intermediate's gradient; ember's backward returns a new GradStore.
+
+        Raises:
+            GradientsInStore: always.
+        """
+        raise GradientsInStore(f"[retain_grad] {_WHERE}")
