@@ -143,6 +143,19 @@ kernel void early_return(device float* out [[buffer(0)]], uint tid [[thread_inde
   out[tid] = 1.0f;
 }
 
+kernel void msl_features(device const float4* x [[buffer(0)]], device float4* y [[buffer(1)]],
+                         device half4* h [[buffer(2)]], device uint* bits [[buffer(3)]],
+                         uint2 pos [[thread_position_in_grid]], uint2 size [[threads_per_grid]]) {
+  const uint i = pos.y * size.x + pos.x;
+  const float4 v = x[i];
+  float4 w = float4(v.zw, v.xy) * 2.0f + metal::precise::exp(float4(0.0f));
+  w.x = metal::clamp(w.x, -1.0f, 1.0f);
+  w.y = select(w.y, 7.0f, v.y > 0.5f);
+  y[i] = w;
+  h[i] = half4(v);
+  bits[i] = as_type<uint>(v.x) ^ (v.w < numeric_limits<float>::infinity() ? 0u : 1u);
+}
+
 kernel void tg_param(device float* out [[buffer(0)]], threadgroup float* scratch [[threadgroup(0)]],
                      uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]]) {
   scratch[tid] = float(tid);
@@ -294,6 +307,22 @@ def test_device_and_threadgroup_atomics(n):
     np.testing.assert_array_equal(bins, np.bincount(x, minlength=17))
     assert total[0] == n
     np.testing.assert_array_equal(per_group, np.minimum(128, n - 128 * np.arange(groups)))
+
+
+def test_vectors_swizzles_and_metal_namespace():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((6, 10, 4)).astype(np.float32)
+    x[0, 0, 3] = np.inf
+    y = np.zeros_like(x)
+    h = np.zeros(x.shape, np.float16)
+    bits = np.zeros((6, 10), np.uint32)
+    run("msl_features", [x, y, h, bits], [10, 6], [4, 2])
+    w = np.concatenate([x[..., 2:], x[..., :2]], -1) * np.float32(2) + np.float32(1)
+    w[..., 0] = np.clip(w[..., 0], -1, 1)
+    w[..., 1] = np.where(x[..., 1] > 0.5, np.float32(7), w[..., 1])
+    np.testing.assert_array_equal(y, w)
+    np.testing.assert_array_equal(h, x.astype(np.float16))
+    np.testing.assert_array_equal(bits, x[..., 0].view(np.uint32) ^ (x[..., 3] == np.inf))
 
 
 def test_threadgroup_memory_parameter():
