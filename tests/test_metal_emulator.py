@@ -341,6 +341,9 @@ def test_out_of_bounds_access_names_kernel_buffer_and_offset():
         run("axpy", [x, y, np.float32(1).tobytes(), u32(100)], [100], [32])
     assert int(e.value.args[0].split("byte offset ")[1].split()[0]) >= 40
     np.testing.assert_array_equal(y, before)  # a failed command buffer writes nothing back
+    ok = np.ones(100, np.float32)
+    run("axpy", [x, ok, np.float32(1).tobytes(), u32(100)], [100], [32])  # and the emulator goes on working
+    np.testing.assert_array_equal(ok, np.full(100, 1.5, np.float32))
 
 
 @pytest.mark.parametrize("case,match", [
@@ -351,6 +354,9 @@ def test_out_of_bounds_access_names_kernel_buffer_and_offset():
     ("early", r"\[metal\] kernel 'early_return'.*threadgroup_barrier reached by 63 of the group's 64 threads"),
     ("missing", r"\[metal\] test_kernels.metal defines no kernel 'nope' \(it defines: axpy, positions, tg_sum_f32"),
     ("grid", r"\[metal\] grid_threads takes 1 to 3 sizes"),
+    ("noncontig", r"^\[metal\] argument 1 must be a writable C-contiguous array"),
+    ("type", r"^\[metal\] argument 0 must be a numpy array, bytes or None"),
+    ("bytes", r"^\[metal\] set_bytes: 5000 bytes; Metal allows 4096"),
     ("diverge", r"\[metal\] kernel 'simd_mixed'.*lanes of simdgroup 0 reached different simd_\* operations"),
 ])
 def test_bad_launches_raise_clear_errors(case, match):
@@ -367,6 +373,12 @@ def test_bad_launches_raise_clear_errors(case, match):
             run("big_threadgroup", [y], [64], [64])
         elif case == "early":
             run("early_return", [y], [64], [64])
+        elif case == "noncontig":
+            run("axpy", [x, np.ones(128, np.float32)[::2], args[2], args[3]], [64], [64])
+        elif case == "type":
+            run("axpy", [[1.0] * 64, y, args[2], args[3]], [64], [64])
+        elif case == "bytes":
+            run("axpy", [x, y, bytes(5000), args[3]], [64], [64])
         elif case == "diverge":
             run("simd_mixed", [y], [32], [32])
         elif case == "missing":
