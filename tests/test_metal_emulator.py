@@ -59,6 +59,11 @@ template [[host_name("tg_sum_f32")]] [[kernel]] void tg_sum<float>(device const 
     device float* out [[buffer(1)]], constant uint& n [[buffer(2)]], uint tid [[thread_index_in_threadgroup]],
     uint row [[threadgroup_position_in_grid]], uint tpg [[threads_per_threadgroup]]);
 
+// MLX's way to instantiate: decltype of the specialisation, no parameter list repeated.
+template [[host_name("tg_sum_f16")]] [[kernel]] decltype(tg_sum<half>) tg_sum<half>;
+#define instantiate_tg_sum(name, T) template [[host_name(name)]] [[kernel]] decltype(tg_sum<T>) tg_sum<T>;
+instantiate_tg_sum("tg_sum_bf16", bfloat)
+
 kernel void tg_sum_nobarrier(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
                              constant uint& n [[buffer(2)]], uint tid [[thread_index_in_threadgroup]],
                              uint row [[threadgroup_position_in_grid]], uint tpg [[threads_per_threadgroup]]) {
@@ -211,12 +216,15 @@ def test_thread_positions_follow_dispatch_threads(grid, group):
     np.testing.assert_array_equal(out[..., 15], (tiitg << 16) | ((tiitg // 32) << 8) | (tiitg % 32))
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("rows,cols,group", [(7, 1000, 256), (33, 64, 64), (3, 5000, 1024), (50, 3, 2)])
-def test_threadgroup_reduction_with_barriers(rows, cols, group):
-    x = np.random.default_rng(cols).random((rows, cols), dtype=np.float32)
+def test_threadgroup_reduction_with_barriers(rows, cols, group, dtype):
+    # f16/bf16 are instantiated the MLX way: `decltype(tg_sum<half>) tg_sum<half>`, one of them by a macro
+    dt = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}[dtype]
+    x = np.random.default_rng(cols).random((rows, cols), dtype=np.float32).astype(dt)
     out = np.zeros(rows, np.float32)
-    run("tg_sum_f32", [x, out, u32(cols)], [rows * group], [group])
-    np.testing.assert_allclose(out, x.sum(1, dtype=np.float64), rtol=1e-5)
+    run(f"tg_sum_{dtype}", [x, out, u32(cols)], [rows * group], [group])
+    np.testing.assert_allclose(out, x.astype(np.float64).sum(1), rtol=1e-5)
 
 
 def test_missing_barrier_fails_deterministically():
@@ -360,7 +368,7 @@ def test_out_of_bounds_access_names_kernel_buffer_and_offset():
     ("tgmem", r"\[metal\] kernel 'big_threadgroup'.*threadgroup memory reaches 36000 bytes; Metal allows 32768"),
     ("tgarray", r"\[metal\] kernel 'tg_overrun'.*wrote past the end of a threadgroup variable \(into the guard bytes"),
     ("early", r"\[metal\] kernel 'early_return'.*threadgroup_barrier reached by 63 of the group's 64 threads"),
-    ("missing", r"\[metal\] test_kernels.metal defines no kernel 'nope' \(it defines: axpy, positions, tg_sum_f32"),
+    ("missing", r"\[metal\] test_kernels.metal defines no kernel 'nope' \(it defines: axpy, positions, tg_sum_f32, tg_sum_f16, tg_sum_bf16"),
     ("grid", r"\[metal\] grid_threads takes 1 to 3 sizes"),
     ("noncontig", r"^\[metal\] argument 1 must be a writable C-contiguous array"),
     ("type", r"^\[metal\] argument 0 must be a numpy array, bytes or None"),
