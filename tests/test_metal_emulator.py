@@ -155,6 +155,9 @@ kernel void early_return(device float* out [[buffer(0)]], uint tid [[thread_inde
   out[tid] = 1.0f;
 }
 
+constant float kTable[4] = {1.0, 2.0, 3.0, 4.0};
+inline float lookup(constant float* table, uint i) { return table[i & 3]; }
+
 kernel void msl_features(device const float4* x [[buffer(0)]], device float4* y [[buffer(1)]],
                          device half4* h [[buffer(2)]], device uint* bits [[buffer(3)]],
                          uint2 pos [[thread_position_in_grid]], uint2 size [[threads_per_grid]]) {
@@ -163,6 +166,7 @@ kernel void msl_features(device const float4* x [[buffer(0)]], device float4* y 
   float4 w = float4(v.zw, v.xy) * 2.0f + metal::precise::exp(float4(0.0f));
   w.x = metal::clamp(w.x, -1.0f, 1.0f);
   w.y = select(w.y, 7.0f, v.y > 0.5f);
+  w.z += lookup(kTable, i);
   y[i] = w;
   h[i] = half4(v);
   bits[i] = as_type<uint>(v.x) ^ (v.w < numeric_limits<float>::infinity() ? 0u : 1u);
@@ -335,6 +339,7 @@ def test_vectors_swizzles_and_metal_namespace():
     w = np.concatenate([x[..., 2:], x[..., :2]], -1) * np.float32(2) + np.float32(1)
     w[..., 0] = np.clip(w[..., 0], -1, 1)
     w[..., 1] = np.where(x[..., 1] > 0.5, np.float32(7), w[..., 1])
+    w[..., 2] += (np.arange(60) % 4 + 1).astype(np.float32).reshape(6, 10)
     np.testing.assert_array_equal(y, w)
     np.testing.assert_array_equal(h, x.astype(np.float16))
     np.testing.assert_array_equal(bits, x[..., 0].view(np.uint32) ^ (x[..., 3] == np.inf))
