@@ -220,6 +220,10 @@ template <class T> struct dptr {
   dptr(const dptr<U>& o) : base(o.base), off(o.off), size(o.size), index(o.index) {}
   template <class U, typename std::enable_if<!std::is_convertible<U*, T*>::value, int>::type = 0>
   explicit dptr(const dptr<U>& o) : base(o.base), off(o.off), size(o.size), index(o.index) {}
+  // A program-scope `constant` array handed to a `constant T*` parameter: its size is not known here,
+  // so accesses through it are not checked. Only `const T*` qualifies (a threadgroup T* stays an error).
+  template <class P, typename std::enable_if<std::is_same<P, const T*>::value, int>::type = 0>
+  dptr(P p) : base(reinterpret_cast<char*>(const_cast<T*>(p))), off(0), size(~0ull >> 2), index(~0u) {}
   T* at(int64_t i) const {
     const int64_t o = off + i * (int64_t)sizeof(T);
     if (__builtin_expect(o < 0 || (uint64_t)o + sizeof(T) > size, 0)) bounds_fault(index, o, sizeof(T), size);

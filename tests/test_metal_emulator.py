@@ -59,6 +59,11 @@ template [[host_name("tg_sum_f32")]] [[kernel]] void tg_sum<float>(device const 
     device float* out [[buffer(1)]], constant uint& n [[buffer(2)]], uint tid [[thread_index_in_threadgroup]],
     uint row [[threadgroup_position_in_grid]], uint tpg [[threads_per_threadgroup]]);
 
+// MLX's way to instantiate: decltype of the specialisation, no parameter list repeated.
+template [[host_name("tg_sum_f16")]] [[kernel]] decltype(tg_sum<half>) tg_sum<half>;
+#define instantiate_tg_sum(name, T) template [[host_name(name)]] [[kernel]] decltype(tg_sum<T>) tg_sum<T>;
+instantiate_tg_sum("tg_sum_bf16", bfloat)
+
 kernel void tg_sum_nobarrier(device const float* x [[buffer(0)]], device float* out [[buffer(1)]],
                              constant uint& n [[buffer(2)]], uint tid [[thread_index_in_threadgroup]],
                              uint row [[threadgroup_position_in_grid]], uint tpg [[threads_per_threadgroup]]) {
@@ -137,10 +142,34 @@ kernel void big_threadgroup(device float* out [[buffer(0)]], uint tid [[thread_i
   out[tid] = big[0];
 }
 
+kernel void tg_overrun(device float* out [[buffer(0)]], uint tid [[thread_index_in_threadgroup]]) {
+  threadgroup float small[16];
+  small[tid] = 1.0f;  // 64 threads, 16 slots
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[tid] = small[tid % 16];
+}
+
 kernel void early_return(device float* out [[buffer(0)]], uint tid [[thread_index_in_threadgroup]]) {
   if (tid == 3) return;
   threadgroup_barrier(mem_flags::mem_threadgroup);
   out[tid] = 1.0f;
+}
+
+constant float kTable[4] = {1.0, 2.0, 3.0, 4.0};
+inline float lookup(constant float* table, uint i) { return table[i & 3]; }
+
+kernel void msl_features(device const float4* x [[buffer(0)]], device float4* y [[buffer(1)]],
+                         device half4* h [[buffer(2)]], device uint* bits [[buffer(3)]],
+                         uint2 pos [[thread_position_in_grid]], uint2 size [[threads_per_grid]]) {
+  const uint i = pos.y * size.x + pos.x;
+  const float4 v = x[i];
+  float4 w = float4(v.zw, v.xy) * 2.0f + metal::precise::exp(float4(0.0f));
+  w.x = metal::clamp(w.x, -1.0f, 1.0f);
+  w.y = select(w.y, 7.0f, v.y > 0.5f);
+  w.z += lookup(kTable, i);
+  y[i] = w;
+  h[i] = half4(v);
+  bits[i] = as_type<uint>(v.x) ^ (v.w < numeric_limits<float>::infinity() ? 0u : 1u);
 }
 
 kernel void tg_param(device float* out [[buffer(0)]], threadgroup float* scratch [[threadgroup(0)]],
@@ -191,12 +220,15 @@ def test_thread_positions_follow_dispatch_threads(grid, group):
     np.testing.assert_array_equal(out[..., 15], (tiitg << 16) | ((tiitg // 32) << 8) | (tiitg % 32))
 
 
+@pytest.mark.parametrize("dtype", ["f32", "f16", "bf16"])
 @pytest.mark.parametrize("rows,cols,group", [(7, 1000, 256), (33, 64, 64), (3, 5000, 1024), (50, 3, 2)])
-def test_threadgroup_reduction_with_barriers(rows, cols, group):
-    x = np.random.default_rng(cols).random((rows, cols), dtype=np.float32)
+def test_threadgroup_reduction_with_barriers(rows, cols, group, dtype):
+    # f16/bf16 are instantiated the MLX way: `decltype(tg_sum<half>) tg_sum<half>`, one of them by a macro
+    dt = {"f32": np.float32, "f16": np.float16, "bf16": ml_dtypes.bfloat16}[dtype]
+    x = np.random.default_rng(cols).random((rows, cols), dtype=np.float32).astype(dt)
     out = np.zeros(rows, np.float32)
-    run("tg_sum_f32", [x, out, u32(cols)], [rows * group], [group])
-    np.testing.assert_allclose(out, x.sum(1, dtype=np.float64), rtol=1e-5)
+    run(f"tg_sum_{dtype}", [x, out, u32(cols)], [rows * group], [group])
+    np.testing.assert_allclose(out, x.astype(np.float64).sum(1), rtol=1e-5)
 
 
 def test_missing_barrier_fails_deterministically():
@@ -296,6 +328,23 @@ def test_device_and_threadgroup_atomics(n):
     np.testing.assert_array_equal(per_group, np.minimum(128, n - 128 * np.arange(groups)))
 
 
+def test_vectors_swizzles_and_metal_namespace():
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((6, 10, 4)).astype(np.float32)
+    x[0, 0, 3] = np.inf
+    y = np.zeros_like(x)
+    h = np.zeros(x.shape, np.float16)
+    bits = np.zeros((6, 10), np.uint32)
+    run("msl_features", [x, y, h, bits], [10, 6], [4, 2])
+    w = np.concatenate([x[..., 2:], x[..., :2]], -1) * np.float32(2) + np.float32(1)
+    w[..., 0] = np.clip(w[..., 0], -1, 1)
+    w[..., 1] = np.where(x[..., 1] > 0.5, np.float32(7), w[..., 1])
+    w[..., 2] += (np.arange(60) % 4 + 1).astype(np.float32).reshape(6, 10)
+    np.testing.assert_array_equal(y, w)
+    np.testing.assert_array_equal(h, x.astype(np.float16))
+    np.testing.assert_array_equal(bits, x[..., 0].view(np.uint32) ^ (x[..., 3] == np.inf))
+
+
 def test_threadgroup_memory_parameter():
     out = np.zeros(64, np.float32)
     run("tg_param", [out], [64], [64], threadgroup_memory=[64 * 4])
@@ -312,6 +361,9 @@ def test_out_of_bounds_access_names_kernel_buffer_and_offset():
         run("axpy", [x, y, np.float32(1).tobytes(), u32(100)], [100], [32])
     assert int(e.value.args[0].split("byte offset ")[1].split()[0]) >= 40
     np.testing.assert_array_equal(y, before)  # a failed command buffer writes nothing back
+    ok = np.ones(100, np.float32)
+    run("axpy", [x, ok, np.float32(1).tobytes(), u32(100)], [100], [32])  # and the emulator goes on working
+    np.testing.assert_array_equal(ok, np.full(100, 1.5, np.float32))
 
 
 @pytest.mark.parametrize("case,match", [
@@ -319,9 +371,13 @@ def test_out_of_bounds_access_names_kernel_buffer_and_offset():
     ("unbound", r"\[metal\] kernel 'axpy': buffer\(1\) is not bound"),
     ("short", r"\[metal\] kernel 'axpy': buffer\(3\) has 2 bytes; the kernel reads 4"),
     ("tgmem", r"\[metal\] kernel 'big_threadgroup'.*threadgroup memory reaches 36000 bytes; Metal allows 32768"),
+    ("tgarray", r"\[metal\] kernel 'tg_overrun'.*wrote past the end of a threadgroup variable \(into the guard bytes"),
     ("early", r"\[metal\] kernel 'early_return'.*threadgroup_barrier reached by 63 of the group's 64 threads"),
-    ("missing", r"\[metal\] test_kernels.metal defines no kernel 'nope' \(it defines: axpy, positions, tg_sum_f32"),
+    ("missing", r"\[metal\] test_kernels.metal defines no kernel 'nope' \(it defines: axpy, positions, tg_sum_f32, tg_sum_f16, tg_sum_bf16"),
     ("grid", r"\[metal\] grid_threads takes 1 to 3 sizes"),
+    ("noncontig", r"^\[metal\] argument 1 must be a writable C-contiguous array"),
+    ("type", r"^\[metal\] argument 0 must be a numpy array, bytes or None"),
+    ("bytes", r"^\[metal\] set_bytes: 5000 bytes; Metal allows 4096"),
     ("diverge", r"\[metal\] kernel 'simd_mixed'.*lanes of simdgroup 0 reached different simd_\* operations"),
 ])
 def test_bad_launches_raise_clear_errors(case, match):
@@ -336,8 +392,16 @@ def test_bad_launches_raise_clear_errors(case, match):
             run("axpy", [x, y, args[2], b"\0\0"], [64], [64])
         elif case == "tgmem":
             run("big_threadgroup", [y], [64], [64])
+        elif case == "tgarray":
+            run("tg_overrun", [y], [64], [64])
         elif case == "early":
             run("early_return", [y], [64], [64])
+        elif case == "noncontig":
+            run("axpy", [x, np.ones(128, np.float32)[::2], args[2], args[3]], [64], [64])
+        elif case == "type":
+            run("axpy", [[1.0] * 64, y, args[2], args[3]], [64], [64])
+        elif case == "bytes":
+            run("axpy", [x, y, bytes(5000), args[3]], [64], [64])
         elif case == "diverge":
             run("simd_mixed", [y], [32], [32])
         elif case == "missing":

@@ -111,6 +111,14 @@ struct KernelSite {
   std::string host_name;  // the name a pipeline asks for
   std::string call;       // what the wrapper calls: fn or fn<args>
   int open, close;        // significant indices of the parameter list's parentheses
+  std::string fn, targs;  // an instantiation of a template kernel: its name and template arguments
+};
+
+// A template kernel's definition: its wrapper is a template too, instantiated per [[host_name]].
+struct TemplateKernel {
+  std::string header;  // "template <typename Op, typename T>"
+  std::string names;   // "Op, T" (packs as "Ts...")
+  int open, close;
 };
 
 class Rewriter {
@@ -187,6 +195,8 @@ class Rewriter {
   RewriteMode mode_;
   std::vector<Attr> attrs_;
   std::vector<KernelSite> kernels_;
+  std::map<std::string, TemplateKernel> templates_;
+  int template_start_ = -1;
   std::set<int> function_constants_;
   int depth_ = 0;
   int template_end_ = -2;  // index of the '>' that closed the last `template <...>`
@@ -311,8 +321,27 @@ void Rewriter::swizzle(int k) {
 void Rewriter::kernel_definition(int k, bool is_template, const std::string& host_name) {
   // k is the `void`; then the name and the parameter list
   if (kind(k + 1) != Tk::Ident || t(k + 2) != "(") fail("cannot parse the kernel after 'kernel void'");
-  if (is_template) return;  // wrappers come from the explicit instantiations
   const int close = match(k + 2, "(", ")");
+  if (is_template) {  // its kernels are the explicit instantiations; the wrapper is generated from here
+    TemplateKernel tk{source_text(template_start_, template_end_ + 1), "", k + 2, close};
+    int a = template_start_ + 2, angle = 0;
+    for (int m = a; m <= template_end_; ++m) {
+      if (t(m) == "<") ++angle;
+      if (t(m) == ">") --angle;
+      if ((t(m) == "," && angle == 0) || m == template_end_) {
+        int nm = -1;
+        bool pack = false;
+        for (int q = a; q < m && t(q) != "="; ++q) {
+          if (kind(q) == Tk::Ident) nm = q;
+          if (t(q) == "...") pack = true;
+        }
+        if (nm >= 0) tk.names += (tk.names.empty() ? "" : ", ") + t(nm) + (pack ? "..." : "");
+        a = m + 1;
+      }
+    }
+    templates_[t(k + 1)] = tk;
+    return;
+  }
   kernels_.push_back({host_name.empty() ? t(k + 1) : host_name, t(k + 1), k + 2, close});
 }
 
@@ -330,22 +359,33 @@ void Rewriter::instantiation(int& k) {
     }
     (void)start;
   }
+  if (t(j) == "decltype") {  // template [[host_name("x")]] [[kernel]] decltype(fn<T>) fn<T>;
+    const int e = match(j + 1, "(", ")");
+    const std::string fn = t(e + 1);
+    if (kind(e + 1) != Tk::Ident || t(e + 2) != "<") fail("cannot parse the instantiation after 'decltype'");
+    const int ae = match(e + 2, "<", ">");
+    const std::string targs = source_text(e + 3, ae);
+    kernels_.push_back({host.empty() ? fn : host, fn + "<" + targs + ">", -1, -1, fn, targs});
+    k = ae;
+    return;
+  }
   if (t(j) != "void") {
     k = j - 1;
     return;  // an ordinary explicit instantiation with attributes; nothing to register
   }
   const std::string fn = t(j + 1);
   int m = j + 2;
-  std::string call = fn;
+  std::string call = fn, targs;
   if (t(m) == "<") {
     const int e = match(m, "<", ">");
-    call += "<" + source_text(m + 1, e) + ">";
+    targs = source_text(m + 1, e);
+    call += "<" + targs + ">";
     m = e + 1;
   }
   if (t(m) != "(") fail("cannot parse the instantiation of '" + fn + "'");
   const int close = match(m, "(", ")");
   if (host.empty()) host = fn;
-  kernels_.push_back({host, call, m, close});
+  kernels_.push_back({host, call, m, close, targs.empty() ? "" : fn, targs});
   k = j;  // the parameter list is rewritten by the main loop like any other
 }
 
@@ -370,6 +410,7 @@ RewriteResult Rewriter::run() {
     if (kd == Tk::Ident && (s == "threadgroup_barrier" || s == "simdgroup_barrier" || s.rfind("simd_", 0) == 0))
       res.uses_sync = true;
     if (s == "template" && t(k + 1) == "<") {
+      template_start_ = k;
       template_end_ = match(k + 1, "<", ">");
       k = template_end_;
       continue;
@@ -480,11 +521,8 @@ std::string Rewriter::wrappers(bool uses_sync) const {
   for (int fc : function_constants_)
     w += "#ifndef MSL_FC_" + std::to_string(fc) + "\n#error \"function constant " + std::to_string(fc) +
          " has no value: pass it in the pipeline's constants\"\n#endif\n";
-  std::string table;
-  for (size_t i = 0; i < kernels_.size(); ++i) {
-    const KernelSite& ks = kernels_[i];
-    const std::string id = std::to_string(i);
-    std::string args, bufs;
+  // The arguments of one kernel's call and its [[buffer]] table, from a parameter list.
+  auto bind = [&](const KernelSite& ks, std::string& args, std::string& bufs) {
     for (const Param& p : params(ks)) {
       const std::string& a = p.attr;
       std::string arg;
@@ -502,9 +540,36 @@ std::string Rewriter::wrappers(bool uses_sync) const {
       }
       args += (args.empty() ? "" : ", ") + arg;
     }
+  };
+  // Template kernels: one templated wrapper per definition, instantiated by each [[host_name]] line.
+  std::set<std::string> wrapped;
+  for (const KernelSite& ks : kernels_) {
+    if (ks.fn.empty() || !templates_.count(ks.fn) || wrapped.count(ks.fn)) continue;
+    wrapped.insert(ks.fn);
+    const TemplateKernel& tk = templates_.at(ks.fn);
+    std::string args, bufs;
+    bind(KernelSite{ks.fn, ks.fn, tk.open, tk.close, "", ""}, args, bufs);
+    w += tk.header + " static void msl_wrap_" + ks.fn + "(msl_abi::Thread* t) { (void)t; " + ks.fn + "<" +
+         tk.names + ">(" + args + "); }\n";
+    w += tk.header + " static const msl_abi::BufferUse* msl_bufs_" + ks.fn +
+         "() { static const msl_abi::BufferUse b[] = {" + bufs + "{0xffffffffu, 0}}; return b; }\n";
+  }
+  std::string table;
+  for (size_t i = 0; i < kernels_.size(); ++i) {
+    const KernelSite& ks = kernels_[i];
+    const std::string id = std::to_string(i);
+    const std::string sync = uses_sync ? "1u" : "0u";
+    if (wrapped.count(ks.fn)) {
+      table += "  {\"" + ks.host_name + "\", msl_wrap_" + ks.fn + "<" + ks.targs + ">, msl_bufs_" + ks.fn + "<" +
+               ks.targs + ">(), " + sync + "},\n";
+      continue;
+    }
+    if (ks.open < 0) fail("kernel '" + ks.host_name + "': its template '" + ks.fn + "' is not defined in this source");
+    std::string args, bufs;
+    bind(ks, args, bufs);
     w += "static void msl_entry_" + id + "(msl_abi::Thread* t) { (void)t; " + ks.call + "(" + args + "); }\n";
     w += "static const msl_abi::BufferUse msl_bufs_" + id + "[] = {" + bufs + "{0xffffffffu, 0}};\n";
-    table += "  {\"" + ks.host_name + "\", msl_entry_" + id + ", msl_bufs_" + id + ", " + (uses_sync ? "1u" : "0u") + "},\n";
+    table += "  {\"" + ks.host_name + "\", msl_entry_" + id + ", msl_bufs_" + id + ", " + sync + "},\n";
   }
   if (table.empty()) table = "  {nullptr, nullptr, nullptr, 0u},\n";
   w += "static const msl_abi::Kernel msl_kernels[] = {\n" + table + "};\n";

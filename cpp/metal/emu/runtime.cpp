@@ -95,6 +95,10 @@ constexpr size_t kStackBytes = 512 * 1024;
 #else
 constexpr size_t kStackBytes = 64 * 1024;  // kernels keep small locals; a guard page catches overflow
 #endif
+// Bytes after each threadgroup variable that must still hold kGuardByte when the group is done: a
+// kernel that writes past the end of a threadgroup array is reported, not left to corrupt memory.
+constexpr uint64_t kGuardBytes = 256;
+constexpr unsigned char kGuardByte = 0xa5;
 
 struct Fiber {
 #ifdef EMU_ASM_SWITCH
@@ -167,9 +171,11 @@ struct Group {
   std::vector<uint32_t> sg_counter;
   std::vector<char> simd_slots;
   std::vector<int64_t> site_off;
+  std::vector<std::pair<uint64_t, uint64_t>> guards;  // (offset, bytes) of each variable's guard band
   std::vector<uint64_t> param_off;
-  alignas(64) char tg_mem[kMaxThreadgroupMemory];
-  uint64_t tg_used = 0;
+  // The arena holds the variables and, after each, a guard band (not counted against Metal's limit).
+  alignas(64) char tg_mem[2 * kMaxThreadgroupMemory];
+  uint64_t tg_used = 0, tg_logical = 0;
   bool failed = false;
   ErrorKind error_kind = ErrorKind::Value;
   std::string error;
@@ -321,14 +327,18 @@ void* api_tg_alloc(msl_abi::Thread* t, uint32_t site, uint64_t size, uint64_t al
   if (site >= g.site_off.size()) g.site_off.resize(site + 1, -1);
   if (g.site_off[site] < 0) {
     const uint64_t off = (g.tg_used + align - 1) / align * align;
-    if (off + size > kMaxThreadgroupMemory) {
+    const uint64_t logical = (g.tg_logical + align - 1) / align * align + size;
+    if (logical > kMaxThreadgroupMemory || off + size + kGuardBytes > sizeof(g.tg_mem)) {
       EMU_IGNORE_END();
-      throw std::runtime_error(cat_str("the kernel's threadgroup memory reaches ", off + size,
+      throw std::runtime_error(cat_str("the kernel's threadgroup memory reaches ", logical,
                                        " bytes; Metal allows ", kMaxThreadgroupMemory));
     }
     g.site_off[site] = (int64_t)off;
-    g.tg_used = off + size;
+    g.tg_logical = logical;
+    g.tg_used = off + size + kGuardBytes;
     std::memset(g.tg_mem + off, 0xff, size);  // uninitialised threadgroup memory reads as NaN / all ones
+    std::memset(g.tg_mem + off + size, kGuardByte, kGuardBytes);
+    g.guards.emplace_back(off + size, kGuardBytes);
   }
   void* p = g.tg_mem + g.site_off[site];
   EMU_IGNORE_END();
@@ -409,6 +419,17 @@ int resolve(Group& g) {
   return -1;
 }
 
+void check_guards(Group& g) {
+  if (g.failed) return;
+  for (const auto& [off, n] : g.guards)
+    for (uint64_t b = 0; b < n; ++b)
+      if ((unsigned char)g.tg_mem[off + b] != kGuardByte) {
+        fail(g, 0, "the kernel wrote past the end of a threadgroup variable (into the guard bytes after it); "
+                   "a GPU reports nothing, the emulator stops", ErrorKind::Index);
+        return;
+      }
+}
+
 void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3]) {
   Group& g = w.group;
   g.launch = &L;
@@ -445,11 +466,16 @@ void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3]) {
   }
   g.site_off.assign(g.site_off.size(), -1);
   g.param_off.resize(L.threadgroup_mem.size());
-  g.tg_used = 0;
+  g.guards.clear();
+  g.tg_used = g.tg_logical = 0;
   for (size_t n = 0; n < L.threadgroup_mem.size(); ++n) {
+    const uint64_t len = (L.threadgroup_mem[n] + 15) / 16 * 16;
     g.param_off[n] = g.tg_used;
     std::memset(g.tg_mem + g.tg_used, 0xff, L.threadgroup_mem[n]);
-    g.tg_used += (L.threadgroup_mem[n] + 15) / 16 * 16;
+    std::memset(g.tg_mem + g.tg_used + len, kGuardByte, kGuardBytes);
+    g.guards.emplace_back(g.tg_used + len, kGuardBytes);
+    g.tg_used += len + kGuardBytes;
+    g.tg_logical += len;
   }
   if (!g.fibered) {
     for (uint32_t i = 0; i < g.count && !g.failed; ++i) {
@@ -461,6 +487,7 @@ void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3]) {
       }
     }
     t_cur = nullptr;
+    check_guards(g);
     return;
   }
 #ifdef EMU_TSAN
@@ -514,6 +541,7 @@ void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3]) {
     if (g.failed || resolve(g) != 0) break;
   }
   t_cur = nullptr;
+  check_guards(g);
 #ifdef EMU_TSAN
   __tsan_acquire(&g.done_sync);
   for (void* f : g.tsan_fibers) __tsan_destroy_fiber(f);
