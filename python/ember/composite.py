@@ -36,7 +36,7 @@ def _tri(x, diagonal, upper):
 
 
 def isclose(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
-    """Elementwise closeness |a - b| <= atol + rtol * |b| (infinities close only to themselves), as
+    """Elementwise closeness ``|a - b| <= atol + rtol * |b|`` (infinities close only to themselves), as
     ``torch.isclose``; ints compare in float64.
 
     Args:

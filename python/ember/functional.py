@@ -315,7 +315,7 @@ powf = _method("powf", "x ** e elementwise for a Python float e")
 
 
 def isclose(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
-    """Elementwise |a - b| <= atol + rtol * |b|, as ``torch.isclose``.
+    """Elementwise ``|a - b| <= atol + rtol * |b|``, as ``torch.isclose``.
 
     Args:
         a: a tensor, numpy array, list or scalar.
