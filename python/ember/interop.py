@@ -184,7 +184,24 @@ def _capsule_of(obj):
 
 
 def from_dlpack(obj) -> Tensor:
-    """An ember tensor sharing the memory of any DLPack producer (torch, numpy, jax, ...) on CPU."""
+    """An ember tensor from any DLPack producer (torch, numpy, jax, ...) on CPU.
+
+    Zero-copy when it can: the tensor shares the producer's memory. The data is copied instead when
+    it is not aligned to its element size, marked read-only, negatively strided, empty, or of a dtype
+    ember widens (int8/int16/int32/uint16). See docs/memory-and-safety.md.
+
+    Args:
+        obj: an object with ``__dlpack__`` (and ``__dlpack_device__``), or an unconsumed capsule.
+
+    Returns:
+        A Tensor on the CPU; an ember Tensor comes back as ``obj.detach()``.
+
+    Raises:
+        DeviceError: the data is not on the CPU.
+        DTypeError: a dtype ember cannot hold, or ``obj`` speaks no DLPack.
+        EmberValueError: a malformed capsule (bad rank, shape or version), or strides that reach
+            outside the address space.
+    """
     if isinstance(obj, Tensor):
         return obj.detach()
     cap = _capsule_of(obj)
