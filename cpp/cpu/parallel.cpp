@@ -29,16 +29,22 @@ thread_local bool t_in_worker = false;
 std::atomic<uint64_t> g_interrupts{0};
 thread_local bool t_watch = false;
 thread_local uint64_t t_since = 0;
-inline bool interrupted_since(uint64_t since) { return g_interrupts.load(std::memory_order_relaxed) != since; }
+inline bool interrupted_since(uint64_t since) { return g_interrupts.load(std::memory_order_acquire) != since; }
 
-// Runs fn over [b, e) in up to 32 pieces of at least `grain`, stopping (returning false) at the first
-// piece that finds an interrupt noted since `since`. 32 pieces: a chunk of an 8192^2 matmul is ~50 ms.
+// Runs fn over [b, e) in pieces, stopping (returning false) before the first piece that finds an
+// interrupt noted since `since`. Pieces start at `grain` and double while one takes under 2 ms, so a
+// cheap op makes a few calls per chunk and an expensive one (a matmul tile) is checked every tile.
 bool run_watched(const std::function<void(int64_t, int64_t)>& fn, int64_t b, int64_t e, int64_t grain,
                  uint64_t since) {
-  const int64_t piece = std::max(grain, (e - b + 31) / 32);
-  for (int64_t s = b; s < e; s += std::min(piece, e - s)) {
+  using clock = std::chrono::steady_clock;
+  int64_t piece = grain;
+  for (int64_t s = b; s < e;) {
     if (interrupted_since(since)) return false;
-    fn(s, std::min(e, s + piece));
+    const int64_t len = std::min(piece, e - s);
+    const auto t0 = clock::now();
+    fn(s, s + len);
+    s += len;
+    if (clock::now() - t0 < std::chrono::milliseconds(2) && piece < (int64_t(1) << 40)) piece *= 2;
   }
   return true;
 }
@@ -138,7 +144,9 @@ class Pool {
     nthreads_.store(std::max(1, n));
     claim_ = std::vector<Claim>(nthreads_.load());
     quit_.store(false);
-    for (int i = 1; i < nthreads_.load(); ++i) workers_.emplace_back([this, i] { loop(i); });
+    // New workers wait for the next job: job_ may still be the last one, split for the old size.
+    const uint64_t gen = generation_.load();
+    for (int i = 1; i < nthreads_.load(); ++i) workers_.emplace_back([this, i, gen] { loop(i, gen); });
   }
   void stop() {
     {
@@ -161,9 +169,8 @@ class Pool {
     uint64_t since = 0;
   };
 
-  void loop(int tid) {
+  void loop(int tid, uint64_t seen) {
     t_in_worker = true;
-    uint64_t seen = 0;
     auto woken = [&] { return quit_.load() || generation_.load() != seen; };
     while (true) {
       Job job;
@@ -292,7 +299,7 @@ Pool& pool() {
 
 }  // namespace
 
-void note_interrupt() { g_interrupts.fetch_add(1, std::memory_order_relaxed); }
+void note_interrupt() { g_interrupts.fetch_add(1, std::memory_order_release); }
 
 InterruptScope::InterruptScope() : prev_active_(t_watch), prev_since_(t_since) {
   t_watch = true;

@@ -185,17 +185,23 @@ def _capsule_of(obj):
 
 
 def from_dlpack(obj) -> Tensor:
-    """An ember tensor sharing the memory of a DLPack producer (torch, numpy, jax, ...).
+    """An ember tensor from any DLPack producer (torch, numpy, jax, ...) on CPU.
+
+    Zero-copy when it can: the tensor shares the producer's memory. The data is copied instead when
+    it is not aligned to its element size, marked read-only, negatively strided, empty, or of a dtype
+    ember widens (int8/int16/int32/uint16). See docs/memory-and-safety.md.
 
     Args:
-        obj: an object with ``__dlpack__`` (or a DLPack capsule). On CPU the memory is shared, not
-            copied: writes through either side are seen by both.
+        obj: an object with ``__dlpack__`` (and ``__dlpack_device__``), or an unconsumed capsule.
 
     Returns:
-        Tensor: a tensor over the producer's memory (dtypes ember lacks are converted into a copy).
+        A Tensor on the CPU; an ember Tensor comes back as ``obj.detach()``.
 
     Raises:
-        DTypeError: the producer's dtype or device cannot be imported.
+        DeviceError: the data is not on the CPU.
+        DTypeError: a dtype ember cannot hold, or ``obj`` speaks no DLPack.
+        EmberValueError: a malformed capsule (bad rank, shape or version), or strides that reach
+            outside the address space.
     """
     if isinstance(obj, Tensor):
         return obj.detach()

@@ -35,9 +35,10 @@ PyObject* error_class(ember::ErrorKind kind) {
 // and kernels then finish before KeyboardInterrupt, as before.
 struct sigaction g_prev_sigint;
 void on_sigint(int sig, siginfo_t* info, void* ctx) {
-  ember::cpu::note_interrupt();
+  // Python's first: once a kernel sees the interrupt, PyErr_CheckSignals (below) finds it pending.
   if (g_prev_sigint.sa_flags & SA_SIGINFO) g_prev_sigint.sa_sigaction(sig, info, ctx);
   else g_prev_sigint.sa_handler(sig);
+  ember::cpu::note_interrupt();
 }
 void install_sigint_hook() {
   struct sigaction cur;
