@@ -34,7 +34,7 @@ rm -rf "$pkg"
 mkdir -p "$pkg"
 cp -r python/ember "$pkg/ember"
 rm -f "$pkg"/ember/_C*.so "$pkg"/ember/.tmp.*
-cp "$bdir"/_C*.so "$pkg/ember/"
+cp "$bdir"/python/src/_C*.so "$pkg/ember/"
 
 reports="$bdir/reports"
 rm -rf "$reports"
