@@ -66,7 +66,7 @@ def maximum(a, b):
         A new tensor; ties share the gradient evenly.
 
     Raises:
-        DTypeError: when neither operand is a tensor, or for an unsupported operand type.
+        EmberTypeError: when neither operand is a tensor, or for an unsupported operand type.
         ShapeError: when the shapes do not broadcast.
     """
     if isinstance(a, Tensor):
@@ -87,7 +87,7 @@ def minimum(a, b):
         A new tensor; ties share the gradient evenly.
 
     Raises:
-        DTypeError: when neither operand is a tensor, or for an unsupported operand type.
+        EmberTypeError: when neither operand is a tensor, or for an unsupported operand type.
         ShapeError: when the shapes do not broadcast.
     """
     if isinstance(a, Tensor):
