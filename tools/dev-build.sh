@@ -5,8 +5,14 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 exec 9>/tmp/ember_build.lock
 flock 9
+# ccache (when installed) with paths relative to the tree, so several worktrees share one cache.
+launcher=()
+if command -v ccache >/dev/null; then
+  export CCACHE_BASEDIR="$PWD" CCACHE_NOHASHDIR=1
+  launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache)
+fi
 if [ ! -f build/dev/build.ninja ]; then
-  cmake -S . -B build/dev -G Ninja -DCMAKE_BUILD_TYPE=Release \
+  cmake -S . -B build/dev -G Ninja -DCMAKE_BUILD_TYPE=Release "${launcher[@]}" \
     -Dpybind11_DIR="$(python -m pybind11 --cmakedir)" >/dev/null
 fi
 ninja -C build/dev -j2 "$@"
