@@ -1,0 +1,168 @@
+"""The Metal reduction, matmul, index and convolution kernels (metal/{reduce,matmul,index,conv}.metal) under
+the MSL emulator, against numpy/torch on random shapes, strides, offsets and dtypes."""
+from pathlib import Path
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ember as em
+from ember import _C
+
+ROOT = Path(__file__).resolve().parents[1]
+NP = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "int64": np.int64,
+      "uint32": np.uint32, "uint8": np.uint8}
+FLOATS = ("float32", "float16", "bfloat16")
+# a result computed in float and rounded once to the dtype
+RTOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
+
+
+def run(file, name, args, grid, group):
+    # the file's text from the tree, so a kernel runs before it is embedded in a build
+    _C._metal_emu_run((ROOT / "metal" / file).read_text(), name, args, list(grid), list(group), label=file)
+
+
+def randn(rng, shape, dtype):
+    if dtype in FLOATS:
+        return (rng.standard_normal(shape) * 3).astype(np.float32).astype(NP[dtype])
+    hi = {"int64": 1 << 40, "uint32": 1 << 32, "uint8": 256}[dtype]
+    lo = -hi if dtype == "int64" else 0
+    return rng.integers(lo, hi, shape, dtype=np.int64 if dtype == "int64" else np.uint64).astype(NP[dtype])
+
+
+def strided(rng, shape, dtype):
+    """A random view of `shape` into a larger flat buffer (steps, a permutation, a flipped dim, an offset):
+    (base, view, element strides, element offset)."""
+    nd = len(shape)
+    perm = rng.permutation(nd)  # the dims in memory order
+    steps = [int(rng.integers(1, 3)) for _ in range(nd)]
+    mem = [shape[p] * steps[p] + int(rng.integers(0, 2)) for p in perm]
+    base = randn(rng, (int(np.prod(mem)) + 3,), dtype)
+    view = base[3:].reshape(mem)[tuple(slice(0, shape[p] * steps[p], steps[p]) for p in perm)]
+    view = view.transpose(tuple(np.argsort(perm)))
+    if nd and rng.integers(0, 2):
+        view = np.flip(view, int(rng.integers(0, nd)))
+    isz = base.itemsize
+    strides = [s // isz for s in view.strides]
+    off = (view.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // isz if view.size else 0
+    return base, view, strides, off
+
+
+# --------------------------------------------------------------------------------------------------------
+# reductions
+
+RED_OPS = ("sum", "max", "min", "argmax", "argmin")
+
+
+def reduce_meta(shape, strides, off, dims):
+    kept = [d for d in range(len(shape)) if d not in dims]
+    ks, kst = [shape[d] for d in kept], [strides[d] for d in kept]
+    rs, rst = [shape[d] for d in dims], [strides[d] for d in dims]
+    nred, nout = int(np.prod(rs)), int(np.prod(ks))
+    return np.array([len(ks), len(rs), off, nred, nout, *ks, *kst, *rs, *rst], np.int64), nout
+
+
+def reduce_want(op, view, dims, dtype):
+    kept = [d for d in range(view.ndim) if d not in dims]
+    v = np.ascontiguousarray(view.transpose(kept + list(dims)))
+    rows = v.reshape(int(np.prod([view.shape[d] for d in kept])), int(np.prod([view.shape[d] for d in dims])))
+    if op in ("argmax", "argmin"):
+        return (np.argmax if op == "argmax" else np.argmin)(rows.astype(np.float64) if dtype in FLOATS else rows,
+                                                          axis=1).astype(np.int64)
+    if op == "sum":
+        if dtype in FLOATS:
+            return rows.astype(np.float64).sum(1)
+        return rows.astype(np.uint64).sum(1, dtype=np.uint64).astype(NP[dtype])  # wraps like the dtype
+    if op == "sum_i64":
+        return rows.astype(np.int64).sum(1)
+    f = np.max if op == "max" else np.min
+    return f(rows.astype(np.float64), axis=1) if dtype in FLOATS else f(rows, axis=1)
+
+
+def check_reduce(op, dtype, got, want):
+    if dtype in FLOATS and op in ("sum", "max", "min"):
+        want = want.astype(NP[dtype]).astype(np.float64)
+        tol = RTOL[dtype] * (4 if op == "sum" else 1)
+        np.testing.assert_allclose(got.astype(np.float64), want, rtol=tol, atol=tol * 4)
+    else:
+        np.testing.assert_array_equal(got, want)
+
+
+def launch_reduce(kernel, op, dtype, base, meta, nout, group):
+    odt = np.int64 if op.startswith("arg") or op == "sum_i64" else NP[dtype]
+    out = np.zeros(max(nout, 1), odt)
+    name = f"reduce_{kernel}_{op}_{dtype}"
+    if kernel == "rows":
+        run("reduce.metal", name, [base, out, meta], (group[0], nout), group)
+    else:
+        run("reduce.metal", name, [base, out, meta], (nout, group[1]), group)
+    return out[:nout]
+
+
+CASES = [((7, 300), (1,)), ((5, 6, 7), (0, 2)), ((4, 1000), (0,)), ((3, 4, 5, 6), (1, 2, 3)), ((9,), (0,)),
+         ((2, 3, 70), (0, 1, 2)), ((33, 5), (1,)), ((6, 0, 4), (1,))]
+GROUPS = {"rows": [(32, 8), (256, 1), (64, 2)], "cols": [(32, 8), (16, 1), (8, 32)]}
+
+
+@pytest.mark.parametrize("dtype", list(NP))
+@pytest.mark.parametrize("op", RED_OPS)
+@pytest.mark.parametrize("kernel", ["rows", "cols"])
+def test_reduce_kernels_any_dims_strided(kernel, op, dtype):
+    rng = np.random.default_rng(abs(hash((kernel, op, dtype))) % 2**32)
+    for ci, (shape, dims) in enumerate(CASES):
+        if 0 in shape and op != "sum":
+            continue  # only a sum may reduce an empty dim (the entry point refuses the others)
+        base, view, strides, off = strided(rng, shape, dtype)
+        if dtype in FLOATS and op != "sum" and view.size > 4:
+            flat = base.reshape(-1)
+            flat[rng.integers(0, flat.size, 2)] = np.nan  # NaN wins, the first one for arg*
+        if dtype not in FLOATS and op.startswith("arg") and view.size:
+            base[rng.integers(0, base.size, base.size // 2)] = base[0]  # many ties: the first index wins
+        meta, nout = reduce_meta(shape, strides, off, dims)
+        group = GROUPS[kernel][ci % 3]
+        got = launch_reduce(kernel, op, dtype, base, meta, nout, group)
+        check_reduce(op, dtype, got, reduce_want(op, view, dims, dtype))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_reduce_rows_contiguous_fast_path_and_ties(dtype):
+    rng = np.random.default_rng(3)
+    for rows, cols, group in [(3, 4099, (256, 1)), (40, 37, (32, 8)), (2, 20000, (1024, 1)), (5, 1, (32, 4))]:
+        x = randn(rng, (rows, cols), dtype)
+        x[:, cols // 3] = x.max() if cols > 1 else x[:, 0]  # ties of the maximum: the first index wins
+        x[0, -1] = np.inf
+        x[-1, 0] = -np.inf
+        meta, nout = reduce_meta((rows, cols), [cols, 1], 0, (1,))
+        for op in RED_OPS:
+            got = launch_reduce("rows", op, dtype, x.reshape(-1), meta, nout, group)
+            with np.errstate(invalid="ignore"):
+                check_reduce(op, dtype, got, reduce_want(op, x, (1,), dtype))
+
+
+@pytest.mark.parametrize("dtype", ["uint8", "uint32"])
+@pytest.mark.parametrize("kernel", ["rows", "cols"])
+def test_reduce_sum_i64_of_unsigned_does_not_wrap(kernel, dtype):
+    rng = np.random.default_rng(5)
+    base, view, strides, off = strided(rng, (40, 300), dtype)
+    base[:] = np.iinfo(NP[dtype]).max  # a uint8 sum of 300 of them wraps; the int64 one does not
+    meta, nout = reduce_meta((40, 300), strides, off, (1,))
+    got = launch_reduce(kernel, "sum_i64", dtype, base, meta, nout, (32, 8))
+    np.testing.assert_array_equal(got, view.astype(np.int64).sum(1))
+    got = launch_reduce(kernel, "sum", dtype, base, meta, nout, (32, 8))
+    np.testing.assert_array_equal(got, view.astype(np.uint64).sum(1).astype(NP[dtype]))
+
+
+def test_reduce_int64_sum_wraps_like_int64():
+    x = np.full((2, 4), 2**62, np.int64)
+    meta, nout = reduce_meta((2, 4), [4, 1], 0, (1,))
+    got = launch_reduce("rows", "sum", "int64", x.reshape(-1), meta, nout, (32, 8))
+    np.testing.assert_array_equal(got, np.zeros(2, np.int64))  # 4 * 2**62 wraps to 0, as numpy's int64 sum
+
+
+def test_reduce_kernel_out_of_bounds_is_caught():
+    # a reduced count larger than the buffer holds: the emulator stops at the first read past the end
+    x = np.ones(64, np.float32)
+    meta, _ = reduce_meta((1, 64), [64, 1], 0, (1,))
+    meta[3] = 65
+    with pytest.raises(em.IndexOutOfRange, match=r"kernel 'reduce_rows_sum_float32'.*buffer\(0\) at byte offset 256"):
+        launch_reduce("rows", "sum", "float32", x, meta, 1, (32, 1))
