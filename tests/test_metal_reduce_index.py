@@ -166,3 +166,74 @@ def test_reduce_kernel_out_of_bounds_is_caught():
     meta[3] = 65
     with pytest.raises(em.IndexOutOfRange, match=r"kernel 'reduce_rows_sum_float32'.*buffer\(0\) at byte offset 256"):
         launch_reduce("rows", "sum", "float32", x, meta, 1, (32, 1))
+
+
+# --------------------------------------------------------------------------------------------------------
+# matmul
+
+
+def operand(rng, batch, rows, cols, dtype, transposed, bcast):
+    """A (batch..., rows, cols) operand: optionally stored transposed, with broadcast (stride 0) batch dims
+    where `bcast` says, at an offset into a larger buffer. Returns (base, view, strides, offset)."""
+    real = [1 if b else s for s, b in zip(batch, bcast)]
+    mat = (cols, rows) if transposed else (rows, cols)
+    base = randn(rng, (int(np.prod(real)) * rows * cols + 5,), dtype)
+    if dtype not in FLOATS:
+        base = (base % 7).astype(NP[dtype]) if dtype != "int64" else base % 1000 - 500
+    v = base[5:].reshape(*real, *mat)
+    if transposed:
+        v = np.swapaxes(v, -1, -2)
+    v = np.broadcast_to(v, (*batch, rows, cols))
+    isz = base.itemsize
+    strides = [s // isz for s in v.strides]
+    off = (v.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // isz if v.size else 5
+    return base, v, strides, off
+
+
+def matmul_run(rng, dtype, batch, m, n, k, ta=False, tb=False, ba=None, bb=None):
+    ba = ba or [False] * len(batch)
+    bb = bb or [False] * len(batch)
+    abase, av, ast, aoff = operand(rng, batch, m, k, dtype, ta, ba)
+    bbase, bv, bst, boff = operand(rng, batch, k, n, dtype, tb, bb)
+    nb = len(batch)
+    meta = np.array([nb, m, n, k, aoff, boff, ast[-2], ast[-1], bst[-2], bst[-1], *batch, *ast[:nb], *bst[:nb]],
+                    np.int64)
+    nbatch = int(np.prod(batch))
+    out = np.zeros(max(nbatch * m * n, 1), NP[dtype])
+    grid = (-(-n // 64) * 16, -(-m // 64) * 16, nbatch)
+    run("matmul.metal", f"matmul_tiled_{dtype}", [abase, bbase, out, meta], grid, (16, 16, 1))
+    got = out[: nbatch * m * n].reshape(*batch, m, n)
+    if dtype in FLOATS:
+        want = np.matmul(av.astype(np.float64), bv.astype(np.float64))
+        scale = np.matmul(np.abs(av.astype(np.float64)), np.abs(bv.astype(np.float64)))
+        err = np.abs(got.astype(np.float64) - want)
+        assert np.all(err <= RTOL[dtype] * 2 * scale + 1e-6), (dtype, batch, m, n, k, float((err - scale).max()))
+    else:
+        want = np.matmul(av.astype(np.uint64), bv.astype(np.uint64)).astype(NP[dtype])  # wraps like the CPU
+        np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("dtype", list(NP))
+def test_matmul_tiled_shapes_and_transposes(dtype):
+    rng = np.random.default_rng(abs(hash(("mm", dtype))) % 2**32)
+    for m, n, k in [(1, 1, 1), (64, 64, 16), (65, 63, 17), (5, 130, 70), (100, 3, 1), (7, 9, 0), (1, 200, 33)]:
+        for ta, tb in [(False, False), (True, False), (False, True), (True, True)]:
+            matmul_run(rng, dtype, [], m, n, k, ta, tb)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "int64", "uint8"])
+def test_matmul_tiled_broadcast_batches(dtype):
+    rng = np.random.default_rng(11)
+    matmul_run(rng, dtype, [3], 20, 30, 40)
+    matmul_run(rng, dtype, [2, 3], 17, 5, 66, ta=True, bb=[True, False])
+    matmul_run(rng, dtype, [4, 2], 70, 8, 9, tb=True, ba=[False, True], bb=[True, True])
+    matmul_run(rng, dtype, [5], 3, 3, 3, ba=[True])
+
+
+def test_matmul_int_products_wrap():
+    a = np.full((1, 3), 200, np.uint8)
+    b = np.full((3, 1), 3, np.uint8)
+    meta = np.array([0, 1, 1, 3, 0, 0, 3, 1, 1, 1], np.int64)
+    out = np.zeros(1, np.uint8)
+    run("matmul.metal", "matmul_tiled_uint8", [a.reshape(-1), b.reshape(-1), out, meta], (16, 16, 1), (16, 16, 1))
+    assert out[0] == (200 * 3 * 3) % 256
