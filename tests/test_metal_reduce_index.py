@@ -237,3 +237,148 @@ def test_matmul_int_products_wrap():
     out = np.zeros(1, np.uint8)
     run("matmul.metal", "matmul_tiled_uint8", [a.reshape(-1), b.reshape(-1), out, meta], (16, 16, 1), (16, 16, 1))
     assert out[0] == (200 * 3 * 3) % 256
+
+
+# --------------------------------------------------------------------------------------------------------
+# indexing
+
+IDS = {"int64": np.int64, "uint32": np.uint32, "uint8": np.uint8}
+
+
+def u32max():
+    return np.array([0xFFFFFFFF], np.uint32)
+
+
+def prepare(ids_base, shape, strides, off, limit, idt):
+    n = int(np.prod(shape))
+    out = np.zeros(max(n, 1), np.int64)
+    bad = u32max()
+    meta = np.array([n, len(shape), off, limit, *shape, *strides], np.int64)
+    run("index.metal", f"index_prepare_{idt}", [ids_base, out, bad, meta], (max(n, 1),), (64,))
+    return out[:n], int(bad[0])
+
+
+@pytest.mark.parametrize("idt", list(IDS))
+def test_index_prepare_normalises_and_finds_the_first_bad_index(idt):
+    rng = np.random.default_rng(abs(hash(("prep", idt))) % 2**32)
+    for shape, limit in [((50,), 7), ((3, 40), 200), ((2, 3, 5), 1), ((0,), 3)]:
+        lo = -limit if idt == "int64" else 0
+        base, view, strides, off = strided(rng, shape, "int64")
+        base[:] = rng.integers(lo, limit, base.size)
+        ids_base = base.astype(IDS[idt])
+        got, bad = prepare(ids_base, shape, strides, off, limit, idt)
+        want = view.reshape(-1) % limit if view.size else np.zeros(0, np.int64)
+        np.testing.assert_array_equal(got, want)
+        assert bad == 0xFFFFFFFF
+        if view.size > 3:  # two bad entries: the first position (in row-major order) is reported, raw value kept
+            flat_pos = [1, view.size - 1]
+            for p in flat_pos:
+                view[np.unravel_index(p, shape)] = limit + 3
+            got, bad = prepare(base.astype(IDS[idt]), shape, strides, off, limit, idt)
+            assert bad == 1 and got[1] == limit + 3
+    if idt == "int64":
+        got, bad = prepare(np.array([-4, 2], np.int64), (2,), [1], 0, 3, idt)  # -4 is before the start
+        assert bad == 0 and got[0] == -4
+
+
+def move_kernel(dtype):
+    return {1: "1", 2: "2", 4: "4", 8: "8"}[np.dtype(NP[dtype]).itemsize]
+
+
+def as_bits(a):
+    """Bit patterns (NaN payloads compare equal) of a float array, the array itself otherwise."""
+    return a.view({1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}[a.itemsize])
+
+
+@pytest.mark.parametrize("dtype", list(NP))
+def test_index_select_and_gather_strided(dtype):
+    rng = np.random.default_rng(abs(hash(("sel", dtype))) % 2**32)
+    for shape, dim in [((6, 5), 0), ((4, 7, 3), 1), ((3, 4, 9), 2), ((11,), 0), ((2, 3, 4, 5), 3)]:
+        base, view, strides, off = strided(rng, shape, dtype)
+        nd = len(shape)
+        # index_select
+        ids = rng.integers(0, shape[dim], int(rng.integers(1, 9)))
+        oshape = list(shape)
+        oshape[dim] = ids.size
+        out = np.zeros(int(np.prod(oshape)), NP[dtype])
+        meta = np.array([nd, dim, off, ids.size, out.size, *shape, *strides], np.int64)
+        run("index.metal", f"index_select_{move_kernel(dtype)}", [base, out, ids.astype(np.int64), meta], (64,), (32,))
+        np.testing.assert_array_equal(as_bits(out), as_bits(np.ascontiguousarray(np.take(view, ids, axis=dim)).reshape(-1)))
+        # gather: the index tensor may be smaller than the input outside dim
+        ishape = [int(rng.integers(1, s + 1)) if d != dim else int(rng.integers(1, 6)) for d, s in enumerate(shape)]
+        gids = rng.integers(0, shape[dim], ishape)
+        out = np.zeros(gids.size, NP[dtype])
+        meta = np.array([nd, dim, off, gids.size, *ishape, *strides], np.int64)
+        run("index.metal", f"gather_{move_kernel(dtype)}", [base, out, gids.reshape(-1).astype(np.int64), meta],
+            (min(gids.size, 48),), (16,))
+        coords = list(np.indices(ishape))
+        coords[dim] = gids
+        np.testing.assert_array_equal(as_bits(out), as_bits(np.ascontiguousarray(view[tuple(coords)]).reshape(-1)))
+
+
+def add_like_cpu(a, b, dtype):
+    if dtype in FLOATS:  # through float, one rounding per add
+        return (a.astype(np.float32) + b.astype(np.float32)).astype(NP[dtype])
+    with np.errstate(over="ignore"):
+        return a + b  # numpy wraps like the dtype
+
+
+@pytest.mark.parametrize("dtype", list(NP))
+def test_index_add_and_index_copy_strided_repeated_indices(dtype):
+    rng = np.random.default_rng(abs(hash(("add", dtype))) % 2**32)
+    for shape, dim in [((6, 5), 0), ((4, 7, 3), 1), ((3, 4, 9), 2), ((13,), 0), ((2, 3, 4, 5), 2)]:
+        nd = len(shape)
+        ids = rng.integers(0, shape[dim], int(rng.integers(1, 12)))  # repeats: added in order / last wins
+        sshape = list(shape)
+        sshape[dim] = ids.size
+        sbase, sview, sst, soff = strided(rng, sshape, dtype)
+        lines = int(np.prod(shape)) // shape[dim]
+        for kernel in ("index_add", "index_copy"):
+            base, view, strides, off = strided(rng, shape, dtype)
+            want = view.copy()
+            for j, i in enumerate(ids):
+                at = (slice(None),) * dim + (i,)
+                src = sview[(slice(None),) * dim + (j,)]
+                want[at] = add_like_cpu(want[at], src, dtype) if kernel == "index_add" else src
+            meta = np.array([nd, dim, off, soff, ids.size, lines, *shape, *strides, *sst], np.int64)
+            ids64 = ids.astype(np.int64)
+            if kernel == "index_add":
+                run("index.metal", f"index_add_{dtype}", [base, sbase, ids64, meta], (min(lines, 40),), (8,))
+            else:
+                win = np.zeros(shape[dim], np.uint32)
+                run("index.metal", "index_last", [ids64, win, np.array([ids.size], np.int64)], (ids.size,), (32,))
+                run("index.metal", f"index_copy_{move_kernel(dtype)}", [base, sbase, ids64, win, meta],
+                    (min(lines * ids.size, 100),), (32,))
+            np.testing.assert_array_equal(as_bits(np.ascontiguousarray(view)), as_bits(np.ascontiguousarray(want)))
+
+
+@pytest.mark.parametrize("dtype", list(NP))
+def test_scatter_add_strided_in_index_order(dtype):
+    rng = np.random.default_rng(abs(hash(("scatter", dtype))) % 2**32)
+    for shape, dim in [((6, 5), 0), ((4, 7, 3), 1), ((3, 4, 9), 2), ((13,), 0), ((2, 3, 4, 5), 1)]:
+        nd = len(shape)
+        ishape = [int(rng.integers(1, s + 1)) if d != dim else int(rng.integers(1, 9)) for d, s in enumerate(shape)]
+        ids = rng.integers(0, shape[dim], ishape)
+        sbase, sview, sst, soff = strided(rng, ishape, dtype)
+        base, view, strides, off = strided(rng, shape, dtype)
+        want = view.copy()
+        for e in np.ndindex(*ishape):
+            t = list(e)
+            t[dim] = ids[e]
+            t = tuple(t)
+            want[t] = add_like_cpu(want[t], sview[e], dtype)
+        lines = int(np.prod(ishape)) // ishape[dim]
+        meta = np.array([nd, dim, off, soff, lines, *ishape, *strides, *sst], np.int64)
+        run("index.metal", f"scatter_add_{dtype}", [base, sbase, ids.reshape(-1).astype(np.int64), meta],
+            (min(lines, 24),), (8,))
+        np.testing.assert_array_equal(as_bits(np.ascontiguousarray(view)), as_bits(np.ascontiguousarray(want)))
+
+
+def test_index_add_of_half_rounds_per_add_like_the_cpu():
+    # 1 + 2**-11 is not a float16: adding it 4 times one by one stays at 1 (ties to even), as on the CPU
+    dst = np.ones(1, np.float16)
+    src = np.full(4, 2.0**-11, np.float16)
+    meta = np.array([1, 0, 0, 0, 4, 1, 1, 1, 1], np.int64)
+    run("index.metal", "index_add_float16", [dst, src, np.zeros(4, np.int64), meta], (1,), (1,))
+    cpu = em.ones(1, dtype=em.float16).index_add(em.tensor([0, 0, 0, 0]), em.tensor(src), 0)
+    assert dst[0] == np.float16(1.0) == cpu.numpy()[0]
