@@ -5,6 +5,7 @@ from pathlib import Path
 import ml_dtypes
 import numpy as np
 import pytest
+import torch
 
 import ember as em
 from ember import _C
@@ -382,3 +383,51 @@ def test_index_add_of_half_rounds_per_add_like_the_cpu():
     run("index.metal", "index_add_float16", [dst, src, np.zeros(4, np.int64), meta], (1,), (1,))
     cpu = em.ones(1, dtype=em.float16).index_add(em.tensor([0, 0, 0, 0]), em.tensor(src), 0)
     assert dst[0] == np.float16(1.0) == cpu.numpy()[0]
+
+
+# --------------------------------------------------------------------------------------------------------
+# im2col / col2im
+
+
+def cpu_conv(fn, arr, geom):
+    """The CPU kernel's result (the semantics to match), through the binding on a CPU tensor."""
+    t = em.tensor(arr)
+    s, layout = getattr(_C, fn)(t.storage, t.layout, geom)
+    return np.array(s.as_numpy(layout))
+
+
+CONV_GEOMS = [  # (n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw)
+    (2, 3, 7, 6, 3, 3, 1, 1, 1, 1, 1, 1), (1, 2, 9, 11, 2, 3, 2, 3, 0, 1, 1, 2), (3, 1, 5, 5, 5, 1, 1, 2, 2, 0, 1, 1),
+    (1, 4, 1, 13, 1, 4, 1, 2, 0, 3, 1, 1), (2, 2, 8, 8, 3, 2, 3, 1, 2, 2, 2, 3),
+]
+
+
+def geom_of(n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw):
+    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
+    ow = (w + 2 * pw - dw * (kw - 1) - 1) // sw + 1
+    return (n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow)
+
+
+@pytest.mark.parametrize("dtype", list(NP))
+def test_im2col_strided_and_col2im_match_the_cpu(dtype):
+    rng = np.random.default_rng(abs(hash(("conv", dtype))) % 2**32)
+    for spec in CONV_GEOMS:
+        g = geom_of(*spec)
+        n, c, h, w, kh, kw = g[:6]
+        oh, ow = g[12], g[13]
+        base, view, strides, off = strided(rng, (n, c, h, w), dtype)
+        meta = np.array([*g, off, *strides], np.int64)
+        rows, pos = n * c * kh * kw, oh * ow
+        col = np.zeros(rows * pos, NP[dtype])
+        run("conv.metal", f"im2col_{move_kernel(dtype)}", [base, col, meta], (pos, rows), (8, 4))
+        want = cpu_conv("im2col", np.ascontiguousarray(view), g).reshape(-1)
+        np.testing.assert_array_equal(as_bits(col), as_bits(want))
+        if dtype == "float32":  # and torch's unfold, independently of ember's CPU kernel
+            tw = torch.nn.functional.unfold(torch.from_numpy(np.ascontiguousarray(view)), (kh, kw),
+                                            dilation=(g[10], g[11]), padding=(g[8], g[9]), stride=(g[6], g[7]))
+            np.testing.assert_array_equal(col, tw.numpy().reshape(-1))
+        cols = randn(rng, (n, c * kh * kw, pos), dtype)
+        out = np.zeros(n * c * h * w, NP[dtype])
+        run("conv.metal", f"col2im_{dtype}", [cols.reshape(-1), out, np.array([*g, 0, 0, 0, 0, 0], np.int64)],
+            (h * w, n * c), (16, 2))
+        np.testing.assert_array_equal(as_bits(out), as_bits(cpu_conv("col2im", cols, g).reshape(-1)))
