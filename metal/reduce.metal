@@ -66,6 +66,8 @@ template <typename T> struct SumOp {
   typedef S V;
   static void put(threadgroup V* pv, threadgroup long*, uint k, S s) { pv[k] = s; }
   static S get(threadgroup V* pv, threadgroup long*, uint k) { return pv[k]; }
+  static void store(device V* pv, device long*, long k, S s) { pv[k] = s; }
+  static S load(device const V* pv, device const long*, long k) { return pv[k]; }
 };
 
 // max/min propagate NaN, as numpy and the CPU kernels: a NaN operand wins.
@@ -80,6 +82,8 @@ template <typename T, bool kMax> struct ExtremeOp {
   typedef S V;
   static void put(threadgroup V* pv, threadgroup long*, uint k, S s) { pv[k] = s; }
   static S get(threadgroup V* pv, threadgroup long*, uint k) { return pv[k]; }
+  static void store(device V* pv, device long*, long k, S s) { pv[k] = s; }
+  static S load(device const V* pv, device const long*, long k) { return pv[k]; }
 };
 
 template <typename A> struct ArgState {
@@ -125,6 +129,16 @@ template <typename T, bool kMax> struct ArgOp {
     pi[k] = s.i;
   }
   static S get(threadgroup V* pv, threadgroup long* pi, uint k) {
+    S s;
+    s.v = pv[k];
+    s.i = pi[k];
+    return s;
+  }
+  static void store(device V* pv, device long* pi, long k, S s) {
+    pv[k] = s.v;
+    pi[k] = s.i;
+  }
+  static S load(device const V* pv, device const long* pi, long k) {
     S s;
     s.v = pv[k];
     s.i = pi[k];
@@ -220,7 +234,61 @@ kernel void reduce_cols(device const T* in [[buffer(0)]], device O* out [[buffer
   if (tpos.y == 0) out[col] = Op::template result<O>(acc);
 }
 
-#define instantiate_reduce_one(name, Op, tname, T, O)                                                         \
+// Few, long rows: pass 1 (reduce_parts) splits each row into `parts` pieces, grid (tpg.x, outputs * parts),
+// and stores each piece's state (the accumulator's value, and the index for arg*) in pv/pi; pass 2
+// (reduce_finish), one simdgroup per output, grid (32, outputs), combines an output's states. meta as
+// above plus, after the reduced strides, the number of parts.
+template <typename Op, typename T, typename V>
+kernel void reduce_parts(device const T* in [[buffer(0)]], device V* out_v [[buffer(1)]],
+                         device long* out_i [[buffer(2)]], constant long* meta [[buffer(3)]],
+                         uint2 gid [[thread_position_in_grid]], uint2 tpos [[thread_position_in_threadgroup]],
+                         uint2 tpg [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+                         uint sg [[simdgroup_index_in_threadgroup]]) {
+  typedef typename Op::S S;
+  threadgroup V pv[32];
+  threadgroup long pi[32];
+  const int kn = int(meta[0]), rn = int(meta[1]);
+  const long nred = meta[3];
+  constant long* ksh = meta + kMetaHead;
+  constant long* rsh = ksh + 2 * kn;
+  const long parts = rsh[2 * rn];
+  const long row = long(gid.y) / parts, q = long(gid.y) % parts;
+  const long lo = nred * q / parts, hi = nred * (q + 1) / parts;
+  device const T* p = in + (meta[2] + nd_offset(row, kn, ksh, ksh + kn));
+  S acc = Op::init();
+  if (rn == 1) {
+    const long st = rsh[1];
+    for (long i = lo + gid.x; i < hi; i += tpg.x) acc = Op::combine(acc, Op::make(p[i * st], i));
+  } else {
+    for (long i = lo + gid.x; i < hi; i += tpg.x) acc = Op::combine(acc, Op::make(p[nd_offset(i, rn, rsh, rsh + rn)], i));
+  }
+  for (ushort o = 16; o > 0; o /= 2) acc = Op::combine(acc, Op::shuffle(acc, o));
+  if (tpg.x > 32) {
+    const uint per_row = tpg.x / 32;
+    if (lane == 0) Op::put(pv, pi, sg, acc);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (tpos.x < 32) {
+      acc = lane < per_row ? Op::get(pv, pi, tpos.y * per_row + lane) : Op::init();
+      for (ushort o = 16; o > 0; o /= 2) acc = Op::combine(acc, Op::shuffle(acc, o));
+    }
+  }
+  if (tpos.x == 0) Op::store(out_v, out_i, long(gid.y), acc);
+}
+
+// meta: [0] parts, [1] outputs.
+template <typename Op, typename V, typename O>
+kernel void reduce_finish(device const V* pv [[buffer(0)]], device const long* pi [[buffer(1)]],
+                          device O* out [[buffer(2)]], constant long* meta [[buffer(3)]],
+                          uint2 gid [[thread_position_in_grid]]) {
+  typedef typename Op::S S;
+  const long parts = meta[0], row = long(gid.y);
+  S acc = Op::init();
+  for (long q = gid.x; q < parts; q += 32) acc = Op::combine(acc, Op::load(pv, pi, row * parts + q));
+  for (ushort o = 16; o > 0; o /= 2) acc = Op::combine(acc, Op::shuffle(acc, o));
+  if (gid.x == 0) out[row] = Op::template result<O>(acc);
+}
+
+#define instantiate_reduce_one(name, Op, tname, T, O, V)                                                      \
   template [[host_name("reduce_rows_" #name "_" #tname)]] [[kernel]] void reduce_rows<Op, T, O>(               \
       device const T* in [[buffer(0)]], device O* out [[buffer(1)]], constant long* meta [[buffer(2)]],        \
       uint2 gid [[thread_position_in_grid]], uint2 tpos [[thread_position_in_threadgroup]],                    \
@@ -229,24 +297,33 @@ kernel void reduce_cols(device const T* in [[buffer(0)]], device O* out [[buffer
   template [[host_name("reduce_cols_" #name "_" #tname)]] [[kernel]] void reduce_cols<Op, T, O>(               \
       device const T* in [[buffer(0)]], device O* out [[buffer(1)]], constant long* meta [[buffer(2)]],        \
       uint2 gid [[thread_position_in_grid]], uint2 tpos [[thread_position_in_threadgroup]],                    \
-      uint2 tpg [[threads_per_threadgroup]]);
+      uint2 tpg [[threads_per_threadgroup]]);                                                                  \
+  template [[host_name("reduce_parts_" #name "_" #tname)]] [[kernel]] void reduce_parts<Op, T, V>(             \
+      device const T* in [[buffer(0)]], device V* out_v [[buffer(1)]], device long* out_i [[buffer(2)]],        \
+      constant long* meta [[buffer(3)]], uint2 gid [[thread_position_in_grid]],                                \
+      uint2 tpos [[thread_position_in_threadgroup]], uint2 tpg [[threads_per_threadgroup]],                    \
+      uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]]);                    \
+  template [[host_name("reduce_finish_" #name "_" #tname)]] [[kernel]] void reduce_finish<Op, V, O>(           \
+      device const V* pv [[buffer(0)]], device const long* pi [[buffer(1)]], device O* out [[buffer(2)]],      \
+      constant long* meta [[buffer(3)]], uint2 gid [[thread_position_in_grid]]);
 
-#define instantiate_reduce_type(tname, T)                                   \
-  instantiate_reduce_one(sum, SumOp<T>, tname, T, T)                        \
-  instantiate_reduce_one(max, ExtremeOp<T MSL_COMMA true>, tname, T, T)     \
-  instantiate_reduce_one(min, ExtremeOp<T MSL_COMMA false>, tname, T, T)    \
-  instantiate_reduce_one(argmax, ArgOp<T MSL_COMMA true>, tname, T, long)   \
-  instantiate_reduce_one(argmin, ArgOp<T MSL_COMMA false>, tname, T, long)
+#define instantiate_reduce_type(tname, T, A, SA)                                 \
+  instantiate_reduce_one(sum, SumOp<T>, tname, T, T, SA)                        \
+  instantiate_reduce_one(max, ExtremeOp<T MSL_COMMA true>, tname, T, T, A)      \
+  instantiate_reduce_one(min, ExtremeOp<T MSL_COMMA false>, tname, T, T, A)     \
+  instantiate_reduce_one(argmax, ArgOp<T MSL_COMMA true>, tname, T, long, A)    \
+  instantiate_reduce_one(argmin, ArgOp<T MSL_COMMA false>, tname, T, long, A)
 #define MSL_COMMA ,
 
-instantiate_reduce_type(float32, float)
-instantiate_reduce_type(float16, half)
-instantiate_reduce_type(bfloat16, bfloat)
-instantiate_reduce_type(int64, long)
-instantiate_reduce_type(uint32, uint)
-instantiate_reduce_type(uint8, uchar)
+// (tname, T, the max/min accumulator, the sum accumulator): the V of each op's partial states
+instantiate_reduce_type(float32, float, float, float)
+instantiate_reduce_type(float16, half, float, float)
+instantiate_reduce_type(bfloat16, bfloat, float, float)
+instantiate_reduce_type(int64, long, long, ulong)
+instantiate_reduce_type(uint32, uint, uint, ulong)
+instantiate_reduce_type(uint8, uchar, uchar, ulong)
 
 // The int64 sum of unsigned integers (a uint8 mask's count must not wrap at 256).
 template <typename T> struct SumI64Op : SumOp<T> {};
-instantiate_reduce_one(sum_i64, SumI64Op<uint>, uint32, uint, long)
-instantiate_reduce_one(sum_i64, SumI64Op<uchar>, uint8, uchar, long)
+instantiate_reduce_one(sum_i64, SumI64Op<uint>, uint32, uint, long, ulong)
+instantiate_reduce_one(sum_i64, SumI64Op<uchar>, uint8, uchar, long, ulong)

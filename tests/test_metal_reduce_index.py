@@ -125,6 +125,32 @@ def test_reduce_kernels_any_dims_strided(kernel, op, dtype):
         check_reduce(op, dtype, got, reduce_want(op, view, dims, dtype))
 
 
+VSTATE = {"float32": np.float32, "float16": np.float32, "bfloat16": np.float32, "int64": np.int64,
+          "uint32": np.uint32, "uint8": np.uint8}  # the accumulator of max/min/arg partial states
+
+
+@pytest.mark.parametrize("dtype", list(NP))
+@pytest.mark.parametrize("op", RED_OPS)
+def test_reduce_in_parts_for_few_long_rows(op, dtype):
+    rng = np.random.default_rng(abs(hash(("parts", op, dtype))) % 2**32)
+    for (shape, dims), parts, tx in [(((3, 5000), (1,)), 7, 256), (((2, 30, 40), (1, 2)), 5, 32),
+                                     (((1, 100), (1,)), 100, 64), (((9, 70), (0, 1)), 3, 1024)]:
+        base, view, strides, off = strided(rng, shape, dtype)
+        if dtype in FLOATS and op != "sum":
+            base[rng.integers(0, base.size, 2)] = np.nan
+        meta, nout = reduce_meta(shape, strides, off, dims)
+        meta = np.append(meta, parts)
+        sdt = (np.float32 if dtype in FLOATS else np.uint64) if op == "sum" else VSTATE[dtype]
+        pv = np.zeros(nout * parts, sdt)
+        pi = np.zeros(nout * parts, np.int64)
+        run("reduce.metal", f"reduce_parts_{op}_{dtype}", [base, pv, pi, meta], (tx, nout * parts), (tx, 1))
+        odt = np.int64 if op.startswith("arg") else NP[dtype]
+        out = np.zeros(nout, odt)
+        run("reduce.metal", f"reduce_finish_{op}_{dtype}", [pv, pi, out, np.array([parts, nout], np.int64)],
+            (32, nout), (32, 1))
+        check_reduce(op, dtype, out, reduce_want(op, view, dims, dtype))
+
+
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
 def test_reduce_rows_contiguous_fast_path_and_ties(dtype):
     rng = np.random.default_rng(3)
