@@ -81,4 +81,38 @@ void MetalStorage::index_copy(const Layout& l, const BackendStorage& ids, const 
 StoragePtr MetalStorage::im2col(const Layout& l, const ConvGeom& g) const { return ops::im2col(*this, l, g); }
 StoragePtr MetalStorage::col2im(const ConvGeom& g) const { return ops::col2im(*this, g); }
 
+StoragePtr MetalStorage::softmax_fwd(const Layout& l, bool log) const { return ops::softmax_fwd(*this, l, log); }
+StoragePtr MetalStorage::softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const {
+  return ops::softmax_bwd(*this, l, g, lg, log);
+}
+std::tuple<StoragePtr, StoragePtr> MetalStorage::rms_norm_fwd(const Layout& l, const BackendStorage& w,
+                                                              const Layout& lw, double eps) const {
+  return ops::rms_norm_fwd(*this, l, w, lw, eps);
+}
+std::tuple<StoragePtr, StoragePtr> MetalStorage::rms_norm_bwd(const Layout& l, const BackendStorage& w,
+                                                              const Layout& lw, const BackendStorage& rstd,
+                                                              const BackendStorage& g, const Layout& lg) const {
+  return ops::rms_norm_bwd(*this, l, w, lw, rstd, g, lg);
+}
+std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::layer_norm_fwd(const Layout& l, const BackendStorage* w,
+                                                                            const Layout* lw, const BackendStorage* b,
+                                                                            const Layout* lb, double eps) const {
+  return ops::layer_norm_fwd(*this, l, w, lw, b, lb, eps);
+}
+std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::layer_norm_bwd(
+    const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& mean,
+    const BackendStorage& rstd, const BackendStorage& g, const Layout& lg) const {
+  return ops::layer_norm_bwd(*this, l, w, lw, mean, rstd, g, lg);
+}
+StoragePtr MetalStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) const {
+  return ops::act_bwd(*this, kind, l, g, lg);
+}
+std::tuple<StoragePtr, StoragePtr> MetalStorage::sdpa_fwd(const SdpaArgs& a) const { return ops::sdpa_fwd(*this, a); }
+std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,
+                                                                      const Layout& lo, const BackendStorage& lse,
+                                                                      const BackendStorage& g,
+                                                                      const Layout& lg) const {
+  return ops::sdpa_bwd(*this, a, o, lo, lse, g, lg);
+}
+
 }  // namespace ember::metal

@@ -1,6 +1,7 @@
 // The Metal backend's launchers: one free function per MetalStorage method (the BackendStorage
 // signature with the storage first), defined per op family in cpp/metal/ops/<family>.cpp.
 #pragma once
+#include <tuple>
 #include <vector>
 
 #include "backend.h"
@@ -40,5 +41,27 @@ void index_copy(MetalStorage& s, const Layout& l, const BackendStorage& ids, con
 // conv.cpp
 StoragePtr im2col(const MetalStorage& s, const Layout& l, const ConvGeom& g);
 StoragePtr col2im(const MetalStorage& s, const ConvGeom& g);
+
+// fused.cpp: the fused kernels (every check is done by the entry points in cpp/fused.cpp).
+StoragePtr softmax_fwd(const MetalStorage& s, const Layout& l, bool log);
+StoragePtr softmax_bwd(const MetalStorage& s, const Layout& l, const BackendStorage& g, const Layout& lg, bool log);
+std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const MetalStorage& s, const Layout& l, const BackendStorage& w,
+                                                const Layout& lw, double eps);
+std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const MetalStorage& s, const Layout& l, const BackendStorage& w,
+                                                const Layout& lw, const BackendStorage& rstd,
+                                                const BackendStorage& g, const Layout& lg);
+std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const MetalStorage& s, const Layout& l,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage* b, const Layout* lb, double eps);
+std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const MetalStorage& s, const Layout& l,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage& mean, const BackendStorage& rstd,
+                                                              const BackendStorage& g, const Layout& lg);
+StoragePtr act_bwd(const MetalStorage& s, ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg);
+std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const MetalStorage& s, const SdpaArgs& a);
+std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const MetalStorage& s, const SdpaArgs& a,
+                                                        const BackendStorage& o, const Layout& lo,
+                                                        const BackendStorage& lse, const BackendStorage& g,
+                                                        const Layout& lg);
 
 }  // namespace ember::metal::ops
