@@ -3,7 +3,7 @@
 // registers. A and B are read through any strides (a transposed operand needs no copy) and per-batch
 // offsets from their own batch strides (a broadcast batch dim has stride 0). f32/f16/bf16 multiply and
 // accumulate in float, rounded once; integers in 64-bit two's complement, which wraps like the CPU's loop
-// once stored back in the dtype.
+// once stored back in the dtype. Matrix-vector shapes of floats take `matmul_dot`, a simdgroup per output.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -83,6 +83,38 @@ kernel void matmul_tiled(device const T* a [[buffer(0)]], device const T* b [[bu
     }
   }
 }
+
+// Matrix-vector shapes (m or n of 1, as a Linear layer's x @ W^T at batch 1): one simdgroup per output
+// element, its lanes walking k (contiguous in both operands when the launcher picks this kernel) and
+// adding up with simd_sum. Floats only. grid: (32, batches * m * n); meta as matmul_tiled's.
+template <typename T>
+kernel void matmul_dot(device const T* a [[buffer(0)]], device const T* b [[buffer(1)]], device T* c [[buffer(2)]],
+                       constant long* meta [[buffer(3)]], uint2 gid [[thread_position_in_grid]]) {
+  const int nb = int(meta[0]);
+  const long m = meta[1], n = meta[2], k = meta[3];
+  constant long* bsh = meta + kMetaHead;
+  const long e = long(gid.y), j = e % n, i = (e / n) % m;
+  long rem = e / (m * n), aoff = meta[4] + i * meta[6], boff = meta[5] + j * meta[9];
+  for (int d = nb - 1; d >= 0; --d) {
+    const long q = rem % bsh[d];
+    rem /= bsh[d];
+    aoff += q * bsh[nb + d];
+    boff += q * bsh[2 * nb + d];
+  }
+  const long acs = meta[7], brs = meta[8];
+  float acc = 0.0f;
+  for (long p = gid.x; p < k; p += 32) acc += float(a[aoff + p * acs]) * float(b[boff + p * brs]);
+  acc = simd_sum(acc);
+  if (gid.x == 0) c[e] = T(acc);
+}
+
+#define instantiate_matmul_dot(tname, T)                                                                     \
+  template [[host_name("matmul_dot_" #tname)]] [[kernel]] void matmul_dot<T>(                                 \
+      device const T* a [[buffer(0)]], device const T* b [[buffer(1)]], device T* c [[buffer(2)]],           \
+      constant long* meta [[buffer(3)]], uint2 gid [[thread_position_in_grid]]);
+instantiate_matmul_dot(float32, float)
+instantiate_matmul_dot(float16, half)
+instantiate_matmul_dot(bfloat16, bfloat)
 
 #define instantiate_matmul(tname, T)                                                                         \
   template [[host_name("matmul_tiled_" #tname)]] [[kernel]] void matmul_tiled<T>(                             \

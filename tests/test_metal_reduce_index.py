@@ -217,7 +217,7 @@ def operand(rng, batch, rows, cols, dtype, transposed, bcast):
     return base, v, strides, off
 
 
-def matmul_run(rng, dtype, batch, m, n, k, ta=False, tb=False, ba=None, bb=None):
+def matmul_run(rng, dtype, batch, m, n, k, ta=False, tb=False, ba=None, bb=None, kernel="tiled"):
     ba = ba or [False] * len(batch)
     bb = bb or [False] * len(batch)
     abase, av, ast, aoff = operand(rng, batch, m, k, dtype, ta, ba)
@@ -227,8 +227,11 @@ def matmul_run(rng, dtype, batch, m, n, k, ta=False, tb=False, ba=None, bb=None)
                     np.int64)
     nbatch = int(np.prod(batch))
     out = np.zeros(max(nbatch * m * n, 1), NP[dtype])
-    grid = (-(-n // 64) * 16, -(-m // 64) * 16, nbatch)
-    run("matmul.metal", f"matmul_tiled_{dtype}", [abase, bbase, out, meta], grid, (16, 16, 1))
+    if kernel == "tiled":
+        grid, group = (-(-n // 64) * 16, -(-m // 64) * 16, nbatch), (16, 16, 1)
+    else:
+        grid, group = (32, nbatch * m * n), (32, min(8, nbatch * m * n))
+    run("matmul.metal", f"matmul_{kernel}_{dtype}", [abase, bbase, out, meta], grid, group)
     got = out[: nbatch * m * n].reshape(*batch, m, n)
     if dtype in FLOATS:
         want = np.matmul(av.astype(np.float64), bv.astype(np.float64))
@@ -255,6 +258,17 @@ def test_matmul_tiled_broadcast_batches(dtype):
     matmul_run(rng, dtype, [2, 3], 17, 5, 66, ta=True, bb=[True, False])
     matmul_run(rng, dtype, [4, 2], 70, 8, 9, tb=True, ba=[False, True], bb=[True, True])
     matmul_run(rng, dtype, [5], 3, 3, 3, ba=[True])
+
+
+@pytest.mark.parametrize("dtype", FLOATS)
+def test_matmul_dot_matrix_vector(dtype):
+    rng = np.random.default_rng(abs(hash(("dot", dtype))) % 2**32)
+    # x @ W^T at batch 1 (B's columns contiguous in k), W @ x, k shorter than a simdgroup, broadcast batches
+    matmul_run(rng, dtype, [], 1, 70, 300, tb=True, kernel="dot")
+    matmul_run(rng, dtype, [], 45, 1, 129, kernel="dot")
+    matmul_run(rng, dtype, [], 1, 5, 7, tb=True, kernel="dot")
+    matmul_run(rng, dtype, [3, 2], 1, 9, 40, tb=True, bb=[True, False], kernel="dot")
+    matmul_run(rng, dtype, [2], 1, 3, 0, tb=True, kernel="dot")
 
 
 def test_matmul_int_products_wrap():
