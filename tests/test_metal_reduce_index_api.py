@@ -261,3 +261,26 @@ def test_conv2d_unfold_fold(device, dt, rng):
     same_as_cpu(cols, em.nn.unfold(cpu_copy(x), (3, 2), padding=(1, 0), stride=2))
     back = em.nn.fold(cols, (9, 8), (3, 2), padding=(1, 0), stride=2)
     same_as_cpu(back, em.nn.fold(cpu_copy(cols), (9, 8), (3, 2), padding=(1, 0), stride=2))
+
+
+# ------------------------------------------------------------------------------------------ autograd
+
+
+def test_gradients_match_the_cpu(device, rng):
+    # the backward rules of these ops are built from the same family (matmul, index_add, gather, fold)
+    a0, b0 = rng.standard_normal((2, 3, 4)).astype(np.float32), rng.standard_normal((4, 5)).astype(np.float32)
+    x0 = rng.standard_normal((2, 3, 6, 5)).astype(np.float32)
+    ids0 = np.array([2, 0, 2, 1])
+    gids0 = rng.integers(0, 3, (2, 3, 4))
+
+    def grads(dev):
+        a, b, x = em.Var(a0, device=dev), em.Var(b0, device=dev), em.Var(x0, device=dev)
+        ids, gids = em.tensor(ids0, device=dev), em.tensor(gids0, device=dev)
+        out = [(a @ b).sum().backward(), a.index_select(ids, 1).sum().backward(), a.gather(gids, 1).sum().backward(),
+               em.nn.unfold(x, (2, 3), padding=1, stride=(1, 2)).sum().backward()]
+        return [g[a].numpy() for g in out[:3]] + [out[0][b].numpy(), out[3][x].numpy()]
+
+    for got, want in zip(grads(device), grads("cpu")):
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    want = grads("cpu")
+    np.testing.assert_array_equal(want[1], np.stack([np.full((2, 4), c, np.float32) for c in (1, 1, 2)], 1))
