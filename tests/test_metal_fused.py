@@ -1,0 +1,159 @@
+"""ember's fused Metal kernels (metal/softmax.metal, norm.metal, act.metal, sdpa.metal) run under the MSL
+emulator against ember's CPU fused ops in float64: every kernel x dtype x (contiguous, strided), forward
+and backward. The kernel files are read from the tree, so these tests need no rebuild."""
+import math
+import pathlib
+
+import ml_dtypes
+import numpy as np
+import pytest
+
+import ember as em
+from ember import _C
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
+# (rtol, atol) of a kernel computing in float against a float64 reference, after rounding to the dtype
+TOL = {"float32": (2e-5, 2e-6), "float16": (3e-3, 2e-3), "bfloat16": (2e-2, 1.5e-2)}
+ROW_DIMS = 8  # kRowDims of the kernels' RowLayout
+LAYOUTS = ["contiguous", "strided"]
+
+
+def source(name):
+    return (ROOT / "metal" / name).read_text()
+
+
+def run(file, name, args, grid, group, tg_mem=()):
+    _C._metal_emu_run(source(file), name, args, list(grid), list(group), threadgroup_memory=list(tg_mem),
+                      label=file)
+
+
+def i64s(*vals):
+    return np.array(vals, np.int64).tobytes()
+
+
+class Strided:
+    """A numpy view of `shape` into a larger base array (offset, steps, a reversed and a transposed dim
+    when strided), and what a kernel needs to read it: the base buffer, the offset and strides."""
+
+    def __init__(self, rng, shape, dt, layout, scale=1.0, lo=None):
+        vals = rng.standard_normal(shape) * scale
+        if lo is not None:
+            vals = np.abs(vals) + lo
+        if layout == "contiguous":
+            self.base = np.ascontiguousarray(vals.astype(dt))
+            self.view = self.base
+        else:
+            nd = len(shape)
+            perm = list(range(nd))
+            if nd >= 2:  # the last dim becomes non-contiguous: the kernels' strided read path
+                perm[-1], perm[-2] = perm[-2], perm[-1]
+            tshape = [shape[p] for p in perm]
+            big = np.zeros([2 * s + 3 for s in tshape], dt)
+            sl = tuple(slice(3, 3 + 2 * s, 2) for s in tshape)
+            inner = big[sl][..., ::-1] if nd else big[sl]  # a negative stride too
+            inner[...] = vals.transpose(perm)[..., ::-1].astype(dt) if nd else vals.astype(dt)
+            inv = np.argsort(perm)
+            self.base = big
+            self.view = inner.transpose(inv)
+        isz = self.base.itemsize
+        self.strides = [s // isz for s in self.view.strides]
+        self.offset = (self.view.__array_interface__["data"][0] - self.base.__array_interface__["data"][0]) // isz
+        self.f64 = np.ascontiguousarray(self.view).astype(np.float64)
+
+    def row_layout(self):
+        outer = self.view.shape[:-1]
+        assert len(outer) <= ROW_DIMS
+        shape = list(outer) + [1] * (ROW_DIMS - len(outer))
+        stride = self.strides[:-1] + [0] * (ROW_DIMS - len(outer))
+        return [self.offset, self.strides[-1], len(outer)] + shape + stride
+
+
+def check(got, want, dtype, scale=1.0):
+    rtol, atol = TOL[dtype]
+    np.testing.assert_allclose(got.astype(np.float64), want, rtol=rtol, atol=atol * scale)
+
+
+def ref(fn, *arrays):
+    """fn over float64 CPU tensors (ember's CPU fused ops) -> numpy."""
+    return fn(*[em.tensor(a) for a in arrays]).numpy()
+
+
+def ref_grads(fn, grad_out, *arrays):
+    """The gradients of sum(fn(*arrays) * grad_out) with respect to each array, on CPU in float64."""
+    vs = [em.Var(em.tensor(a)) for a in arrays]
+    loss = (fn(*vs) * em.tensor(grad_out)).sum()
+    gs = loss.backward()
+    return [gs[v].numpy() for v in vs]
+
+
+# ----------------------------------------------------------------------------- softmax
+SOFTMAX_SHAPES = [(1, 1), (3, 7), (2, 3, 100), (5, 1000), (2, 9000), (1, 20000)]
+
+
+def softmax_launch(n):
+    """(kernel kind, threads per group) as the host chooses them: the block kernel while the row fits."""
+    if n <= 8 * 1024:
+        per_thread = -(-n // 8)
+        return "block", min(1024, max(32, -(-per_thread // 32) * 32))
+    return "looped", 1024
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("shape", SOFTMAX_SHAPES)
+def test_softmax_forward(shape, log, dtype, layout, rng):
+    x = Strided(rng, shape, DTYPES[dtype], layout, scale=3.0)
+    n, rows = shape[-1], math.prod(shape[:-1])
+    out = np.zeros(rows * n, DTYPES[dtype])
+    kind, tpg = softmax_launch(n)
+    args = i64s(*x.row_layout(), *x.row_layout(), n, rows)
+    pre = "log_softmax" if log else "softmax"
+    run("softmax.metal", f"{pre}_fwd_{kind}_{dtype}", [x.base, out, args], (tpg, rows, 1), (tpg, 1, 1))
+    fn = em.nn.ops.log_softmax if log else em.nn.ops.softmax
+    check(out.reshape(shape), ref(fn, x.f64), dtype)
+
+
+@pytest.mark.parametrize("kind", ["block", "looped"])
+@pytest.mark.parametrize("log", [False, True])
+def test_softmax_forward_both_kernels_agree_on_one_row(kind, log, rng):
+    # the looped kernel on a short row, the block kernel on a row of one element per thread
+    x = Strided(rng, (4, 300), np.float32, "strided", scale=4.0)
+    out = np.zeros(4 * 300, np.float32)
+    args = i64s(*x.row_layout(), *x.row_layout(), 300, 4)
+    pre = "log_softmax" if log else "softmax"
+    run("softmax.metal", f"{pre}_fwd_{kind}_float32", [x.base, out, args], (64, 4, 1), (64, 1, 1))
+    fn = em.nn.ops.log_softmax if log else em.nn.ops.softmax
+    check(out.reshape(4, 300), ref(fn, x.f64), "float32")
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("log", [False, True])
+@pytest.mark.parametrize("shape", [(3, 7), (2, 3, 100), (2, 9000)])
+def test_softmax_backward(shape, log, dtype, layout, rng):
+    dt = DTYPES[dtype]
+    fn = em.nn.ops.log_softmax if log else em.nn.ops.softmax
+    x = rng.standard_normal(shape) * 2
+    yv = ref(fn, x)
+    y = Strided(rng, shape, dt, layout)
+    y.view[...] = yv.astype(dt)  # the forward's output, as the backward gets it
+    y.f64 = np.ascontiguousarray(y.view).astype(np.float64)
+    g = Strided(rng, shape, dt, layout)
+    n, rows = shape[-1], math.prod(shape[:-1])
+    out = np.zeros(rows * n, dt)
+    kind, tpg = softmax_launch(n)
+    args = i64s(*y.row_layout(), *g.row_layout(), n, rows)
+    pre = "log_softmax" if log else "softmax"
+    run("softmax.metal", f"{pre}_bwd_{kind}_{dtype}", [y.base, g.base, out, args], (tpg, rows, 1), (tpg, 1, 1))
+    # the backward formula on the rounded y, in float64
+    if log:
+        want = g.f64 - np.exp(y.f64) * g.f64.sum(-1, keepdims=True)
+    else:
+        want = y.f64 * (g.f64 - (g.f64 * y.f64).sum(-1, keepdims=True))
+    check(out.reshape(shape), want, dtype, scale=4.0)
+    # and the formula is the CPU op's gradient
+    if dtype == "float32" and layout == "contiguous":
+        (gx,) = ref_grads(fn, g.f64, x)
+        np.testing.assert_allclose(out.reshape(shape), gx, rtol=1e-3, atol=1e-4)
