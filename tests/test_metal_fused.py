@@ -28,6 +28,10 @@ def run(file, name, args, grid, group, tg_mem=()):
                       label=file)
 
 
+def cdiv(a, b):
+    return -(-a // b)
+
+
 def i64s(*vals):
     return np.array(vals, np.int64).tobytes()
 
@@ -94,8 +98,7 @@ SOFTMAX_SHAPES = [(1, 1), (3, 7), (2, 3, 100), (5, 1000), (2, 9000), (1, 20000)]
 def softmax_launch(n):
     """(kernel kind, threads per group) as the host chooses them: the block kernel while the row fits."""
     if n <= 8 * 1024:
-        per_thread = -(-n // 8)
-        return "block", min(1024, max(32, -(-per_thread // 32) * 32))
+        return "block", min(1024, max(32, cdiv(cdiv(n, 8), 32) * 32))
     return "looped", 1024
 
 
@@ -157,3 +160,139 @@ def test_softmax_backward(shape, log, dtype, layout, rng):
     if dtype == "float32" and layout == "contiguous":
         (gx,) = ref_grads(fn, g.f64, x)
         np.testing.assert_allclose(out.reshape(shape), gx, rtol=1e-3, atol=1e-4)
+
+
+# ----------------------------------------------------------------------------- rms_norm / layer_norm
+NORM_SHAPES = [(1, 1), (4, 33), (2, 3, 64), (3, 1500)]
+
+
+def norm_args(x, g, n, rows, w=None, b=None, chunk=1, nchunks=1, eps=1e-5, has_w=1, has_b=1, has_mean=1):
+    """The bytes of a NormArgs (see metal/norm.metal)."""
+    wl = [w.offset, w.strides[0]] if w is not None else [0, 0]
+    bl = [b.offset, b.strides[0]] if b is not None else [0, 0]
+    return (i64s(*x.row_layout(), *(g or x).row_layout(), n, rows, *wl, *bl, chunk, nchunks)
+            + np.float32(eps).tobytes() + np.array([has_w, has_b, has_mean], np.uint32).tobytes())
+
+
+def row_group(n):
+    """Threads per row as the host picks them: enough for 4 elements each, in whole simdgroups."""
+    return min(1024, max(32, cdiv(cdiv(n, 4), 32) * 32))
+
+
+def norm_param(rng, n, dt, layout, seed_shift=0.0):
+    p = Strided(rng, (n,), dt, layout)
+    p.view[...] = (p.f64 * 0.5 + 1.0 + seed_shift).astype(dt)
+    p.f64 = np.ascontiguousarray(p.view).astype(np.float64)
+    return p
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("shape", NORM_SHAPES)
+def test_rms_norm_forward(shape, dtype, layout, rng):
+    dt = DTYPES[dtype]
+    n, rows = shape[-1], math.prod(shape[:-1])
+    x = Strided(rng, shape, dt, layout, scale=2.0)
+    w = norm_param(rng, n, dt, layout)
+    y = np.zeros(rows * n, dt)
+    rstd = np.zeros(rows, np.float32)
+    tpg = row_group(n)
+    run("norm.metal", f"rms_norm_fwd_{dtype}", [x.base, w.base, y, rstd, norm_args(x, None, n, rows, w, eps=1e-4)],
+        (tpg, rows, 1), (tpg, 1, 1))
+    check(y.reshape(shape), ref(lambda a, b: em.nn.ops.rms_norm(a, b, 1e-4), x.f64, w.f64), dtype)
+    want_rstd = 1 / np.sqrt((x.f64 ** 2).mean(-1) + 1e-4)
+    np.testing.assert_allclose(rstd, want_rstd.reshape(-1), rtol=1e-5)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("shape", NORM_SHAPES)
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_forward(shape, dtype, layout, affine, rng):
+    dt = DTYPES[dtype]
+    n, rows = shape[-1], math.prod(shape[:-1])
+    x = Strided(rng, shape, dt, layout, scale=2.0)
+    x.view[...] = (x.f64 + 3.0).astype(dt)  # rows far from zero: the variance needs the centred pass
+    x.f64 = np.ascontiguousarray(x.view).astype(np.float64)
+    w = norm_param(rng, n, dt, layout)
+    b = norm_param(rng, n, dt, layout, seed_shift=-1.0)
+    y = np.zeros(rows * n, dt)
+    mean = np.zeros(rows, np.float32)
+    rstd = np.zeros(rows, np.float32)
+    tpg = row_group(n)
+    args = norm_args(x, None, n, rows, w, b, has_w=int(affine), has_b=int(affine))
+    wb, bb = (w.base, b.base) if affine else (x.base, x.base)  # unread placeholders without weight/bias
+    run("norm.metal", f"layer_norm_fwd_{dtype}", [x.base, wb, bb, y, mean, rstd, args], (tpg, rows, 1), (tpg, 1, 1))
+    if affine:
+        want = ref(lambda a, p, q: em.nn.ops.layer_norm(a, p, q, 1e-5), x.f64, w.f64, b.f64)
+    else:
+        want = ref(lambda a: em.nn.ops.layer_norm(a, None, None, 1e-5), x.f64)
+    check(y.reshape(shape), want, dtype)
+    np.testing.assert_allclose(mean, x.f64.mean(-1).reshape(-1), rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(rstd, (1 / np.sqrt(x.f64.var(-1) + 1e-5)).reshape(-1), rtol=1e-4)
+
+
+def norm_params_grads(dtype, x, g, n, rows, mean, rstd, has_b, has_mean):
+    """Runs the two dw/db passes (chunks of 3 rows) and returns (dw, db)."""
+    dt = DTYPES[dtype]
+    chunk = 3
+    nchunks = max(1, cdiv(rows, chunk))
+    pw = np.zeros(nchunks * n, np.float32)
+    pb = np.zeros(nchunks * n, np.float32)
+    args = norm_args(x, g, n, rows, chunk=chunk, nchunks=nchunks, has_b=has_b, has_mean=has_mean)
+    run("norm.metal", f"norm_bwd_params_part_{dtype}", [x.base, mean, rstd, g.base, pw, pb, args],
+        (n, nchunks, 1), (32, 1, 1))
+    dw, db = np.zeros(n, dt), np.zeros(n, dt)
+    run("norm.metal", f"norm_bwd_params_sum_{dtype}", [pw, pb, dw, db, args], (n, 1, 1), (64, 1, 1))
+    return dw, db
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("shape", NORM_SHAPES)
+def test_rms_norm_backward(shape, dtype, layout, rng):
+    dt = DTYPES[dtype]
+    n, rows = shape[-1], math.prod(shape[:-1])
+    x = Strided(rng, shape, dt, layout)
+    w = norm_param(rng, n, dt, layout)
+    g = Strided(rng, shape, dt, layout)
+    rstd = (1 / np.sqrt((x.f64 ** 2).mean(-1) + 1e-5)).astype(np.float32).reshape(-1)
+    dx = np.zeros(rows * n, dt)
+    tpg = row_group(n)
+    run("norm.metal", f"rms_norm_bwd_dx_{dtype}", [x.base, w.base, rstd, g.base, dx, norm_args(x, g, n, rows, w)],
+        (tpg, rows, 1), (tpg, 1, 1))
+    dw, _ = norm_params_grads(dtype, x, g, n, rows, rstd, rstd, has_b=0, has_mean=0)
+    want_dx, want_dw = ref_grads(lambda a, b: em.nn.ops.rms_norm(a, b, 1e-5), g.f64, x.f64, w.f64)
+    check(dx.reshape(shape), want_dx, dtype, scale=4.0)
+    check(dw, want_dw, dtype, scale=2.0 * math.sqrt(rows))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("shape", NORM_SHAPES)
+@pytest.mark.parametrize("affine", [True, False])
+def test_layer_norm_backward(shape, dtype, layout, affine, rng):
+    dt = DTYPES[dtype]
+    n, rows = shape[-1], math.prod(shape[:-1])
+    x = Strided(rng, shape, dt, layout)
+    w = norm_param(rng, n, dt, layout)
+    g = Strided(rng, shape, dt, layout)
+    mean = x.f64.mean(-1).astype(np.float32).reshape(-1)
+    rstd = (1 / np.sqrt(x.f64.var(-1) + 1e-5)).astype(np.float32).reshape(-1)
+    dx = np.zeros(rows * n, dt)
+    tpg = row_group(n)
+    args = norm_args(x, g, n, rows, w, has_w=int(affine))
+    run("norm.metal", f"layer_norm_bwd_dx_{dtype}", [x.base, w.base if affine else x.base, mean, rstd, g.base, dx,
+        args], (tpg, rows, 1), (tpg, 1, 1))
+    dw, db = norm_params_grads(dtype, x, g, n, rows, mean, rstd, has_b=1, has_mean=1)
+    b0 = np.zeros(n)
+    if affine:
+        want_dx, want_dw, want_db = ref_grads(lambda a, p, q: em.nn.ops.layer_norm(a, p, q, 1e-5), g.f64, x.f64,
+                                              w.f64, b0)
+    else:
+        (want_dx,) = ref_grads(lambda a: em.nn.ops.layer_norm(a, None, None, 1e-5), g.f64, x.f64)
+        _, want_dw, want_db = ref_grads(lambda a, p, q: em.nn.ops.layer_norm(a, p, q, 1e-5), g.f64, x.f64,
+                                        np.ones(n), b0)
+    check(dx.reshape(shape), want_dx, dtype, scale=4.0)
+    check(dw, want_dw, dtype, scale=2.0 * math.sqrt(rows))
+    check(db, want_db, dtype, scale=2.0 * math.sqrt(rows))
