@@ -296,3 +296,54 @@ def test_layer_norm_backward(shape, dtype, layout, affine, rng):
     check(dx.reshape(shape), want_dx, dtype, scale=4.0)
     check(dw, want_dw, dtype, scale=2.0 * math.sqrt(rows))
     check(db, want_db, dtype, scale=2.0 * math.sqrt(rows))
+
+
+# ----------------------------------------------------------------------------- activations' backward
+ACT_FWD = {"sigmoid": em.nn.ops.sigmoid, "silu": em.nn.ops.silu, "gelu": em.nn.ops.gelu}
+ACT_DIMS = 8  # kActDims
+
+
+def act_args(a, g, n, dense):
+    if dense:
+        return i64s(n, 0, a.offset, g.offset, *([0] * 3 * ACT_DIMS))
+    pad = [0] * (ACT_DIMS - a.view.ndim)
+    return i64s(n, a.view.ndim, a.offset, g.offset, *a.view.shape, *[1] * len(pad), *a.strides, *pad, *g.strides,
+                *pad)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("kind", list(ACT_FWD))
+@pytest.mark.parametrize("shape", [(1,), (7, 5), (2, 3, 41)])
+def test_act_backward(shape, kind, dtype, layout, rng):
+    dt = DTYPES[dtype]
+    fwd = ACT_FWD[kind]
+    x = rng.standard_normal(shape) * 3
+    a = Strided(rng, shape, dt, layout)
+    if kind == "sigmoid":  # the backward reads the forward's output
+        a.view[...] = ref(fwd, x).astype(dt)
+    else:
+        a.view[...] = x.astype(dt)
+    a.f64 = np.ascontiguousarray(a.view).astype(np.float64)
+    g = Strided(rng, shape, dt, layout)
+    n = math.prod(shape)
+    dx = np.zeros(n, dt)
+    dense = layout == "contiguous"
+    grid = cdiv(n, 4) if dense else n
+    run("act.metal", f"{kind}_bwd_{dtype}", [a.base, g.base, dx, act_args(a, g, n, dense)], (grid, 1, 1), (64, 1, 1))
+    if kind == "sigmoid":
+        want = g.f64 * a.f64 * (1 - a.f64)
+    else:
+        (want,) = ref_grads(fwd, g.f64, a.f64)
+    check(dx.reshape(shape), want, dtype, scale=2.0)
+
+
+def test_act_backward_dense_with_offsets(rng):
+    # the dense path reads from the two offsets (views starting inside their buffers)
+    a = rng.standard_normal(103).astype(np.float32)
+    g = rng.standard_normal(110).astype(np.float32)
+    dx = np.zeros(100, np.float32)
+    args = i64s(100, 0, 3, 10, *([0] * 3 * ACT_DIMS))
+    run("act.metal", "silu_bwd_float32", [a, g, dx, args], (25, 1, 1), (32, 1, 1))
+    (want,) = ref_grads(em.nn.ops.silu, g[10:].astype(np.float64), a[3:].astype(np.float64))
+    check(dx, want, "float32")
