@@ -347,3 +347,173 @@ def test_act_backward_dense_with_offsets(rng):
     run("act.metal", "silu_bwd_float32", [a, g, dx, args], (25, 1, 1), (32, 1, 1))
     (want,) = ref_grads(em.nn.ops.silu, g[10:].astype(np.float64), a[3:].astype(np.float64))
     check(dx, want, "float32")
+
+
+# ----------------------------------------------------------------------------- sdpa
+K_TILE, K_TILE_ROWS = 2048, 64  # kTile, kMaxTileRows of sdpa.metal
+MASK_NAMES = {"keep": "uint8", "add32": "float32", "add16": "float16", "addbf": "bfloat16"}
+MASK_NP = {"keep": np.uint8, "add32": np.float32, "add16": np.float16, "addbf": ml_dtypes.bfloat16}
+
+
+class Attn:
+    """q, k, v (and an optional mask broadcast over heads) laid out for the kernels, with the float64
+    copies the CPU reference gets."""
+
+    def __init__(self, rng, dtype, layout, B, H, Hkv, Lq, Lk, D, Dv, causal=False, mask=None, scale=None):
+        dt = DTYPES[dtype]
+        self.dtype, self.B, self.H, self.Hkv, self.Lq, self.Lk, self.D, self.Dv = dtype, B, H, Hkv, Lq, Lk, D, Dv
+        self.q = Strided(rng, (B, H, Lq, D), dt, layout)
+        self.k = Strided(rng, (B, Hkv, Lk, D), dt, layout)
+        self.v = Strided(rng, (B, Hkv, Lk, Dv), dt, layout)
+        self.causal = causal
+        self.scale = 1 / math.sqrt(D) if scale is None else scale
+        self.mask_kind = mask
+        if mask is None:
+            self.mask = None
+        else:
+            shape = (B, 1, Lq, Lk)  # broadcast over heads: stride 0
+            if mask == "keep":
+                m = (rng.random(shape) > 0.3).astype(np.uint8)
+                m[0, 0, 0, :] = 0  # a fully masked row: zeros out, zero gradients
+                self.mask = m
+            else:
+                self.mask = (rng.standard_normal(shape) * 2).astype(MASK_NP[mask])
+
+    def args(self, tile, o=None, g=None):
+        q, k, v = self.q, self.k, self.v
+        m = self.mask
+        if m is None:
+            m_off, sm, kind = 0, [0, 0, 0, 0], 0
+        else:
+            sm = [0 if m.shape[d] == 1 else m.strides[d] // m.itemsize for d in range(4)]
+            m_off, kind = 0, 1 if self.mask_kind == "keep" else 2
+        o_off, so = (o.offset, o.strides) if o is not None else (0, [0] * 4)
+        g_off, sg = (g.offset, g.strides) if g is not None else (0, [0] * 4)
+        longs = [self.B, self.H, self.Hkv, self.Lq, self.Lk, self.D, self.Dv, q.offset, k.offset, v.offset, m_off,
+                 o_off, g_off, *q.strides, *k.strides, *v.strides, *sm, *so, *sg, tile]
+        return (i64s(*longs) + np.float32(self.scale).tobytes()
+                + np.array([int(self.causal), kind, 0], np.uint32).tobytes())
+
+    def mask_buf(self):
+        return self.mask if self.mask is not None else np.zeros(1, np.uint8)
+
+    def suffix(self):
+        return f"{self.dtype}_{MASK_NAMES[self.mask_kind] if self.mask is not None else 'uint8'}"
+
+    def fn(self):
+        mask = None if self.mask is None else em.tensor(self.mask.astype(np.float64) if self.mask.dtype != np.uint8
+                                                        else self.mask)
+        return lambda q, k, v: em.nn.ops.sdpa(q, k, v, scale=self.scale, causal=self.causal, mask=mask)
+
+    def tile(self):
+        return min(K_TILE_ROWS, K_TILE // max(self.D, self.Dv))
+
+    def forward(self, kernel="fwd", nsg=4):
+        BH = self.B * self.H
+        out = np.zeros(BH * self.Lq * self.Dv, DTYPES[self.dtype])
+        lse = np.zeros(BH * self.Lq, np.float32)
+        bufs = [self.q.base, self.k.base, self.v.base, self.mask_buf(), out, lse, self.args(self.tile())]
+        if kernel == "fwd":
+            run("sdpa.metal", f"sdpa_fwd_{self.suffix()}", bufs, (32 * nsg, cdiv(self.Lq, nsg), BH), (32 * nsg, 1, 1))
+        else:
+            nsg = min(8, K_TILE // max(self.Dv, 1))
+            run("sdpa.metal", f"sdpa_decode_{self.suffix()}", bufs, (32 * nsg, self.Lq, BH), (32 * nsg, 1, 1))
+        return out.reshape(self.B, self.H, self.Lq, self.Dv), lse.reshape(self.B, self.H, self.Lq)
+
+    def backward(self, o, lse, g, nsg=4):
+        BH, dt = self.B * self.H, DTYPES[self.dtype]
+        args = self.args(self.tile(), o, g)
+        di = np.zeros(BH * self.Lq, np.float32)
+        run("sdpa.metal", f"sdpa_bwd_prep_{self.dtype}", [o.base, g.base, di, args], (32, self.Lq, BH), (32, 1, 1))
+        dq = np.zeros(BH * self.Lq * self.D, dt)
+        common = [self.q.base, self.k.base, self.v.base, self.mask_buf(), g.base, lse, di]
+        run("sdpa.metal", f"sdpa_bwd_dq_{self.suffix()}", [*common, dq, args], (32 * nsg, cdiv(self.Lq, nsg), BH),
+            (32 * nsg, 1, 1))
+        dk = np.zeros(self.B * self.Hkv * self.Lk * self.D, dt)
+        dv = np.zeros(self.B * self.Hkv * self.Lk * self.Dv, dt)
+        run("sdpa.metal", f"sdpa_bwd_dkv_{self.suffix()}", [*common, dk, dv, args],
+            (32 * nsg, cdiv(self.Lk, nsg), self.B * self.Hkv), (32 * nsg, 1, 1))
+        return (dq.reshape(self.B, self.H, self.Lq, self.D), dk.reshape(self.B, self.Hkv, self.Lk, self.D),
+                dv.reshape(self.B, self.Hkv, self.Lk, self.Dv))
+
+
+# (B, H, Hkv, Lq, Lk, D, Dv)
+SDPA_SHAPES = {
+    "small": (1, 2, 2, 5, 7, 8, 8),
+    "gqa": (2, 4, 2, 33, 20, 64, 32),
+    "d256": (1, 1, 1, 9, 70, 256, 256),
+    "decode": (1, 3, 1, 1, 75, 40, 24),
+}
+
+
+def sdpa_ref_lse(at):
+    """logsumexp of the masked, scaled scores in float64 (-inf for a fully masked row)."""
+    q, k = at.q.f64, np.repeat(at.k.f64, at.H // at.Hkv, axis=1)
+    s = q @ k.transpose(0, 1, 3, 2) * at.scale
+    if at.causal:
+        s = np.where(np.tril(np.ones((at.Lq, at.Lk), bool)), s, -np.inf)
+    if at.mask is not None:
+        s = np.where(at.mask != 0, s, -np.inf) if at.mask_kind == "keep" else s + at.mask.astype(np.float64)
+    mx = s.max(-1, keepdims=True)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return (np.log(np.exp(s - np.where(np.isfinite(mx), mx, 0)).sum(-1, keepdims=True))
+                + np.where(np.isfinite(mx), mx, 0))[..., 0]
+
+
+def check_sdpa_forward(at, kernel):
+    out, lse = at.forward(kernel)
+    fn = at.fn()
+    check(out, ref(fn, at.q.f64, at.k.f64, at.v.f64), at.dtype, scale=2.0)
+    want = sdpa_ref_lse(at)
+    np.testing.assert_allclose(lse, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("kernel", ["fwd", "decode"])
+@pytest.mark.parametrize("shape", list(SDPA_SHAPES))
+def test_sdpa_forward(shape, kernel, dtype, layout, rng):
+    check_sdpa_forward(Attn(rng, dtype, layout, *SDPA_SHAPES[shape]), kernel)
+
+
+@pytest.mark.parametrize("kernel", ["fwd", "decode"])
+@pytest.mark.parametrize("mask", [None, "keep", "add32", "add16", "addbf"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", ["small", "gqa"])
+def test_sdpa_forward_masks_and_causal(shape, causal, mask, kernel, rng):
+    at = Attn(rng, "float32", "strided", *SDPA_SHAPES[shape], causal=causal, mask=mask)
+    check_sdpa_forward(at, kernel)
+
+
+def sdpa_backward_case(at, rng):
+    out, lse = at.forward()
+    dt = DTYPES[at.dtype]
+    layout = "contiguous" if at.q.view.flags.c_contiguous else "strided"
+    o = Strided(rng, out.shape, dt, layout)
+    o.view[...] = out
+    g = Strided(rng, out.shape, dt, layout)
+    dq, dk, dv = at.backward(o, lse.reshape(-1).copy(), g)
+    want = ref_grads(at.fn(), g.f64, at.q.f64, at.k.f64, at.v.f64)
+    for got, w in zip((dq, dk, dv), want):
+        check(got, w, at.dtype, scale=4.0 * math.sqrt(max(at.Lq, at.Lk)))
+
+
+@pytest.mark.parametrize("layout", LAYOUTS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("shape", list(SDPA_SHAPES))
+def test_sdpa_backward(shape, dtype, layout, rng):
+    sdpa_backward_case(Attn(rng, dtype, layout, *SDPA_SHAPES[shape]), rng)
+
+
+@pytest.mark.parametrize("mask", [None, "keep", "add32", "add16"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", ["small", "gqa"])
+def test_sdpa_backward_masks_and_causal(shape, causal, mask, rng):
+    sdpa_backward_case(Attn(rng, "float32", "strided", *SDPA_SHAPES[shape], causal=causal, mask=mask), rng)
+
+
+def test_sdpa_forward_query_longer_than_keys_causal(rng):
+    # Lq > Lk with causal: the rows past Lk see every key; tiles of 8 keys at D = 256
+    at = Attn(rng, "float32", "contiguous", 1, 2, 1, 40, 12, 256, 64, causal=True)
+    check_sdpa_forward(at, "fwd")
+    sdpa_backward_case(at, rng)
