@@ -608,3 +608,59 @@ std::tuple<Sto, Sto, Sto> sdpa_bwd(const CpuStorage& q, const Layout& lq, const 
 }
 
 }  // namespace ember::cpu
+
+// ================================ the backend trait's fused methods ==============================
+namespace ember::cpu {
+namespace {
+std::optional<StoLayout> sdpa_mask(const SdpaArgs& a) {
+  if (!a.mask) return std::nullopt;
+  return StoLayout{&as_cpu(*a.mask), a.lmask};
+}
+const CpuStorage* opt_cpu(const BackendStorage* s) { return s ? &as_cpu(*s) : nullptr; }
+}  // namespace
+
+StoragePtr CpuStorage::softmax_fwd(const Layout& l, bool log) const { return cpu::softmax_fwd(*this, l, log); }
+StoragePtr CpuStorage::softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const {
+  return cpu::softmax_bwd(*this, l, as_cpu(g), lg, log);
+}
+std::tuple<StoragePtr, StoragePtr> CpuStorage::rms_norm_fwd(const Layout& l, const BackendStorage& w,
+                                                            const Layout& lw, double eps) const {
+  return cpu::rms_norm_fwd(*this, l, as_cpu(w), lw, eps);
+}
+std::tuple<StoragePtr, StoragePtr> CpuStorage::rms_norm_bwd(const Layout& l, const BackendStorage& w,
+                                                            const Layout& lw, const BackendStorage& rstd,
+                                                            const BackendStorage& g, const Layout& lg) const {
+  return cpu::rms_norm_bwd(*this, l, as_cpu(w), lw, as_cpu(rstd), as_cpu(g), lg);
+}
+std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::layer_norm_fwd(const Layout& l, const BackendStorage* w,
+                                                                          const Layout* lw, const BackendStorage* b,
+                                                                          const Layout* lb, double eps) const {
+  return cpu::layer_norm_fwd(*this, l, opt_cpu(w), lw, opt_cpu(b), lb, eps);
+}
+std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::layer_norm_bwd(const Layout& l, const BackendStorage* w,
+                                                                          const Layout* lw,
+                                                                          const BackendStorage& mean,
+                                                                          const BackendStorage& rstd,
+                                                                          const BackendStorage& g,
+                                                                          const Layout& lg) const {
+  auto r = cpu::layer_norm_bwd(*this, l, opt_cpu(w), lw, as_cpu(mean), as_cpu(rstd), as_cpu(g), lg);
+  if (!w) return {std::get<0>(r), nullptr, nullptr};
+  return r;
+}
+StoragePtr CpuStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) const {
+  return cpu::act_bwd(act_name(kind), *this, l, as_cpu(g), lg);
+}
+std::tuple<StoragePtr, StoragePtr> CpuStorage::sdpa_fwd(const SdpaArgs& a) const {
+  auto m = sdpa_mask(a);
+  return cpu::sdpa_fwd(*this, a.lq, as_cpu(*a.k), a.lk, as_cpu(*a.v), a.lv, m ? &*m : nullptr, a.scale, a.causal);
+}
+std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,
+                                                                    const Layout& lo, const BackendStorage& lse,
+                                                                    const BackendStorage& g,
+                                                                    const Layout& lg) const {
+  auto m = sdpa_mask(a);
+  return cpu::sdpa_bwd(*this, a.lq, as_cpu(*a.k), a.lk, as_cpu(*a.v), a.lv, as_cpu(o), lo, as_cpu(lse), as_cpu(g),
+                       lg, m ? &*m : nullptr, a.scale, a.causal);
+}
+
+}  // namespace ember::cpu
