@@ -2,8 +2,9 @@
 import os
 
 from . import _C
+from .metal_kernel import Kernel, cache_info
 
-__all__ = ["backend"]
+__all__ = ["Kernel", "backend", "cache_info"]
 
 
 def backend():
