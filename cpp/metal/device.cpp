@@ -48,33 +48,32 @@ const char* MetalDevice::backend_kind() {
 }
 
 MetalDevice* MetalDevice::get(int index, std::string* why) {
-  auto say = [&](const char* s) {
+  auto none = [&](const std::string& s) -> MetalDevice* {
     if (why) *why = s;
     return nullptr;
   };
-  if (index != 0) return say("ember drives one Metal device, metal:0");
-  // Chosen once per process: the first use decides, as a later change of EMBER_METAL could not move
-  // storages that already live on the first device.
+  if (index != 0) return none("ember drives one Metal device, metal:0");
+  // EMBER_METAL is read at every call, so availability follows the environment; each device is
+  // created once and lives for the process (storages on it may outlive any caller).
+  if (emulate_requested()) {
+    static MetalDevice* emu = new MetalDevice(emulator_adapter(), 0);
+    return emu;
+  }
+#if defined(EMBER_HAS_METAL_CPP)
   static std::once_flag once;
-  static MetalDevice* dev = nullptr;
+  static MetalDevice* apple = nullptr;
   static std::string reason;
   std::call_once(once, [] {
-    if (emulate_requested()) {
-      dev = new MetalDevice(emulator_adapter(), 0);  // leaked: storages may outlive static destructors
-      return;
-    }
-#if defined(EMBER_HAS_METAL_CPP)
     try {
-      dev = new MetalDevice(apple_adapter(), 0);
+      apple = new MetalDevice(apple_adapter(), 0);
     } catch (const Error& e) {
       reason = e.what();
     }
-#else
-    reason = "this build has no Metal backend (set EMBER_METAL=emulate for the MSL emulator)";
-#endif
   });
-  if (!dev && why) *why = reason;
-  return dev;
+  return apple ? apple : none(reason);
+#else
+  return none("this build has no Metal backend (set EMBER_METAL=emulate for the MSL emulator)");
+#endif
 }
 
 MetalDevice::MetalDevice(Adapter& adapter, int index)

@@ -139,4 +139,8 @@ class MetalDevice {
   std::map<std::string, std::unique_ptr<KernelSource>> sources_;
 };
 
+// Registers the Metal DeviceBackend's provider with the device registry (cpp/device.h); _C's module
+// init calls it. Defined in metal_backend.cpp.
+void register_backend();
+
 }  // namespace ember::metal
