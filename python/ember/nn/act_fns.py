@@ -35,9 +35,10 @@ def elu(x, alpha=1.0):
     """
     _float_input(x, "elu")
     alpha = float_arg(alpha, "elu", "alpha")
-    # expm1 of min(x, 0): the unused branch never overflows, so its gradient is never inf * 0.
-    neg = x.clamp(hi=0.0).expm1().affine(alpha, 0.0)
-    return where(x.gt(0.0), x, neg)
+    # expm1 of x only where x <= 0: the unused branch never overflows, so no inf * 0 reaches a gradient.
+    pos = x.gt(0.0)
+    neg = where(pos, 0.0, x).expm1().affine(alpha, 0.0)
+    return where(pos, x, neg)
 
 
 def leaky_relu(x, negative_slope=0.01):
@@ -81,11 +82,19 @@ def softplus(x, beta=1.0, threshold=20.0):
     if beta == 0.0:
         raise EmberValueError("[softplus] beta must not be 0")
     bx = x.affine(beta, 0.0) if beta != 1.0 else x
-    # max(bx, 0) + log1p(exp(-|bx|)): the same value without exp overflowing for large bx.
-    sp = bx.relu() + bx.abs().neg().exp().log1p()
+    sp = softplus_stable(bx)
     if beta != 1.0:
         sp = sp.affine(1.0 / beta, 0.0)
     return where(bx.gt(threshold), x, sp)
+
+
+def softplus_stable(x):
+    """``log(1 + exp(x))`` for any x without overflow: ``x + log1p(exp(-x))`` where x > 0, else
+    ``log1p(exp(x))``, each branch fed only its own side of 0 (so neither exp overflows and the
+    gradient at 0 is sigmoid(0) = 0.5, not the 0 of a relu + abs form)."""
+    pos = x.gt(0.0)
+    xp, xn = where(pos, x, 0.0), where(pos, 0.0, x)
+    return where(pos, xp + xp.neg().exp().log1p(), xn.exp().log1p())
 
 
 def mish(x):

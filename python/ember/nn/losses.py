@@ -8,6 +8,7 @@ from ..args import float_arg
 from ..errors import DeviceError, DTypeError, EmberValueError, IndexOutOfRange, ShapeError
 from ..tensor import Tensor, tensor, where
 from . import ops
+from .act_fns import softplus_stable
 
 __all__ = [
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "cross_entropy", "huber_loss", "kl_div",
@@ -360,8 +361,7 @@ def binary_cross_entropy_with_logits(input, target, weight=None, reduction="mean
     op = "binary_cross_entropy_with_logits"
     _check_reduction(reduction, op)
     target = _pair(input, target, op)
-    # log(1 + exp(-|x|)) + max(-x, 0) = -log(sigmoid(x)), with no exp overflow for either sign.
-    nls = input.abs().neg().exp().log1p() + input.neg().relu()
+    nls = softplus_stable(input.neg())  # -log(sigmoid(x)), with no exp overflow for either sign
     if pos_weight is None:
         per = (1.0 - target) * input + nls
     else:
