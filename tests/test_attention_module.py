@@ -95,8 +95,12 @@ def test_masks_match_torch(mask, padding, rng):
         kpm = rng.standard_normal((b, lk))
     em_kw = dict(attn_mask=em.tensor(m), key_padding_mask=None if kpm is None else em.tensor(kpm))
     torch_kw = dict(attn_mask=torch.tensor(m), key_padding_mask=None if kpm is None else torch.tensor(kpm))
-    if padding == "float" and mask.startswith("bool"):  # torch wants masks of one kind: give it floats
+    # torch wants both masks of one kind (ember takes any mix): give it the bool one as -inf floats.
+    if padding == "float" and mask.startswith("bool"):
         torch_kw["attn_mask"] = torch.zeros(shape, dtype=torch.float64).masked_fill(torch.tensor(m), float("-inf"))
+    if padding == "bool" and mask.startswith("float"):
+        pad = torch.zeros((b, lk), dtype=torch.float64).masked_fill(torch.tensor(kpm), float("-inf"))
+        torch_kw["key_padding_mask"] = pad
     _run(mine, ref, q, kv, kv, rng, em_kw, torch_kw)
 
 
