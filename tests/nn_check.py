@@ -36,7 +36,10 @@ def compare(em_fn, torch_fn, shapes, dt, kind, rng, device="cpu", lo=-3.0, hi=3.
             extra=()):
     """Values of ``em_fn(*views, *extra)`` against ``torch_fn`` in float64, and, with ``grads``, the
     gradients of a random weighting of the output for every leaf. ``extra``: non-differentiable
-    arguments, as (ember value, torch value) pairs."""
+    arguments, as (ember value, torch value) pairs. On a device without float64 (Metal) a float64
+    case runs in float32, with float32's tolerances."""
+    if dt is em.float64 and em.Device(device).kind == "metal":
+        dt = em.float32
     leaves_np = [rng.uniform(lo, hi, size=_leaf_shape(s, kind)).astype(npdt(dt)) for s in shapes]
     em_leaves = [em.Var(em.tensor(a, device=device)) if grads else em.tensor(a, device=device) for a in leaves_np]
     t_leaves = [torch.tensor(a.astype(np.float64), requires_grad=grads) for a in leaves_np]
@@ -60,3 +63,11 @@ def compare(em_fn, torch_fn, shapes, dt, kind, rng, device="cpu", lo=-3.0, hi=3.
         got = np.zeros(want.shape) if got is None else got.numpy().astype(np.float64)
         np.testing.assert_allclose(got, want, err_msg=f"gradient of input {i}", **close)
     return out
+
+
+def on(device, a):
+    """A numpy array as an ember tensor on ``device``; float64 becomes float32 where the device lacks it."""
+    a = np.asarray(a)
+    if a.dtype == np.float64 and em.Device(device).kind == "metal":
+        a = a.astype(np.float32)
+    return em.tensor(a, device=device)

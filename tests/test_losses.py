@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from nn_check import KINDS, compare
+from nn_check import KINDS, compare, on
 
 import ember as em
 
@@ -29,7 +29,7 @@ def test_nll_loss_matches_torch(reduction, weighted, ignore, rng, device):
     w = rng.uniform(0.5, 2.0, size=5) if weighted else None
     ii = -100 if ignore is None else ignore
     kw = dict(ignore_index=ii, reduction=reduction)
-    compare(lambda x: em.nn.nll_loss(x, em.tensor(t, device=device), None if w is None else em.tensor(w), **kw),
+    compare(lambda x: em.nn.nll_loss(x, on(device, t), None if w is None else on(device, w), **kw),
             lambda x: F.nll_loss(x.reshape(-1, 5), torch.tensor(t).reshape(-1), None if w is None else torch.tensor(w),
                                  **kw).reshape(t.shape if reduction == "none" else ()),
             [(4, 3, 5)], em.float64, "transposed", rng, device)
@@ -42,7 +42,7 @@ def test_cross_entropy_class_ids_match_torch(reduction, smoothing, weighted, rng
     t = _ids(rng, (6,), 4, ignore=1)  # some targets equal ignore_index
     w = rng.uniform(0.5, 2.0, size=4) if weighted else None
     kw = dict(reduction=reduction, ignore_index=1, label_smoothing=smoothing)
-    compare(lambda x: em.nn.cross_entropy(x, em.tensor(t, device=device), weight=None if w is None else em.tensor(w),
+    compare(lambda x: em.nn.cross_entropy(x, on(device, t), weight=None if w is None else on(device, w),
                                           **kw),
             lambda x: F.cross_entropy(x, torch.tensor(t), weight=None if w is None else torch.tensor(w), **kw),
             [(6, 4)], em.float64, "offset", rng, device)
@@ -55,7 +55,7 @@ def test_cross_entropy_probability_targets_match_torch(reduction, smoothing, wei
     w = rng.uniform(0.5, 2.0, size=5) if weighted else None
     kw = dict(reduction=reduction, label_smoothing=smoothing)
     # The targets are differentiable too (a distillation loss): both gradients are compared.
-    compare(lambda x, p: em.nn.cross_entropy(x, p, weight=None if w is None else em.tensor(w), **kw),
+    compare(lambda x, p: em.nn.cross_entropy(x, p, weight=None if w is None else on(device, w), **kw),
             lambda x, p: F.cross_entropy(x, p, weight=None if w is None else torch.tensor(w), **kw),
             [(7, 5), (7, 5)], em.float64, "stepped", rng, device, lo=0.0, hi=1.0)
 
@@ -64,11 +64,12 @@ def test_cross_entropy_probability_targets_match_torch(reduction, smoothing, wei
 def test_class_losses_every_dtype(dt, rng, device):
     t = _ids(rng, (8,), 6)
     w = rng.uniform(0.5, 2.0, size=6).astype(np.float32)
-    compare(lambda x: em.nn.cross_entropy(x, em.tensor(t), weight=em.tensor(w), label_smoothing=0.1),
+    compare(lambda x: em.nn.cross_entropy(x, on(device, t), weight=on(device, w),
+                                          label_smoothing=0.1),
             lambda x: F.cross_entropy(x, torch.tensor(t), weight=torch.tensor(w, dtype=torch.float64),
                                       label_smoothing=0.1),
             [(8, 6)], dt, "transposed", rng, device)
-    compare(lambda x: em.nn.nll_loss(x, em.tensor(t)), lambda x: F.nll_loss(x, torch.tensor(t)), [(8, 6)], dt,
+    compare(lambda x: em.nn.nll_loss(x, on(device, t)), lambda x: F.nll_loss(x, torch.tensor(t)), [(8, 6)], dt,
             "contiguous", rng, device)
 
 
@@ -96,10 +97,11 @@ def test_pointwise_losses_match_torch(reduction, kind, rng, device):
 def test_binary_cross_entropies_with_weights_match_torch(reduction, rng, device):
     w = rng.uniform(0.5, 2.0, size=(1, 5))
     pw = rng.uniform(0.5, 3.0, size=5)
-    compare(lambda p, t: em.nn.binary_cross_entropy(p, t, em.tensor(w), reduction),
+    compare(lambda p, t: em.nn.binary_cross_entropy(p, t, on(device, w), reduction),
             lambda p, t: F.binary_cross_entropy(p, t, torch.tensor(w), reduction=reduction),
             [(4, 5), (4, 5)], em.float64, "transposed", rng, device, lo=0.02, hi=0.98)
-    compare(lambda x, t: em.nn.binary_cross_entropy_with_logits(x, t, em.tensor(w), reduction, em.tensor(pw)),
+    compare(lambda x, t: em.nn.binary_cross_entropy_with_logits(x, t, on(device, w), reduction,
+                                                                on(device, pw)),
             lambda x, t: F.binary_cross_entropy_with_logits(x, t, torch.tensor(w), reduction=reduction,
                                                             pos_weight=torch.tensor(pw)),
             [(4, 5), (4, 5)], em.float64, "offset", rng, device)

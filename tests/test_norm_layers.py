@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from nn_check import KINDS, compare
+from nn_check import KINDS, compare, on
 
 import ember as em
 
@@ -35,7 +35,7 @@ def test_batch_norm_training_matches_torch(kind, shape, rng, device):
     state = {}
 
     def em_fn(x, w, b):
-        rm, rv = em.tensor(rm0, device=device), em.tensor(rv0, device=device)
+        rm, rv = on(device, rm0), on(device, rv0)
         state["em"] = (rm, rv)
         return em.nn.batch_norm(x, rm, rv, w, b, training=True, momentum=0.3, eps=1e-4)
 
@@ -52,7 +52,8 @@ def test_batch_norm_training_matches_torch(kind, shape, rng, device):
 @pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
 def test_batch_norm_eval_and_every_dtype(dt, rng, device):
     rm, rv = rng.standard_normal(4), rng.uniform(0.5, 2, 4)
-    compare(lambda x, w, b: em.nn.batch_norm(x, em.tensor(rm), em.tensor(rv), w, b, False),
+    compare(lambda x, w, b: em.nn.batch_norm(x, on(device, rm), on(device, rv), w, b,
+                                                   False),
             lambda x, w, b: F.batch_norm(x, torch.tensor(rm), torch.tensor(rv), w, b, False),
             [(3, 4, 5, 2), (4,), (4,)], dt, "transposed", rng, device)
     compare(lambda x: em.nn.batch_norm(x, None, None, training=True), lambda x: F.batch_norm(x, None, None, training=True),
