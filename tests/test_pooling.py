@@ -156,3 +156,25 @@ def test_pool_errors():
     expect_error(lambda: em.nn.adaptive_avg_pool2d(x, (1, 2, 3)), "adaptive_avg_pool2d", em.EmberTypeError)
     expect_error(lambda: em.nn.adaptive_avg_pool1d(x, 2), "adaptive_avg_pool1d", em.ShapeError)
     expect_error(lambda: em.nn.adaptive_avg_pool2d(em.randn(2, 3, 0, 4), 2), "adaptive_avg_pool2d", em.ShapeError)
+
+
+@pytest.mark.parametrize("kw", MAX2D, ids=str)
+@pytest.mark.parametrize("kind", KINDS)
+def test_max_pool2d_without_gradient_matches_torch(kw, kind, rng, device):
+    # Untracked inputs take the running-maximum-over-taps path instead of unfold + argmax.
+    x = -rng.uniform(0.5, 3.0, size=(2, 3, 9, 10))  # all negative: a padding zero must never win
+    compare(lambda t: em.nn.max_pool2d(t, **kw), lambda t: F.max_pool2d(t, **kw), [(2, 3, 9, 10)], em.float64, kind,
+            rng, device, grads=False)
+    with em.no_grad():
+        got = em.nn.max_pool2d(em.Var(x), **kw)
+    np.testing.assert_array_equal(got.numpy(), F.max_pool2d(torch.tensor(x), **kw).numpy())
+
+
+@pytest.mark.parametrize("kw", AVG2D, ids=str)
+def test_avg_pool2d_wide_axis_path_matches_torch(kw, rng, monkeypatch):
+    # Past _DENSE_AXIS_MAX an axis is averaged over unfold's columns instead of a GEMM.
+    import ember.nn.pooling as pooling
+
+    monkeypatch.setattr(pooling, "_DENSE_AXIS_MAX", 0)
+    compare(lambda x: em.nn.avg_pool2d(x, **kw), lambda x: F.avg_pool2d(x, **kw), [(2, 3, 9, 10)], em.float64,
+            "transposed", rng)

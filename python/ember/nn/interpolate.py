@@ -1,6 +1,7 @@
 """Resampling: ``interpolate`` (nearest, nearest-exact, linear, bilinear; align_corners both ways) and the
-``Upsample`` module, as index_select of source rows/columns and affine blends of them, one axis at a
-time; the source indices and weights depend only on the sizes and are computed once with numpy."""
+``Upsample`` module, one axis at a time: nearest is an index_select of source rows/columns, linear a
+GEMM with a two-taps-per-row matrix (or, on very long axes, two index_selects blended by their
+weights); the source indices and weights depend only on the sizes and are computed with numpy."""
 from __future__ import annotations
 
 import math
@@ -12,6 +13,7 @@ from ..args import bool_arg
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
 from ..tensor import Tensor, tensor
 from .layers import Module
+from .pooling import _DENSE_AXIS_MAX, _apply_axis
 
 __all__ = ["Upsample", "interpolate"]
 
@@ -131,8 +133,13 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         i0, i1, w0, w1 = _linear_taps(n_in, n_out, scales[i], align)
         if n_in == 1:  # every tap reads the one position
             y = _along(y, dim, i0)
-            continue
-        y = _along(y, dim, i0) * _weights(w0, dim, y) + _along(y, dim, i1) * _weights(w1, dim, y)
+        elif n_in <= _DENSE_AXIS_MAX and dim >= y.ndim - 2:
+            a = np.zeros((n_out, n_in))  # two taps per row: one GEMM beats two gathers and a blend here
+            np.add.at(a, (np.arange(n_out), i0), w0)
+            np.add.at(a, (np.arange(n_out), i1), w1)
+            y = _apply_axis(y, dim - y.ndim, tensor(a, device=y.device).to_dtype(y.dtype))
+        else:
+            y = _along(y, dim, i0) * _weights(w0, dim, y) + _along(y, dim, i1) * _weights(w1, dim, y)
     return y
 
 

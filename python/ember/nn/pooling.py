@@ -1,8 +1,11 @@
 """Pooling: max_pool1d/2d (with indices), avg_pool1d/2d and adaptive_avg_pool1d/2d, and their modules.
 
-Every window is a column of ``unfold`` (im2col, one C++ kernel on every device) and the pool is one
-reduction over those columns, so nothing loops over elements or windows in Python; what depends only
-on the geometry (padding masks, divisors, averaging matrices) is built once with numpy per call.
+Nothing loops over elements or windows in Python. Max pooling that records a gradient takes every
+window as a column of ``unfold`` (im2col, one C++ kernel on every device), then argmax and gather, so
+the gradient goes to the first maximum as torch's; without a gradient it is a running maximum over the
+kernel's taps, each a strided view. Average pooling is separable: a GEMM with an averaging matrix per
+axis (unfold + sum for very wide axes). What depends only on the geometry (masks, divisors,
+matrices) is built once per call with numpy.
 """
 from __future__ import annotations
 
@@ -11,8 +14,10 @@ import numbers
 import numpy as np
 
 from ..args import bool_arg
+from ..backprop import is_grad_enabled, tracks
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor import Tensor, arange, tensor
+from ..multi import maximum
+from ..tensor import Tensor, arange, full, tensor
 from .conv import _Unfold
 from .layers import Module
 
@@ -89,11 +94,39 @@ def _inside(n, k, s, p, d, out):
     return (pos >= 0) & (pos < n)
 
 
+def _valid(n_in, n_out, s, p, off):
+    """The outputs [lo, hi) whose tap at offset ``off`` reads an input position (not padding)."""
+    first, last = p - off, n_in - 1 + p - off  # o * s must lie in [first, last]
+    lo = 0 if first <= 0 else -(-first // s)
+    hi = 0 if last < 0 else min(n_out, last // s + 1)
+    return lo, max(lo, hi)
+
+
+def _max_by_taps(x, k, s, p, d, out):
+    """max_pool2d's values with nothing recorded: a running maximum over the kh * kw taps, each a
+    strided view of x written into the outputs it reaches (no column matrix, no padded copy)."""
+    n, c, h, w = x.shape
+    y = full((n, c, *out), float("-inf"), dtype=x.dtype, device=x.device)
+    for ki in range(k[0]):
+        ylo, yhi = _valid(h, out[0], s[0], p[0], ki * d[0])
+        for kj in range(k[1]):
+            xlo, xhi = _valid(w, out[1], s[1], p[1], kj * d[1])
+            if ylo == yhi or xlo == xhi:
+                continue
+            r0, c0 = ylo * s[0] - p[0] + ki * d[0], xlo * s[1] - p[1] + kj * d[1]
+            tap = x[:, :, r0 : r0 + (yhi - ylo - 1) * s[0] + 1 : s[0], c0 : c0 + (xhi - xlo - 1) * s[1] + 1 : s[1]]
+            dst = y.narrow(2, ylo, yhi - ylo).narrow(3, xlo, xhi - xlo)
+            dst.slice_set(maximum(dst, tap), 3, 0)
+    return y
+
+
 def _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices, op):
     """max_pool2d over a 4-D x: (values (N, C, oh, ow), flat indices into H * W or None)."""
     k, s, p, d, out = _geometry(x, kernel_size, stride, padding, dilation, ceil_mode, op)
     return_indices = bool_arg(return_indices, op, "return_indices")
     n, c, h, w = x.shape
+    if not return_indices and not (is_grad_enabled() and tracks(x)):
+        return _max_by_taps(x, k, s, p, d, out), None
     cols = _windows(x, k, s, p, d, out)
     ih, iw = _inside(h, k[0], s[0], p[0], d[0], out[0]), _inside(w, k[1], s[1], p[1], d[1], out[1])
     if not (ih.all() and iw.all()):
@@ -178,20 +211,50 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return _squeeze(y, added, 2), _squeeze(idx, added, 2)
 
 
+# Up to this size an axis is pooled as a GEMM with a (out, n) averaging matrix: more flops than the
+# windows need, but one BLAS call beats writing every window out as a column.
+_DENSE_AXIS_MAX = 512
+
+
+def _axis_matrix(n, k, s, p, o, count_include_pad, override):
+    """(o, n): row i holds window i's weight on each input position (the 1 / count of an average)."""
+    start = np.arange(o) * s - p
+    end = np.minimum(start + k, n + p)  # a ceil_mode window's overflow past the padding never counts
+    lo, hi = np.maximum(start, 0), np.minimum(end, n)
+    cnt = np.ones(o) if override else (end - start if count_include_pad else hi - lo)
+    j = np.arange(n)
+    inside = (j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None])
+    return inside / cnt[:, None]
+
+
+def _apply_axis(x, dim, a):
+    """Contracts dim -1 or -2 of x with the (out, n) matrix a (a tensor)."""
+    return x @ a.t() if dim == -1 else a @ x
+
+
 def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, op):
     k, s, p, d, out = _geometry(x, kernel_size, stride, padding, 1, ceil_mode, op)
     count_include_pad = bool_arg(count_include_pad, op, "count_include_pad")
+    if divisor_override is not None and (not isinstance(divisor_override, numbers.Integral) or
+                                         isinstance(divisor_override, bool) or divisor_override <= 0):
+        raise EmberValueError(f"[{op}] divisor_override must be a positive int, got {divisor_override!r}")
     n, c, h, w = x.shape
+    override = divisor_override is not None
+    if max(h, w) <= _DENSE_AXIS_MAX:  # separable: average the rows, then the columns, as two GEMMs
+        y = x
+        for dim, size, i in ((-1, w, 1), (-2, h, 0)):
+            if size == 1 and k[i] == 1 and out[i] == 1 and p[i] == 0:
+                continue
+            a = _axis_matrix(size, k[i], s[i], p[i], out[i], count_include_pad, override)
+            y = _apply_axis(y, dim, tensor(a, device=x.device).to_dtype(x.dtype))
+        return y.affine(1.0 / int(divisor_override), 0.0) if override else y
     total = _windows(x, k, s, p, d, out).sum(2).reshape(n, c, *out)
-    if divisor_override is not None:
-        if not isinstance(divisor_override, numbers.Integral) or isinstance(divisor_override, bool) or \
-                divisor_override <= 0:
-            raise EmberValueError(f"[{op}] divisor_override must be a positive int, got {divisor_override!r}")
+    if override:
         return total.affine(1.0 / int(divisor_override), 0.0)
 
     def counts(size, ki, si, pi, o):
         start = np.arange(o) * si - pi
-        end = np.minimum(start + ki, size + pi)  # a ceil_mode window's overflow past the padding never counts
+        end = np.minimum(start + ki, size + pi)
         if not count_include_pad:
             start, end = np.maximum(start, 0), np.minimum(end, size)
         return end - start
