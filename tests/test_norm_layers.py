@@ -108,6 +108,13 @@ def test_batch_norm_switches(rng):
         getattr(plain, mode)()
         getattr(ref, mode)()
         np.testing.assert_allclose(plain(x).numpy(), ref(t).numpy(), rtol=1e-4, atol=1e-5)
+    bn = em.nn.BatchNorm1d(3)
+    bn(x)
+    bn(x)
+    assert int(bn.num_batches_tracked.item()) == 2
+    bn.load_state_dict({**bn.state_dict(), "num_batches_tracked": em.tensor(5)})
+    bn(x)
+    assert int(bn.state_dict()["num_batches_tracked"].item()) == 6
     model = em.nn.Sequential(em.nn.Conv2d(2, 3, 3), em.nn.BatchNorm2d(3), em.nn.ReLU())
     assert "1.running_var" in model.state_dict() and "1.running_var" not in dict(model.named_parameters())
     gn = em.nn.GroupNorm(2, 4)

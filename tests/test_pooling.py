@@ -178,3 +178,14 @@ def test_avg_pool2d_wide_axis_path_matches_torch(kw, rng, monkeypatch):
     monkeypatch.setattr(pooling, "_DENSE_AXIS_MAX", 0)
     compare(lambda x: em.nn.avg_pool2d(x, **kw), lambda x: F.avg_pool2d(x, **kw), [(2, 3, 9, 10)], em.float64,
             "transposed", rng)
+
+
+def test_max_pool_without_gradient_never_aliases_or_writes_its_input(rng):
+    x = em.tensor(rng.standard_normal((1, 2, 5, 5)))
+    before = x.numpy().copy()
+    with em.no_grad():
+        y = em.nn.max_pool2d(x, 1)  # one tap: the result must still be a new storage
+        z = em.nn.max_pool2d(x, 2, 1, 1)  # partial taps write into the result, never into x
+    y.zero_set()
+    np.testing.assert_array_equal(x.numpy(), before)
+    np.testing.assert_array_equal(z.numpy(), F.max_pool2d(torch.tensor(before), 2, 1, 1).numpy())

@@ -257,8 +257,13 @@ class _BatchNorm(Module):
                              f"{self.num_features} channels in dim 1, got {x.shape}")
         momentum = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats:
-            n = int(self.num_batches_tracked.item()) + 1
+            t = self.num_batches_tracked
+            # The count is mirrored in Python so a training step never waits on the device to read it;
+            # it is read back only when someone replaced the tensor (load_state_dict).
+            known = getattr(self, "_count", None)
+            n = (known[1] if known is not None and known[0] is t else int(t.item())) + 1
             self.num_batches_tracked = tensor(n, device=self.running_mean.device)
+            self._count = (self.num_batches_tracked, n)
             if self.momentum is None:  # a cumulative moving average
                 momentum = 1.0 / n
         use_batch = self.training or not self.track_running_stats

@@ -106,7 +106,7 @@ def _max_by_taps(x, k, s, p, d, out):
     """max_pool2d's values with nothing recorded: a running maximum over the kh * kw taps, each a
     strided view of x written into the outputs it reaches (no column matrix, no padded copy)."""
     n, c, h, w = x.shape
-    y = full((n, c, *out), float("-inf"), dtype=x.dtype, device=x.device)
+    y, lone, partial = None, False, []
     for ki in range(k[0]):
         ylo, yhi = _valid(h, out[0], s[0], p[0], ki * d[0])
         for kj in range(k[1]):
@@ -115,8 +115,17 @@ def _max_by_taps(x, k, s, p, d, out):
                 continue
             r0, c0 = ylo * s[0] - p[0] + ki * d[0], xlo * s[1] - p[1] + kj * d[1]
             tap = x[:, :, r0 : r0 + (yhi - ylo - 1) * s[0] + 1 : s[0], c0 : c0 + (xhi - xlo - 1) * s[1] + 1 : s[1]]
-            dst = y.narrow(2, ylo, yhi - ylo).narrow(3, xlo, xhi - xlo)
-            dst.slice_set(maximum(dst, tap), 3, 0)
+            if (ylo, yhi, xlo, xhi) == (0, out[0], 0, out[1]):  # reaches every output: one maximum
+                y, lone = (tap, True) if y is None else (maximum(y, tap), False)
+            else:
+                partial.append((ylo, yhi, xlo, xhi, tap))
+    if y is None:
+        y = full((n, c, *out), float("-inf"), dtype=x.dtype, device=x.device)
+    elif lone:
+        y = y.copy()  # a lone tap is a view of x: the result owns its storage (and the writes below go there)
+    for ylo, yhi, xlo, xhi, tap in partial:  # taps that reach padding for some outputs: write their part
+        dst = y.narrow(2, ylo, yhi - ylo).narrow(3, xlo, xhi - xlo)
+        dst.slice_set(maximum(dst, tap), 3, 0)
     return y
 
 
