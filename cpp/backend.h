@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dtype.h"
@@ -51,6 +52,18 @@ struct ConvGeom {
 class BackendStorage;
 using StoragePtr = std::shared_ptr<BackendStorage>;
 
+// The activations with a fused backward; act_bwd's `a` is y (the forward output) for Sigmoid, x otherwise.
+enum class ActKind : uint8_t { Sigmoid, Silu, Gelu, Count };
+const char* act_name(ActKind kind);  // "sigmoid", "silu", "gelu"
+// The operands of scaled dot-product attention: q (B, H, Lq, D) or (B, Lq, D), k/v with a head count
+// dividing q's, an optional mask broadcastable to (B, H, Lq, Lk) (additive float, or uint8 0 = masked).
+struct SdpaArgs {
+  const BackendStorage *q = nullptr, *k = nullptr, *v = nullptr, *mask = nullptr;  // mask optional
+  Layout lq, lk, lv, lmask;
+  double scale = 1.0;
+  bool causal = false;
+};
+
 class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
  public:
   BackendStorage(DType dtype, Device device, int64_t numel) : dtype_(dtype), device_(device), numel_(numel) {}
@@ -94,9 +107,10 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   virtual StoragePtr reduce(ReduceOp op, const Layout& l, const std::vector<int64_t>& dims) const = 0;
   // l: (..., m, k), rl: (..., k, n) with equal batch dims; result (..., m, n).
   virtual StoragePtr matmul(const Layout& l, const BackendStorage& rhs, const Layout& rl) const = 0;
-  // Copies this (through l) into dst (through dl); shapes equal, dtypes equal. Bumps dst's version.
+  // Copies this (through l) into dst (through dl); shapes equal, dtypes equal. Backends never bump
+  // versions: the entry points in storage.cpp do, for every in-place write.
   virtual void copy_into(const Layout& l, BackendStorage& dst, const Layout& dl) const = 0;
-  // Writes `value` into every element of this seen through l. Bumps the version.
+  // Writes `value` into every element of this seen through l.
   virtual void fill(const Layout& l, double value) = 0;
   virtual StoragePtr index_select(const Layout& l, const BackendStorage& ids, const Layout& il,
                                   int64_t dim) const = 0;
@@ -115,6 +129,39 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   virtual StoragePtr im2col(const Layout& l, const ConvGeom& g) const = 0;
   // The adjoint: this (n, c*kh*kw, oh*ow), contiguous, summed back into (n, c, h, w) (col2im, fold).
   virtual StoragePtr col2im(const ConvGeom& g) const = 0;
+
+  // ---- fused kernels. Called on x's (q's) storage; every other operand is on the same device and
+  // every check is done by the entry points in fused.cpp. Outputs are new dense storages in the input
+  // dtype; saved statistics (rstd, mean, lse) are in the stats dtype: F32 for f32/f16/bf16, F64 for f64.
+  virtual StoragePtr softmax_fwd(const Layout& l, bool log) const = 0;
+  // this = y, the forward's output.
+  virtual StoragePtr softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const = 0;
+  // Returns (y, rstd).
+  virtual std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const Layout& l, const BackendStorage& w, const Layout& lw,
+                                                          double eps) const = 0;
+  // Returns (dx, dw).
+  virtual std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const Layout& l, const BackendStorage& w, const Layout& lw,
+                                                          const BackendStorage& rstd, const BackendStorage& g,
+                                                          const Layout& lg) const = 0;
+  // w, b optional (ones / zeros). Returns (y, mean, rstd).
+  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const Layout& l, const BackendStorage* w,
+                                                                        const Layout* lw, const BackendStorage* b,
+                                                                        const Layout* lb, double eps) const = 0;
+  // Returns (dx, dw, db); dw and db are nullptr when w is absent.
+  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const Layout& l, const BackendStorage* w,
+                                                                        const Layout* lw, const BackendStorage& mean,
+                                                                        const BackendStorage& rstd,
+                                                                        const BackendStorage& g,
+                                                                        const Layout& lg) const = 0;
+  // dx = g * f'(a); this = a (see ActKind).
+  virtual StoragePtr act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) const = 0;
+  // this = *a.q. Returns (out, lse).
+  virtual std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a) const = 0;
+  // this = *a.q; o, lse: the forward's outputs; g: out's gradient. Returns (dq, dk, dv).
+  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,
+                                                                  const Layout& lo, const BackendStorage& lse,
+                                                                  const BackendStorage& g,
+                                                                  const Layout& lg) const = 0;
 
  protected:
   DType dtype_;

@@ -1,12 +1,9 @@
 // Storage-level entry points: argument checks common to every backend, then the backend call.
-// Creation functions are the one place that switches on the device kind.
+// Creation goes through the device's DeviceBackend (device.h); nothing here knows a backend.
 #include "storage.h"
 
 #include <algorithm>
 #include <climits>
-
-#include "cpu/cpu_storage.h"
-#include "cpu/random.h"
 
 namespace ember {
 
@@ -35,10 +32,16 @@ const char* op_name(ReduceOp op) {
   static const char* n[] = {"sum", "max", "min", "argmax", "argmin", "sum"};
   return n[(int)op];
 }
+const char* act_name(ActKind kind) {
+  static const char* n[] = {"sigmoid", "silu", "gelu"};
+  return n[(int)kind];
+}
 
 namespace {
-[[noreturn]] void no_backend(Device d, const char* what) {
-  throw Error(ErrorKind::Device, cat_str("[", what, "] device ", d.str(), " is not available in this build"));
+DeviceBackend& backend_for(Device dev, DType dt, const char* op) {
+  DeviceBackend& b = device_backend(dev, op);
+  EMBER_CHECK(b.supports(dt), DType, "[", op, "] ", dtype_name(dt), " is not supported on ", dev.str());
+  return b;
 }
 }  // namespace
 
@@ -46,10 +49,7 @@ StoragePtr alloc(Device dev, DType dt, int64_t numel, bool zeroed) {
   EMBER_CHECK(numel >= 0, Value, "[alloc] negative element count ", numel);
   EMBER_CHECK(numel <= INT64_MAX / (int64_t)itemsize(dt), Value, "[alloc] ", numel, " elements of ",
               dtype_name(dt), " do not fit in memory");
-  switch (dev.kind) {
-    case DeviceKind::Cpu: return cpu::new_cpu(dt, numel, zeroed);
-    default: no_backend(dev, "alloc");
-  }
+  return backend_for(dev, dt, "alloc").alloc(dt, numel, zeroed);
 }
 
 StoragePtr full(Device dev, DType dt, int64_t numel, double value) {
@@ -59,29 +59,18 @@ StoragePtr full(Device dev, DType dt, int64_t numel, double value) {
 }
 
 StoragePtr arange(Device dev, DType dt, double start, double step, int64_t n) {
-  switch (dev.kind) {
-    case DeviceKind::Cpu: return cpu::arange(dt, start, step, n);
-    default: no_backend(dev, "arange");
-  }
+  return backend_for(dev, dt, "arange").arange(dt, start, step, n);
 }
 
 StoragePtr rand_uniform(Device dev, DType dt, int64_t n, double lo, double hi) {
   EMBER_CHECK(is_float(dt), DType, "[rand] expected a float dtype, got ", dtype_name(dt));
-  switch (dev.kind) {
-    case DeviceKind::Cpu: return cpu::rand_uniform(dt, n, lo, hi);
-    default: no_backend(dev, "rand");
-  }
+  return backend_for(dev, dt, "rand").rand_uniform(dt, n, lo, hi);
 }
 
 StoragePtr rand_normal(Device dev, DType dt, int64_t n, double mean, double std) {
   EMBER_CHECK(is_float(dt), DType, "[randn] expected a float dtype, got ", dtype_name(dt));
-  switch (dev.kind) {
-    case DeviceKind::Cpu: return cpu::rand_normal(dt, n, mean, std);
-    default: no_backend(dev, "randn");
-  }
+  return backend_for(dev, dt, "randn").rand_normal(dt, n, mean, std);
 }
-
-void manual_seed(uint64_t seed) { cpu::manual_seed(seed); }
 
 void check_same_device(const BackendStorage& a, const BackendStorage& b, const char* op) {
   EMBER_CHECK(a.device() == b.device(), Device, "[", op, "] device mismatch: ", a.device().str(), " and ",

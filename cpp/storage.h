@@ -1,7 +1,8 @@
-// Storage-level API: creation on a device and the checked entry points (same device, dtypes, shapes)
-// that forward to the backend. This is the one place that switches on the device kind.
+// Storage-level API: creation on a device (through its DeviceBackend) and the checked entry points
+// (same device, dtypes, shapes, version bumps of in-place writes) that forward to the backend.
 #pragma once
 #include "backend.h"
+#include "device.h"
 
 namespace ember {
 
@@ -11,7 +12,6 @@ StoragePtr arange(Device dev, DType dt, double start, double step, int64_t n);
 // Seeded uniform [lo, hi) or normal(mean, std); the global generator advances by n draws.
 StoragePtr rand_uniform(Device dev, DType dt, int64_t n, double lo, double hi);
 StoragePtr rand_normal(Device dev, DType dt, int64_t n, double mean, double std);
-void manual_seed(uint64_t seed);
 
 void check_same_device(const BackendStorage& a, const BackendStorage& b, const char* op);
 void check_same_dtype(const BackendStorage& a, const BackendStorage& b, const char* op);

@@ -2,6 +2,8 @@
 #pragma once
 #include <cstddef>
 
+#include "device.h"
+
 namespace ember::cpu {
 
 void* alloc_bytes(size_t nbytes);      // 64-byte aligned; nbytes may be 0
@@ -9,12 +11,8 @@ void free_bytes(void* p, size_t nbytes);  // returns the block to the cache
 size_t cached_bytes();                 // bytes held in the cache (for tests/diagnostics)
 void empty_cache();
 
-// What the allocator holds, in bytes of size classes (what a block really occupies): handed out and
-// not yet freed, kept in the cache, the most ever handed out at once (since start or the last
-// reset), and the cache's cap.
-struct MemoryStats {
-  size_t allocated, cached, peak, cache_limit;
-};
+// What the allocator holds (see ember::MemoryStats), in bytes of size classes (what a block really
+// occupies).
 MemoryStats memory_stats();
 void reset_peak_memory();
 // Caps the cache at `bytes` (trimming it now if it holds more); freed blocks past the cap go back to

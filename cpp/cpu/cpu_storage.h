@@ -41,6 +41,26 @@ class CpuStorage final : public BackendStorage {
                   const Layout& sl, int64_t dim) override;
   StoragePtr im2col(const Layout& l, const ConvGeom& g) const override;
   StoragePtr col2im(const ConvGeom& g) const override;
+  // Fused kernels (cpu/fused.cpp).
+  StoragePtr softmax_fwd(const Layout& l, bool log) const override;
+  StoragePtr softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const override;
+  std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const Layout& l, const BackendStorage& w, const Layout& lw,
+                                                  double eps) const override;
+  std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const Layout& l, const BackendStorage& w, const Layout& lw,
+                                                  const BackendStorage& rstd, const BackendStorage& g,
+                                                  const Layout& lg) const override;
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const Layout& l, const BackendStorage* w,
+                                                                const Layout* lw, const BackendStorage* b,
+                                                                const Layout* lb, double eps) const override;
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const Layout& l, const BackendStorage* w,
+                                                                const Layout* lw, const BackendStorage& mean,
+                                                                const BackendStorage& rstd, const BackendStorage& g,
+                                                                const Layout& lg) const override;
+  StoragePtr act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) const override;
+  std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a) const override;
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,
+                                                          const Layout& lo, const BackendStorage& lse,
+                                                          const BackendStorage& g, const Layout& lg) const override;
 
  private:
   void* data_ = nullptr;

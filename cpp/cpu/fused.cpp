@@ -1,5 +1,6 @@
-// Fused kernels' host side: argument checks, walking the rows of any layout (dense rows in place,
-// strided rows gathered into a per-chunk buffer), splitting rows across the pool, dw/db reductions.
+// Fused kernels' host side: walking the rows of any layout (dense rows in place, strided rows gathered
+// into a per-chunk buffer), splitting rows across the pool, dw/db reductions. Arguments arrive checked
+// (cpp/fused.cpp).
 #include "cpu/fused.h"
 
 #include <algorithm>
@@ -15,20 +16,8 @@ namespace {
 
 using Ptr = std::shared_ptr<BackendStorage>;
 
+// The stats dtype of cpp/fused.h (that header's name is shadowed by this directory's fused.h).
 DType stats_dtype(DType dt) { return dt == DType::F64 ? DType::F64 : DType::F32; }
-
-void check_float(const BackendStorage& s, const char* op, const char* what) {
-  EMBER_CHECK(is_float(s.dtype()), DType, "[", op, "] expected a float ", what, ", got ", dtype_name(s.dtype()));
-}
-void check_same_dtype(const BackendStorage& a, const BackendStorage& b, const char* op, const char* what) {
-  EMBER_CHECK(a.dtype() == b.dtype(), DType, "[", op, "] ", what, " has dtype ", dtype_name(b.dtype()),
-              ", expected ", dtype_name(a.dtype()));
-}
-void check_bounds(const BackendStorage& s, const Layout& l, const char* op) {
-  auto [lo, hi] = l.extent();
-  EMBER_CHECK(lo >= 0 && hi <= s.numel(), Value, "[", op, "] layout ", l.repr(),
-              " reaches outside its storage of ", s.numel(), " elements");
-}
 
 // The rows of a layout: last dim n (any stride), outer dims coalesced for cheap row offsets.
 struct Rows {
@@ -86,11 +75,7 @@ template <typename F> int64_t run_chunks(int64_t nrows, int64_t n, int64_t nchun
 }
 
 // A dense copy of a 1-D (n,) parameter (weight/bias) when it is strided; else its data in place.
-const void* param_ptr(const CpuStorage& s, const Layout& l, int64_t n, std::vector<char>& tmp, const char* op,
-                      const char* what) {
-  EMBER_CHECK(l.ndim() == 1 && l.shape()[0] == n, Shape, "[", op, "] expected ", what, " of shape ",
-              shape_str({n}), ", got ", shape_str(l.shape()));
-  check_bounds(s, l, op);
+const void* param_ptr(const CpuStorage& s, const Layout& l, std::vector<char>& tmp) {
   Rows r(s, l);
   return r.row(0, tmp);
 }
@@ -125,9 +110,6 @@ bool stream_output(const Sto& out) { return (int64_t)(out->numel() * itemsize(ou
 
 // ================================ softmax ========================================================
 Sto softmax_fwd(const CpuStorage& x, const Layout& lx, bool log) {
-  const char* op = log ? "log_softmax" : "softmax";
-  check_float(x, op, "input");
-  check_bounds(x, lx, op);
   Rows rx(x, lx);
   auto y = new_cpu(x.dtype(), lx.numel());
   if (lx.numel() == 0) return y;
@@ -144,13 +126,6 @@ Sto softmax_fwd(const CpuStorage& x, const Layout& lx, bool log) {
 }
 
 Sto softmax_bwd(const CpuStorage& y, const Layout& ly, const CpuStorage& g, const Layout& lg, bool log) {
-  const char* op = log ? "log_softmax_bwd" : "softmax_bwd";
-  check_float(y, op, "input");
-  check_same_dtype(y, g, op, "grad");
-  EMBER_CHECK(ly.shape() == lg.shape(), Shape, "[", op, "] grad shape ", shape_str(lg.shape()),
-              " does not match ", shape_str(ly.shape()));
-  check_bounds(y, ly, op);
-  check_bounds(g, lg, op);
   Rows ry(y, ly), rg(g, lg);
   auto dx = new_cpu(y.dtype(), ly.numel());
   if (ly.numel() == 0) return dx;
@@ -171,15 +146,10 @@ Sto softmax_bwd(const CpuStorage& y, const Layout& ly, const CpuStorage& g, cons
 // ================================ rms_norm =======================================================
 std::tuple<Sto, Sto> rms_norm_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage& w, const Layout& lw,
                                   double eps) {
-  const char* op = "rms_norm";
-  check_float(x, op, "input");
-  check_same_dtype(x, w, op, "weight");
-  EMBER_CHECK(lx.ndim() >= 1, Shape, "[rms_norm] expected at least 1 dim, got a scalar");
-  check_bounds(x, lx, op);
   Rows rx(x, lx);
   const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype()), ssz = (int64_t)itemsize(stats_dtype(x.dtype()));
   std::vector<char> wt;
-  const void* wp = param_ptr(w, lw, n, wt, op, "weight");
+  const void* wp = param_ptr(w, lw, wt);
   auto y = new_cpu(x.dtype(), lx.numel());
   auto rstd = new_cpu(stats_dtype(x.dtype()), rx.nrows);
   if (lx.numel() == 0) return {y, rstd};
@@ -198,21 +168,11 @@ std::tuple<Sto, Sto> rms_norm_fwd(const CpuStorage& x, const Layout& lx, const C
 
 std::tuple<Sto, Sto> rms_norm_bwd(const CpuStorage& x, const Layout& lx, const CpuStorage& w, const Layout& lw,
                                   const CpuStorage& rstd, const CpuStorage& g, const Layout& lg) {
-  const char* op = "rms_norm_bwd";
-  check_float(x, op, "input");
-  check_same_dtype(x, w, op, "weight");
-  check_same_dtype(x, g, op, "grad");
-  EMBER_CHECK(lx.shape() == lg.shape(), Shape, "[rms_norm_bwd] grad shape ", shape_str(lg.shape()),
-              " does not match ", shape_str(lx.shape()));
-  check_bounds(x, lx, op);
-  check_bounds(g, lg, op);
   Rows rx(x, lx), rg(g, lg);
   const DType sdt = stats_dtype(x.dtype());
-  EMBER_CHECK(rstd.dtype() == sdt && rstd.numel() >= rx.nrows, Value,
-              "[rms_norm_bwd] rstd must hold one ", dtype_name(sdt), " per row");
   const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype()), ssz = (int64_t)itemsize(sdt);
   std::vector<char> wt;
-  const void* wp = param_ptr(w, lw, n, wt, "rms_norm_bwd", "weight");
+  const void* wp = param_ptr(w, lw, wt);
   auto dx = new_cpu(x.dtype(), lx.numel());
   auto dw = new_cpu(x.dtype(), n);
   const int64_t maxc = max_chunks();
@@ -245,11 +205,8 @@ std::tuple<Sto, Sto> rms_norm_bwd(const CpuStorage& x, const Layout& lx, const C
 namespace {
 // Weight/bias pointers for layer norm; a missing one becomes ones/zeros.
 const void* ln_param(const CpuStorage* s, const Layout* l, int64_t n, DType dt, double fillv,
-                     std::vector<char>& tmp, const char* op, const char* what) {
-  if (s) {
-    EMBER_CHECK(l, Value, "[", op, "] ", what, " given without a layout");
-    return param_ptr(*s, *l, n, tmp, op, what);
-  }
+                     std::vector<char>& tmp) {
+  if (s) return param_ptr(*s, *l, tmp);
   tmp.resize(n * itemsize(dt));
   EMBER_DISPATCH_FLOAT(dt, {
     T* p = (T*)tmp.data();
@@ -261,18 +218,12 @@ const void* ln_param(const CpuStorage* s, const Layout* l, int64_t n, DType dt, 
 
 std::tuple<Sto, Sto, Sto> layer_norm_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w,
                                          const Layout* lw, const CpuStorage* b, const Layout* lb, double eps) {
-  const char* op = "layer_norm";
-  check_float(x, op, "input");
-  if (w) check_same_dtype(x, *w, op, "weight");
-  if (b) check_same_dtype(x, *b, op, "bias");
-  EMBER_CHECK(lx.ndim() >= 1, Shape, "[layer_norm] expected at least 1 dim, got a scalar");
-  check_bounds(x, lx, op);
   Rows rx(x, lx);
   const DType sdt = stats_dtype(x.dtype());
   const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype()), ssz = (int64_t)itemsize(sdt);
   std::vector<char> wt, bt;
-  const void* wp = ln_param(w, lw, n, x.dtype(), 1.0, wt, op, "weight");
-  const void* bp = ln_param(b, lb, n, x.dtype(), 0.0, bt, op, "bias");
+  const void* wp = ln_param(w, lw, n, x.dtype(), 1.0, wt);
+  const void* bp = ln_param(b, lb, n, x.dtype(), 0.0, bt);
   auto y = new_cpu(x.dtype(), lx.numel());
   auto mean = new_cpu(sdt, rx.nrows);
   auto rstd = new_cpu(sdt, rx.nrows);
@@ -296,21 +247,11 @@ std::tuple<Sto, Sto, Sto> layer_norm_fwd(const CpuStorage& x, const Layout& lx, 
 std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w,
                                          const Layout* lw, const CpuStorage& mean, const CpuStorage& rstd,
                                          const CpuStorage& g, const Layout& lg) {
-  const char* op = "layer_norm_bwd";
-  check_float(x, op, "input");
-  if (w) check_same_dtype(x, *w, op, "weight");
-  check_same_dtype(x, g, op, "grad");
-  EMBER_CHECK(lx.shape() == lg.shape(), Shape, "[layer_norm_bwd] grad shape ", shape_str(lg.shape()),
-              " does not match ", shape_str(lx.shape()));
-  check_bounds(x, lx, op);
-  check_bounds(g, lg, op);
   Rows rx(x, lx), rg(g, lg);
   const DType sdt = stats_dtype(x.dtype());
-  EMBER_CHECK(mean.dtype() == sdt && rstd.dtype() == sdt && mean.numel() >= rx.nrows && rstd.numel() >= rx.nrows,
-              Value, "[layer_norm_bwd] mean and rstd must hold one ", dtype_name(sdt), " per row");
   const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype()), ssz = (int64_t)itemsize(sdt);
   std::vector<char> wt;
-  const void* wp = ln_param(w, lw, n, x.dtype(), 1.0, wt, op, "weight");
+  const void* wp = ln_param(w, lw, n, x.dtype(), 1.0, wt);
   auto dx = new_cpu(x.dtype(), lx.numel());
   auto dw = new_cpu(x.dtype(), n);
   auto db = new_cpu(x.dtype(), n);
@@ -344,21 +285,17 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, 
 }
 
 // ================================ activations' backward ==========================================
-Sto act_bwd(const char* kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg) {
-  const std::string op = std::string(kind) + "_bwd";
-  check_float(a, op.c_str(), "input");
-  check_same_dtype(a, g, op.c_str(), "grad");
-  EMBER_CHECK(la.shape() == lg.shape(), Shape, "[", op, "] grad shape ", shape_str(lg.shape()),
-              " does not match ", shape_str(la.shape()));
-  check_bounds(a, la, op.c_str());
-  check_bounds(g, lg, op.c_str());
+Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg) {
   const FusedTable& t = fused_kernels();
   const int d = fi(a.dtype());
-  EltBwdFn fn = !std::strcmp(kind, "sigmoid") ? t.sigmoid_bwd[d]
-                : !std::strcmp(kind, "silu")  ? t.silu_bwd[d]
-                : !std::strcmp(kind, "gelu")  ? t.gelu_bwd[d]
-                                              : nullptr;
-  EMBER_CHECK(fn, Value, "[", op, "] unknown activation");
+  EltBwdFn fn = nullptr;
+  switch (kind) {
+    case ActKind::Sigmoid: fn = t.sigmoid_bwd[d]; break;
+    case ActKind::Silu: fn = t.silu_bwd[d]; break;
+    case ActKind::Gelu: fn = t.gelu_bwd[d]; break;
+    case ActKind::Count: break;
+  }
+  EMBER_CHECK(fn, Value, "[", act_name(kind), "_bwd] unknown activation");
   const int64_t n = la.numel(), isz = (int64_t)itemsize(a.dtype());
   auto dx = new_cpu(a.dtype(), n);
   auto ca = la.contiguous_offsets(), cg = lg.contiguous_offsets();
@@ -381,10 +318,8 @@ Sto act_bwd(const char* kind, const CpuStorage& a, const Layout& la, const CpuSt
 // ================================ sdpa ===========================================================
 namespace {
 
-// Strides of a 3-D (B, L, D) or 4-D (B, H, L, D) layout as 4 dims (H = 1 for 3-D).
-void dims4(const Layout& l, const char* what, int64_t sh[4], int64_t st[4]) {
-  EMBER_CHECK(l.ndim() == 3 || l.ndim() == 4, Shape, "[sdpa] expected ", what,
-              " of shape (B, H, L, D) or (B, L, D), got ", shape_str(l.shape()));
+// Shape and strides of a 3-D (B, L, D) or 4-D (B, H, L, D) layout as 4 dims (H = 1 for 3-D).
+void dims4(const Layout& l, int64_t sh[4], int64_t st[4]) {
   const int64_t off = 4 - l.ndim();
   for (int i = 0; i < 4; ++i) {
     sh[i] = i < off ? 1 : l.shape()[i - off];
@@ -392,45 +327,27 @@ void dims4(const Layout& l, const char* what, int64_t sh[4], int64_t st[4]) {
   }
 }
 
-void setup_mask(const StoLayout* mask, const int64_t target[4], SdpaParams& p) {
+// The mask's strides over (B, H, Lq, Lk), 0 where it broadcasts.
+void setup_mask(const StoLayout* mask, SdpaParams& p) {
   if (!mask || !mask->s) return;
   const Layout& l = mask->l;
   const DType dt = mask->s->dtype();
-  EMBER_CHECK(is_float(dt) || dt == DType::U8, DType, "[sdpa] mask must be a float (additive) or bool/uint8 tensor, got ",
-              dtype_name(dt));
-  EMBER_CHECK(l.ndim() <= 4, Shape, "[sdpa] mask of shape ", shape_str(l.shape()), " has more than 4 dims");
-  check_bounds(*mask->s, l, "sdpa");
   const int64_t off = 4 - l.ndim();
   for (int i = 0; i < 4; ++i) {
     const int64_t sz = i < off ? 1 : l.shape()[i - off], st = i < off ? 0 : l.stride()[i - off];
-    EMBER_CHECK(sz == 1 || sz == target[i], Shape, "[sdpa] mask of shape ", shape_str(l.shape()),
-                " cannot be broadcast to ", shape_str({target[0], target[1], target[2], target[3]}));
     p.sm[i] = sz == 1 ? 0 : st;
   }
   p.mask = (const char*)mask->s->raw() + l.offset() * (int64_t)itemsize(dt);
   p.mask_dtype = dt;
 }
 
-// Common checks and strides; fills p's shapes and input pointers.
+// Strides, shapes and input pointers (the shapes are checked by cpp/fused.cpp).
 void setup_sdpa(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk, const CpuStorage& v,
                 const Layout& lv, const StoLayout* mask, double scale, bool causal, SdpaParams& p) {
-  check_float(q, "sdpa", "query");
-  check_same_dtype(q, k, "sdpa", "key");
-  check_same_dtype(q, v, "sdpa", "value");
-  check_bounds(q, lq, "sdpa");
-  check_bounds(k, lk, "sdpa");
-  check_bounds(v, lv, "sdpa");
   int64_t shq[4], shk[4], shv[4];
-  dims4(lq, "query", shq, p.sq);
-  dims4(lk, "key", shk, p.sk);
-  dims4(lv, "value", shv, p.sv);
-  // k and v may have fewer heads than q when they divide it (grouped-query attention).
-  EMBER_CHECK(lq.ndim() == lk.ndim() && lq.ndim() == lv.ndim() && shq[0] == shk[0] && shk[1] > 0 &&
-                  shq[1] % shk[1] == 0 && shk[0] == shv[0] && shk[1] == shv[1] && shk[2] == shv[2] &&
-                  shq[3] == shk[3],
-              Shape, "[sdpa] incompatible shapes q ", shape_str(lq.shape()), ", k ", shape_str(lk.shape()), ", v ",
-              shape_str(lv.shape()), " (k and v need the same batch, the same heads, a head count dividing q's, "
-              "and k the head dim of q)");
+  dims4(lq, shq, p.sq);
+  dims4(lk, shk, p.sk);
+  dims4(lv, shv, p.sv);
   p.B = shq[0];
   p.H = shq[1];
   p.Hkv = shk[1];
@@ -444,8 +361,7 @@ void setup_sdpa(const CpuStorage& q, const Layout& lq, const CpuStorage& k, cons
   p.v = (const char*)v.raw() + lv.offset() * isz;
   p.scale = scale;
   p.causal = causal;
-  const int64_t target[4] = {p.B, p.H, p.Lq, p.Lk};
-  setup_mask(mask, target, p);
+  setup_mask(mask, p);
 }
 
 constexpr int64_t kQChunkMin = 64, kQChunkMax = 512;  // query rows per forward work item
@@ -496,12 +412,6 @@ void sum_row_parts(const void* parts_, int64_t outer, int64_t nsum, int64_t inne
 
 }  // namespace
 
-void sdpa_check(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk, const CpuStorage& v,
-                const Layout& lv, const StoLayout* mask) {
-  SdpaParams p;
-  setup_sdpa(q, lq, k, lk, v, lv, mask, 1.0, false, p);
-}
-
 std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
                               const CpuStorage& v, const Layout& lv, const StoLayout* mask, double scale,
                               bool causal) {
@@ -538,20 +448,10 @@ std::tuple<Sto, Sto, Sto> sdpa_bwd(const CpuStorage& q, const Layout& lq, const 
                                    const StoLayout* mask, double scale, bool causal) {
   SdpaParams p;
   setup_sdpa(q, lq, k, lk, v, lv, mask, scale, causal, p);
-  check_same_dtype(q, o, "sdpa_bwd", "out");
-  check_same_dtype(q, g, "sdpa_bwd", "grad");
-  check_bounds(o, lo, "sdpa_bwd");
-  check_bounds(g, lg, "sdpa_bwd");
   int64_t sho[4], shg[4];
-  dims4(lo, "out", sho, p.so);
-  dims4(lg, "grad", shg, p.sg);
-  const int64_t want[4] = {p.B, p.H, p.Lq, p.Dv};
-  for (int i = 0; i < 4; ++i)
-    EMBER_CHECK(sho[i] == want[i] && shg[i] == want[i], Shape, "[sdpa_bwd] out/grad shapes ", shape_str(lo.shape()),
-                ", ", shape_str(lg.shape()), " do not match the attention output");
+  dims4(lo, sho, p.so);
+  dims4(lg, shg, p.sg);
   const int64_t BH = p.B * p.H;
-  EMBER_CHECK(lse.dtype() == stats_dtype(q.dtype()) && lse.numel() >= BH * p.Lq, Value,
-              "[sdpa_bwd] lse must hold one ", dtype_name(stats_dtype(q.dtype())), " per query row");
   const size_t isz = itemsize(q.dtype());
   p.o = (const char*)o.raw() + lo.offset() * isz;
   p.g = (const char*)g.raw() + lg.offset() * isz;
@@ -605,6 +505,62 @@ std::tuple<Sto, Sto, Sto> sdpa_bwd(const CpuStorage& q, const Layout& lq, const 
   sum_row_parts(parts.get(), BH, nparts, p.Lq, ldk, p.D, p.scale, q.dtype(), p.dq);
   finish();
   return {dq, dk, dv};
+}
+
+}  // namespace ember::cpu
+
+// ================================ the backend trait's fused methods ==============================
+namespace ember::cpu {
+namespace {
+std::optional<StoLayout> sdpa_mask(const SdpaArgs& a) {
+  if (!a.mask) return std::nullopt;
+  return StoLayout{&as_cpu(*a.mask), a.lmask};
+}
+const CpuStorage* opt_cpu(const BackendStorage* s) { return s ? &as_cpu(*s) : nullptr; }
+}  // namespace
+
+StoragePtr CpuStorage::softmax_fwd(const Layout& l, bool log) const { return cpu::softmax_fwd(*this, l, log); }
+StoragePtr CpuStorage::softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const {
+  return cpu::softmax_bwd(*this, l, as_cpu(g), lg, log);
+}
+std::tuple<StoragePtr, StoragePtr> CpuStorage::rms_norm_fwd(const Layout& l, const BackendStorage& w,
+                                                            const Layout& lw, double eps) const {
+  return cpu::rms_norm_fwd(*this, l, as_cpu(w), lw, eps);
+}
+std::tuple<StoragePtr, StoragePtr> CpuStorage::rms_norm_bwd(const Layout& l, const BackendStorage& w,
+                                                            const Layout& lw, const BackendStorage& rstd,
+                                                            const BackendStorage& g, const Layout& lg) const {
+  return cpu::rms_norm_bwd(*this, l, as_cpu(w), lw, as_cpu(rstd), as_cpu(g), lg);
+}
+std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::layer_norm_fwd(const Layout& l, const BackendStorage* w,
+                                                                          const Layout* lw, const BackendStorage* b,
+                                                                          const Layout* lb, double eps) const {
+  return cpu::layer_norm_fwd(*this, l, opt_cpu(w), lw, opt_cpu(b), lb, eps);
+}
+std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::layer_norm_bwd(const Layout& l, const BackendStorage* w,
+                                                                          const Layout* lw,
+                                                                          const BackendStorage& mean,
+                                                                          const BackendStorage& rstd,
+                                                                          const BackendStorage& g,
+                                                                          const Layout& lg) const {
+  auto r = cpu::layer_norm_bwd(*this, l, opt_cpu(w), lw, as_cpu(mean), as_cpu(rstd), as_cpu(g), lg);
+  if (!w) return {std::get<0>(r), nullptr, nullptr};
+  return r;
+}
+StoragePtr CpuStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) const {
+  return cpu::act_bwd(kind, *this, l, as_cpu(g), lg);
+}
+std::tuple<StoragePtr, StoragePtr> CpuStorage::sdpa_fwd(const SdpaArgs& a) const {
+  auto m = sdpa_mask(a);
+  return cpu::sdpa_fwd(*this, a.lq, as_cpu(*a.k), a.lk, as_cpu(*a.v), a.lv, m ? &*m : nullptr, a.scale, a.causal);
+}
+std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,
+                                                                    const Layout& lo, const BackendStorage& lse,
+                                                                    const BackendStorage& g,
+                                                                    const Layout& lg) const {
+  auto m = sdpa_mask(a);
+  return cpu::sdpa_bwd(*this, a.lq, as_cpu(*a.k), a.lk, as_cpu(*a.v), a.lv, as_cpu(o), lo, as_cpu(lse), as_cpu(g),
+                       lg, m ? &*m : nullptr, a.scale, a.causal);
 }
 
 }  // namespace ember::cpu

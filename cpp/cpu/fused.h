@@ -100,7 +100,8 @@ void register_fused_base(FusedTable& t);
 void register_fused_avx2(FusedTable& t);
 void register_fused_avx512(FusedTable& t);
 
-// ---- public entry points (outputs are new dense storages) ------------------------------------
+// ---- the CPU implementations behind CpuStorage's fused methods (outputs are new dense storages).
+// Arguments arrive checked by the entry points in cpp/fused.cpp.
 using Sto = std::shared_ptr<BackendStorage>;
 struct StoLayout {
   const CpuStorage* s = nullptr;
@@ -118,12 +119,8 @@ std::tuple<Sto, Sto, Sto> layer_norm_fwd(const CpuStorage& x, const Layout& lx, 
 std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w,
                                          const Layout* lw, const CpuStorage& mean, const CpuStorage& rstd,
                                          const CpuStorage& g, const Layout& lg);
-// kind: "sigmoid" (a = y), "silu" or "gelu" (a = x).
-Sto act_bwd(const char* kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg);
-// The checks sdpa_fwd makes (dtypes, shapes, the mask's broadcast), without computing anything: for
-// the composite path taken when a float mask needs a gradient.
-void sdpa_check(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk, const CpuStorage& v,
-                const Layout& lv, const StoLayout* mask);
+// a = y for Sigmoid, x otherwise.
+Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg);
 std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
                               const CpuStorage& v, const Layout& lv, const StoLayout* mask, double scale,
                               bool causal);

@@ -1,18 +1,15 @@
-// Random fills: value i of a draw is a hash of (seed, counter + i), so threads need no shared state
-// and manual_seed(n) makes every later rand/randn reproducible.
+// CPU random fills: value i of a draw is a hash of (seed, counter + i) from the global generator
+// (device.h), so threads need no shared state and manual_seed(n) makes every later draw reproducible.
 #include "cpu/random.h"
 
-#include <atomic>
 #include <cmath>
 #include <type_traits>
 
 #include "cpu/parallel.h"
+#include "device.h"
 
 namespace ember::cpu {
 namespace {
-
-std::atomic<uint64_t> g_seed{0x853c49e6748fea9bULL};
-std::atomic<uint64_t> g_counter{0};
 
 inline uint64_t mix(uint64_t z) {
   z += 0x9e3779b97f4a7c15ULL;
@@ -48,8 +45,8 @@ template <typename T> T next_below(T v) {
 // value rounded to the dtype must respect.
 template <typename F> StoragePtr generate(DType dt, int64_t n, double below, F&& value_at) {
   auto out = new_cpu(dt, n);
-  uint64_t seed = g_seed.load();
-  uint64_t base = g_counter.fetch_add((uint64_t)n + 1);
+  const RngDraw draw = rng_reserve((uint64_t)n + 1);
+  const uint64_t seed = draw.seed, base = draw.counter;
   EMBER_DISPATCH_FLOAT(dt, {
     T* o = out->data<T>();
     parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
@@ -64,11 +61,6 @@ template <typename F> StoragePtr generate(DType dt, int64_t n, double below, F&&
 }
 
 }  // namespace
-
-void manual_seed(uint64_t seed) {
-  g_seed.store(mix(seed));
-  g_counter.store(0);
-}
 
 StoragePtr rand_uniform(DType dt, int64_t n, double lo, double hi) {
   const double below = hi > lo ? hi : INFINITY;

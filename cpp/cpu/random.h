@@ -1,9 +1,8 @@
-// Seeded counter-based random numbers (splitmix64 over a global counter): reproducible, parallel.
+// Seeded counter-based random numbers (splitmix64 over the global counter of device.h) and arange on the CPU.
 #pragma once
 #include "cpu/cpu_storage.h"
 
 namespace ember::cpu {
-void manual_seed(uint64_t seed);
 StoragePtr rand_uniform(DType dt, int64_t n, double lo, double hi);
 StoragePtr rand_normal(DType dt, int64_t n, double mean, double std);
 StoragePtr arange(DType dt, double start, double step, int64_t n);

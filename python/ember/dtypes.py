@@ -155,5 +155,14 @@ def to_device(dev) -> Device:
 
 
 def metal_is_available() -> bool:
-    """True when this build has the Metal backend and a Metal device exists (never, on Linux)."""
-    return False
+    """Whether ``Device("metal")`` can hold tensors in this process.
+
+    True with ``EMBER_METAL=emulate`` in the environment (ember's MSL emulator, any OS), or on a build
+    with the metal-cpp backend that finds a Metal device; read at every call.
+
+    Returns:
+        True when metal:0 is available, else False.
+    """
+    from . import _C  # late: _C's bindings import this module
+
+    return bool(_C._metal_available(0))

@@ -98,6 +98,11 @@ def _to_dtype(n, out, g):
     return (g.to_dtype(n.saved),)
 
 
+@rule("to_device", ())
+def _to_device(n, out, g):
+    return (g.to_device(n.saved),)
+
+
 @rule("transpose", ())
 def _transpose(n, out, g):
     return (g.transpose(*n.saved),)

@@ -245,7 +245,11 @@ class Tensor(TorchNames, CompositeOps):
         device = _dt.to_device(device)
         if device == self._device:
             return self
-        raise DeviceError(f"[to_device] device {device} is not available in this build")
+        s = _C._device_transfer(self._storage, self._layout, device.kind, device.index)
+        out = _wrap(s, _contig(self.shape), self._dtype, device)
+        if self._dtype.is_float:
+            record(out, "to_device", (self,), self._device)
+        return out
 
     def contiguous(self) -> Tensor:
         return self if self._layout.is_contiguous() else self.copy()

@@ -110,7 +110,8 @@ DOCS = {
 
         Raises:
             DTypeError: the dtype is unknown.""",
-    "to_device": """The tensor on another device (the tensor itself when it is there already).
+    "to_device": """The tensor on another device (the tensor itself when it is there already), else a
+        dense copy there; differentiable. Reading a Metal tensor's values waits for its pending kernels.
 
         Args:
             device: an ``em.Device`` or a string such as ``"cpu"`` or ``"metal:0"``.
@@ -119,7 +120,9 @@ DOCS = {
             Tensor: the tensor on ``device``.
 
         Raises:
-            DeviceError: the device does not exist in this build.""",
+            DeviceError: the device is not available (no Metal backend: set ``EMBER_METAL=emulate``
+                for the emulator).
+            DTypeError: the device lacks the dtype (float64 on Metal).""",
     "contiguous": """The tensor itself when its layout is dense row-major, else a dense copy.
 
         Returns:

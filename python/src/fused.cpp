@@ -1,77 +1,93 @@
-// Bindings for the fused CPU kernels: _C.fused.<kernel>(storage, layout, ...) -> new dense storage(s).
+// Bindings for the fused ops on any device: _C.fused.<op>(storage, layout, ...) -> new dense storage(s),
+// through the checked entry points of cpp/fused.h.
 #include <cmath>
-#include <optional>
 
 #include "common.h"
-#include "cpu/fused.h"
+#include "fused.h"
 
 namespace {
+using ember::ActKind;
+using ember::BackendStorage;
 using ember::Layout;
-using ember::cpu::CpuStorage;
-using ember::cpu::StoLayout;
+using ember::SdpaArgs;
+using ember::StoragePtr;
+namespace fz = ember::fused;
 
-// Optional mask: both the storage and its layout, or neither.
-std::optional<StoLayout> mask_arg(const CpuStorage* m, const Layout* lm) {
-  if (!m) return std::nullopt;
-  EMBER_CHECK(lm, Value, "[sdpa] mask given without a layout");
-  return StoLayout{m, *lm};
-}
 double scale_arg(std::optional<double> scale, const Layout& lq) {
   if (scale) return *scale;
   const int64_t d = lq.ndim() ? lq.shape().back() : 1;
   return 1.0 / std::sqrt((double)std::max<int64_t>(d, 1));
 }
+// q, k, v and an optional mask: both the storage and its layout, or neither.
+SdpaArgs sdpa_args(const BackendStorage& q, const Layout& lq, const BackendStorage& k, const Layout& lk,
+                   const BackendStorage& v, const Layout& lv, const BackendStorage* mask, const Layout* lmask,
+                   std::optional<double> scale, bool causal) {
+  SdpaArgs a;
+  a.q = &q, a.k = &k, a.v = &v;
+  a.lq = lq, a.lk = lk, a.lv = lv;
+  if (mask) {
+    EMBER_CHECK(lmask, Value, "[sdpa] mask given without a layout");
+    a.mask = mask;
+    a.lmask = *lmask;
+  }
+  a.scale = scale_arg(scale, lq);
+  a.causal = causal;
+  return a;
+}
 }  // namespace
 
 void bind_fused(py::module_& m) {
-  namespace c = ember::cpu;
   using G = ember::bind::GilFree;
-  auto f = m.def_submodule("fused", "fused CPU kernels (softmax, norms, sdpa, activation backward)");
-  f.def("softmax_fwd", &c::softmax_fwd, py::arg("x"), py::arg("lx"), py::arg("log") = false, G());
-  f.def("softmax_bwd", &c::softmax_bwd, py::arg("y"), py::arg("ly"), py::arg("g"), py::arg("lg"),
+  using S = const BackendStorage&;
+  using SP = const BackendStorage*;
+  using L = const Layout&;
+  auto f = m.def_submodule("fused", "fused ops on any device (softmax, norms, sdpa, activation backward)");
+  f.def("softmax_fwd", [](S x, L lx, bool log) { return fz::softmax_fwd(x, lx, log); }, py::arg("x"), py::arg("lx"),
         py::arg("log") = false, G());
-  f.def("rms_norm_fwd", &c::rms_norm_fwd, py::arg("x"), py::arg("lx"), py::arg("w"), py::arg("lw"), py::arg("eps"),
-        G());
-  f.def("rms_norm_bwd", &c::rms_norm_bwd, py::arg("x"), py::arg("lx"), py::arg("w"), py::arg("lw"),
+  f.def("softmax_bwd", [](S y, L ly, S g, L lg, bool log) { return fz::softmax_bwd(y, ly, g, lg, log); },
+        py::arg("y"), py::arg("ly"), py::arg("g"), py::arg("lg"), py::arg("log") = false, G());
+  f.def("rms_norm_fwd", [](S x, L lx, S w, L lw, double eps) { return fz::rms_norm_fwd(x, lx, w, lw, eps); },
+        py::arg("x"), py::arg("lx"), py::arg("w"), py::arg("lw"), py::arg("eps"), G());
+  f.def("rms_norm_bwd", [](S x, L lx, S w, L lw, S rstd, S g, L lg) { return fz::rms_norm_bwd(x, lx, w, lw, rstd, g, lg); },
+        py::arg("x"), py::arg("lx"), py::arg("w"), py::arg("lw"), py::arg("rstd"), py::arg("g"), py::arg("lg"), G());
+  f.def("layer_norm_fwd",
+        [](S x, L lx, SP w, const Layout* lw, SP b, const Layout* lb, double eps) {
+          return fz::layer_norm_fwd(x, lx, w, lw, b, lb, eps);
+        },
+        py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("b").none(true),
+        py::arg("lb").none(true), py::arg("eps"), G());
+  f.def("layer_norm_bwd",
+        [](S x, L lx, SP w, const Layout* lw, S mean, S rstd, S g, L lg) {
+          return fz::layer_norm_bwd(x, lx, w, lw, mean, rstd, g, lg);
+        },
+        py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("mean"),
         py::arg("rstd"), py::arg("g"), py::arg("lg"), G());
-  f.def("layer_norm_fwd", &c::layer_norm_fwd, py::arg("x"), py::arg("lx"), py::arg("w").none(true),
-        py::arg("lw").none(true), py::arg("b").none(true), py::arg("lb").none(true), py::arg("eps"), G());
-  f.def("layer_norm_bwd", &c::layer_norm_bwd, py::arg("x"), py::arg("lx"), py::arg("w").none(true),
-        py::arg("lw").none(true), py::arg("mean"), py::arg("rstd"), py::arg("g"), py::arg("lg"), G());
-  for (const char* kind : {"sigmoid", "silu", "gelu"}) {
-    f.def((std::string(kind) + "_bwd").c_str(),
-          [kind](const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg) {
-            return c::act_bwd(kind, a, la, g, lg);
-          },
-          py::arg("a"), py::arg("la"), py::arg("g"), py::arg("lg"), G());
+  for (int k = 0; k < (int)ActKind::Count; ++k) {
+    const ActKind kind = (ActKind)k;
+    f.def((std::string(ember::act_name(kind)) + "_bwd").c_str(),
+          [kind](S a, L la, S g, L lg) { return fz::act_bwd(kind, a, la, g, lg); }, py::arg("a"), py::arg("la"),
+          py::arg("g"), py::arg("lg"), G());
   }
   f.def(
       "sdpa_fwd",
-      [](const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk, const CpuStorage& v,
-         const Layout& lv, const CpuStorage* mask, const Layout* lmask, std::optional<double> scale, bool causal) {
-        auto ms = mask_arg(mask, lmask);
-        return c::sdpa_fwd(q, lq, k, lk, v, lv, ms ? &*ms : nullptr, scale_arg(scale, lq), causal);
+      [](S q, L lq, S k, L lk, S v, L lv, SP mask, const Layout* lmask, std::optional<double> scale, bool causal) {
+        return fz::sdpa_fwd(sdpa_args(q, lq, k, lk, v, lv, mask, lmask, scale, causal));
       },
       py::arg("q"), py::arg("lq"), py::arg("k"), py::arg("lk"), py::arg("v"), py::arg("lv"),
       py::arg("mask").none(true) = nullptr, py::arg("lmask").none(true) = nullptr,
       py::arg("scale").none(true) = py::none(), py::arg("causal") = false, G());
   f.def(
       "sdpa_check",
-      [](const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk, const CpuStorage& v,
-         const Layout& lv, const CpuStorage* mask, const Layout* lmask) {
-        auto ms = mask_arg(mask, lmask);
-        c::sdpa_check(q, lq, k, lk, v, lv, ms ? &*ms : nullptr);
+      [](S q, L lq, S k, L lk, S v, L lv, SP mask, const Layout* lmask) {
+        fz::sdpa_check(sdpa_args(q, lq, k, lk, v, lv, mask, lmask, std::nullopt, false));
       },
       py::arg("q"), py::arg("lq"), py::arg("k"), py::arg("lk"), py::arg("v"), py::arg("lv"),
       py::arg("mask").none(true) = nullptr, py::arg("lmask").none(true) = nullptr);
   f.def(
       "sdpa_bwd",
-      [](const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk, const CpuStorage& v,
-         const Layout& lv, const CpuStorage& o, const Layout& lo, const CpuStorage& lse, const CpuStorage& g,
-         const Layout& lg, const CpuStorage* mask, const Layout* lmask, std::optional<double> scale, bool causal) {
-        auto ms = mask_arg(mask, lmask);
-        return c::sdpa_bwd(q, lq, k, lk, v, lv, o, lo, lse, g, lg, ms ? &*ms : nullptr, scale_arg(scale, lq),
-                           causal);
+      [](S q, L lq, S k, L lk, S v, L lv, S o, L lo, S lse, S g, L lg, SP mask, const Layout* lmask,
+         std::optional<double> scale, bool causal) {
+        return fz::sdpa_bwd(sdpa_args(q, lq, k, lk, v, lv, mask, lmask, scale, causal), o, lo, lse, g, lg);
       },
       py::arg("q"), py::arg("lq"), py::arg("k"), py::arg("lk"), py::arg("v"), py::arg("lv"), py::arg("o"),
       py::arg("lo"), py::arg("lse"), py::arg("g"), py::arg("lg"), py::arg("mask").none(true) = nullptr,

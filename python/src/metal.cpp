@@ -7,6 +7,9 @@
 #include "metal/emu/rewrite.h"
 
 namespace ember::bind {
+
+void bind_metal_storage(py::module_& m);  // metal_storage.cpp
+
 namespace {
 
 using metal::FunctionConstant;
@@ -135,6 +138,7 @@ void bind_metal(py::module_& m) {
     return py::str(s);
   }, py::arg("name"));
   bind_metal_policy(m);
+  bind_metal_storage(m);
   m.def("_metal_sources", [] {
     std::vector<std::string> names;
     for (int i = 0; i < metal::embedded_source_count(); ++i) names.push_back(metal::embedded_source_name(i));

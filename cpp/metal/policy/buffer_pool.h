@@ -93,12 +93,18 @@ template <class T> class BufferPool {
     if (cached_bytes_ > n) release_lru_locked(cached_bytes_ - n);
   }
 
+  // The peak restarts from what is in use now.
+  void reset_peak() {
+    std::lock_guard<std::mutex> lock(mu_);
+    peak_ = active_bytes_;
+  }
+
   struct Stats {
-    size_t active_bytes, cached_bytes, peak_bytes, cached_buffers, hits, misses;
+    size_t active_bytes, cached_bytes, peak_bytes, cached_buffers, hits, misses, memory_limit, cache_limit;
   };
   Stats stats() const {
     std::lock_guard<std::mutex> lock(mu_);
-    return {active_bytes_, cached_bytes_, peak_, cache_.size(), hits_, misses_};
+    return {active_bytes_, cached_bytes_, peak_, cache_.size(), hits_, misses_, memory_limit_, cache_limit_};
   }
 
  private:

@@ -50,6 +50,10 @@ class _Act(CustomOp1):
     def cpu_fwd(self, storage, layout):
         return _C.unary(UNARY[self.kind], storage, layout, 0.0, 0.0), layout.shape
 
+    # One call path for every device: _C.fused and _C.unary take a storage of any device, so the
+    # forward (and the fused backward) is the same call everywhere.
+    metal_fwd = cuda_fwd = cpu_fwd
+
     def bwd(self, x, res, g):
         if not is_grad_enabled():
             a = res if self.kind == "sigmoid" else x  # sigmoid' is written in terms of its output
@@ -140,6 +144,8 @@ class _Softmax(CustomOp1):
 
     def cpu_fwd(self, storage, layout):
         return _F.softmax_fwd(storage, layout, self.log), layout.shape
+
+    metal_fwd = cuda_fwd = cpu_fwd
 
     def bwd(self, x, y, g):
         if not is_grad_enabled():
@@ -235,6 +241,8 @@ class _RmsNorm(CustomOp2):
         y, self.rstd = _F.rms_norm_fwd(xs, xl, ws, wl, self.eps)
         return y, xl.shape
 
+    metal_fwd = cuda_fwd = cpu_fwd
+
     def bwd(self, x, w, y, g):
         if not is_grad_enabled() and self.rstd is not None:
             dx, dw = _F.rms_norm_bwd(x._storage, x._layout, w._storage, w._layout, self.rstd, g._storage,
@@ -280,6 +288,8 @@ class _LayerNorm(CustomOp3):
     def cpu_fwd(self, xs, xl, ws, wl, bs, bl):
         y, self.mean, self.rstd = _F.layer_norm_fwd(xs, xl, ws, wl, bs, bl, self.eps)
         return y, xl.shape
+
+    metal_fwd = cuda_fwd = cpu_fwd
 
     def bwd(self, x, w, b, y, g):
         if not is_grad_enabled() and self.rstd is not None:
@@ -381,6 +391,8 @@ class _Sdpa(CustomOp3):
     def cpu_fwd(self, qs, ql, ks, kl, vs, vl):
         out, self.lse = _F.sdpa_fwd(qs, ql, ks, kl, vs, vl, *self._mask_args(), self.scale, self.causal)
         return out, tuple(ql.shape[:-1]) + (vl.shape[-1],)
+
+    metal_fwd = cuda_fwd = cpu_fwd
 
     def bwd(self, q, k, v, out, g):
         if not is_grad_enabled() and self.lse is not None:

@@ -1,0 +1,227 @@
+// Fused ops' entry points: every argument check the backends rely on (one error class, "[op]" messages),
+// then the fused method of the backend that holds x (q). No backend re-checks.
+#include "fused.h"
+
+#include <climits>
+#include <string>
+
+#include "storage.h"
+
+namespace ember::fused {
+namespace {
+
+void check_float(const BackendStorage& s, const char* op, const char* what) {
+  EMBER_CHECK(is_float(s.dtype()), DType, "[", op, "] expected a float ", what, ", got ", dtype_name(s.dtype()));
+}
+// `b` (named `what`) must be on a's device with a's dtype.
+void check_like(const BackendStorage& a, const BackendStorage& b, const char* op, const char* what) {
+  check_same_device(a, b, op);
+  EMBER_CHECK(a.dtype() == b.dtype(), DType, "[", op, "] ", what, " has dtype ", dtype_name(b.dtype()),
+              ", expected ", dtype_name(a.dtype()));
+}
+void check_grad_shape(const Layout& l, const Layout& lg, const char* op) {
+  EMBER_CHECK(l.shape() == lg.shape(), Shape, "[", op, "] grad shape ", shape_str(lg.shape()), " does not match ",
+              shape_str(l.shape()));
+}
+int64_t last_dim(const Layout& l) { return l.ndim() ? l.shape().back() : 1; }
+// The product of every dim but the last (saturating: a zero last dim leaves the others unchecked).
+int64_t rows_of(const Layout& l) {
+  int64_t r = 1;
+  for (int64_t d = 0; d + 1 < l.ndim(); ++d)
+    if (__builtin_mul_overflow(r, l.shape()[d], &r)) return INT64_MAX;
+  return r;
+}
+
+// A (n,) weight or bias of x's dtype on x's device, inside its storage.
+void check_param(const BackendStorage& x, const BackendStorage& p, const Layout& lp, int64_t n, const char* op,
+                 const char* what) {
+  EMBER_CHECK(lp.ndim() == 1 && lp.shape()[0] == n, Shape, "[", op, "] expected ", what, " of shape ",
+              shape_str({n}), ", got ", shape_str(lp.shape()));
+  check_in_bounds(p, lp, op);
+  check_same_device(x, p, op);
+}
+void check_opt_param(const BackendStorage& x, const BackendStorage* p, const Layout* lp, int64_t n, const char* op,
+                     const char* what) {
+  if (!p) return;
+  EMBER_CHECK(lp, Value, "[", op, "] ", what, " given without a layout");
+  check_param(x, *p, *lp, n, op, what);
+}
+// Saved statistics: `what` on x's device, one stats-dtype value per row.
+void check_stats(const BackendStorage& x, const BackendStorage& s, int64_t rows, const char* op, const char* what,
+                 const char* per) {
+  check_same_device(x, s, op);
+  const DType sdt = stats_dtype(x.dtype());
+  EMBER_CHECK(s.dtype() == sdt && s.numel() >= rows, Value, "[", op, "] ", what, " must hold one ",
+              dtype_name(sdt), " per ", per);
+}
+
+// (B, H, L, D) of a 3-D (B, L, D) or 4-D layout (H = 1 for 3-D).
+void dims4(const Layout& l, const char* what, int64_t sh[4]) {
+  EMBER_CHECK(l.ndim() == 3 || l.ndim() == 4, Shape, "[sdpa] expected ", what,
+              " of shape (B, H, L, D) or (B, L, D), got ", shape_str(l.shape()));
+  const int64_t off = 4 - l.ndim();
+  for (int i = 0; i < 4; ++i) sh[i] = i < off ? 1 : l.shape()[i - off];
+}
+
+// The forward's checks; fills (B, H, Lq, Dv), the output's shape as 4 dims.
+void check_sdpa(const SdpaArgs& a, int64_t out4[4]) {
+  EMBER_CHECK(a.q && a.k && a.v, Value, "[sdpa] query, key and value are required");
+  const BackendStorage &q = *a.q, &k = *a.k, &v = *a.v;
+  check_float(q, "sdpa", "query");
+  check_like(q, k, "sdpa", "key");
+  check_like(q, v, "sdpa", "value");
+  check_in_bounds(q, a.lq, "sdpa");
+  check_in_bounds(k, a.lk, "sdpa");
+  check_in_bounds(v, a.lv, "sdpa");
+  int64_t shq[4], shk[4], shv[4];
+  dims4(a.lq, "query", shq);
+  dims4(a.lk, "key", shk);
+  dims4(a.lv, "value", shv);
+  // k and v may have fewer heads than q when they divide it (grouped-query attention).
+  EMBER_CHECK(a.lq.ndim() == a.lk.ndim() && a.lq.ndim() == a.lv.ndim() && shq[0] == shk[0] && shk[1] > 0 &&
+                  shq[1] % shk[1] == 0 && shk[0] == shv[0] && shk[1] == shv[1] && shk[2] == shv[2] &&
+                  shq[3] == shk[3],
+              Shape, "[sdpa] incompatible shapes q ", shape_str(a.lq.shape()), ", k ", shape_str(a.lk.shape()),
+              ", v ", shape_str(a.lv.shape()),
+              " (k and v need the same batch, the same heads, a head count dividing q's, and k the head dim of q)");
+  out4[0] = shq[0], out4[1] = shq[1], out4[2] = shq[2], out4[3] = shv[3];
+  if (!a.mask) return;
+  const Layout& l = a.lmask;
+  const DType dt = a.mask->dtype();
+  check_same_device(q, *a.mask, "sdpa");
+  EMBER_CHECK(is_float(dt) || dt == DType::U8, DType,
+              "[sdpa] mask must be a float (additive) or bool/uint8 tensor, got ", dtype_name(dt));
+  EMBER_CHECK(l.ndim() <= 4, Shape, "[sdpa] mask of shape ", shape_str(l.shape()), " has more than 4 dims");
+  check_in_bounds(*a.mask, l, "sdpa");
+  const int64_t target[4] = {shq[0], shq[1], shq[2], shk[2]};
+  const int64_t off = 4 - l.ndim();
+  for (int i = 0; i < 4; ++i) {
+    const int64_t sz = i < off ? 1 : l.shape()[i - off];
+    EMBER_CHECK(sz == 1 || sz == target[i], Shape, "[sdpa] mask of shape ", shape_str(l.shape()),
+                " cannot be broadcast to ", shape_str({target[0], target[1], target[2], target[3]}));
+  }
+}
+
+}  // namespace
+
+StoragePtr softmax_fwd(const BackendStorage& x, const Layout& lx, bool log) {
+  const char* op = log ? "log_softmax" : "softmax";
+  check_float(x, op, "input");
+  check_in_bounds(x, lx, op);
+  return x.softmax_fwd(lx, log);
+}
+
+StoragePtr softmax_bwd(const BackendStorage& y, const Layout& ly, const BackendStorage& g, const Layout& lg,
+                       bool log) {
+  const char* op = log ? "log_softmax_bwd" : "softmax_bwd";
+  check_float(y, op, "input");
+  check_like(y, g, op, "grad");
+  check_grad_shape(ly, lg, op);
+  check_in_bounds(y, ly, op);
+  check_in_bounds(g, lg, op);
+  return y.softmax_bwd(ly, g, lg, log);
+}
+
+std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& x, const Layout& lx, const BackendStorage& w,
+                                                const Layout& lw, double eps) {
+  const char* op = "rms_norm";
+  check_float(x, op, "input");
+  check_like(x, w, op, "weight");
+  EMBER_CHECK(lx.ndim() >= 1, Shape, "[rms_norm] expected at least 1 dim, got a scalar");
+  check_in_bounds(x, lx, op);
+  check_param(x, w, lw, last_dim(lx), op, "weight");
+  return x.rms_norm_fwd(lx, w, lw, eps);
+}
+
+std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& x, const Layout& lx, const BackendStorage& w,
+                                                const Layout& lw, const BackendStorage& rstd,
+                                                const BackendStorage& g, const Layout& lg) {
+  const char* op = "rms_norm_bwd";
+  check_float(x, op, "input");
+  check_like(x, w, op, "weight");
+  check_like(x, g, op, "grad");
+  check_grad_shape(lx, lg, op);
+  EMBER_CHECK(lx.ndim() >= 1, Shape, "[rms_norm_bwd] expected at least 1 dim, got a scalar");
+  check_in_bounds(x, lx, op);
+  check_in_bounds(g, lg, op);
+  check_stats(x, rstd, rows_of(lx), op, "rstd", "row");
+  check_param(x, w, lw, last_dim(lx), op, "weight");
+  return x.rms_norm_bwd(lx, w, lw, rstd, g, lg);
+}
+
+std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStorage& x, const Layout& lx,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage* b, const Layout* lb, double eps) {
+  const char* op = "layer_norm";
+  check_float(x, op, "input");
+  if (w) check_like(x, *w, op, "weight");
+  if (b) check_like(x, *b, op, "bias");
+  EMBER_CHECK(lx.ndim() >= 1, Shape, "[layer_norm] expected at least 1 dim, got a scalar");
+  check_in_bounds(x, lx, op);
+  check_opt_param(x, w, lw, last_dim(lx), op, "weight");
+  check_opt_param(x, b, lb, last_dim(lx), op, "bias");
+  return x.layer_norm_fwd(lx, w, w ? lw : nullptr, b, b ? lb : nullptr, eps);
+}
+
+std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStorage& x, const Layout& lx,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage& mean, const BackendStorage& rstd,
+                                                              const BackendStorage& g, const Layout& lg) {
+  const char* op = "layer_norm_bwd";
+  check_float(x, op, "input");
+  if (w) check_like(x, *w, op, "weight");
+  check_like(x, g, op, "grad");
+  check_grad_shape(lx, lg, op);
+  EMBER_CHECK(lx.ndim() >= 1, Shape, "[layer_norm_bwd] expected at least 1 dim, got a scalar");
+  check_in_bounds(x, lx, op);
+  check_in_bounds(g, lg, op);
+  check_stats(x, mean, rows_of(lx), op, "mean and rstd", "row");
+  check_stats(x, rstd, rows_of(lx), op, "mean and rstd", "row");
+  check_opt_param(x, w, lw, last_dim(lx), op, "weight");
+  return x.layer_norm_bwd(lx, w, w ? lw : nullptr, mean, rstd, g, lg);
+}
+
+StoragePtr act_bwd(ActKind kind, const BackendStorage& a, const Layout& la, const BackendStorage& g,
+                   const Layout& lg) {
+  EMBER_CHECK(kind < ActKind::Count, Value, "[act_bwd] unknown activation ", (int)kind);
+  const std::string op = std::string(act_name(kind)) + "_bwd";
+  check_float(a, op.c_str(), "input");
+  check_like(a, g, op.c_str(), "grad");
+  check_grad_shape(la, lg, op.c_str());
+  check_in_bounds(a, la, op.c_str());
+  check_in_bounds(g, lg, op.c_str());
+  return a.act_bwd(kind, la, g, lg);
+}
+
+void sdpa_check(const SdpaArgs& a) {
+  int64_t out4[4];
+  check_sdpa(a, out4);
+}
+
+std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a) {
+  int64_t out4[4];
+  check_sdpa(a, out4);
+  return a.q->sdpa_fwd(a);
+}
+
+std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const BackendStorage& o, const Layout& lo,
+                                                        const BackendStorage& lse, const BackendStorage& g,
+                                                        const Layout& lg) {
+  int64_t want[4];
+  check_sdpa(a, want);
+  const BackendStorage& q = *a.q;
+  check_like(q, o, "sdpa_bwd", "out");
+  check_like(q, g, "sdpa_bwd", "grad");
+  check_in_bounds(o, lo, "sdpa_bwd");
+  check_in_bounds(g, lg, "sdpa_bwd");
+  int64_t sho[4], shg[4];
+  dims4(lo, "out", sho);
+  dims4(lg, "grad", shg);
+  for (int i = 0; i < 4; ++i)
+    EMBER_CHECK(sho[i] == want[i] && shg[i] == want[i], Shape, "[sdpa_bwd] out/grad shapes ", shape_str(lo.shape()),
+                ", ", shape_str(lg.shape()), " do not match the attention output");
+  check_stats(q, lse, want[0] * want[1] * want[2], "sdpa_bwd", "lse", "query row");
+  return q.sdpa_bwd(a, o, lo, lse, g, lg);
+}
+
+}  // namespace ember::fused

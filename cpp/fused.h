@@ -1,0 +1,46 @@
+// Fused ops' entry points for every device: the argument checks (dtypes, shapes, the mask's broadcast,
+// same device, bounds), then the backend's fused method on x's (q's) storage.
+#pragma once
+#include <tuple>
+
+#include "backend.h"
+
+namespace ember::fused {
+
+// The dtype saved statistics (rstd, mean, lse) are kept in: F64 for f64 inputs, F32 otherwise.
+inline DType stats_dtype(DType dt) { return dt == DType::F64 ? DType::F64 : DType::F32; }
+
+// Softmax (log: log_softmax) over the last dim of (x, lx).
+StoragePtr softmax_fwd(const BackendStorage& x, const Layout& lx, bool log);
+// y: the forward's output; g: its gradient (same shape). Returns dx.
+StoragePtr softmax_bwd(const BackendStorage& y, const Layout& ly, const BackendStorage& g, const Layout& lg,
+                       bool log);
+// w: (n,) with n = x's last dim. Returns (y, rstd: one stats-dtype value per row).
+std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& x, const Layout& lx, const BackendStorage& w,
+                                                const Layout& lw, double eps);
+// Returns (dx, dw).
+std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& x, const Layout& lx, const BackendStorage& w,
+                                                const Layout& lw, const BackendStorage& rstd,
+                                                const BackendStorage& g, const Layout& lg);
+// w, b optional (ones / zeros; a storage needs its layout). Returns (y, mean, rstd).
+std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStorage& x, const Layout& lx,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage* b, const Layout* lb, double eps);
+// Returns (dx, dw, db); dw and db are nullptr when w is absent.
+std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStorage& x, const Layout& lx,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage& mean, const BackendStorage& rstd,
+                                                              const BackendStorage& g, const Layout& lg);
+// dx = g * f'(a), a = y for Sigmoid, x otherwise.
+StoragePtr act_bwd(ActKind kind, const BackendStorage& a, const Layout& la, const BackendStorage& g,
+                   const Layout& lg);
+// The checks sdpa_fwd makes, computing nothing: for the composite path a float mask with a gradient takes.
+void sdpa_check(const SdpaArgs& a);
+// Returns (out, lse).
+std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a);
+// o, lse: the forward's outputs; g: out's gradient. Returns (dq, dk, dv).
+std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const BackendStorage& o, const Layout& lo,
+                                                        const BackendStorage& lse, const BackendStorage& g,
+                                                        const Layout& lg);
+
+}  // namespace ember::fused

@@ -1,0 +1,218 @@
+// MetalDevice: device selection, the pool, pipelines, and the shared encoder's dispatch / commit / wait.
+#include "metal/device.h"
+
+#include <cstdlib>
+#include <cstring>
+
+#include "metal/embedded.h"
+#include "metal/emu/compiler.h"
+
+namespace ember::metal {
+
+PooledBuffer::~PooledBuffer() { dev->release_buffer(handle, size); }
+
+KernelSource::KernelSource(std::string t, std::string l)
+    : text(std::move(t)), label(std::move(l)), hash(emu::digest(text)) {}
+
+namespace {
+
+bool emulate_requested() {
+  const char* e = std::getenv("EMBER_METAL");
+  if (!e) return false;
+  std::string v(e);
+  while (!v.empty() && (v.back() == ' ' || v.back() == '\t')) v.pop_back();
+  size_t b = v.find_first_not_of(" \t");
+  v = b == std::string::npos ? "" : v.substr(b);
+  for (char& c : v) c = (char)std::tolower((unsigned char)c);
+  return v == "emulate";
+}
+
+// Buffers are handed out in 16-byte multiples so that any kernel's 4-wide (or float4) access of the
+// tail stays inside the buffer the pool gave.
+constexpr size_t kAlign = 16;
+
+}  // namespace
+
+const char* MetalDevice::backend_kind() {
+  if (emulate_requested()) return "emulator";
+#if defined(EMBER_HAS_METAL_CPP)
+  try {
+    apple_adapter();
+    return "apple";
+  } catch (const Error&) {
+    return nullptr;
+  }
+#else
+  return nullptr;
+#endif
+}
+
+MetalDevice* MetalDevice::get(int index, std::string* why) {
+  auto none = [&](const std::string& s) -> MetalDevice* {
+    if (why) *why = s;
+    return nullptr;
+  };
+  if (index != 0) return none("ember drives one Metal device, metal:0");
+  // EMBER_METAL is read at every call, so availability follows the environment; each device is
+  // created once and lives for the process (storages on it may outlive any caller).
+  if (emulate_requested()) {
+    static MetalDevice* emu = new MetalDevice(emulator_adapter(), 0);
+    return emu;
+  }
+#if defined(EMBER_HAS_METAL_CPP)
+  static std::once_flag once;
+  static MetalDevice* apple = nullptr;
+  static std::string reason;
+  std::call_once(once, [] {
+    try {
+      apple = new MetalDevice(apple_adapter(), 0);
+    } catch (const Error& e) {
+      reason = e.what();
+    }
+  });
+  return apple ? apple : none(reason);
+#else
+  return none("this build has no Metal backend (set EMBER_METAL=emulate for the MSL emulator)");
+#endif
+}
+
+MetalDevice::MetalDevice(Adapter& adapter, int index)
+    : adapter_(adapter),
+      index_(index),
+      // Limits as MLX's: the pool may hold 1.5x the recommended working set; the cache as much.
+      pool_([this](size_t n) { return adapter_.new_buffer(n); }, [this](BufferHandle h) { adapter_.release(h); },
+            adapter.recommended_working_set_size() / 2 * 3, adapter.recommended_working_set_size() / 2 * 3),
+      policy_(policy::CommitPolicy::from_env()) {}
+
+MetalDevice::~MetalDevice() {
+  try {
+    synchronize();
+  } catch (...) {
+  }
+  pipelines_.clear([this](PipelineHandle p) { adapter_.release(p); });
+}
+
+std::string MetalDevice::describe() const {
+  return cat_str(device().str(), " (", adapter_.kind(), ", ", adapter_.device_name(), ")");
+}
+
+BufferRef MetalDevice::alloc(size_t bytes) {
+  const size_t want = std::max<size_t>((bytes + kAlign - 1) / kAlign * kAlign, kAlign);
+  size_t got = 0;
+  BufferHandle h = pool_.alloc(want, &got);
+  try {
+    return std::make_shared<PooledBuffer>(this, h, got);
+  } catch (...) {
+    pool_.free(h, got);
+    throw;
+  }
+}
+
+const KernelSource& MetalDevice::source(const std::string& file) {
+  std::lock_guard<std::mutex> lock(src_mu_);
+  auto& slot = sources_[file];
+  if (!slot) {
+    const char* text = embedded_source(file.c_str());
+    if (!text) {
+      sources_.erase(file);
+      throw Error(ErrorKind::Value, "[metal] no embedded kernel source '" + file + "'");
+    }
+    slot = std::make_unique<KernelSource>(text, file);
+  }
+  return *slot;
+}
+
+PipelineHandle MetalDevice::pipeline(const KernelSource& src, const std::string& function,
+                                     const std::vector<FunctionConstant>& constants) {
+  std::string key;
+  for (const auto& c : constants) key += cat_str(c.index, ":", (int)c.type, ":", c.value, ";");
+  return pipelines_.get({src.hash, function, key},
+                        [&] { return adapter_.new_pipeline(src.text, src.label, function, constants); });
+}
+
+void MetalDevice::encode(DispatchDesc&& d) {
+  std::vector<void*> reads, writes;
+  size_t touched = 0;
+  for (const auto& a : d.args) {
+    if (a.kind != DispatchDesc::Arg::Kind::Buffer) continue;
+    if (a.read) reads.push_back(a.buffer->handle.p);
+    if (a.write) writes.push_back(a.buffer->handle.p);
+    touched += a.buffer->size - a.offset;
+  }
+  std::lock_guard<std::mutex> lock(mu_);
+  if (!cb_) cb_ = adapter_.new_command_buffer();
+  Encoder& enc = cb_->compute_encoder();
+  if (hazards_.dispatch(reads, writes)) enc.memory_barrier();
+  enc.set_pipeline(d.pipeline);
+  for (size_t i = 0; i < d.args.size(); ++i) {
+    auto& a = d.args[i];
+    if (a.kind == DispatchDesc::Arg::Kind::Buffer) {
+      enc.set_buffer(a.buffer->handle, a.offset, (uint32_t)i);
+      if (kept_.insert(a.buffer->handle.p).second) keep_.push_back(std::move(a.buffer));
+    } else if (a.kind == DispatchDesc::Arg::Kind::Bytes) {
+      enc.set_bytes(a.bytes.data(), a.bytes.size(), (uint32_t)i);
+    }
+  }
+  for (const auto& [index, bytes] : d.threadgroup_memory) enc.set_threadgroup_memory(bytes, index);
+  enc.dispatch_threads(d.grid, d.group);
+  ++dispatches_;
+  if (policy_.dispatch(touched)) commit_locked();
+}
+
+void MetalDevice::commit_locked() {
+  if (!cb_) return;
+  const uint64_t id = next_id_++;
+  cb_->commit();
+  hazards_.end_encoder(id);
+  policy_.committed();
+  ++commits_;
+  in_flight_.push_back({std::move(cb_), std::move(keep_), id});
+  cb_.reset();
+  keep_.clear();
+  kept_.clear();
+  // A few command buffers in flight keep the GPU busy; more would only hold their buffers longer.
+  wait_locked(3);
+}
+
+void MetalDevice::wait_locked(size_t keep_in_flight) {
+  while (in_flight_.size() > keep_in_flight) {
+    InFlight f = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    try {
+      f.cb->wait();
+    } catch (const Error& e) {
+      if (!error_) error_ = std::make_unique<Error>(e);
+    }
+    hazards_.completed(f.id);
+  }
+}
+
+void MetalDevice::flush() {
+  std::lock_guard<std::mutex> lock(mu_);
+  commit_locked();
+}
+
+void MetalDevice::synchronize() {
+  std::unique_ptr<Error> err;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    commit_locked();
+    wait_locked(0);
+    err = std::move(error_);
+  }
+  if (err) throw *err;
+}
+
+void MetalDevice::empty_cache() { pool_.empty_cache(); }
+void MetalDevice::set_cache_limit(size_t bytes) { pool_.set_cache_limit(bytes); }
+void MetalDevice::set_memory_limit(size_t bytes) { pool_.set_memory_limit(bytes); }
+void MetalDevice::reset_peak_memory() { pool_.reset_peak(); }
+
+DeviceStats MetalDevice::stats() const {
+  const auto p = pool_.stats();
+  std::lock_guard<std::mutex> lock(mu_);
+  return {p.active_bytes, p.cached_bytes, p.peak_bytes, p.cache_limit, p.memory_limit, p.cached_buffers,
+          p.hits, p.misses, dispatches_, hazards_.barriers(), commits_, pipelines_.size(), pipelines_.compiles()};
+}
+
+}  // namespace ember::metal

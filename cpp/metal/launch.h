@@ -1,0 +1,97 @@
+// Launch: the one way a Metal launcher encodes a kernel (bindings by [[buffer(n)]] in call order, hazards,
+// cached pipelines, scalars by value), and the helpers launchers share (type names, fast-path tests).
+//
+//   Launch(dev, "unary.metal", "unary_contig_exp_" + std::string(type_suffix(dt, "exp")))
+//       .input(x, l.offset()).output(*out).scalar<uint32_t>(n)
+//       .dispatch_1d(ceil_div(n, 4));
+#pragma once
+#include <cstdint>
+#include <cstring>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "layout.h"
+#include "metal/device.h"
+#include "metal/metal_storage.h"
+
+namespace ember::metal {
+
+// The MSL type-name suffix kernels are instantiated with: "float32", "float16", "bfloat16", "int64",
+// "uint32", "uint8" (dtype_name). Throws "[op] float64 is not supported on metal" for F64.
+const char* type_suffix(DType dt, const char* op);
+// The MSL type of a dtype: "float", "half", "bfloat", "long", "uint", "uchar" (for generated source).
+const char* msl_type(DType dt, const char* op);
+
+// Kernels index with 32-bit `uint`s, as Metal's grid does: throws "[op] ... more than 2^32-1
+// elements" (Unsupported) past that.
+uint32_t checked_u32(int64_t n, const char* op);
+inline uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
+
+// True when l reads numel consecutive elements from l.offset() (the contiguous fast path).
+inline bool is_dense(const Layout& l) { return l.is_contiguous(); }
+
+// A layout for a strided kernel: adjacent dims merged where the strides allow, size-1 dims dropped
+// (at least one dim is kept), so the kernel's index arithmetic loops over as few dims as possible.
+struct Strided {
+  std::vector<int64_t> shape, strides;  // the same length, >= 1
+  int64_t offset = 0;
+  uint32_t ndim() const { return (uint32_t)shape.size(); }
+};
+Strided collapse(const Layout& l);
+// Several layouts of one shape (the broadcast operands of one op) merged together: a dim pair merges
+// only where it merges in every layout, so one shape array serves all of them.
+std::vector<Strided> collapse(const std::vector<const Layout*>& ls);
+
+class Launch {
+ public:
+  // `function` of the embedded kernel file `file` ("copy.metal").
+  Launch(MetalDevice& dev, const std::string& file, std::string function);
+  // `function` of any source (user kernels, generated code); `src` must outlive the dispatch call.
+  Launch(MetalDevice& dev, const KernelSource& src, std::string function);
+
+  // Each binding takes the next [[buffer(n)]] index, from 0 in call order (at() moves it).
+  // A storage read by the kernel, bound at its byte offset plus `elem_offset` elements.
+  Launch& input(const MetalStorage& s, int64_t elem_offset = 0) { return buffer(s, elem_offset, true, false); }
+  // A storage the kernel writes (registered for hazards as a write).
+  Launch& output(const MetalStorage& s, int64_t elem_offset = 0) { return buffer(s, elem_offset, false, true); }
+  // A storage the kernel reads and writes (in-place ops, atomics into an accumulator).
+  Launch& inout(const MetalStorage& s, int64_t elem_offset = 0) { return buffer(s, elem_offset, true, true); }
+  // A `constant T&` argument, copied now (set_bytes): T must be trivially copyable.
+  template <class T> Launch& scalar(const T& v) {
+    static_assert(std::is_trivially_copyable_v<T>, "scalars are copied by value");
+    return bytes(&v, sizeof v);
+  }
+  Launch& bytes(const void* data, size_t n);
+  // A `constant long*` / `constant uint*` array (shapes, strides), by value; an empty array binds one
+  // zero so that the binding exists. At most 4096 bytes (set_bytes' limit).
+  Launch& array(const std::vector<int64_t>& v);
+  Launch& array(const std::vector<uint32_t>& v);
+  Launch& skip() { return at(next_ + 1); }  // leaves the next index unbound
+  Launch& at(uint32_t index);               // the next binding goes to [[buffer(index)]]
+
+  // [[function_constant(index)]] values (part of the pipeline's cache key).
+  Launch& constant(uint32_t index, bool v);
+  Launch& constant(uint32_t index, int32_t v);
+  Launch& constant(uint32_t index, uint32_t v);
+  Launch& constant(uint32_t index, float v);
+  // Dynamic [[threadgroup(index)]] memory, in bytes.
+  Launch& threadgroup_memory(size_t bytes, uint32_t index = 0);
+
+  // Encodes the dispatch: `grid` in threads (dispatchThreads: edge groups are partial). A grid with
+  // a zero size encodes nothing. The pipeline is compiled (or found in the cache) here.
+  void dispatch(Dim3 grid, Dim3 threads_per_group);
+  // A 1-D grid of `threads` threads in groups of `group` (clamped to the grid and the device).
+  void dispatch_1d(uint64_t threads, uint32_t group = 256);
+
+ private:
+  Launch& buffer(const MetalStorage& s, int64_t elem_offset, bool read, bool write);
+  DispatchDesc::Arg& slot();
+  MetalDevice& dev_;
+  const KernelSource& src_;
+  DispatchDesc d_;
+  std::vector<FunctionConstant> constants_;
+  uint32_t next_ = 0;
+};
+
+}  // namespace ember::metal
