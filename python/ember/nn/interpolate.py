@@ -93,7 +93,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
             the given factor.
 
     Returns:
-        Tensor: (N, C, *size), differentiable with respect to input.
+        Tensor: (N, C) + the output size, differentiable with respect to input.
 
     Raises:
         EmberValueError: an unknown mode, both or neither of size and scale_factor, align_corners
