@@ -5,9 +5,10 @@ from . import _C
 from . import dtypes as _dt
 from .errors import DeviceError, EmberValueError
 from .memory import _limit_arg
+from .metal_kernel import Kernel, cache_info
 
 __all__ = ["backend", "synchronize", "memory_stats", "empty_cache", "set_cache_limit", "set_memory_limit",
-           "reset_peak_memory_stats", "describe"]
+           "reset_peak_memory_stats", "describe", "Kernel", "cache_info"]
 
 
 def backend():
