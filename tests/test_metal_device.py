@@ -242,8 +242,9 @@ def test_memory_limit_raises_out_of_memory():
     old = em.metal.memory_stats()["memory_limit"]
     try:
         em.metal.set_memory_limit(em.metal.memory_stats()["allocated"] + (1 << 20))
-        e = expect_error(lambda: em.zeros(1 << 20, device="metal"), "metal", em.OutOfMemory)
-        assert "out of memory" in str(e)
+        e = expect_error(lambda: em.zeros(1 << 20, device="metal"), "alloc", em.OutOfMemory)
+        assert "out of memory" in str(e) and "metal:0" in str(e)
+        expect_error(lambda: em.ones(1 << 20).to_device("metal"), "to_device", em.OutOfMemory)
         small = em.zeros(16, device="metal")  # the device is still usable
         np.testing.assert_array_equal(small.numpy(), np.zeros(16, np.float32))
     finally:
@@ -351,8 +352,22 @@ def test_many_dispatches_commit_in_batches():
     t = em.zeros(32, device="metal")
     for _ in range(100):
         t.fill_(1.0)
-    assert em.metal.memory_stats()["commits"] - c0 >= 2  # the commit policy cut the stream
+    s = em.metal.memory_stats()
+    assert s["commits"] - c0 >= 2  # the commit policy cut the stream
     np.testing.assert_array_equal(t.numpy(), np.ones(32, np.float32))
+    # Each command buffer's first fill of t waits on the fence of the one before (still in flight):
+    # Metal orders nothing across command buffers on untracked buffers by itself.
+    em.metal.synchronize()
+    w0 = em.metal.memory_stats()["fence_waits"]
+    for _ in range(100):
+        t.fill_(2.0)
+    assert em.metal.memory_stats()["fence_waits"] - w0 >= 2
+    u = em.zeros(32, device="metal")
+    em.metal.synchronize()
+    w1 = em.metal.memory_stats()["fence_waits"]
+    u.fill_(3.0)  # nothing in flight touches u: no wait
+    assert em.metal.memory_stats()["fence_waits"] == w1
+    np.testing.assert_array_equal(t.numpy(), np.full(32, 2, np.float32))
 
 
 # ----------------------------------------------------------------------------- custom ops
