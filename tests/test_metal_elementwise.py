@@ -422,3 +422,108 @@ def test_binary_integer_division_edges_match_the_cpu(dtype):
         np.testing.assert_array_equal(out, binary_want(op, dtype, a, b), err_msg=op)
         np.testing.assert_array_equal(out, cpu_binary(op, a, b), err_msg=op)
 
+
+# --- the launchers, through the public API on the emulated device -----------------------------------------
+# Each op runs on the same view of the same data on the CPU and on Metal: contiguous, at an offset
+# (narrow), strided (transposed and stepped), broadcast (stride 0), and for binary ops a one-element
+# operand on either side.
+METAL = em.Device("metal", 0)
+
+
+@pytest.fixture
+def metal(monkeypatch):
+    # the emulator unless a real Metal device runs the suite (scripts/metal_smoke.sh on a Mac)
+    if em.metal.backend() != "apple":
+        monkeypatch.setenv("EMBER_METAL", "emulate")
+    assert em.metal_is_available()
+    return METAL
+UNARY_INT_OPS = {"sqr", "abs", "neg", "relu", "sign", "ceil", "floor", "round", "trunc"}
+VIEW_KINDS = ["contiguous", "offset", "strided", "broadcast"]
+
+
+def on(x, device):
+    return em.tensor(x, device=device)
+
+
+def view_of(t, kind):
+    if kind == "offset":
+        return t.narrow(0, 1, t.shape[0] - 1).narrow(1, 2, t.shape[1] - 2)
+    if kind == "strided":
+        return t.t()[1:, ::2]
+    if kind == "broadcast":
+        return t[1:2].broadcast_as(t.shape)
+    return t
+
+
+def api_inputs(rng, dtype, op, shape=(6, 9)):
+    if dtype in INTS:
+        return int_inputs(rng, INTS[dtype], shape)
+    return float_inputs(rng, op, FLOATS[dtype], shape)
+
+
+def same_result(cpu_fn, metal_fn, dtype):
+    """Both sides' results agree (floats within the dtype's tolerance, integers exactly), or both raise the
+    same error."""
+    try:
+        want = cpu_fn()
+    except em.EmberError as e:
+        with pytest.raises(type(e)) as got:
+            metal_fn()
+        assert str(got.value) == str(e)
+        return
+    got = metal_fn()
+    assert got.device == METAL and got.dtype == want.dtype and got.shape == want.shape
+    assert_close(got.numpy(), want.numpy(), dtype if want.dtype.is_float else "int64")
+
+
+@pytest.mark.parametrize("kind", VIEW_KINDS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("op", list(UNARY_FLOAT))
+def test_api_unary_matches_the_cpu(op, dtype, kind, rng, metal):
+    x = api_inputs(rng, dtype, op)
+    same_result(lambda: getattr(view_of(on(x, "cpu"), kind), op)(),
+                lambda: getattr(view_of(on(x, METAL), kind), op)(), dtype)
+
+
+@pytest.mark.parametrize("kind", VIEW_KINDS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("op,args", [
+    ("affine", (2.0, -1.0)), ("affine", (0.5, 0.25)), ("affine", (-3.0, 1e19)), ("powf", (2.0,)), ("powf", (0.5,)),
+    ("powf", (-1.25,)), ("clamp", (-1.0, 2.0)), ("clamp", (3, -3)), ("clamp", (None, 5)), ("clamp", (-(2**70), 2**70))])
+def test_api_parametrised_unary_matches_the_cpu(op, args, dtype, kind, rng, metal):
+    x = api_inputs(rng, dtype, op)
+    same_result(lambda: getattr(view_of(on(x, "cpu"), kind), op)(*args),
+                lambda: getattr(view_of(on(x, METAL), kind), op)(*args), dtype)
+
+
+def api_binary(op):
+    """The public spelling of each op; integer `/` promotes to float in Python, so integer div is called
+    as the backend op."""
+    ops = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+           "div": lambda a, b: a / b if a.dtype.is_float else a._binary(b, "div"),
+           "maximum": em.maximum, "minimum": em.minimum, "pow": lambda a, b: a ** b,
+           "floor_divide": lambda a, b: a // b, "remainder": lambda a, b: a % b}
+    return ops.get(op) or (lambda a, b: getattr(a, op)(b))
+
+
+BINARY_KINDS = ["contiguous", "offset", "strided", "broadcast", "scalar_rhs", "scalar_lhs"]
+
+
+def binary_operands(t_a, t_b, kind):
+    if kind == "broadcast":
+        return t_a[:, :1], t_b[:1]  # (6, 1) op (1, 9): both stride 0 somewhere
+    if kind == "scalar_rhs":
+        return t_a, t_b[2:3, 4:5]
+    if kind == "scalar_lhs":
+        return t_a[2:3, 4:5].reshape(1), t_b
+    return view_of(t_a, kind), view_of(t_b, kind)
+
+
+@pytest.mark.parametrize("kind", BINARY_KINDS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("op", list(BINARY))
+def test_api_binary_matches_the_cpu(op, dtype, kind, rng, metal):
+    a, b = binary_inputs(rng, op, dtype, (6, 9), (6, 9))
+    fn = api_binary(op)
+    same_result(lambda: fn(*binary_operands(on(a, "cpu"), on(b, "cpu"), kind)),
+                lambda: fn(*binary_operands(on(a, METAL), on(b, METAL), kind)), dtype)
