@@ -527,3 +527,33 @@ def test_api_binary_matches_the_cpu(op, dtype, kind, rng, metal):
     fn = api_binary(op)
     same_result(lambda: fn(*binary_operands(on(a, "cpu"), on(b, "cpu"), kind)),
                 lambda: fn(*binary_operands(on(a, METAL), on(b, METAL), kind)), dtype)
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 5, 255, 1023, 1025, 70001])
+def test_api_sizes_across_threadgroups(n, rng, metal):
+    # grids of ceil(n / 4) threads (dense) or n threads (strided) in groups of 256, partial at the edge
+    a, b = rng.standard_normal((2, n)).astype(np.float32)
+    ta, tb = on(a, metal), on(b, metal)
+    np.testing.assert_array_equal(ta.neg().numpy(), -a)
+    np.testing.assert_array_equal((ta * tb).numpy(), a * b)
+    np.testing.assert_array_equal((ta - 1.5).numpy(), a - np.float32(1.5))
+    a2 = rng.standard_normal((n, 3)).astype(np.float32)
+    t2 = on(a2, metal)
+    np.testing.assert_array_equal(t2.t().sqr().numpy(), np.square(a2.T))
+    np.testing.assert_array_equal(em.maximum(t2.t(), t2.t()[:1]).numpy(), np.maximum(a2.T, a2.T[:1]))
+    assert ta.exp().shape == (n,) and t2.t().lt(t2.t()).dtype == em.uint8
+
+
+def test_api_zero_dim_tensors(metal):
+    x = on(np.float32(-2.5), metal)
+    assert x.abs().shape == () and x.abs().item() == 2.5
+    assert (x * x).item() == 6.25 and (x // on(np.float32(2.0), metal)).item() == -2.0
+
+
+def test_api_more_elements_than_32_bit_indices_is_an_error(metal):
+    # a broadcast view holds 2^32 + 2^16 elements without the memory: refused before any allocation
+    big = on(np.ones(1, np.float32), metal).broadcast_as((65536, 65537))
+    with pytest.raises(em.UnsupportedOp, match=r"^\[exp\] 4295032832 elements: Metal kernels index with 32 bits"):
+        big.exp()
+    with pytest.raises(em.UnsupportedOp, match=r"^\[add\] 4295032832 elements"):
+        big + big
