@@ -506,7 +506,7 @@ def api_binary(op):
     return ops.get(op) or (lambda a, b: getattr(a, op)(b))
 
 
-BINARY_KINDS = ["contiguous", "offset", "strided", "broadcast", "scalar_rhs", "scalar_lhs"]
+BINARY_KINDS = ["contiguous", "offset", "strided", "broadcast", "scalar_rhs", "scalar_lhs", "scalar_size1"]
 
 
 def binary_operands(t_a, t_b, kind):
@@ -516,6 +516,8 @@ def binary_operands(t_a, t_b, kind):
         return t_a, t_b[2:3, 4:5]
     if kind == "scalar_lhs":
         return t_a[2:3, 4:5].reshape(1), t_b
+    if kind == "scalar_size1":  # (1, 9) op (1, 1): a size-1 dim keeps its stride, still one element
+        return t_a[3:4], t_b[2:3, 4:5]
     return view_of(t_a, kind), view_of(t_b, kind)
 
 
