@@ -559,3 +559,43 @@ def test_api_more_elements_than_32_bit_indices_is_an_error(metal):
         big.exp()
     with pytest.raises(em.UnsupportedOp, match=r"^\[add\] 4295032832 elements"):
         big + big
+
+
+
+def shaped_view(rng, shape, dtype, device, op="add"):
+    """(tensor, numpy array) of the given shape with random strides and offset: the data lies in a larger
+    buffer with its dims permuted, some dims stepped by 2 from 1, and size-1 dims sometimes broadcast."""
+    nd = len(shape)
+    perm = [int(p) for p in rng.permutation(nd)]
+    step = [bool(rng.random() < 0.4) for _ in range(nd)]
+    big = tuple(shape[p] * 2 + 1 if step[p] else shape[p] for p in perm)
+    base = binary_inputs(rng, op, dtype, big, (1,))[0]
+    idx = tuple(slice(1, None, 2) if step[p] else slice(None) for p in perm)
+    inv = tuple(int(i) for i in np.argsort(perm))
+    t, x = on(base, device)[idx].permute(*inv), base[idx].transpose(inv)
+    if nd and rng.random() < 0.3:  # one dim a stride-0 broadcast of its first slice
+        d = int(rng.integers(0, nd))
+        sl = (slice(None),) * d + (slice(0, 1),)
+        t, x = t[sl].broadcast_as(shape), np.broadcast_to(x[sl], shape)
+    assert t.shape == x.shape == tuple(shape)
+    return t, x
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_api_random_views_and_broadcasts(dtype, rng, metal):
+    ops = ["add", "mul", "maximum", "lt", "floor_divide"] + (["pow", "div"] if dtype in FLOATS else ["sub", "div"])
+    for case in range(16):
+        shape = tuple(int(s) for s in rng.integers(1, 7, size=int(rng.integers(0, 5))))
+        # b: a trailing part of the shape, each dim kept or 1 (numpy broadcasting)
+        bshape = tuple(s if rng.random() < 0.7 else 1 for s in shape[int(rng.integers(0, len(shape) + 1)):])
+        ta, xa = shaped_view(rng, shape, dtype, metal)
+        tb, xb = shaped_view(rng, bshape, dtype, metal)
+        if case % 2:
+            ta, xa, tb, xb = tb, xb, ta, xa
+        for op in ops:
+            got = api_binary(op)(ta, tb)
+            want = api_binary(op)(on(np.ascontiguousarray(xa), "cpu"), on(np.ascontiguousarray(xb), "cpu"))
+            assert_close(got.numpy(), want.numpy(), dtype if want.dtype.is_float else "int64")
+        unary = "abs" if dtype in INTS else ["exp", "tanh", "sign", "rsqrt"][case % 4]
+        assert_close(getattr(ta, unary)().numpy(), getattr(on(np.ascontiguousarray(xa), "cpu"), unary)().numpy(),
+                     dtype)
