@@ -60,7 +60,7 @@ inline float ember_log1p(float x) {
   return log(u) * (x / (u - 1.0f));
 }
 inline float ember_expm1(float x) {
-  if (fabs(x) < 1e-5f) return x + 0.5f * x * x;
+  if (fabs(x) < 1e-5f) return x * (1.0f + 0.5f * x);  // keeps -0 as -0
   const float u = exp(x);
   if (isinf(u)) return u;
   if (u - 1.0f == -1.0f) return -1.0f;

@@ -125,7 +125,11 @@ def test_unary_float_contiguous_and_strided(op, dtype, rng):
     x = float_inputs(rng, op, dt, (n,))
     out = np.zeros(n, dt)
     run("unary.metal", f"unary_contig_{op}_{dtype}", [x, out, u32(n), fparams()], -(-n // 4), 64)
-    assert_close(out, unary_float_want(op, x, dt), dtype)
+    want = unary_float_want(op, x, dt)
+    assert_close(out, want, dtype)
+    if op not in ("neg", "abs", "sign"):  # the sign of a zero result as numpy (these follow the CPU, below)
+        zero = (want == 0) & (out == 0)
+        np.testing.assert_array_equal(np.signbit(out[zero]), np.signbit(want[zero]))
 
     shape = tuple(int(s) for s in rng.integers(1, 6, size=int(rng.integers(1, 5))))
     base = float_inputs(rng, op, dt, [2 * s + 1 for s in shape])
@@ -350,8 +354,9 @@ def binary_check(op, dtype, out, want):
         np.testing.assert_allclose(out.astype(np.float64), want.astype(np.float64), rtol=2 * RTOL[dtype], atol=1e-6)
     elif op in CMP or dtype in INTS:
         np.testing.assert_array_equal(out, want)
-    else:  # one float op rounded once: exact (NaN where numpy has NaN)
+    else:  # one float op rounded once: exact (NaN where numpy has NaN), the sign of zeros too
         np.testing.assert_array_equal(out.astype(np.float64), want.astype(np.float64))
+        np.testing.assert_array_equal(np.signbit(out), np.signbit(want))
 
 
 def cpu_binary(op, a, b):
@@ -461,9 +466,9 @@ def api_inputs(rng, dtype, op, shape=(6, 9)):
     return float_inputs(rng, op, FLOATS[dtype], shape)
 
 
-def same_result(cpu_fn, metal_fn, dtype):
-    """Both sides' results agree (floats within the dtype's tolerance, integers exactly), or both raise the
-    same error."""
+def same_result(cpu_fn, metal_fn, dtype, zero_sign=True):
+    """Both sides' results agree (floats within the dtype's tolerance and in the sign of zeros, integers
+    exactly), or both raise the same error."""
     try:
         want = cpu_fn()
     except em.EmberError as e:
@@ -473,7 +478,11 @@ def same_result(cpu_fn, metal_fn, dtype):
         return
     got = metal_fn()
     assert got.device == METAL and got.dtype == want.dtype and got.shape == want.shape
-    assert_close(got.numpy(), want.numpy(), dtype if want.dtype.is_float else "int64")
+    g, w = got.numpy(), want.numpy()
+    assert_close(g, w, dtype if want.dtype.is_float else "int64")
+    if want.dtype.is_float and zero_sign:
+        zero = (g == 0) & (w == 0)
+        np.testing.assert_array_equal(np.signbit(g[zero]), np.signbit(w[zero]))
 
 
 @pytest.mark.parametrize("kind", VIEW_KINDS)
@@ -481,8 +490,9 @@ def same_result(cpu_fn, metal_fn, dtype):
 @pytest.mark.parametrize("op", list(UNARY_FLOAT))
 def test_api_unary_matches_the_cpu(op, dtype, kind, rng, metal):
     x = api_inputs(rng, dtype, op)
+    # the CPU's tanh(-0) is +0; Metal's is -0, as numpy's
     same_result(lambda: getattr(view_of(on(x, "cpu"), kind), op)(),
-                lambda: getattr(view_of(on(x, METAL), kind), op)(), dtype)
+                lambda: getattr(view_of(on(x, METAL), kind), op)(), dtype, zero_sign=op != "tanh")
 
 
 @pytest.mark.parametrize("kind", VIEW_KINDS)
