@@ -123,6 +123,7 @@ PYBIND11_MODULE(_C, m) {
   pthread_atfork(nullptr, nullptr, after_fork_child);
   install_sigint_hook();
   ember::bind::bind_layout(m);
+  ember::bind::bind_metal_kernel(m);
   ember::bind::bind_storage(m);
   ember::bind::bind_ops(m);
   bind_fused(m);

@@ -1,57 +1,516 @@
-// Metal launchers for the fused kernels: softmax / log_softmax, rms_norm, layer_norm, the activation
-// backwards, scaled dot-product attention (forward and backward).
+// Metal launchers for the fused family: softmax / log_softmax, rms_norm, layer_norm, the activations'
+// backward and sdpa, forward and backward (metal/softmax.metal, norm.metal, act.metal, sdpa.metal).
+// The shared entry points (cpp/fused.cpp) have checked dtypes, shapes and devices; saved statistics
+// are float32 (Metal has no float64).
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <tuple>
+
 #include "metal/launch.h"
 #include "metal/ops/ops.h"
 
 namespace ember::metal::ops {
+namespace {
 
-StoragePtr softmax_fwd(const MetalStorage& s, const Layout& l, bool log) {
-  throw Error(ErrorKind::Unsupported, log ? "[log_softmax] not yet implemented on metal"
-                                          : "[softmax] not yet implemented on metal");
+// ---- argument blocks, byte for byte the structs of the .metal files ---------------------------
+constexpr int kRowDims = 8;  // RowLayout's outer dims (softmax.metal, norm.metal)
+struct RowLayout {
+  int64_t offset = 0, cstride = 1, nd = 0;
+  int64_t shape[kRowDims] = {}, stride[kRowDims] = {};
+};
+struct SoftmaxArgs {
+  RowLayout a, b;
+  int64_t n = 0, rows = 0;
+};
+struct NormArgs {
+  RowLayout x, g;
+  int64_t n = 0, rows = 0, w_off = 0, w_st = 0, b_off = 0, b_st = 0, chunk = 1, nchunks = 0;
+  float eps = 0;
+  uint32_t has_w = 0, has_b = 0, has_mean = 0;
+};
+constexpr int kActDims = 8;  // act.metal
+struct ActArgs {
+  int64_t n = 0, nd = 0, a_off = 0, g_off = 0;
+  int64_t shape[kActDims] = {}, sa[kActDims] = {}, sg[kActDims] = {};
+};
+struct SdpaKArgs {  // sdpa.metal's SdpaArgs
+  int64_t B = 0, H = 0, Hkv = 0, Lq = 0, Lk = 0, D = 0, Dv = 0;
+  int64_t q_off = 0, k_off = 0, v_off = 0, m_off = 0, o_off = 0, g_off = 0;
+  int64_t sq[4] = {}, sk[4] = {}, sv[4] = {}, sm[4] = {}, so[4] = {}, sg[4] = {};
+  int64_t tile = 1;
+  float scale = 1;
+  uint32_t causal = 0, mask_kind = 0, pad = 0;
+};
+static_assert(sizeof(RowLayout) == 152 && sizeof(SoftmaxArgs) == 320 && sizeof(NormArgs) == 384 &&
+                  sizeof(ActArgs) == 224 && sizeof(SdpaKArgs) == 320,
+              "argument blocks must match the kernels' structs");
+
+constexpr int64_t kTile = 2048, kMaxTileRows = 64, kMaxHeadDim = 256;  // sdpa.metal
+constexpr int64_t kBlockPer = 8;                                       // softmax.metal's kPer
+
+uint32_t round_group(int64_t threads) {
+  return (uint32_t)std::clamp<int64_t>((threads + 31) / 32 * 32, 32, 1024);
 }
 
-StoragePtr softmax_bwd(const MetalStorage& s, const Layout& l, const BackendStorage& g, const Layout& lg, bool log) {
-  throw Error(ErrorKind::Unsupported, log ? "[log_softmax] backward not yet implemented on metal"
-                                          : "[softmax] backward not yet implemented on metal");
+// A dense copy of (s, l) when its rows need more outer dims than a RowLayout holds.
+MetalStoragePtr dense_copy(const MetalStorage& s, const Layout& l) {
+  auto out = new_metal(s.metal_device(), s.dtype(), l.numel(), "fused");
+  copy_into(s, l, *out, Layout::contiguous(l.shape()));
+  return out;
 }
 
-std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const MetalStorage& s, const Layout& l, const BackendStorage& w,
+// The rows of l: its last dim (n elements, cstride apart) and the outer dims, merged where their
+// strides allow and size-1 dims dropped. False when more than kRowDims outer dims remain.
+bool row_layout(const Layout& l, RowLayout& r) {
+  const int64_t nd = l.ndim();
+  r.offset = l.offset();
+  r.cstride = nd ? l.stride()[nd - 1] : 1;
+  Shape sh, st;
+  for (int64_t d = 0; d + 1 < nd; ++d) {
+    if (l.shape()[d] == 1) continue;
+    if (!sh.empty() && st.back() == l.stride()[d] * l.shape()[d]) {
+      sh.back() *= l.shape()[d];
+      st.back() = l.stride()[d];
+    } else {
+      sh.push_back(l.shape()[d]);
+      st.push_back(l.stride()[d]);
+    }
+  }
+  if ((int64_t)sh.size() > kRowDims) return false;
+  r.nd = (int64_t)sh.size();
+  for (size_t d = 0; d < sh.size(); ++d) {
+    r.shape[d] = sh[d];
+    r.stride[d] = st[d];
+  }
+  return true;
+}
+
+// An operand read row by row: in place when its layout fits a RowLayout, else through a dense copy.
+struct RowOperand {
+  const MetalStorage* s = nullptr;
+  MetalStoragePtr copy;
+  RowLayout rl;
+  RowOperand(const MetalStorage& st, const Layout& l) : s(&st) {
+    if (row_layout(l, rl)) return;
+    copy = dense_copy(st, l);
+    s = copy.get();
+    row_layout(Layout::contiguous(l.shape()), rl);
+  }
+};
+
+int64_t row_len(const Layout& l) { return l.ndim() ? l.shape().back() : 1; }
+int64_t row_count(const Layout& l) { return l.ndim() ? l.numel() / std::max<int64_t>(row_len(l), 1) : 1; }
+
+std::string kname(const char* base, DType dt, const char* op) { return std::string(base) + type_suffix(dt, op); }
+
+}  // namespace
+
+// ================================ softmax ========================================================
+StoragePtr softmax_fwd(const MetalStorage& x, const Layout& l, bool log) {
+  const char* op = log ? "log_softmax" : "softmax";
+  MetalDevice& dev = x.metal_device();
+  auto y = new_metal(dev, x.dtype(), l.numel(), op);
+  const int64_t n = row_len(l), rows = row_count(l);
+  if (l.numel() == 0) return y;
+  RowOperand in(x, l);
+  SoftmaxArgs a;
+  a.a = a.b = in.rl;
+  a.n = n;
+  a.rows = rows;
+  const bool block = n <= kBlockPer * 1024;
+  const uint32_t tpg = block ? round_group((n + kBlockPer - 1) / kBlockPer) : 1024;
+  const std::string base = std::string(op) + (block ? "_fwd_block_" : "_fwd_looped_");
+  Launch(dev, "softmax.metal", kname(base.c_str(), x.dtype(), op))
+      .input(*in.s)
+      .output(*y)
+      .scalar(a)
+      .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
+  return y;
+}
+
+StoragePtr softmax_bwd(const MetalStorage& y, const Layout& l, const BackendStorage& g, const Layout& lg, bool log) {
+  const char* op = log ? "log_softmax_bwd" : "softmax_bwd";
+  MetalDevice& dev = y.metal_device();
+  auto dx = new_metal(dev, y.dtype(), l.numel(), op);
+  const int64_t n = row_len(l), rows = row_count(l);
+  if (l.numel() == 0) return dx;
+  RowOperand ry(y, l), rg(as_metal(g), lg);
+  SoftmaxArgs a;
+  a.a = ry.rl;
+  a.b = rg.rl;
+  a.n = n;
+  a.rows = rows;
+  const bool block = n <= kBlockPer * 1024;
+  const uint32_t tpg = block ? round_group((n + kBlockPer - 1) / kBlockPer) : 1024;
+  const std::string base = std::string(log ? "log_softmax" : "softmax") + (block ? "_bwd_block_" : "_bwd_looped_");
+  Launch(dev, "softmax.metal", kname(base.c_str(), y.dtype(), op))
+      .input(*ry.s)
+      .input(*rg.s)
+      .output(*dx)
+      .scalar(a)
+      .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
+  return dx;
+}
+
+// ================================ norms ==========================================================
+namespace {
+
+// Threads per row: about 4 elements each, whole simdgroups.
+uint32_t norm_group(int64_t n) { return round_group((n + 3) / 4); }
+
+void set_param(const Layout* l, int64_t& off, int64_t& st) {
+  off = l ? l->offset() : 0;
+  st = l && l->ndim() == 1 ? l->stride()[0] : 0;
+}
+
+// dw (and db) = column sums over the rows of g * xhat (and g), in chunks of rows then in chunk order:
+// a function of the shape only, so the result is the same on every run.
+void norm_params(MetalDevice& dev, const char* op, const RowOperand& x, const RowOperand& g, const MetalStorage* mean,
+                 const MetalStorage& rstd, NormArgs a, const MetalStorage& dw, const MetalStorage* db) {
+  const int64_t n = a.n, rows = a.rows;
+  if (n == 0) return;
+  const int64_t want = std::clamp<int64_t>((int64_t(1) << 16) / std::max<int64_t>(n, 1), 1, 1024);
+  a.chunk = std::max<int64_t>(1, (rows + want - 1) / want);
+  a.nchunks = rows ? (rows + a.chunk - 1) / a.chunk : 0;
+  a.has_b = db != nullptr;
+  a.has_mean = mean != nullptr;
+  auto pw = new_metal(dev, DType::F32, std::max<int64_t>(1, a.nchunks * n), op);
+  auto pb = db ? new_metal(dev, DType::F32, std::max<int64_t>(1, a.nchunks * n), op) : pw;
+  const DType dt = x.s->dtype();
+  Launch(dev, "norm.metal", kname("norm_bwd_params_part_", dt, op))
+      .input(*x.s)
+      .input(mean ? *mean : rstd)
+      .input(rstd)
+      .input(*g.s)
+      .output(*pw)
+      .output(*pb)
+      .scalar(a)
+      .dispatch({checked_u32(n, op), checked_u32(a.nchunks, op), 1}, {(uint32_t)std::min<int64_t>(n, 256), 1, 1});
+  Launch(dev, "norm.metal", kname("norm_bwd_params_sum_", dt, op))
+      .input(*pw)
+      .input(*pb)
+      .output(dw)
+      .output(db ? *db : dw)
+      .scalar(a)
+      .dispatch_1d(checked_u32(n, op), 256);
+}
+
+}  // namespace
+
+std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const MetalStorage& x, const Layout& l, const BackendStorage& w,
                                                 const Layout& lw, double eps) {
-  throw Error(ErrorKind::Unsupported, "[rms_norm] not yet implemented on metal");
+  const char* op = "rms_norm";
+  MetalDevice& dev = x.metal_device();
+  const int64_t n = row_len(l), rows = row_count(l);
+  auto y = new_metal(dev, x.dtype(), l.numel(), op);
+  auto rstd = new_metal(dev, DType::F32, rows, op);
+  if (l.numel() == 0) return {y, rstd};
+  RowOperand in(x, l);
+  NormArgs a;
+  a.x = a.g = in.rl;
+  a.n = n;
+  a.rows = rows;
+  a.eps = (float)eps;
+  set_param(&lw, a.w_off, a.w_st);
+  const uint32_t tpg = norm_group(n);
+  Launch(dev, "norm.metal", kname("rms_norm_fwd_", x.dtype(), op))
+      .input(*in.s)
+      .input(as_metal(w))
+      .output(*y)
+      .output(*rstd)
+      .scalar(a)
+      .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
+  return {y, rstd};
 }
 
-std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const MetalStorage& s, const Layout& l, const BackendStorage& w,
-                                                const Layout& lw, const BackendStorage& rstd,
-                                                const BackendStorage& g, const Layout& lg) {
-  throw Error(ErrorKind::Unsupported, "[rms_norm] backward not yet implemented on metal");
+std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const MetalStorage& x, const Layout& l, const BackendStorage& w,
+                                                const Layout& lw, const BackendStorage& rstd, const BackendStorage& g,
+                                                const Layout& lg) {
+  const char* op = "rms_norm_bwd";
+  MetalDevice& dev = x.metal_device();
+  const int64_t n = row_len(l), rows = row_count(l);
+  auto dx = new_metal(dev, x.dtype(), l.numel(), op);
+  auto dw = new_metal(dev, x.dtype(), n, op);
+  RowOperand rx(x, l), rg(as_metal(g), lg);
+  NormArgs a;
+  a.x = rx.rl;
+  a.g = rg.rl;
+  a.n = n;
+  a.rows = rows;
+  set_param(&lw, a.w_off, a.w_st);
+  if (l.numel() > 0) {
+    const uint32_t tpg = norm_group(n);
+    Launch(dev, "norm.metal", kname("rms_norm_bwd_dx_", x.dtype(), op))
+        .input(*rx.s)
+        .input(as_metal(w))
+        .input(as_metal(rstd))
+        .input(*rg.s)
+        .output(*dx)
+        .scalar(a)
+        .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
+  }
+  norm_params(dev, op, rx, rg, nullptr, as_metal(rstd), a, *dw, nullptr);
+  return {dx, dw};
 }
 
-std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const MetalStorage& s, const Layout& l,
+std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const MetalStorage& x, const Layout& l,
                                                               const BackendStorage* w, const Layout* lw,
                                                               const BackendStorage* b, const Layout* lb, double eps) {
-  throw Error(ErrorKind::Unsupported, "[layer_norm] not yet implemented on metal");
+  const char* op = "layer_norm";
+  MetalDevice& dev = x.metal_device();
+  const int64_t n = row_len(l), rows = row_count(l);
+  auto y = new_metal(dev, x.dtype(), l.numel(), op);
+  auto mean = new_metal(dev, DType::F32, rows, op);
+  auto rstd = new_metal(dev, DType::F32, rows, op);
+  if (l.numel() == 0) return {y, mean, rstd};
+  RowOperand in(x, l);
+  NormArgs a;
+  a.x = a.g = in.rl;
+  a.n = n;
+  a.rows = rows;
+  a.eps = (float)eps;
+  a.has_w = w != nullptr;
+  a.has_b = b != nullptr;
+  set_param(lw, a.w_off, a.w_st);
+  set_param(lb, a.b_off, a.b_st);
+  const uint32_t tpg = norm_group(n);
+  // Without a weight or bias the kernel reads neither; x is bound in their place.
+  Launch(dev, "norm.metal", kname("layer_norm_fwd_", x.dtype(), op))
+      .input(*in.s)
+      .input(w ? as_metal(*w) : *in.s)
+      .input(b ? as_metal(*b) : *in.s)
+      .output(*y)
+      .output(*mean)
+      .output(*rstd)
+      .scalar(a)
+      .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
+  return {y, mean, rstd};
 }
 
-std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const MetalStorage& s, const Layout& l,
+std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const MetalStorage& x, const Layout& l,
                                                               const BackendStorage* w, const Layout* lw,
                                                               const BackendStorage& mean, const BackendStorage& rstd,
                                                               const BackendStorage& g, const Layout& lg) {
-  throw Error(ErrorKind::Unsupported, "[layer_norm] backward not yet implemented on metal");
+  const char* op = "layer_norm_bwd";
+  MetalDevice& dev = x.metal_device();
+  const int64_t n = row_len(l), rows = row_count(l);
+  auto dx = new_metal(dev, x.dtype(), l.numel(), op);
+  MetalStoragePtr dw, db;
+  if (w) {
+    dw = new_metal(dev, x.dtype(), n, op);
+    db = new_metal(dev, x.dtype(), n, op);
+  }
+  RowOperand rx(x, l), rg(as_metal(g), lg);
+  NormArgs a;
+  a.x = rx.rl;
+  a.g = rg.rl;
+  a.n = n;
+  a.rows = rows;
+  a.has_w = w != nullptr;
+  set_param(lw, a.w_off, a.w_st);
+  if (l.numel() > 0) {
+    const uint32_t tpg = norm_group(n);
+    Launch(dev, "norm.metal", kname("layer_norm_bwd_dx_", x.dtype(), op))
+        .input(*rx.s)
+        .input(w ? as_metal(*w) : *rx.s)
+        .input(as_metal(mean))
+        .input(as_metal(rstd))
+        .input(*rg.s)
+        .output(*dx)
+        .scalar(a)
+        .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
+  }
+  if (w) norm_params(dev, op, rx, rg, &as_metal(mean), as_metal(rstd), a, *dw, db.get());
+  return {dx, dw, db};
 }
 
-StoragePtr act_bwd(const MetalStorage& s, ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) {
-  throw Error(ErrorKind::Unsupported, cat_str("[", act_name(kind), "] backward not yet implemented on metal"));
+// ================================ activations' backward ==========================================
+StoragePtr act_bwd(const MetalStorage& a, ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) {
+  const std::string op = std::string(act_name(kind)) + "_bwd";
+  MetalDevice& dev = a.metal_device();
+  const int64_t n = l.numel();
+  auto dx = new_metal(dev, a.dtype(), n, op.c_str());
+  if (n == 0) return dx;
+  ActArgs p;
+  p.n = n;
+  const MetalStorage* as = &a;
+  const MetalStorage* gs = &as_metal(g);
+  MetalStoragePtr ca, cg;
+  uint64_t threads = n;
+  if (l.is_contiguous() && lg.is_contiguous()) {
+    p.a_off = l.offset();
+    p.g_off = lg.offset();
+    threads = ceil_div(n, 4);  // act.metal's kReads
+  } else {
+    auto st = collapse({&l, &lg});
+    if (st[0].ndim() > (uint32_t)kActDims) {  // beyond the kernel's dims: read dense copies
+      ca = dense_copy(a, l);
+      cg = dense_copy(*gs, lg);
+      as = ca.get();
+      gs = cg.get();
+      threads = ceil_div(n, 4);
+    } else {
+      p.nd = st[0].ndim();
+      p.a_off = st[0].offset;
+      p.g_off = st[1].offset;
+      for (int64_t d = 0; d < p.nd; ++d) {
+        p.shape[d] = st[0].shape[d];
+        p.sa[d] = st[0].strides[d];
+        p.sg[d] = st[1].strides[d];
+      }
+    }
+  }
+  Launch(dev, "act.metal", kname((op + "_").c_str(), a.dtype(), op.c_str()))
+      .input(*as)
+      .input(*gs)
+      .output(*dx)
+      .scalar(p)
+      .dispatch_1d(checked_u32((int64_t)threads, op.c_str()), 256);
+  return dx;
 }
 
-std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const MetalStorage& s, const SdpaArgs& a) {
-  throw Error(ErrorKind::Unsupported, "[sdpa] not yet implemented on metal");
+// ================================ sdpa ===========================================================
+namespace {
+
+// A 3-D (B, L, D) or 4-D (B, H, L, D) layout as 4 dims (H = 1, stride 0 for 3-D).
+void dims4(const Layout& l, int64_t sh[4], int64_t st[4]) {
+  const int64_t off = 4 - l.ndim();
+  for (int i = 0; i < 4; ++i) {
+    sh[i] = i < off ? 1 : l.shape()[i - off];
+    st[i] = i < off ? 0 : l.stride()[i - off];
+  }
 }
 
-std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const MetalStorage& s, const SdpaArgs& a,
+struct SdpaSetup {
+  SdpaKArgs k;
+  std::string suffix;  // "<dtype>_<mask dtype>"
+  const MetalStorage* mask = nullptr;
+};
+
+SdpaSetup sdpa_setup(const SdpaArgs& a, const char* op) {
+  SdpaSetup s;
+  SdpaKArgs& k = s.k;
+  int64_t shq[4], shk[4], shv[4];
+  dims4(a.lq, shq, k.sq);
+  dims4(a.lk, shk, k.sk);
+  dims4(a.lv, shv, k.sv);
+  k.B = shq[0];
+  k.H = shq[1];
+  k.Hkv = shk[1];
+  k.Lq = shq[2];
+  k.Lk = shk[2];
+  k.D = shq[3];
+  k.Dv = shv[3];
+  EMBER_CHECK(k.D <= kMaxHeadDim && k.Dv <= kMaxHeadDim, Unsupported, "[", op, "] head dims up to ", kMaxHeadDim,
+              " on metal, got ", k.D, " and ", k.Dv);
+  k.q_off = a.lq.offset();
+  k.k_off = a.lk.offset();
+  k.v_off = a.lv.offset();
+  k.scale = (float)a.scale;
+  k.causal = a.causal;
+  k.tile = std::min<int64_t>(kMaxTileRows, kTile / std::max<int64_t>({k.D, k.Dv, 1}));
+  const DType qdt = a.q->dtype();
+  if (a.mask) {
+    const Layout& lm = a.lmask;
+    const int64_t off = 4 - lm.ndim();
+    for (int i = 0; i < 4; ++i) {
+      const int64_t sz = i < off ? 1 : lm.shape()[i - off];
+      k.sm[i] = sz == 1 ? 0 : lm.stride()[i - off];
+    }
+    k.m_off = lm.offset();
+    k.mask_kind = a.mask->dtype() == DType::U8 ? 1 : 2;
+    s.mask = &as_metal(*a.mask);
+    s.suffix = std::string(type_suffix(qdt, op)) + "_" + type_suffix(a.mask->dtype(), op);
+  } else {
+    s.suffix = std::string(type_suffix(qdt, op)) + "_uint8";  // the uint8 variant, mask_kind 0
+  }
+  return s;
+}
+
+uint32_t sdpa_simdgroups(int64_t rows) { return rows >= 32 ? 8 : 4; }
+
+}  // namespace
+
+std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const MetalStorage& q, const SdpaArgs& a) {
+  const char* op = "sdpa";
+  MetalDevice& dev = q.metal_device();
+  SdpaSetup s = sdpa_setup(a, op);
+  const SdpaKArgs& k = s.k;
+  const int64_t BH = k.B * k.H;
+  auto out = new_metal(dev, q.dtype(), BH * k.Lq * k.Dv, op);
+  auto lse = new_metal(dev, DType::F32, BH * k.Lq, op);
+  if (BH * k.Lq == 0) return {out, lse};
+  const MetalStorage& mask = s.mask ? *s.mask : q;
+  // A few queries over many keys: the decode kernel spreads the keys over the group's simdgroups.
+  const bool decode = k.Lq <= 4;
+  const uint32_t nsg = decode ? (uint32_t)std::min<int64_t>(8, kTile / std::max<int64_t>(k.Dv, 1))
+                              : sdpa_simdgroups(k.Lq);
+  const uint32_t gy = decode ? checked_u32(k.Lq, op) : checked_u32((int64_t)ceil_div(k.Lq, nsg), op);
+  Launch(dev, "sdpa.metal", std::string(decode ? "sdpa_decode_" : "sdpa_fwd_") + s.suffix)
+      .input(q)
+      .input(as_metal(*a.k))
+      .input(as_metal(*a.v))
+      .input(mask)
+      .output(*out)
+      .output(*lse)
+      .scalar(k)
+      .dispatch({32 * nsg, gy, checked_u32(BH, op)}, {32 * nsg, 1, 1});
+  return {out, lse};
+}
+
+std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const MetalStorage& q, const SdpaArgs& a,
                                                         const BackendStorage& o, const Layout& lo,
                                                         const BackendStorage& lse, const BackendStorage& g,
                                                         const Layout& lg) {
-  throw Error(ErrorKind::Unsupported, "[sdpa] backward not yet implemented on metal");
+  const char* op = "sdpa_bwd";
+  MetalDevice& dev = q.metal_device();
+  SdpaSetup s = sdpa_setup(a, op);
+  SdpaKArgs& k = s.k;
+  int64_t sh[4];
+  dims4(lo, sh, k.so);
+  dims4(lg, sh, k.sg);
+  k.o_off = lo.offset();
+  k.g_off = lg.offset();
+  const int64_t BH = k.B * k.H;
+  auto dq = new_metal(dev, q.dtype(), BH * k.Lq * k.D, op);
+  auto dk = new_metal(dev, q.dtype(), k.B * k.Hkv * k.Lk * k.D, op);
+  auto dv = new_metal(dev, q.dtype(), k.B * k.Hkv * k.Lk * k.Dv, op);
+  if (BH == 0) return {dq, dk, dv};
+  const MetalStorage& mask = s.mask ? *s.mask : q;
+  auto di = new_metal(dev, DType::F32, std::max<int64_t>(1, BH * k.Lq), op);
+  Launch(dev, "sdpa.metal", kname("sdpa_bwd_prep_", q.dtype(), op))
+      .input(as_metal(o))
+      .input(as_metal(g))
+      .output(*di)
+      .scalar(k)
+      .dispatch({32, checked_u32(k.Lq, op), checked_u32(BH, op)}, {32, 1, 1});
+  const uint32_t nq = sdpa_simdgroups(k.Lq), nk = sdpa_simdgroups(k.Lk);
+  Launch(dev, "sdpa.metal", "sdpa_bwd_dq_" + s.suffix)
+      .input(q)
+      .input(as_metal(*a.k))
+      .input(as_metal(*a.v))
+      .input(mask)
+      .input(as_metal(g))
+      .input(as_metal(lse))
+      .input(*di)
+      .output(*dq)
+      .scalar(k)
+      .dispatch({32 * nq, checked_u32((int64_t)ceil_div(k.Lq, nq), op), checked_u32(BH, op)}, {32 * nq, 1, 1});
+  Launch(dev, "sdpa.metal", "sdpa_bwd_dkv_" + s.suffix)
+      .input(q)
+      .input(as_metal(*a.k))
+      .input(as_metal(*a.v))
+      .input(mask)
+      .input(as_metal(g))
+      .input(as_metal(lse))
+      .input(*di)
+      .output(*dk)
+      .output(*dv)
+      .scalar(k)
+      .dispatch({32 * nk, checked_u32((int64_t)ceil_div(k.Lk, nk), op), checked_u32(k.B * k.Hkv, op)},
+                {32 * nk, 1, 1});
+  return {dq, dk, dv};
 }
 
 }  // namespace ember::metal::ops

@@ -1,0 +1,368 @@
+// Scaled dot-product attention, f32/f16/bf16 accumulated in float, never forming the Lq x Lk matrix:
+// a tiled flash-attention forward (one simdgroup per query row, K/V tiles shared through threadgroup
+// memory, online softmax, writing out and the logsumexp), a decode forward for a few queries (the
+// group's simdgroups split the keys and merge their partial softmaxes), and a backward in two
+// deterministic passes: dQ per query row over K/V tiles, dK/dV per key row over Q/dO tiles (and over
+// the query heads it serves, so grouped-query heads need no atomics). Causal (top-left: query i sees
+// keys j <= i), an additive float or uint8 keep-mask with broadcast strides, H % Hkv == 0, head dims
+// up to 256, Lq != Lk; inputs with any strides and offset. Scores are kept in base 2 (log2(e) folded
+// into the scale), as in the CPU kernels.
+#include <metal_stdlib>
+using namespace metal;
+
+constant constexpr int kMaxD = 256;
+constant constexpr int kSlots = kMaxD / 32;  // head-dim elements per lane: d = lane + 32 * t
+constant constexpr int kTile = 2048;         // floats per threadgroup tile (8 KiB)
+constant constexpr int kMaxTileRows = 64;    // rows per tile (kTile / max(D, Dv), at most this)
+constant constexpr float kLog2e = 1.44269504088896341f;
+constant constexpr float kLn2 = 0.693147180559945309f;
+
+// Must match the host's copy in cpp/metal/ops/fused.cpp. Strides in elements for (b, h, row, col);
+// broadcast mask dims have stride 0.
+struct SdpaArgs {
+  long B, H, Hkv, Lq, Lk, D, Dv;
+  long q_off, k_off, v_off, m_off, o_off, g_off;
+  long sq[4], sk[4], sv[4], sm[4], so[4], sg[4];
+  long tile;       // rows per K/V (forward, dQ) or Q/dO (dK/dV) tile; tile * max(D, Dv) <= kTile
+  float scale;
+  uint causal;
+  uint mask_kind;  // 0 none, 1 keep-mask (uint8: 0 = masked out), 2 additive
+  uint pad;
+};
+
+inline float neg_inf() { return -numeric_limits<float>::infinity(); }
+
+// The base-2 score s of (b, h, i, j) after the mask; -inf when masked out.
+template <typename M>
+inline float masked(float s, device const M* mask, constant SdpaArgs& a, long b, long h, long i, long j) {
+  if (a.mask_kind == 0) return s;
+  const float mv = float(mask[a.m_off + b * a.sm[0] + h * a.sm[1] + i * a.sm[2] + j * a.sm[3]]);
+  if (a.mask_kind == 1) return mv == 0.0f ? neg_inf() : s;
+  return s + mv * kLog2e;
+}
+
+// Rows [r0, r0 + nr) of a strided (rows, cols) matrix into dst (dense, ld = cols) as float times mul,
+// by the whole threadgroup.
+template <typename T>
+inline void load_tile(threadgroup float* dst, device const T* src, long rs, long cs, long r0, long nr, long cols,
+                      float mul, uint tid, uint tpg) {
+  for (long e = tid; e < nr * cols; e += tpg) {
+    const long r = e / cols, c = e % cols;
+    dst[e] = float(src[(r0 + r) * rs + c * cs]) * mul;
+  }
+}
+
+// Forward: grid (32 * nsg, ceil(Lq / nsg), B * H); simdgroup sg of group y handles query y * nsg + sg.
+template <typename T, typename M>
+kernel void sdpa_fwd(device const T* q [[buffer(0)]], device const T* k [[buffer(1)]], device const T* v [[buffer(2)]],
+                     device const M* mask [[buffer(3)]], device T* out [[buffer(4)]], device float* lse [[buffer(5)]],
+                     constant SdpaArgs& a [[buffer(6)]], uint3 tg [[threadgroup_position_in_grid]],
+                     uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
+                     uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                     uint nsg [[simdgroups_per_threadgroup]]) {
+  threadgroup float Ks[kTile];
+  threadgroup float Vs[kTile];
+  const long bh = tg.z, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hkv);
+  const long D = a.D, Dv = a.Dv, i0 = long(tg.y) * nsg, i = i0 + sg;
+  const bool live = i < a.Lq;  // uniform in a simdgroup, so its simd_sums stay uniform too
+  device const T* qp = q + a.q_off + b * a.sq[0] + h * a.sq[1] + i * a.sq[2];
+  device const T* kp = k + a.k_off + b * a.sk[0] + hk * a.sk[1];
+  device const T* vp = v + a.v_off + b * a.sv[0] + hk * a.sv[1];
+  float qr[kSlots], acc[kSlots];
+  for (int t = 0; t < kSlots; ++t) {
+    const long d = lane + 32 * t;
+    qr[t] = live && d < D ? float(qp[d * a.sq[3]]) * (a.scale * kLog2e) : 0.0f;
+    acc[t] = 0.0f;
+  }
+  float m = neg_inf(), l = 0.0f;
+  const long ilast = min(a.Lq, i0 + long(nsg)) - 1;
+  const long kend = a.causal ? min(a.Lk, ilast + 1) : a.Lk;
+  for (long kt = 0; kt < kend; kt += a.tile) {
+    const long nk = min(a.tile, kend - kt);
+    threadgroup_barrier(mem_flags::mem_threadgroup);  // the previous tile's readers are done
+    load_tile(Ks, kp, a.sk[2], a.sk[3], kt, nk, D, 1.0f, tid, tpg);
+    load_tile(Vs, vp, a.sv[2], a.sv[3], kt, nk, Dv, 1.0f, tid, tpg);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (!live) continue;
+    const long jend = a.causal ? min(nk, i - kt + 1) : nk;
+    for (long jj = 0; jj < jend; ++jj) {
+      float part = 0.0f;
+      for (int t = 0; t < kSlots; ++t) {
+        const long d = lane + 32 * t;
+        if (d < D) part += qr[t] * Ks[jj * D + d];
+      }
+      const float s = masked(simd_sum(part), mask, a, b, h, i, kt + jj);
+      if (s == neg_inf()) continue;  // adds nothing (and -inf - -inf would be NaN)
+      float alpha = 1.0f, p = 1.0f;
+      if (s > m) {
+        alpha = exp2(m - s);
+        m = s;
+      } else {
+        p = exp2(s - m);
+      }
+      l = l * alpha + p;
+      for (int t = 0; t < kSlots; ++t) {
+        const long d = lane + 32 * t;
+        if (d < Dv) acc[t] = acc[t] * alpha + p * Vs[jj * Dv + d];
+      }
+    }
+  }
+  if (!live) return;
+  const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // a fully masked row gives 0 and lse = -inf
+  device T* o = out + (bh * a.Lq + i) * Dv;
+  for (int t = 0; t < kSlots; ++t) {
+    const long d = lane + 32 * t;
+    if (d < Dv) o[d] = T(acc[t] * inv);
+  }
+  if (lane == 0) lse[bh * a.Lq + i] = l > 0.0f ? (m + log2(l)) * kLn2 : neg_inf();
+}
+
+// Decode (few queries, many keys): grid (32 * nsg, Lq, B * H), one query per group; simdgroup sg takes
+// keys sg, sg + nsg, ... straight from device memory, then the group merges the nsg partial softmaxes
+// in simdgroup order. nsg * Dv <= kTile.
+template <typename T, typename M>
+kernel void sdpa_decode(device const T* q [[buffer(0)]], device const T* k [[buffer(1)]],
+                        device const T* v [[buffer(2)]], device const M* mask [[buffer(3)]],
+                        device T* out [[buffer(4)]], device float* lse [[buffer(5)]],
+                        constant SdpaArgs& a [[buffer(6)]], uint3 tg [[threadgroup_position_in_grid]],
+                        uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
+                        uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                        uint nsg [[simdgroups_per_threadgroup]]) {
+  threadgroup float Ms[32];
+  threadgroup float Ls[32];
+  threadgroup float Os[kTile];
+  const long bh = tg.z, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hkv), i = tg.y;
+  const long D = a.D, Dv = a.Dv;
+  device const T* qp = q + a.q_off + b * a.sq[0] + h * a.sq[1] + i * a.sq[2];
+  device const T* kp = k + a.k_off + b * a.sk[0] + hk * a.sk[1];
+  device const T* vp = v + a.v_off + b * a.sv[0] + hk * a.sv[1];
+  float qr[kSlots], acc[kSlots];
+  for (int t = 0; t < kSlots; ++t) {
+    const long d = lane + 32 * t;
+    qr[t] = d < D ? float(qp[d * a.sq[3]]) * (a.scale * kLog2e) : 0.0f;
+    acc[t] = 0.0f;
+  }
+  float m = neg_inf(), l = 0.0f;
+  const long kend = a.causal ? min(a.Lk, i + 1) : a.Lk;
+  for (long j = sg; j < kend; j += nsg) {
+    float part = 0.0f;
+    for (int t = 0; t < kSlots; ++t) {
+      const long d = lane + 32 * t;
+      if (d < D) part += qr[t] * float(kp[j * a.sk[2] + d * a.sk[3]]);
+    }
+    const float s = masked(simd_sum(part), mask, a, b, h, i, j);
+    if (s == neg_inf()) continue;
+    float alpha = 1.0f, p = 1.0f;
+    if (s > m) {
+      alpha = exp2(m - s);
+      m = s;
+    } else {
+      p = exp2(s - m);
+    }
+    l = l * alpha + p;
+    for (int t = 0; t < kSlots; ++t) {
+      const long d = lane + 32 * t;
+      if (d < Dv) acc[t] = acc[t] * alpha + p * float(vp[j * a.sv[2] + d * a.sv[3]]);
+    }
+  }
+  if (lane == 0) {
+    Ms[sg] = m;
+    Ls[sg] = l;
+  }
+  for (int t = 0; t < kSlots; ++t) {
+    const long d = lane + 32 * t;
+    if (d < Dv) Os[sg * Dv + d] = acc[t];
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  float mx = neg_inf();
+  for (uint s = 0; s < nsg; ++s) mx = max(mx, Ms[s]);
+  float L = 0.0f;
+  for (uint s = 0; s < nsg; ++s) L += Ms[s] == neg_inf() ? 0.0f : Ls[s] * exp2(Ms[s] - mx);
+  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+  device T* o = out + (bh * a.Lq + i) * Dv;
+  for (long d = tid; d < Dv; d += tpg) {
+    float acc_d = 0.0f;
+    for (uint s = 0; s < nsg; ++s)
+      if (Ms[s] != neg_inf()) acc_d += Os[s * Dv + d] * exp2(Ms[s] - mx);
+    o[d] = T(acc_d * inv);
+  }
+  if (tid == 0) lse[bh * a.Lq + i] = L > 0.0f ? (mx + log2(L)) * kLn2 : neg_inf();
+}
+
+// Backward, pass 0: di[bh, i] = rowsum(dO * O). Grid (32, Lq, B * H), a simdgroup per row.
+template <typename T>
+kernel void sdpa_bwd_prep(device const T* o [[buffer(0)]], device const T* g [[buffer(1)]],
+                          device float* di [[buffer(2)]], constant SdpaArgs& a [[buffer(3)]],
+                          uint3 tg [[threadgroup_position_in_grid]], uint lane [[thread_index_in_simdgroup]]) {
+  const long bh = tg.z, b = bh / a.H, h = bh % a.H, i = tg.y;
+  device const T* op = o + a.o_off + b * a.so[0] + h * a.so[1] + i * a.so[2];
+  device const T* gp = g + a.g_off + b * a.sg[0] + h * a.sg[1] + i * a.sg[2];
+  float s = 0.0f;
+  for (long d = lane; d < a.Dv; d += 32) s += float(op[d * a.so[3]]) * float(gp[d * a.sg[3]]);
+  s = simd_sum(s);
+  if (lane == 0) di[bh * a.Lq + i] = s;
+}
+
+// Backward, dQ: grid and tiles as the forward. P = exp2(S - lse2), dS = P * (dO V^T - di),
+// dQ = scale * dS K.
+template <typename T, typename M>
+kernel void sdpa_bwd_dq(device const T* q [[buffer(0)]], device const T* k [[buffer(1)]],
+                        device const T* v [[buffer(2)]], device const M* mask [[buffer(3)]],
+                        device const T* g [[buffer(4)]], device const float* lse [[buffer(5)]],
+                        device const float* di [[buffer(6)]], device T* dq [[buffer(7)]],
+                        constant SdpaArgs& a [[buffer(8)]], uint3 tg [[threadgroup_position_in_grid]],
+                        uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
+                        uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                        uint nsg [[simdgroups_per_threadgroup]]) {
+  threadgroup float Ks[kTile];
+  threadgroup float Vs[kTile];
+  const long bh = tg.z, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hkv);
+  const long D = a.D, Dv = a.Dv, i0 = long(tg.y) * nsg, i = i0 + sg;
+  const bool live = i < a.Lq;
+  device const T* qp = q + a.q_off + b * a.sq[0] + h * a.sq[1] + i * a.sq[2];
+  device const T* gp = g + a.g_off + b * a.sg[0] + h * a.sg[1] + i * a.sg[2];
+  device const T* kp = k + a.k_off + b * a.sk[0] + hk * a.sk[1];
+  device const T* vp = v + a.v_off + b * a.sv[0] + hk * a.sv[1];
+  float qr[kSlots], gr[kSlots], acc[kSlots];
+  for (int t = 0; t < kSlots; ++t) {
+    const long d = lane + 32 * t;
+    qr[t] = live && d < D ? float(qp[d * a.sq[3]]) * (a.scale * kLog2e) : 0.0f;
+    gr[t] = live && d < Dv ? float(gp[d * a.sg[3]]) : 0.0f;
+    acc[t] = 0.0f;
+  }
+  const float lse_i = live ? lse[bh * a.Lq + i] : neg_inf();
+  const bool dead = lse_i == neg_inf();  // a fully masked row: P = 0 everywhere
+  const float l2 = lse_i * kLog2e, di_i = live ? di[bh * a.Lq + i] : 0.0f;
+  const long ilast = min(a.Lq, i0 + long(nsg)) - 1;
+  const long kend = a.causal ? min(a.Lk, ilast + 1) : a.Lk;
+  for (long kt = 0; kt < kend; kt += a.tile) {
+    const long nk = min(a.tile, kend - kt);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    load_tile(Ks, kp, a.sk[2], a.sk[3], kt, nk, D, 1.0f, tid, tpg);
+    load_tile(Vs, vp, a.sv[2], a.sv[3], kt, nk, Dv, 1.0f, tid, tpg);
+    threadgroup_barrier(mem_flags::mem_threadgroup);
+    if (!live || dead) continue;
+    const long jend = a.causal ? min(nk, i - kt + 1) : nk;
+    for (long jj = 0; jj < jend; ++jj) {
+      float ps = 0.0f, pd = 0.0f;
+      for (int t = 0; t < kSlots; ++t) {
+        const long d = lane + 32 * t;
+        if (d < D) ps += qr[t] * Ks[jj * D + d];
+        if (d < Dv) pd += gr[t] * Vs[jj * Dv + d];
+      }
+      const float s = masked(simd_sum(ps), mask, a, b, h, i, kt + jj);
+      const float dp = simd_sum(pd);
+      if (s == neg_inf()) continue;
+      const float p = exp2(s - l2), ds = p * (dp - di_i);
+      for (int t = 0; t < kSlots; ++t) {
+        const long d = lane + 32 * t;
+        if (d < D) acc[t] += ds * Ks[jj * D + d];
+      }
+    }
+  }
+  if (!live) return;
+  device T* out = dq + (bh * a.Lq + i) * D;
+  for (int t = 0; t < kSlots; ++t) {
+    const long d = lane + 32 * t;
+    if (d < D) out[d] = T(acc[t] * a.scale);
+  }
+}
+
+// Backward, dK and dV: grid (32 * nsg, ceil(Lk / nsg), B * Hkv); simdgroup sg of group y owns key
+// y * nsg + sg and walks every query row of every query head it serves, in tiles of Q and dO:
+// dV = sum P dO, dK = sum dS Q * scale.
+template <typename T, typename M>
+kernel void sdpa_bwd_dkv(device const T* q [[buffer(0)]], device const T* k [[buffer(1)]],
+                         device const T* v [[buffer(2)]], device const M* mask [[buffer(3)]],
+                         device const T* g [[buffer(4)]], device const float* lse [[buffer(5)]],
+                         device const float* di [[buffer(6)]], device T* dk [[buffer(7)]], device T* dv [[buffer(8)]],
+                         constant SdpaArgs& a [[buffer(9)]], uint3 tg [[threadgroup_position_in_grid]],
+                         uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
+                         uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                         uint nsg [[simdgroups_per_threadgroup]]) {
+  threadgroup float Qs[kTile];
+  threadgroup float Gs[kTile];
+  threadgroup float L2s[kMaxTileRows];
+  threadgroup float Ds[kMaxTileRows];
+  const long bhk = tg.z, b = bhk / a.Hkv, hk = bhk % a.Hkv, group = a.H / a.Hkv;
+  const long D = a.D, Dv = a.Dv, j0 = long(tg.y) * nsg, j = j0 + sg;
+  const bool live = j < a.Lk;
+  device const T* kp = k + a.k_off + b * a.sk[0] + hk * a.sk[1] + j * a.sk[2];
+  device const T* vp = v + a.v_off + b * a.sv[0] + hk * a.sv[1] + j * a.sv[2];
+  float kr[kSlots], vr[kSlots], dka[kSlots], dva[kSlots];
+  for (int t = 0; t < kSlots; ++t) {
+    const long d = lane + 32 * t;
+    kr[t] = live && d < D ? float(kp[d * a.sk[3]]) : 0.0f;
+    vr[t] = live && d < Dv ? float(vp[d * a.sv[3]]) : 0.0f;
+    dka[t] = 0.0f;
+    dva[t] = 0.0f;
+  }
+  const long qstart = a.causal ? min(a.Lq, j0) : 0;  // earlier queries see none of this group's keys
+  for (long hh = 0; hh < group; ++hh) {
+    const long h = hk * group + hh, bh = b * a.H + h;
+    device const T* qp = q + a.q_off + b * a.sq[0] + h * a.sq[1];
+    device const T* gp = g + a.g_off + b * a.sg[0] + h * a.sg[1];
+    for (long qt = qstart; qt < a.Lq; qt += a.tile) {
+      const long nq = min(a.tile, a.Lq - qt);
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      load_tile(Qs, qp, a.sq[2], a.sq[3], qt, nq, D, a.scale * kLog2e, tid, tpg);
+      load_tile(Gs, gp, a.sg[2], a.sg[3], qt, nq, Dv, 1.0f, tid, tpg);
+      for (long r = tid; r < nq; r += tpg) {
+        const float ls = lse[bh * a.Lq + qt + r];
+        // a fully masked row (lse = -inf) must give P = 0: exp2(s - +inf)
+        L2s[r] = ls == neg_inf() ? numeric_limits<float>::infinity() : ls * kLog2e;
+        Ds[r] = di[bh * a.Lq + qt + r];
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+      if (!live) continue;
+      for (long r = 0; r < nq; ++r) {
+        const long i = qt + r;
+        if (a.causal && j > i) continue;
+        float ps = 0.0f, pd = 0.0f;
+        for (int t = 0; t < kSlots; ++t) {
+          const long d = lane + 32 * t;
+          if (d < D) ps += Qs[r * D + d] * kr[t];
+          if (d < Dv) pd += Gs[r * Dv + d] * vr[t];
+        }
+        const float s = masked(simd_sum(ps), mask, a, b, h, i, j);
+        const float dp = simd_sum(pd);
+        if (s == neg_inf()) continue;
+        const float p = exp2(s - L2s[r]), ds = p * (dp - Ds[r]);
+        for (int t = 0; t < kSlots; ++t) {
+          const long d = lane + 32 * t;
+          if (d < Dv) dva[t] += p * Gs[r * Dv + d];
+          if (d < D) dka[t] += ds * Qs[r * D + d];
+        }
+      }
+    }
+  }
+  if (!live) return;
+  device T* dko = dk + (bhk * a.Lk + j) * D;
+  device T* dvo = dv + (bhk * a.Lk + j) * Dv;
+  for (int t = 0; t < kSlots; ++t) {
+    const long d = lane + 32 * t;
+    if (d < D) dko[d] = T(dka[t] * kLn2);  // Q was scaled by scale * log2(e)
+    if (d < Dv) dvo[d] = T(dva[t]);
+  }
+}
+
+#define instantiate_sdpa_mask(tname, T, mname, M)                                                        \
+  template [[host_name("sdpa_fwd_" #tname "_" #mname)]] [[kernel]] decltype(sdpa_fwd<T, M>) sdpa_fwd<T, M>; \
+  template [[host_name("sdpa_decode_" #tname "_" #mname)]] [[kernel]] decltype(sdpa_decode<T, M>)          \
+      sdpa_decode<T, M>;                                                                                 \
+  template [[host_name("sdpa_bwd_dq_" #tname "_" #mname)]] [[kernel]] decltype(sdpa_bwd_dq<T, M>)          \
+      sdpa_bwd_dq<T, M>;                                                                                 \
+  template [[host_name("sdpa_bwd_dkv_" #tname "_" #mname)]] [[kernel]] decltype(sdpa_bwd_dkv<T, M>)        \
+      sdpa_bwd_dkv<T, M>;
+
+// Without a mask the uint8 variants run with mask_kind 0.
+#define instantiate_sdpa(tname, T)                                                                        \
+  template [[host_name("sdpa_bwd_prep_" #tname)]] [[kernel]] decltype(sdpa_bwd_prep<T>) sdpa_bwd_prep<T>;  \
+  instantiate_sdpa_mask(tname, T, uint8, uchar)                                                          \
+  instantiate_sdpa_mask(tname, T, float32, float)                                                        \
+  instantiate_sdpa_mask(tname, T, float16, half)                                                         \
+  instantiate_sdpa_mask(tname, T, bfloat16, bfloat)
+
+instantiate_sdpa(float32, float)
+instantiate_sdpa(float16, half)
+instantiate_sdpa(bfloat16, bfloat)
