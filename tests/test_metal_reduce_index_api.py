@@ -252,9 +252,9 @@ def test_bad_indices_raise_before_any_write(device):
 def test_conv2d_unfold_fold(device, dt, rng):
     x, xr = make_view(rng, (2, 3, 9, 8), dt, "transposed", device=device)
     w, wr = make_view(rng, (4, 3, 3, 2), dt, "contiguous", device=device)
-    # (no bias: its add is an elementwise kernel, tested with that family)
-    got = em.nn.conv2d(x, w, None, stride=(2, 1), padding=1, dilation=(1, 2))
-    want = torch.nn.functional.conv2d(torch.from_numpy(f64(xr)), torch.from_numpy(f64(wr)), None,
+    b, br = make_view(rng, (4,), dt, "contiguous", device=device)
+    got = em.nn.conv2d(x, w, b, stride=(2, 1), padding=1, dilation=(1, 2))
+    want = torch.nn.functional.conv2d(torch.from_numpy(f64(xr)), torch.from_numpy(f64(wr)), torch.from_numpy(f64(br)),
                                       stride=(2, 1), padding=1, dilation=(1, 2)).numpy()
     close(got, want, dt, scale=8)
     cols = em.nn.unfold(x, (3, 2), padding=(1, 0), stride=2)
