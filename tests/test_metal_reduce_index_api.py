@@ -243,6 +243,18 @@ def test_bad_indices_raise_before_any_write(device):
 
     expect_error(assign, "setitem", em.IndexOutOfRange)
     np.testing.assert_array_equal(x.numpy(), before)  # nothing was written
+    if not on_cpu(device):  # indices and operands must live on the tensor's device
+        expect_error(lambda: x.index_select(em.tensor(np.array([0])), 0), "index_select", em.DeviceError)
+        expect_error(lambda: x @ em.ones((3, 2)), "matmul", em.DeviceError)
+        np.testing.assert_array_equal(x.numpy(), before)
+
+
+def test_large_index_select_walks_the_whole_output(device, rng):
+    # more elements than the launchers' grid: every thread takes several
+    x = rng.standard_normal((1300, 1000)).astype(np.float32)
+    ids = rng.integers(0, 1300, 1300)
+    got = em.tensor(x, device=device).index_select(em.tensor(ids, device=device), 0)
+    np.testing.assert_array_equal(got.numpy(), x[ids])
 
 
 # ------------------------------------------------------------------------------------------ convolution
