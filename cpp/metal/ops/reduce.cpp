@@ -70,7 +70,9 @@ StoragePtr reduce(const MetalStorage& s, ReduceOp op, const Layout& l, const std
   meta.insert(meta.end(), K.strides.begin(), K.strides.end());
   meta.insert(meta.end(), R.shape.begin(), R.shape.end());
   meta.insert(meta.end(), R.strides.begin(), R.strides.end());
-  const uint32_t max_threads = std::min<uint32_t>(1024, dev.adapter().max_threads_per_threadgroup());
+  // Threadgroups stay at or under 512 threads: a pipeline may allow fewer than the device's 1024
+  // (register use), and the launch API cannot ask the pipeline for its limit.
+  const uint32_t max_threads = std::min<uint32_t>(512, dev.adapter().max_threads_per_threadgroup());
   const uint32_t rows = checked_u32(nout, name);
   const std::string suffix = std::string(kop) + "_" + tname;
 
@@ -79,9 +81,9 @@ StoragePtr reduce(const MetalStorage& s, ReduceOp op, const Layout& l, const std
   const int64_t k_inner = std::llabs(K.strides.back()), r_inner = std::llabs(R.strides.back());
   const bool use_rows = nout == 1 || (nred > kShortRow && r_inner <= k_inner);
   if (!use_rows) {
-    // columns: adjacent outputs on adjacent threads; up to 32 threads share an output's reduced elements
+    // columns: adjacent outputs on adjacent threads; up to 16 threads share an output's reduced elements
     uint32_t ty = 1;
-    while (ty < 32 && (int64_t)ty * 2 <= nred && (int64_t)ty * nout < 65536) ty *= 2;
+    while (ty * 32 < max_threads && (int64_t)ty * 2 <= nred && (int64_t)ty * nout < 65536) ty *= 2;
     const uint32_t tx = std::min<uint32_t>({32, rows, max_threads / ty});
     Launch(dev, "reduce.metal", "reduce_cols_" + suffix)
         .input(s).output(*out).array(meta)
