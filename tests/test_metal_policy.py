@@ -33,6 +33,20 @@ def test_pool_reuses_within_the_window_only():
     assert s["hits"] == 2 and s["misses"] == 3 and s["active_bytes"] == 512 + 5 * PAGE
 
 
+def test_pool_peak_resets_to_what_is_in_use_and_reports_its_limits():
+    pool = P.BufferPool(memory_limit=1 << 30, cache_limit=1 << 20)
+    a, sa = pool.alloc(3 * PAGE)
+    b, sb = pool.alloc(PAGE)
+    pool.free(a, sa)
+    s = pool.stats()
+    assert s["peak_bytes"] == 4 * PAGE and s["active_bytes"] == PAGE
+    pool.reset_peak()
+    assert pool.stats()["peak_bytes"] == PAGE
+    pool.alloc(1000)  # a 1024-byte bucket: the cached 3-page buffer is outside its reuse window
+    assert pool.stats()["peak_bytes"] == PAGE + 1024
+    assert s["memory_limit"] == 1 << 30 and s["cache_limit"] == 1 << 20
+
+
 def test_pool_releases_least_recently_freed_first_at_the_cache_limit():
     pool = P.BufferPool(memory_limit=1 << 30, cache_limit=3 * PAGE)
     bufs = [pool.alloc(PAGE)[0] for _ in range(4)]

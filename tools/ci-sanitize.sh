@@ -47,17 +47,15 @@ preload="$preload:$(gcc -print-file-name=libstdc++.so)"
 
 status=0
 if [ "$kind" = asan ]; then
-  # The Metal emulator runs a threadgroup's threads as fibers on stacks of its own, switched without
-  # ASan's fiber annotations, so ASan misreads their stack frames: its tests stay out of this job
-  # (tools/metal_tsan/run.sh checks the emulator's kernels under TSan, with real threads).
+  # The Metal emulator's fibers tell ASan of each stack switch (cpp/metal/emu/runtime.cpp), so its
+  # tests run here too.
   # detect_leaks=0: CPython keeps its objects alive at exit. allocator_may_return_null: the tests of
   # huge allocations expect ember's OutOfMemory, not an ASan abort.
   LD_PRELOAD="$preload" \
   ASAN_OPTIONS="detect_leaks=0:allocator_may_return_null=1:log_path=$PWD/$reports/asan:handle_segv=1" \
   UBSAN_OPTIONS="print_stacktrace=1:halt_on_error=0:log_path=$PWD/$reports/ubsan" \
   EMBER_SANITIZED=1 PYTHONPATH="$pkg" \
-    "$python" -m pytest tests -q -p no:cacheprovider \
-      --ignore=tests/test_metal_emulator.py --ignore=tests/test_metal_kernels.py "$@" || status=$?
+    "$python" -m pytest -q -p no:cacheprovider "${@:-tests}" || status=$?
 else
   # The tests that run ember from several threads at once, and the pool itself. Fork tests stay out:
   # TSan does not support a multi-threaded fork.

@@ -39,6 +39,20 @@ extern "C" void AnnotateIgnoreWritesEnd(const char* f, int l);
 #define EMU_IGNORE_END() ((void)0)
 #endif
 
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN 1
+#endif
+#endif
+#ifdef EMU_ASAN
+// ASan must be told of every stack switch, or it takes the fiber's frames for an overflow of the
+// scheduler's stack.
+#include <sanitizer/asan_interface.h>
+#include <sanitizer/common_interface_defs.h>
+#endif
+
 #if defined(__x86_64__) && defined(__linux__)
 #define EMU_ASM_SWITCH 1
 // ember_emu_switch(save, load): saves the callee-saved registers and the FP control words on the current
@@ -90,7 +104,7 @@ ember_emu_trampoline:
 namespace ember::metal::emu {
 namespace {
 
-#ifdef EMU_TSAN
+#if defined(EMU_TSAN) || defined(EMU_ASAN)
 constexpr size_t kStackBytes = 512 * 1024;
 #else
 constexpr size_t kStackBytes = 64 * 1024;  // kernels keep small locals; a guard page catches overflow
@@ -125,6 +139,11 @@ void fiber_main(void* arg);
 
 #ifdef EMU_ASM_SWITCH
 void init_fiber(Fiber& f, const Stack& s, void* arg) {
+#ifdef EMU_ASAN
+  // A reused stack may still carry the redzones of a fiber that never returned (it ended in yield,
+  // or its group failed); a new fiber starts on clean memory.
+  __asan_unpoison_memory_region(s.base, s.size);
+#endif
   const uintptr_t top = (uintptr_t)(s.base + s.size) & ~(uintptr_t)15;
   uint64_t* frame = reinterpret_cast<uint64_t*>(top - 128);
   frame[0] = 0x1F80ull | (0x037Full << 32);  // default MXCSR, x87 control word
@@ -139,6 +158,9 @@ inline void switch_to(Fiber& from, Fiber& to) { ember_emu_switch(&from.sp, to.sp
 #else
 void uc_entry(unsigned hi, unsigned lo) { fiber_main((void*)(((uintptr_t)hi << 32) | (uintptr_t)lo)); }
 void init_fiber(Fiber& f, const Stack& s, void* arg) {
+#ifdef EMU_ASAN
+  __asan_unpoison_memory_region(s.base, s.size);
+#endif
   ::getcontext(&f.uc);
   f.uc.uc_stack.ss_sp = s.base;
   f.uc.uc_stack.ss_size = s.size;
@@ -180,6 +202,10 @@ struct Group {
   ErrorKind error_kind = ErrorKind::Value;
   std::string error;
   Fiber* sched = nullptr;
+#ifdef EMU_ASAN
+  const void* asan_sched_bottom = nullptr;  // the scheduler's stack, learned when a fiber first runs
+  size_t asan_sched_size = 0;
+#endif
 #ifdef EMU_TSAN
   std::vector<void*> tsan_fibers;
   std::vector<char> tsan_first;
@@ -242,13 +268,24 @@ void yield(Group& g, uint32_t i) {
 #ifdef EMU_TSAN
   __tsan_switch_to_fiber(to, __tsan_switch_to_fiber_no_sync);
 #endif
+#ifdef EMU_ASAN
+  void* fake = nullptr;
+  // A finished fiber is never resumed: a null save slot lets ASan drop its fake stack.
+  __sanitizer_start_switch_fiber(g.state[i] == Done ? nullptr : &fake, g.asan_sched_bottom, g.asan_sched_size);
+#endif
   switch_to(me, sched);
+#ifdef EMU_ASAN
+  __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
 }
 
 void fiber_main(void* arg) {
   FiberArg* a = static_cast<FiberArg*>(arg);
   Group& g = *a->g;
   const uint32_t i = a->i;
+#ifdef EMU_ASAN
+  __sanitizer_finish_switch_fiber(nullptr, &g.asan_sched_bottom, &g.asan_sched_size);
+#endif
   try {
     g.launch->kernel->entry(&g.threads[i]);
   } catch (...) {
@@ -536,7 +573,14 @@ void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3]) {
       __tsan_switch_to_fiber(g.tsan_fibers[i], g.tsan_first[i] ? 0 : __tsan_switch_to_fiber_no_sync);
       g.tsan_first[i] = 0;
 #endif
+#ifdef EMU_ASAN
+      void* fake = nullptr;
+      __sanitizer_start_switch_fiber(&fake, w.stacks[i].base, w.stacks[i].size);
+#endif
       switch_to(w.sched, g.fibers[i]);
+#ifdef EMU_ASAN
+      __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
+#endif
     }
     if (g.failed || resolve(g) != 0) break;
   }
