@@ -234,3 +234,21 @@ def test_softplus_example_runs_its_metal_fwd(metal, capsys):
     runpy.run_path(str(path), run_name="__main__")
     out = capsys.readouterr().out
     assert "softplus on metal: ok" in out and "softplus: ok" in out
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
+def test_demo_swiglu_metal_fwd(dtype, metal, rng):
+    from ember.demo import swiglu
+
+    dt = getattr(em, dtype)
+    g = rng.standard_normal((5, 8)).astype(np.float32) * 3
+    u = rng.standard_normal((8, 5)).astype(np.float32)
+    gc, uc = em.tensor(g).to_dtype(dt), em.tensor(u).to_dtype(dt).t()  # a transposed (strided) operand
+    gm, um = em.tensor(g, device=metal).to_dtype(dt), em.tensor(u, device=metal).to_dtype(dt).t()
+    ym = swiglu(gm, um)
+    assert ym.device == metal and ym.dtype == dt
+    tol = {"float32": 1e-6, "float16": 1e-3, "bfloat16": 8e-3}[dtype]
+    np.testing.assert_allclose(ym.numpy().astype(np.float64), swiglu(gc, uc).numpy().astype(np.float64),
+                               rtol=tol, atol=tol)
+    with pytest.raises(em.ShapeError, match=r"^\[swiglu\]"):
+        swiglu(gm, gm[:, :4])
