@@ -1,7 +1,31 @@
-// Elementwise unary kernels (every UnaryOp that takes no parameter), f32/f16/bf16, computed in float:
-// a contiguous kernel (4 elements per thread) and a strided one (any shape, strides and offset).
+// Elementwise unary kernels, every UnaryOp: f32/f16/bf16 computed in float, and the ops the CPU allows on
+// int64/uint32/uint8 in integer arithmetic; a contiguous kernel (4 elements per thread) and a strided one.
 #include <metal_stdlib>
 using namespace metal;
+
+// The scalar parameters by value: affine (p0 * x + p1), powf (p0), clamp (p0, p1); ignored by the rest.
+struct UnaryParams {
+  float p0;
+  float p1;
+};
+
+// Integer ops' parameters, prepared on the host from the double parameters (Metal has no double).
+// clamp: x < lo <=> x < lo_thr (or always / never, per flags); x > hi <=> x > hi_thr; a clamped x
+// becomes lo_val / hi_val (bounds saturated into the dtype). affine: x * mul + add modulo 2^64 when both
+// parameters are integers (flag kAffineExact), else the doubles' bits for the software double below.
+struct IntUnaryParams {
+  long lo_thr;
+  long hi_thr;
+  long lo_val;
+  long hi_val;
+  ulong mul;
+  ulong add;
+  ulong mul_bits;
+  ulong add_bits;
+  uint flags;
+  uint pad;
+};
+constant constexpr uint kLoAlways = 1, kLoNever = 2, kHiAlways = 4, kHiNever = 8, kAffineExact = 16;
 
 // Metal has no erf: below 1 the Taylor series (11 terms, < 1e-8 off), above it Abramowitz-Stegun
 // 7.1.26 (< 1.5e-7 absolute, where erf is near 1).
@@ -27,69 +51,288 @@ inline float ember_erf(float x) {
   const float r = 1.0f - poly * exp(-a * a);
   return x < 0.0f ? -r : r;
 }
+// Metal has no log1p / expm1: Goldberg's and Kahan's corrections of log(1 + x) and exp(x) - 1 cancel
+// the rounding of 1 + x and of exp(x), which keeps the relative error small near 0.
+inline float ember_log1p(float x) {
+  const float u = 1.0f + x;
+  if (u == 1.0f) return x;
+  if (isinf(u) && u > 0.0f) return u;
+  return log(u) * (x / (u - 1.0f));
+}
+inline float ember_expm1(float x) {
+  if (fabs(x) < 1e-5f) return x + 0.5f * x * x;
+  const float u = exp(x);
+  if (isinf(u)) return u;
+  if (u - 1.0f == -1.0f) return -1.0f;
+  return (u - 1.0f) * (x / log(u));
+}
 
-struct Exp { float operator()(float x) const { return exp(x); } };
-struct Log { float operator()(float x) const { return log(x); } };
-struct Sin { float operator()(float x) const { return sin(x); } };
-struct Cos { float operator()(float x) const { return cos(x); } };
-struct Tanh { float operator()(float x) const { return tanh(x); } };
-struct Sqrt { float operator()(float x) const { return sqrt(x); } };
-struct Sqr { float operator()(float x) const { return x * x; } };
-struct Abs { float operator()(float x) const { return fabs(x); } };
-struct Neg { float operator()(float x) const { return -x; } };
-struct Recip { float operator()(float x) const { return 1.0f / x; } };
-struct Relu { float operator()(float x) const { return x < 0.0f ? 0.0f : x; } };
-struct Gelu { float operator()(float x) const { return 0.5f * x * (1.0f + ember_erf(x * 0.70710678f)); } };
-struct Silu { float operator()(float x) const { return x / (1.0f + exp(-x)); } };
-struct Erf { float operator()(float x) const { return ember_erf(x); } };
-struct Ceil { float operator()(float x) const { return ceil(x); } };
-struct Floor { float operator()(float x) const { return floor(x); } };
-struct Round { float operator()(float x) const { return rint(x); } };  // half to even, as numpy
-struct Sign { float operator()(float x) const { return x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x); } };
-struct Sigmoid { float operator()(float x) const { return 1.0f / (1.0f + exp(-x)); } };
+// Float functors, the CPU's (cpp/cpu/functors.h) expressions: neg is 0 - x and abs/relu/sign compare
+// with 0, so signed zeros and NaNs come out as the CPU gives them.
+#define EMBER_FUNARY(NAME, EXPR)                                                     \
+  struct NAME {                                                                       \
+    static float f(float x, constant UnaryParams& p) { return EXPR; }                \
+  };
+EMBER_FUNARY(Exp, exp(x))
+EMBER_FUNARY(Log, log(x))
+EMBER_FUNARY(Sin, sin(x))
+EMBER_FUNARY(Cos, cos(x))
+EMBER_FUNARY(Tanh, tanh(x))
+EMBER_FUNARY(Sqrt, sqrt(x))
+EMBER_FUNARY(Sqr, x * x)
+EMBER_FUNARY(Abs, (x < 0.0f ? 0.0f - x : x))
+EMBER_FUNARY(Neg, 0.0f - x)
+EMBER_FUNARY(Recip, 1.0f / x)
+EMBER_FUNARY(Relu, (x < 0.0f ? 0.0f : x))
+EMBER_FUNARY(Gelu, 0.5f * x * (1.0f + ember_erf(x * 0.70710678f)))
+EMBER_FUNARY(Silu, x / (1.0f + exp(-x)))
+EMBER_FUNARY(Erf, ember_erf(x))
+EMBER_FUNARY(Ceil, ceil(x))
+EMBER_FUNARY(Floor, floor(x))
+EMBER_FUNARY(Round, rint(x))  // half to even, as numpy
+EMBER_FUNARY(Sign, (x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : x)))
+EMBER_FUNARY(Sigmoid, 1.0f / (1.0f + exp(-x)))
+EMBER_FUNARY(Affine, x * p.p0 + p.p1)
+// x ** 2 and x ** 0.5 as x * x and sqrt, as the CPU does ((-0) ** 0.5 is then -0, (-inf) ** 0.5 NaN)
+EMBER_FUNARY(Powf, (p.p0 == 2.0f ? x * x : (p.p0 == 0.5f ? sqrt(x) : pow(x, p.p0))))
+// min(max(x, lo), hi): hi wins when lo > hi, as in torch and numpy; NaN stays NaN
+EMBER_FUNARY(Clamp, ((x < p.p0 ? p.p0 : x) > p.p1 ? p.p1 : (x < p.p0 ? p.p0 : x)))
+EMBER_FUNARY(Log1p, ember_log1p(x))
+EMBER_FUNARY(Expm1, ember_expm1(x))
+EMBER_FUNARY(Rsqrt, 1.0f / sqrt(x))
+EMBER_FUNARY(Log2, log2(x))
+EMBER_FUNARY(Log10, log10(x))
+EMBER_FUNARY(Tan, tan(x))
+EMBER_FUNARY(Sinh, sinh(x))
+EMBER_FUNARY(Cosh, cosh(x))
+EMBER_FUNARY(Asin, asin(x))
+EMBER_FUNARY(Acos, acos(x))
+EMBER_FUNARY(Atan, atan(x))
+EMBER_FUNARY(Trunc, trunc(x))
+#undef EMBER_FUNARY
+
+// --- integers ---------------------------------------------------------------------------------------
+// v modulo 2^bits of T: unsigned narrowing is modular; int64 takes the bits as they are.
+template <typename T> inline T wrap_to(ulong v) { return T(v); }
+template <> inline long wrap_to<long>(ulong v) { return as_type<long>(v); }
+template <typename T> inline ulong bits_of(T x) { return ulong(x); }
+template <> inline ulong bits_of<long>(long x) { return as_type<ulong>(x); }
+
+// A software double (Metal has no 64-bit float), just enough for the CPU's integer affine with
+// fractional parameters: (T)(double(x) * p0 + p1), each step rounded to nearest even. Subnormals are
+// taken as zero: such a product or sum truncates to the same integer either way.
+struct SoftF64 {
+  ulong m;  // value = (-1)^s * m * 2^e, 2^52 <= m < 2^53 when finite and nonzero
+  int e;
+  bool s;
+  uint cls;  // 0 zero, 1 finite nonzero, 2 inf, 3 NaN
+};
+inline SoftF64 sd_make(uint cls, bool s) {
+  SoftF64 r;
+  r.m = 0;
+  r.e = 0;
+  r.s = s;
+  r.cls = cls;
+  return r;
+}
+inline SoftF64 sd_unpack(ulong b) {
+  const bool s = (b >> 63) != 0;
+  const int ex = int((b >> 52) & 0x7ff);
+  const ulong fr = b & ((1ul << 52) - 1);
+  if (ex == 0x7ff) return sd_make(fr != 0 ? 3u : 2u, s);
+  if (ex == 0) return sd_make(0u, s);
+  SoftF64 r = sd_make(1u, s);
+  r.m = fr | (1ul << 52);
+  r.e = ex - 1075;
+  return r;
+}
+// (m + a little more when sticky) * 2^e rounded to 53 bits, nearest even; m != 0, and m has at least
+// 54 bits when sticky is set.
+inline int top_bit(ulong m) {  // the index of m's highest set bit, m != 0
+  int t = 0;
+  for (int w = 32; w > 0; w /= 2) {
+    if ((m >> w) != 0) {
+      m >>= w;
+      t += w;
+    }
+  }
+  return t;
+}
+inline SoftF64 sd_round(bool s, ulong m, bool sticky, int e) {
+  const int top = top_bit(m);
+  const int shift = top - 52;
+  SoftF64 r = sd_make(1u, s);
+  if (shift > 0) {
+    ulong q = m >> shift;
+    const ulong rem = m & ((1ul << shift) - 1), half = 1ul << (shift - 1);
+    if (rem > half || (rem == half && (sticky || (q & 1) != 0))) q += 1;
+    int ee = e + shift;
+    if (q == (1ul << 53)) {
+      q >>= 1;
+      ee += 1;
+    }
+    r.m = q;
+    r.e = ee;
+  } else {
+    r.m = m << (-shift);
+    r.e = e + shift;
+  }
+  const int biased = r.e + 1075;
+  if (biased >= 0x7ff) return sd_make(2u, s);
+  if (biased <= 0) return sd_make(0u, s);
+  return r;
+}
+inline SoftF64 sd_from_int(bool neg, ulong mag) { return mag == 0 ? sd_make(0u, false) : sd_round(neg, mag, false, 0); }
+inline SoftF64 sd_mul(SoftF64 a, SoftF64 b) {
+  const bool s = a.s != b.s;
+  if (a.cls == 3 || b.cls == 3) return sd_make(3u, s);
+  if (a.cls == 2 || b.cls == 2) return sd_make((a.cls == 0 || b.cls == 0) ? 3u : 2u, s);
+  if (a.cls == 0 || b.cls == 0) return sd_make(0u, s);
+  // the 106-bit product from 32-bit halves
+  const ulong a0 = a.m & 0xffffffffu, a1 = a.m >> 32, b0 = b.m & 0xffffffffu, b1 = b.m >> 32;
+  const ulong p00 = a0 * b0, p01 = a0 * b1, p10 = a1 * b0, p11 = a1 * b1;
+  const ulong mid = (p00 >> 32) + (p01 & 0xffffffffu) + (p10 & 0xffffffffu);
+  const ulong lo = (p00 & 0xffffffffu) | (mid << 32);
+  const ulong hi = p11 + (p01 >> 32) + (p10 >> 32) + (mid >> 32);
+  const ulong top = (hi << 22) | (lo >> 42);
+  return sd_round(s, top, (lo & ((1ul << 42) - 1)) != 0, a.e + b.e + 42);
+}
+inline SoftF64 sd_add(SoftF64 a, SoftF64 b) {
+  if (a.cls == 3 || b.cls == 3) return sd_make(3u, false);
+  if (a.cls == 2 && b.cls == 2) return sd_make(a.s == b.s ? 2u : 3u, a.s);
+  if (a.cls == 2) return a;
+  if (b.cls == 2) return b;
+  if (a.cls == 0) return b;
+  if (b.cls == 0) return a;
+  if (b.e > a.e) {
+    const SoftF64 t = a;
+    a = b;
+    b = t;
+  }
+  const ulong ma = a.m << 10;  // 10 guard bits
+  const ulong mb = b.m << 10;
+  const int d = a.e - b.e;
+  const ulong mbs = d >= 64 ? 0ul : (mb >> d);
+  const bool sticky = d >= 64 ? true : (d > 0 && (mb & ((1ul << d) - 1)) != 0);
+  if (a.s == b.s) return sd_round(a.s, ma + mbs, sticky, a.e - 10);
+  if (ma == mbs && !sticky) return sd_make(0u, false);
+  if (ma >= mbs) return sticky ? sd_round(a.s, ma - mbs - 1, true, a.e - 10) : sd_round(a.s, ma - mbs, false, a.e - 10);
+  return sd_round(b.s, mbs - ma, false, a.e - 10);  // only when d == 0, so nothing was shifted out
+}
+// The CPU's double -> T: truncation toward zero, NaN and values beyond (-9.3e18, 1.8e19) give 0,
+// others wrap into T (int64 takes [2^63, 1.8e19) through uint64; below -2^63 it is INT64_MIN, as x86).
+template <typename T> inline T sd_to_int(SoftF64 v) {
+  if (v.cls != 1) return T(0);
+  ulong ip;
+  if (v.e >= 0) {
+    if (v.e > 11) return T(0);  // |v| >= 2^64
+    ip = v.m << v.e;
+  } else {
+    ip = v.e <= -53 ? 0ul : (v.m >> (-v.e));
+  }
+  if (!v.s) return ip >= 18000000000000000000ul ? T(0) : wrap_to<T>(ip);
+  if (ip >= 9300000000000000000ul) return T(0);
+  if (ip > 9223372036854775808ul) return wrap_to<T>(9223372036854775808ul);
+  return wrap_to<T>(0ul - ip);
+}
+
+// Integer functors, the CPU's integer loops (cpp/cpu/kernels_isa.cpp, unary_loop_int): wrapping like
+// numpy; ceil/floor/round/trunc are the identity.
+struct ISqr {
+  template <typename T> static T f(T x, constant IntUnaryParams& p) { return wrap_to<T>(bits_of(x) * bits_of(x)); }
+};
+struct IAbs {
+  template <typename T> static T f(T x, constant IntUnaryParams& p) { return x < T(0) ? wrap_to<T>(0ul - bits_of(x)) : x; }
+};
+struct INeg {
+  template <typename T> static T f(T x, constant IntUnaryParams& p) { return wrap_to<T>(0ul - bits_of(x)); }
+};
+struct IRelu {
+  template <typename T> static T f(T x, constant IntUnaryParams& p) { return x < T(0) ? T(0) : x; }
+};
+struct ISign {
+  template <typename T> static T f(T x, constant IntUnaryParams& p) { return x > T(0) ? T(1) : (x < T(0) ? wrap_to<T>(~0ul) : T(0)); }
+};
+template <int K> struct IIdentity {  // one type per op (ceil, floor, round, trunc), for the instantiations
+  template <typename T> static T f(T x, constant IntUnaryParams& p) { return x; }
+};
+struct IClamp {
+  template <typename T> static T f(T x, constant IntUnaryParams& p) {
+    const long v = long(x);
+    const bool lt = (p.flags & kLoAlways) != 0 || ((p.flags & kLoNever) == 0 && v < p.lo_thr);
+    const bool gt = (p.flags & kHiAlways) != 0 || ((p.flags & kHiNever) == 0 && v > p.hi_thr);
+    return lt ? T(p.lo_val) : (gt ? T(p.hi_val) : x);
+  }
+};
+struct IAffine {
+  template <typename T> static T f(T x, constant IntUnaryParams& p) {
+    if ((p.flags & kAffineExact) != 0) return wrap_to<T>(bits_of(x) * p.mul + p.add);
+    const bool neg = x < T(0);
+    const SoftF64 xd = sd_from_int(neg, neg ? 0ul - bits_of(x) : bits_of(x));
+    return sd_to_int<T>(sd_add(sd_mul(xd, sd_unpack(p.mul_bits)), sd_unpack(p.add_bits)));
+  }
+};
+
+// --- kernels ----------------------------------------------------------------------------------------
+// Floats compute in float; integers in their own type.
+template <typename T> struct Compute { typedef float type; };
+template <> struct Compute<long> { typedef long type; };
+template <> struct Compute<uint> { typedef uint type; };
+template <> struct Compute<uchar> { typedef uchar type; };
 
 constant constexpr uint kReads = 4;  // elements per thread in the contiguous kernel
 
-template <typename Op, typename T>
+template <typename Op, typename T, typename P>
 kernel void unary_contig(device const T* in [[buffer(0)]], device T* out [[buffer(1)]],
-                         constant uint& n [[buffer(2)]], uint gid [[thread_position_in_grid]]) {
+                         constant uint& n [[buffer(2)]], constant P& p [[buffer(3)]],
+                         uint gid [[thread_position_in_grid]]) {
+  typedef typename Compute<T>::type C;
   const uint base = gid * kReads;
   if (base + kReads <= n) {
-    for (uint k = 0; k < kReads; ++k) out[base + k] = T(Op()(float(in[base + k])));
+    for (uint k = 0; k < kReads; ++k) out[base + k] = T(Op::f(C(in[base + k]), p));
   } else {
-    for (uint i = base; i < n; ++i) out[i] = T(Op()(float(in[i])));
+    for (uint i = base; i < n; ++i) out[i] = T(Op::f(C(in[i]), p));
   }
 }
 
 // out (contiguous, n elements) = op(in viewed through shape/strides/offset, in elements).
-template <typename Op, typename T>
+template <typename Op, typename T, typename P>
 kernel void unary_strided(device const T* in [[buffer(0)]], device T* out [[buffer(1)]],
-                          constant uint& n [[buffer(2)]], constant uint& ndim [[buffer(3)]],
-                          constant long* shape [[buffer(4)]], constant long* strides [[buffer(5)]],
-                          constant long& offset [[buffer(6)]], uint gid [[thread_position_in_grid]]) {
+                          constant uint& n [[buffer(2)]], constant P& p [[buffer(3)]],
+                          constant uint& ndim [[buffer(4)]], constant uint* shape [[buffer(5)]],
+                          constant long* strides [[buffer(6)]], constant long& offset [[buffer(7)]],
+                          uint gid [[thread_position_in_grid]]) {
+  typedef typename Compute<T>::type C;
   if (gid >= n) return;
-  long rem = gid, at = offset;
+  uint rem = gid;
+  long at = offset;
   for (int d = int(ndim) - 1; d >= 0; --d) {
-    at += (rem % shape[d]) * strides[d];
+    at += long(rem % shape[d]) * strides[d];
     rem /= shape[d];
   }
-  out[gid] = T(Op()(float(in[at])));
+  out[gid] = T(Op::f(C(in[at]), p));
 }
 
-#define instantiate_unary_one(name, Op, tname, T)                                                          \
-  template [[host_name("unary_contig_" #name "_" #tname)]] [[kernel]] void unary_contig<Op, T>(            \
+#define instantiate_unary_one(name, Op, tname, T, P)                                                       \
+  template [[host_name("unary_contig_" #name "_" #tname)]] [[kernel]] void unary_contig<Op, T, P>(         \
       device const T* in [[buffer(0)]], device T* out [[buffer(1)]], constant uint& n [[buffer(2)]],       \
-      uint gid [[thread_position_in_grid]]);                                                               \
-  template [[host_name("unary_strided_" #name "_" #tname)]] [[kernel]] void unary_strided<Op, T>(          \
+      constant P& p [[buffer(3)]], uint gid [[thread_position_in_grid]]);                                  \
+  template [[host_name("unary_strided_" #name "_" #tname)]] [[kernel]] void unary_strided<Op, T, P>(       \
       device const T* in [[buffer(0)]], device T* out [[buffer(1)]], constant uint& n [[buffer(2)]],       \
-      constant uint& ndim [[buffer(3)]], constant long* shape [[buffer(4)]],                               \
-      constant long* strides [[buffer(5)]], constant long& offset [[buffer(6)]],                           \
+      constant P& p [[buffer(3)]], constant uint& ndim [[buffer(4)]], constant uint* shape [[buffer(5)]],  \
+      constant long* strides [[buffer(6)]], constant long& offset [[buffer(7)]],                           \
       uint gid [[thread_position_in_grid]]);
 
-#define instantiate_unary(name, Op)                  \
-  instantiate_unary_one(name, Op, float32, float)    \
-  instantiate_unary_one(name, Op, float16, half)     \
-  instantiate_unary_one(name, Op, bfloat16, bfloat)
+#define instantiate_unary(name, Op)                               \
+  instantiate_unary_one(name, Op, float32, float, UnaryParams)    \
+  instantiate_unary_one(name, Op, float16, half, UnaryParams)     \
+  instantiate_unary_one(name, Op, bfloat16, bfloat, UnaryParams)
+#define instantiate_unary_uint(name, Op)                           \
+  instantiate_unary_one(name, Op, uint32, uint, IntUnaryParams)    \
+  instantiate_unary_one(name, Op, uint8, uchar, IntUnaryParams)
+#define instantiate_unary_int(name, Op)                            \
+  instantiate_unary_one(name, Op, int64, long, IntUnaryParams)     \
+  instantiate_unary_uint(name, Op)
 
 instantiate_unary(exp, Exp)
 instantiate_unary(log, Log)
@@ -110,3 +353,31 @@ instantiate_unary(floor, Floor)
 instantiate_unary(round, Round)
 instantiate_unary(sign, Sign)
 instantiate_unary(sigmoid, Sigmoid)
+instantiate_unary(affine, Affine)
+instantiate_unary(powf, Powf)
+instantiate_unary(clamp, Clamp)
+instantiate_unary(log1p, Log1p)
+instantiate_unary(expm1, Expm1)
+instantiate_unary(rsqrt, Rsqrt)
+instantiate_unary(log2, Log2)
+instantiate_unary(log10, Log10)
+instantiate_unary(tan, Tan)
+instantiate_unary(sinh, Sinh)
+instantiate_unary(cosh, Cosh)
+instantiate_unary(asin, Asin)
+instantiate_unary(acos, Acos)
+instantiate_unary(atan, Atan)
+instantiate_unary(trunc, Trunc)
+
+// Integer ops, as the CPU registers them; neg is refused on unsigned types (no instantiation).
+instantiate_unary_int(sqr, ISqr)
+instantiate_unary_int(abs, IAbs)
+instantiate_unary_one(neg, INeg, int64, long, IntUnaryParams)
+instantiate_unary_int(relu, IRelu)
+instantiate_unary_int(sign, ISign)
+instantiate_unary_int(ceil, IIdentity<0>)
+instantiate_unary_int(floor, IIdentity<1>)
+instantiate_unary_int(round, IIdentity<2>)
+instantiate_unary_int(trunc, IIdentity<3>)
+instantiate_unary_int(clamp, IClamp)
+instantiate_unary_int(affine, IAffine)

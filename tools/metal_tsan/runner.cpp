@@ -1,6 +1,7 @@
 // The ThreadSanitizer job's runner: ember's reduction kernels (metal/reduce.metal) under the MSL emulator,
 // built with -fsanitize=thread together with the emulator, must run clean and match a reference; a
 // fixture without its barriers (`race`) must make TSan report the data race.
+#include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -42,37 +43,44 @@ struct Run {
 };
 
 void dispatch(Adapter& a, PipelineHandle p, const std::vector<BufferHandle>& bufs, const std::vector<uint32_t>& scalars,
-              uint32_t grid, uint32_t group) {
+              std::array<uint32_t, 3> grid, std::array<uint32_t, 3> group) {
   auto cb = a.new_command_buffer();
   Encoder& e = cb->compute_encoder();
   e.set_pipeline(p);
   uint32_t i = 0;
   for (; i < bufs.size(); ++i) e.set_buffer(bufs[i], 0, i);
   for (uint32_t s : scalars) e.set_bytes(&s, 4, i++);
-  e.dispatch_threads({grid, 1, 1}, {group, 1, 1});
+  e.dispatch_threads({grid[0], grid[1], grid[2]}, {group[0], group[1], group[2]});
   e.end_encoding();
   cb->commit();
   cb->wait();
 }
 
+// Row sums/max/min of a (rows, cols) matrix through each reduce kernel shape: one simdgroup per row,
+// a looped threadgroup per row, and thread columns over the transposed view.
 int clean() {
   Adapter& a = emulator_adapter();
   const char* src = embedded_source("reduce.metal");
   std::mt19937 rng(7);
   std::normal_distribution<float> nd;
   int bad = 0;
+  struct Shape {
+    uint32_t rows, cols, tx, ty;
+    bool cols_kernel;
+  };
   for (const char* op : {"sum", "max", "min"}) {
-    for (const auto& [rows, cols, looped] : {std::tuple<uint32_t, uint32_t, bool>{13, 100, false}, {4, 5000, true}}) {
+    for (const Shape& sh : {Shape{13, 100, 32, 8, false}, Shape{4, 5000, 256, 1, false}, Shape{40, 300, 32, 8, true}}) {
+      const uint32_t rows = sh.rows, cols = sh.cols;
       std::vector<float> x((size_t)rows * cols);
       for (float& v : x) v = nd(rng);
-      BufferHandle in = a.new_buffer(x.data(), x.size() * 4), out = a.new_buffer(rows * 4);
-      const std::string name = std::string(looped ? "reduce_row_looped_" : "reduce_row_simd_") + op + "_float32";
+      // meta: kept (rows,) with stride cols; reduced (cols,) with stride 1 (see reduce.metal)
+      const std::vector<int64_t> meta = {1, 1, 0, cols, rows, rows, cols, cols, 1};
+      BufferHandle in = a.new_buffer(x.data(), x.size() * 4), out = a.new_buffer(rows * 4),
+                   mb = a.new_buffer(meta.data(), meta.size() * 8);
+      const std::string name = std::string(sh.cols_kernel ? "reduce_cols_" : "reduce_rows_") + op + "_float32";
       PipelineHandle p = a.new_pipeline(src, "reduce.metal", name, {});
-      if (looped) {
-        dispatch(a, p, {in, out}, {cols}, rows * 256, 256);
-      } else {
-        dispatch(a, p, {in, out}, {rows, cols}, (rows * 32 + 255) / 256 * 256, 256);
-      }
+      if (sh.cols_kernel) dispatch(a, p, {in, out, mb}, {}, {rows, sh.ty, 1}, {sh.tx, sh.ty, 1});
+      else dispatch(a, p, {in, out, mb}, {}, {sh.tx, rows, 1}, {sh.tx, sh.ty, 1});
       const float* got = static_cast<const float*>(a.contents(out));
       for (uint32_t r = 0; r < rows; ++r) {
         double want = op[1] == 'u' ? 0.0 : x[(size_t)r * cols];
@@ -89,6 +97,7 @@ int clean() {
       a.release(p);
       a.release(in);
       a.release(out);
+      a.release(mb);
     }
   }
   return bad ? 1 : 0;
@@ -99,7 +108,7 @@ int race() {
   std::vector<float> x(8 * 64, 1.0f);
   BufferHandle in = a.new_buffer(x.data(), x.size() * 4), out = a.new_buffer(8 * 4);
   PipelineHandle p = a.new_pipeline(kRace, "race_fixture.metal", "tree_sum_nobarrier", {});
-  dispatch(a, p, {in, out}, {}, 8 * 64, 64);
+  dispatch(a, p, {in, out}, {}, {8 * 64, 1, 1}, {64, 1, 1});
   std::printf("race fixture ran (its results are meaningless)\n");
   return 0;
 }

@@ -1,31 +1,145 @@
-// Metal launchers for the index family: index_select, gather, index_add, scatter_add, index_copy.
+// Metal launchers for the index family (metal/index.metal): index_select, gather, index_add, scatter_add,
+// index_copy. Indices are first checked and normalised on the device (index_prepare); the host waits for
+// that pass and raises on a bad index before any kernel writes a tensor, as the CPU does.
+#include <algorithm>
+#include <cstring>
+
 #include "metal/launch.h"
 #include "metal/ops/ops.h"
 
 namespace ember::metal::ops {
+namespace {
 
-StoragePtr index_select(const MetalStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
+// Threads of a grid-stride kernel: enough to fill a GPU, never more than there is work.
+uint64_t grid_threads(int64_t work) { return (uint64_t)std::min<int64_t>(work, int64_t(1) << 20); }
+
+// The indices as a contiguous int64 storage of values in [0, limit) (negative ones count from the end),
+// in the index tensor's row-major order. Raises "[op] index i out of range for a dim of size limit" for
+// the first bad one.
+MetalStoragePtr prepare_ids(MetalDevice& dev, const BackendStorage& ids_, const Layout& il, int64_t limit,
+                            const char* op) {
+  const MetalStorage& ids = as_metal(ids_);
+  const int64_t n = il.numel();
+  checked_u32(n, op);
+  auto out = new_metal(dev, DType::I64, n, op);
+  if (n == 0) return out;
+  auto bad = new_metal(dev, DType::U32, 1, op);
+  const uint32_t none = 0xffffffffu;
+  std::memcpy(bad->host_ptr(), &none, 4);  // a fresh buffer: no encoded work uses it yet
+  const Strided S = collapse(il);
+  std::vector<int64_t> meta = {n, (int64_t)S.ndim(), S.offset, limit};
+  meta.insert(meta.end(), S.shape.begin(), S.shape.end());
+  meta.insert(meta.end(), S.strides.begin(), S.strides.end());
+  Launch(dev, "index.metal", std::string("index_prepare_") + dtype_name(ids.dtype()))
+      .input(ids).output(*out).inout(*bad).array(meta)
+      .dispatch_1d((uint64_t)n, 256);
+  dev.synchronize();
+  uint32_t pos;
+  std::memcpy(&pos, bad->host_ptr(), 4);
+  if (pos != none) {
+    int64_t raw;  // a bad entry keeps the value as the user wrote it
+    std::memcpy(&raw, static_cast<const char*>(out->host_ptr()) + (size_t)pos * 8, 8);
+    throw Error(ErrorKind::Index, cat_str("[", op, "] index ", raw, " out of range for a dim of size ", limit));
+  }
+  return out;
+}
+
+// Data movement depends on the element's width only ("index_select_4").
+std::string by_width(const char* kernel, DType dt, const char* op) {
+  type_suffix(dt, op);  // refuses f64
+  return std::string(kernel) + "_" + std::to_string(itemsize(dt));
+}
+
+void append(std::vector<int64_t>& v, const Shape& s) { v.insert(v.end(), s.begin(), s.end()); }
+
+// The meta of a row-wise write of src's slices into l at ids along dim (index_add, index_copy).
+std::vector<int64_t> rows_meta(const Layout& l, const Layout& sl, int64_t dim, int64_t nids, int64_t lines) {
+  std::vector<int64_t> meta = {l.ndim(), dim, l.offset(), sl.offset(), nids, lines};
+  append(meta, l.shape());
+  append(meta, l.stride());
+  append(meta, sl.stride());
+  return meta;
+}
+
+}  // namespace
+
+StoragePtr index_select(const MetalStorage& s, const Layout& l, const BackendStorage& ids_, const Layout& il,
                         int64_t dim) {
-  throw Error(ErrorKind::Unsupported, "[index_select] not yet implemented on metal");
+  MetalDevice& dev = s.metal_device();
+  const std::string fn = by_width("index_select", s.dtype(), "index_select");
+  auto ids = prepare_ids(dev, ids_, il, l.shape()[dim], "index_select");
+  Shape os = l.shape();
+  os[dim] = il.numel();
+  const int64_t total = shape_numel(os);
+  auto out = new_metal(dev, s.dtype(), total, "index_select");
+  if (total == 0) return out;
+  std::vector<int64_t> meta = {l.ndim(), dim, l.offset(), il.numel(), total};
+  append(meta, l.shape());
+  append(meta, l.stride());
+  Launch(dev, "index.metal", fn).input(s).output(*out).input(*ids).array(meta).dispatch_1d(grid_threads(total));
+  return out;
 }
 
-StoragePtr gather(const MetalStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il, int64_t dim) {
-  throw Error(ErrorKind::Unsupported, "[gather] not yet implemented on metal");
+StoragePtr gather(const MetalStorage& s, const Layout& l, const BackendStorage& ids_, const Layout& il, int64_t dim) {
+  MetalDevice& dev = s.metal_device();
+  const std::string fn = by_width("gather", s.dtype(), "gather");
+  auto ids = prepare_ids(dev, ids_, il, l.shape()[dim], "gather");
+  const int64_t total = il.numel();
+  auto out = new_metal(dev, s.dtype(), total, "gather");
+  if (total == 0) return out;
+  std::vector<int64_t> meta = {l.ndim(), dim, l.offset(), total};
+  append(meta, il.shape());
+  append(meta, l.stride());
+  Launch(dev, "index.metal", fn).input(s).output(*out).input(*ids).array(meta).dispatch_1d(grid_threads(total));
+  return out;
 }
 
-void index_add(MetalStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
+void index_add(MetalStorage& s, const Layout& l, const BackendStorage& ids_, const Layout& il,
                const BackendStorage& src, const Layout& sl, int64_t dim) {
-  throw Error(ErrorKind::Unsupported, "[index_add] not yet implemented on metal");
+  MetalDevice& dev = s.metal_device();
+  const std::string fn = std::string("index_add_") + type_suffix(s.dtype(), "index_add");
+  auto ids = prepare_ids(dev, ids_, il, l.shape()[dim], "index_add");
+  const int64_t nids = il.numel(), lines = l.shape()[dim] ? l.numel() / l.shape()[dim] : 0;
+  if (nids == 0 || lines == 0) return;
+  // one thread per destination line, adding the slices in index order (deterministic, no atomics)
+  Launch(dev, "index.metal", fn)
+      .inout(s).input(as_metal(src)).input(*ids).array(rows_meta(l, sl, dim, nids, lines))
+      .dispatch_1d(grid_threads(lines), 64);
 }
 
-void scatter_add(MetalStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
+void scatter_add(MetalStorage& s, const Layout& l, const BackendStorage& ids_, const Layout& il,
                  const BackendStorage& src, const Layout& sl, int64_t dim) {
-  throw Error(ErrorKind::Unsupported, "[scatter_add] not yet implemented on metal");
+  MetalDevice& dev = s.metal_device();
+  const std::string fn = std::string("scatter_add_") + type_suffix(s.dtype(), "scatter_add");
+  auto ids = prepare_ids(dev, ids_, il, l.shape()[dim], "scatter_add");
+  if (il.numel() == 0) return;
+  const int64_t lines = il.numel() / il.shape()[dim];
+  std::vector<int64_t> meta = {l.ndim(), dim, l.offset(), sl.offset(), lines};
+  append(meta, il.shape());
+  append(meta, l.stride());
+  append(meta, sl.stride());
+  Launch(dev, "index.metal", fn)
+      .inout(s).input(as_metal(src)).input(*ids).array(meta)
+      .dispatch_1d(grid_threads(lines), 64);
 }
 
-void index_copy(MetalStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
+void index_copy(MetalStorage& s, const Layout& l, const BackendStorage& ids_, const Layout& il,
                 const BackendStorage& src, const Layout& sl, int64_t dim) {
-  throw Error(ErrorKind::Unsupported, "[setitem] not yet implemented on metal");
+  MetalDevice& dev = s.metal_device();
+  const std::string fn = by_width("index_copy", s.dtype(), "setitem");
+  const int64_t limit = l.shape()[dim];
+  auto ids = prepare_ids(dev, ids_, il, limit, "setitem");
+  const int64_t nids = il.numel(), lines = limit ? l.numel() / limit : 0;
+  if (nids == 0 || lines == 0) return;
+  // win[i]: 1 + the last position naming row i, so repeated indices keep their last slice
+  auto win = new_metal(dev, DType::U32, limit, "setitem");
+  std::memset(win->host_ptr(), 0, (size_t)limit * 4);  // a fresh buffer: no encoded work uses it yet
+  Launch(dev, "index.metal", "index_last")
+      .input(*ids).inout(*win).array(std::vector<int64_t>{nids})
+      .dispatch_1d((uint64_t)nids, 256);
+  Launch(dev, "index.metal", fn)
+      .inout(s).input(as_metal(src)).input(*ids).input(*win).array(rows_meta(l, sl, dim, nids, lines))
+      .dispatch_1d(grid_threads(nids * lines), 256);
 }
 
 }  // namespace ember::metal::ops

@@ -1,6 +1,23 @@
-"""ember.nn: fused ops (``ember.nn.ops``), layers, convolutions, activation modules, losses and ``functional``."""
+"""ember.nn: fused ops (``ember.nn.ops``), layers, convolutions, pooling, normalization, attention,
+resampling, activation modules, losses and ``functional``."""
 from . import functional, ops
-from .activations import GELU, Dropout, Identity, ReLU, Sigmoid, SiLU, Tanh
+from .act_fns import elu, hardsigmoid, hardswish, leaky_relu, mish, softplus
+from .activations import (
+    ELU,
+    GELU,
+    Dropout,
+    Hardsigmoid,
+    Hardswish,
+    Identity,
+    LeakyReLU,
+    Mish,
+    ReLU,
+    Sigmoid,
+    SiLU,
+    Softplus,
+    Tanh,
+)
+from .attention import KVCache, MultiHeadAttention
 from .conv import (
     Conv1d,
     Conv2d,
@@ -13,6 +30,7 @@ from .conv import (
     fold,
     unfold,
 )
+from .interpolate import Upsample, interpolate
 from .layers import (
     MLP,
     CausalSelfAttention,
@@ -27,11 +45,42 @@ from .layers import (
     TransformerBlock,
     swiglu,
 )
-from .losses import cross_entropy, mse_loss
+from .losses import (
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,
+    cross_entropy,
+    huber_loss,
+    kl_div,
+    l1_loss,
+    mse_loss,
+    nll_loss,
+    smooth_l1_loss,
+)
+from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, batch_norm, group_norm
+from .pooling import (
+    AdaptiveAvgPool1d,
+    AdaptiveAvgPool2d,
+    AvgPool1d,
+    AvgPool2d,
+    MaxPool1d,
+    MaxPool2d,
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    avg_pool1d,
+    avg_pool2d,
+    max_pool1d,
+    max_pool2d,
+)
 
 __all__ = [
-    "GELU", "MLP", "CausalSelfAttention", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "Dropout",
-    "Embedding", "GatedMLP", "Identity", "LayerNorm", "Linear", "Module", "ModuleList", "ReLU", "RmsNorm",
-    "Sequential", "SiLU", "Sigmoid", "Tanh", "TransformerBlock", "conv1d", "conv2d", "conv_transpose1d",
-    "conv_transpose2d", "cross_entropy", "fold", "functional", "mse_loss", "ops", "swiglu", "unfold",
+    "ELU", "GELU", "MLP", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AvgPool1d", "AvgPool2d", "BatchNorm1d",
+    "BatchNorm2d", "CausalSelfAttention", "Conv1d", "Conv2d", "ConvTranspose1d", "ConvTranspose2d", "Dropout",
+    "Embedding", "GatedMLP", "GroupNorm", "Hardsigmoid", "Hardswish", "Identity", "KVCache", "LayerNorm",
+    "LeakyReLU", "Linear", "MaxPool1d", "MaxPool2d", "Mish", "Module", "ModuleList", "MultiHeadAttention", "ReLU",
+    "RmsNorm", "Sequential", "SiLU", "Sigmoid", "Softplus", "Tanh", "TransformerBlock", "Upsample",
+    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "batch_norm",
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "conv1d", "conv2d", "conv_transpose1d",
+    "conv_transpose2d", "cross_entropy", "elu", "fold", "functional", "group_norm", "hardsigmoid", "hardswish",
+    "huber_loss", "interpolate", "kl_div", "l1_loss", "leaky_relu", "max_pool1d", "max_pool2d", "mish",
+    "mse_loss", "nll_loss", "ops", "smooth_l1_loss", "softplus", "swiglu", "unfold",
 ]

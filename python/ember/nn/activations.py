@@ -1,11 +1,11 @@
-"""Activation and regularisation modules: ReLU, GELU, SiLU, Tanh, Sigmoid, Identity and Dropout, the
-torch modules a Sequential is built from."""
+"""Activation and regularisation modules: ReLU, GELU, SiLU, Tanh, Sigmoid, ELU, LeakyReLU, Softplus, Mish,
+Hardswish, Hardsigmoid, Identity and Dropout, the torch modules a Sequential is built from."""
 from __future__ import annotations
 
 from ..args import float_arg
 from ..errors import EmberValueError
+from . import act_fns, ops
 from . import functional as F
-from . import ops
 from .layers import Module
 
 
@@ -29,7 +29,20 @@ class ReLU(Module):
 
 
 class GELU(Module):
-    """The exact (erf) GELU, x * Phi(x), as ``torch.nn.GELU()``; one fused kernel."""
+    """GELU as ``torch.nn.GELU``: the exact (erf) x * Phi(x), one fused kernel, or its tanh form.
+
+    Args:
+        approximate: "none" (erf, torch's default) or "tanh" (candle's default ``gelu``).
+
+    Raises:
+        EmberValueError: for another ``approximate``.
+    """
+
+    def __init__(self, approximate="none"):
+        super().__init__()
+        if approximate not in ("none", "tanh"):
+            raise EmberValueError(f"[GELU] approximate must be 'none' or 'tanh', got {approximate!r}")
+        self.approximate = approximate
 
     def forward(self, x):
         """Applies the activation.
@@ -43,7 +56,10 @@ class GELU(Module):
         Raises:
             DTypeError: for a non-float tensor.
         """
-        return ops.gelu(x)
+        return act_fns.gelu(x, self.approximate)
+
+    def extra_repr(self):
+        return f"approximate={self.approximate!r}"
 
 
 class SiLU(Module):
@@ -153,3 +169,105 @@ class Dropout(Module):
 
     def extra_repr(self):
         return f"p={self.p}"
+
+
+class _Pointwise(Module):
+    """A module around one function of ``act_fns`` with fixed keyword arguments."""
+
+    _fn = None
+
+    def _kwargs(self):
+        return {}
+
+    def forward(self, x):
+        """Applies the activation.
+
+        Args:
+            x: a float tensor.
+
+        Returns:
+            A new tensor of x's shape and dtype, differentiable.
+
+        Raises:
+            DTypeError: for a non-float tensor.
+        """
+        return type(self)._fn(x, **self._kwargs())
+
+    def extra_repr(self):
+        return ", ".join(f"{k}={v}" for k, v in self._kwargs().items())
+
+
+class ELU(_Pointwise):
+    """``x`` for x > 0, ``alpha * (exp(x) - 1)`` otherwise, as ``torch.nn.ELU``.
+
+    Args:
+        alpha: the scale of the negative part.
+    """
+
+    _fn = staticmethod(act_fns.elu)
+
+    def __init__(self, alpha=1.0):
+        super().__init__()
+        self.alpha = float_arg(alpha, "ELU", "alpha")
+
+    def _kwargs(self):
+        return {"alpha": self.alpha}
+
+
+class LeakyReLU(_Pointwise):
+    """``x`` for x > 0, ``negative_slope * x`` otherwise, as ``torch.nn.LeakyReLU``.
+
+    Args:
+        negative_slope: the slope of the negative part.
+    """
+
+    _fn = staticmethod(act_fns.leaky_relu)
+
+    def __init__(self, negative_slope=0.01):
+        super().__init__()
+        self.negative_slope = float_arg(negative_slope, "LeakyReLU", "negative_slope")
+
+    def _kwargs(self):
+        return {"negative_slope": self.negative_slope}
+
+
+class Softplus(_Pointwise):
+    """``log(1 + exp(beta x)) / beta``, linear above ``threshold``, as ``torch.nn.Softplus``.
+
+    Args:
+        beta: the sharpness (not 0).
+        threshold: where ``beta * x`` exceeds it the result is ``x``.
+
+    Raises:
+        EmberValueError: for beta == 0.
+    """
+
+    _fn = staticmethod(act_fns.softplus)
+
+    def __init__(self, beta=1.0, threshold=20.0):
+        super().__init__()
+        self.beta = float_arg(beta, "Softplus", "beta")
+        self.threshold = float_arg(threshold, "Softplus", "threshold")
+        if self.beta == 0.0:
+            raise EmberValueError("[Softplus] beta must not be 0")
+
+    def _kwargs(self):
+        return {"beta": self.beta, "threshold": self.threshold}
+
+
+class Mish(_Pointwise):
+    """``x * tanh(softplus(x))``, as ``torch.nn.Mish``."""
+
+    _fn = staticmethod(act_fns.mish)
+
+
+class Hardswish(_Pointwise):
+    """``x * clamp(x + 3, 0, 6) / 6``, as ``torch.nn.Hardswish``."""
+
+    _fn = staticmethod(act_fns.hardswish)
+
+
+class Hardsigmoid(_Pointwise):
+    """``clamp(x + 3, 0, 6) / 6``, as ``torch.nn.Hardsigmoid``."""
+
+    _fn = staticmethod(act_fns.hardsigmoid)

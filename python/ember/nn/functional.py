@@ -1,16 +1,44 @@
 """ember.nn.functional: torch.nn.functional's names for ember's ops (relu, gelu, softmax, one_hot,
-dropout, cross_entropy, ...), so that ``import ember.nn.functional as F`` reads like torch."""
+dropout, the losses, pooling, interpolate, ...), so that ``import ember.nn.functional as F`` reads like torch."""
 from __future__ import annotations
 
 from ..args import bool_arg, float_arg, int_arg
 from ..creation import arange, rand
 from ..errors import DTypeError, EmberTypeError, EmberValueError, IndexOutOfRange
 from ..tensor import Tensor, tensor
-from .losses import cross_entropy, mse_loss
-from .ops import gelu, layer_norm, log_softmax, rms_norm, sigmoid, silu, softmax
+from .act_fns import elu, gelu, hardsigmoid, hardswish, leaky_relu, mish, softplus
+from .conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d, fold, unfold
+from .interpolate import interpolate
+from .losses import (
+    binary_cross_entropy,
+    binary_cross_entropy_with_logits,
+    cross_entropy,
+    huber_loss,
+    kl_div,
+    l1_loss,
+    mse_loss,
+    nll_loss,
+    smooth_l1_loss,
+)
+from .norm import batch_norm, group_norm
+from .ops import layer_norm, log_softmax, rms_norm, sigmoid, silu, softmax
+from .pooling import (
+    adaptive_avg_pool1d,
+    adaptive_avg_pool2d,
+    avg_pool1d,
+    avg_pool2d,
+    max_pool1d,
+    max_pool2d,
+)
 
-__all__ = ["cross_entropy", "dropout", "gelu", "layer_norm", "log_softmax", "mse_loss", "one_hot", "relu",
-           "rms_norm", "sigmoid", "silu", "softmax", "tanh"]
+__all__ = [
+    "adaptive_avg_pool1d", "adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "batch_norm",
+    "binary_cross_entropy", "binary_cross_entropy_with_logits", "conv1d", "conv2d", "conv_transpose1d",
+    "conv_transpose2d", "cross_entropy", "dropout", "elu", "fold", "gelu", "group_norm", "hardsigmoid",
+    "hardswish", "huber_loss", "interpolate", "kl_div", "l1_loss", "layer_norm", "leaky_relu", "log_softmax",
+    "max_pool1d", "max_pool2d", "mish", "mse_loss", "nll_loss", "one_hot", "relu", "rms_norm", "sigmoid", "silu",
+    "smooth_l1_loss", "softmax", "softplus", "tanh", "unfold",
+]
 
 
 def relu(x):

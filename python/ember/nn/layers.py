@@ -67,13 +67,29 @@ class Module:
     def parameters(self):
         return [p for _, p in self.named_parameters()]
 
+    def named_buffers(self, prefix=""):
+        """(name, tensor) pairs of the state that is not learned (BatchNorm's running statistics), the
+        names a module lists in ``_buffer_names``, dotted like parameters; None entries are left out."""
+        out = []
+        for mname, m in self.named_modules(prefix):
+            for bname in getattr(m, "_buffer_names", ()):
+                value = getattr(m, bname, None)
+                if isinstance(value, Tensor):
+                    out.append((f"{mname}.{bname}" if mname else bname, value))
+        return out
+
+    def buffers(self):
+        return [b for _, b in self.named_buffers()]
+
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())
 
     # ------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         """{name: tensor} sharing the parameters' storage (detached), ready for save_safetensors."""
-        return {name: p.detach() for name, p in self.named_parameters()}
+        state = {name: p.detach() for name, p in self.named_parameters()}
+        state.update((name, b.detach()) for name, b in self.named_buffers())
+        return state
 
     def load_state_dict(self, state: dict, strict: bool = True):
         """Writes values into the existing parameters (in place). Returns (missing, unexpected) keys;
@@ -81,8 +97,9 @@ class Module:
         if not hasattr(state, "keys") or not hasattr(state, "__getitem__"):
             raise EmberTypeError(f"[load_state_dict] expected a mapping of names to tensors, got {type(state).__name__}")
         params = dict(self.named_parameters())
-        missing = [k for k in params if k not in state]
-        unexpected = [k for k in state if k not in params]
+        buffers = dict(self.named_buffers())
+        missing = [k for k in list(params) + list(buffers) if k not in state]
+        unexpected = [k for k in state if k not in params and k not in buffers]
         if strict and (missing or unexpected):
             raise EmberValueError(f"[load_state_dict] missing keys {missing}, unexpected keys {unexpected}")
         for name, p in params.items():
@@ -94,6 +111,21 @@ class Module:
             if value.shape != p.shape:
                 raise ShapeError(f"[load_state_dict] {name}: expected shape {p.shape}, got {value.shape}")
             p.set(value.detach().to_dtype(p.dtype).to_device(p.device))
+        for name, b in buffers.items():
+            if name not in state:
+                continue
+            value = state[name]
+            if not isinstance(value, Tensor):
+                value = tensor(value)
+            if value.shape != b.shape:
+                raise ShapeError(f"[load_state_dict] {name}: expected shape {b.shape}, got {value.shape}")
+            value = value.detach().to_dtype(b.dtype).to_device(b.device)
+            if b.ndim:
+                b.slice_set(value, 0, 0)  # in place, so functional batch_norm callers holding it see it
+            else:  # a 0-d buffer (a batch count) cannot be sliced: its owner gets a new tensor
+                mname, _, bname = name.rpartition(".")
+                owner = dict(self.named_modules()).get(mname, self)
+                setattr(owner, bname, value.copy())
         return missing, unexpected
 
     def zero_grad(self, set_to_none=True):

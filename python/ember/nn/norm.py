@@ -1,0 +1,317 @@
+"""Normalization layers over channels: group_norm / GroupNorm (on the fused layer_norm kernel) and
+batch_norm / BatchNorm1d / BatchNorm2d (batch statistics while training, running statistics in eval)."""
+from __future__ import annotations
+
+from ..args import bool_arg, float_arg, int_arg
+from ..backprop import no_grad
+from ..dtypes import to_device, to_dtype
+from ..errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, ShapeError
+from ..tensor import Tensor, Var, ones, tensor, zeros
+from . import ops
+from .layers import Module
+
+__all__ = ["BatchNorm1d", "BatchNorm2d", "GroupNorm", "batch_norm", "group_norm"]
+
+
+def _float_input(x, op, min_dim):
+    if not isinstance(x, Tensor):
+        raise EmberTypeError(f"[{op}] expected a Tensor input, got {type(x).__name__}")
+    if not x.dtype.is_float:
+        raise DTypeError(f"[{op}] expected a float tensor, got {x.dtype.name}")
+    if x.ndim < min_dim:
+        raise ShapeError(f"[{op}] expected input (N, C, ...) with at least {min_dim} dims, got {x.shape}")
+
+
+def _channel_param(p, c, x, op, what):
+    """An optional (C,) affine parameter checked against x, as (1, C, 1, ...) for broadcasting."""
+    if p is None:
+        return None
+    if not isinstance(p, Tensor):
+        raise EmberTypeError(f"[{op}] {what} must be a Tensor or None, got {type(p).__name__}")
+    if p.shape != (c,):
+        raise ShapeError(f"[{op}] expected {what} of shape ({c},), got {p.shape}")
+    if p.device != x.device:
+        raise DeviceError(f"[{op}] {what} is on {p.device}, input on {x.device}")
+    if p.dtype is not x.dtype:
+        raise DTypeError(f"[{op}] {what} has dtype {p.dtype.name}, input {x.dtype.name}")
+    return p.reshape(1, c, *([1] * (x.ndim - 2)))
+
+
+def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
+    """Group normalization, as ``torch.nn.functional.group_norm``: the channels are split into
+    ``num_groups`` groups and each (sample, group) is normalised over its channels and positions with
+    the biased variance, then scaled and shifted per channel. One fused layer_norm kernel does the
+    normalisation.
+
+    Args:
+        input: (N, C, *) float tensor, any strides.
+        num_groups: divides C.
+        weight: optional (C,) scale.
+        bias: optional (C,) shift.
+        eps: added to the variance.
+
+    Returns:
+        Tensor: input's shape and dtype; differentiable with respect to input, weight and bias.
+
+    Raises:
+        ShapeError: C not divisible by num_groups, or a wrong parameter shape.
+        DTypeError: non-float or mismatched dtypes.
+        EmberValueError: num_groups < 1.
+    """
+    op = "group_norm"
+    _float_input(input, op, 2)
+    g = int_arg(num_groups, op, "num_groups")
+    eps = float_arg(eps, op, "eps")
+    n, c = input.shape[0], input.shape[1]
+    if g < 1:
+        raise EmberValueError(f"[{op}] num_groups must be positive, got {g}")
+    if c % g:
+        raise ShapeError(f"[{op}] num_groups {g} must divide the channels {c}")
+    w, b = _channel_param(weight, c, input, op, "weight"), _channel_param(bias, c, input, op, "bias")
+    if input.numel() == 0:
+        return input * 1.0
+    y = ops.layer_norm(input.reshape(n, g, -1), None, None, eps).reshape(*input.shape)
+    if w is not None:
+        y = y * w
+    if b is not None:
+        y = y + b
+    return y
+
+
+def _stat(t, c, x, op, what):
+    if t is None:
+        return None
+    if not isinstance(t, Tensor):
+        raise EmberTypeError(f"[{op}] {what} must be a Tensor or None, got {type(t).__name__}")
+    if t.shape != (c,) or not t.dtype.is_float:
+        raise ShapeError(f"[{op}] expected {what} to be a float tensor of shape ({c},), got {t.shape} {t.dtype.name}")
+    if t.device != x.device:
+        raise DeviceError(f"[{op}] {what} is on {t.device}, input on {x.device}")
+    return t
+
+
+def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
+    """Batch normalization, as ``torch.nn.functional.batch_norm``: per channel (dim 1) over the batch
+    and every position. When ``training`` (or without running statistics) it normalises with the
+    batch's mean and biased variance and, if given, updates ``running_mean`` / ``running_var`` in
+    place: ``r = (1 - momentum) r + momentum * stat`` with the unbiased variance, as torch; otherwise
+    it normalises with the running statistics.
+
+    Args:
+        input: (N, C) or (N, C, *) float tensor (f16/bf16 are normalised in f32).
+        running_mean: (C,) float tensor or None; updated in place while training.
+        running_var: (C,) float tensor or None; updated in place while training.
+        weight: optional (C,) scale.
+        bias: optional (C,) shift.
+        training: use (and record) batch statistics.
+        momentum: the running-average factor.
+        eps: added to the variance.
+
+    Returns:
+        Tensor: input's shape and dtype; differentiable with respect to input, weight and bias.
+
+    Raises:
+        ShapeError: wrong parameter shapes, or a single value per channel while training.
+        DTypeError: non-float or mismatched dtypes.
+    """
+    op = "batch_norm"
+    _float_input(input, op, 2)
+    training = bool_arg(training, op, "training")
+    momentum = float_arg(momentum, op, "momentum")
+    eps = float_arg(eps, op, "eps")
+    c = input.shape[1]
+    w, b = _channel_param(weight, c, input, op, "weight"), _channel_param(bias, c, input, op, "bias")
+    rm, rv = _stat(running_mean, c, input, op, "running_mean"), _stat(running_var, c, input, op, "running_var")
+    if (rm is None) != (rv is None):
+        raise EmberValueError(f"[{op}] give both running_mean and running_var, or neither")
+    bshape = (1, c, *([1] * (input.ndim - 2)))
+    low = input.dtype.name in ("float16", "bfloat16")  # statistics of half inputs in f32, as torch
+    x = input.to_dtype("float32") if low else input
+    if training or rm is None:
+        dims = (0, *range(2, x.ndim))
+        count = input.numel() // max(c, 1)
+        if count <= 1:
+            raise ShapeError(f"[{op}] expected more than 1 value per channel when training, got input {input.shape}")
+        mean = x.mean(dims, keepdim=True)
+        xc = x - mean
+        var = xc.sqr().mean(dims, keepdim=True)
+        scale = (var + eps).rsqrt()
+        if w is not None:
+            scale = scale * (w.to_dtype(x.dtype) if low else w)
+        y = xc * scale
+        if rm is not None and training:
+            with no_grad():
+                new_m = rm * (1.0 - momentum) + mean.reshape(c).detach().to_dtype(rm.dtype) * momentum
+                unbiased = var.reshape(c).detach().to_dtype(rv.dtype) * (count / (count - 1))
+                new_v = rv * (1.0 - momentum) + unbiased * momentum
+                rm.slice_set(new_m, 0, 0)
+                rv.slice_set(new_v, 0, 0)
+    else:
+        r = (rv.to_dtype(x.dtype) + eps).rsqrt()
+        scale = r if w is None else r * (w.to_dtype(x.dtype) if low else w).reshape(c)
+        shift = -(rm.to_dtype(x.dtype) * scale)
+        y = x * scale.reshape(*bshape) + shift.reshape(*bshape)
+    if b is not None:
+        y = y + (b.to_dtype(x.dtype) if low else b)
+    return y.to_dtype(input.dtype) if low else y
+
+
+# ----------------------------------------------------------------------------- modules
+class GroupNorm(Module):
+    """``group_norm`` as a module, torch's ``nn.GroupNorm`` (weight starts at ones, bias at zeros).
+
+    Args:
+        num_groups: the number of channel groups; divides num_channels.
+        num_channels: C.
+        eps: added to the variance.
+        affine: learn a per-channel weight and bias.
+        dtype: the parameters' dtype (default float32).
+        device: where the parameters live (default the CPU).
+
+    Raises:
+        ShapeError: num_groups does not divide num_channels.
+    """
+
+    def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, dtype=None, device=None):
+        super().__init__()
+        self.num_groups = int_arg(num_groups, "GroupNorm", "num_groups")
+        self.num_channels = int_arg(num_channels, "GroupNorm", "num_channels")
+        if self.num_groups < 1 or self.num_channels < 1 or self.num_channels % self.num_groups:
+            raise ShapeError(f"[GroupNorm] num_groups {self.num_groups} must be positive and divide num_channels "
+                             f"{self.num_channels}")
+        self.eps, self.affine = float_arg(eps, "GroupNorm", "eps"), bool_arg(affine, "GroupNorm", "affine")
+        dtype, device = to_dtype(dtype or "float32"), to_device(device)
+        self.weight = Var(ones(self.num_channels, dtype=dtype, device=device)) if self.affine else None
+        self.bias = Var(zeros(self.num_channels, dtype=dtype, device=device)) if self.affine else None
+
+    def forward(self, x):
+        """Normalises ``x``.
+
+        Args:
+            x: (N, C, *) float tensor.
+
+        Returns:
+            The normalised tensor.
+        """
+        return group_norm(x, self.num_groups, self.weight, self.bias, self.eps)
+
+    def extra_repr(self):
+        return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}"
+
+
+class _BatchNorm(Module):
+    """The state of a batch norm layer: affine parameters and running statistics (buffers: they are in
+    ``state_dict`` under torch's names, never in ``parameters()``)."""
+
+    _buffer_names = ("running_mean", "running_var", "num_batches_tracked")
+    _ranks = (2,)
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, dtype=None,
+                 device=None):
+        super().__init__()
+        name = type(self).__name__
+        self.num_features = int_arg(num_features, name, "num_features")
+        if self.num_features < 1:
+            raise ShapeError(f"[{name}] num_features must be positive, got {self.num_features}")
+        self.eps = float_arg(eps, name, "eps")
+        self.momentum = None if momentum is None else float_arg(momentum, name, "momentum")
+        self.affine = bool_arg(affine, name, "affine")
+        self.track_running_stats = bool_arg(track_running_stats, name, "track_running_stats")
+        dtype, device = to_dtype(dtype or "float32"), to_device(device)
+        c = self.num_features
+        self.weight = Var(ones(c, dtype=dtype, device=device)) if self.affine else None
+        self.bias = Var(zeros(c, dtype=dtype, device=device)) if self.affine else None
+        if self.track_running_stats:
+            self.running_mean = zeros(c, dtype=dtype, device=device)
+            self.running_var = ones(c, dtype=dtype, device=device)
+            self.num_batches_tracked = tensor(0, device=device)
+        else:
+            self.running_mean = self.running_var = self.num_batches_tracked = None
+
+    def reset_running_stats(self):
+        """Sets the running mean to 0, the running variance to 1 and the batch count to 0."""
+        if self.track_running_stats:
+            self.running_mean.zero_set()
+            self.running_var.fill_(1.0)
+            self.num_batches_tracked = tensor(0, device=self.running_mean.device)
+
+    def forward(self, x):
+        """Normalises ``x`` with batch statistics (training, or without running statistics) or the
+        running ones (eval); training also updates the running statistics.
+
+        Args:
+            x: a float tensor of a rank the layer accepts ((N, C) or (N, C, L) for BatchNorm1d,
+                (N, C, H, W) for BatchNorm2d).
+
+        Returns:
+            The normalised tensor.
+
+        Raises:
+            ShapeError: a wrong rank or channel count.
+        """
+        name = type(self).__name__
+        if not isinstance(x, Tensor):
+            raise EmberTypeError(f"[{name}] expected a Tensor input, got {type(x).__name__}")
+        if x.ndim not in self._ranks or x.shape[1] != self.num_features:
+            raise ShapeError(f"[{name}] expected input of rank {' or '.join(map(str, self._ranks))} with "
+                             f"{self.num_features} channels in dim 1, got {x.shape}")
+        momentum = 0.0 if self.momentum is None else self.momentum
+        if self.training and self.track_running_stats:
+            t = self.num_batches_tracked
+            # The count is mirrored in Python so a training step never waits on the device to read it;
+            # it is read back only when someone replaced the tensor (load_state_dict).
+            known = getattr(self, "_count", None)
+            n = (known[1] if known is not None and known[0] is t else int(t.item())) + 1
+            self.num_batches_tracked = tensor(n, device=self.running_mean.device)
+            self._count = (self.num_batches_tracked, n)
+            if self.momentum is None:  # a cumulative moving average
+                momentum = 1.0 / n
+        use_batch = self.training or not self.track_running_stats
+        return batch_norm(x, self.running_mean if self.track_running_stats else None,
+                          self.running_var if self.track_running_stats else None, self.weight, self.bias,
+                          use_batch, momentum, self.eps)
+
+    def extra_repr(self):
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"track_running_stats={self.track_running_stats}")
+
+
+class BatchNorm1d(_BatchNorm):
+    """``batch_norm`` over (N, C) or (N, C, L) as a module, torch's ``nn.BatchNorm1d``.
+
+    Args:
+        num_features: C.
+        eps: added to the variance.
+        momentum: the running-average factor; None for a cumulative average.
+        affine: learn a per-channel weight (ones) and bias (zeros).
+        track_running_stats: keep running statistics for eval mode.
+        dtype: the parameters' dtype (default float32).
+        device: where the parameters live (default the CPU).
+    """
+
+    _ranks = (2, 3)
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, dtype=None,
+                 device=None):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, dtype, device)
+
+
+class BatchNorm2d(_BatchNorm):
+    """``batch_norm`` over (N, C, H, W) as a module, torch's ``nn.BatchNorm2d``.
+
+    Args:
+        num_features: C.
+        eps: added to the variance.
+        momentum: the running-average factor; None for a cumulative average.
+        affine: learn a per-channel weight (ones) and bias (zeros).
+        track_running_stats: keep running statistics for eval mode.
+        dtype: the parameters' dtype (default float32).
+        device: where the parameters live (default the CPU).
+    """
+
+    _ranks = (4,)
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, dtype=None,
+                 device=None):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, dtype, device)
+

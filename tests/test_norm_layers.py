@@ -1,0 +1,146 @@
+"""GroupNorm / group_norm and BatchNorm1d/2d / batch_norm against torch: values and every gradient on
+strided inputs in every float dtype, running statistics (momentum, cumulative, unbiased variance),
+train/eval, affine and track_running_stats switches, state_dict with torch's buffer names, and errors."""
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from nn_check import KINDS, compare, on
+
+import ember as em
+
+from conftest import FLOATS, expect_error
+
+
+@pytest.mark.parametrize("groups", [1, 2, 6])
+@pytest.mark.parametrize("kind", KINDS)
+def test_group_norm_matches_torch(groups, kind, rng, device):
+    compare(lambda x, w, b: em.nn.group_norm(x, groups, w, b, 1e-5),
+            lambda x, w, b: F.group_norm(x, groups, w, b, 1e-5), [(3, 6, 4, 5), (6,), (6,)], em.float64, kind, rng,
+            device)
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
+def test_group_norm_every_dtype_and_rank(dt, rng, device):
+    compare(lambda x, w, b: em.nn.group_norm(x, 2, w, b), lambda x, w, b: F.group_norm(x, 2, w, b),
+            [(2, 4, 9), (4,), (4,)], dt, "transposed", rng, device)
+    compare(lambda x: em.nn.group_norm(x, 3), lambda x: F.group_norm(x, 3), [(2, 6, 3, 2, 2)], dt, "offset", rng,
+            device)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("shape", [(5, 3), (4, 3, 6), (2, 3, 4, 5)], ids=str)
+def test_batch_norm_training_matches_torch(kind, shape, rng, device):
+    rm0, rv0 = rng.standard_normal(3), rng.uniform(0.5, 2, 3)
+    state = {}
+
+    def em_fn(x, w, b):
+        rm, rv = on(device, rm0), on(device, rv0)
+        state["em"] = (rm, rv)
+        return em.nn.batch_norm(x, rm, rv, w, b, training=True, momentum=0.3, eps=1e-4)
+
+    def torch_fn(x, w, b):
+        rm, rv = torch.tensor(rm0), torch.tensor(rv0)
+        state["torch"] = (rm, rv)
+        return F.batch_norm(x, rm, rv, w, b, training=True, momentum=0.3, eps=1e-4)
+
+    compare(em_fn, torch_fn, [shape, (3,), (3,)], em.float64, kind, rng, device)
+    for mine, ref in zip(state["em"], state["torch"]):  # the running statistics, updated in place
+        np.testing.assert_allclose(mine.numpy(), ref.numpy(), rtol=1e-12)
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
+def test_batch_norm_eval_and_every_dtype(dt, rng, device):
+    rm, rv = rng.standard_normal(4), rng.uniform(0.5, 2, 4)
+    compare(lambda x, w, b: em.nn.batch_norm(x, on(device, rm), on(device, rv), w, b,
+                                                   False),
+            lambda x, w, b: F.batch_norm(x, torch.tensor(rm), torch.tensor(rv), w, b, False),
+            [(3, 4, 5, 2), (4,), (4,)], dt, "transposed", rng, device)
+    compare(lambda x: em.nn.batch_norm(x, None, None, training=True), lambda x: F.batch_norm(x, None, None, training=True),
+            [(6, 4, 3)], dt, "stepped", rng, device)
+
+
+def test_norm_gradcheck(rng):
+    x = em.tensor(rng.standard_normal((3, 4, 2, 3)))
+    w, b = em.tensor(rng.uniform(0.5, 2, 4)), em.tensor(rng.standard_normal(4))
+    rm, rv = em.tensor(rng.standard_normal(4)), em.tensor(rng.uniform(0.5, 2, 4))
+    assert em.testing.gradcheck(lambda a, c, d: em.nn.group_norm(a, 2, c, d), [x, w, b])
+    assert em.testing.gradcheck(lambda a, c, d: em.nn.batch_norm(a, None, None, c, d, True), [x, w, b])
+    assert em.testing.gradcheck(lambda a, c, d: em.nn.batch_norm(a, rm, rv, c, d, False), [x, w, b])
+
+
+@pytest.mark.parametrize("momentum", [0.1, None])
+@pytest.mark.parametrize("cls", ["BatchNorm1d", "BatchNorm2d"])
+def test_batch_norm_modules_track_like_torch(momentum, cls, rng):
+    shape = (6, 3, 5) if cls == "BatchNorm1d" else (4, 3, 5, 2)
+    mine, ref = getattr(em.nn, cls)(3, momentum=momentum), getattr(torch.nn, cls)(3, momentum=momentum)
+    with torch.no_grad():
+        ref.weight.copy_(torch.tensor(rng.uniform(0.5, 2, 3)))
+        ref.bias.copy_(torch.tensor(rng.standard_normal(3)))
+    mine.load_state_dict({k: em.tensor(v.numpy()) for k, v in ref.state_dict().items()})
+    for step in range(3):
+        x = rng.standard_normal(shape).astype(np.float32) * (step + 1) + step
+        np.testing.assert_allclose(mine(em.tensor(x)).numpy(), ref(torch.tensor(x)).detach().numpy(), rtol=1e-4,
+                                   atol=1e-5)
+    sd = mine.state_dict()
+    assert list(sd) == list(ref.state_dict())  # weight, bias, running_mean, running_var, num_batches_tracked
+    for k, v in ref.state_dict().items():
+        np.testing.assert_allclose(sd[k].numpy(), v.numpy(), rtol=1e-5, atol=1e-6, err_msg=k)
+    assert [n for n, _ in mine.named_parameters()] == ["weight", "bias"]
+    mine.eval()
+    ref.eval()
+    x = rng.standard_normal(shape).astype(np.float32)
+    np.testing.assert_allclose(mine(em.tensor(x)).numpy(), ref(torch.tensor(x)).detach().numpy(), rtol=1e-4, atol=1e-5)
+    before = mine.running_mean.numpy().copy()
+    mine(em.tensor(x))
+    np.testing.assert_array_equal(mine.running_mean.numpy(), before)  # eval never updates
+    mine.reset_running_stats()
+    assert mine.running_mean.numpy().tolist() == [0.0] * 3 and int(mine.num_batches_tracked.item()) == 0
+
+
+def test_batch_norm_switches(rng):
+    x = em.tensor(rng.standard_normal((5, 3, 4)).astype(np.float32))
+    t = torch.tensor(x.numpy())
+    plain = em.nn.BatchNorm1d(3, affine=False, track_running_stats=False)
+    assert plain.parameters() == [] and plain.state_dict() == {}
+    ref = torch.nn.BatchNorm1d(3, affine=False, track_running_stats=False)
+    for mode in ("train", "eval"):  # without running statistics eval mode still uses the batch's
+        getattr(plain, mode)()
+        getattr(ref, mode)()
+        np.testing.assert_allclose(plain(x).numpy(), ref(t).numpy(), rtol=1e-4, atol=1e-5)
+    bn = em.nn.BatchNorm1d(3)
+    bn(x)
+    bn(x)
+    assert int(bn.num_batches_tracked.item()) == 2
+    bn.load_state_dict({**bn.state_dict(), "num_batches_tracked": em.tensor(5)})
+    bn(x)
+    assert int(bn.state_dict()["num_batches_tracked"].item()) == 6
+    model = em.nn.Sequential(em.nn.Conv2d(2, 3, 3), em.nn.BatchNorm2d(3), em.nn.ReLU())
+    assert "1.running_var" in model.state_dict() and "1.running_var" not in dict(model.named_parameters())
+    gn = em.nn.GroupNorm(2, 4)
+    assert [n for n, _ in gn.named_parameters()] == ["weight", "bias"]
+    np.testing.assert_allclose(gn(em.tensor(rng.standard_normal((2, 4, 3)).astype(np.float32))).numpy().mean(), 0.0,
+                               atol=1e-6)
+    assert em.nn.GroupNorm(2, 4, affine=False).parameters() == []
+
+
+def test_norm_errors():
+    x = em.randn(4, 6, 3)
+    expect_error(lambda: em.nn.group_norm(x, 4), "group_norm", em.ShapeError)
+    expect_error(lambda: em.nn.group_norm(x, 0), "group_norm", em.EmberValueError)
+    expect_error(lambda: em.nn.group_norm(x, 2, em.ones(5)), "group_norm", em.ShapeError)
+    expect_error(lambda: em.nn.group_norm(x, 2, em.ones(6, dtype="float64")), "group_norm", em.DTypeError)
+    expect_error(lambda: em.nn.group_norm(em.ones(4), 2), "group_norm", em.ShapeError)
+    expect_error(lambda: em.nn.group_norm(em.ones(2, 4, dtype="int64"), 2), "group_norm", em.DTypeError)
+    expect_error(lambda: em.nn.batch_norm(x, em.zeros(6), None), "batch_norm", em.EmberValueError)
+    expect_error(lambda: em.nn.batch_norm(x, em.zeros(5), em.ones(5)), "batch_norm", em.ShapeError)
+    expect_error(lambda: em.nn.batch_norm(em.randn(1, 6), None, None, training=True), "batch_norm", em.ShapeError)
+    expect_error(lambda: em.nn.GroupNorm(4, 6), "GroupNorm", em.ShapeError)
+    expect_error(lambda: em.nn.BatchNorm2d(6)(x), "BatchNorm2d", em.ShapeError)
+    expect_error(lambda: em.nn.BatchNorm1d(5)(x), "BatchNorm1d", em.ShapeError)
+    expect_error(lambda: em.nn.BatchNorm1d(0), "BatchNorm1d", em.ShapeError)
+    bn = em.nn.BatchNorm1d(6)
+    expect_error(lambda: bn.load_state_dict({**bn.state_dict(), "running_mean": em.zeros(5)}), "load_state_dict",
+                 em.ShapeError)
+    expect_error(lambda: bn.load_state_dict({"weight": em.ones(6), "bias": em.zeros(6)}), "load_state_dict",
+                 em.EmberValueError)
