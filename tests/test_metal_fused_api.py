@@ -257,3 +257,56 @@ def test_errors_on_metal(metal, rng):
         em.nn.ops.sdpa(xm.reshape(1, 1, 4, 8), xm.reshape(1, 1, 4, 8), xm.reshape(1, 1, 4, 8), mask=mask)
     # nothing was left half-written: the device still computes
     close(em.nn.ops.softmax(xm), em.nn.ops.softmax(xm.to_device(em.cpu)), "float32")
+
+
+# ----------------------------------------------------------------------------- the whole path, second order
+def second_order(fn, args, G):
+    """d/dx of sum(grad_x(sum(fn(x) * G))^2) for each arg: the first gradient keeps its graph (the
+    composite backward), the second backward runs through it."""
+    y = fn(*[a.use for a in args])
+    gs = (y * G).sum().backward(create_graph=True)
+    total = None
+    for a in args:
+        s = (gs[a.leaf] * gs[a.leaf]).sum()
+        total = s if total is None else total + s
+    h = total.backward()
+    return [h.get(a.leaf) for a in args]  # None where the first gradient does not depend on the arg
+
+
+SECOND_ORDER = {
+    "softmax": (lambda x: em.nn.ops.softmax(x), [(4, 9)]),
+    "log_softmax": (lambda x: em.nn.ops.log_softmax(x), [(4, 9)]),
+    "rms_norm": (lambda x, w: em.nn.ops.rms_norm(x, w), [(4, 9), (9,)]),
+    "layer_norm": (lambda x, w, b: em.nn.ops.layer_norm(x, w, b), [(4, 9), (9,), (9,)]),
+    "sdpa": (lambda q, k, v: em.nn.ops.sdpa(q, k, v, causal=True), [(1, 2, 5, 8), (1, 2, 7, 8), (1, 2, 7, 8)]),
+    "silu": (lambda x: em.nn.ops.silu(x), [(4, 9)]),
+    "gelu": (lambda x: em.nn.ops.gelu(x), [(4, 9)]),
+    "sigmoid": (lambda x: em.nn.ops.sigmoid(x), [(4, 9)]),
+}
+
+
+@pytest.mark.parametrize("op", list(SECOND_ORDER))
+def test_second_order_through_the_composite_backward(op, metal, rng):
+    fn, shapes = SECOND_ORDER[op]
+    args = [pair(rng, s, "float32", metal, "strided", var=True) for s in shapes]
+    out_shape = fn(*[a[0].use for a in args]).shape
+    Gc, Gm = pair(rng, out_shape, "float32", metal)
+    got = second_order(fn, [a[1] for a in args], Gm)
+    want = second_order(fn, [a[0] for a in args], Gc)
+    for g, w in zip(got, want):
+        assert (g is None) == (w is None)
+        if w is not None:
+            assert g.device == metal
+            close(g, w, "float32", scale=10.0)
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("kind", ["sigmoid", "silu", "gelu"])
+def test_activations_forward_and_fused_backward(kind, dtype, metal, rng):
+    fn = getattr(em.nn.ops, kind)
+    xc, xm = pair(rng, (6, 21), dtype, metal, "strided", scale=2.0, var=True)
+    Gc, Gm = pair(rng, (6, 21), dtype, metal)
+    close(fn(xm.use), fn(xc.use), dtype)
+    gm = (fn(xm.use) * Gm).sum().backward()[xm.leaf]
+    gc = (fn(xc.use) * Gc).sum().backward()[xc.leaf]
+    close(gm, gc, dtype, scale=4.0)
