@@ -226,14 +226,14 @@ def test_inplace_op_metal_fwd_writes_the_operand_and_survives_self_aliasing(meta
     np.testing.assert_array_equal(am.numpy(), 2 * (a + b))
 
 
-def test_softplus_example_runs_its_metal_fwd(metal, capsys):
+@pytest.mark.parametrize("example,says", [("softplus", "softplus on metal: ok"), ("metal_fused_op", "relu2 on metal: ok")])
+def test_examples_run_their_metal_kernels(example, says, metal, capsys):
     import pathlib
     import runpy
 
-    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "softplus.py"
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / f"{example}.py"
     runpy.run_path(str(path), run_name="__main__")
-    out = capsys.readouterr().out
-    assert "softplus on metal: ok" in out and "softplus: ok" in out
+    assert says in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16"])
