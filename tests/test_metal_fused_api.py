@@ -69,7 +69,7 @@ def grads_through_head(fn, args, head_w, transpose_head=False):
 @pytest.mark.parametrize("layout", ["contiguous", "strided"])
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("log", [False, True])
-@pytest.mark.parametrize("shape", [(3, 7), (2, 4, 96), (2, 9000)])  # block rows, long looped rows
+@pytest.mark.parametrize("shape", [(3, 7), (2, 4, 96), (3, 600), (2, 9000)])  # simd, block, looped rows
 def test_softmax_forward_and_backward(shape, log, dtype, layout, metal, rng):
     fn = em.nn.ops.log_softmax if log else em.nn.ops.softmax
     xc, xm = pair(rng, shape, dtype, metal, layout, scale=3.0, var=True)
