@@ -149,6 +149,24 @@ def test_fences_across_encoders_until_completed():
     assert h.fences_for([2]) == set() and h.pending_outputs == 1
 
 
+def test_fences_for_writes_cover_war_and_waw_across_encoders():
+    h = P.HazardTracker()
+    h.dispatch([1], [2])
+    h.end_encoder(10)
+    h.dispatch([1, 2], [])
+    h.end_encoder(11)
+    h.dispatch([4], [5])
+    h.end_encoder(12)
+    assert h.fences_for([], [1]) == {10, 11}  # WAR: both encoders that read 1 are pending
+    assert h.fences_for([], [2]) == {10, 11}  # WAW on 10's output, WAR on 11's read
+    assert h.fences_for([3], [6]) == set()    # nothing pending touches 3 or 6
+    assert h.fences_for([5], []) == {12}      # RAW
+    h.completed(10)
+    assert h.fences_for([], [1]) == {11} and h.fences_for([], [2]) == {11}
+    h.completed(11)
+    assert h.fences_for([], [1, 2]) == set()
+
+
 def test_pipeline_cache_keys_on_source_hash_function_and_constants():
     c = P.PipelineCache()
     a = c.get("kernel void k() {}", "k")

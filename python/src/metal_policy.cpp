@@ -81,7 +81,9 @@ void bind_metal_policy(py::module_& parent) {
       .def(py::init<>())
       .def("dispatch", &HazardTracker<int64_t>::dispatch, py::arg("reads"), py::arg("writes"))
       .def("end_encoder", &HazardTracker<int64_t>::end_encoder, py::arg("id"))
-      .def("fences_for", &HazardTracker<int64_t>::fences_for, py::arg("reads"))
+      .def("fences_for", [](const HazardTracker<int64_t>& h, const std::vector<int64_t>& reads,
+                            const std::vector<int64_t>& writes) { return h.fences_for(reads, writes); },
+           py::arg("reads"), py::arg("writes") = std::vector<int64_t>{})
       .def("completed", &HazardTracker<int64_t>::completed, py::arg("id"))
       .def_property_readonly("barriers", &HazardTracker<int64_t>::barriers)
       .def_property_readonly("pending_outputs", &HazardTracker<int64_t>::pending_outputs);
