@@ -80,13 +80,13 @@ def check(got, want, dtype, scale=1.0):
 
 def ref(fn, *arrays):
     """fn over float64 CPU tensors (ember's CPU fused ops) -> numpy."""
-    return fn(*[em.tensor(a) for a in arrays]).numpy()
+    return fn(*[em.tensor(a, device=em.cpu) for a in arrays]).numpy()
 
 
 def ref_grads(fn, grad_out, *arrays):
     """The gradients of sum(fn(*arrays) * grad_out) with respect to each array, on CPU in float64."""
-    vs = [em.Var(em.tensor(a)) for a in arrays]
-    loss = (fn(*vs) * em.tensor(grad_out)).sum()
+    vs = [em.Var(em.tensor(a, device=em.cpu)) for a in arrays]
+    loss = (fn(*vs) * em.tensor(grad_out, device=em.cpu)).sum()
     gs = loss.backward()
     return [gs[v].numpy() for v in vs]
 
@@ -412,7 +412,7 @@ class Attn:
 
     def fn(self):
         mask = None if self.mask is None else em.tensor(self.mask.astype(np.float64) if self.mask.dtype != np.uint8
-                                                        else self.mask)
+                                                        else self.mask, device=em.cpu)
         return lambda q, k, v: em.nn.ops.sdpa(q, k, v, scale=self.scale, causal=self.causal, mask=mask)
 
     def tile(self):

@@ -96,7 +96,7 @@ def test_rows_past_the_kernels_outer_dims_are_read_through_a_copy(metal, rng):
     shape = (2,) * 10 + (6,)
     base = rng.standard_normal(shape).astype(np.float32)
     perm = tuple(reversed(range(10))) + (10,)
-    xc = em.tensor(base).permute(*perm)
+    xc = em.tensor(base, device=em.cpu).permute(*perm)
     xm = em.tensor(base, device=metal).permute(*perm)
     close(em.nn.ops.softmax(xm), em.nn.ops.softmax(xc), "float32")
     wc, wm = pair(rng, (6,), "float32", metal)
@@ -191,7 +191,7 @@ def make_mask(rng, kind, B, Lq, Lk, metal):
         m[0, 0, 0, :] = 0  # a fully masked row
     else:
         m = (rng.standard_normal(shape) * 2).astype(np.float32 if kind == "add32" else np.float16)
-    return em.tensor(m), em.tensor(m, device=metal)
+    return em.tensor(m, device=em.cpu), em.tensor(m, device=metal)
 
 
 SDPA = {  # (B, H, Hkv, Lq, Lk, D, Dv)
@@ -246,13 +246,13 @@ def test_sdpa_three_dim_inputs_and_empty_keys(metal, rng):
 # ----------------------------------------------------------------------------- errors
 def test_errors_on_metal(metal, rng):
     xm = em.tensor(rng.standard_normal((4, 8)).astype(np.float32), device=metal)
-    wc = em.tensor(np.ones(8, np.float32))
+    wc = em.tensor(np.ones(8, np.float32), device=em.cpu)
     with pytest.raises(em.EmberError, match=r"^\[rms_norm\]"):
         em.nn.ops.rms_norm(xm, wc)  # the weight on another device
     q = em.tensor(np.ones((1, 1, 2, 300), np.float32), device=metal)
     with pytest.raises(em.EmberError, match=r"^\[sdpa\] head dims up to 256 on metal"):
         em.nn.ops.sdpa(q, q, q)
-    mask = em.tensor(np.ones((2, 2), np.uint8))
+    mask = em.tensor(np.ones((2, 2), np.uint8), device=em.cpu)
     with pytest.raises(em.DeviceError, match=r"^\[sdpa\]"):
         em.nn.ops.sdpa(xm.reshape(1, 1, 4, 8), xm.reshape(1, 1, 4, 8), xm.reshape(1, 1, 4, 8), mask=mask)
     # nothing was left half-written: the device still computes

@@ -208,7 +208,7 @@ class AddInto(em.InplaceOp2):
 def test_custom_op_metal_fwd_with_a_kernel(metal, rng):
     base = rng.standard_normal((6, 9)).astype(np.float32) * 3
     xm = em.tensor(base, device=metal).t()[1:, ::2]  # a strided view with an offset
-    xc = em.tensor(base).t()[1:, ::2]
+    xc = em.tensor(base, device=em.cpu).t()[1:, ::2]
     ym = xm.apply_op1(Softplus())
     assert ym.device == metal
     np.testing.assert_allclose(ym.numpy(), xc.apply_op1(Softplus()).numpy(), rtol=1e-6, atol=1e-6)
@@ -232,7 +232,12 @@ def test_examples_run_their_metal_kernels(example, says, metal, capsys):
     import runpy
 
     path = pathlib.Path(__file__).resolve().parents[1] / "examples" / f"{example}.py"
-    runpy.run_path(str(path), run_name="__main__")
+    prev = em.get_default_device()
+    em.set_default_device(em.cpu)  # the examples' CPU part makes float64 data; their Metal part names the device
+    try:
+        runpy.run_path(str(path), run_name="__main__")
+    finally:
+        em.set_default_device(prev)
     assert says in capsys.readouterr().out
 
 
@@ -243,7 +248,7 @@ def test_demo_swiglu_metal_fwd(dtype, metal, rng):
     dt = getattr(em, dtype)
     g = rng.standard_normal((5, 8)).astype(np.float32) * 3
     u = rng.standard_normal((8, 5)).astype(np.float32)
-    gc, uc = em.tensor(g).to_dtype(dt), em.tensor(u).to_dtype(dt).t()  # a transposed (strided) operand
+    gc, uc = em.tensor(g, device=em.cpu).to_dtype(dt), em.tensor(u, device=em.cpu).to_dtype(dt).t()  # strided
     gm, um = em.tensor(g, device=metal).to_dtype(dt), em.tensor(u, device=metal).to_dtype(dt).t()
     ym = swiglu(gm, um)
     assert ym.device == metal and ym.dtype == dt
