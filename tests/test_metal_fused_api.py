@@ -310,3 +310,20 @@ def test_activations_forward_and_fused_backward(kind, dtype, metal, rng):
     gm = (fn(xm.use) * Gm).sum().backward()[xm.leaf]
     gc = (fn(xc.use) * Gc).sum().backward()[xc.leaf]
     close(gm, gc, dtype, scale=4.0)
+
+
+def test_empty_inputs_give_zero_gradients(metal):
+    # no rows: dw and db are zeros (the chunk pass has nothing to add); no queries or no keys: zero grads
+    x = em.Var(em.tensor(np.ones((0, 5), np.float32), device=metal))
+    w = em.Var(em.tensor(np.full(5, 2.0, np.float32), device=metal))
+    b = em.Var(em.tensor(np.ones(5, np.float32), device=metal))
+    gs = em.nn.ops.layer_norm(x, w, b).sum().backward()
+    assert gs[w].numpy().tolist() == [0.0] * 5 and gs[b].numpy().tolist() == [0.0] * 5
+    assert em.nn.ops.rms_norm(x, w).sum().backward()[w].numpy().tolist() == [0.0] * 5
+    for lq, lk in ((3, 0), (0, 4)):
+        q = em.Var(em.tensor(np.ones((1, 2, lq, 4), np.float32), device=metal))
+        k = em.Var(em.tensor(np.ones((1, 2, lk, 4), np.float32), device=metal))
+        v = em.Var(em.tensor(np.ones((1, 2, lk, 4), np.float32), device=metal))
+        gs = (em.nn.ops.sdpa(q, k, v) * 2.0).sum().backward()
+        for t in (q, k, v):
+            assert gs[t].shape == t.shape and not gs[t].numpy().any()
