@@ -6,6 +6,7 @@ attention; finite differences; and bad input."""
 import numpy as np
 import pytest
 import torch
+from nn_check import on
 
 import ember as em
 
@@ -14,22 +15,27 @@ from conftest import FLOATS, TOL, expect_error, npdt
 E, H = 12, 3
 
 
-def _pair(rng, dt=em.float64, **kw):
+def _dt(dt, device):
+    return em.float32 if dt is em.float64 and device.type == "metal" else dt  # Metal has no float64
+
+
+def _pair(rng, dt=em.float64, device=em.cpu, **kw):
     ref = torch.nn.MultiheadAttention(E, H, batch_first=kw.pop("batch_first", True), dtype=torch.float64, **kw)
     with torch.no_grad():  # torch starts the biases at 0: random ones test their wiring
         for name, p in ref.named_parameters():
             if "bias" in name:
                 p.copy_(torch.tensor(rng.standard_normal(p.shape) * 0.3))
-    mine = em.nn.MultiHeadAttention(E, H, dtype=dt, batch_first=ref.batch_first, **kw)
+    mine = em.nn.MultiHeadAttention(E, H, dtype=_dt(dt, device), batch_first=ref.batch_first, device=device, **kw)
     mine.load_state_dict({k: em.tensor(v.detach().numpy()) for k, v in ref.state_dict().items()})
     return mine, ref
 
 
-def _run(mine, ref, q, k, v, rng, em_kw=None, torch_kw=None, dt=em.float64):
+def _run(mine, ref, q, k, v, rng, em_kw=None, torch_kw=None, dt=em.float64, device=em.cpu):
     """Forward both, compare outputs (and weights), then the gradients of inputs and parameters."""
+    dt = _dt(dt, device)
     em_kw, torch_kw = em_kw or {}, torch_kw or {}
     ref.zero_grad()  # torch accumulates into .grad across calls; each ember backward is a new store
-    ins = [em.Var(em.tensor(a.astype(npdt(dt)))) for a in (q, k, v)]
+    ins = [em.Var(em.tensor(a.astype(npdt(dt)), device=device)) for a in (q, k, v)]
     tins = [torch.tensor(a.astype(npdt(dt)).astype(np.float64), requires_grad=True) for a in (q, k, v)]
     out, w = mine(*ins, **em_kw)
     tout, tw = ref(*tins, **torch_kw)
@@ -39,7 +45,8 @@ def _run(mine, ref, q, k, v, rng, em_kw=None, torch_kw=None, dt=em.float64):
     if em_kw.get("need_weights"):
         np.testing.assert_allclose(w.numpy().astype(np.float64), tw.detach().numpy(), **close)
     g = rng.uniform(0.5, 1.5, size=tout.shape)
-    grads = (out * em.tensor(g.astype(npdt(dt)))).sum().backward()
+    assert out.device == device
+    grads = (out * em.tensor(g.astype(npdt(dt)), device=device)).sum().backward()
     (tout * torch.tensor(g)).sum().backward()
     for i, (a, b) in enumerate(zip(ins, tins)):
         np.testing.assert_allclose(grads[a].numpy().astype(np.float64), b.grad.numpy(), err_msg=f"input {i}", **close)
@@ -58,13 +65,13 @@ def test_parameter_names_are_torchs():
                                                                      ref.named_parameters()}
 
 
-def test_self_attention_matches_torch(rng):
-    mine, ref = _pair(rng)
+def test_self_attention_matches_torch(rng, device):
+    mine, ref = _pair(rng, device=device)
     x = rng.standard_normal((2, 5, E))
-    _run(mine, ref, x, x, x, rng)
-    _run(mine, ref, x, x, x, rng, dict(need_weights=True), dict(need_weights=True))
+    _run(mine, ref, x, x, x, rng, device=device)
+    _run(mine, ref, x, x, x, rng, dict(need_weights=True), dict(need_weights=True), device=device)
     _run(mine, ref, x, x, x, rng, dict(need_weights=True, average_attn_weights=False),
-         dict(need_weights=True, average_attn_weights=False))
+         dict(need_weights=True, average_attn_weights=False), device=device)
 
 
 def test_cross_attention_kdim_vdim_no_bias(rng):
@@ -77,8 +84,8 @@ def test_cross_attention_kdim_vdim_no_bias(rng):
 
 @pytest.mark.parametrize("mask", ["bool2d", "bool3d", "float2d", "float3d"])
 @pytest.mark.parametrize("padding", [None, "bool", "float"])
-def test_masks_match_torch(mask, padding, rng):
-    mine, ref = _pair(rng)
+def test_masks_match_torch(mask, padding, rng, device):
+    mine, ref = _pair(rng, device=device)
     b, lq, lk = 2, 4, 6
     q, kv = rng.standard_normal((b, lq, E)), rng.standard_normal((b, lk, E))
     shape = (lq, lk) if mask.endswith("2d") else (b * H, lq, lk)
@@ -93,7 +100,7 @@ def test_masks_match_torch(mask, padding, rng):
         kpm[1, 4:] = True
     elif padding == "float":
         kpm = rng.standard_normal((b, lk))
-    em_kw = dict(attn_mask=em.tensor(m), key_padding_mask=None if kpm is None else em.tensor(kpm))
+    em_kw = dict(attn_mask=on(device, m), key_padding_mask=None if kpm is None else on(device, kpm))
     torch_kw = dict(attn_mask=torch.tensor(m), key_padding_mask=None if kpm is None else torch.tensor(kpm))
     # torch wants both masks of one kind (ember takes any mix): give it the bool one as -inf floats.
     if padding == "float" and mask.startswith("bool"):
@@ -101,18 +108,18 @@ def test_masks_match_torch(mask, padding, rng):
     if padding == "bool" and mask.startswith("float"):
         pad = torch.zeros((b, lk), dtype=torch.float64).masked_fill(torch.tensor(kpm), float("-inf"))
         torch_kw["key_padding_mask"] = pad
-    _run(mine, ref, q, kv, kv, rng, em_kw, torch_kw)
+    _run(mine, ref, q, kv, kv, rng, em_kw, torch_kw, device=device)
 
 
-def test_is_causal_matches_torch_with_and_without_padding(rng):
-    mine, ref = _pair(rng)
+def test_is_causal_matches_torch_with_and_without_padding(rng, device):
+    mine, ref = _pair(rng, device=device)
     x = rng.standard_normal((2, 5, E))
     causal = torch.triu(torch.ones(5, 5, dtype=torch.bool), 1)
-    _run(mine, ref, x, x, x, rng, dict(is_causal=True), dict(attn_mask=causal, is_causal=True))
+    _run(mine, ref, x, x, x, rng, dict(is_causal=True), dict(attn_mask=causal, is_causal=True), device=device)
     kpm = np.zeros((2, 5), bool)
     kpm[0, 3:] = True
     _run(mine, ref, x, x, x, rng, dict(is_causal=True, key_padding_mask=kpm),
-         dict(attn_mask=causal, key_padding_mask=torch.tensor(kpm)))
+         dict(attn_mask=causal, key_padding_mask=torch.tensor(kpm)), device=device)
 
 
 def test_batch_first_false_and_unbatched(rng):
@@ -125,20 +132,22 @@ def test_batch_first_false_and_unbatched(rng):
 
 
 @pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
-def test_every_dtype(dt, rng):
-    mine, ref = _pair(rng, dt=dt)
+def test_every_dtype(dt, rng, device):
+    mine, ref = _pair(rng, dt=dt, device=device)
     x = rng.standard_normal((2, 4, E))
     causal = torch.triu(torch.ones(4, 4, dtype=torch.bool), 1)
-    if dt is not em.float64:  # torch in float64 on the parameters rounded to dt, as ember holds them
+    if _dt(dt, device) is not em.float64:  # torch in float64 on the parameters rounded as ember holds them
         with torch.no_grad():
             for name, p in ref.named_parameters():
                 p.copy_(torch.tensor(dict(mine.named_parameters())[name].numpy().astype(np.float64)))
-    _run(mine, ref, x, x, x, rng, dict(is_causal=True), dict(attn_mask=causal), dt=dt)
+    _run(mine, ref, x, x, x, rng, dict(is_causal=True), dict(attn_mask=causal), dt=dt, device=device)
 
 
-def test_kv_cache_decoding_equals_full_causal_attention(rng):
-    mine = em.nn.MultiHeadAttention(E, H, dtype="float64")
-    x = em.tensor(rng.standard_normal((2, 7, E)))
+def test_kv_cache_decoding_equals_full_causal_attention(rng, device):
+    dt = _dt(em.float64, device)
+    tol = dict(rtol=1e-12, atol=1e-12) if dt is em.float64 else dict(rtol=1e-5, atol=1e-6)
+    mine = em.nn.MultiHeadAttention(E, H, dtype=dt, device=device)
+    x = on(device, rng.standard_normal((2, 7, E)))
     full, _ = mine(x, is_causal=True)
     cache = em.nn.KVCache()
     prompt, _ = mine(x[:, :3], is_causal=True, cache=cache)  # a prompt chunk, then one token at a time
@@ -147,16 +156,16 @@ def test_kv_cache_decoding_equals_full_causal_attention(rng):
         out, _ = mine(x[:, i : i + 1], is_causal=True, cache=cache)
         steps.append(out.numpy())
     assert len(cache) == cache.seq_len == 7 and cache.k.shape == (2, H, 7, E // H)
-    np.testing.assert_allclose(np.concatenate(steps, 1), full.numpy(), rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(np.concatenate(steps, 1), full.numpy(), **tol)
     cache.reset()
     assert len(cache) == 0
     # A padding mask over every cached key works with the cache too.
     kpm = np.zeros((2, 7), bool)
     kpm[1, 1] = True
-    full, _ = mine(x, is_causal=True, key_padding_mask=kpm)
-    mine(x[:, :6], is_causal=True, cache=cache, key_padding_mask=kpm[:, :6])
-    last, _ = mine(x[:, 6:], is_causal=True, cache=cache, key_padding_mask=kpm)
-    np.testing.assert_allclose(last.numpy(), full.numpy()[:, 6:], rtol=1e-12, atol=1e-12)
+    full, _ = mine(x, is_causal=True, key_padding_mask=on(device, kpm))
+    mine(x[:, :6], is_causal=True, cache=cache, key_padding_mask=on(device, kpm[:, :6]))
+    last, _ = mine(x[:, 6:], is_causal=True, cache=cache, key_padding_mask=on(device, kpm))
+    np.testing.assert_allclose(last.numpy(), full.numpy()[:, 6:], **tol)
 
 
 def test_attention_gradcheck(rng):

@@ -46,7 +46,7 @@ def test_batch_norm_training_matches_torch(kind, shape, rng, device):
 
     compare(em_fn, torch_fn, [shape, (3,), (3,)], em.float64, kind, rng, device)
     for mine, ref in zip(state["em"], state["torch"]):  # the running statistics, updated in place
-        np.testing.assert_allclose(mine.numpy(), ref.numpy(), rtol=1e-12)
+        np.testing.assert_allclose(mine.numpy(), ref.numpy(), rtol=1e-12 if mine.dtype is em.float64 else 1e-5)
 
 
 @pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)

@@ -74,11 +74,12 @@ def _xavier(shape, dtype, device):
     return Var(rand(*shape, lo=-bound, hi=bound, device=device).to_dtype(dtype))
 
 
-def _as_mask(m, op, what, device):
+def _as_mask(m, op, what, device, dtype):
     if m is None:
         return None
-    if not isinstance(m, Tensor):
-        m = tensor(np.asarray(m), device=device)
+    if not isinstance(m, Tensor):  # a float array in the query's dtype, converted on the host
+        a = np.asarray(m)
+        m = tensor(a, dtype=dtype if a.dtype.kind == "f" else None, device=device)
     if m.device != device:
         raise DeviceError(f"[{op}] {what} is on {m.device}, query on {device}")
     if m.dtype.name not in ("uint8", "float32", "float16", "bfloat16", "float64"):
@@ -174,7 +175,7 @@ class MultiHeadAttention(Module):
         op = "MultiHeadAttention"
         h = self.num_heads
         keep = additive = None
-        am = _as_mask(attn_mask, op, "attn_mask", device)
+        am = _as_mask(attn_mask, op, "attn_mask", device, dtype)
         if am is not None:
             if am.shape == (lq, lk):
                 am = am.reshape(1, 1, lq, lk)
@@ -186,7 +187,7 @@ class MultiHeadAttention(Module):
                 additive = am.to_dtype(dtype)
             else:
                 keep = am.eq(0)
-        kpm = _as_mask(key_padding_mask, op, "key_padding_mask", device)
+        kpm = _as_mask(key_padding_mask, op, "key_padding_mask", device, dtype)
         if kpm is not None:
             if kpm.shape != (bsz, lk):
                 raise ShapeError(f"[{op}] key_padding_mask must be ({bsz}, {lk}), got {kpm.shape}")

@@ -75,7 +75,7 @@ def _weights(w, dim, x):
     """Per-position weights shaped to broadcast along ``dim`` of x."""
     shape = [1] * x.ndim
     shape[dim] = w.shape[0]
-    return tensor(w.reshape(shape), device=x.device).to_dtype(x.dtype)
+    return tensor(w.reshape(shape), dtype=x.dtype, device=x.device)
 
 
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None):
@@ -93,7 +93,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
             the given factor.
 
     Returns:
-        Tensor: (N, C, *size), differentiable with respect to input.
+        Tensor: (N, C) + the output size, differentiable with respect to input.
 
     Raises:
         EmberValueError: an unknown mode, both or neither of size and scale_factor, align_corners
@@ -137,7 +137,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
             a = np.zeros((n_out, n_in))  # two taps per row: one GEMM beats two gathers and a blend here
             np.add.at(a, (np.arange(n_out), i0), w0)
             np.add.at(a, (np.arange(n_out), i1), w1)
-            y = _apply_axis(y, dim - y.ndim, tensor(a, device=y.device).to_dtype(y.dtype))
+            y = _apply_axis(y, dim - y.ndim, tensor(a, dtype=y.dtype, device=y.device))
         else:
             y = _along(y, dim, i0) * _weights(w0, dim, y) + _along(y, dim, i1) * _weights(w1, dim, y)
     return y

@@ -29,8 +29,8 @@ def _reduce(per, reduction):
 
 def _float_like(t, x, op, what):
     """``t`` (a Tensor or array-like) as a float tensor on x's device with x's dtype."""
-    if not isinstance(t, Tensor):
-        t = tensor(t, device=x.device)
+    if not isinstance(t, Tensor):  # converted on the host, so float64 data works on devices without it
+        t = tensor(t, dtype=x.dtype, device=x.device)
     if t.device != x.device:
         raise DeviceError(f"[{op}] {what} is on {t.device}, input on {x.device}")
     if not t.dtype.is_float:

@@ -44,7 +44,7 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     normalisation.
 
     Args:
-        input: (N, C, *) float tensor, any strides.
+        input: (N, C, ...) float tensor, any strides.
         num_groups: divides C.
         weight: optional (C,) scale.
         bias: optional (C,) shift.
@@ -98,7 +98,7 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     it normalises with the running statistics.
 
     Args:
-        input: (N, C) or (N, C, *) float tensor (f16/bf16 are normalised in f32).
+        input: (N, C) or (N, C, ...) float tensor (f16/bf16 are normalised in f32).
         running_mean: (C,) float tensor or None; updated in place while training.
         running_var: (C,) float tensor or None; updated in place while training.
         weight: optional (C,) scale.
@@ -188,7 +188,7 @@ class GroupNorm(Module):
         """Normalises ``x``.
 
         Args:
-            x: (N, C, *) float tensor.
+            x: (N, C, ...) float tensor.
 
         Returns:
             The normalised tensor.

@@ -142,7 +142,7 @@ def _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, return_indic
         # An additive -inf where a tap falls into padding: im2col reads zeros there, which must never win.
         inside = ih.T[:, None, :, None] & iw.T[None, :, None, :]  # (kh, kw, oh, ow)
         mask = np.where(inside, 0.0, -np.inf).reshape(k[0] * k[1], out[0] * out[1])
-        cols = cols + tensor(mask, device=x.device).to_dtype(x.dtype)
+        cols = cols + tensor(mask, dtype=x.dtype, device=x.device)
     # The tap of each window's first maximum, and the value gathered there: the gradient goes to that
     # one element, as torch's (a max reduction would split it among ties).
     a = cols.detach().argmax(2)  # (N, C, L)
@@ -255,7 +255,7 @@ def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, div
             if size == 1 and k[i] == 1 and out[i] == 1 and p[i] == 0:
                 continue
             a = _axis_matrix(size, k[i], s[i], p[i], out[i], count_include_pad, override)
-            y = _apply_axis(y, dim, tensor(a, device=x.device).to_dtype(x.dtype))
+            y = _apply_axis(y, dim, tensor(a, dtype=x.dtype, device=x.device))
         return y.affine(1.0 / int(divisor_override), 0.0) if override else y
     total = _windows(x, k, s, p, d, out).sum(2).reshape(n, c, *out)
     if override:
@@ -271,7 +271,7 @@ def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, div
     div = np.outer(counts(h, k[0], s[0], p[0], out[0]), counts(w, k[1], s[1], p[1], out[1]))
     if np.all(div == div.flat[0]):
         return total.affine(1.0 / float(div.flat[0]), 0.0)
-    return total * tensor(1.0 / div, device=x.device).to_dtype(x.dtype)
+    return total * tensor(1.0 / div, dtype=x.dtype, device=x.device)
 
 
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
@@ -354,7 +354,7 @@ def _adaptive_axis(x, dim, o):
         shape = list(x.shape)
         shape[dim:] = [o, n // o] + ([] if dim == -1 else [x.shape[-1]])
         return x.reshape(*shape).mean(dim)
-    a = tensor(_adaptive_matrix(n, o), device=x.device).to_dtype(x.dtype)
+    a = tensor(_adaptive_matrix(n, o), dtype=x.dtype, device=x.device)
     return x @ a.t() if dim == -1 else a @ x
 
 
