@@ -148,9 +148,27 @@ def test_unary_float_edge_values_match_the_cpu_functors():
                      ("relu", [-0.0, 0.0, np.nan, 0.0, np.inf, 0.0]), ("sign", [-0.0, 0.0, np.nan, -1.0, 1.0, -1.0])]:
         out = np.zeros_like(x)
         run("unary.metal", f"unary_contig_{op}_float32", [x, out, u32(6), fparams()], 2, 32)
-        cpu = getattr(em.tensor(x), op)().numpy()
+        cpu = getattr(em.tensor(x, device="cpu"), op)().numpy()
         np.testing.assert_array_equal(np.signbit(out), np.signbit(cpu))
         np.testing.assert_array_equal(out, np.array(want, np.float32))
+
+
+
+def test_unary_erf_and_gelu_within_a_few_ulp_also_far_left():
+    # the CPU's bounds (test_elementwise.py): erf within 3 ulp; gelu = x * Phi(x) within 8 ulp out to
+    # x = -13, where 0.5 * x * (1 + erf(x / sqrt(2))) has lost every digit
+    import math
+
+    xs = np.concatenate([np.linspace(-13, 13, 40001), np.linspace(-2, 2, 40001), -np.geomspace(1e-30, 13, 2001)])
+    xs = xs.astype(np.float32)
+    xd = xs.astype(np.float64)
+    for op, ref, bound in (("erf", [math.erf(v) for v in xd], 3),
+                           ("gelu", [0.5 * v * math.erfc(-v / math.sqrt(2)) for v in xd], 8)):
+        ref = np.array(ref)
+        out = np.zeros_like(xs)
+        run("unary.metal", f"unary_contig_{op}_float32", [xs, out, u32(xs.size), fparams()], -(-xs.size // 4), 256)
+        ulp = np.abs(out.astype(np.float64) - ref) / np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
+        assert ulp.max() <= bound, (op, ulp.max(), xs[np.argmax(ulp)])
 
 
 @pytest.mark.parametrize("dtype", list(FLOATS))
@@ -168,7 +186,7 @@ def test_unary_parametrised_float(op, p0, p1, dtype, rng):
     run("unary.metal", f"unary_contig_{op}_{dtype}", [x, out, u32(n), fparams(p0, p1)], -(-n // 4), 64)
     assert_close(out, unary_float_want(op, x, dt, p0, p1), dtype)
     # the CPU is the specification, also at the edge values
-    cpu = em.tensor(x)
+    cpu = em.tensor(x, device="cpu")
     cpu = (cpu.affine(p0, p1) if op == "affine" else cpu.powf(p0) if op == "powf" else cpu.clamp(p0, p1)).numpy()
     assert_close(out, cpu, dtype)
     np.testing.assert_array_equal(np.signbit(out), np.signbit(cpu))
@@ -206,7 +224,7 @@ def test_unary_int_contiguous_and_strided(op, dtype, rng):
     run("unary.metal", f"unary_contig_{op}_{dtype}", [x, out, u32(n), iparams()], -(-n // 4), 64)
     with np.errstate(all="ignore"):
         np.testing.assert_array_equal(out, UNARY_INT[op](x))
-    np.testing.assert_array_equal(out, getattr(em.tensor(x), op)().numpy())
+    np.testing.assert_array_equal(out, getattr(em.tensor(x, device="cpu"), op)().numpy())
 
     shape = (3, 4, 5)
     base = int_inputs(rng, dt, (7, 9, 11))
@@ -249,7 +267,7 @@ def test_unary_int_affine_exact_parameters_wrap(dtype, rng):
         want = ((x.astype(np.uint64) * np.uint64(mul % 2**64)) + np.uint64(add % 2**64)).astype(dt)
         np.testing.assert_array_equal(out, want)
         if abs(mul) < 9.2e18 and abs(add) < 9.2e18:
-            np.testing.assert_array_equal(out, em.tensor(x).affine(float(mul), float(add)).numpy())
+            np.testing.assert_array_equal(out, em.tensor(x, device="cpu").affine(float(mul), float(add)).numpy())
 
 
 def cpu_double_to_int(d, dt):
@@ -280,7 +298,7 @@ def test_unary_int_affine_fractional_parameters_follow_the_cpu_double(dtype, rng
         with np.errstate(all="ignore"):
             d = x.astype(np.float64) * np.float64(p0) + np.float64(p1)
         np.testing.assert_array_equal(out, cpu_double_to_int(d, dt), err_msg=f"affine({p0}, {p1})")
-        np.testing.assert_array_equal(out, em.tensor(x).affine(p0, p1).numpy(), err_msg=f"affine({p0}, {p1})")
+        np.testing.assert_array_equal(out, em.tensor(x, device="cpu").affine(p0, p1).numpy(), err_msg=f"affine({p0}, {p1})")
 
 
 def test_unary_strided_negative_strides_and_offsets_stay_in_bounds():
@@ -361,7 +379,7 @@ def binary_check(op, dtype, out, want):
 
 def cpu_binary(op, a, b):
     """The same op on ember's CPU backend (the specification; `_binary` skips the true-division promotion)."""
-    return em.tensor(a)._binary(em.tensor(b), op).numpy()
+    return em.tensor(a, device="cpu")._binary(em.tensor(b, device="cpu"), op).numpy()
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
