@@ -60,7 +60,7 @@ inline float ember_log1p(float x) {
   return log(u) * (x / (u - 1.0f));
 }
 inline float ember_expm1(float x) {
-  if (fabs(x) < 1e-5f) return x + 0.5f * x * x;
+  if (fabs(x) < 1e-5f) return x * (1.0f + 0.5f * x);  // keeps -0 as -0
   const float u = exp(x);
   if (isinf(u)) return u;
   if (u - 1.0f == -1.0f) return -1.0f;
@@ -71,7 +71,7 @@ inline float ember_expm1(float x) {
 // with 0, so signed zeros and NaNs come out as the CPU gives them.
 #define EMBER_FUNARY(NAME, EXPR)                                                     \
   struct NAME {                                                                       \
-    static float f(float x, constant UnaryParams& p) { return EXPR; }                \
+    static float f(float x, constant UnaryParams& p) { (void)p; return EXPR; }      \
   };
 EMBER_FUNARY(Exp, exp(x))
 EMBER_FUNARY(Log, log(x))
@@ -238,23 +238,24 @@ template <typename T> inline T sd_to_int(SoftF64 v) {
 
 // Integer functors, the CPU's integer loops (cpp/cpu/kernels_isa.cpp, unary_loop_int): wrapping like
 // numpy; ceil/floor/round/trunc are the identity.
-struct ISqr {
-  template <typename T> static T f(T x, constant IntUnaryParams& p) { return wrap_to<T>(bits_of(x) * bits_of(x)); }
-};
-struct IAbs {
-  template <typename T> static T f(T x, constant IntUnaryParams& p) { return x < T(0) ? wrap_to<T>(0ul - bits_of(x)) : x; }
-};
-struct INeg {
-  template <typename T> static T f(T x, constant IntUnaryParams& p) { return wrap_to<T>(0ul - bits_of(x)); }
-};
-struct IRelu {
-  template <typename T> static T f(T x, constant IntUnaryParams& p) { return x < T(0) ? T(0) : x; }
-};
-struct ISign {
-  template <typename T> static T f(T x, constant IntUnaryParams& p) { return x > T(0) ? T(1) : (x < T(0) ? wrap_to<T>(~0ul) : T(0)); }
-};
+#define EMBER_IUNARY(NAME, EXPR)                                                       \
+  struct NAME {                                                                         \
+    template <typename T> static T f(T x, constant IntUnaryParams& p) {                \
+      (void)p;                                                                          \
+      return EXPR;                                                                      \
+    }                                                                                   \
+  };
+EMBER_IUNARY(ISqr, wrap_to<T>(bits_of(x) * bits_of(x)))
+EMBER_IUNARY(IAbs, (x < T(0) ? wrap_to<T>(0ul - bits_of(x)) : x))
+EMBER_IUNARY(INeg, wrap_to<T>(0ul - bits_of(x)))
+EMBER_IUNARY(IRelu, (x < T(0) ? T(0) : x))
+EMBER_IUNARY(ISign, (x > T(0) ? T(1) : (x < T(0) ? wrap_to<T>(~0ul) : T(0))))
+#undef EMBER_IUNARY
 template <int K> struct IIdentity {  // one type per op (ceil, floor, round, trunc), for the instantiations
-  template <typename T> static T f(T x, constant IntUnaryParams& p) { return x; }
+  template <typename T> static T f(T x, constant IntUnaryParams& p) {
+    (void)p;
+    return x;
+  }
 };
 struct IClamp {
   template <typename T> static T f(T x, constant IntUnaryParams& p) {
