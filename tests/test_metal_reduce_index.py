@@ -421,7 +421,8 @@ def test_index_add_of_half_rounds_per_add_like_the_cpu():
     src = np.full(4, 2.0**-11, np.float16)
     meta = np.array([1, 0, 0, 0, 4, 1, 1, 1, 1], np.int64)
     run("index.metal", "index_add_float16", [dst, src, np.zeros(4, np.int64), meta], (1,), (1,))
-    cpu = em.ones(1, dtype=em.float16).index_add(em.tensor([0, 0, 0, 0]), em.tensor(src), 0)
+    cpu = em.ones(1, dtype=em.float16, device="cpu").index_add(em.tensor([0, 0, 0, 0], device="cpu"),
+                                                               em.tensor(src, device="cpu"), 0)
     assert dst[0] == np.float16(1.0) == cpu.numpy()[0]
 
 
@@ -431,7 +432,7 @@ def test_index_add_of_half_rounds_per_add_like_the_cpu():
 
 def cpu_conv(fn, arr, geom):
     """The CPU kernel's result (the semantics to match), through the binding on a CPU tensor."""
-    t = em.tensor(arr)
+    t = em.tensor(arr, device="cpu")
     s, layout = getattr(_C, fn)(t.storage, t.layout, geom)
     return np.array(s.as_numpy(layout))
 

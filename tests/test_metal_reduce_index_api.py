@@ -40,7 +40,7 @@ def close(t, ref, dt, scale=1.0):
 
 
 def cpu_copy(t):
-    return em.tensor(t.numpy())
+    return em.tensor(t.numpy(), device="cpu")
 
 
 # ------------------------------------------------------------------------------------------ reductions
@@ -244,8 +244,8 @@ def test_bad_indices_raise_before_any_write(device):
     expect_error(assign, "setitem", em.IndexOutOfRange)
     np.testing.assert_array_equal(x.numpy(), before)  # nothing was written
     if not on_cpu(device):  # indices and operands must live on the tensor's device
-        expect_error(lambda: x.index_select(em.tensor(np.array([0])), 0), "index_select", em.DeviceError)
-        expect_error(lambda: x @ em.ones((3, 2)), "matmul", em.DeviceError)
+        expect_error(lambda: x.index_select(em.tensor(np.array([0]), device="cpu"), 0), "index_select", em.DeviceError)
+        expect_error(lambda: x @ em.ones((3, 2), device="cpu"), "matmul", em.DeviceError)
         np.testing.assert_array_equal(x.numpy(), before)
 
 
