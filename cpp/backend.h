@@ -13,6 +13,10 @@
 namespace ember {
 
 enum class DeviceKind : uint8_t { Cpu = 0, Metal = 1, Cuda = 2 };
+constexpr int kNumDeviceKinds = 3;
+// Every code table below is indexed by the enum's value; _C exports them and Python derives its
+// tables from them (names in enum order), so nothing else has to agree by position.
+inline constexpr const char* kDeviceKindNames[kNumDeviceKinds] = {"cpu", "metal", "cuda"};
 struct Device {
   DeviceKind kind = DeviceKind::Cpu;
   int index = 0;
@@ -37,10 +41,23 @@ enum class BinaryOp : uint8_t {
 enum class ReduceOp : uint8_t { Sum, Max, Min, ArgMax, ArgMin, SumI64, Count };
 constexpr int kNumUnary = (int)UnaryOp::Count;
 constexpr int kNumBinary = (int)BinaryOp::Count;
+constexpr int kNumReduce = (int)ReduceOp::Count;
 inline bool is_cmp(BinaryOp op) { return op >= BinaryOp::Eq; }
-const char* op_name(UnaryOp op);
-const char* op_name(BinaryOp op);
-const char* op_name(ReduceOp op);
+// The ops' names, as Python spells them (the array sizes make a missing or extra name a compile error).
+inline constexpr const char* kUnaryNames[kNumUnary] = {
+    "exp",   "log",  "sin",   "cos",  "tanh",    "sqrt",   "sqr",  "abs",   "neg",   "recip", "relu", "gelu",
+    "silu",  "erf",  "ceil",  "floor", "round",  "sign",   "sigmoid", "affine", "powf", "clamp", "log1p", "expm1",
+    "rsqrt", "log2", "log10", "tan",  "sinh",    "cosh",   "asin", "acos",  "atan",  "trunc"};
+inline constexpr const char* kBinaryNames[kNumBinary] = {
+    "add", "sub", "mul", "div", "maximum", "minimum", "pow", "floor_divide", "remainder",
+    "eq",  "ne",  "lt",  "le",  "gt",      "ge"};
+inline constexpr const char* kReduceNames[kNumReduce] = {"sum", "max", "min", "argmax", "argmin", "sum_i64"};
+static_assert(kUnaryNames[kNumUnary - 1] && kBinaryNames[kNumBinary - 1] && kReduceNames[kNumReduce - 1],
+              "a name per op");
+inline const char* op_name(UnaryOp op) { return kUnaryNames[(int)op]; }
+inline const char* op_name(BinaryOp op) { return kBinaryNames[(int)op]; }
+// SumI64 is reported as "sum" in error messages: the user called sum.
+inline const char* op_name(ReduceOp op) { return op == ReduceOp::SumI64 ? "sum" : kReduceNames[(int)op]; }
 
 // The geometry of a 2-D convolution window (1-D is h == kh == 1): input (n, c, h, w), kernel (kh, kw),
 // stride, zero padding before each spatial dim, dilation, and the output size (oh, ow), which also

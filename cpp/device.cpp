@@ -10,7 +10,7 @@ namespace ember {
 namespace {
 
 // Indexed by DeviceKind; written at load time by the libraries that provide a backend.
-std::atomic<BackendProvider> g_providers[3] = {};
+std::atomic<BackendProvider> g_providers[kNumDeviceKinds] = {};
 
 BackendProvider provider(DeviceKind kind) { return g_providers[(int)kind].load(std::memory_order_acquire); }
 

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <vector>
 
 namespace ember {
 
@@ -16,22 +17,6 @@ std::string Device::str() const {
   return "?";
 }
 
-const char* op_name(UnaryOp op) {
-  static const char* n[] = {"exp",  "log",   "sin",  "cos",   "tanh", "sqrt",  "sqr",     "abs",
-                            "neg",  "recip", "relu", "gelu",  "silu", "erf",   "ceil",    "floor",
-                            "round", "sign", "sigmoid", "affine", "powf", "clamp", "log1p", "expm1",
-                            "rsqrt", "log2", "log10", "tan", "sinh", "cosh", "asin", "acos", "atan", "trunc"};
-  return n[(int)op];
-}
-const char* op_name(BinaryOp op) {
-  static const char* n[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow", "floor_divide", "remainder",
-                            "eq",  "ne",  "lt",  "le",  "gt",      "ge"};
-  return n[(int)op];
-}
-const char* op_name(ReduceOp op) {
-  static const char* n[] = {"sum", "max", "min", "argmax", "argmin", "sum"};
-  return n[(int)op];
-}
 const char* act_name(ActKind kind) {
   static const char* n[] = {"sigmoid", "silu", "gelu"};
   return n[(int)kind];
@@ -194,6 +179,24 @@ std::pair<StoragePtr, Layout> contiguous_copy(const BackendStorage& s, const Lay
   return {out, ol};
 }
 
+std::pair<StoragePtr, Layout> to_device(const BackendStorage& s, const Layout& l, Device dev) {
+  check_in_bounds(s, l, "to_device");
+  DeviceBackend& to = backend_for(dev, s.dtype(), "to_device");
+  DeviceBackend& from = device_backend(s.device(), "to_device");
+  const Layout ol = Layout::contiguous(l.shape());
+  if (s.device() == dev) return contiguous_copy(s, l);
+  StoragePtr dense;
+  const BackendStorage* src = &s;
+  if (!(l.is_contiguous() && l.offset() == 0 && l.numel() == s.numel())) {
+    dense = contiguous_copy(s, l).first;
+    src = dense.get();
+  }
+  // Through a host staging buffer: storage.cpp sees no backend's memory, and a transfer is no hot path.
+  std::vector<char> host((size_t)src->numel() * itemsize(src->dtype()));
+  from.to_host(*src, host.data());
+  return {to.from_host(src->dtype(), src->numel(), host.data()), ol};
+}
+
 void copy_into(const BackendStorage& src, const Layout& sl, BackendStorage& dst, const Layout& dl,
                const char* op) {
   check_same_device(src, dst, op);
@@ -202,14 +205,18 @@ void copy_into(const BackendStorage& src, const Layout& sl, BackendStorage& dst,
               ", destination ", shape_str(dl.shape()));
   check_in_bounds(src, sl, op);
   check_in_bounds(dst, dl, op);
-  dst.bump_version();  // before the write too: an interrupted copy has written part of dst
+  // Before and after: an interrupted copy has written part of dst, and a reader between the two
+  // bumps (another thread) must not take the old version for the new values.
+  dst.bump_version();
   src.copy_into(sl, dst, dl);
+  dst.bump_version();
 }
 
 void fill(BackendStorage& s, const Layout& l, double value) {
   check_in_bounds(s, l, "fill");
-  s.bump_version();  // before the write too (see copy_into)
+  s.bump_version();  // before and after (see copy_into)
   s.fill(l, value);
+  s.bump_version();
 }
 
 namespace {
@@ -346,12 +353,13 @@ void index_copy(BackendStorage& dst, const Layout& l, const BackendStorage& ids,
                 "] cannot write into a broadcast (stride 0) view");
   if (src.same_buffer(dst)) {  // t[ids] = t[...]: read the old values, not the ones being written
     auto [snap, snl] = contiguous_copy(src, sl);
-    dst.bump_version();  // before the write too (see copy_into)
+    dst.bump_version();  // before and after (see copy_into)
     dst.index_copy(l, ids, il, *snap, snl, dim);
   } else {
     dst.bump_version();
     dst.index_copy(l, ids, il, src, sl, dim);
   }
+  dst.bump_version();
 }
 
 std::pair<StoragePtr, Layout> cat(const std::vector<const BackendStorage*>& ss, const std::vector<Layout>& ls,

@@ -32,6 +32,9 @@ std::pair<StoragePtr, Layout> reduce(ReduceOp op, const BackendStorage& s, const
 std::pair<StoragePtr, Layout> matmul(const BackendStorage& a, const Layout& la, const BackendStorage& b,
                                      const Layout& lb);
 std::pair<StoragePtr, Layout> contiguous_copy(const BackendStorage& s, const Layout& l);
+// A dense copy of (s, l) on `dev` (any pair of devices): made contiguous on the source device, then
+// to_host there and from_host on dev, through host memory. dev must support the dtype.
+std::pair<StoragePtr, Layout> to_device(const BackendStorage& s, const Layout& l, Device dev);
 void copy_into(const BackendStorage& src, const Layout& sl, BackendStorage& dst, const Layout& dl,
                const char* op);
 void fill(BackendStorage& s, const Layout& l, double value);

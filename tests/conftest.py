@@ -1,4 +1,11 @@
-"""Shared fixtures and helpers for the foundation tests: devices, dtypes, random data and view makers."""
+"""Shared fixtures and helpers for the tests: the device under test, dtypes, random data and view makers.
+
+``EMBER_TEST_DEVICE=metal`` (with ``EMBER_METAL=emulate`` off a Mac) runs the whole suite on Metal:
+the device becomes the session's default device (``em.set_default_device``), so every tensor a test
+makes without naming a device lands there, and the ``device`` fixture gives it to tests that name one.
+Tests marked ``@pytest.mark.cpu_only`` (a CPU-only feature: numpy zero-copy, DLPack, the thread
+pool, the ISA; see docs/design/testing.md) are deselected on other devices. The default is ``cpu``.
+"""
 import os
 import random
 import sys
@@ -10,11 +17,20 @@ import pytest
 
 import ember as em
 
-DEVICES = ["cpu"] + (["metal"] if em.metal_is_available() else [])
+TEST_DEVICE = em.Device(os.environ.get("EMBER_TEST_DEVICE", "cpu").strip() or "cpu")
+ON_CPU = TEST_DEVICE.type == "cpu"
 
-ALL = [em.float32, em.float16, em.bfloat16, em.float64, em.int64, em.uint32, em.uint8]
-FLOATS = [em.float32, em.float16, em.bfloat16, em.float64]
-INTS = [em.int64, em.uint32, em.uint8]
+
+def _supported(dts):
+    """The dtypes the device under test holds (Metal has no float64: that refusal has its own tests)."""
+    if not em._C.device_available(TEST_DEVICE.kind, TEST_DEVICE.index):
+        return dts  # pytest_configure stops the session with the reason
+    return [d for d in dts if em._C.device_supports(TEST_DEVICE.kind, TEST_DEVICE.index, d.code)]
+
+
+ALL = _supported([em.float32, em.float16, em.bfloat16, em.float64, em.int64, em.uint32, em.uint8])
+FLOATS = _supported([em.float32, em.float16, em.bfloat16, em.float64])
+INTS = _supported([em.int64, em.uint32, em.uint8])
 
 NP = {
     "float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float64": np.float64,
@@ -27,9 +43,43 @@ TOL = {"float32": (2e-5, 1e-6), "float16": (2e-3, 1e-4), "bfloat16": (1.6e-2, 1e
 VIEWS = ["contiguous", "transposed", "narrowed", "stepped", "offset", "broadcast"]
 
 
-@pytest.fixture(params=DEVICES)
-def device(request):
-    return em.Device(request.param)
+def pytest_configure(config):
+    config.addinivalue_line("markers", "cpu_only(reason): the test checks a CPU-only feature; it runs only "
+                            "when EMBER_TEST_DEVICE is cpu (docs/design/testing.md lists why each one is)")
+    try:
+        em.set_default_device(TEST_DEVICE)
+    except em.DeviceError as e:
+        raise pytest.UsageError(f"EMBER_TEST_DEVICE={TEST_DEVICE}: {e} (for Metal off a Mac, set "
+                                "EMBER_METAL=emulate)") from None
+
+
+def pytest_collection_modifyitems(config, items):
+    if ON_CPU:
+        return
+    keep, drop = [], []
+    for item in items:
+        (drop if item.get_closest_marker("cpu_only") else keep).append(item)
+    if drop:
+        config.hook.pytest_deselected(items=drop)
+        items[:] = keep
+
+
+def pytest_report_header(config):
+    return f"ember test device: {TEST_DEVICE} ({em._C.device_describe(TEST_DEVICE.kind, TEST_DEVICE.index)})"
+
+
+@pytest.fixture
+def device():
+    """The device under test (EMBER_TEST_DEVICE, default cpu), for tests that name a device."""
+    return TEST_DEVICE
+
+
+@pytest.fixture(autouse=True)
+def _restore_default_device():
+    # A test that changes the default device must not move the tests after it.
+    yield
+    if em.get_default_device() != TEST_DEVICE:
+        em.set_default_device(TEST_DEVICE)
 
 
 def seed_of(request):
@@ -73,7 +123,7 @@ def f64(a):
     return np.asarray(a).astype(np.float64)
 
 
-def make_view(rng, shape, dt, kind, device="cpu", lo=-3.0, hi=3.0):
+def make_view(rng, shape, dt, kind, device=None, lo=-3.0, hi=3.0):
     """(tensor, numpy reference) where the tensor has the given shape, laid out as `kind` in a larger storage."""
     shape = tuple(shape)
     nd = len(shape)

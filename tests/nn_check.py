@@ -32,13 +32,14 @@ def _view(leaf, kind, ndim):
     return leaf
 
 
-def compare(em_fn, torch_fn, shapes, dt, kind, rng, device="cpu", lo=-3.0, hi=3.0, grads=True, scale=(20, 50),
+def compare(em_fn, torch_fn, shapes, dt, kind, rng, device=None, lo=-3.0, hi=3.0, grads=True, scale=(20, 50),
             extra=()):
     """Values of ``em_fn(*views, *extra)`` against ``torch_fn`` in float64, and, with ``grads``, the
     gradients of a random weighting of the output for every leaf. ``extra``: non-differentiable
     arguments, as (ember value, torch value) pairs. On a device without float64 (Metal) a float64
     case runs in float32, with float32's tolerances."""
-    if dt is em.float64 and em.Device(device).type == "metal":
+    device = em.get_default_device() if device is None else em.Device(device)
+    if dt is em.float64 and not em._C.device_supports(device.kind, device.index, dt.code):
         dt = em.float32
     leaves_np = [rng.uniform(lo, hi, size=_leaf_shape(s, kind)).astype(npdt(dt)) for s in shapes]
     em_leaves = [em.Var(em.tensor(a, device=device)) if grads else em.tensor(a, device=device) for a in leaves_np]
@@ -68,6 +69,6 @@ def compare(em_fn, torch_fn, shapes, dt, kind, rng, device="cpu", lo=-3.0, hi=3.
 def on(device, a):
     """A numpy array as an ember tensor on ``device``; float64 becomes float32 where the device lacks it."""
     a = np.asarray(a)
-    if a.dtype == np.float64 and em.Device(device).type == "metal":
+    if a.dtype == np.float64 and em.Device(device).kind == "metal":
         a = a.astype(np.float32)
     return em.tensor(a, device=device)

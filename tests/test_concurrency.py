@@ -19,6 +19,7 @@ def restore_threads():
     em.set_num_threads(n)
 
 
+@pytest.mark.cpu_only
 def test_set_num_threads_while_ops_run(restore_threads):
     # The pool's size was read outside its lock by every op while set_num_threads wrote it (a data
     # race TSan reports); resizing mid-flight must also leave every result exact.
@@ -52,6 +53,7 @@ def test_set_num_threads_while_ops_run(restore_threads):
     assert not errors, errors[0]
 
 
+@pytest.mark.cpu_only
 def test_get_num_threads_is_consistent_under_resizes(restore_threads):
     seen, stop = set(), threading.Event()
 

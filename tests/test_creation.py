@@ -127,10 +127,10 @@ def test_contiguous_returns_self_when_contiguous():
     assert c is not tt and c.layout.is_contiguous() and c.shape == (4, 3)
 
 
-def test_attributes():
+def test_attributes(device):
     t = em.zeros(2, 3)
     assert t.shape == (2, 3) and isinstance(t.shape, tuple) and t.ndim == 2 and t.numel() == 6
-    assert t.device == em.cpu == em.Device("cpu") and t.device == "cpu"
+    assert t.device == device == em.Device(str(device)) and t.device == str(device)  # the default device
     assert t.op is None and not t.is_variable
     assert isinstance(t.id, int) and t.id != em.zeros(2, 3).id
     assert isinstance(t.layout, em.Layout)

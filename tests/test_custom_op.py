@@ -11,6 +11,8 @@ from ember import _C
 
 from conftest import FLOATS, VIEWS, assert_close, expect_error, f64, make_view, rand_np, rand_shape
 
+pytestmark = pytest.mark.cpu_only  # CustomOp forwards written as cpu_fwd over CpuStorage.as_numpy (docs/design/testing.md)
+
 
 # ----------------------------------------------------------------------------- ops used below
 class Softplus(em.CustomOp1):
@@ -187,13 +189,13 @@ def test_empty(dt):
     expect_error(lambda: em.CpuStorage.empty(-1, em.float32), "empty")
 
 
-def test_storage_properties_on_tensors():
+def test_storage_properties_on_tensors(device):
     t = em.zeros(2, 3, dtype=em.uint32)
-    assert t._storage.dtype is em.uint32 and t._storage.device == em.Device("cpu")
+    assert t._storage.dtype is em.uint32 and t._storage.device == device
     assert em.MetalStorage is not None
-    if not em.metal_is_available():
-        with pytest.raises(em.DeviceError):
-            em.MetalStorage()
+    if not em.metal_is_available():  # no Metal backend: a Metal buffer cannot be made
+        with pytest.raises(em.DeviceError, match=r"^\[empty\] device metal:0 is not available"):
+            em.MetalStorage.empty(4, em.float32)
 
 
 # ----------------------------------------------------------------------------- CustomOp1/2/3

@@ -146,6 +146,7 @@ print(em._C.isa(), bad)
 """
 
 
+@pytest.mark.cpu_only
 def test_float_divmod_exact_on_every_isa():
     # the float fmod's 2^29 bound is what makes it exact without an FMA (the base x86-64 build), and the
     # double one needs an FMA

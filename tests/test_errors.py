@@ -302,6 +302,7 @@ def test_bad_arguments_of_nn_optim_io_dlpack(tmp_path):
     assert list(tmp_path.iterdir()) == []
 
 
+@pytest.mark.cpu_only
 def test_custom_op_and_file_refusals_are_value_or_type_errors(tmp_path):
     class Alias(em.CustomOp1):
         name = "alias"

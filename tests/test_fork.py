@@ -7,7 +7,8 @@ import textwrap
 
 import pytest
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
+pytestmark = [pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork"),
+              pytest.mark.cpu_only]  # the CPU thread pool across fork() (docs/design/testing.md)
 
 
 def run_script(body, timeout=120, prelude=""):

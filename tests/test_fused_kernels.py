@@ -465,6 +465,7 @@ def test_sdpa_grouped_heads_must_divide():
     with pytest.raises(EmberError, match=r"^\[sdpa\] incompatible shapes"):  # v heads must equal k heads
         F.sdpa_fwd(*sto(q), *sto(torch.randn(1, 2, 5, 8)), *sto(torch.randn(1, 3, 5, 8)), None, None, None, False)
 
+@pytest.mark.cpu_only
 def test_sdpa_backward_same_bits_on_any_pool():
     """The split of the keys depends on the shape only, so the gradients match bit for bit."""
     q, k, v = (torch.randn(1, 3, L, 40) for L in (200, 700, 700))

@@ -165,6 +165,7 @@ def test_index_add_and_scatter_add_match_a_serial_loop(dt, rng):
                 np.testing.assert_array_equal(got, np.moveaxis(want, -1, dim))
 
 
+@pytest.mark.cpu_only
 def test_index_add_and_scatter_add_are_bit_identical_on_any_thread_count(rng):
     x = rng.standard_normal((300, 70)).astype(np.float32)
     src = rng.standard_normal((5000, 70)).astype(np.float32)

@@ -75,12 +75,13 @@ def test_safetensors_roundtrip_bit_exact_bf16_and_metadata(tmp_path):
         assert f.metadata() == {"format": "pt", "step": "7"}
 
 
-def test_safetensors_numpy_package_and_widened_dtypes(tmp_path):
+def test_safetensors_numpy_package_and_widened_dtypes(tmp_path, device):
     path = tmp_path / "np.safetensors"
     arrays = {"i32": np.arange(-3, 3, dtype=np.int32), "i16": np.array([-7, 9], dtype=np.int16),
               "b": np.array([True, False, True]), "f": np.linspace(0, 1, 7, dtype=np.float32).reshape(7, 1)}
     stn.save_file(arrays, str(path))
-    loaded = em.load_safetensors(path, device="cpu")
+    loaded = em.load_safetensors(path, device=device)
+    assert all(t.device == device for t in loaded.values())
     assert loaded["i32"].dtype is em.int64 and loaded["i32"].tolist() == [-3, -2, -1, 0, 1, 2]
     assert loaded["i16"].tolist() == [-7, 9]
     assert loaded["b"].dtype is em.uint8 and loaded["b"].tolist() == [1, 0, 1]
@@ -110,6 +111,7 @@ def test_safetensors_errors(tmp_path):
 
 # ----------------------------------------------------------------------------- DLPack
 @pytest.mark.parametrize("dtype", em.ALL_DTYPES, ids=lambda d: d.name)
+@pytest.mark.cpu_only
 def test_dlpack_torch_to_ember_zero_copy(dtype):
     torch.manual_seed(0)
     base = (torch.randn(6, 5) * 10).to(TORCH_OF[dtype]) if dtype.is_float else \
@@ -124,6 +126,7 @@ def test_dlpack_torch_to_ember_zero_copy(dtype):
 
 
 @pytest.mark.parametrize("dtype", em.ALL_DTYPES, ids=lambda d: d.name)
+@pytest.mark.cpu_only
 def test_dlpack_ember_to_torch_zero_copy(dtype):
     t = _sample(dtype, (4, 6))
     view = t.t()[2:]
@@ -135,6 +138,7 @@ def test_dlpack_ember_to_torch_zero_copy(dtype):
     assert view.__dlpack_device__() == (1, 0)
 
 
+@pytest.mark.cpu_only
 def test_dlpack_roundtrip_and_lifetime():
     x = torch.arange(12.0).reshape(3, 4)
     e = em.from_dlpack(x)
@@ -156,6 +160,7 @@ def test_dlpack_roundtrip_and_lifetime():
     assert len(interop._LIVE) == n
 
 
+@pytest.mark.cpu_only
 def test_dlpack_numpy_both_ways_and_copies():
     a = np.arange(10, dtype=np.float64)[::-1]  # negative stride: imported as a copy
     e = em.from_dlpack(a)
@@ -174,6 +179,7 @@ def test_dlpack_numpy_both_ways_and_copies():
     assert em.from_dlpack(t) is not t and em.from_dlpack(t).storage is t.storage
 
 
+@pytest.mark.cpu_only
 def test_dlpack_errors():
     with pytest.raises(em.EmberError, match=r"^\[from_dlpack\]"):
         em.from_dlpack([1, 2, 3])

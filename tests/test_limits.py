@@ -101,6 +101,7 @@ def test_rank_bound_of_64():
             make()
 
 
+@pytest.mark.cpu_only
 def test_custom_op_endless_shape_iterator_is_refused_fast():
     import itertools
 

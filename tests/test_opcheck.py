@@ -168,6 +168,7 @@ def test_check_op_bad_arguments():
     expect_error(lambda: em.testing.check_op(lambda x: x, em.randn(2)), "check_op")
 
 
+@pytest.mark.cpu_only
 def test_bfloat16_reaches_a_numpy_forward_as_ml_dtypes_bfloat16():
     # A numpy forward sees bf16 inputs as ml_dtypes.bfloat16 arrays and may return them as they are,
     # so check_op counts bfloat16 among the dtypes a float op accepts (with raw uint16 bits it could

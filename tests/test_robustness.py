@@ -431,12 +431,14 @@ def _op(ret, name="garbage"):
     (lambda s, l: (em.CpuStorage.empty(2, em.float32), (3,)), em.ShapeError),
     (lambda s, l: (em.CpuStorage.from_numpy(s.as_numpy(em.Layout([100], [1], 0))), (100,)), em.IndexOutOfRange),
 ])
+@pytest.mark.cpu_only
 def test_custom_op_garbage_forward(ret, exc):
     e = raises(exc, "garbage", lambda: em.ones(3).apply_op1(_op(ret))) if exc is not em.IndexOutOfRange else None
     if e is None:  # the read outside the storage is refused by as_numpy itself
         raises(em.IndexOutOfRange, "as_numpy", lambda: em.ones(3).apply_op1(_op(ret)))
 
 
+@pytest.mark.cpu_only
 def test_custom_bwd_raising_leaves_state_consistent():
     class Boom(em.CustomOp1):
         name = "boom"
@@ -515,6 +517,7 @@ def test_dlpack_consumer_error_survives_our_deleter():
 
 
 # --------------------------------------------------------------------------- threads
+@pytest.mark.cpu_only
 def test_set_num_threads_extremes():
     before = em.get_num_threads()
     try:
@@ -615,6 +618,7 @@ def test_threads_in_process_share_results():
         np.testing.assert_allclose(g, w, rtol=1e-5)
 
 
+@pytest.mark.cpu_only
 def test_numpy_views_stay_in_bounds():
     # as_numpy never exposes memory past the storage, whatever the layout says.
     s = em.CpuStorage.empty(6, em.float32)

@@ -10,6 +10,8 @@ import pytest
 
 import ember as em
 
+pytestmark = pytest.mark.cpu_only  # the CPU thread pool (docs/design/testing.md)
+
 
 @pytest.fixture
 def restore_threads():

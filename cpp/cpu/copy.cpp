@@ -70,10 +70,7 @@ void CpuStorage::copy_into(const Layout& l, BackendStorage& dst_, const Layout& 
     case 4: tiled = copy_tiled(reinterpret_cast<const uint32_t*>(in), l, reinterpret_cast<uint32_t*>(o), dl); break;
     default: tiled = copy_tiled(reinterpret_cast<const uint64_t*>(in), l, reinterpret_cast<uint64_t*>(o), dl); break;
   }
-  if (tiled) {
-    dst.bump_version();
-    return;
-  }
+  if (tiled) return;
   nd_for_each<2>(l.shape(), {&l, &dl}, kGrain, [&](const auto& off, const auto& st, int64_t n) {
     if (st[0] == 1 && st[1] == 1) {
       std::memmove(o + off[1] * isz, in + off[0] * isz, n * isz);
@@ -94,7 +91,6 @@ void CpuStorage::copy_into(const Layout& l, BackendStorage& dst_, const Layout& 
 #undef EMBER_COPY_CASE
     }
   });
-  dst.bump_version();
 }
 
 void CpuStorage::fill(const Layout& l, double value) {
@@ -105,7 +101,6 @@ void CpuStorage::fill(const Layout& l, double value) {
       for (int64_t i = 0; i < n; ++i) o[off[0] + i * st[0]] = v;
     });
   });
-  bump_version();
 }
 
 }  // namespace ember::cpu

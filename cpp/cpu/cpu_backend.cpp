@@ -1,5 +1,6 @@
 // CpuBackend: the CPU's DeviceBackend over the caching allocator, the thread pool and cpu/random.
 #include "cpu/cpu_backend.h"
+#include "cpu/host_api.h"
 
 #include <cstring>
 
@@ -46,6 +47,8 @@ class CpuBackend final : public DeviceBackend {
 };
 
 }  // namespace
+
+std::string isa() { return isa_name(active_isa()); }
 
 DeviceBackend& backend() {
   static CpuBackend* b = new CpuBackend;  // leaked: storages freed at exit may still reach it

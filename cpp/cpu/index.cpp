@@ -267,7 +267,6 @@ void CpuStorage::index_add(const Layout& l, const BackendStorage& ids_, const La
         }
       });
     });
-    bump_version();
     return;
   }
   // General strided layouts: serial over the index list (repeated indices accumulate), parallel inside
@@ -285,7 +284,6 @@ void CpuStorage::index_add(const Layout& l, const BackendStorage& ids_, const La
       });
     }
   });
-  bump_version();
 }
 
 void CpuStorage::scatter_add(const Layout& l, const BackendStorage& ids_, const Layout& il,
@@ -330,7 +328,6 @@ void CpuStorage::scatter_add(const Layout& l, const BackendStorage& ids_, const 
         }
       });
     });
-    bump_version();
     return;
   }
   Shape zst = l.stride();
@@ -354,7 +351,6 @@ void CpuStorage::scatter_add(const Layout& l, const BackendStorage& ids_, const 
       }
     });
   });
-  bump_version();
 }
 
 void CpuStorage::index_copy(const Layout& l, const BackendStorage& ids_, const Layout& il, const BackendStorage& src_,
@@ -374,7 +370,6 @@ void CpuStorage::index_copy(const Layout& l, const BackendStorage& ids_, const L
     for (int64_t j = 0; j < ids.size(); ++j)
       src_.copy_into(sl.narrow(dim, (int64_t)j, 1), *this, l.narrow(dim, ids[j], 1));
   }
-  bump_version();
 }
 
 }  // namespace ember::cpu

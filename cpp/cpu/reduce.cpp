@@ -9,7 +9,6 @@
 #include "cpu/cpu_storage.h"
 #include "cpu/dispatch.h"
 #include "cpu/nditer.h"
-#include "storage.h"
 
 namespace ember::cpu {
 namespace {

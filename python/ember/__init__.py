@@ -33,8 +33,10 @@ from .dtypes import (
     float16,
     float32,
     float64,
+    get_default_device,
     int64,
     metal_is_available,
+    set_default_device,
     uint8,
     uint32,
 )
@@ -154,5 +156,5 @@ __all__ = [
     "neg", "numel", "permute", "recip", "relu", "remainder", "reshape", "rsqrt", "sigmoid", "sign", "silu",
     "sin", "sinh", "softmax", "split", "sqr", "sqrt", "squeeze", "std", "sub", "tan", "tanh", "tile",
     "transpose", "tril", "triu", "trunc", "unbind", "unsqueeze", "var", "square", "reciprocal", "affine",
-    "powf",
+    "powf", "get_default_device", "set_default_device",
 ]

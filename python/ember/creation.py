@@ -296,7 +296,7 @@ def eye(n, m=None, dtype=None, device=None):
         n: the number of rows, >= 0.
         m: the number of columns (default n).
         dtype: the dtype (default float32).
-        device: the device (default cpu).
+        device: the device (default: the default device).
 
     Returns:
         A new tensor of shape (n, m).
@@ -323,7 +323,7 @@ def linspace(start, end, steps, dtype=None, device=None):
         end: the last value.
         steps: how many values, >= 0.
         dtype: the dtype (default float32).
-        device: the device (default cpu).
+        device: the device (default: the default device).
 
     Returns:
         A new 1-D tensor.
@@ -339,12 +339,13 @@ def linspace(start, end, steps, dtype=None, device=None):
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise EmberValueError(f"[linspace] start and end must be finite, got {lo} and {hi}")
     dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
+    # Computed in float64 on the CPU (a device may lack float64), then converted and moved.
     if steps <= 1:
-        return full((steps,), lo, dtype=_dt.float64, device=device).to_dtype(dtype)
+        return full((steps,), lo, dtype=_dt.float64, device=_dt.cpu).to_dtype(dtype).to_device(device)
     step = (hi - lo) / (steps - 1)
-    i = arange(steps, dtype=_dt.float64, device=device)
+    i = arange(steps, dtype=_dt.float64, device=_dt.cpu)
     half = steps // 2
     from .multi import where
 
     out = where(i.lt(half), i.affine(step, lo), i.affine(-1.0, steps - 1.0).affine(-step, hi))  # end - j * step
-    return out.to_dtype(dtype)
+    return out.to_dtype(dtype).to_device(device)

@@ -25,7 +25,7 @@ from .tensor import Tensor, _contig, _wrap
 CpuStorage = _C.CpuStorage
 _BY_CODE = _dt.BY_CODE
 _MAX_RANK = 64  # the core's bound on dims (numpy's)
-_FWD_NAMES = ("cpu_fwd", "metal_fwd", "cuda_fwd")  # indexed by the storage's device kind
+_FWD_NAMES = tuple(f"{kind}_fwd" for kind in _C.DEVICE_KINDS)  # indexed by the storage's device kind
 
 MetalStorage = getattr(_C, "MetalStorage", None)
 if MetalStorage is None:

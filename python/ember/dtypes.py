@@ -6,6 +6,7 @@ import operator
 import ml_dtypes as _ml_dtypes
 import numpy as np
 
+from . import _C
 from .errors import DeviceError, DTypeError, EmberTypeError
 
 # numpy has no bfloat16; ml_dtypes' is the one JAX and MLX use, so a bf16 tensor is such an array.
@@ -35,14 +36,25 @@ class DType:
         return (_dtype_by_name, (self.name,))
 
 
-float32 = DType("float32", 4, True, 0)
-float16 = DType("float16", 2, True, 1)
-bfloat16 = DType("bfloat16", 2, True, 2)
-float64 = DType("float64", 8, True, 3)
-int64 = DType("int64", 8, False, 4)
-uint32 = DType("uint32", 4, False, 5)
-uint8 = DType("uint8", 1, False, 6)
-ALL_DTYPES = (float32, float16, bfloat16, float64, int64, uint32, uint8)
+# The codes, sizes and kinds come from the core (_C.DTYPES: (name, itemsize, is_float) by code).
+_SPECS = {name: (code, size, is_float) for code, (name, size, is_float) in enumerate(_C.DTYPES)}
+
+
+def _make(name):
+    code, size, is_float = _SPECS[name]
+    return DType(name, size, is_float, code)
+
+
+float32 = _make("float32")
+float16 = _make("float16")
+bfloat16 = _make("bfloat16")
+float64 = _make("float64")
+int64 = _make("int64")
+uint32 = _make("uint32")
+uint8 = _make("uint8")
+ALL_DTYPES = tuple(sorted((float32, float16, bfloat16, float64, int64, uint32, uint8), key=lambda d: d.code))
+if [d.name for d in ALL_DTYPES] != [n for n, _, _ in _C.DTYPES]:
+    raise ImportError(f"ember.dtypes names {[d.name for d in ALL_DTYPES]}, the core {_C.DTYPES}")
 BY_CODE = ALL_DTYPES  # indexed by the C++ code
 _BY_NAME = {d.name: d for d in ALL_DTYPES}
 
@@ -109,7 +121,7 @@ class Device:
     """
 
     __slots__ = ("type", "index", "kind")
-    _KINDS = {"cpu": 0, "metal": 1, "cuda": 2}
+    _KINDS = {name: code for code, name in enumerate(_C.DEVICE_KINDS)}  # the core's DeviceKind codes
 
     def __init__(self, type="cpu", index=0):
         """Args: ``type``, a device type or ``"type:index"`` string (or a Device to copy); ``index``,
@@ -145,13 +157,46 @@ class Device:
 
 
 cpu = Device("cpu")
+_default_device = cpu  # what device=None means (em.set_default_device)
 
 
 def to_device(dev) -> Device:
-    """The Device for ``dev``: a Device, a device string, or None (the CPU)."""
+    """The Device for ``dev``: a Device, a device string, or None (the default device)."""
     if dev is None:
-        return cpu
+        return _default_device
     return dev if isinstance(dev, Device) else Device(dev)
+
+
+def set_default_device(device) -> None:
+    """Sets the device that creation functions use when given ``device=None``, as torch's and MLX's do.
+
+    ``em.tensor``, ``zeros``, ``ones``, ``full``, ``arange``, ``rand``, ``randn``, ``eye``,
+    ``linspace``, ``Var``, the ``nn`` layers and ``load_safetensors`` then place their results there.
+    The setting is global to the process; it starts as the CPU.
+
+    Args:
+        device: an ``em.Device`` or a string such as ``"cpu"`` or ``"metal:0"``.
+
+    Returns:
+        None.
+
+    Raises:
+        DeviceError: the device is unknown or not available in this process.
+    """
+    global _default_device
+    dev = Device(device) if not isinstance(device, Device) else device
+    if not _C.device_available(dev.kind, dev.index):
+        raise DeviceError(f"[set_default_device] device {dev} is not available")
+    _default_device = dev
+
+
+def get_default_device() -> Device:
+    """The device creation functions use when given ``device=None`` (see ``set_default_device``).
+
+    Returns:
+        Device: the default device (the CPU unless changed).
+    """
+    return _default_device
 
 
 def metal_is_available() -> bool:
@@ -163,6 +208,4 @@ def metal_is_available() -> bool:
     Returns:
         True when metal:0 is available, else False.
     """
-    from . import _C  # late: _C's bindings import this module
-
-    return bool(_C._metal_available(0))
+    return bool(_C.device_available(Device._KINDS["metal"], 0))

@@ -278,7 +278,7 @@ def from_dlpack(obj) -> Tensor:
                       DLPackCopyWarning, stacklevel=2)
     if numel == 0:
         npt = _WIDEN_NP.get(key) or _dt.numpy_dtype(_FROM_DL[key])
-        out = tensor(np.zeros(shape, dtype=npt))
+        out = tensor(np.zeros(shape, dtype=npt), device=_dt.cpu)  # DLPack imports are host memory
         return out.to_dtype(_FROM_DL[key]) if key in _FROM_DL else out
     npt = np.dtype(_WIDEN_NP[key]) if key in _WIDEN_NP else np.dtype(f"u{itemsize}")
     raw = (C.c_uint8 * ((hi - lo + 1) * itemsize)).from_address(data + lo * itemsize)
@@ -287,7 +287,7 @@ def from_dlpack(obj) -> Tensor:
     arr = arr.copy(order="C")  # not ascontiguousarray, which makes a 0-d array 1-d
     del owner  # the copy is made: release the producer's memory now
     if key in _WIDEN_NP:
-        return tensor(arr)
+        return tensor(arr, device=_dt.cpu)
     dt = _FROM_DL[key]
     s = _C.CpuStorage._from_numpy_code(arr.reshape(-1), dt.code)
     return _wrap(s, _C.Layout.contiguous(shape), dt, _dt.cpu)

@@ -212,7 +212,7 @@ def load_safetensors(path, device=None) -> dict:
 
     Args:
         path: a ``str`` or ``os.PathLike``.
-        device: where the tensors go (default: CPU).
+        device: where the tensors go (default: the default device, see ``em.set_default_device``).
 
     Returns:
         ``{name: Tensor}``; BOOL and small integer types are widened (to uint8 / int64).
@@ -236,7 +236,7 @@ def load_safetensors(path, device=None) -> dict:
             arr = arr.astype(_dt.numpy_dtype(dt))
         s = _C.CpuStorage._from_numpy_code(arr, dt.code)
         t = _wrap(s, _C.Layout.contiguous(shape), dt, _dt.cpu)
-        out[name] = t if device is None else t.to_device(device)
+        out[name] = t.to_device(device)  # None: the default device
     return out
 
 

@@ -29,12 +29,10 @@ from .tensor_methods import TorchNames
 
 _ids = itertools.count(1)
 
-UNARY = {n: i for i, n in enumerate(
-    ["exp", "log", "sin", "cos", "tanh", "sqrt", "sqr", "abs", "neg", "recip", "relu", "gelu", "silu", "erf", "ceil", "floor", "round", "sign", "sigmoid", "affine", "powf", "clamp",
-     "log1p", "expm1", "rsqrt", "log2", "log10", "tan", "sinh", "cosh", "asin", "acos", "atan", "trunc"])}
-BINARY = {n: i for i, n in enumerate(["add", "sub", "mul", "div", "maximum", "minimum", "pow", "floor_divide",
-                                        "remainder", "eq", "ne", "lt", "le", "gt", "ge"])}
-REDUCE = {n: i for i, n in enumerate(["sum", "max", "min", "argmax", "argmin", "sum_i64"])}
+# Op codes by name, from the core's enums (_C lists the names in enum order).
+UNARY = {n: i for i, n in enumerate(_C.UNARY_OPS)}
+BINARY = {n: i for i, n in enumerate(_C.BINARY_OPS)}
+REDUCE = {n: i for i, n in enumerate(_C.REDUCE_OPS)}
 _FIRST_CMP = BINARY["eq"]
 _PRUNED = frozenset(("ceil", "floor", "round", "sign", "trunc", "floor_divide"))  # zero gradient: never recorded
 
@@ -245,8 +243,8 @@ class Tensor(TorchNames, CompositeOps):
         device = _dt.to_device(device)
         if device == self._device:
             return self
-        s = _C._device_transfer(self._storage, self._layout, device.kind, device.index)
-        out = _wrap(s, _contig(self.shape), self._dtype, device)
+        s, l = _C.to_device(self._storage, self._layout, device.kind, device.index)
+        out = _wrap(s, l, self._dtype, device)
         if self._dtype.is_float:
             record(out, "to_device", (self,), self._device)
         return out
@@ -548,7 +546,7 @@ class Tensor(TorchNames, CompositeOps):
         if not isinstance(other, Tensor):
             if not isinstance(other, (np.ndarray, list)):  # numpy's matmul would take it and return an array
                 raise EmberTypeError(f"[matmul] unsupported operand type {type(other).__name__}")
-            other = tensor(other, dtype=self._dtype)
+            other = tensor(other, dtype=self._dtype, device=self._device)
         s, l = _C.matmul(self._storage, self._layout, other._storage, other._layout)
         return record(_wrap(s, l, self._dtype, self._device), "matmul", (self, other))
 
@@ -557,24 +555,24 @@ class Tensor(TorchNames, CompositeOps):
     def __rmatmul__(self, other):
         if not isinstance(other, (np.ndarray, list)):
             raise EmberTypeError(f"[matmul] unsupported operand type {type(other).__name__}")
-        return tensor(other, dtype=self._dtype).matmul(self)
+        return tensor(other, dtype=self._dtype, device=self._device).matmul(self)
 
     def index_select(self, indices, dim):
         dim = _dim(dim, self.ndim, "index_select")
-        ids = _as_index(indices, "index_select")
+        ids = _as_index(indices, "index_select", self._device)
         s, l = _C.index_select(self._storage, self._layout, ids._storage, ids._layout, dim)
         return record(_wrap(s, l, self._dtype, self._device), "index_select", (self, ids), dim)
 
     def gather(self, indices, dim):
         dim = _dim(dim, self.ndim, "gather")
-        ids = _as_index(indices, "gather")
+        ids = _as_index(indices, "gather", self._device)
         s, l = _C.gather(self._storage, self._layout, ids._storage, ids._layout, dim)
         return record(_wrap(s, l, self._dtype, self._device), "gather", (self, ids), dim)
 
     def index_add(self, indices, source, dim):
         """Out of place: a copy of self with source's slices added at indices along dim."""
         dim = _dim(dim, self.ndim, "index_add")
-        ids = _as_index(indices, "index_add")
+        ids = _as_index(indices, "index_add", self._device)
         _check_tensor_arg(source, "index_add", "source")
         s, l = _C.index_add(self._storage, self._layout, ids._storage, ids._layout,
                             source._storage, source._layout, dim)
@@ -583,7 +581,7 @@ class Tensor(TorchNames, CompositeOps):
     def scatter_add(self, indices, source, dim):
         """Out of place: a copy of self with source added at indices along dim (torch semantics)."""
         dim = _dim(dim, self.ndim, "scatter_add")
-        ids = _as_index(indices, "scatter_add")
+        ids = _as_index(indices, "scatter_add", self._device)
         _check_tensor_arg(source, "scatter_add", "source")
         s, l = _C.scatter_add(self._storage, self._layout, ids._storage, ids._layout,
                               source._storage, source._layout, dim)
@@ -597,7 +595,7 @@ class Tensor(TorchNames, CompositeOps):
             raise ShapeError("[slice_set] cannot slice_set into a 0-d tensor")
         offset = i64_arg(offset, "slice_set", "offset")
         if not isinstance(src, Tensor):  # lists / arrays, like Var.set
-            src = tensor(src, dtype=self._dtype)
+            src = tensor(src, dtype=self._dtype, device=self._device)
         if src.ndim != self.ndim:
             raise ShapeError(f"[slice_set] src has shape {src.shape}, expected {self.ndim} dims like {self.shape}")
         if offset < 0 or offset + src.shape[dim] > self.shape[dim]:
@@ -653,7 +651,7 @@ class Var(Tensor):
     def set(self, t):
         """Writes t's values into this variable's storage (shape/dtype/device checked)."""
         if not isinstance(t, Tensor):
-            t = tensor(t, dtype=self._dtype)
+            t = tensor(t, dtype=self._dtype, device=self._device)
         if t.shape != self.shape:
             raise ShapeError(f"[set] shape mismatch: variable {self.shape}, value {t.shape}")
         if t._dtype is not self._dtype:
@@ -772,9 +770,10 @@ def _index_np(ids, op):
     return arr.astype(np.int64)
 
 
-def _as_index(ids, op):
+def _as_index(ids, op, device=None):
+    """``ids`` as an integer index tensor; a list or array goes to ``device`` (the tensor it indexes)."""
     if not isinstance(ids, Tensor):
-        ids = tensor(_index_np(ids, op))
+        ids = tensor(_index_np(ids, op), device=device)
     if ids._dtype.is_float:
         raise DTypeError(f"[{op}] indices must be an integer tensor, got {ids._dtype.name}")
     return ids

@@ -7,8 +7,7 @@
 #include <optional>
 
 #include "backend.h"
-#include "cpu/cpu_storage.h"
-#include "cpu/parallel.h"
+#include "cpu/host_api.h"
 
 namespace py = pybind11;
 
@@ -18,7 +17,10 @@ inline DType to_dtype(int code) {
   EMBER_CHECK(code >= 0 && code < kNumDTypes, DType, "[dtype] unknown dtype code ", code);
   return static_cast<DType>(code);
 }
-inline Device to_device(int kind, int index) { return Device{static_cast<DeviceKind>(kind), index}; }
+inline Device to_device(int kind, int index) {
+  EMBER_CHECK(kind >= 0 && kind < kNumDeviceKinds, Value, "[device] unknown device kind code ", kind);
+  return Device{static_cast<DeviceKind>(kind), index};
+}
 // Python's main thread (the one KeyboardInterrupt is raised in), set at import and in a forked child.
 inline unsigned long g_main_thread = 0;
 // Makes a kernel call from the main thread stoppable by Ctrl-C (cpu/parallel.h); built with the GIL

@@ -66,6 +66,9 @@ void bind_ops(py::module_& m) {
   m.def("matmul", [](const StoragePtr& a, const Layout& la, const StoragePtr& b, const Layout& lb) -> SL {
     return ember::matmul(S(a), la, S(b), lb);
   }, GilFree());
+  m.def("to_device", [](const StoragePtr& s, const Layout& l, int kind, int index) -> SL {
+    return ember::to_device(S(s), l, to_device(kind, index));
+  }, py::arg("s"), py::arg("l"), py::arg("kind"), py::arg("index"), GilFree());
   m.def("contiguous", [](const StoragePtr& s, const Layout& l) -> SL { return ember::contiguous_copy(S(s), l); },
         GilFree());
   m.def("copy_into", [](const StoragePtr& src, const Layout& sl, const StoragePtr& dst, const Layout& dl,

@@ -4,9 +4,6 @@
 namespace isa_check {
 
 // ---- elementwise unary ------------------------------------------------------------------------
-static const char* unary_names[] = {"exp", "log", "sin", "cos", "tanh", "sqrt", "sqr", "abs", "neg", "recip", "relu",
-                                    "gelu", "silu", "erf", "ceil", "floor", "round", "sign", "sigmoid", "affine",
-                                    "powf", "clamp"};
 static double unary_ref(int op, double x, double p0, double p1) {
   switch ((UnaryOp)op) {
     case UnaryOp::Exp: return std::exp(x);
@@ -108,7 +105,7 @@ void test_unary() {
       UnaryFn fa = VA->k.unary[op][(int)dt], fb = VB->k.unary[op][(int)dt];
       if (!fa && !fb) continue;
       Group g;
-      g.name = std::string("unary.") + unary_names[op] + "." + dtn(dt);
+      g.name = std::string("unary.") + kUnaryNames[op] + "." + dtn(dt);
       if (!fa || !fb) { report(g, g.name, "registered in one variant only"); g.done(); continue; }
       const UnaryOp u = (UnaryOp)op;
       std::vector<std::pair<double, double>> params = {{0, 0}};
@@ -179,8 +176,6 @@ void test_unary() {
 }
 
 // ---- elementwise binary -------------------------------------------------------------------------
-static const char* binary_names[] = {"add", "sub", "mul", "div", "maximum", "minimum", "pow", "floordiv", "rem",
-                                     "eq", "ne", "lt", "le", "gt", "ge"};
 static double binary_ref(int op, double a, double b) {
   switch ((BinaryOp)op) {
     case BinaryOp::Add: return a + b;
@@ -208,7 +203,7 @@ void test_binary() {
       BinaryFn fa = VA->k.binary[op][(int)dt], fb = VB->k.binary[op][(int)dt];
       if (!fa && !fb) continue;
       Group g;
-      g.name = std::string("binary.") + binary_names[op] + "." + dtn(dt);
+      g.name = std::string("binary.") + kBinaryNames[op] + "." + dtn(dt);
       if (!fa || !fb) { report(g, g.name, "registered in one variant only"); g.done(); continue; }
       const bool cmp = is_cmp((BinaryOp)op);
       const DType odt = cmp ? DType::U8 : dt;
