@@ -6,11 +6,13 @@ using namespace metal;
 
 constant constexpr uint kPerThread = 4;  // elements per thread in the contiguous kernels
 
-// The element offset of flat index i of a (shape, strides) view, innermost dim last.
-inline long strided_at(ulong i, uint ndim, constant long* shape, constant long* strides) {
+// The element offset of flat index i of a (shape, strides) view, innermost dim last. The index math is
+// 32-bit (every dim and index is below 2^32: the launchers check the element count), as a 64-bit
+// division costs a GPU many instructions; only the offsets are 64-bit.
+inline long strided_at(uint i, uint ndim, constant long* shape, constant long* strides) {
   long at = 0;
   for (int d = int(ndim) - 1; d >= 0; --d) {
-    const ulong n = ulong(shape[d]);
+    const uint n = uint(shape[d]);
     at += long(i % n) * strides[d];
     i /= n;
   }
@@ -38,9 +40,9 @@ kernel void copy_strided(device const T* in [[buffer(0)]], device T* out [[buffe
                          constant long& out_offset [[buffer(8)]], uint gid [[thread_position_in_grid]]) {
   if (gid >= n) return;
   long ai = in_offset, ao = out_offset;
-  ulong rem = gid;
+  uint rem = gid;
   for (int d = int(ndim) - 1; d >= 0; --d) {
-    const ulong s = ulong(shape[d]);
+    const uint s = uint(shape[d]);
     const long k = long(rem % s);
     rem /= s;
     ai += k * in_strides[d];
@@ -157,9 +159,9 @@ kernel void where_strided(device const C* c [[buffer(0)]], device const T* a [[b
                           constant long* offsets [[buffer(10)]], uint gid [[thread_position_in_grid]]) {
   if (gid >= n) return;
   long ac = offsets[0], aa = offsets[1], ab = offsets[2];
-  ulong rem = gid;
+  uint rem = gid;
   for (int d = int(ndim) - 1; d >= 0; --d) {
-    const ulong s = ulong(shape[d]);
+    const uint s = uint(shape[d]);
     const long k = long(rem % s);
     rem /= s;
     ac += k * c_strides[d];

@@ -26,7 +26,7 @@ assert em.metal.backend() == "apple", em.metal.backend()
 PY
 echo "== the Metal tests with API validation and shader validation"
 export METAL_DEVICE_WRAPPER_TYPE=1 MTL_SHADER_VALIDATION=1 MTL_DEBUG_LAYER=1
-export EMBER_TEST_DEVICE=metal  # the device-parametrised suite, once MetalStorage exists
-python -m pytest tests -q -k "metal"
+export EMBER_TEST_DEVICE=metal  # the device-parametrised suite runs on the Metal device
+python -m pytest tests -q -k "metal"  # test_metal_*.py run on the real device when em.metal.backend() is "apple"
 python -m pytest tests -q
 echo "PASS: every kernel compiled with xcrun metal; the suite ran on the Metal device"

@@ -351,8 +351,22 @@ def test_many_dispatches_commit_in_batches():
     t = em.zeros(32, device="metal")
     for _ in range(100):
         t.fill_(1.0)
-    assert em.metal.memory_stats()["commits"] - c0 >= 2  # the commit policy cut the stream
+    s = em.metal.memory_stats()
+    assert s["commits"] - c0 >= 2  # the commit policy cut the stream
     np.testing.assert_array_equal(t.numpy(), np.ones(32, np.float32))
+    # Each command buffer's first fill of t waits on the fence of the one before (still in flight):
+    # Metal orders nothing across command buffers on untracked buffers by itself.
+    em.metal.synchronize()
+    w0 = em.metal.memory_stats()["fence_waits"]
+    for _ in range(100):
+        t.fill_(2.0)
+    assert em.metal.memory_stats()["fence_waits"] - w0 >= 2
+    u = em.zeros(32, device="metal")
+    em.metal.synchronize()
+    w1 = em.metal.memory_stats()["fence_waits"]
+    u.fill_(3.0)  # nothing in flight touches u: no wait
+    assert em.metal.memory_stats()["fence_waits"] == w1
+    np.testing.assert_array_equal(t.numpy(), np.full(32, 2, np.float32))
 
 
 # ----------------------------------------------------------------------------- custom ops

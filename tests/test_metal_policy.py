@@ -33,6 +33,20 @@ def test_pool_reuses_within_the_window_only():
     assert s["hits"] == 2 and s["misses"] == 3 and s["active_bytes"] == 512 + 5 * PAGE
 
 
+def test_pool_peak_resets_to_what_is_in_use_and_reports_its_limits():
+    pool = P.BufferPool(memory_limit=1 << 30, cache_limit=1 << 20)
+    a, sa = pool.alloc(3 * PAGE)
+    b, sb = pool.alloc(PAGE)
+    pool.free(a, sa)
+    s = pool.stats()
+    assert s["peak_bytes"] == 4 * PAGE and s["active_bytes"] == PAGE
+    pool.reset_peak()
+    assert pool.stats()["peak_bytes"] == PAGE
+    pool.alloc(1000)  # a 1024-byte bucket: the cached 3-page buffer is outside its reuse window
+    assert pool.stats()["peak_bytes"] == PAGE + 1024
+    assert s["memory_limit"] == 1 << 30 and s["cache_limit"] == 1 << 20
+
+
 def test_pool_releases_least_recently_freed_first_at_the_cache_limit():
     pool = P.BufferPool(memory_limit=1 << 30, cache_limit=3 * PAGE)
     bufs = [pool.alloc(PAGE)[0] for _ in range(4)]
@@ -133,6 +147,24 @@ def test_fences_across_encoders_until_completed():
     assert h.fences_for([2]) == {10} and h.fences_for([3, 2]) == {10, 11} and h.fences_for([1]) == set()
     h.completed(10)
     assert h.fences_for([2]) == set() and h.pending_outputs == 1
+
+
+def test_fences_for_writes_cover_war_and_waw_across_encoders():
+    h = P.HazardTracker()
+    h.dispatch([1], [2])
+    h.end_encoder(10)
+    h.dispatch([1, 2], [])
+    h.end_encoder(11)
+    h.dispatch([4], [5])
+    h.end_encoder(12)
+    assert h.fences_for([], [1]) == {10, 11}  # WAR: both encoders that read 1 are pending
+    assert h.fences_for([], [2]) == {10, 11}  # WAW on 10's output, WAR on 11's read
+    assert h.fences_for([3], [6]) == set()    # nothing pending touches 3 or 6
+    assert h.fences_for([5], []) == {12}      # RAW
+    h.completed(10)
+    assert h.fences_for([], [1]) == {11} and h.fences_for([], [2]) == {11}
+    h.completed(11)
+    assert h.fences_for([], [1, 2]) == set()
 
 
 def test_pipeline_cache_keys_on_source_hash_function_and_constants():

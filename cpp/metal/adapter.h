@@ -22,6 +22,13 @@ struct PipelineHandle {
   explicit operator bool() const { return p != nullptr; }
 };
 
+// A fence orders work across encoders on buffers Metal does not track (ember's are untracked): one
+// encoder updates it after its work, a later one waits for it before its own.
+struct FenceHandle {
+  void* p = nullptr;
+  explicit operator bool() const { return p != nullptr; }
+};
+
 struct Dim3 {
   uint32_t x = 1, y = 1, z = 1;
 };
@@ -45,6 +52,10 @@ class Encoder {
   // grid in threads (dispatchThreads: edge threadgroups may be partial), threads per threadgroup.
   virtual void dispatch_threads(Dim3 grid, Dim3 threads_per_threadgroup) = 0;
   virtual void memory_barrier() = 0;  // buffers written before it are visible to dispatches after it
+  // Signals `fence` once every dispatch encoded so far has run (Metal: updateFence, at the end).
+  virtual void update_fence(FenceHandle fence) = 0;
+  // Dispatches encoded after this wait until `fence` is signalled (Metal: waitForFence).
+  virtual void wait_for_fence(FenceHandle fence) = 0;
   virtual void end_encoding() = 0;
 };
 
@@ -78,6 +89,9 @@ class Adapter {
   virtual PipelineHandle new_pipeline(const std::string& source, const std::string& label, const std::string& function,
                                       const std::vector<FunctionConstant>& constants) = 0;
   virtual void release(PipelineHandle pipeline) = 0;
+
+  virtual FenceHandle new_fence() = 0;
+  virtual void release(FenceHandle fence) = 0;
 
   virtual std::unique_ptr<CommandBuffer> new_command_buffer() = 0;
 };

@@ -1,6 +1,7 @@
 // MetalDevice: device selection, the pool, pipelines, and the shared encoder's dispatch / commit / wait.
 #include "metal/device.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 
@@ -140,8 +141,20 @@ void MetalDevice::encode(DispatchDesc&& d) {
     touched += a.buffer->size - a.offset;
   }
   std::lock_guard<std::mutex> lock(mu_);
-  if (!cb_) cb_ = adapter_.new_command_buffer();
+  if (!cb_) {
+    fence_ = std::make_shared<Fence>(adapter_, adapter_.new_fence());
+    cb_ = adapter_.new_command_buffer();
+  }
   Encoder& enc = cb_->compute_encoder();
+  // Across command buffers: wait for those in flight that wrote what this reads, or touched what it
+  // writes (each fence once per command buffer).
+  for (uint64_t id : hazards_.fences_for(reads, writes)) {
+    auto it = pending_.find(id);
+    if (it == pending_.end() || std::find(waits_.begin(), waits_.end(), it->second) != waits_.end()) continue;
+    enc.wait_for_fence(it->second->handle);
+    waits_.push_back(it->second);
+    ++fence_waits_;
+  }
   if (hazards_.dispatch(reads, writes)) enc.memory_barrier();
   enc.set_pipeline(d.pipeline);
   for (size_t i = 0; i < d.args.size(); ++i) {
@@ -162,14 +175,19 @@ void MetalDevice::encode(DispatchDesc&& d) {
 void MetalDevice::commit_locked() {
   if (!cb_) return;
   const uint64_t id = next_id_++;
+  cb_->compute_encoder().update_fence(fence_->handle);
   cb_->commit();
   hazards_.end_encoder(id);
   policy_.committed();
   ++commits_;
-  in_flight_.push_back({std::move(cb_), std::move(keep_), id});
+  pending_[id] = fence_;
+  waits_.push_back(std::move(fence_));
+  in_flight_.push_back({std::move(cb_), std::move(keep_), std::move(waits_), id});
   cb_.reset();
+  fence_.reset();
   keep_.clear();
   kept_.clear();
+  waits_.clear();
   // A few command buffers in flight keep the GPU busy; more would only hold their buffers longer.
   wait_locked(3);
 }
@@ -184,6 +202,7 @@ void MetalDevice::wait_locked(size_t keep_in_flight) {
       if (!error_) error_ = std::make_unique<Error>(e);
     }
     hazards_.completed(f.id);
+    pending_.erase(f.id);
   }
 }
 
@@ -212,7 +231,8 @@ DeviceStats MetalDevice::stats() const {
   const auto p = pool_.stats();
   std::lock_guard<std::mutex> lock(mu_);
   return {p.active_bytes, p.cached_bytes, p.peak_bytes, p.cache_limit, p.memory_limit, p.cached_buffers,
-          p.hits, p.misses, dispatches_, hazards_.barriers(), commits_, pipelines_.size(), pipelines_.compiles()};
+          p.hits, p.misses, dispatches_, hazards_.barriers(), fence_waits_, commits_, pipelines_.size(),
+          pipelines_.compiles()};
 }
 
 }  // namespace ember::metal

@@ -59,7 +59,7 @@ struct DispatchDesc {
 
 struct DeviceStats {
   size_t active_bytes, cached_bytes, peak_bytes, cache_limit, memory_limit, cached_buffers;
-  uint64_t pool_hits, pool_misses, dispatches, barriers, commits, pipelines, pipeline_compiles;
+  uint64_t pool_hits, pool_misses, dispatches, barriers, fence_waits, commits, pipelines, pipeline_compiles;
 };
 
 class MetalDevice {
@@ -93,8 +93,9 @@ class MetalDevice {
                           const std::vector<FunctionConstant>& constants);
 
   // Encodes one dispatch into the shared encoder: a memory barrier first when it reads or writes what
-  // an earlier dispatch since the last barrier wrote (or writes what one read); commits the command
-  // buffer when the commit policy says so. Thread-safe.
+  // an earlier dispatch since the last barrier wrote (or writes what one read), and a wait on the fence
+  // of each command buffer still in flight that did so (Metal tracks none of ember's buffers); commits
+  // the command buffer when the commit policy says so. Thread-safe.
   void encode(DispatchDesc&& d);
   // Commits the open command buffer, if it holds work (the GPU starts on it).
   void flush();
@@ -114,9 +115,20 @@ class MetalDevice {
   void commit_locked();
   void wait_locked(size_t keep_in_flight);
 
+  // A fence lives while the command buffer that updates it, or any that waits on it, is in flight.
+  struct Fence {
+    Adapter& adapter;
+    FenceHandle handle;
+    Fence(Adapter& a, FenceHandle h) : adapter(a), handle(h) {}
+    ~Fence() { adapter.release(handle); }
+    Fence(const Fence&) = delete;
+    Fence& operator=(const Fence&) = delete;
+  };
+  using FenceRef = std::shared_ptr<Fence>;
   struct InFlight {
     std::unique_ptr<CommandBuffer> cb;
     std::vector<BufferRef> keep;  // every buffer its dispatches bound: alive until it completes
+    std::vector<FenceRef> fences;  // its own and those it waits on
     uint64_t id;
   };
 
@@ -131,7 +143,10 @@ class MetalDevice {
   std::unique_ptr<CommandBuffer> cb_;  // the open command buffer (nullptr: none yet)
   std::vector<BufferRef> keep_;
   std::unordered_set<void*> kept_;
-  uint64_t next_id_ = 1, dispatches_ = 0, commits_ = 0;
+  FenceRef fence_;                         // the open command buffer's, updated at its commit
+  std::vector<FenceRef> waits_;            // the fences it waits on
+  std::map<uint64_t, FenceRef> pending_;   // in-flight command buffer id -> its fence
+  uint64_t next_id_ = 1, dispatches_ = 0, commits_ = 0, fence_waits_ = 0;
   std::deque<InFlight> in_flight_;
   std::unique_ptr<Error> error_;  // the first device error since the last synchronize
 

@@ -68,7 +68,8 @@ def memory_stats(device=None) -> dict:
         A dict: ``allocated`` (in live storages), ``cached`` (freed buffers kept for reuse),
         ``peak`` (the most allocated at once), ``cache_limit``, ``memory_limit``, ``cached_buffers``,
         ``pool_hits`` / ``pool_misses`` (requests served from the cache / by a new buffer), and the
-        encoder's ``dispatches``, ``barriers``, ``commits``, ``pipelines`` and ``pipeline_compiles``.
+        encoder's ``dispatches``, ``barriers`` (within a command buffer), ``fence_waits`` (on a command buffer
+        still in flight), ``commits``, ``pipelines`` and ``pipeline_compiles``.
 
     Raises:
         DeviceError: no such Metal device is available.

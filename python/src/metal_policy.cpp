@@ -66,6 +66,7 @@ void bind_metal_policy(py::module_& parent) {
       .def("empty_cache", [](FakePool& p) { p.pool.empty_cache(); })
       .def("set_memory_limit", [](FakePool& p, size_t n) { p.pool.set_memory_limit(n); })
       .def("set_cache_limit", [](FakePool& p, size_t n) { p.pool.set_cache_limit(n); })
+      .def("reset_peak", [](FakePool& p) { p.pool.reset_peak(); })
       .def_readonly("released", &FakePool::released)
       .def_readonly("made", &FakePool::made)
       .def("stats", [](FakePool& p) {
@@ -73,13 +74,16 @@ void bind_metal_policy(py::module_& parent) {
         py::dict d;
         d["active_bytes"] = s.active_bytes, d["cached_bytes"] = s.cached_bytes, d["peak_bytes"] = s.peak_bytes;
         d["cached_buffers"] = s.cached_buffers, d["hits"] = s.hits, d["misses"] = s.misses;
+        d["memory_limit"] = s.memory_limit, d["cache_limit"] = s.cache_limit;
         return d;
       });
   py::class_<HazardTracker<int64_t>>(m, "HazardTracker")
       .def(py::init<>())
       .def("dispatch", &HazardTracker<int64_t>::dispatch, py::arg("reads"), py::arg("writes"))
       .def("end_encoder", &HazardTracker<int64_t>::end_encoder, py::arg("id"))
-      .def("fences_for", &HazardTracker<int64_t>::fences_for, py::arg("reads"))
+      .def("fences_for", [](const HazardTracker<int64_t>& h, const std::vector<int64_t>& reads,
+                            const std::vector<int64_t>& writes) { return h.fences_for(reads, writes); },
+           py::arg("reads"), py::arg("writes") = std::vector<int64_t>{})
       .def("completed", &HazardTracker<int64_t>::completed, py::arg("id"))
       .def_property_readonly("barriers", &HazardTracker<int64_t>::barriers)
       .def_property_readonly("pending_outputs", &HazardTracker<int64_t>::pending_outputs);

@@ -113,7 +113,8 @@ py::dict stats_dict(int index) {
   d["allocated"] = s.active_bytes, d["cached"] = s.cached_bytes, d["peak"] = s.peak_bytes;
   d["cache_limit"] = s.cache_limit, d["memory_limit"] = s.memory_limit, d["cached_buffers"] = s.cached_buffers;
   d["pool_hits"] = s.pool_hits, d["pool_misses"] = s.pool_misses, d["dispatches"] = s.dispatches;
-  d["barriers"] = s.barriers, d["commits"] = s.commits, d["pipelines"] = s.pipelines;
+  d["barriers"] = s.barriers, d["fence_waits"] = s.fence_waits, d["commits"] = s.commits;
+  d["pipelines"] = s.pipelines;
   d["pipeline_compiles"] = s.pipeline_compiles;
   return d;
 }

@@ -49,6 +49,8 @@ class AppleEncoder final : public Encoder {
   }
   void dispatch_threads(Dim3 grid, Dim3 group) override { enc_->dispatchThreads(size3(grid), size3(group)); }
   void memory_barrier() override { enc_->memoryBarrier(MTL::BarrierScopeBuffers); }
+  void update_fence(FenceHandle f) override { enc_->updateFence(static_cast<MTL::Fence*>(f.p)); }
+  void wait_for_fence(FenceHandle f) override { enc_->waitForFence(static_cast<MTL::Fence*>(f.p)); }
   void end_encoding() override {
     if (!ended_) enc_->endEncoding();
     ended_ = true;
@@ -167,6 +169,16 @@ class AppleAdapter final : public Adapter {
   }
   void release(PipelineHandle p) override {
     if (p.p) static_cast<MTL::ComputePipelineState*>(p.p)->release();
+  }
+
+  FenceHandle new_fence() override {
+    Pool pool;
+    MTL::Fence* f = device_->newFence();
+    EMBER_CHECK(f != nullptr, Memory, "[metal] the device gave no fence");
+    return FenceHandle{f};
+  }
+  void release(FenceHandle f) override {
+    if (f.p) static_cast<MTL::Fence*>(f.p)->release();
   }
 
   std::unique_ptr<CommandBuffer> new_command_buffer() override {

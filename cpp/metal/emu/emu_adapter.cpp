@@ -76,6 +76,10 @@ class EmuEncoder final : public Encoder {
     c.barrier = true;
     cmds_.push_back(std::move(c));
   }
+  // The emulator runs a command buffer's dispatches in order at its commit, and command buffers one
+  // after another, so every fence is already satisfied.
+  void update_fence(FenceHandle) override {}
+  void wait_for_fence(FenceHandle) override {}
   void end_encoding() override {}
 
  private:
@@ -170,6 +174,9 @@ class EmuAdapter final : public Adapter {
     return PipelineHandle{new EmuPipeline{std::move(mod), k}};
   }
   void release(PipelineHandle p) override { delete static_cast<EmuPipeline*>(p.p); }
+
+  FenceHandle new_fence() override { return FenceHandle{new char(0)}; }
+  void release(FenceHandle f) override { delete static_cast<char*>(f.p); }
 
   std::unique_ptr<CommandBuffer> new_command_buffer() override { return std::make_unique<EmuCommandBuffer>(); }
 };
