@@ -179,6 +179,11 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
                                                                   const Layout& lo, const BackendStorage& lse,
                                                                   const BackendStorage& g,
                                                                   const Layout& lg) const = 0;
+  // Sorts every line along `dim` (0 <= dim < ndim, checked by the entry point): returns (values,
+  // int64 indices into the line), contiguous of l's shape. NaN sorts as the largest value; equal keys
+  // keep index order when `stable` (backends may always do so).
+  virtual std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending,
+                                                  bool stable) const = 0;
 
  protected:
   DType dtype_;

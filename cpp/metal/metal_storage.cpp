@@ -115,4 +115,9 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::sdpa_bwd(const Sdpa
   return ops::sdpa_bwd(*this, a, o, lo, lse, g, lg);
 }
 
+std::tuple<StoragePtr, StoragePtr> MetalStorage::sort(const Layout& l, int64_t dim, bool descending,
+                                                      bool stable) const {
+  return ops::sort(*this, l, dim, descending, stable);
+}
+
 }  // namespace ember::metal

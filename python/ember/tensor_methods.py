@@ -301,3 +301,59 @@ class TorchNames:
             GradientsInStore: always.
         """
         raise GradientsInStore(f"[retain_grad] {_WHERE}")
+
+    # ----------------------------------------------------------------- sorting (sorting.py)
+    def sort(self, dim=-1, descending=False, stable=False):
+        """This tensor sorted along ``dim``: ``em.sort(self, dim, descending, stable)``.
+
+        Args:
+            dim: the dim to sort along.
+            descending: largest first when True.
+            stable: accepted for torch's signature (equal values always keep index order).
+
+        Returns:
+            ``(values, indices)`` (see ``ember.sorting.sort``).
+
+        Raises:
+            EmberTypeError: a flag is not a bool.
+            IndexOutOfRange: ``dim`` is out of range.
+        """
+        from .sorting import sort
+        return sort(self, dim, descending, stable)
+
+    def argsort(self, dim=-1, descending=False, stable=False):
+        """The int64 indices that sort this tensor along ``dim``: ``em.argsort(self, ...)``.
+
+        Args:
+            dim: the dim to sort along.
+            descending: largest first when True.
+            stable: accepted for torch's signature.
+
+        Returns:
+            An int64 tensor of this tensor's shape.
+
+        Raises:
+            EmberTypeError: a flag is not a bool.
+            IndexOutOfRange: ``dim`` is out of range.
+        """
+        from .sorting import argsort
+        return argsort(self, dim, descending, stable)
+
+    def topk(self, k, dim=-1, largest=True, sorted=True):
+        """The ``k`` largest (or smallest) values along ``dim`` and their indices: ``em.topk(self, ...)``.
+
+        Args:
+            k: how many values to keep.
+            dim: the dim to select along.
+            largest: the largest values when True.
+            sorted: accepted for torch's signature (the values are always sorted).
+
+        Returns:
+            ``(values, indices)`` (see ``ember.sorting.topk``).
+
+        Raises:
+            EmberValueError: ``k`` is out of range.
+            IndexOutOfRange: ``dim`` is out of range.
+        """
+        from .sorting import topk
+        return topk(self, k, dim, largest, sorted)

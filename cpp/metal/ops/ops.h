@@ -64,4 +64,8 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const MetalStorage& s, c
                                                         const BackendStorage& lse, const BackendStorage& g,
                                                         const Layout& lg);
 
+// sort.cpp
+std::tuple<StoragePtr, StoragePtr> sort(const MetalStorage& s, const Layout& l, int64_t dim, bool descending,
+                                        bool stable);
+
 }  // namespace ember::metal::ops
