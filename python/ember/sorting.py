@@ -55,6 +55,7 @@ def sort(x, dim=-1, descending=False, stable=False):
 
     Raises:
         EmberTypeError: ``x`` is not a tensor, or a flag is not a bool.
+        EmberValueError: a flag is an int other than 0 or 1.
         IndexOutOfRange: ``dim`` is out of range.
         DTypeError: the device does not hold x's dtype.
     """
@@ -75,6 +76,7 @@ def argsort(x, dim=-1, descending=False, stable=False):
 
     Raises:
         EmberTypeError: ``x`` is not a tensor, or a flag is not a bool.
+        EmberValueError: a flag is an int other than 0 or 1.
         IndexOutOfRange: ``dim`` is out of range.
     """
     return _sort(x, dim, descending, stable, "argsort")[1]
@@ -98,7 +100,7 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
 
     Raises:
         EmberTypeError: ``x`` is not a tensor, ``k`` is not an int, or a flag is not a bool.
-        EmberValueError: ``k`` is negative or larger than the dim.
+        EmberValueError: ``k`` is negative or larger than the dim, or a flag is an int other than 0 or 1.
         IndexOutOfRange: ``dim`` is out of range.
     """
     _check_tensor(x, "topk")
