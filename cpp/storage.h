@@ -69,5 +69,8 @@ std::pair<StoragePtr, Layout> col2im(const BackendStorage& s, const Layout& l, c
 // returns (values, int64 indices, their contiguous layout).
 std::tuple<StoragePtr, StoragePtr, Layout> sort(const BackendStorage& s, const Layout& l, int64_t dim,
                                                 bool descending, bool stable);
+// Scans (s, l) along dim (BackendStorage::scan): returns (values, indices or null, their layout).
+std::tuple<StoragePtr, StoragePtr, Layout> scan(ScanOp op, const BackendStorage& s, const Layout& l, int64_t dim,
+                                                bool exclusive, bool reverse);
 
 }  // namespace ember

@@ -162,3 +162,121 @@ def test_sort_many_lines_threaded_matches_numpy(rng):
     v, i = em.sort(em.tensor(a).transpose(0, 1), dim=0)
     np.testing.assert_array_equal(v.numpy(), np.sort(a.T, axis=0))
     np.testing.assert_array_equal(i.numpy(), np.argsort(a.T, axis=0, kind="stable"))
+
+
+# ----------------------------------------------------------------------------------------- scans
+def torch_scan(name, t, dim, exclusive, reverse):
+    """torch's scan with the exclusive / reverse forms built from flips and shifts."""
+    n = t.shape[dim]
+    if reverse:
+        t = t.flip(dim)
+    r = getattr(torch, name)(t, dim)
+    vals, ids = (r.values, r.indices) if name in ("cummax", "cummin") else (r, None)
+    if exclusive:
+        fill = torch.zeros_like(vals.narrow(dim, 0, 1)) + (1 if name == "cumprod" else 0)
+        vals = torch.cat([fill, vals.narrow(dim, 0, n - 1)], dim)
+    if reverse:
+        vals = vals.flip(dim)
+        ids = None if ids is None else (n - 1) - ids.flip(dim)
+    return vals, ids
+
+
+def check_scan(name, x, ref, dt, dim, exclusive=False, reverse=False):
+    fn = getattr(em, name)
+    got = fn(x, dim, reverse=reverse) if name in ("cummax", "cummin") else fn(x, dim, exclusive, reverse)
+    tv, ti = torch_scan(name, torch_ref(ref, dt), dim, exclusive, reverse)
+    if ti is not None:
+        vals, idx = got
+        np.testing.assert_array_equal(idx.numpy(), ti.numpy())
+    else:
+        vals = got
+    v = vals.numpy()
+    if dt.is_float:
+        assert vals.dtype == dt
+        scale = 1 if name in ("cummax", "cummin") else 8
+        r = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2, "float64": 1e-12}[dt.name] * scale
+        np.testing.assert_allclose(f64(v), tv.numpy(), rtol=r, atol=r, equal_nan=True)
+    else:
+        assert vals.dtype == (dt if name in ("cummax", "cummin") else em.int64)
+        np.testing.assert_array_equal(v.astype(np.int64), tv.numpy())
+
+
+@pytest.mark.parametrize("name", ["cumsum", "cumprod", "cummax", "cummin"])
+@pytest.mark.parametrize("kind", ["contiguous", "transposed", "stepped", "offset", "broadcast"])
+def test_scans_every_dtype_and_view(dev, name, kind, rng):
+    for dt in dtypes_of(dev):
+        lo, hi = (0.5, 1.5) if name == "cumprod" else (-3.0, 3.0)
+        x, ref = make_view(rng, (4, 5, 6), dt, kind, device=dev, lo=lo, hi=hi)
+        if kind == "contiguous" and name in ("cummax", "cummin"):  # ties and NaNs
+            ref = with_ties_and_nan(rng, ref, dt)
+            x = em.tensor(ref, device=dev)
+        for dim in (0, 1, -1):
+            for reverse in (False, True):
+                check_scan(name, x, np.array(ref), dt, dim, reverse=reverse)
+                if name in ("cumsum", "cumprod"):
+                    check_scan(name, x, np.array(ref), dt, dim, exclusive=True, reverse=reverse)
+
+
+@pytest.mark.parametrize("n", [1, 31, 32, 33, 100, 1000])
+def test_scan_line_lengths(dev, n, rng):
+    # chunks of 32 with a carry on Metal: the boundaries around 32
+    for dt in (em.float32, em.int64):
+        ref = with_ties_and_nan(rng, rand_np(rng, (3, n), dt), dt) if dt.is_float else rand_np(rng, (3, n), dt)
+        for name in ("cumsum", "cummax", "cummin"):
+            check_scan(name, em.tensor(ref, device=dev), ref, dt, 1)
+            check_scan(name, em.tensor(ref, device=dev), ref, dt, 1, reverse=True)
+
+
+def test_scan_integer_sums_are_int64(dev):
+    a = np.full((300,), 200, np.uint8)
+    got = em.cumsum(em.tensor(a, device=dev), 0)
+    assert got.dtype == em.int64 and got.numpy()[-1] == 60000
+    np.testing.assert_array_equal(em.cumprod(em.tensor(np.array([2, 3, 4], np.uint8), device=dev), 0).numpy(),
+                                  [2, 6, 24])
+
+
+def test_scan_gradcheck_float64(rng):
+    a = rng.uniform(0.5, 1.5, (3, 5))
+    for ex in (False, True):
+        for rev in (False, True):
+            assert em.testing.gradcheck(lambda x: em.cumsum(x, 1, ex, rev), [em.tensor(a)])
+            assert em.testing.gradcheck(lambda x: em.cumprod(x, 0, ex, rev), [em.tensor(a)])
+    assert em.testing.gradcheck(lambda x: em.cummax(x, 1)[0], [em.tensor(a)])
+    assert em.testing.gradcheck(lambda x: em.cummin(x.transpose(0, 1), 1, reverse=True)[0], [em.tensor(a)])
+
+
+def test_scan_gradient_matches_torch(dev, rng):
+    a = rng.uniform(0.5, 1.5, (4, 6)).astype(np.float32)
+    w = rng.standard_normal((4, 6)).astype(np.float32)
+    x = em.Var(em.tensor(a, device=dev))
+    wt = em.tensor(w, device=dev)
+    g = ((em.cumsum(x, 1) + em.cumprod(x, 0) + em.cummax(x, 1)[0] + em.cummin(x, 0)[0]) * wt).sum().backward()
+    tx = torch.tensor(a, requires_grad=True)
+    ((torch.cumsum(tx, 1) + torch.cumprod(tx, 0) + torch.cummax(tx, 1)[0] + torch.cummin(tx, 0)[0])
+     * torch.tensor(w)).sum().backward()
+    np.testing.assert_allclose(g[x].numpy(), tx.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_scan_methods_scalar_and_empty(dev):
+    x = em.tensor([[1.0, 3.0, 2.0]], device=dev)
+    np.testing.assert_array_equal(x.cumsum(1).numpy(), [[1, 4, 6]])
+    np.testing.assert_array_equal(x.cumprod(-1, exclusive=True).numpy(), [[1, 1, 3]])
+    np.testing.assert_array_equal(x.cummax(1)[1].numpy(), [[0, 1, 1]])
+    np.testing.assert_array_equal(x.cummin(1, reverse=True)[0].numpy(), [[1, 2, 2]])
+    assert em.cumsum(em.tensor(2.0, device=dev), 0).item() == 2.0
+    assert em.cumsum(em.zeros(2, 0, device=dev), 1).shape == (2, 0)
+    assert em.cummax(em.zeros(0, 3, device=dev), 1)[1].shape == (0, 3)
+
+
+def test_scan_errors(dev):
+    x = em.ones(3, 4, device=dev)
+    expect_error(lambda: em.cumsum(x, 2), "cumsum", em.IndexOutOfRange)
+    expect_error(lambda: em.cumprod(x, "0"), "cumprod", em.EmberTypeError)
+    expect_error(lambda: em.cummax([1.0], 0), "cummax", em.EmberTypeError)
+    expect_error(lambda: em.cummin(x, 0, reverse=3), "cummin", em.EmberValueError)
+    expect_error(lambda: em.cumsum(x, 0, exclusive=2), "cumsum", em.EmberValueError)
+    expect_error(lambda: em._C.scan(2, x._storage, x._layout, 0, True, False), "cummax", em.EmberValueError)
+    expect_error(lambda: em._C.scan(9, x._storage, x._layout, 0, False, False), "scan", em.EmberValueError)
+    bad = em.Layout([4], [2], 0)
+    expect_error(lambda: em._C.scan(0, em.ones(6, device=dev)._storage, bad, 0, False, False), "cumsum",
+                 em.IndexOutOfRange)

@@ -120,4 +120,9 @@ std::tuple<StoragePtr, StoragePtr> MetalStorage::sort(const Layout& l, int64_t d
   return ops::sort(*this, l, dim, descending, stable);
 }
 
+std::tuple<StoragePtr, StoragePtr> MetalStorage::scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
+                                                      bool reverse) const {
+  return ops::scan(*this, op, l, dim, exclusive, reverse);
+}
+
 }  // namespace ember::metal

@@ -68,6 +68,8 @@ class MetalStorage final : public BackendStorage {
                                                           const Layout& lo, const BackendStorage& lse,
                                                           const BackendStorage& g, const Layout& lg) const override;
   std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending, bool stable) const override;
+  std::tuple<StoragePtr, StoragePtr> scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
+                                          bool reverse) const override;
 
  private:
   MetalDevice* dev_;

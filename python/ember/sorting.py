@@ -1,5 +1,5 @@
-"""The sort family: sort, argsort and topk along one dim (a C++ kernel per device; NaN sorts as the
-largest value, ties keep index order), differentiable through the indices they return."""
+"""The sort family (sort, argsort, topk) and the scans (cumsum, cumprod, cummax, cummin) along one dim:
+a C++ kernel per device, differentiable (sort/topk/cummax/cummin through the indices they return)."""
 from __future__ import annotations
 
 import sys
@@ -9,6 +9,7 @@ from . import dtypes as _dt
 from .args import bool_arg, int_arg
 from .backprop import record
 from .errors import EmberTypeError, EmberValueError
+from .grad_rules import rule as _rule
 
 
 def _t():
@@ -116,3 +117,121 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
     _, idx = _sort(x.detach(), dim, largest, True, "topk")  # the values come from gather below
     idx = idx.narrow(dim, 0, k)
     return x.gather(idx, dim), idx
+
+
+# --------------------------------------------------------------------- scans
+_SCAN = {"cumsum": 0, "cumprod": 1, "cummax": 2, "cummin": 3}
+
+
+def _scan(name, x, dim, exclusive, reverse):
+    _check_tensor(x, name)
+    exclusive = bool_arg(exclusive, name, "exclusive")
+    reverse = bool_arg(reverse, name, "reverse")
+    d = _t()._dim(dim, x.ndim, name)
+    vs, ids, layout = _C.scan(_SCAN[name], x._storage, x._layout, d, exclusive, reverse)
+    wrap = _t()._wrap
+    odt = x._dtype if x._dtype.is_float or name in ("cummax", "cummin") else _dt.int64
+    if ids is None:
+        return record(wrap(vs, layout, odt, x._device), name, (x,), (d, exclusive, reverse))
+    idx = wrap(ids, layout, _dt.int64, x._device)
+    if x.ndim == 0:
+        return wrap(vs, layout, odt, x._device), idx
+    # the values are x at the indices: the gradient goes back through them (gather's rule)
+    return record(wrap(vs, layout, odt, x._device), "gather", (x, idx), d), idx
+
+
+def cumsum(x, dim, exclusive=False, reverse=False):
+    """Running sums along ``dim``, as ``torch.cumsum`` (with MLX's ``exclusive`` and ``reverse`` forms).
+
+    Halves and float32 add in float, float64 in double; integer inputs give int64 sums (torch's rule).
+
+    Args:
+        x: a tensor.
+        dim: the dim to scan along.
+        exclusive: each output leaves its own element out (the first is 0).
+        reverse: scan from the end of the dim.
+
+    Returns:
+        A tensor of x's shape (x's dtype for floats, int64 for integers); differentiable.
+
+    Raises:
+        EmberTypeError: ``x`` is not a tensor, or ``dim`` is not an int.
+        EmberValueError: a flag is not a bool.
+        IndexOutOfRange: ``dim`` is out of range.
+    """
+    return _scan("cumsum", x, dim, exclusive, reverse)
+
+
+def cumprod(x, dim, exclusive=False, reverse=False):
+    """Running products along ``dim``, as ``torch.cumprod`` (with ``exclusive`` and ``reverse`` forms).
+
+    The gradient is ``cumsum(g * out, reversed) / x``: exact where x has no zeros; at a zero of x it is
+    not finite (torch's exact handling of zeros is not done here).
+
+    Args:
+        x: a tensor.
+        dim: the dim to scan along.
+        exclusive: each output leaves its own element out (the first is 1).
+        reverse: scan from the end of the dim.
+
+    Returns:
+        A tensor of x's shape (x's dtype for floats, int64 for integers); differentiable.
+
+    Raises:
+        EmberTypeError: ``x`` is not a tensor, or ``dim`` is not an int.
+        EmberValueError: a flag is not a bool.
+        IndexOutOfRange: ``dim`` is out of range.
+    """
+    return _scan("cumprod", x, dim, exclusive, reverse)
+
+
+def cummax(x, dim, reverse=False):
+    """Running maxima along ``dim`` and where they are, as ``torch.cummax`` (with a ``reverse`` form).
+
+    A NaN is taken and kept; among equal values the later position (in scan order) is reported.
+
+    Args:
+        x: a tensor.
+        dim: the dim to scan along.
+        reverse: scan from the end of the dim.
+
+    Returns:
+        ``(values, indices)``: x's dtype (differentiable, through the indices) and int64.
+
+    Raises:
+        EmberTypeError: ``x`` is not a tensor, or ``dim`` is not an int.
+        EmberValueError: ``reverse`` is not a bool.
+        IndexOutOfRange: ``dim`` is out of range.
+    """
+    return _scan("cummax", x, dim, False, reverse)
+
+
+def cummin(x, dim, reverse=False):
+    """Running minima along ``dim`` and where they are, as ``torch.cummin`` (with a ``reverse`` form).
+
+    Args:
+        x: a tensor.
+        dim: the dim to scan along.
+        reverse: scan from the end of the dim.
+
+    Returns:
+        ``(values, indices)``: x's dtype (differentiable, through the indices) and int64.
+
+    Raises:
+        EmberTypeError: ``x`` is not a tensor, or ``dim`` is not an int.
+        EmberValueError: ``reverse`` is not a bool.
+        IndexOutOfRange: ``dim`` is out of range.
+    """
+    return _scan("cummin", x, dim, False, reverse)
+
+
+@_rule("cumsum", ())
+def _cumsum_grad(n, out, g):
+    dim, exclusive, reverse = n.saved
+    return (cumsum(g, dim, exclusive, not reverse),)  # each input feeds the outputs after it
+
+
+@_rule("cumprod", (0,), out=True)
+def _cumprod_grad(n, out, g):
+    dim, exclusive, reverse = n.saved
+    return (cumsum(g * out, dim, exclusive, not reverse) / n.inputs[0],)

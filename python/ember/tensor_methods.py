@@ -357,3 +357,69 @@ class TorchNames:
         """
         from .sorting import topk
         return topk(self, k, dim, largest, sorted)
+
+    def cumsum(self, dim, exclusive=False, reverse=False):
+        """Running sums along ``dim``: ``em.cumsum(self, dim, exclusive, reverse)``.
+
+        Args:
+            dim: the dim to scan along.
+            exclusive: leave each output's own element out.
+            reverse: scan from the end.
+
+        Returns:
+            A tensor of this shape (int64 for integer inputs).
+
+        Raises:
+            IndexOutOfRange: ``dim`` is out of range.
+        """
+        from .sorting import cumsum
+        return cumsum(self, dim, exclusive, reverse)
+
+    def cumprod(self, dim, exclusive=False, reverse=False):
+        """Running products along ``dim``: ``em.cumprod(self, dim, exclusive, reverse)``.
+
+        Args:
+            dim: the dim to scan along.
+            exclusive: leave each output's own element out.
+            reverse: scan from the end.
+
+        Returns:
+            A tensor of this shape (int64 for integer inputs).
+
+        Raises:
+            IndexOutOfRange: ``dim`` is out of range.
+        """
+        from .sorting import cumprod
+        return cumprod(self, dim, exclusive, reverse)
+
+    def cummax(self, dim, reverse=False):
+        """Running maxima and their indices along ``dim``: ``em.cummax(self, dim, reverse)``.
+
+        Args:
+            dim: the dim to scan along.
+            reverse: scan from the end.
+
+        Returns:
+            ``(values, indices)``.
+
+        Raises:
+            IndexOutOfRange: ``dim`` is out of range.
+        """
+        from .sorting import cummax
+        return cummax(self, dim, reverse)
+
+    def cummin(self, dim, reverse=False):
+        """Running minima and their indices along ``dim``: ``em.cummin(self, dim, reverse)``.
+
+        Args:
+            dim: the dim to scan along.
+            reverse: scan from the end.
+
+        Returns:
+            ``(values, indices)``.
+
+        Raises:
+            IndexOutOfRange: ``dim`` is out of range.
+        """
+        from .sorting import cummin
+        return cummin(self, dim, reverse)

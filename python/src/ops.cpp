@@ -118,6 +118,10 @@ void bind_ops(py::module_& m) {
   m.def("sort", [](const StoragePtr& s, const Layout& l, int64_t dim, bool descending, bool stable) {
     return ember::sort(*s, l, dim, descending, stable);
   }, GilFree());
+  // (values, indices or None for cumsum/cumprod, layout)
+  m.def("scan", [](int op, const StoragePtr& s, const Layout& l, int64_t dim, bool exclusive, bool reverse) {
+    return ember::scan(op_code<ScanOp>(op, (int)ScanOp::Count, "scan"), *s, l, dim, exclusive, reverse);
+  }, GilFree());
 }
 
 }  // namespace ember::bind

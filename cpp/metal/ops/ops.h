@@ -67,5 +67,8 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const MetalStorage& s, c
 // sort.cpp
 std::tuple<StoragePtr, StoragePtr> sort(const MetalStorage& s, const Layout& l, int64_t dim, bool descending,
                                         bool stable);
+// scan.cpp
+std::tuple<StoragePtr, StoragePtr> scan(const MetalStorage& s, ScanOp op, const Layout& l, int64_t dim,
+                                        bool exclusive, bool reverse);
 
 }  // namespace ember::metal::ops
