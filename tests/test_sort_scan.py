@@ -239,8 +239,8 @@ def test_scan_gradcheck_float64(rng):
     a = rng.uniform(0.5, 1.5, (3, 5))
     for ex in (False, True):
         for rev in (False, True):
-            assert em.testing.gradcheck(lambda x: em.cumsum(x, 1, ex, rev), [em.tensor(a)])
-            assert em.testing.gradcheck(lambda x: em.cumprod(x, 0, ex, rev), [em.tensor(a)])
+            assert em.testing.gradcheck(lambda x, ex=ex, rev=rev: em.cumsum(x, 1, ex, rev), [em.tensor(a)])
+            assert em.testing.gradcheck(lambda x, ex=ex, rev=rev: em.cumprod(x, 0, ex, rev), [em.tensor(a)])
     assert em.testing.gradcheck(lambda x: em.cummax(x, 1)[0], [em.tensor(a)])
     assert em.testing.gradcheck(lambda x: em.cummin(x.transpose(0, 1), 1, reverse=True)[0], [em.tensor(a)])
 
