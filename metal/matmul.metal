@@ -13,7 +13,7 @@ constant constexpr int BK = 16;  // depth of one staged step
 constant constexpr int TG = 16;  // threads per tile side; each thread computes (BM/TG) x (BN/TG)
 constant constexpr int TM = BM / TG;
 constant constexpr int TN = BN / TG;
-constant constexpr int kTileA = BK * BM;  // (a plain constant: the emulator's parser wants one as the size)
+constant constexpr int kTileA = BK * BM;  // elements of each staged tile
 constant constexpr int kTileB = BK * BN;
 
 // meta, a constant long array: [0] batch ndim NB, [1] m, [2] n, [3] k, [4] A offset, [5] B offset,

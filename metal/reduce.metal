@@ -55,11 +55,26 @@ inline uchar shfl(uchar v, ushort m) { return uchar(simd_shuffle_xor(uint(v), m)
 inline ulong shfl(ulong v, ushort m) { return as_type<ulong>(simd_shuffle_xor(as_type<uint2>(v), m)); }
 inline long shfl(long v, ushort m) { return as_type<long>(simd_shuffle_xor(as_type<uint2>(v), m)); }
 
+// A thread's own running sum: compensated (Kahan) for floats, so a long row loses no small addends to
+// a large partial sum (1e8 + a million 1s); integers wrap and need none. The kernels compile without
+// fast math, which keeps the compensation.
+inline void kahan_add(thread float& s, thread float& c, float x) {
+  const float y = x - c;
+  const float t = s + y;
+  c = isfinite(t) ? (t - s) - y : 0.0f;  // past an infinity the plain sum is the answer (no inf - inf)
+  s = t;
+}
+inline void kahan_add(thread ulong& s, thread ulong&, ulong x) { s += x; }
+inline float kahan_done(float s, float c) { return s - c; }
+inline ulong kahan_done(ulong s, ulong) { return s; }
+
 template <typename T> struct SumOp {
   typedef typename SumAcc<T>::type S;
   static S init() { return S(0); }
   static S make(T x, long) { return S(x); }
   static S combine(S a, S b) { return a + b; }
+  static void add(thread S& acc, thread S& comp, T x, long) { kahan_add(acc, comp, S(x)); }
+  static S done(S acc, S comp) { return kahan_done(acc, comp); }
   static S shuffle(S s, ushort m) { return shfl(s, m); }
   template <typename O> static O result(S s) { return O(s); }
   // Partials in threadgroup memory: the value alone (the index array is unused).
@@ -76,6 +91,8 @@ template <typename T, bool kMax> struct ExtremeOp {
   static S init() { return kMax ? Lim<S>::lo() : Lim<S>::hi(); }
   static S make(T x, long) { return S(x); }
   static S combine(S a, S b) { return (kMax ? b > a : b < a) || is_nan(b) ? b : a; }
+  static void add(thread S& acc, thread S&, T x, long i) { acc = combine(acc, make(x, i)); }
+  static S done(S acc, S) { return acc; }
   static S shuffle(S s, ushort m) { return shfl(s, m); }
   template <typename O> static O result(S s) { return O(s); }
   // Partials in threadgroup memory: the value alone (the index array is unused).
@@ -114,6 +131,8 @@ template <typename T, bool kMax> struct ArgOp {
     if (kMax ? a.v > b.v : a.v < b.v) return a;
     return b.i < a.i ? b : a;
   }
+  static void add(thread S& acc, thread S&, T x, long i) { acc = combine(acc, make(x, i)); }
+  static S done(S acc, S) { return acc; }
   static S shuffle(S s, ushort m) {
     S r;
     r.v = shfl(s.v, m);
@@ -174,20 +193,21 @@ kernel void reduce_rows(device const T* in [[buffer(0)]], device O* out [[buffer
   constant long* rsh = ksh + 2 * kn;
   const long row = long(gid.y);
   device const T* p = in + (meta[2] + nd_offset(row, kn, ksh, ksh + kn));
-  S acc = Op::init();
+  S acc = Op::init(), comp = Op::init();
   if (rn == 1 && rsh[1] == 1) {  // one contiguous run: 4 consecutive elements per thread and step
     const long step = long(tpg.x) * 4;
     long i = long(gid.x) * 4;
     for (; i + 4 <= nred; i += step) {
-      for (int k = 0; k < 4; ++k) acc = Op::combine(acc, Op::make(p[i + k], i + k));
+      for (int k = 0; k < 4; ++k) Op::add(acc, comp, p[i + k], i + k);
     }
-    for (; i < nred; ++i) acc = Op::combine(acc, Op::make(p[i], i));  // the run's last, partial step
+    for (; i < nred; ++i) Op::add(acc, comp, p[i], i);  // the run's last, partial step
   } else if (rn == 1) {
     const long st = rsh[1];
-    for (long i = gid.x; i < nred; i += tpg.x) acc = Op::combine(acc, Op::make(p[i * st], i));
+    for (long i = gid.x; i < nred; i += tpg.x) Op::add(acc, comp, p[i * st], i);
   } else {
-    for (long i = gid.x; i < nred; i += tpg.x) acc = Op::combine(acc, Op::make(p[nd_offset(i, rn, rsh, rsh + rn)], i));
+    for (long i = gid.x; i < nred; i += tpg.x) Op::add(acc, comp, p[nd_offset(i, rn, rsh, rsh + rn)], i);
   }
+  acc = Op::done(acc, comp);
   for (ushort o = 16; o > 0; o /= 2) acc = Op::combine(acc, Op::shuffle(acc, o));
   if (tpg.x > 32) {
     const uint per_row = tpg.x / 32;
@@ -217,13 +237,14 @@ kernel void reduce_cols(device const T* in [[buffer(0)]], device O* out [[buffer
   constant long* rsh = ksh + 2 * kn;
   const long col = long(gid.x);
   device const T* p = in + (meta[2] + nd_offset(col, kn, ksh, ksh + kn));
-  S acc = Op::init();
+  S acc = Op::init(), comp = Op::init();
   if (rn == 1) {
     const long st = rsh[1];
-    for (long i = gid.y; i < nred; i += tpg.y) acc = Op::combine(acc, Op::make(p[i * st], i));
+    for (long i = gid.y; i < nred; i += tpg.y) Op::add(acc, comp, p[i * st], i);
   } else {
-    for (long i = gid.y; i < nred; i += tpg.y) acc = Op::combine(acc, Op::make(p[nd_offset(i, rn, rsh, rsh + rn)], i));
+    for (long i = gid.y; i < nred; i += tpg.y) Op::add(acc, comp, p[nd_offset(i, rn, rsh, rsh + rn)], i);
   }
+  acc = Op::done(acc, comp);
   if (tpg.y > 1) {
     Op::put(pv, pi, tpos.y * tpg.x + tpos.x, acc);
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -255,13 +276,14 @@ kernel void reduce_parts(device const T* in [[buffer(0)]], device V* out_v [[buf
   const long row = long(gid.y) / parts, q = long(gid.y) % parts;
   const long lo = nred * q / parts, hi = nred * (q + 1) / parts;
   device const T* p = in + (meta[2] + nd_offset(row, kn, ksh, ksh + kn));
-  S acc = Op::init();
+  S acc = Op::init(), comp = Op::init();
   if (rn == 1) {
     const long st = rsh[1];
-    for (long i = lo + gid.x; i < hi; i += tpg.x) acc = Op::combine(acc, Op::make(p[i * st], i));
+    for (long i = lo + gid.x; i < hi; i += tpg.x) Op::add(acc, comp, p[i * st], i);
   } else {
-    for (long i = lo + gid.x; i < hi; i += tpg.x) acc = Op::combine(acc, Op::make(p[nd_offset(i, rn, rsh, rsh + rn)], i));
+    for (long i = lo + gid.x; i < hi; i += tpg.x) Op::add(acc, comp, p[nd_offset(i, rn, rsh, rsh + rn)], i);
   }
+  acc = Op::done(acc, comp);
   for (ushort o = 16; o > 0; o /= 2) acc = Op::combine(acc, Op::shuffle(acc, o));
   if (tpg.x > 32) {
     const uint per_row = tpg.x / 32;

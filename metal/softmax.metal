@@ -1,6 +1,7 @@
-// softmax and log_softmax over the last dim, forward and backward, f32/f16/bf16 computed in float: one
-// threadgroup per row; a "block" kernel keeping the row in registers when it fits (up to kPer elements
-// per thread) and a "looped" one streaming long rows. Inputs are read through a RowLayout (any strides
+// softmax and log_softmax over the last dim, forward and backward, f32/f16/bf16 computed in float: a
+// "simd" kernel for short rows (one simdgroup per row, up to kPer elements per lane, no threadgroup
+// memory), and one threadgroup per row above that: a "block" kernel keeping the row in registers when
+// it fits (up to kPer elements per thread) and a "looped" one streaming long rows. Inputs are read through a RowLayout (any strides
 // and offset); outputs are dense rows. Threadgroup sizes are multiples of 32 (every simdgroup is full).
 #include <metal_stdlib>
 using namespace metal;
@@ -51,6 +52,41 @@ inline float tg_sum(float v, threadgroup float* part, uint lane, uint sg, uint n
   if (lane == 0) part[sg] = v;
   threadgroup_barrier(mem_flags::mem_threadgroup);
   return simd_sum(lane < nsg ? part[lane] : 0.0f);
+}
+
+// Short rows (up to 32 * kPer): simdgroup sg of group y reduces row y * nsg + sg in registers.
+template <typename T, bool LOG>
+kernel void softmax_fwd_simd(device const T* x [[buffer(0)]], device T* y [[buffer(1)]],
+                             constant SoftmaxArgs& a [[buffer(2)]], uint2 tg [[threadgroup_position_in_grid]],
+                             uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                             uint nsg [[simdgroups_per_threadgroup]]) {
+  const long row = long(tg.y) * nsg + sg, n = a.n, cs = a.a.cstride;
+  if (row >= a.rows) return;  // the whole simdgroup: its simd_* calls stay uniform
+  const long base = row_start(a.a, row);
+  float v[kPer];
+  float m = neg_inf();
+  for (int k = 0; k < kPer; ++k) {
+    const long j = lane + 32 * k;
+    v[k] = j < n ? float(x[base + j * cs]) : neg_inf();
+    m = max(m, v[k]);
+  }
+  m = simd_max(m);
+  float s = 0.0f;
+  for (int k = 0; k < kPer; ++k) {
+    const long j = lane + 32 * k;
+    if (j < n) {
+      const float e = exp(v[k] - m);
+      s += e;
+      if (!LOG) v[k] = e;
+    }
+  }
+  s = simd_sum(s);
+  const float inv = 1.0f / s, shift = m + log(s);
+  device T* out = y + row * n;
+  for (int k = 0; k < kPer; ++k) {
+    const long j = lane + 32 * k;
+    if (j < n) out[j] = T(LOG ? v[k] - shift : v[k] * inv);
+  }
 }
 
 // Rows of up to kPer * threads elements: one read of x, the row kept in registers.
@@ -121,6 +157,30 @@ kernel void softmax_fwd_looped(device const T* x [[buffer(0)]], device T* y [[bu
 
 // softmax: dx = y * (g - sum(g * y)); log_softmax (y = log p): dx = g - exp(y) * sum(g).
 template <typename T, bool LOG>
+kernel void softmax_bwd_simd(device const T* y [[buffer(0)]], device const T* g [[buffer(1)]],
+                             device T* dx [[buffer(2)]], constant SoftmaxArgs& a [[buffer(3)]],
+                             uint2 tg [[threadgroup_position_in_grid]], uint lane [[thread_index_in_simdgroup]],
+                             uint sg [[simdgroup_index_in_threadgroup]], uint nsg [[simdgroups_per_threadgroup]]) {
+  const long row = long(tg.y) * nsg + sg, n = a.n;
+  if (row >= a.rows) return;
+  const long by = row_start(a.a, row), bg = row_start(a.b, row);
+  float yv[kPer], gv[kPer];
+  float s = 0.0f;
+  for (int k = 0; k < kPer; ++k) {
+    const long j = lane + 32 * k;
+    yv[k] = j < n ? float(y[by + j * a.a.cstride]) : 0.0f;
+    gv[k] = j < n ? float(g[bg + j * a.b.cstride]) : 0.0f;
+    s += LOG ? gv[k] : gv[k] * yv[k];
+  }
+  s = simd_sum(s);
+  device T* out = dx + row * n;
+  for (int k = 0; k < kPer; ++k) {
+    const long j = lane + 32 * k;
+    if (j < n) out[j] = T(LOG ? gv[k] - exp(yv[k]) * s : yv[k] * (gv[k] - s));
+  }
+}
+
+template <typename T, bool LOG>
 kernel void softmax_bwd_block(device const T* y [[buffer(0)]], device const T* g [[buffer(1)]],
                               device T* dx [[buffer(2)]], constant SoftmaxArgs& a [[buffer(3)]],
                               uint2 tg [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
@@ -169,6 +229,10 @@ kernel void softmax_bwd_looped(device const T* y [[buffer(0)]], device const T* 
 }
 
 #define instantiate_softmax_one(pre, LOG, tname, T)                                                         \
+  template [[host_name(pre "_fwd_simd_" #tname)]] [[kernel]] decltype(softmax_fwd_simd<T, LOG>)             \
+      softmax_fwd_simd<T, LOG>;                                                                           \
+  template [[host_name(pre "_bwd_simd_" #tname)]] [[kernel]] decltype(softmax_bwd_simd<T, LOG>)             \
+      softmax_bwd_simd<T, LOG>;                                                                           \
   template [[host_name(pre "_fwd_block_" #tname)]] [[kernel]] decltype(softmax_fwd_block<T, LOG>)           \
       softmax_fwd_block<T, LOG>;                                                                          \
   template [[host_name(pre "_fwd_looped_" #tname)]] [[kernel]] decltype(softmax_fwd_looped<T, LOG>)         \

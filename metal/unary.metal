@@ -27,29 +27,44 @@ struct IntUnaryParams {
 };
 constant constexpr uint kLoAlways = 1, kLoNever = 2, kHiAlways = 4, kHiNever = 8, kAffineExact = 16;
 
-// Metal has no erf: below 1 the Taylor series (11 terms, < 1e-8 off), above it Abramowitz-Stegun
-// 7.1.26 (< 1.5e-7 absolute, where erf is near 1).
+// Metal has no erf: the CPU's fits (cpp/cpu/simd/vmath.h, vm_erf), within 3 ulp: an odd polynomial up
+// to |x| = 1, above it 1 - e^(-x^2) * P(|x| - 2.5).
 inline float ember_erf(float x) {
-  const float a = fabs(x);
-  if (a < 1.0f) {
-    const float z = x * x;
-    float p = 1.48071928e-08f;
-    p = p * z - 1.63658447e-07f;
-    p = p * z + 1.64621144e-06f;
-    p = p * z - 1.49256504e-05f;
-    p = p * z + 1.20553330e-04f;
-    p = p * z - 8.54832702e-04f;
-    p = p * z + 5.22397763e-03f;
-    p = p * z - 2.68661706e-02f;
-    p = p * z + 1.12837917e-01f;
-    p = p * z - 3.76126389e-01f;
-    p = p * z + 1.12837917e+00f;
+  const float ax = fabs(x);
+  const float z = x * x;
+  if (ax <= 1.0f) {
+    float p = -5.654007217e-04f;
+    p = p * z + 4.923252925e-03f;
+    p = p * z - 2.671636274e-02f;
+    p = p * z + 1.128036353e-01f;
+    p = p * z - 3.761234965e-01f;
+    p = p * z + 1.128379127e+00f;
     return x * p;
   }
-  const float t = 1.0f / (1.0f + 0.3275911f * a);
-  const float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-  const float r = 1.0f - poly * exp(-a * a);
-  return x < 0.0f ? -r : r;
+  const float t = min(ax, 4.0f) - 2.5f;
+  const float c[11] = {1.671832676e-06f, -6.386209744e-06f, 1.435350619e-05f, -5.358525088e-05f, 2.129723539e-04f,
+                       -7.389983919e-04f, 2.465982165e-03f, -7.999345154e-03f, 2.493820378e-02f, -7.434760099e-02f,
+                       2.108063575e-01f};
+  float p = c[0];
+  for (int k = 1; k < 11; ++k) p = p * t + c[k];
+  const float r = 1.0f - exp(-z) * p;
+  return x < 0.0f ? -r : r;  // a NaN x comes out as NaN
+}
+// gelu = x * Phi(x), Phi the normal CDF through erfc as the CPU computes it (vmath.h, vm_normal_cdf):
+// with z = |x| / sqrt(2) and t = 1 / (1 + z / 2), erfc(z) = t * Q(t) * e^(-z^2), so negative x keep their
+// relative accuracy (0.5 * (1 + erf) cancels from x = -5 on); z^2 = x^2 / 2 is split exactly with an FMA.
+inline float ember_gelu(float x) {
+  const float y = x * 0.70710678118654752f, z = fabs(y);
+  const float t = 1.0f / (1.0f + 0.5f * z);
+  const float c[9] = {-5.906911567e-02f, 2.845837176e-01f, -4.872074425e-01f, 2.780393660e-01f, -2.657250501e-02f,
+                      2.026508600e-01f, 2.431147397e-01f, 2.823738754e-01f, 2.820864916e-01f};
+  float q = c[0];
+  for (int k = 1; k < 9; ++k) q = q * t + c[k];
+  const float xx = x * x, zz = 0.5f * xx;
+  const float lo = 0.5f * fma(x, x, -xx);
+  const float e = zz <= 87.33f ? exp(-zz) * (1.0f - lo) : 0.0f;  // e^(-z^2); 0 past exp's range (and for NaN)
+  const float half_erfc = 0.5f * (t * q * e);
+  return x * (y > 0.0f ? 1.0f - half_erfc : half_erfc);
 }
 // Metal has no log1p / expm1: Goldberg's and Kahan's corrections of log(1 + x) and exp(x) - 1 cancel
 // the rounding of 1 + x and of exp(x), which keeps the relative error small near 0.
@@ -60,7 +75,7 @@ inline float ember_log1p(float x) {
   return log(u) * (x / (u - 1.0f));
 }
 inline float ember_expm1(float x) {
-  if (fabs(x) < 1e-5f) return x + 0.5f * x * x;
+  if (fabs(x) < 1e-5f) return x * (1.0f + 0.5f * x);  // keeps -0 as -0
   const float u = exp(x);
   if (isinf(u)) return u;
   if (u - 1.0f == -1.0f) return -1.0f;
@@ -71,7 +86,7 @@ inline float ember_expm1(float x) {
 // with 0, so signed zeros and NaNs come out as the CPU gives them.
 #define EMBER_FUNARY(NAME, EXPR)                                                     \
   struct NAME {                                                                       \
-    static float f(float x, constant UnaryParams& p) { return EXPR; }                \
+    static float f(float x, constant UnaryParams& p) { (void)p; return EXPR; }      \
   };
 EMBER_FUNARY(Exp, exp(x))
 EMBER_FUNARY(Log, log(x))
@@ -84,7 +99,7 @@ EMBER_FUNARY(Abs, (x < 0.0f ? 0.0f - x : x))
 EMBER_FUNARY(Neg, 0.0f - x)
 EMBER_FUNARY(Recip, 1.0f / x)
 EMBER_FUNARY(Relu, (x < 0.0f ? 0.0f : x))
-EMBER_FUNARY(Gelu, 0.5f * x * (1.0f + ember_erf(x * 0.70710678f)))
+EMBER_FUNARY(Gelu, ember_gelu(x))
 EMBER_FUNARY(Silu, x / (1.0f + exp(-x)))
 EMBER_FUNARY(Erf, ember_erf(x))
 EMBER_FUNARY(Ceil, ceil(x))
@@ -238,23 +253,24 @@ template <typename T> inline T sd_to_int(SoftF64 v) {
 
 // Integer functors, the CPU's integer loops (cpp/cpu/kernels_isa.cpp, unary_loop_int): wrapping like
 // numpy; ceil/floor/round/trunc are the identity.
-struct ISqr {
-  template <typename T> static T f(T x, constant IntUnaryParams& p) { return wrap_to<T>(bits_of(x) * bits_of(x)); }
-};
-struct IAbs {
-  template <typename T> static T f(T x, constant IntUnaryParams& p) { return x < T(0) ? wrap_to<T>(0ul - bits_of(x)) : x; }
-};
-struct INeg {
-  template <typename T> static T f(T x, constant IntUnaryParams& p) { return wrap_to<T>(0ul - bits_of(x)); }
-};
-struct IRelu {
-  template <typename T> static T f(T x, constant IntUnaryParams& p) { return x < T(0) ? T(0) : x; }
-};
-struct ISign {
-  template <typename T> static T f(T x, constant IntUnaryParams& p) { return x > T(0) ? T(1) : (x < T(0) ? wrap_to<T>(~0ul) : T(0)); }
-};
+#define EMBER_IUNARY(NAME, EXPR)                                                       \
+  struct NAME {                                                                         \
+    template <typename T> static T f(T x, constant IntUnaryParams& p) {                \
+      (void)p;                                                                          \
+      return EXPR;                                                                      \
+    }                                                                                   \
+  };
+EMBER_IUNARY(ISqr, wrap_to<T>(bits_of(x) * bits_of(x)))
+EMBER_IUNARY(IAbs, (x < T(0) ? wrap_to<T>(0ul - bits_of(x)) : x))
+EMBER_IUNARY(INeg, wrap_to<T>(0ul - bits_of(x)))
+EMBER_IUNARY(IRelu, (x < T(0) ? T(0) : x))
+EMBER_IUNARY(ISign, (x > T(0) ? T(1) : (x < T(0) ? wrap_to<T>(~0ul) : T(0))))
+#undef EMBER_IUNARY
 template <int K> struct IIdentity {  // one type per op (ceil, floor, round, trunc), for the instantiations
-  template <typename T> static T f(T x, constant IntUnaryParams& p) { return x; }
+  template <typename T> static T f(T x, constant IntUnaryParams& p) {
+    (void)p;
+    return x;
+  }
 };
 struct IClamp {
   template <typename T> static T f(T x, constant IntUnaryParams& p) {

@@ -242,8 +242,9 @@ def test_memory_limit_raises_out_of_memory():
     old = em.metal.memory_stats()["memory_limit"]
     try:
         em.metal.set_memory_limit(em.metal.memory_stats()["allocated"] + (1 << 20))
-        e = expect_error(lambda: em.zeros(1 << 20, device="metal"), "metal", em.OutOfMemory)
-        assert "out of memory" in str(e)
+        e = expect_error(lambda: em.zeros(1 << 20, device="metal"), "alloc", em.OutOfMemory)
+        assert "out of memory" in str(e) and "metal:0" in str(e)
+        expect_error(lambda: em.ones(1 << 20).to_device("metal"), "to_device", em.OutOfMemory)
         small = em.zeros(16, device="metal")  # the device is still usable
         np.testing.assert_array_equal(small.numpy(), np.zeros(16, np.float32))
     finally:

@@ -125,7 +125,11 @@ def test_unary_float_contiguous_and_strided(op, dtype, rng):
     x = float_inputs(rng, op, dt, (n,))
     out = np.zeros(n, dt)
     run("unary.metal", f"unary_contig_{op}_{dtype}", [x, out, u32(n), fparams()], -(-n // 4), 64)
-    assert_close(out, unary_float_want(op, x, dt), dtype)
+    want = unary_float_want(op, x, dt)
+    assert_close(out, want, dtype)
+    if op not in ("neg", "abs", "sign"):  # the sign of a zero result as numpy (these follow the CPU, below)
+        zero = (want == 0) & (out == 0)
+        np.testing.assert_array_equal(np.signbit(out[zero]), np.signbit(want[zero]))
 
     shape = tuple(int(s) for s in rng.integers(1, 6, size=int(rng.integers(1, 5))))
     base = float_inputs(rng, op, dt, [2 * s + 1 for s in shape])
@@ -144,9 +148,27 @@ def test_unary_float_edge_values_match_the_cpu_functors():
                      ("relu", [-0.0, 0.0, np.nan, 0.0, np.inf, 0.0]), ("sign", [-0.0, 0.0, np.nan, -1.0, 1.0, -1.0])]:
         out = np.zeros_like(x)
         run("unary.metal", f"unary_contig_{op}_float32", [x, out, u32(6), fparams()], 2, 32)
-        cpu = getattr(em.tensor(x), op)().numpy()
+        cpu = getattr(em.tensor(x, device="cpu"), op)().numpy()
         np.testing.assert_array_equal(np.signbit(out), np.signbit(cpu))
         np.testing.assert_array_equal(out, np.array(want, np.float32))
+
+
+
+def test_unary_erf_and_gelu_within_a_few_ulp_also_far_left():
+    # the CPU's bounds (test_elementwise.py): erf within 3 ulp; gelu = x * Phi(x) within 8 ulp out to
+    # x = -13, where 0.5 * x * (1 + erf(x / sqrt(2))) has lost every digit
+    import math
+
+    xs = np.concatenate([np.linspace(-13, 13, 40001), np.linspace(-2, 2, 40001), -np.geomspace(1e-30, 13, 2001)])
+    xs = xs.astype(np.float32)
+    xd = xs.astype(np.float64)
+    for op, ref, bound in (("erf", [math.erf(v) for v in xd], 3),
+                           ("gelu", [0.5 * v * math.erfc(-v / math.sqrt(2)) for v in xd], 8)):
+        ref = np.array(ref)
+        out = np.zeros_like(xs)
+        run("unary.metal", f"unary_contig_{op}_float32", [xs, out, u32(xs.size), fparams()], -(-xs.size // 4), 256)
+        ulp = np.abs(out.astype(np.float64) - ref) / np.spacing(np.abs(ref).astype(np.float32)).astype(np.float64)
+        assert ulp.max() <= bound, (op, ulp.max(), xs[np.argmax(ulp)])
 
 
 @pytest.mark.parametrize("dtype", list(FLOATS))
@@ -164,7 +186,7 @@ def test_unary_parametrised_float(op, p0, p1, dtype, rng):
     run("unary.metal", f"unary_contig_{op}_{dtype}", [x, out, u32(n), fparams(p0, p1)], -(-n // 4), 64)
     assert_close(out, unary_float_want(op, x, dt, p0, p1), dtype)
     # the CPU is the specification, also at the edge values
-    cpu = em.tensor(x)
+    cpu = em.tensor(x, device="cpu")
     cpu = (cpu.affine(p0, p1) if op == "affine" else cpu.powf(p0) if op == "powf" else cpu.clamp(p0, p1)).numpy()
     assert_close(out, cpu, dtype)
     np.testing.assert_array_equal(np.signbit(out), np.signbit(cpu))
@@ -202,7 +224,7 @@ def test_unary_int_contiguous_and_strided(op, dtype, rng):
     run("unary.metal", f"unary_contig_{op}_{dtype}", [x, out, u32(n), iparams()], -(-n // 4), 64)
     with np.errstate(all="ignore"):
         np.testing.assert_array_equal(out, UNARY_INT[op](x))
-    np.testing.assert_array_equal(out, getattr(em.tensor(x), op)().numpy())
+    np.testing.assert_array_equal(out, getattr(em.tensor(x, device="cpu"), op)().numpy())
 
     shape = (3, 4, 5)
     base = int_inputs(rng, dt, (7, 9, 11))
@@ -245,7 +267,7 @@ def test_unary_int_affine_exact_parameters_wrap(dtype, rng):
         want = ((x.astype(np.uint64) * np.uint64(mul % 2**64)) + np.uint64(add % 2**64)).astype(dt)
         np.testing.assert_array_equal(out, want)
         if abs(mul) < 9.2e18 and abs(add) < 9.2e18:
-            np.testing.assert_array_equal(out, em.tensor(x).affine(float(mul), float(add)).numpy())
+            np.testing.assert_array_equal(out, em.tensor(x, device="cpu").affine(float(mul), float(add)).numpy())
 
 
 def cpu_double_to_int(d, dt):
@@ -276,7 +298,7 @@ def test_unary_int_affine_fractional_parameters_follow_the_cpu_double(dtype, rng
         with np.errstate(all="ignore"):
             d = x.astype(np.float64) * np.float64(p0) + np.float64(p1)
         np.testing.assert_array_equal(out, cpu_double_to_int(d, dt), err_msg=f"affine({p0}, {p1})")
-        np.testing.assert_array_equal(out, em.tensor(x).affine(p0, p1).numpy(), err_msg=f"affine({p0}, {p1})")
+        np.testing.assert_array_equal(out, em.tensor(x, device="cpu").affine(p0, p1).numpy(), err_msg=f"affine({p0}, {p1})")
 
 
 def test_unary_strided_negative_strides_and_offsets_stay_in_bounds():
@@ -350,13 +372,14 @@ def binary_check(op, dtype, out, want):
         np.testing.assert_allclose(out.astype(np.float64), want.astype(np.float64), rtol=2 * RTOL[dtype], atol=1e-6)
     elif op in CMP or dtype in INTS:
         np.testing.assert_array_equal(out, want)
-    else:  # one float op rounded once: exact (NaN where numpy has NaN)
+    else:  # one float op rounded once: exact (NaN where numpy has NaN), the sign of zeros too
         np.testing.assert_array_equal(out.astype(np.float64), want.astype(np.float64))
+        np.testing.assert_array_equal(np.signbit(out), np.signbit(want))
 
 
 def cpu_binary(op, a, b):
     """The same op on ember's CPU backend (the specification; `_binary` skips the true-division promotion)."""
-    return em.tensor(a)._binary(em.tensor(b), op).numpy()
+    return em.tensor(a, device="cpu")._binary(em.tensor(b, device="cpu"), op).numpy()
 
 
 @pytest.mark.parametrize("dtype", list(DTYPES))
@@ -422,3 +445,185 @@ def test_binary_integer_division_edges_match_the_cpu(dtype):
         np.testing.assert_array_equal(out, binary_want(op, dtype, a, b), err_msg=op)
         np.testing.assert_array_equal(out, cpu_binary(op, a, b), err_msg=op)
 
+
+# --- the launchers, through the public API on the emulated device -----------------------------------------
+# Each op runs on the same view of the same data on the CPU and on Metal: contiguous, at an offset
+# (narrow), strided (transposed and stepped), broadcast (stride 0), and for binary ops a one-element
+# operand on either side.
+METAL = em.Device("metal", 0)
+
+
+@pytest.fixture
+def metal(monkeypatch):
+    # the emulator unless a real Metal device runs the suite (scripts/metal_smoke.sh on a Mac)
+    if em.metal.backend() != "apple":
+        monkeypatch.setenv("EMBER_METAL", "emulate")
+    assert em.metal_is_available()
+    return METAL
+UNARY_INT_OPS = {"sqr", "abs", "neg", "relu", "sign", "ceil", "floor", "round", "trunc"}
+VIEW_KINDS = ["contiguous", "offset", "strided", "broadcast"]
+
+
+def on(x, device):
+    return em.tensor(x, device=device)
+
+
+def view_of(t, kind):
+    if kind == "offset":
+        return t.narrow(0, 1, t.shape[0] - 1).narrow(1, 2, t.shape[1] - 2)
+    if kind == "strided":
+        return t.t()[1:, ::2]
+    if kind == "broadcast":
+        return t[1:2].broadcast_as(t.shape)
+    return t
+
+
+def api_inputs(rng, dtype, op, shape=(6, 9)):
+    if dtype in INTS:
+        return int_inputs(rng, INTS[dtype], shape)
+    return float_inputs(rng, op, FLOATS[dtype], shape)
+
+
+def same_result(cpu_fn, metal_fn, dtype, zero_sign=True):
+    """Both sides' results agree (floats within the dtype's tolerance and in the sign of zeros, integers
+    exactly), or both raise the same error."""
+    try:
+        want = cpu_fn()
+    except em.EmberError as e:
+        with pytest.raises(type(e)) as got:
+            metal_fn()
+        assert str(got.value) == str(e)
+        return
+    got = metal_fn()
+    assert got.device == METAL and got.dtype == want.dtype and got.shape == want.shape
+    g, w = got.numpy(), want.numpy()
+    assert_close(g, w, dtype if want.dtype.is_float else "int64")
+    if want.dtype.is_float and zero_sign:
+        zero = (g == 0) & (w == 0)
+        np.testing.assert_array_equal(np.signbit(g[zero]), np.signbit(w[zero]))
+
+
+@pytest.mark.parametrize("kind", VIEW_KINDS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("op", list(UNARY_FLOAT))
+def test_api_unary_matches_the_cpu(op, dtype, kind, rng, metal):
+    x = api_inputs(rng, dtype, op)
+    # the CPU's tanh(-0) is +0; Metal's is -0, as numpy's
+    same_result(lambda: getattr(view_of(on(x, "cpu"), kind), op)(),
+                lambda: getattr(view_of(on(x, METAL), kind), op)(), dtype, zero_sign=op != "tanh")
+
+
+@pytest.mark.parametrize("kind", VIEW_KINDS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("op,args", [
+    ("affine", (2.0, -1.0)), ("affine", (0.5, 0.25)), ("affine", (-3.0, 1e19)), ("powf", (2.0,)), ("powf", (0.5,)),
+    ("powf", (-1.25,)), ("clamp", (-1.0, 2.0)), ("clamp", (3, -3)), ("clamp", (None, 5)), ("clamp", (-(2**70), 2**70))])
+def test_api_parametrised_unary_matches_the_cpu(op, args, dtype, kind, rng, metal):
+    x = api_inputs(rng, dtype, op)
+    same_result(lambda: getattr(view_of(on(x, "cpu"), kind), op)(*args),
+                lambda: getattr(view_of(on(x, METAL), kind), op)(*args), dtype)
+
+
+def api_binary(op):
+    """The public spelling of each op; integer `/` promotes to float in Python, so integer div is called
+    as the backend op."""
+    ops = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a, b: a * b,
+           "div": lambda a, b: a / b if a.dtype.is_float else a._binary(b, "div"),
+           "maximum": em.maximum, "minimum": em.minimum, "pow": lambda a, b: a ** b,
+           "floor_divide": lambda a, b: a // b, "remainder": lambda a, b: a % b}
+    return ops.get(op) or (lambda a, b: getattr(a, op)(b))
+
+
+BINARY_KINDS = ["contiguous", "offset", "strided", "broadcast", "scalar_rhs", "scalar_lhs", "scalar_size1"]
+
+
+def binary_operands(t_a, t_b, kind):
+    if kind == "broadcast":
+        return t_a[:, :1], t_b[:1]  # (6, 1) op (1, 9): both stride 0 somewhere
+    if kind == "scalar_rhs":
+        return t_a, t_b[2:3, 4:5]
+    if kind == "scalar_lhs":
+        return t_a[2:3, 4:5].reshape(1), t_b
+    if kind == "scalar_size1":  # (1, 9) op (1, 1): a size-1 dim keeps its stride, still one element
+        return t_a[3:4], t_b[2:3, 4:5]
+    return view_of(t_a, kind), view_of(t_b, kind)
+
+
+@pytest.mark.parametrize("kind", BINARY_KINDS)
+@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("op", list(BINARY))
+def test_api_binary_matches_the_cpu(op, dtype, kind, rng, metal):
+    a, b = binary_inputs(rng, op, dtype, (6, 9), (6, 9))
+    fn = api_binary(op)
+    same_result(lambda: fn(*binary_operands(on(a, "cpu"), on(b, "cpu"), kind)),
+                lambda: fn(*binary_operands(on(a, METAL), on(b, METAL), kind)), dtype)
+
+
+@pytest.mark.parametrize("n", [0, 1, 3, 4, 5, 255, 1023, 1025, 70001])
+def test_api_sizes_across_threadgroups(n, rng, metal):
+    # grids of ceil(n / 4) threads (dense) or n threads (strided) in groups of 256, partial at the edge
+    a, b = rng.standard_normal((2, n)).astype(np.float32)
+    ta, tb = on(a, metal), on(b, metal)
+    np.testing.assert_array_equal(ta.neg().numpy(), -a)
+    np.testing.assert_array_equal((ta * tb).numpy(), a * b)
+    np.testing.assert_array_equal((ta - 1.5).numpy(), a - np.float32(1.5))
+    a2 = rng.standard_normal((n, 3)).astype(np.float32)
+    t2 = on(a2, metal)
+    np.testing.assert_array_equal(t2.t().sqr().numpy(), np.square(a2.T))
+    np.testing.assert_array_equal(em.maximum(t2.t(), t2.t()[:1]).numpy(), np.maximum(a2.T, a2.T[:1]))
+    assert ta.exp().shape == (n,) and t2.t().lt(t2.t()).dtype == em.uint8
+
+
+def test_api_zero_dim_tensors(metal):
+    x = on(np.float32(-2.5), metal)
+    assert x.abs().shape == () and x.abs().item() == 2.5
+    assert (x * x).item() == 6.25 and (x // on(np.float32(2.0), metal)).item() == -2.0
+
+
+def test_api_more_elements_than_32_bit_indices_is_an_error(metal):
+    # a broadcast view holds 2^32 + 2^16 elements without the memory: refused before any allocation
+    big = on(np.ones(1, np.float32), metal).broadcast_as((65536, 65537))
+    with pytest.raises(em.UnsupportedOp, match=r"^\[exp\] 4295032832 elements: Metal kernels index with 32 bits"):
+        big.exp()
+    with pytest.raises(em.UnsupportedOp, match=r"^\[add\] 4295032832 elements"):
+        big + big
+
+
+
+def shaped_view(rng, shape, dtype, device, op="add"):
+    """(tensor, numpy array) of the given shape with random strides and offset: the data lies in a larger
+    buffer with its dims permuted, some dims stepped by 2 from 1, and size-1 dims sometimes broadcast."""
+    nd = len(shape)
+    perm = [int(p) for p in rng.permutation(nd)]
+    step = [bool(rng.random() < 0.4) for _ in range(nd)]
+    big = tuple(shape[p] * 2 + 1 if step[p] else shape[p] for p in perm)
+    base = binary_inputs(rng, op, dtype, big, (1,))[0]
+    idx = tuple(slice(1, None, 2) if step[p] else slice(None) for p in perm)
+    inv = tuple(int(i) for i in np.argsort(perm))
+    t, x = on(base, device)[idx].permute(*inv), base[idx].transpose(inv)
+    if nd and rng.random() < 0.3:  # one dim a stride-0 broadcast of its first slice
+        d = int(rng.integers(0, nd))
+        sl = (slice(None),) * d + (slice(0, 1),)
+        t, x = t[sl].broadcast_as(shape), np.broadcast_to(x[sl], shape)
+    assert t.shape == x.shape == tuple(shape)
+    return t, x
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_api_random_views_and_broadcasts(dtype, rng, metal):
+    ops = ["add", "mul", "maximum", "lt", "floor_divide"] + (["pow", "div"] if dtype in FLOATS else ["sub", "div"])
+    for case in range(16):
+        shape = tuple(int(s) for s in rng.integers(1, 7, size=int(rng.integers(0, 5))))
+        # b: a trailing part of the shape, each dim kept or 1 (numpy broadcasting)
+        bshape = tuple(s if rng.random() < 0.7 else 1 for s in shape[int(rng.integers(0, len(shape) + 1)):])
+        ta, xa = shaped_view(rng, shape, dtype, metal)
+        tb, xb = shaped_view(rng, bshape, dtype, metal)
+        if case % 2:
+            ta, xa, tb, xb = tb, xb, ta, xa
+        for op in ops:
+            got = api_binary(op)(ta, tb)
+            want = api_binary(op)(on(np.ascontiguousarray(xa), "cpu"), on(np.ascontiguousarray(xb), "cpu"))
+            assert_close(got.numpy(), want.numpy(), dtype if want.dtype.is_float else "int64")
+        unary = "abs" if dtype in INTS else ["exp", "tanh", "sign", "rsqrt"][case % 4]
+        assert_close(getattr(ta, unary)().numpy(), getattr(on(np.ascontiguousarray(xa), "cpu"), unary)().numpy(),
+                     dtype)

@@ -80,26 +80,34 @@ def check(got, want, dtype, scale=1.0):
 
 def ref(fn, *arrays):
     """fn over float64 CPU tensors (ember's CPU fused ops) -> numpy."""
-    return fn(*[em.tensor(a) for a in arrays]).numpy()
+    return fn(*[em.tensor(a, device=em.cpu) for a in arrays]).numpy()
 
 
 def ref_grads(fn, grad_out, *arrays):
     """The gradients of sum(fn(*arrays) * grad_out) with respect to each array, on CPU in float64."""
-    vs = [em.Var(em.tensor(a)) for a in arrays]
-    loss = (fn(*vs) * em.tensor(grad_out)).sum()
+    vs = [em.Var(em.tensor(a, device=em.cpu)) for a in arrays]
+    loss = (fn(*vs) * em.tensor(grad_out, device=em.cpu)).sum()
     gs = loss.backward()
     return [gs[v].numpy() for v in vs]
 
 
 # ----------------------------------------------------------------------------- softmax
-SOFTMAX_SHAPES = [(1, 1), (3, 7), (2, 3, 100), (5, 1000), (2, 9000), (1, 20000)]
+SOFTMAX_SHAPES = [(1, 1), (3, 7), (2, 3, 100), (3, 256), (5, 1000), (2, 9000), (1, 20000)]
 
 
 def softmax_launch(n):
-    """(kernel kind, threads per group) as the host chooses them: the block kernel while the row fits."""
+    """(kernel kind, threads per group) as the host chooses them: a simdgroup per row for short rows,
+    the block kernel while the row fits a threadgroup's registers, else the looped one."""
+    if n <= 8 * 32:
+        return "simd", 256
     if n <= 8 * 1024:
         return "block", min(1024, max(32, cdiv(cdiv(n, 8), 32) * 32))
     return "looped", 1024
+
+
+def softmax_grid(kind, tpg, rows):
+    """The simd kernel's groups hold tpg / 32 rows; the others one row each."""
+    return (tpg, cdiv(rows, tpg // 32) if kind == "simd" else rows, 1)
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
@@ -113,28 +121,29 @@ def test_softmax_forward(shape, log, dtype, layout, rng):
     kind, tpg = softmax_launch(n)
     args = i64s(*x.row_layout(), *x.row_layout(), n, rows)
     pre = "log_softmax" if log else "softmax"
-    run("softmax.metal", f"{pre}_fwd_{kind}_{dtype}", [x.base, out, args], (tpg, rows, 1), (tpg, 1, 1))
+    run("softmax.metal", f"{pre}_fwd_{kind}_{dtype}", [x.base, out, args], softmax_grid(kind, tpg, rows), (tpg, 1, 1))
     fn = em.nn.ops.log_softmax if log else em.nn.ops.softmax
     check(out.reshape(shape), ref(fn, x.f64), dtype)
 
 
-@pytest.mark.parametrize("kind", ["block", "looped"])
+@pytest.mark.parametrize("kind,n,group", [("block", 300, 64), ("looped", 300, 64), ("simd", 200, 64),
+                                          ("block", 200, 32), ("simd", 9, 256)])
 @pytest.mark.parametrize("log", [False, True])
-def test_softmax_forward_both_kernels_agree_on_one_row(kind, log, rng):
-    # the looped kernel on a short row, the block kernel on a row of one element per thread
-    x = Strided(rng, (4, 300), np.float32, "strided", scale=4.0)
-    out = np.zeros(4 * 300, np.float32)
-    args = i64s(*x.row_layout(), *x.row_layout(), 300, 4)
+def test_softmax_kernels_agree_on_the_rows_they_all_take(kind, n, group, log, rng):
+    # a row length each of them handles, under other group sizes than the host's (rows past the grid idle)
+    x = Strided(rng, (11, n), np.float32, "strided", scale=4.0)
+    out = np.zeros(11 * n, np.float32)
+    args = i64s(*x.row_layout(), *x.row_layout(), n, 11)
     pre = "log_softmax" if log else "softmax"
-    run("softmax.metal", f"{pre}_fwd_{kind}_float32", [x.base, out, args], (64, 4, 1), (64, 1, 1))
+    run("softmax.metal", f"{pre}_fwd_{kind}_float32", [x.base, out, args], softmax_grid(kind, group, 11), (group, 1, 1))
     fn = em.nn.ops.log_softmax if log else em.nn.ops.softmax
-    check(out.reshape(4, 300), ref(fn, x.f64), "float32")
+    check(out.reshape(11, n), ref(fn, x.f64), "float32")
 
 
 @pytest.mark.parametrize("layout", LAYOUTS)
 @pytest.mark.parametrize("dtype", list(DTYPES))
 @pytest.mark.parametrize("log", [False, True])
-@pytest.mark.parametrize("shape", [(3, 7), (2, 3, 100), (2, 9000)])
+@pytest.mark.parametrize("shape", [(3, 7), (2, 3, 100), (3, 600), (2, 9000)])
 def test_softmax_backward(shape, log, dtype, layout, rng):
     dt = DTYPES[dtype]
     fn = em.nn.ops.log_softmax if log else em.nn.ops.softmax
@@ -149,7 +158,8 @@ def test_softmax_backward(shape, log, dtype, layout, rng):
     kind, tpg = softmax_launch(n)
     args = i64s(*y.row_layout(), *g.row_layout(), n, rows)
     pre = "log_softmax" if log else "softmax"
-    run("softmax.metal", f"{pre}_bwd_{kind}_{dtype}", [y.base, g.base, out, args], (tpg, rows, 1), (tpg, 1, 1))
+    run("softmax.metal", f"{pre}_bwd_{kind}_{dtype}", [y.base, g.base, out, args], softmax_grid(kind, tpg, rows),
+        (tpg, 1, 1))
     # the backward formula on the rounded y, in float64
     if log:
         want = g.f64 - np.exp(y.f64) * g.f64.sum(-1, keepdims=True)
@@ -402,7 +412,7 @@ class Attn:
 
     def fn(self):
         mask = None if self.mask is None else em.tensor(self.mask.astype(np.float64) if self.mask.dtype != np.uint8
-                                                        else self.mask)
+                                                        else self.mask, device=em.cpu)
         return lambda q, k, v: em.nn.ops.sdpa(q, k, v, scale=self.scale, causal=self.causal, mask=mask)
 
     def tile(self):

@@ -76,6 +76,15 @@ def test_pool_memory_limit_releases_cache_then_raises():
     pool.alloc(1)
 
 
+def test_pool_request_past_the_limit_keeps_the_cache():
+    pool = P.BufferPool(memory_limit=4 * PAGE, cache_limit=1 << 30)
+    c, _ = pool.alloc(PAGE)
+    pool.free(c, PAGE)
+    with pytest.raises(em.OutOfMemory, match=r"^\[metal\] out of memory"):
+        pool.alloc(8 * PAGE)  # cannot fit even with an empty cache: nothing is released for it
+    assert pool.released == [] and pool.stats()["cached_bytes"] == PAGE
+
+
 @settings(max_examples=60, deadline=None)
 @given(st.lists(st.tuples(st.booleans(), st.integers(1, 5 * PAGE)), min_size=1, max_size=60))
 def test_pool_never_hands_out_a_live_or_released_buffer(ops):

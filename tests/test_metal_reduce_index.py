@@ -421,7 +421,8 @@ def test_index_add_of_half_rounds_per_add_like_the_cpu():
     src = np.full(4, 2.0**-11, np.float16)
     meta = np.array([1, 0, 0, 0, 4, 1, 1, 1, 1], np.int64)
     run("index.metal", "index_add_float16", [dst, src, np.zeros(4, np.int64), meta], (1,), (1,))
-    cpu = em.ones(1, dtype=em.float16).index_add(em.tensor([0, 0, 0, 0]), em.tensor(src), 0)
+    cpu = em.ones(1, dtype=em.float16, device="cpu").index_add(em.tensor([0, 0, 0, 0], device="cpu"),
+                                                               em.tensor(src, device="cpu"), 0)
     assert dst[0] == np.float16(1.0) == cpu.numpy()[0]
 
 
@@ -431,7 +432,7 @@ def test_index_add_of_half_rounds_per_add_like_the_cpu():
 
 def cpu_conv(fn, arr, geom):
     """The CPU kernel's result (the semantics to match), through the binding on a CPU tensor."""
-    t = em.tensor(arr)
+    t = em.tensor(arr, device="cpu")
     s, layout = getattr(_C, fn)(t.storage, t.layout, geom)
     return np.array(s.as_numpy(layout))
 
@@ -471,3 +472,22 @@ def test_im2col_strided_and_col2im_match_the_cpu(dtype):
         run("conv.metal", f"col2im_{dtype}", [cols.reshape(-1), out, np.array([*g, 0, 0, 0, 0, 0], np.int64)],
             (h * w, n * c), (16, 2))
         np.testing.assert_array_equal(as_bits(out), as_bits(cpu_conv("col2im", cols, g).reshape(-1)))
+
+
+def test_emulator_shares_a_threadgroup_array_sized_by_an_expression():
+    # matmul.metal's tiles once were `threadgroup A as[BK * BM]`: the emulator's rewriter took the `*` for a
+    # pointer declaration and gave every thread its own array (wrong sums, no error)
+    src = """
+#include <metal_stdlib>
+using namespace metal;
+constant constexpr int N = 8;
+kernel void share(device float* out [[buffer(0)]], uint tid [[thread_index_in_threadgroup]]) {
+  threadgroup float s[N * 4];
+  s[tid] = float(tid);
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[tid] = s[(tid + 1) % 32];
+}
+"""
+    out = np.zeros(32, np.float32)
+    _C._metal_emu_run(src, "share", [out], [32], [32], label="share.metal")
+    np.testing.assert_array_equal(out, (np.arange(32) + 1) % 32)

@@ -40,7 +40,7 @@ def close(t, ref, dt, scale=1.0):
 
 
 def cpu_copy(t):
-    return em.tensor(t.numpy())
+    return em.tensor(t.numpy(), device="cpu")
 
 
 # ------------------------------------------------------------------------------------------ reductions
@@ -243,6 +243,18 @@ def test_bad_indices_raise_before_any_write(device):
 
     expect_error(assign, "setitem", em.IndexOutOfRange)
     np.testing.assert_array_equal(x.numpy(), before)  # nothing was written
+    if not on_cpu(device):  # indices and operands must live on the tensor's device
+        expect_error(lambda: x.index_select(em.tensor(np.array([0]), device="cpu"), 0), "index_select", em.DeviceError)
+        expect_error(lambda: x @ em.ones((3, 2), device="cpu"), "matmul", em.DeviceError)
+        np.testing.assert_array_equal(x.numpy(), before)
+
+
+def test_large_index_select_walks_the_whole_output(device, rng):
+    # more elements than the launchers' grid: every thread takes several
+    x = rng.standard_normal((1300, 1000)).astype(np.float32)
+    ids = rng.integers(0, 1300, 1300)
+    got = em.tensor(x, device=device).index_select(em.tensor(ids, device=device), 0)
+    np.testing.assert_array_equal(got.numpy(), x[ids])
 
 
 # ------------------------------------------------------------------------------------------ convolution
@@ -252,9 +264,9 @@ def test_bad_indices_raise_before_any_write(device):
 def test_conv2d_unfold_fold(device, dt, rng):
     x, xr = make_view(rng, (2, 3, 9, 8), dt, "transposed", device=device)
     w, wr = make_view(rng, (4, 3, 3, 2), dt, "contiguous", device=device)
-    # (no bias: its add is an elementwise kernel, tested with that family)
-    got = em.nn.conv2d(x, w, None, stride=(2, 1), padding=1, dilation=(1, 2))
-    want = torch.nn.functional.conv2d(torch.from_numpy(f64(xr)), torch.from_numpy(f64(wr)), None,
+    b, br = make_view(rng, (4,), dt, "contiguous", device=device)
+    got = em.nn.conv2d(x, w, b, stride=(2, 1), padding=1, dilation=(1, 2))
+    want = torch.nn.functional.conv2d(torch.from_numpy(f64(xr)), torch.from_numpy(f64(wr)), torch.from_numpy(f64(br)),
                                       stride=(2, 1), padding=1, dilation=(1, 2)).numpy()
     close(got, want, dt, scale=8)
     cols = em.nn.unfold(x, (3, 2), padding=(1, 0), stride=2)

@@ -18,10 +18,22 @@ size_t checked_bytes(DType dt, int64_t numel, const char* op) {
               " elements of ", dtype_name(dt));
   return (size_t)numel * itemsize(dt);
 }
+
+// A buffer from dev's pool; running out of memory is reported as the op's error, as on the CPU.
+BufferRef pooled(MetalDevice& dev, size_t bytes, const char* op) {
+  try {
+    return dev.alloc(bytes);
+  } catch (const Error& e) {
+    if (e.kind != ErrorKind::Memory) throw;
+    std::string m = e.what();
+    if (m.rfind("[metal] ", 0) == 0) m = m.substr(8);
+    throw Error(ErrorKind::Memory, cat_str("[", op, "] ", m, " (", dev.device().str(), ")"));
+  }
+}
 }  // namespace
 
 MetalStorage::MetalStorage(MetalDevice& dev, DType dtype, int64_t numel, const char* op)
-    : BackendStorage(dtype, dev.device(), numel), dev_(&dev), buf_(dev.alloc(checked_bytes(dtype, numel, op))) {}
+    : BackendStorage(dtype, dev.device(), numel), dev_(&dev), buf_(pooled(dev, checked_bytes(dtype, numel, op), op)) {}
 
 MetalStorage::MetalStorage(MetalDevice& dev, DType dtype, int64_t numel, BufferRef buffer, size_t byte_offset)
     : BackendStorage(dtype, dev.device(), numel), dev_(&dev), buf_(std::move(buffer)), offset_(byte_offset) {

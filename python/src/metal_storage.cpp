@@ -1,5 +1,5 @@
 // Bindings for the Metal device layer: MetalStorage, the device's synchronize / memory controls and
-// stats, a private dispatch hook over the Launch API (tests, em.metal.Kernel), and host transfers.
+// stats, and a private dispatch hook over the Launch API (tests).
 #include <cstring>
 #include <map>
 #include <mutex>
@@ -38,25 +38,6 @@ py::array host_copy(const BackendStorage& s) {
     b.to_host(s, out.mutable_data());
   }
   return out;
-}
-
-// Copies (s, l) to `dst`: made dense on its own device, then through host memory (Metal's buffers are
-// shared, so this is one memcpy each way). Returns the new storage (dense, l's shape).
-StoragePtr transfer(const BackendStorage& s, const Layout& l, Device dst) {
-  check_in_bounds(s, l, "to_device");
-  DeviceBackend& to = device_backend(dst, "to_device");
-  EMBER_CHECK(to.supports(s.dtype()), DType, "[to_device] ", dtype_name(s.dtype()), " is not supported on ",
-              dst.str());
-  StoragePtr dense;
-  const BackendStorage* src = &s;
-  if (!(l.is_contiguous() && l.offset() == 0 && l.numel() == s.numel())) {
-    dense = contiguous_copy(s, l).first;
-    src = dense.get();
-  }
-  DeviceBackend& from = device_backend(src->device(), "to_device");
-  std::vector<char> host((size_t)src->numel() * itemsize(src->dtype()));
-  from.to_host(*src, host.data());
-  return to.from_host(src->dtype(), src->numel(), host.data());
 }
 
 // Runs `function` of `source` on MetalStorages through the Launch API: args[i] -> [[buffer(i)]], each
@@ -138,7 +119,6 @@ void bind_metal_storage(py::module_& m) {
             return std::static_pointer_cast<BackendStorage>(metal::new_metal(dev, to_dtype(code), n, "empty"));
           },
           py::arg("n"), py::arg("code"), py::arg("index") = 0);
-  m.def("_metal_available", [](int index) { return MetalDevice::get(index) != nullptr; }, py::arg("index") = 0);
   m.def("_metal_backend_kind", [] {
     const char* k = MetalDevice::backend_kind();
     return k ? py::object(py::str(k)) : py::object(py::none());
@@ -158,11 +138,6 @@ void bind_metal_storage(py::module_& m) {
         py::arg("index") = 0);
   m.def("_metal_dispatch", &dispatch, py::arg("source"), py::arg("label"), py::arg("function"), py::arg("args"),
         py::arg("grid_threads"), py::arg("threads_per_threadgroup"), py::arg("index") = 0);
-  m.def("_device_transfer", [](std::shared_ptr<BackendStorage> s, const Layout& l, int kind, int index) {
-    py::gil_scoped_release nogil;
-    return transfer(*s, l, to_device(kind, index));
-  }, py::arg("storage"), py::arg("layout"), py::arg("kind"), py::arg("index"),
-        "A dense copy of (storage, layout) on the device (kind, index).");
 }
 
 }  // namespace ember::bind

@@ -268,10 +268,13 @@ void Rewriter::address_space(int& k) {
 
 // `threadgroup T name[N];` in a function body: one object per threadgroup, shared by its threads.
 void Rewriter::threadgroup_var(int& k) {
-  int e = k + 1;
+  int e = k + 1, depth = 0;  // inside [..] an array size may be any expression (`float s[A * B];`)
   while (e < (int)sig_.size() && t(e) != ";") {
     const std::string& u = t(e);
-    if (u == "*" || u == "&" || u == "(" || u == "=" || u == "{" || u == ",") return;  // not a plain variable
+    if (u == "[") ++depth;
+    else if (u == "]") --depth;
+    else if (depth == 0 && (u == "*" || u == "&" || u == "(" || u == "=" || u == "{" || u == ","))
+      return;  // not a plain variable
     ++e;
   }
   int bracket = e;

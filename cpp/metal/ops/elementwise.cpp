@@ -87,9 +87,10 @@ IntUnaryParams int_params(UnaryOp op, DType dt, double p0, double p1) {
   return q;
 }
 
-bool all_zero_strides(const Layout& l) {
-  for (int64_t s : l.stride())
-    if (s != 0) return false;
+// One element seen everywhere: every dim is broadcast (stride 0) or of size 1.
+bool is_single(const Layout& l) {
+  for (size_t d = 0; d < l.shape().size(); ++d)
+    if (l.stride()[d] != 0 && l.shape()[d] != 1) return false;
   return true;
 }
 
@@ -137,8 +138,8 @@ StoragePtr binary(const MetalStorage& s, BinaryOp op, const Layout& l, const Bac
   // Both dense, or one of them a single element seen through stride-0 dims (a scalar operand).
   const char* dense = nullptr;
   if (is_dense(l) && is_dense(rl)) dense = "binary_contig_";
-  else if (is_dense(l) && all_zero_strides(rl)) dense = "binary_scalar_rhs_";
-  else if (all_zero_strides(l) && is_dense(rl)) dense = "binary_scalar_lhs_";
+  else if (is_dense(l) && is_single(rl)) dense = "binary_scalar_rhs_";
+  else if (is_single(l) && is_dense(rl)) dense = "binary_scalar_lhs_";
   if (dense) {
     Launch(dev, "binary.metal", dense + suffix)
         .input(s, l.offset()).input(rhs, rl.offset()).output(*out).scalar(n)

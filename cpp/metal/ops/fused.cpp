@@ -107,6 +107,22 @@ std::string kname(const char* base, DType dt, const char* op) { return std::stri
 }  // namespace
 
 // ================================ softmax ========================================================
+namespace {
+
+// Which softmax kernel a row length takes: a simdgroup per row (8 rows per group) up to 32 * kPer
+// elements, a threadgroup per row holding it in registers up to 1024 * kPer, else the looped one.
+struct SoftmaxPlan {
+  const char* kind;  // the kernel name's part: "simd_", "block_", "looped_"
+  uint32_t tpg, groups;
+};
+SoftmaxPlan softmax_plan(int64_t n, int64_t rows, const char* op) {
+  if (n <= 32 * kBlockPer) return {"simd_", 256, checked_u32((rows + 7) / 8, op)};
+  if (n <= 1024 * kBlockPer) return {"block_", round_group((n + kBlockPer - 1) / kBlockPer), checked_u32(rows, op)};
+  return {"looped_", 1024, checked_u32(rows, op)};
+}
+
+}  // namespace
+
 StoragePtr softmax_fwd(const MetalStorage& x, const Layout& l, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   MetalDevice& dev = x.metal_device();
@@ -118,14 +134,12 @@ StoragePtr softmax_fwd(const MetalStorage& x, const Layout& l, bool log) {
   a.a = a.b = in.rl;
   a.n = n;
   a.rows = rows;
-  const bool block = n <= kBlockPer * 1024;
-  const uint32_t tpg = block ? round_group((n + kBlockPer - 1) / kBlockPer) : 1024;
-  const std::string base = std::string(op) + (block ? "_fwd_block_" : "_fwd_looped_");
-  Launch(dev, "softmax.metal", kname(base.c_str(), x.dtype(), op))
+  const SoftmaxPlan p = softmax_plan(n, rows, op);
+  Launch(dev, "softmax.metal", kname((std::string(op) + "_fwd_" + p.kind).c_str(), x.dtype(), op))
       .input(*in.s)
       .output(*y)
       .scalar(a)
-      .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
+      .dispatch({p.tpg, p.groups, 1}, {p.tpg, 1, 1});
   return y;
 }
 
@@ -141,15 +155,14 @@ StoragePtr softmax_bwd(const MetalStorage& y, const Layout& l, const BackendStor
   a.b = rg.rl;
   a.n = n;
   a.rows = rows;
-  const bool block = n <= kBlockPer * 1024;
-  const uint32_t tpg = block ? round_group((n + kBlockPer - 1) / kBlockPer) : 1024;
-  const std::string base = std::string(log ? "log_softmax" : "softmax") + (block ? "_bwd_block_" : "_bwd_looped_");
+  const SoftmaxPlan p = softmax_plan(n, rows, op);
+  const std::string base = std::string(log ? "log_softmax" : "softmax") + "_bwd_" + p.kind;
   Launch(dev, "softmax.metal", kname(base.c_str(), y.dtype(), op))
       .input(*ry.s)
       .input(*rg.s)
       .output(*dx)
       .scalar(a)
-      .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
+      .dispatch({p.tpg, p.groups, 1}, {p.tpg, 1, 1});
   return dx;
 }
 

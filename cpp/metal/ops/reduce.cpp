@@ -2,7 +2,7 @@
 // The kept and reduced dims are collapsed separately (order kept, so arg* indices stay row-major over the
 // reduced dims); reduced elements that vary faster in memory than the outputs go to the row kernel (a
 // simdgroup per short row, a looped threadgroup per long one, two passes for a few very long rows), the
-// others to the column kernel.
+// others, and rows of a few elements, to the column kernel.
 #include <algorithm>
 #include <cstdlib>
 
@@ -44,6 +44,7 @@ uint32_t pow2_at_least(uint64_t v, uint32_t lo, uint32_t hi) {
 // Few outputs whose rows are long enough that one threadgroup each would leave the GPU idle.
 constexpr int64_t kPartElems = 16384;  // elements per part in the two-pass form
 constexpr int64_t kFewRows = 16;
+constexpr int64_t kShortRow = 16;  // at most this many reduced elements: a thread per output
 
 }  // namespace
 
@@ -69,17 +70,20 @@ StoragePtr reduce(const MetalStorage& s, ReduceOp op, const Layout& l, const std
   meta.insert(meta.end(), K.strides.begin(), K.strides.end());
   meta.insert(meta.end(), R.shape.begin(), R.shape.end());
   meta.insert(meta.end(), R.strides.begin(), R.strides.end());
-  const uint32_t max_threads = std::min<uint32_t>(1024, dev.adapter().max_threads_per_threadgroup());
+  // Threadgroups stay at or under 512 threads: a pipeline may allow fewer than the device's 1024
+  // (register use), and the launch API cannot ask the pipeline for its limit.
+  const uint32_t max_threads = std::min<uint32_t>(512, dev.adapter().max_threads_per_threadgroup());
   const uint32_t rows = checked_u32(nout, name);
   const std::string suffix = std::string(kop) + "_" + tname;
 
-  // Rows when the reduced elements are the closer ones in memory (or there is one output).
+  // Rows when the reduced elements are the closer ones in memory (or there is one output); rows of a
+  // few elements would leave most of a simdgroup idle, so one thread per output takes those.
   const int64_t k_inner = std::llabs(K.strides.back()), r_inner = std::llabs(R.strides.back());
-  const bool use_rows = nout == 1 || nred <= 1 || r_inner <= k_inner;
+  const bool use_rows = nout == 1 || (nred > kShortRow && r_inner <= k_inner);
   if (!use_rows) {
-    // columns: adjacent outputs on adjacent threads; up to 32 threads share an output's reduced elements
+    // columns: adjacent outputs on adjacent threads; up to 16 threads share an output's reduced elements
     uint32_t ty = 1;
-    while (ty < 32 && (int64_t)ty * 2 <= nred && (int64_t)ty * nout < 65536) ty *= 2;
+    while (ty * 32 < max_threads && (int64_t)ty * 2 <= nred && (int64_t)ty * nout < 65536) ty *= 2;
     const uint32_t tx = std::min<uint32_t>({32, rows, max_threads / ty});
     Launch(dev, "reduce.metal", "reduce_cols_" + suffix)
         .input(s).output(*out).array(meta)

@@ -53,9 +53,10 @@ template <class T> class BufferPool {
       if (got) *got = size;
       return b;
     }
+    // A request that cannot fit even with an empty cache fails before releasing anything.
+    EMBER_CHECK(want <= memory_limit_ && active_bytes_ <= memory_limit_ - want, Memory, "[metal] out of memory: ", want,
+                " bytes requested, ", active_bytes_, " in use, limit ", memory_limit_);
     if (active_bytes_ + cached_bytes_ + want > memory_limit_) release_lru_locked(active_bytes_ + cached_bytes_ + want - memory_limit_);
-    EMBER_CHECK(active_bytes_ + want <= memory_limit_, Memory, "[metal] out of memory: ", want, " bytes requested, ",
-                active_bytes_, " in use, limit ", memory_limit_);
     T b = make_(want);
     active_bytes_ += want;
     peak_ = std::max(peak_, active_bytes_);
