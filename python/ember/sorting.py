@@ -231,7 +231,10 @@ def _cumsum_grad(n, out, g):
     return (cumsum(g, dim, exclusive, not reverse),)  # each input feeds the outputs after it
 
 
-@_rule("cumprod", (0,), out=True)
+@_rule("cumprod", (0,))
 def _cumprod_grad(n, out, g):
     dim, exclusive, reverse = n.saved
-    return (cumsum(g * out, dim, exclusive, not reverse) / n.inputs[0],)
+    x = n.inputs[0]
+    # the product is recomputed from x rather than read from the result, which the caller may modify
+    y = cumprod(x, dim, exclusive, reverse)
+    return (cumsum(g * y, dim, exclusive, not reverse) / x,)
