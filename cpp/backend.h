@@ -59,6 +59,10 @@ inline const char* op_name(BinaryOp op) { return kBinaryNames[(int)op]; }
 // SumI64 is reported as "sum" in error messages: the user called sum.
 inline const char* op_name(ReduceOp op) { return op == ReduceOp::SumI64 ? "sum" : kReduceNames[(int)op]; }
 
+// Scans along one dim (cumsum, cumprod, cummax, cummin).
+enum class ScanOp : uint8_t { Sum, Prod, Max, Min, Count };
+inline constexpr const char* kScanNames[(int)ScanOp::Count] = {"cumsum", "cumprod", "cummax", "cummin"};
+
 // The geometry of a 2-D convolution window (1-D is h == kh == 1): input (n, c, h, w), kernel (kh, kw),
 // stride, zero padding before each spatial dim, dilation, and the output size (oh, ow), which also
 // fixes the padding after (asymmetric padding such as "same" is pad-before plus the output size).
@@ -179,6 +183,17 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
                                                                   const Layout& lo, const BackendStorage& lse,
                                                                   const BackendStorage& g,
                                                                   const Layout& lg) const = 0;
+  // Sorts every line along `dim` (0 <= dim < ndim, checked by the entry point): returns (values,
+  // int64 indices into the line), contiguous of l's shape. NaN sorts as the largest value; equal keys
+  // keep index order when `stable` (backends may always do so).
+  virtual std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending,
+                                                  bool stable) const = 0;
+  // Scans every line along `dim`: out[i] combines the line's elements up to i (before i when
+  // `exclusive`; from the end when `reverse`). Sum/Prod of integers return int64 (wrapping), else the
+  // input dtype; Max/Min (never exclusive) also return the int64 index of each running extreme (a
+  // NaN is taken and kept; ties move to the later position, torch's rule), null for Sum/Prod.
+  virtual std::tuple<StoragePtr, StoragePtr> scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
+                                                  bool reverse) const = 0;
 
  protected:
   DType dtype_;

@@ -434,4 +434,27 @@ std::pair<StoragePtr, Layout> col2im(const BackendStorage& s, const Layout& l, c
   return {s.col2im(g), Layout::contiguous({g.n, g.c, g.h, g.w})};
 }
 
+std::tuple<StoragePtr, StoragePtr, Layout> sort(const BackendStorage& s, const Layout& l, int64_t dim,
+                                                bool descending, bool stable) {
+  check_in_bounds(s, l, "sort");
+  dim = normalize_dim(dim, l.ndim(), "sort");
+  // a scalar sorts as a line of one element (torch's rule), so the backends always see a dim
+  const Layout line = l.ndim() == 0 ? Layout({1}, {1}, l.offset()) : l;
+  auto [vals, ids] = s.sort(line, dim, descending, stable);
+  return {vals, ids, Layout::contiguous(l.shape())};
+}
+
+std::tuple<StoragePtr, StoragePtr, Layout> scan(ScanOp op, const BackendStorage& s, const Layout& l, int64_t dim,
+                                                bool exclusive, bool reverse) {
+  EMBER_CHECK(op < ScanOp::Count, Value, "[scan] unknown scan op ", (int)op);
+  const char* name = kScanNames[(int)op];
+  check_in_bounds(s, l, name);
+  dim = normalize_dim(dim, l.ndim(), name);
+  EMBER_CHECK(!exclusive || op == ScanOp::Sum || op == ScanOp::Prod, Value, "[", name,
+              "] has no exclusive form (the first position would have no index)");
+  const Layout line = l.ndim() == 0 ? Layout({1}, {1}, l.offset()) : l;
+  auto [vals, ids] = s.scan(op, line, dim, exclusive, reverse);
+  return {vals, ids, Layout::contiguous(l.shape())};
+}
+
 }  // namespace ember

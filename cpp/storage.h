@@ -65,5 +65,12 @@ std::pair<StoragePtr, Layout> cat(const std::vector<const BackendStorage*>& ss, 
 // columns summed back into (n, c, h, w). Geometry and sizes are checked before anything is allocated.
 std::pair<StoragePtr, Layout> im2col(const BackendStorage& s, const Layout& l, const ConvGeom& g);
 std::pair<StoragePtr, Layout> col2im(const BackendStorage& s, const Layout& l, const ConvGeom& g);
+// Sorts (s, l) along dim (negative counts from the end; a 0-d tensor is one line of one element):
+// returns (values, int64 indices, their contiguous layout).
+std::tuple<StoragePtr, StoragePtr, Layout> sort(const BackendStorage& s, const Layout& l, int64_t dim,
+                                                bool descending, bool stable);
+// Scans (s, l) along dim (BackendStorage::scan): returns (values, indices or null, their layout).
+std::tuple<StoragePtr, StoragePtr, Layout> scan(ScanOp op, const BackendStorage& s, const Layout& l, int64_t dim,
+                                                bool exclusive, bool reverse);
 
 }  // namespace ember

@@ -61,6 +61,11 @@ class CpuStorage final : public BackendStorage {
   std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,
                                                           const Layout& lo, const BackendStorage& lse,
                                                           const BackendStorage& g, const Layout& lg) const override;
+  // cpu/sort.cpp
+  std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending, bool stable) const override;
+  // cpu/scan.cpp
+  std::tuple<StoragePtr, StoragePtr> scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
+                                          bool reverse) const override;
 
  private:
   void* data_ = nullptr;

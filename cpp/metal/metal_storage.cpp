@@ -127,4 +127,14 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::sdpa_bwd(const Sdpa
   return ops::sdpa_bwd(*this, a, o, lo, lse, g, lg);
 }
 
+std::tuple<StoragePtr, StoragePtr> MetalStorage::sort(const Layout& l, int64_t dim, bool descending,
+                                                      bool stable) const {
+  return ops::sort(*this, l, dim, descending, stable);
+}
+
+std::tuple<StoragePtr, StoragePtr> MetalStorage::scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
+                                                      bool reverse) const {
+  return ops::scan(*this, op, l, dim, exclusive, reverse);
+}
+
 }  // namespace ember::metal

@@ -133,6 +133,7 @@ from .functional import (  # noqa: E402
 # em.sum / em.max / ... exist, but stay out of __all__: `from ember import *` keeps Python's builtins
 from .functional import abs as abs, all as all, any as any, max as max, min as min  # noqa: E402
 from .functional import pow as pow, round as round, sum as sum  # noqa: E402
+from .sorting import argsort, cummax, cummin, cumprod, cumsum, sort, topk  # noqa: E402
 
 
 __version__ = "0.1.0"
@@ -157,4 +158,5 @@ __all__ = [
     "sin", "sinh", "softmax", "split", "sqr", "sqrt", "squeeze", "std", "sub", "tan", "tanh", "tile",
     "transpose", "tril", "triu", "trunc", "unbind", "unsqueeze", "var", "square", "reciprocal", "affine",
     "powf", "get_default_device", "set_default_device",
+    "argsort", "cummax", "cummin", "cumprod", "cumsum", "sort", "topk",
 ]

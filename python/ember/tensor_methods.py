@@ -301,3 +301,125 @@ class TorchNames:
             GradientsInStore: always.
         """
         raise GradientsInStore(f"[retain_grad] {_WHERE}")
+
+    # ----------------------------------------------------------------- sorting (sorting.py)
+    def sort(self, dim=-1, descending=False, stable=False):
+        """This tensor sorted along ``dim``: ``em.sort(self, dim, descending, stable)``.
+
+        Args:
+            dim: the dim to sort along.
+            descending: largest first when True.
+            stable: accepted for torch's signature (equal values always keep index order).
+
+        Returns:
+            ``(values, indices)`` (see ``ember.sorting.sort``).
+
+        Raises:
+            EmberTypeError: a flag is not a bool.
+            IndexOutOfRange: ``dim`` is out of range.
+        """
+        from .sorting import sort
+        return sort(self, dim, descending, stable)
+
+    def argsort(self, dim=-1, descending=False, stable=False):
+        """The int64 indices that sort this tensor along ``dim``: ``em.argsort(self, ...)``.
+
+        Args:
+            dim: the dim to sort along.
+            descending: largest first when True.
+            stable: accepted for torch's signature.
+
+        Returns:
+            An int64 tensor of this tensor's shape.
+
+        Raises:
+            EmberTypeError: a flag is not a bool.
+            IndexOutOfRange: ``dim`` is out of range.
+        """
+        from .sorting import argsort
+        return argsort(self, dim, descending, stable)
+
+    def topk(self, k, dim=-1, largest=True, sorted=True):
+        """The ``k`` largest (or smallest) values along ``dim`` and their indices: ``em.topk(self, ...)``.
+
+        Args:
+            k: how many values to keep.
+            dim: the dim to select along.
+            largest: the largest values when True.
+            sorted: accepted for torch's signature (the values are always sorted).
+
+        Returns:
+            ``(values, indices)`` (see ``ember.sorting.topk``).
+
+        Raises:
+            EmberValueError: ``k`` is out of range.
+            IndexOutOfRange: ``dim`` is out of range.
+        """
+        from .sorting import topk
+        return topk(self, k, dim, largest, sorted)
+
+    def cumsum(self, dim, exclusive=False, reverse=False):
+        """Running sums along ``dim``: ``em.cumsum(self, dim, exclusive, reverse)``.
+
+        Args:
+            dim: the dim to scan along.
+            exclusive: leave each output's own element out.
+            reverse: scan from the end.
+
+        Returns:
+            A tensor of this shape (int64 for integer inputs).
+
+        Raises:
+            IndexOutOfRange: ``dim`` is out of range.
+        """
+        from .sorting import cumsum
+        return cumsum(self, dim, exclusive, reverse)
+
+    def cumprod(self, dim, exclusive=False, reverse=False):
+        """Running products along ``dim``: ``em.cumprod(self, dim, exclusive, reverse)``.
+
+        Args:
+            dim: the dim to scan along.
+            exclusive: leave each output's own element out.
+            reverse: scan from the end.
+
+        Returns:
+            A tensor of this shape (int64 for integer inputs).
+
+        Raises:
+            IndexOutOfRange: ``dim`` is out of range.
+        """
+        from .sorting import cumprod
+        return cumprod(self, dim, exclusive, reverse)
+
+    def cummax(self, dim, reverse=False):
+        """Running maxima and their indices along ``dim``: ``em.cummax(self, dim, reverse)``.
+
+        Args:
+            dim: the dim to scan along.
+            reverse: scan from the end.
+
+        Returns:
+            ``(values, indices)``.
+
+        Raises:
+            IndexOutOfRange: ``dim`` is out of range.
+        """
+        from .sorting import cummax
+        return cummax(self, dim, reverse)
+
+    def cummin(self, dim, reverse=False):
+        """Running minima and their indices along ``dim``: ``em.cummin(self, dim, reverse)``.
+
+        Args:
+            dim: the dim to scan along.
+            reverse: scan from the end.
+
+        Returns:
+            ``(values, indices)``.
+
+        Raises:
+            IndexOutOfRange: ``dim`` is out of range.
+        """
+        from .sorting import cummin
+        return cummin(self, dim, reverse)

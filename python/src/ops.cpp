@@ -115,6 +115,13 @@ void bind_ops(py::module_& m) {
   m.def("col2im", [conv_geom](const StoragePtr& s, const Layout& l, const std::array<int64_t, 14>& geom) -> SL {
     return ember::col2im(*s, l, conv_geom(geom));
   }, GilFree());
+  m.def("sort", [](const StoragePtr& s, const Layout& l, int64_t dim, bool descending, bool stable) {
+    return ember::sort(*s, l, dim, descending, stable);
+  }, GilFree());
+  // (values, indices or None for cumsum/cumprod, layout)
+  m.def("scan", [](int op, const StoragePtr& s, const Layout& l, int64_t dim, bool exclusive, bool reverse) {
+    return ember::scan(op_code<ScanOp>(op, (int)ScanOp::Count, "scan"), *s, l, dim, exclusive, reverse);
+  }, GilFree());
 }
 
 }  // namespace ember::bind

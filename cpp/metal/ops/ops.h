@@ -64,4 +64,11 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const MetalStorage& s, c
                                                         const BackendStorage& lse, const BackendStorage& g,
                                                         const Layout& lg);
 
+// sort.cpp
+std::tuple<StoragePtr, StoragePtr> sort(const MetalStorage& s, const Layout& l, int64_t dim, bool descending,
+                                        bool stable);
+// scan.cpp
+std::tuple<StoragePtr, StoragePtr> scan(const MetalStorage& s, ScanOp op, const Layout& l, int64_t dim,
+                                        bool exclusive, bool reverse);
+
 }  // namespace ember::metal::ops
