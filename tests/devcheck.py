@@ -22,7 +22,15 @@ def _outs(res):
     return [r for r in res if r is not None]
 
 
-def _run(fn, inputs, device, dt, weights_np):
+def _on(a, device, dt):
+    """Tensor ``a`` on ``device``, a float one in ``dt`` (built from its values as float64)."""
+    if not a.dtype.is_float:
+        return a.to_device(device)
+    return em.tensor(np.asarray(a.numpy(), dtype=np.float64).astype(
+        np.float32 if dt is em.float32 else np.float64), device=device)
+
+
+def _run(fn, inputs, consts, device, dt, weights_np):
     """Forward + backward of the weighted sum of ``fn``'s outputs with every float input a ``dt``
     variable on ``device`` (the default device while fn runs); returns (outputs, gradients) as float64."""
     prev = em.get_default_device()
@@ -31,15 +39,14 @@ def _run(fn, inputs, device, dt, weights_np):
         args, leaves = [], []
         for a in inputs:
             if isinstance(a, em.Tensor) and a.dtype.is_float:
-                v = em.Var(em.tensor(np.asarray(a.numpy(), dtype=np.float64).astype(
-                    np.float32 if dt is em.float32 else np.float64), device=device))
+                v = em.Var(_on(a, device, dt))
                 args.append(v)
                 leaves.append(v)
             elif isinstance(a, em.Tensor):
                 args.append(a.to_device(device))
             else:
                 args.append(a)
-        outs = _outs(fn(*args))
+        outs = _outs(fn(*args, *[_on(c, device, dt) for c in consts]))
         if weights_np is None:
             rng = np.random.default_rng(0)
             weights_np = [rng.uniform(0.5, 1.5, o.shape) for o in outs]
@@ -59,13 +66,14 @@ def _run(fn, inputs, device, dt, weights_np):
         em.set_default_device(prev)
 
 
-def gradcheck(fn, inputs, rtol=2e-4, atol=2e-5, **gradcheck_kwargs):
+def gradcheck(fn, inputs, consts=(), rtol=2e-4, atol=2e-5, **gradcheck_kwargs):
     """Checks the gradients of ``fn(*inputs)`` on the default device.
 
     Args:
         fn: a function of the inputs returning a Tensor or a tuple of Tensors; on a device without
             float64 it must build any tensor it makes on the default device.
         inputs: a Tensor or a sequence of inputs (float tensors become variables).
+        consts: tensors passed to ``fn`` after the inputs and held constant (not differentiated).
         rtol: relative tolerance of the float32 comparison (no float64 on the device).
         atol: absolute tolerance of that comparison, scaled by 1 + the largest reference magnitude.
         **gradcheck_kwargs: passed to ``em.testing.gradcheck`` on a device with float64.
@@ -82,9 +90,10 @@ def gradcheck(fn, inputs, rtol=2e-4, atol=2e-5, **gradcheck_kwargs):
     inputs = list(inputs)
     device = em.get_default_device()
     if has_f64(device):
-        return em.testing.gradcheck(fn, inputs, **gradcheck_kwargs)
-    ref_outs, ref_grads, w = _run(fn, inputs, em.cpu, em.float64, None)
-    outs, grads, _ = _run(fn, inputs, device, em.float32, w)
+        consts = [c.to_device(device) for c in consts]
+        return em.testing.gradcheck(lambda *a: fn(*a, *consts), inputs, **gradcheck_kwargs)
+    ref_outs, ref_grads, w = _run(fn, inputs, consts, em.cpu, em.float64, None)
+    outs, grads, _ = _run(fn, inputs, consts, device, em.float32, w)
     for i, (got, want) in enumerate(zip(outs, ref_outs)):
         scale = 1.0 + (float(np.max(np.abs(want))) if want.size else 0.0)
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol * scale, err_msg=f"output {i} on {device}")
