@@ -16,6 +16,11 @@ def has_f64(device=None):
     return bool(em._C.device_supports(device.kind, device.index, em.float64.code))
 
 
+def wide(device=None):
+    """The widest float dtype ``device`` (default: the default device) holds: float64, else float32."""
+    return em.float64 if has_f64(device) else em.float32
+
+
 def _outs(res):
     if isinstance(res, em.Tensor):
         return [res]
