@@ -71,7 +71,7 @@ def _run(fn, inputs, consts, device, dt, weights_np):
         em.set_default_device(prev)
 
 
-def gradcheck(fn, inputs, consts=(), rtol=2e-4, atol=2e-5, **gradcheck_kwargs):
+def gradcheck(fn, inputs, consts=(), eps=1e-6, atol=1e-5, rtol=1e-3, f32_tol=(2e-4, 2e-5)):
     """Checks the gradients of ``fn(*inputs)`` on the default device.
 
     Args:
@@ -79,9 +79,11 @@ def gradcheck(fn, inputs, consts=(), rtol=2e-4, atol=2e-5, **gradcheck_kwargs):
             float64 it must build any tensor it makes on the default device.
         inputs: a Tensor or a sequence of inputs (float tensors become variables).
         consts: tensors passed to ``fn`` after the inputs and held constant (not differentiated).
-        rtol: relative tolerance of the float32 comparison (no float64 on the device).
-        atol: absolute tolerance of that comparison, scaled by 1 + the largest reference magnitude.
-        **gradcheck_kwargs: passed to ``em.testing.gradcheck`` on a device with float64.
+        eps: finite-difference step (``em.testing.gradcheck``, device with float64).
+        atol: absolute tolerance of the finite differences (device with float64).
+        rtol: relative tolerance of the finite differences (device with float64).
+        f32_tol: (rtol, atol) of the float32 comparison on a device without float64; atol is scaled
+            by 1 + the largest reference magnitude.
 
     Returns:
         bool: True when the check passes.
@@ -96,9 +98,10 @@ def gradcheck(fn, inputs, consts=(), rtol=2e-4, atol=2e-5, **gradcheck_kwargs):
     device = em.get_default_device()
     if has_f64(device):
         consts = [c.to_device(device) for c in consts]
-        return em.testing.gradcheck(lambda *a: fn(*a, *consts), inputs, **gradcheck_kwargs)
+        return em.testing.gradcheck(lambda *a: fn(*a, *consts), inputs, eps=eps, atol=atol, rtol=rtol)
     ref_outs, ref_grads, w = _run(fn, inputs, consts, em.cpu, em.float64, None)
     outs, grads, _ = _run(fn, inputs, consts, device, em.float32, w)
+    rtol, atol = f32_tol
     for i, (got, want) in enumerate(zip(outs, ref_outs)):
         scale = 1.0 + (float(np.max(np.abs(want))) if want.size else 0.0)
         np.testing.assert_allclose(got, want, rtol=rtol, atol=atol * scale, err_msg=f"output {i} on {device}")
