@@ -73,7 +73,7 @@ def test_basic_indexing_layouts():
         a = base[idx]
         check_layout_like(v, a)
         np.testing.assert_array_equal(v.numpy(), a)
-        assert v.layout.start_offset == (a.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // 8 \
+        assert v.layout.start_offset == (a.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // base.itemsize \
             or a.size == 0
 
 
