@@ -7,7 +7,7 @@ import torch.nn.functional as F
 
 import ember as em
 
-from conftest import FLOATS, TOL, expect_error, npdt
+from conftest import FLOATS, TOL, WIDE, WIDE_NP, expect_error, npdt
 
 # torch warns that it copies for padding="same" with an even kernel: that is torch's business here.
 pytestmark = pytest.mark.filterwarnings("ignore:Using padding='same':UserWarning")
@@ -31,24 +31,25 @@ CONVT2D_CASES = [
 
 
 def _t(a, grad=False):
-    t = torch.tensor(a, dtype=torch.float64)
+    t = torch.tensor(np.asarray(a).astype(WIDE_NP), dtype=torch.float64)  # the values ember holds, in float64
     return t.requires_grad_(grad)
 
 
-def _close(got, want, dt=em.float64):
+def _close(got, want, dt=WIDE):
     rtol, atol = TOL[dt.name]
     np.testing.assert_allclose(np.asarray(got, dtype=np.float64), want, rtol=rtol * 20, atol=atol * 50)
 
 
 def _check_against_torch(em_fn, torch_fn, x, w, b, kw):
     """Values and the gradients of a random weighting of the output, for input, weight and bias."""
+    x, w, b = (None if a is None else np.asarray(a).astype(WIDE_NP) for a in (x, w, b))
     xv, wv, bv = em.Var(x), em.Var(w), (em.Var(b) if b is not None else None)
     out = em_fn(xv, wv, bv, **kw)
     xt, wt, bt = _t(x, True), _t(w, True), (_t(b, True) if b is not None else None)
     ref = torch_fn(xt, wt, bt, **kw)
     assert out.shape == tuple(ref.shape)
     _close(out.numpy(), ref.detach().numpy())
-    g = np.random.default_rng(0).standard_normal(ref.shape)
+    g = np.random.default_rng(0).standard_normal(ref.shape).astype(WIDE_NP)
     grads = (out * em.tensor(g)).sum().backward()
     (ref * _t(g)).sum().backward()
     _close(grads[xv].numpy(), xt.grad.numpy())
