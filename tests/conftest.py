@@ -36,6 +36,10 @@ NP = {
     "float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float64": np.float64,
     "int64": np.int64, "uint32": np.uint32, "uint8": np.uint8,
 }
+# The widest float the device under test holds: float64 data is built in it (float32 on Metal), and
+# results are compared against float64 references with TOL[WIDE.name].
+WIDE = em.float64 if em.float64 in FLOATS else em.float32
+WIDE_NP = np.dtype(NP[WIDE.name])
 # (rtol, atol) for comparing a result computed in the dtype against a float64 reference.
 TOL = {"float32": (2e-5, 1e-6), "float16": (2e-3, 1e-4), "bfloat16": (1.6e-2, 1e-3), "float64": (1e-12, 1e-14)}
 

@@ -6,11 +6,12 @@ attention; finite differences; and bad input."""
 import numpy as np
 import pytest
 import torch
+from devcheck import gradcheck
 from nn_check import on
 
 import ember as em
 
-from conftest import FLOATS, TOL, expect_error, npdt
+from conftest import FLOATS, TOL, WIDE, WIDE_NP, expect_error, npdt
 
 E, H = 12, 3
 
@@ -19,19 +20,22 @@ def _dt(dt, device):
     return em.float32 if dt is em.float64 and device.type == "metal" else dt  # Metal has no float64
 
 
-def _pair(rng, dt=em.float64, device=em.cpu, **kw):
+def _pair(rng, dt=em.float64, device=None, **kw):
+    device = device or em.get_default_device()
     ref = torch.nn.MultiheadAttention(E, H, batch_first=kw.pop("batch_first", True), dtype=torch.float64, **kw)
     with torch.no_grad():  # torch starts the biases at 0: random ones test their wiring
         for name, p in ref.named_parameters():
             if "bias" in name:
                 p.copy_(torch.tensor(rng.standard_normal(p.shape) * 0.3))
     mine = em.nn.MultiHeadAttention(E, H, dtype=_dt(dt, device), batch_first=ref.batch_first, device=device, **kw)
-    mine.load_state_dict({k: em.tensor(v.detach().numpy()) for k, v in ref.state_dict().items()})
+    mine.load_state_dict({k: em.tensor(v.detach().numpy().astype(npdt(_dt(dt, device))), device=device)
+                          for k, v in ref.state_dict().items()})
     return mine, ref
 
 
-def _run(mine, ref, q, k, v, rng, em_kw=None, torch_kw=None, dt=em.float64, device=em.cpu):
+def _run(mine, ref, q, k, v, rng, em_kw=None, torch_kw=None, dt=em.float64, device=None):
     """Forward both, compare outputs (and weights), then the gradients of inputs and parameters."""
+    device = device or em.get_default_device()
     dt = _dt(dt, device)
     em_kw, torch_kw = em_kw or {}, torch_kw or {}
     ref.zero_grad()  # torch accumulates into .grad across calls; each ember backward is a new store
@@ -169,12 +173,21 @@ def test_kv_cache_decoding_equals_full_causal_attention(rng, device):
 
 
 def test_attention_gradcheck(rng):
-    mine = em.nn.MultiHeadAttention(6, 2, dtype="float64", kdim=4, vdim=5)
-    q, k, v = (em.tensor(rng.standard_normal(s)) for s in ((1, 3, 6), (1, 4, 4), (1, 4, 5)))
-    m = em.tensor(rng.standard_normal((3, 4)))
-    assert em.testing.gradcheck(lambda a, b, c: mine(a, b, c, attn_mask=m)[0], [q, k, v])
-    sa = em.nn.MultiHeadAttention(6, 2, dtype="float64")
-    assert em.testing.gradcheck(lambda a: sa(a, is_causal=True)[0], [q])
+    # the modules are built where fn runs, from fixed weights: devcheck runs fn on the CPU and on the device
+    def module(**kw):
+        sd = {k: v.numpy() for k, v in em.nn.MultiHeadAttention(6, 2, dtype=WIDE, **kw).state_dict().items()}
+
+        def build(x):
+            mod = em.nn.MultiHeadAttention(6, 2, dtype=x.dtype, device=x.device, **kw)
+            mod.load_state_dict({k: em.tensor(v, device=x.device) for k, v in sd.items()})
+            return mod
+        return build
+
+    q, k, v = (em.tensor(rng.standard_normal(s).astype(WIDE_NP)) for s in ((1, 3, 6), (1, 4, 4), (1, 4, 5)))
+    m = rng.standard_normal((3, 4)).astype(WIDE_NP)
+    cross, selfa = module(kdim=4, vdim=5), module()
+    assert gradcheck(lambda a, b, c: cross(a)(a, b, c, attn_mask=em.tensor(m).to_dtype(a.dtype))[0], [q, k, v])
+    assert gradcheck(lambda a: selfa(a)(a, is_causal=True)[0], [q])
 
 
 def test_dropout_only_while_training(rng):
@@ -197,7 +210,7 @@ def test_attention_errors():
     expect_error(lambda: em.nn.MultiHeadAttention(E, H, dropout=1.0), op, em.EmberValueError)
     expect_error(lambda: mha(em.randn(2, 5, E + 1)), op, em.ShapeError)
     expect_error(lambda: mha(x, em.randn(2, 4, E), em.randn(2, 5, E)), op, em.ShapeError)
-    expect_error(lambda: mha(x.double()), op, em.DTypeError)
+    expect_error(lambda: mha(x.to_dtype(em.float16)), op, em.DTypeError)
     expect_error(lambda: mha(x.numpy()), op, em.EmberTypeError)
     expect_error(lambda: mha(x, attn_mask=em.zeros(5, 4)), op, em.ShapeError)
     expect_error(lambda: mha(x, key_padding_mask=em.zeros(2, 4)), op, em.ShapeError)

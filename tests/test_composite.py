@@ -4,10 +4,13 @@ against torch, with their gradients and their errors."""
 import numpy as np
 import pytest
 import torch
+from devcheck import gradcheck
 
 import ember as em
 
-from conftest import expect_error, make_view
+from conftest import TOL, WIDE, WIDE_NP, expect_error, make_view
+
+RTOL = TOL[WIDE.name][0]  # results in WIDE against float64 torch references
 
 
 def T(a):
@@ -16,7 +19,7 @@ def T(a):
 
 @pytest.mark.parametrize("kind", ["contiguous", "transposed", "offset"])
 def test_chunk_split_unbind_match_torch(rng, kind):
-    t, a = make_view(rng, (5, 7), em.float64, kind)
+    t, a = make_view(rng, (5, 7), WIDE, kind)
     r = T(a)
     for dim in (0, 1, -1):
         for n in (1, 2, 3, 7, 9):
@@ -35,11 +38,11 @@ def test_chunk_split_unbind_match_torch(rng, kind):
 
 
 def test_split_gradients():
-    x = em.Var(np.arange(12.0).reshape(3, 4))
+    x = em.Var(np.arange(12, dtype=WIDE_NP).reshape(3, 4))
     a, b = x.split([1, 3], 1)
     c = x.unbind(0)[2]
     gs = (a * 2.0 + b.sum(1, keepdim=True) + c.sum()).sum().backward()
-    em.testing.gradcheck(lambda v: v.chunk(3, 1)[1] * v.unbind(1)[0].reshape(3, 1), [em.tensor(np.ones((3, 4)))])
+    gradcheck(lambda v: v.chunk(3, 1)[1] * v.unbind(1)[0].reshape(3, 1), [em.tensor(np.ones((3, 4), WIDE_NP))])
     assert gs[x].shape == (3, 4)
 
 
@@ -64,7 +67,7 @@ def test_tril_triu_match_torch(rng, diag, dtype):
 
 
 def test_tril_triu_gradients_and_errors(rng):
-    em.testing.gradcheck(lambda x: x.tril(1) * 3.0 + x.triu(-1), [em.tensor(rng.standard_normal((3, 4)))])
+    gradcheck(lambda x: x.tril(1) * 3.0 + x.triu(-1), [em.tensor(rng.standard_normal((3, 4)).astype(WIDE_NP))])
     expect_error(lambda: em.zeros(3).tril(), "tril", em.ShapeError)
     expect_error(lambda: em.zeros(3, 3).triu(0.5), "triu", em.EmberTypeError)
 
@@ -74,8 +77,9 @@ def test_eye_and_linspace_match_torch():
         np.testing.assert_array_equal(em.eye(n, m).numpy(), torch.eye(n, m if m is not None else n).numpy())
     assert em.eye(2, dtype=em.int64).dtype is em.int64
     for args in ((0, 1, 5), (-3.5, 7.25, 11), (2, 2, 3), (1, -1, 2), (0, 1, 1), (0, 1, 0), (0, 10, 101)):
-        np.testing.assert_allclose(em.linspace(*args, dtype=em.float64).numpy(),
-                                   torch.linspace(*args, dtype=torch.float64).numpy(), rtol=1e-15, atol=1e-15)
+        tol = 1e-15 if WIDE is em.float64 else TOL[WIDE.name][0]  # float32: the float64 values rounded once
+        np.testing.assert_allclose(em.linspace(*args, dtype=WIDE).numpy(),
+                                   torch.linspace(*args, dtype=torch.float64).numpy(), rtol=tol, atol=tol)
         # float32: ember rounds the float64 values once, torch steps in float32 (a last-bit difference)
         np.testing.assert_allclose(em.linspace(*args).numpy(), torch.linspace(*args).numpy(), rtol=2e-7, atol=1e-7)
     assert em.linspace(0, 1, 7).numpy()[-1] == 1.0
@@ -85,7 +89,7 @@ def test_eye_and_linspace_match_torch():
 
 
 def test_masked_fill_matches_torch(rng):
-    a = rng.standard_normal((3, 4))
+    a = rng.standard_normal((3, 4)).astype(WIDE_NP)
     t, r = em.tensor(a), T(a)
     m = a > 0.3
     np.testing.assert_array_equal(t.masked_fill(t.gt(0.3), -1.0).numpy(), r.masked_fill(T(m), -1.0).numpy())
@@ -105,19 +109,19 @@ def test_masked_fill_matches_torch(rng):
 @pytest.mark.parametrize("dim", [None, 0, 1, (0, 2), -1])
 @pytest.mark.parametrize("correction", [0, 1, 2])
 def test_var_std_match_torch(rng, dim, correction):
-    t, a = make_view(rng, (4, 5, 3), em.float64, "transposed")
-    r = T(a)
+    t, a = make_view(rng, (4, 5, 3), WIDE, "transposed")
+    r = T(a).double()
     for name in ("var", "std"):
         for keepdim in (False, True):
             ours = getattr(t, name)(dim, keepdim=keepdim, correction=correction)
             ref = getattr(r, name)(dim, keepdim=keepdim, correction=correction)
-            np.testing.assert_allclose(ours.numpy(), ref.numpy(), rtol=1e-12)
-    np.testing.assert_allclose(t.var(dim, True).numpy(), r.var(dim, True).numpy(), rtol=1e-12)
-    np.testing.assert_allclose(em.std(t, dim, False).numpy(), torch.std(r, dim, False).numpy(), rtol=1e-12)
+            np.testing.assert_allclose(ours.numpy(), ref.numpy(), rtol=RTOL)
+    np.testing.assert_allclose(t.var(dim, True).numpy(), r.var(dim, True).numpy(), rtol=RTOL)
+    np.testing.assert_allclose(em.std(t, dim, False).numpy(), torch.std(r, dim, False).numpy(), rtol=RTOL)
 
 
 def test_var_std_gradients_and_errors(rng):
-    em.testing.gradcheck(lambda x: (x.var(1), x.std(0, correction=0)), [em.tensor(rng.standard_normal((3, 4)))])
+    gradcheck(lambda x: (x.var(1), x.std(0, correction=0)), [em.tensor(rng.standard_normal((3, 4)).astype(WIDE_NP))])
     assert np.isnan(em.tensor([1.0]).var().item())
     with pytest.warns(UserWarning):  # torch warns about the degrees of freedom, and gives nan too
         assert np.isnan(torch.tensor([1.0]).var().item())
@@ -128,7 +132,7 @@ def test_var_std_gradients_and_errors(rng):
 
 @pytest.mark.parametrize("dtype", [em.float32, em.int64, em.uint8])
 def test_any_all_match_torch(rng, dtype):
-    a = (rng.integers(0, 3, (3, 4, 2)) * (rng.random((3, 4, 2)) < 0.3)).astype(np.float64)
+    a = (rng.integers(0, 3, (3, 4, 2)) * (rng.random((3, 4, 2)) < 0.3)).astype(WIDE_NP)
     t, r = em.tensor(a).to_dtype(dtype), T(a).bool()
     for dim in (None, 0, 2, (0, 1)):
         for name in ("any", "all"):
@@ -171,17 +175,17 @@ def test_repeat_tile_match_torch(rng, reps):
 
 
 def test_repeat_gradient_and_errors(rng):
-    em.testing.gradcheck(lambda x: x.repeat(2, 1, 3) * 1.5, [em.tensor(rng.standard_normal((2, 3)))])
+    gradcheck(lambda x: x.repeat(2, 1, 3) * 1.5, [em.tensor(rng.standard_normal((2, 3)).astype(WIDE_NP))])
     expect_error(lambda: em.zeros(2, 3).repeat(2), "repeat", em.ShapeError)
     expect_error(lambda: em.zeros(2, 3).repeat(2, -1), "repeat", em.EmberValueError)
 
 
 @pytest.mark.parametrize("dims", [(0,), (1,), (-1,), (0, 2), (0, 1, 2)], ids=str)
 def test_flip_matches_torch(rng, dims):
-    t, a = make_view(rng, (3, 4, 2), em.float64, "offset")
+    t, a = make_view(rng, (3, 4, 2), WIDE, "offset")
     np.testing.assert_array_equal(t.flip(dims).numpy(), T(a).flip(dims).numpy())
     np.testing.assert_array_equal(em.flip(t, dims).numpy(), torch.flip(T(a), dims).numpy())
-    em.testing.gradcheck(lambda x: x.flip(dims) * em.tensor(np.arange(24.0).reshape(3, 4, 2)), [t])
+    gradcheck(lambda x: x.flip(dims) * em.tensor(np.arange(24, dtype=WIDE_NP).reshape(3, 4, 2)), [t])
     f = t.flip(dims)
     assert not f.storage.same_buffer(t.storage)  # a copy, as torch's flip
     expect_error(lambda: t.flip(3), "flip", em.IndexOutOfRange)
@@ -215,7 +219,7 @@ def test_dropout_modes_seed_and_statistics():
     d.eval()
     assert d(x) is x
     d.train()
-    v = em.Var(np.ones((4, 5)))
+    v = em.Var(np.ones((4, 5), WIDE_NP))
     em.manual_seed(3)
     out = d(v)
     gs = out.sum().backward()

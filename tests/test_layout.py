@@ -4,7 +4,7 @@ import pytest
 
 import ember as em
 
-from conftest import expect_error
+from conftest import WIDE_NP, expect_error
 
 
 def np_strides(a):
@@ -64,7 +64,7 @@ def test_transpose_narrow_offsets():
 
 
 def test_basic_indexing_layouts():
-    base = np.arange(2 * 3 * 4 * 5, dtype=np.float64).reshape(2, 3, 4, 5)
+    base = np.arange(2 * 3 * 4 * 5, dtype=WIDE_NP).reshape(2, 3, 4, 5)
     t = em.tensor(base)
     for idx in [(1,), (slice(None), 2), (Ellipsis, 3), (None, 1, Ellipsis, None), (slice(1, 3), None, slice(0, 4, 3)),
                 (slice(None, None, 2), slice(None), slice(1, None, 2)), (-1, -2), (slice(-3, -1),),
@@ -73,7 +73,7 @@ def test_basic_indexing_layouts():
         a = base[idx]
         check_layout_like(v, a)
         np.testing.assert_array_equal(v.numpy(), a)
-        assert v.layout.start_offset == (a.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // 8 \
+        assert v.layout.start_offset == (a.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // base.itemsize \
             or a.size == 0
 
 
@@ -167,7 +167,7 @@ def test_reshape_view_or_copy():
 def test_reshape_random_matches_numpy(seed):
     rng = np.random.default_rng(100 + seed)
     shape = tuple(int(s) for s in rng.integers(1, 4, size=4))
-    base = rng.standard_normal(shape)
+    base = rng.standard_normal(shape).astype(WIDE_NP)
     perm = [int(x) for x in rng.permutation(4)]
     t, a = em.tensor(base).permute(*perm), base.transpose(perm)
     if rng.integers(0, 2):

@@ -5,11 +5,14 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from devcheck import gradcheck
 from nn_check import KINDS, compare, on
 
 import ember as em
 
-from conftest import FLOATS, expect_error
+from conftest import FLOATS, TOL, WIDE, WIDE_NP, expect_error
+
+RTOL = TOL[WIDE.name][0]  # WIDE results against float64 torch references
 
 REDUCTIONS = ["mean", "sum", "none"]
 
@@ -120,15 +123,16 @@ def test_kl_div_matches_torch(reduction, log_target, rng, device):
 
 
 def test_kl_div_zero_targets_contribute_nothing():
-    x = em.Var(em.tensor(np.log(np.array([[0.2, 0.3, 0.5]]))))
-    t = em.Var(em.tensor(np.array([[0.0, 0.4, 0.6]])))
+    x = em.Var(em.tensor(np.log(np.array([[0.2, 0.3, 0.5]])).astype(WIDE_NP)))
+    t = em.Var(em.tensor(np.array([[0.0, 0.4, 0.6]], WIDE_NP)))
     loss = em.nn.kl_div(x, t, "sum")
     g = loss.backward()
-    tx, tt = torch.tensor(x.numpy(), requires_grad=True), torch.tensor(t.numpy(), requires_grad=True)
+    tx = torch.tensor(x.numpy().astype(np.float64), requires_grad=True)
+    tt = torch.tensor(t.numpy().astype(np.float64), requires_grad=True)
     ref = F.kl_div(tx, tt, reduction="sum")
     ref.backward()
-    np.testing.assert_allclose(loss.item(), ref.item(), rtol=1e-12)
-    np.testing.assert_allclose(g[x].numpy(), tx.grad.numpy(), rtol=1e-12)
+    np.testing.assert_allclose(loss.item(), ref.item(), rtol=RTOL)
+    np.testing.assert_allclose(g[x].numpy(), tx.grad.numpy(), rtol=RTOL)
     assert np.isfinite(g[t].numpy()).all()
 
 
@@ -145,34 +149,34 @@ def test_pointwise_losses_every_dtype(dt, rng, device):
 
 def test_logits_at_zero_and_far_out_are_exact_and_finite():
     # A zero-initialised head gives logits of exactly 0: the gradient there is sigmoid(0) - t.
-    x = em.Var(em.tensor(np.array([0.0, 0.0, 80.0, -80.0, 1000.0, -1000.0])))
-    t = em.tensor(np.array([1.0, 0.0, 1.0, 0.0, 0.0, 1.0]))
+    x = em.Var(em.tensor(np.array([0.0, 0.0, 80.0, -80.0, 1000.0, -1000.0], WIDE_NP)))
+    t = em.tensor(np.array([1.0, 0.0, 1.0, 0.0, 0.0, 1.0], WIDE_NP))
     loss = em.nn.binary_cross_entropy_with_logits(x, t, reduction="sum")
-    tx = torch.tensor(x.numpy(), requires_grad=True)
-    ref = F.binary_cross_entropy_with_logits(tx, torch.tensor(t.numpy()), reduction="sum")
+    tx = torch.tensor(x.numpy().astype(np.float64), requires_grad=True)
+    ref = F.binary_cross_entropy_with_logits(tx, torch.tensor(t.numpy().astype(np.float64)), reduction="sum")
     ref.backward()
-    np.testing.assert_allclose(loss.item(), ref.item(), rtol=1e-12)
-    np.testing.assert_allclose(loss.backward()[x].numpy(), tx.grad.numpy(), rtol=1e-12, atol=1e-30)
+    np.testing.assert_allclose(loss.item(), ref.item(), rtol=RTOL)
+    np.testing.assert_allclose(loss.backward()[x].numpy(), tx.grad.numpy(), rtol=RTOL, atol=1e-30)
 
 
 def test_loss_gradcheck(rng):
-    x = em.tensor(rng.standard_normal((4, 5)))
-    p = em.tensor(rng.uniform(0.1, 0.9, size=(4, 5)))
+    x = em.tensor(rng.standard_normal((4, 5)).astype(WIDE_NP))
+    p = em.tensor(rng.uniform(0.1, 0.9, size=(4, 5)).astype(WIDE_NP))
     t = em.tensor(rng.integers(0, 5, size=4))
-    w = em.tensor(rng.uniform(0.5, 2.0, size=5))
-    fns = [
-        (lambda a: em.nn.cross_entropy(a, t, weight=w, label_smoothing=0.2), [x]),
+    w = em.tensor(rng.uniform(0.5, 2.0, size=5).astype(WIDE_NP))
+    fns = [  # the targets and weights are inputs too: devcheck runs fn on the CPU and on the device
+        (lambda a, tt, ww: em.nn.cross_entropy(a, tt, weight=ww, label_smoothing=0.2), [x, t, w]),
         (lambda a, b: em.nn.cross_entropy(a, b, label_smoothing=0.1), [x, p]),
-        (lambda a: em.nn.nll_loss(a, t, w), [x]),
+        (lambda a, tt, ww: em.nn.nll_loss(a, tt, ww), [x, t, w]),
         (lambda a, b: em.nn.binary_cross_entropy(a, b), [p, p.affine(0.5, 0.2)]),
-        (lambda a, b: em.nn.binary_cross_entropy_with_logits(a, b, pos_weight=w), [x, p]),
+        (lambda a, b, ww: em.nn.binary_cross_entropy_with_logits(a, b, pos_weight=ww), [x, p, w]),
         (lambda a, b: em.nn.huber_loss(a, b, delta=0.5), [x, x.affine(0.3, 0.1)]),
         (lambda a, b: em.nn.smooth_l1_loss(a, b, beta=0.5), [x, x.affine(0.3, 0.1)]),
         (lambda a, b: em.nn.l1_loss(a, b), [x, x.affine(0.3, 0.1)]),
         (lambda a, b: em.nn.kl_div(a, b, "batchmean"), [x.log_softmax(-1), p]),
     ]
     for fn, inputs in fns:
-        assert em.testing.gradcheck(fn, inputs)
+        assert gradcheck(fn, inputs)
 
 
 def test_loss_errors():

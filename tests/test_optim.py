@@ -5,6 +5,8 @@ import torch
 
 import ember as em
 
+from conftest import WIDE_NP
+
 
 class _Store:
     """A minimal GradStore stand-in: step() only needs get(var)."""
@@ -60,7 +62,7 @@ def test_adamw_matches_torch(kw):
 def test_adamw_float64_and_defaults():
     opt = em.optim.AdamW([em.Var([1.0])])
     assert (opt.lr, opt.betas, opt.eps, opt.weight_decay) == (1e-3, (0.9, 0.999), 1e-8, 1e-2)
-    _run_pair(lambda p: em.optim.AdamW(p, lr=0.05), lambda p: torch.optim.AdamW(p, lr=0.05), dtype=np.float64)
+    _run_pair(lambda p: em.optim.AdamW(p, lr=0.05), lambda p: torch.optim.AdamW(p, lr=0.05), dtype=WIDE_NP)
 
 
 @pytest.mark.parametrize("which", ["SGD", "AdamW"])

@@ -5,11 +5,12 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from devcheck import gradcheck
 from nn_check import KINDS, compare
 
 import ember as em
 
-from conftest import FLOATS, expect_error
+from conftest import FLOATS, WIDE_NP, expect_error
 
 MAX2D = [
     dict(kernel_size=2),
@@ -51,13 +52,13 @@ def test_pooling_every_dtype(dt, rng, device):
 
 def test_max_pool_indices_match_torch(rng):
     for kw in MAX2D:
-        x = rng.standard_normal((2, 3, 9, 10))
+        x = rng.standard_normal((2, 3, 9, 10)).astype(WIDE_NP)
         v, i = em.nn.max_pool2d(em.tensor(x), **kw, return_indices=True)
         tv, ti = F.max_pool2d(torch.tensor(x), **kw, return_indices=True)
         np.testing.assert_array_equal(v.numpy(), tv.numpy())
         assert i.dtype is em.int64
         np.testing.assert_array_equal(i.numpy(), ti.numpy())
-    x = rng.standard_normal((3, 13))  # unbatched 1-D
+    x = rng.standard_normal((3, 13)).astype(WIDE_NP)  # unbatched 1-D
     v, i = em.nn.max_pool1d(em.tensor(x), 4, 3, 2, 1, True, True)
     tv, ti = F.max_pool1d(torch.tensor(x), 4, 3, 2, 1, True, True)
     np.testing.assert_array_equal(v.numpy(), tv.numpy())
@@ -66,7 +67,7 @@ def test_max_pool_indices_match_torch(rng):
 
 def test_max_pool_all_negative_input_never_picks_the_padding(rng):
     # im2col pads with zeros: a window of negatives at the border must still give its own maximum.
-    x = -rng.uniform(1, 2, size=(1, 2, 5, 5))
+    x = -rng.uniform(1, 2, size=(1, 2, 5, 5)).astype(WIDE_NP)
     for t in (em.tensor(x), em.Var(x)):  # the running-maximum path and the unfold + argmax one
         got = em.nn.max_pool2d(t, 3, 2, 1, ceil_mode=True).numpy()
         np.testing.assert_array_equal(got, F.max_pool2d(torch.tensor(x), 3, 2, 1, ceil_mode=True).numpy())
@@ -105,7 +106,7 @@ def test_adaptive_avg_pool1d_matches_torch(size, rng, device):
 
 
 def test_pool_gradients_by_finite_differences(rng):
-    x = em.tensor(rng.standard_normal((1, 2, 6, 5)))
+    x = em.tensor(rng.standard_normal((1, 2, 6, 5)).astype(WIDE_NP))
     fns = [
         lambda t: em.nn.max_pool2d(t, 3, 2, 1, ceil_mode=True),
         lambda t: em.nn.avg_pool2d(t, 3, 2, 1, ceil_mode=True, count_include_pad=False),
@@ -115,7 +116,7 @@ def test_pool_gradients_by_finite_differences(rng):
         lambda t: em.nn.adaptive_avg_pool1d(t.reshape(2, 30), 7),
     ]
     for fn in fns:
-        assert em.testing.gradcheck(fn, [x])
+        assert gradcheck(fn, [x])
 
 
 def test_pool_modules_match_functions(rng):
@@ -163,7 +164,7 @@ def test_pool_errors():
 @pytest.mark.parametrize("kind", KINDS)
 def test_max_pool2d_without_gradient_matches_torch(kw, kind, rng, device):
     # Untracked inputs take the running-maximum-over-taps path instead of unfold + argmax.
-    x = -rng.uniform(0.5, 3.0, size=(2, 3, 9, 10))  # all negative: a padding zero must never win
+    x = -rng.uniform(0.5, 3.0, size=(2, 3, 9, 10)).astype(WIDE_NP)  # all negative: a padding zero must never win
     compare(lambda t: em.nn.max_pool2d(t, **kw), lambda t: F.max_pool2d(t, **kw), [(2, 3, 9, 10)], em.float64, kind,
             rng, device, grads=False)
     with em.no_grad():
@@ -182,7 +183,7 @@ def test_avg_pool2d_wide_axis_path_matches_torch(kw, rng, monkeypatch):
 
 
 def test_max_pool_without_gradient_never_aliases_or_writes_its_input(rng):
-    x = em.tensor(rng.standard_normal((1, 2, 5, 5)))
+    x = em.tensor(rng.standard_normal((1, 2, 5, 5)).astype(WIDE_NP))
     before = x.numpy().copy()
     with em.no_grad():
         y = em.nn.max_pool2d(x, 1)  # one tap: the result must still be a new storage

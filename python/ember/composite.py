@@ -7,6 +7,7 @@ import math
 import numbers
 import sys
 
+from . import _C
 from . import dtypes as _dt
 from .args import bool_arg, float_arg, int_arg
 from .errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
@@ -37,7 +38,7 @@ def _tri(x, diagonal, upper):
 
 def isclose(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
     """Elementwise closeness ``|a - b| <= atol + rtol * |b|`` (infinities close only to themselves), as
-    ``torch.isclose``; ints compare in float64.
+    ``torch.isclose``; ints compare in float64 (float32 on a device without float64, such as Metal).
 
     Args:
         a: a tensor (or, with b a tensor, an array, list or scalar).
@@ -62,7 +63,9 @@ def isclose(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
         a, b = b, a
     a, b = t._operands(a, b, "isclose")
     if not a.dtype.is_float:
-        a, b = a.to_dtype(_dt.float64), b.to_dtype(_dt.float64)
+        # the widest float the tensors' device holds: Metal refuses float64
+        wide = _dt.float64 if _C.device_supports(a.device.kind, a.device.index, _dt.float64.code) else _dt.float32
+        a, b = a.to_dtype(wide), b.to_dtype(wide)
     with t.no_grad():
         close = (a - b).abs().le(b.abs() * rtol + atol) * b.isfinite()
         close = t.maximum(close, a.eq(b))

@@ -62,14 +62,15 @@ def gradcheck(fn, inputs, eps=1e-6, atol=1e-5, rtol=1e-3):
 
     def args_with(values, as_var):
         args = list(inputs)
-        for i in diff:
-            args[i] = Var(values[i]) if as_var else tensor(values[i])
+        for i in diff:  # on the input's device, not the default one
+            t = tensor(values[i], device=inputs[i].device)
+            args[i] = Var(t) if as_var else t
         return args
 
     args = args_with(base, True)
     outs = _outputs(fn(*args))
     rng = np.random.default_rng(0)
-    weights = [tensor(rng.uniform(0.5, 1.5, o.shape).astype(np.float64)) for o in outs]
+    weights = [tensor(rng.uniform(0.5, 1.5, o.shape).astype(np.float64), device=o.device) for o in outs]
     try:
         grads = _loss(outs, weights).backward()
     except NoGradientPath:  # fn ignores its inputs: every analytic gradient is zero, checked below

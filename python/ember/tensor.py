@@ -177,8 +177,10 @@ class Tensor(TorchNames, CompositeOps):
     def __repr__(self):
         try:
             body = np.array2string(self._np_values(), separator=", ", threshold=200, edgeitems=3, prefix="Tensor(")
-        except EmberError:
-            raise
+        except EmberError as e:  # off the CPU a huge view fails in the host copy's allocation instead
+            if self._device.type == "cpu" or not isinstance(e, (OutOfMemory, EmberValueError)):
+                raise
+            body = "[...]"
         except ValueError:  # a broadcast view bigger than numpy can describe: shape and dtype still print
             body = "[...]"
         extra = "" if self._device.type == "cpu" else f", device={self._device}"
@@ -198,11 +200,15 @@ class Tensor(TorchNames, CompositeOps):
         """A new numpy array with the values (never aliases the tensor)."""
         try:
             return np.array(self._np_values(), copy=True)
-        except EmberError:
-            raise
+        except EmberError as e:
+            # off the CPU the host copy's allocation is what fails for a huge view: the CPU's refusal too
+            if self._device.type == "cpu" or not isinstance(e, (OutOfMemory, EmberValueError)):
+                raise
+            err = e
         except (MemoryError, ValueError) as e:  # a broadcast view can describe far more than memory holds
-            nbytes = self.numel() * self._dtype.itemsize
-            raise OutOfMemory(f"[numpy] cannot copy shape {self.shape} ({nbytes} bytes) into an array: {e}") from None
+            err = e
+        nbytes = self.numel() * self._dtype.itemsize
+        raise OutOfMemory(f"[numpy] cannot copy shape {self.shape} ({nbytes} bytes) into an array: {err}") from None
 
     def __array__(self, dtype=None, copy=None):
         a = self.numpy()
