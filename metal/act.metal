@@ -17,29 +17,22 @@ struct ActArgs {
   long sg[kActDims];
 };
 
-// erf as unary.metal computes it (Metal has none): the Taylor series below 1, Abramowitz-Stegun
-// 7.1.26 above, so gelu's forward and backward agree.
-inline float act_erf(float x) {
-  const float a = fabs(x);
-  if (a < 1.0f) {
-    const float z = x * x;
-    float p = 1.48071928e-08f;
-    p = p * z - 1.63658447e-07f;
-    p = p * z + 1.64621144e-06f;
-    p = p * z - 1.49256504e-05f;
-    p = p * z + 1.20553330e-04f;
-    p = p * z - 8.54832702e-04f;
-    p = p * z + 5.22397763e-03f;
-    p = p * z - 2.68661706e-02f;
-    p = p * z + 1.12837917e-01f;
-    p = p * z - 3.76126389e-01f;
-    p = p * z + 1.12837917e+00f;
-    return x * p;
-  }
-  const float t = 1.0f / (1.0f + 0.3275911f * a);
-  const float poly = t * (0.254829592f + t * (-0.284496736f + t * (1.421413741f + t * (-1.453152027f + t * 1.061405429f))));
-  const float r = 1.0f - poly * exp(-a * a);
-  return x < 0.0f ? -r : r;
+// The normal CDF Phi and density phi as unary.metal's gelu and the CPU compute them (vmath.h,
+// vm_normal_cdf): through erfc, so negative x keep their relative accuracy (0.5 * (1 + erf) cancels from
+// x = -5 on), with z^2 = x^2 / 2 split exactly by an FMA; phi shares e^(-z^2).
+inline float act_normal_cdf(float x, thread float& pdf) {
+  const float y = x * 0.70710678118654752f, z = fabs(y);
+  const float t = 1.0f / (1.0f + 0.5f * z);
+  const float c[9] = {-5.906911567e-02f, 2.845837176e-01f, -4.872074425e-01f, 2.780393660e-01f, -2.657250501e-02f,
+                      2.026508600e-01f, 2.431147397e-01f, 2.823738754e-01f, 2.820864916e-01f};
+  float q = c[0];
+  for (int k = 1; k < 9; ++k) q = q * t + c[k];
+  const float xx = x * x, zz = 0.5f * xx;
+  const float lo = 0.5f * fma(x, x, -xx);
+  const float e = zz <= 87.33f ? exp(-zz) * (1.0f - lo) : 0.0f;  // e^(-z^2); 0 past exp's range (and for NaN)
+  pdf = e * 0.39894228040143267794f;
+  const float half_erfc = 0.5f * (t * q * e);
+  return y > 0.0f ? 1.0f - half_erfc : half_erfc;
 }
 
 struct SigmoidBwd {  // a = y
@@ -53,9 +46,9 @@ struct SiluBwd {
 };
 struct GeluBwd {  // Phi(x) + x * phi(x)
   float operator()(float x) const {
-    const float cdf = 0.5f + 0.5f * act_erf(x * 0.70710678118654752f);
-    const float pdf = exp(-0.5f * x * x) * 0.39894228040143268f;
-    return cdf + x * pdf;
+    float pdf;
+    const float cdf = act_normal_cdf(x, pdf);
+    return fma(x, pdf, cdf);  // one rounding: far left both terms are tiny and nearly cancel
   }
 };
 
