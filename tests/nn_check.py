@@ -69,6 +69,7 @@ def compare(em_fn, torch_fn, shapes, dt, kind, rng, device=None, lo=-3.0, hi=3.0
 def on(device, a):
     """A numpy array as an ember tensor on ``device``; float64 becomes float32 where the device lacks it."""
     a = np.asarray(a)
-    if a.dtype == np.float64 and em.Device(device).kind == "metal":
+    d = em.get_default_device() if device is None else em.Device(device)
+    if a.dtype == np.float64 and not em._C.device_supports(d.kind, d.index, em.float64.code):
         a = a.astype(np.float32)
     return em.tensor(a, device=device)
