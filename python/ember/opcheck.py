@@ -313,8 +313,8 @@ def _check_devices(op, base, ref, report, fail):
 def check_op(op, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
     """Checks a custom op on ``inputs``: forward on contiguous vs strided/offset inputs agrees, the
     output shares no memory with an input (and inputs stay unchanged), unsupported dtypes raise an
-    EmberError, ``bwd`` matches finite differences (float64), every available device agrees with
-    cpu. Returns a CheckOpReport when all pass, else raises CheckOpError listing each failure.
+    EmberError, ``bwd`` matches finite differences (float64), every available device the op defines
+    a forward for (``metal_fwd``) agrees with cpu. Returns a CheckOpReport when all pass, else raises CheckOpError listing each failure.
 
     A ``bwd`` that returns None where the true gradient is nonzero counts as a failure here.
 
