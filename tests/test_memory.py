@@ -15,9 +15,14 @@ MiB = 2**20
 KEYS = {"allocated_bytes", "cached_bytes", "peak_allocated_bytes", "cache_limit_bytes"}
 
 
+def cpu_stats():
+    """The CPU allocator's counters: the cache limit and EMBER_CACHE_LIMIT are the CPU's (None is the CPU)."""
+    return em.memory_stats(em.cpu)
+
+
 @pytest.fixture
 def restore_limit():
-    limit = em.memory_stats()["cache_limit_bytes"]
+    limit = cpu_stats()["cache_limit_bytes"]
     yield
     em.set_cache_limit(limit)
 
@@ -25,7 +30,9 @@ def restore_limit():
 def test_stats_shape_and_totals():
     st = em.memory_stats()
     assert set(st) == KEYS | {"devices"}
-    assert set(st["devices"]) == {"cpu"} and set(st["devices"]["cpu"]) == KEYS
+    # one entry per available device (the emulated Metal device counts when EMBER_METAL=emulate)
+    assert set(st["devices"]) == {"cpu"} | ({"metal:0"} if em.metal_is_available() else set())
+    assert all(set(d) == KEYS for d in st["devices"].values())
     for k in KEYS:  # the totals are the sums over devices
         assert st[k] == sum(d[k] for d in st["devices"].values())
         assert isinstance(st[k], int) and st[k] >= 0
@@ -57,30 +64,30 @@ def test_borrowed_memory_is_not_counted():
 
 def test_empty_cache_keeps_live_tensors(restore_limit):
     em.set_cache_limit(2**31)
-    keep = em.arange(1000.0)
+    keep = em.arange(1000.0, device=em.cpu)
     for _ in range(3):
-        em.zeros(2 * MiB)  # freed at once: into the cache
-    assert em.memory_stats()["cached_bytes"] >= 8 * MiB
+        em.zeros(2 * MiB, device=em.cpu)  # freed at once: into the cache
+    assert cpu_stats()["cached_bytes"] >= 8 * MiB
     em.empty_cache()
-    assert em.memory_stats()["cached_bytes"] == 0
+    assert cpu_stats()["cached_bytes"] == 0
     assert keep.sum().item() == 499500.0
 
 
 def test_set_cache_limit_trims_and_caps(restore_limit):
     em.set_cache_limit(2**31)
-    ts = [em.zeros(MiB) for _ in range(6)]  # 4 MiB each
+    ts = [em.zeros(MiB, device=em.cpu) for _ in range(6)]  # 4 MiB each
     del ts
-    assert em.memory_stats()["cached_bytes"] >= 24 * MiB
+    assert cpu_stats()["cached_bytes"] >= 24 * MiB
     em.set_cache_limit(10 * MiB)
-    st = em.memory_stats()
+    st = cpu_stats()
     assert st["cache_limit_bytes"] == 10 * MiB and st["cached_bytes"] <= 10 * MiB
-    ts = [em.zeros(MiB) for _ in range(6)]
+    ts = [em.zeros(MiB, device=em.cpu) for _ in range(6)]
     del ts
-    assert em.memory_stats()["cached_bytes"] <= 10 * MiB
+    assert cpu_stats()["cached_bytes"] <= 10 * MiB
     em.set_cache_limit(0)  # no caching at all
-    assert em.memory_stats()["cached_bytes"] == 0
-    em.zeros(MiB)
-    assert em.memory_stats()["cached_bytes"] == 0
+    assert cpu_stats()["cached_bytes"] == 0
+    em.zeros(MiB, device=em.cpu)
+    assert cpu_stats()["cached_bytes"] == 0
 
 
 @pytest.mark.parametrize("bad, cls", [(-1, em.EmberValueError), (2**64, em.EmberValueError),
@@ -91,7 +98,7 @@ def test_set_cache_limit_refuses_bad_values(bad, cls):
 
 
 def run_env(value):
-    code = "import ember as em; print(em.memory_stats()['cache_limit_bytes'])"
+    code = "import ember as em; print(em.memory_stats(em.cpu)['cache_limit_bytes'])"
     out = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True, timeout=120,
                          env=dict(os.environ, EMBER_CACHE_LIMIT=value))
     assert out.returncode == 0, out.stderr

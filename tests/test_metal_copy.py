@@ -156,7 +156,7 @@ def cast_inputs(rng, dt):
                          ids=lambda d: d.name)
 def test_casts_of_every_pair_match_the_cpu_bit_for_bit(rng, src, dst):
     vals = cast_inputs(rng, src)
-    c = em.tensor(vals, dtype=src)
+    c = em.tensor(vals, dtype=src, device=em.cpu)  # the CPU reference
     m = metal(c)
     np.testing.assert_array_equal(bits(m.to_dtype(dst).numpy()), bits(c.to_dtype(dst).numpy()))
     # Strided: a reversed, stepped view of a 2-D arrangement.

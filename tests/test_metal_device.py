@@ -36,7 +36,7 @@ def test_emulator_is_available_only_when_asked(monkeypatch):
     assert not em.metal_is_available()
     assert em.metal.backend() is None
     expect_error(lambda: em.zeros(3, device="metal"), "alloc", em.DeviceError)
-    expect_error(lambda: em.ones(3).to_device("metal"), "to_device", em.DeviceError)
+    expect_error(lambda: em.ones(3, device=em.cpu).to_device("metal"), "to_device", em.DeviceError)
     monkeypatch.setenv("EMBER_METAL", " Emulate ")
     assert em.metal_is_available()
 
@@ -63,7 +63,7 @@ def test_creation_matches_cpu(dt):
 def test_arange_is_the_cpus_bit_for_bit():
     for dt in (em.float32, em.float16, em.bfloat16):
         m = em.arange(-1.3, 500.0, 0.37, dtype=dt, device="metal").numpy()
-        c = em.arange(-1.3, 500.0, 0.37, dtype=dt).numpy()
+        c = em.arange(-1.3, 500.0, 0.37, dtype=dt, device=em.cpu).numpy()
         np.testing.assert_array_equal(m.view(np.uint16 if dt.itemsize == 2 else np.uint32),
                                       c.view(np.uint16 if dt.itemsize == 2 else np.uint32))
 
@@ -76,7 +76,7 @@ def test_rand_is_the_cpus_stream(dt):
     em.manual_seed(1234)
     m1, m2 = em.rand(n, dtype=dt, device="metal").numpy(), em.rand(n, dtype=dt, device="metal").numpy()
     em.manual_seed(1234)
-    c1, c2 = em.rand(n, dtype=dt).numpy(), em.rand(n, dtype=dt).numpy()
+    c1, c2 = em.rand(n, dtype=dt, device=em.cpu).numpy(), em.rand(n, dtype=dt, device=em.cpu).numpy()
     np.testing.assert_array_equal(m1, c1)
     np.testing.assert_array_equal(m2, c2)
     assert not np.array_equal(m1, m2)
@@ -88,7 +88,7 @@ def test_rand_interval_follows_the_cpu_and_stays_below_hi(dt):
     em.manual_seed(3)
     m = em.rand(4000, dtype=dt, device="metal", lo=-2.0, hi=5.0).numpy().astype(np.float64)
     em.manual_seed(3)
-    c = em.rand(4000, dtype=dt, lo=-2.0, hi=5.0).numpy().astype(np.float64)
+    c = em.rand(4000, dtype=dt, device=em.cpu, lo=-2.0, hi=5.0).numpy().astype(np.float64)
     ulp = {em.float32: 2**-21, em.float16: 2**-8, em.bfloat16: 2**-5}[dt]  # one ulp near 5
     np.testing.assert_allclose(m, c, rtol=0, atol=ulp)
     assert m.min() >= -2.0 and m.max() < 5.0
@@ -101,7 +101,7 @@ def test_randn_follows_the_cpus_stream():
     em.manual_seed(99)
     m = em.randn(20000, device="metal").numpy().astype(np.float64)
     em.manual_seed(99)
-    c = em.randn(20000).numpy().astype(np.float64)
+    c = em.randn(20000, device=em.cpu).numpy().astype(np.float64)
     # The CPU keeps 53 bits per uniform, Metal 24: the same normals to float rounding.
     np.testing.assert_allclose(m, c, rtol=1e-4, atol=1e-4)
     assert abs(m.mean()) < 0.03 and abs(m.std() - 1) < 0.03
@@ -111,7 +111,7 @@ def test_randn_follows_the_cpus_stream():
 @pytest.mark.parametrize("kind", VIEWS)
 def test_to_device_round_trips_views(rng, dt, kind):
     shape = rand_shape(rng, 3)
-    t, ref = make_view(rng, shape, dt, kind)
+    t, ref = make_view(rng, shape, dt, kind, device=em.cpu)
     m = t.to_device("metal")
     assert m.device == em.Device("metal") and m.is_contiguous() and m.shape == shape
     np.testing.assert_array_equal(m.numpy(), ref)
@@ -138,7 +138,7 @@ def test_numpy_tolist_item_repr_of_a_metal_tensor():
 
 
 def test_to_device_is_differentiable_both_ways():
-    x = em.Var(em.tensor([1.0, -2.0, 3.0]))
+    x = em.Var(em.tensor([1.0, -2.0, 3.0], device=em.cpu))
     y = x.to_device("metal").to_device("cpu")
     loss = (y * y).sum()
     grads = loss.backward()
@@ -163,7 +163,7 @@ def test_float64_is_refused_before_anything_is_allocated():
                    (lambda: em.arange(4, dtype=em.float64, device="metal"), "arange"),
                    (lambda: em.rand(4, dtype=em.float64, device="metal"), "rand"),
                    (lambda: em.randn(4, dtype=em.float64, device="metal"), "randn"),
-                   (lambda: em.ones(4, dtype=em.float64).to_device("metal"), "to_device"),
+                   (lambda: em.ones(4, dtype=em.float64, device=em.cpu).to_device("metal"), "to_device"),
                    (lambda: m.to_dtype(em.float64), "to_dtype"),
                    (lambda: em.MetalStorage.empty(4, em.float64), "empty")):
         e = expect_error(fn, op, em.DTypeError)
@@ -174,10 +174,11 @@ def test_float64_is_refused_before_anything_is_allocated():
 # ----------------------------------------------------------------------------- device mismatch
 def test_mixing_devices_in_one_op_raises():
     m = em.ones((2, 3), device="metal")
-    c = em.ones((2, 3))
+    c = em.ones((2, 3), device=em.cpu)
     expect_error(lambda: m + c, "add", em.DeviceError)
     expect_error(lambda: em.cat([m, c], 0), "cat", em.DeviceError)
-    expect_error(lambda: em.where(em.ones(3, dtype=em.uint8), em.ones(3, device="metal"), em.ones(3)), "where",
+    expect_error(lambda: em.where(em.ones(3, dtype=em.uint8, device=em.cpu), em.ones(3, device="metal"),
+                                 em.ones(3, device=em.cpu)), "where",
                  em.DeviceError)
     expect_error(lambda: m.slice_set(c, 0, 0), "slice_set", em.DeviceError)
     assert "device mismatch" in str(expect_error(lambda: c @ m.transpose(0, 1), "matmul", em.DeviceError))
@@ -244,7 +245,7 @@ def test_memory_limit_raises_out_of_memory():
         em.metal.set_memory_limit(em.metal.memory_stats()["allocated"] + (1 << 20))
         e = expect_error(lambda: em.zeros(1 << 20, device="metal"), "alloc", em.OutOfMemory)
         assert "out of memory" in str(e) and "metal:0" in str(e)
-        expect_error(lambda: em.ones(1 << 20).to_device("metal"), "to_device", em.OutOfMemory)
+        expect_error(lambda: em.ones(1 << 20, device=em.cpu).to_device("metal"), "to_device", em.OutOfMemory)
         small = em.zeros(16, device="metal")  # the device is still usable
         np.testing.assert_array_equal(small.numpy(), np.zeros(16, np.float32))
     finally:
@@ -326,7 +327,7 @@ def test_compile_error_carries_the_log_and_nothing_runs():
 
 
 def test_dispatch_rejects_storages_of_other_devices():
-    c = em.zeros(4)._storage
+    c = em.zeros(4, device=em.cpu)._storage
     with pytest.raises(em.DeviceError, match=r"^\[metal\] argument 0"):
         _C._metal_dispatch(SRC, "test_device.metal", "add_one", [("inout", c)], [4], [4])
 
@@ -408,7 +409,7 @@ def test_custom_ops_dispatch_to_metal_fwd(rng):
     np.testing.assert_array_equal(y.numpy(), 3 * ref.T)
     expect_error(lambda: t.apply_op1(WrongDevice()), "wrong_device", em.DeviceError)
     expect_error(lambda: t.apply_op1(NoMetal()), "no_metal", em.UnsupportedOp)
-    expect_error(lambda: t.apply_op2(em.ones((7, 5)), _Add2()), "add2", em.DeviceError)
+    expect_error(lambda: t.apply_op2(em.ones((7, 5), device=em.cpu), _Add2()), "add2", em.DeviceError)
 
 
 class _Add2(em.CustomOp2):

@@ -97,8 +97,19 @@ def test_check_op_passes_a_good_op_and_reports_what_it_checked():
     rep = em.testing.check_op(Softplus(), em.randn(4, 3))
     assert {"forward", "aliasing", "strided", "dtypes", "backward"} <= set(rep.passed)
     assert em.float64 in rep.supported_dtypes and em.int64 not in rep.supported_dtypes
-    assert ("devices" in rep.passed) == em.metal_is_available()
+    assert "devices" in dict(rep.skipped)  # no metal_fwd (or no Metal): no claim to compare
     assert "softplus" in repr(rep)
+
+
+def test_check_op_compares_every_device_the_op_has_a_forward_for():
+    import pathlib
+    import runpy
+
+    path = pathlib.Path(__file__).resolve().parents[1] / "examples" / "softplus.py"
+    op = runpy.run_path(str(path))["Softplus"]()  # cpu_fwd and a metal_fwd kernel
+    rep = em.testing.check_op(op, em.randn(4, 3))
+    assert ("devices" in rep.passed) == em.metal_is_available(), rep
+    assert ("devices" in dict(rep.skipped)) != em.metal_is_available(), rep
 
 
 def test_check_op_accepts_int_inputs_and_numpy_data():

@@ -307,7 +307,7 @@ def test_index_ops_bad_ids():
     src = em.ones(1, 4)
     raises(em.IndexOutOfRange, "scatter_add", t.scatter_add, em.tensor([[7, 0, 0, 0]]), src, 0)
     raises(em.IndexOutOfRange, "scatter_add", t.scatter_add, em.tensor([[-7, 0, 0, 0]]), src, 0)
-    raises(em.DTypeError, "scatter_add", t.scatter_add, em.tensor([[0, 0, 0, 0]]), src.to_dtype(em.float64), 0)
+    raises(em.DTypeError, "scatter_add", t.scatter_add, em.tensor([[0, 0, 0, 0]]), src.to_dtype(em.float16), 0)
     raises(em.DTypeError, "scatter_add", t.scatter_add, em.tensor([[0.0, 0, 0, 0]]), src, 0)
     raises(em.IndexOutOfRange, "index_add", t.index_add, em.tensor([3]), src, 0)
     raises(em.ShapeError, "index_add", t.index_add, em.tensor([0]), em.ones(5, 5), 0)
@@ -322,7 +322,7 @@ def test_matmul_zero_size_and_mismatch():
     assert (em.zeros(2, 0, 3) @ em.zeros(3, 5)).shape == (2, 0, 5)
     raises(em.ShapeError, "matmul", em.zeros(2, 3).matmul, em.zeros(4, 5))
     raises(em.ShapeError, "matmul", em.tensor(1.0).matmul, em.tensor(2.0))
-    raises(em.DTypeError, "matmul", em.zeros(2, 3).matmul, em.zeros(3, 2, dtype=em.float64))
+    raises(em.DTypeError, "matmul", em.zeros(2, 3).matmul, em.zeros(3, 2, dtype=em.float16))
     raises(em.ShapeError, "matmul", em.zeros(2, 2, 3).matmul, em.zeros(3, 3, 2))
 
 
@@ -346,7 +346,7 @@ def test_mismatched_dtypes():
     raises(em.DTypeError, "mean", em.zeros(3, dtype=em.int64).mean)
     raises(em.ShapeError, "max", em.zeros(0).max)
     raises(em.DTypeError, "rand", em.rand, 3, dtype=em.int64)
-    raises(em.DeviceError, "to_device", em.zeros(2).to_device, "metal")
+    raises(em.DeviceError, "to_device", em.zeros(2).to_device, "metal:3")  # no such device, emulated or not
 
 
 @pytest.mark.parametrize("data", [[[1, 2], [3]], [object()], [1 + 2j], ["a"], "abc", b"abc", None, {1: 2}, [2**70],
@@ -484,6 +484,7 @@ def test_wrong_argument_types():
     raises(em.EmberError, "apply_op1", em.ones(3).apply_op1, 5)
 
 
+@pytest.mark.cpu_only(reason="DLPack export of host memory")
 def test_dlpack_consumer_error_survives_our_deleter():
     # numpy cannot hold bfloat16: it calls our deleter while its own error is pending. That error
     # must reach the caller (it used to be swallowed, giving SystemError), and nothing may leak.

@@ -5,6 +5,9 @@ import pytest
 
 import ember as em
 
+# Every case writes or exports host memory (writable numpy views of CpuStorage, cpu_fwd custom ops, DLPack).
+pytestmark = pytest.mark.cpu_only
+
 
 def square_sum():
     x = em.Var(em.tensor([1.0, 2.0, 3.0]))
@@ -47,7 +50,6 @@ def test_slice_of_a_view_keeps_it_open():
     raises_modified(y)
 
 
-@pytest.mark.cpu_only
 def test_writable_as_numpy_counts():
     x, y = square_sum()
     x.storage.as_numpy(x.layout, writable=True)[:] = 0
@@ -78,7 +80,6 @@ def test_custom_op_writing_its_input(how):
     raises_modified(y)
 
 
-@pytest.mark.cpu_only
 def test_read_only_access_raises_nothing():
     x = em.Var(em.tensor([1.0, 2.0, 3.0]))
     before = x.storage.numpy()  # opened and closed before the op: a write then is seen by the op itself
@@ -91,7 +92,6 @@ def test_read_only_access_raises_nothing():
     assert y.backward()[x].tolist() == [2.0, 4.0, 6.0]
 
 
-@pytest.mark.cpu_only
 def test_custom_op_writing_its_own_output_is_fine():
     class Double(em.CustomOp1):
         name = "double_out"
@@ -109,7 +109,6 @@ def test_custom_op_writing_its_own_output_is_fine():
     assert y.backward()[x].tolist() == [4.0, 8.0, 12.0]
 
 
-@pytest.mark.cpu_only
 def test_read_only_view_cannot_be_made_writable():
     x, _ = square_sum()
     v = x.storage.as_numpy(x.layout)
@@ -117,7 +116,6 @@ def test_read_only_view_cannot_be_made_writable():
         v.flags.writeable = True
 
 
-@pytest.mark.cpu_only
 def test_dlpack_export_of_a_saved_tensor_is_read_only():
     x, y = square_sum()
     a = np.from_dlpack(x)
@@ -127,7 +125,6 @@ def test_dlpack_export_of_a_saved_tensor_is_read_only():
     assert y.backward()[x].tolist() == [2.0, 4.0, 6.0]
 
 
-@pytest.mark.cpu_only
 def test_dlpack_export_of_an_unsaved_tensor_stays_writable():
     t = em.tensor([1.0, 2.0, 3.0])
     a = np.from_dlpack(t)
@@ -136,7 +133,6 @@ def test_dlpack_export_of_an_unsaved_tensor_stays_writable():
     assert t.tolist() == [5.0, 2.0, 3.0]  # zero-copy both ways
 
 
-@pytest.mark.cpu_only
 def test_dlpack_copy_export_of_a_saved_tensor_is_writable():
     x, _ = square_sum()
     cap = x.__dlpack__(max_version=(1, 0), copy=True)
