@@ -247,7 +247,7 @@ def _check_backward(op, base, report, fail, eps, atol, rtol, rng):
     vs = [Var(t) if i in floats else t for i, t in enumerate(ts)]
     try:
         res = getattr(vs[0], f"apply_op{len(vs)}")(*vs[1:], op)
-        grads = (res * tensor(w, dtype=res.dtype)).sum().backward()
+        grads = (res * tensor(w, dtype=res.dtype, device=res.device)).sum().backward()
     except Exception as e:  # noqa: BLE001
         fail("backward", f"backward raised {_describe(e)}")
         return
@@ -266,7 +266,7 @@ def _check_backward(op, base, report, fail, eps, atol, rtol, rng):
                 xp = flat.copy()
                 xp[j] += sign * e
                 tp = list(ts)
-                tp[i] = tensor(xp.reshape(x.shape), dtype=dt)
+                tp[i] = tensor(xp.reshape(x.shape), dtype=dt, device=ts[i].device)
                 num += sign * _loss(op, tp, w)
             num /= 2 * e
             got = analytic.reshape(-1)[j]
@@ -334,7 +334,7 @@ def check_op(op, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
     if len(inputs) != op._arity:
         raise EmberValueError(f"[check_op] {op.name} takes {op._arity} input(s), got {len(inputs)}")
     with no_grad():
-        base = [(t if isinstance(t, Tensor) else tensor(t)).to_device("cpu").copy().detach() for t in inputs]
+        base = [(t if isinstance(t, Tensor) else tensor(t, device="cpu")).to_device("cpu").copy().detach() for t in inputs]
     report = CheckOpReport(op.name)
     failures = []
 
