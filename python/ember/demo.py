@@ -214,7 +214,8 @@ def check_custom_op():
     """gradcheck of the SwiGLU custom op (float64 central differences against its bwd), then
     check_op (strided inputs, aliasing, dtypes, devices). Returns check_op's one-line summary."""
     em.manual_seed(7)
-    gate, up = em.randn(4, 6) * 3.0, em.randn(4, 6)
+    # on the CPU whatever the default device: the float64 central differences need a float64 device
+    gate, up = em.randn(4, 6, device=em.cpu) * 3.0, em.randn(4, 6, device=em.cpu)
     em.testing.gradcheck(swiglu, [gate, up])
     return str(em.testing.check_op(SwiGLU(), gate, up)).splitlines()[0]
 
