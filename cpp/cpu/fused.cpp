@@ -285,17 +285,23 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, 
 }
 
 // ================================ activations' backward ==========================================
-Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg) {
+Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg, double p0,
+            double p1) {
   const FusedTable& t = fused_kernels();
   const int d = fi(a.dtype());
-  EltBwdFn fn = nullptr;
+  EltBwdFn efn = nullptr;
+  ActBwdFn pfn = kind < ActKind::Count ? t.act_bwd[(int)kind][d] : nullptr;  // the kinds with parameters
   switch (kind) {
-    case ActKind::Sigmoid: fn = t.sigmoid_bwd[d]; break;
-    case ActKind::Silu: fn = t.silu_bwd[d]; break;
-    case ActKind::Gelu: fn = t.gelu_bwd[d]; break;
-    case ActKind::Count: break;
+    case ActKind::Sigmoid: efn = t.sigmoid_bwd[d]; break;
+    case ActKind::Silu: efn = t.silu_bwd[d]; break;
+    case ActKind::Gelu: efn = t.gelu_bwd[d]; break;
+    default: break;
   }
-  EMBER_CHECK(fn, Value, "[", act_name(kind), "_bwd] unknown activation");
+  EMBER_CHECK(efn || pfn, Value, "[", act_name(kind), "_bwd] unknown activation");
+  auto fn = [&](const void* ap, const void* gp, void* op, int64_t m) {
+    if (efn) efn(ap, gp, op, m);
+    else pfn(ap, gp, op, m, p0, p1);
+  };
   const int64_t n = la.numel(), isz = (int64_t)itemsize(a.dtype());
   auto dx = new_cpu(a.dtype(), n);
   auto ca = la.contiguous_offsets(), cg = lg.contiguous_offsets();
@@ -547,8 +553,9 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::layer_norm_bwd(const 
   if (!w) return {std::get<0>(r), nullptr, nullptr};
   return r;
 }
-StoragePtr CpuStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) const {
-  return cpu::act_bwd(kind, *this, l, as_cpu(g), lg);
+StoragePtr CpuStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg,
+                               double p0, double p1) const {
+  return cpu::act_bwd(kind, *this, l, as_cpu(g), lg, p0, p1);
 }
 std::tuple<StoragePtr, StoragePtr> CpuStorage::sdpa_fwd(const SdpaArgs& a) const {
   auto m = sdpa_mask(a);
