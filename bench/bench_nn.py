@@ -1,5 +1,6 @@
 """nn layers at model shapes beside torch (CPU, same thread count): norms, pooling, resampling, attention
-and a ResNet basic block, forward and forward + backward, as a markdown table.
+and a ResNet basic block, forward and forward + backward, as a markdown table; then the activations
+beside torch and MLX (where MLX has the op and is installed), in a second table.
 
     python bench/bench_nn.py [--threads N] [--reps R] [--only SUBSTRING]
 
@@ -126,9 +127,6 @@ def main():
          lambda: [f32(4, 256, 512)]),
         ("ResNet basic block (conv3x3-BN-ReLU x2 + skip, N=8, C=64, 56x56)", em_block, torch_block,
          lambda: [f32(8, 64, 56, 56), f32(64, 64, 3, 3) * 0.05, f32(64, 64, 3, 3) * 0.05]),
-        ("gelu tanh (4 x 1024 x 1024)", lambda x: em.nn.functional.gelu(x, approximate="tanh"),
-         lambda x: F.gelu(x, approximate="tanh"), lambda: [f32(4, 1024, 1024)]),
-        ("mish (4 x 1024 x 1024)", em.nn.mish, F.mish, lambda: [f32(4, 1024, 1024)]),
         ("cross_entropy smoothing 0.1 (4096 x 32000)",
          lambda x: em.nn.cross_entropy(x, em.tensor(tgt), label_smoothing=0.1),
          lambda x: F.cross_entropy(x, torch.tensor(tgt), label_smoothing=0.1), lambda: [f32(4096, 32000) * 0.1]),
@@ -141,6 +139,85 @@ def main():
     for name, ef, tf, make in rows:
         if args.only in name:
             row(name, ef, tf, make)
+    activations(rng)
+
+
+def mlx_pair(mlx_fn, arrays):
+    """(forward, forward + backward) calls of an MLX function on copies of ``arrays``; None without MLX."""
+    try:
+        import mlx.core as mx
+    except ImportError:
+        return None
+    xs = [mx.array(a) for a in arrays]
+    grad = mx.grad(lambda *v: mlx_fn(*v).sum(), argnums=list(range(len(xs))))
+    return (lambda: mx.eval(mlx_fn(*xs))), (lambda: mx.eval(grad(*xs)))
+
+
+def act_row(name, em_fn, torch_fn, mlx_fn, make):
+    """One activation row: ember, torch and MLX (a dash where MLX lacks the op), fwd and fwd + bwd."""
+    arrays = make()
+    ev, tv = [em.Var(a) for a in arrays], [torch.tensor(a, requires_grad=True) for a in arrays]
+    ec, tc = [em.tensor(a) for a in arrays], [torch.tensor(a) for a in arrays]
+
+    def em_fwd():
+        with em.no_grad():
+            em_fn(*ec)
+
+    def torch_fwd():
+        with torch.no_grad():
+            torch_fn(*tc)
+
+    def em_both():
+        em_fn(*ev).sum().backward()
+
+    def torch_both():
+        for t in tv:
+            t.grad = None
+        torch_fn(*tv).sum().backward()
+
+    m = mlx_pair(mlx_fn, arrays) if mlx_fn is not None else None
+    fwd = median_ms([em_fwd, torch_fwd] + ([m[0]] if m else []), args.reps)
+    both = median_ms([em_both, torch_both] + ([m[1]] if m else []), args.reps)
+    cells = []
+    for e, t, *x in (fwd, both):
+        cells += [f"{e:.2f} ms", f"{t:.2f} ms", f"{x[0]:.2f} ms" if x else "-", f"{t / e:.2f}x"]
+    print(f"| {name} | " + " | ".join(cells) + " |", flush=True)
+
+
+def activations(rng):
+    def f32(*shape):
+        return rng.standard_normal(shape).astype(np.float32) * 3
+
+    try:
+        import mlx.nn as mnn
+    except ImportError:
+        mnn = None
+
+    def mx_fn(name, **kw):
+        f = getattr(mnn, name, None) if mnn is not None else None
+        return (lambda x: f(x, **kw)) if f is not None else None
+
+    shape = (4, 1024, 1024)
+    rows = [
+        ("gelu tanh", lambda x: em.nn.functional.gelu(x, approximate="tanh"),
+         lambda x: F.gelu(x, approximate="tanh"), mx_fn("gelu_approx")),
+        ("mish", em.nn.mish, F.mish, mx_fn("mish")),
+        ("elu", em.nn.elu, F.elu, mx_fn("elu")),
+        ("leaky_relu 0.01", em.nn.leaky_relu, F.leaky_relu, mx_fn("leaky_relu")),
+        ("softplus", em.nn.softplus, F.softplus, mx_fn("softplus")),
+        ("softplus beta=2, threshold=10", lambda x: em.nn.softplus(x, 2.0, 10.0), lambda x: F.softplus(x, 2.0, 10.0),
+         None),
+        ("hardswish", em.nn.hardswish, F.hardswish, mx_fn("hardswish")),
+        ("hardsigmoid", em.nn.hardsigmoid, F.hardsigmoid, None),
+    ]
+    print(f"\n# activations, float32 {' x '.join(map(str, shape))}, {args.threads} threads")
+    print("| case | ember fwd | torch fwd | MLX fwd | torch / ember | ember fwd+bwd | torch fwd+bwd | MLX fwd+bwd "
+          "| torch / ember |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for name, ef, tf, mf in rows:
+        name = f"{name} ({' x '.join(map(str, shape))})"
+        if args.only in name:
+            act_row(name, ef, tf, mf, lambda: [f32(*shape)])
 
 
 if __name__ == "__main__":

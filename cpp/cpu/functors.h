@@ -70,9 +70,24 @@ struct ULeakyRelu {  // p0 = negative_slope
 // bx = 89 on, with a threshold raised past it); the derivative is sigmoid(bx).
 struct USoftplus {
   static constexpr bool kFloatOnly = true;
+  // log(1 + t) for t = e^-|bx| in [0, 1]: u = 1 + t lies in [1, 2], so vm_log's reduction is one select
+  // (m = u or u / 2 around sqrt(2), f = m - 1 exact) and u's rounding is corrected to first order by
+  // (t - (u - 1)) / u, the two differences exact; no special values reach it (NaN passes through).
+  static inline float log1p_unit(float t) {
+    const float u = 1.0f + t;
+    const bool big = u > 1.41421356f;
+    const float m = big ? u * 0.5f : u, f = m - 1.0f, z = f * f, ef = big ? 1.0f : 0.0f;
+    const float p = vm_horner(f, {7.0376836292e-2f, -1.1514610310e-1f, 1.1676998740e-1f, -1.2420140846e-1f,
+        1.4249322787e-1f, -1.6668057665e-1f, 2.0000714765e-1f, -2.4999993993e-1f, 3.3333331174e-1f});
+    float y = f * z * p + ef * -2.12194440e-4f - 0.5f * z;
+    return f + y + ef * 0.693359375f + (t - (u - 1.0f)) / u;
+  }
   template <typename C> static inline C f(C x, C p0, C p1) {
     const C bx = x * p0, ax = bx < C(0) ? C(0) - bx : bx;
-    const C sp = (bx > C(0) ? bx : C(0)) + fm_log1p<C>(fm_exp<C>(C(0) - ax));
+    C l;
+    if constexpr (std::is_same_v<C, float>) l = log1p_unit(vm_exp(-ax));
+    else l = std::log1p(std::exp(-ax));
+    const C sp = (bx > C(0) ? bx : C(0)) + l;
     return bx > p1 ? x : sp / p0;
   }
   template <typename C> static inline C d(C x, C p0, C p1) {
