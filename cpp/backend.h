@@ -29,7 +29,11 @@ struct Device {
 enum class UnaryOp : uint8_t {
   Exp, Log, Sin, Cos, Tanh, Sqrt, Sqr, Abs, Neg, Recip, Relu, Gelu, Silu, Erf, Ceil, Floor, Round,
   Sign, Sigmoid, Affine, Powf, Clamp, Log1p, Expm1, Rsqrt, Log2, Log10, Tan, Sinh, Cosh, Asin, Acos, Atan,
-  Trunc, Count
+  Trunc,
+  // The activations with parameters: elu (p0 alpha), leaky_relu (p0 slope), softplus (p0 beta, p1
+  // threshold), mish, hardswish, hardsigmoid, gelu's tanh form; float only.
+  Elu, LeakyRelu, Softplus, Mish, Hardswish, Hardsigmoid, GeluTanh,
+  Count
 };
 // FloorDiv and Rem follow Python/numpy: the quotient rounds toward -inf and the remainder takes the
 // divisor's sign; integer x // 0 and x % 0 give 0 (numpy's result, without its warning).
@@ -47,7 +51,8 @@ inline bool is_cmp(BinaryOp op) { return op >= BinaryOp::Eq; }
 inline constexpr const char* kUnaryNames[kNumUnary] = {
     "exp",   "log",  "sin",   "cos",  "tanh",    "sqrt",   "sqr",  "abs",   "neg",   "recip", "relu", "gelu",
     "silu",  "erf",  "ceil",  "floor", "round",  "sign",   "sigmoid", "affine", "powf", "clamp", "log1p", "expm1",
-    "rsqrt", "log2", "log10", "tan",  "sinh",    "cosh",   "asin", "acos",  "atan",  "trunc"};
+    "rsqrt", "log2", "log10", "tan",  "sinh",    "cosh",   "asin", "acos",  "atan",  "trunc",
+    "elu", "leaky_relu", "softplus", "mish", "hardswish", "hardsigmoid", "gelu_tanh"};
 inline constexpr const char* kBinaryNames[kNumBinary] = {
     "add", "sub", "mul", "div", "maximum", "minimum", "pow", "floor_divide", "remainder",
     "eq",  "ne",  "lt",  "le",  "gt",      "ge"};
@@ -74,8 +79,13 @@ class BackendStorage;
 using StoragePtr = std::shared_ptr<BackendStorage>;
 
 // The activations with a fused backward; act_bwd's `a` is y (the forward output) for Sigmoid, x otherwise.
-enum class ActKind : uint8_t { Sigmoid, Silu, Gelu, Count };
-const char* act_name(ActKind kind);  // "sigmoid", "silu", "gelu"
+// The kinds from Elu on take the forward's scalar parameters p0, p1 (as their UnaryOp does).
+enum class ActKind : uint8_t {
+  Sigmoid, Silu, Gelu,
+  Elu, LeakyRelu, Softplus, Mish, Hardswish, Hardsigmoid, GeluTanh,
+  Count
+};
+const char* act_name(ActKind kind);  // "sigmoid", "silu", "gelu", "elu", ..., "gelu_tanh" (the UnaryOp names)
 // The operands of scaled dot-product attention: q (B, H, Lq, D) or (B, Lq, D), k/v with a head count
 // dividing q's, an optional mask broadcastable to (B, H, Lq, Lk) (additive float, or uint8 0 = masked).
 struct SdpaArgs {
@@ -174,8 +184,9 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
                                                                         const BackendStorage& rstd,
                                                                         const BackendStorage& g,
                                                                         const Layout& lg) const = 0;
-  // dx = g * f'(a); this = a (see ActKind).
-  virtual StoragePtr act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) const = 0;
+  // dx = g * f'(a); this = a (see ActKind); p0, p1: the forward's parameters (ignored by the first three).
+  virtual StoragePtr act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg, double p0,
+                             double p1) const = 0;
   // this = *a.q. Returns (out, lse).
   virtual std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a) const = 0;
   // this = *a.q; o, lse: the forward's outputs; g: out's gradient. Returns (dq, dk, dv).

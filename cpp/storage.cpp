@@ -18,7 +18,8 @@ std::string Device::str() const {
 }
 
 const char* act_name(ActKind kind) {
-  static const char* n[] = {"sigmoid", "silu", "gelu"};
+  static const char* n[(int)ActKind::Count] = {"sigmoid", "silu", "gelu", "elu", "leaky_relu", "softplus",
+                                               "mish", "hardswish", "hardsigmoid", "gelu_tanh"};
   return n[(int)kind];
 }
 

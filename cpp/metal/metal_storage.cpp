@@ -116,8 +116,9 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::layer_norm_bwd(
     const BackendStorage& rstd, const BackendStorage& g, const Layout& lg) const {
   return ops::layer_norm_bwd(*this, l, w, lw, mean, rstd, g, lg);
 }
-StoragePtr MetalStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) const {
-  return ops::act_bwd(*this, kind, l, g, lg);
+StoragePtr MetalStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg,
+                                 double p0, double p1) const {
+  return ops::act_bwd(*this, kind, l, g, lg, p0, p1);
 }
 std::tuple<StoragePtr, StoragePtr> MetalStorage::sdpa_fwd(const SdpaArgs& a) const { return ops::sdpa_fwd(*this, a); }
 std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,

@@ -62,7 +62,8 @@ class MetalStorage final : public BackendStorage {
                                                                 const Layout* lw, const BackendStorage& mean,
                                                                 const BackendStorage& rstd, const BackendStorage& g,
                                                                 const Layout& lg) const override;
-  StoragePtr act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) const override;
+  StoragePtr act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg, double p0,
+                     double p1) const override;
   std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a) const override;
   std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,
                                                           const Layout& lo, const BackendStorage& lse,

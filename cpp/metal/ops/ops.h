@@ -57,7 +57,8 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const MetalStorage
                                                               const BackendStorage* w, const Layout* lw,
                                                               const BackendStorage& mean, const BackendStorage& rstd,
                                                               const BackendStorage& g, const Layout& lg);
-StoragePtr act_bwd(const MetalStorage& s, ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg);
+StoragePtr act_bwd(const MetalStorage& s, ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg,
+                   double p0, double p1);
 std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const MetalStorage& s, const SdpaArgs& a);
 std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const MetalStorage& s, const SdpaArgs& a,
                                                         const BackendStorage& o, const Layout& lo,
