@@ -75,6 +75,31 @@ struct ConvGeom {
   int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
 };
 
+// Pooling over (n, c, h, w) planes (1-D is h == kh == 1). Max and Avg: windows of (kh, kw) taps at
+// stride (sh, sw) starting at -ph / -pw, taps dilated by (dh, dw) (1 for Avg), output (oh, ow) (ceil_mode
+// is in the output size). Max pads with -inf and returns torch's flat indices into h*w (its first maximum
+// in row-major order; a NaN wins); Avg pads with zeros and divides by `divisor` when > 0, else by the
+// window's size clipped to the padded input (count_include_pad) or to the input. AdaptiveAvg averages
+// torch's windows [floor(i*h/oh), ceil((i+1)*h/oh)) and ignores kernel, stride, padding and dilation.
+enum class PoolKind : uint8_t { Max, Avg, AdaptiveAvg, Count };
+inline constexpr const char* kPoolNames[(int)PoolKind::Count] = {"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"};
+struct PoolGeom {
+  int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+  int64_t divisor;  // Avg's divisor_override, 0 for none
+  bool count_include_pad;
+};
+// Resampling (n, c, h, w) planes to (oh, ow) (1-D is h == oh == 1) by torch's source-index rules: Nearest
+// floor(dst * scale) (the identity when the sizes match, dst / 2 when out == 2 * in), NearestExact
+// floor((dst + 0.5) * scale), Linear two taps per dim (align_corners maps the corner centres onto each
+// other). sf_h / sf_w: the user's scale factor (scale = 1 / sf), or 0 for scale = in / out.
+enum class UpsampleMode : uint8_t { Nearest, NearestExact, Linear, Count };
+inline constexpr const char* kUpsampleNames[(int)UpsampleMode::Count] = {"nearest", "nearest-exact", "linear"};
+struct UpsampleGeom {
+  int64_t n, c, h, w, oh, ow;
+  double sf_h, sf_w;
+  bool align_corners;
+};
+
 class BackendStorage;
 using StoragePtr = std::shared_ptr<BackendStorage>;
 
@@ -160,6 +185,18 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   virtual StoragePtr im2col(const Layout& l, const ConvGeom& g) const = 0;
   // The adjoint: this (n, c*kh*kw, oh*ow), contiguous, summed back into (n, c, h, w) (col2im, fold).
   virtual StoragePtr col2im(const ConvGeom& g) const = 0;
+  // Pooling (see PoolGeom): this (n, c, h, w) through l -> (values (n, c, oh, ow), Max's int64 indices
+  // when `with_indices`, else null).
+  virtual std::tuple<StoragePtr, StoragePtr> pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
+                                                    bool with_indices) const = 0;
+  // Its gradient: this = the output's gradient (n, c, oh, ow) through lg; ids: Max's indices (contiguous;
+  // one outside h*w adds nowhere), null otherwise. Returns dx (n, c, h, w).
+  virtual StoragePtr pool2d_bwd(PoolKind kind, const Layout& lg, const BackendStorage* ids,
+                                const PoolGeom& g) const = 0;
+  // Resampling (see UpsampleGeom): this (n, c, h, w) through l -> (n, c, oh, ow); the gradient: this =
+  // the output's gradient (n, c, oh, ow) through lg -> dx (n, c, h, w).
+  virtual StoragePtr upsample(UpsampleMode mode, const Layout& l, const UpsampleGeom& g) const = 0;
+  virtual StoragePtr upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const = 0;
 
   // ---- fused kernels. Called on x's (q's) storage; every other operand is on the same device and
   // every check is done by the entry points in fused.cpp. Outputs are new dense storages in the input

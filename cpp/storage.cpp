@@ -459,3 +459,97 @@ std::tuple<StoragePtr, StoragePtr, Layout> scan(ScanOp op, const BackendStorage&
 }
 
 }  // namespace ember
+
+namespace ember {
+namespace {
+// The checks pool2d and its backward share: a known kind, positive sizes, torch's window rules (padding at
+// most half the kernel, the last window starts inside the input or its left padding), and element counts
+// an int64 holds.
+const char* check_pool_geom(PoolKind kind, const PoolGeom& g) {
+  EMBER_CHECK(kind < PoolKind::Count, Value, "[pool2d] unknown pooling kind ", (int)kind);
+  const char* op = kPoolNames[(int)kind];
+  EMBER_CHECK(g.n >= 0 && g.c >= 0 && g.h >= 1 && g.w >= 1 && g.oh >= 1 && g.ow >= 1, Shape, "[", op,
+              "] expected positive spatial sizes, got input (", g.h, ", ", g.w, "), output (", g.oh, ", ", g.ow, ")");
+  checked_numel({g.n, g.c, g.h, g.w}, op);
+  checked_numel({g.n, g.c, g.oh, g.ow}, op);
+  if (kind == PoolKind::AdaptiveAvg) return op;
+  EMBER_CHECK(g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1 && g.dh >= 1 && g.dw >= 1, Value, "[", op,
+              "] kernel size, stride and dilation must be positive, got kernel (", g.kh, ", ", g.kw, "), stride (",
+              g.sh, ", ", g.sw, "), dilation (", g.dh, ", ", g.dw, ")");
+  EMBER_CHECK(kind == PoolKind::Max || (g.dh == 1 && g.dw == 1), Value, "[", op, "] has no dilation");
+  EMBER_CHECK(g.ph >= 0 && g.pw >= 0 && g.ph <= g.kh / 2 && g.pw <= g.kw / 2, Value, "[", op, "] padding (", g.ph,
+              ", ", g.pw, ") must be non-negative and at most half the kernel (", g.kh, ", ", g.kw, ")");
+  EMBER_CHECK(g.divisor >= 0, Value, "[", op, "] divisor_override must be positive, got ", g.divisor);
+  // torch lets a ceil_mode window overhang the padded input; the kernels clip every window to the input
+  EMBER_CHECK((g.oh - 1) * g.sh < g.h + g.ph && (g.ow - 1) * g.sw < g.w + g.pw,
+              Shape, "[", op, "] output (", g.oh, ", ", g.ow, ") does not fit the input (", g.h, ", ", g.w,
+              ") with kernel (", g.kh, ", ", g.kw, "), stride (", g.sh, ", ", g.sw, "), padding (", g.ph, ", ", g.pw,
+              "), dilation (", g.dh, ", ", g.dw, ")");
+  return op;
+}
+
+void check_float_planes(const BackendStorage& s, const Layout& l, const Shape& want, const char* op,
+                        const char* what) {
+  check_in_bounds(s, l, op);
+  EMBER_CHECK(is_float(s.dtype()), DType, "[", op, "] expected a float ", what, ", got ", dtype_name(s.dtype()));
+  EMBER_CHECK(l.shape() == want, Shape, "[", op, "] expected ", what, " of shape ", shape_str(want), ", got ",
+              shape_str(l.shape()));
+}
+
+void check_upsample_geom(UpsampleMode mode, const UpsampleGeom& g) {
+  EMBER_CHECK(mode < UpsampleMode::Count, Value, "[interpolate] unknown mode ", (int)mode);
+  EMBER_CHECK(g.n >= 0 && g.c >= 0 && g.h >= 1 && g.w >= 1 && g.oh >= 1 && g.ow >= 1, Shape,
+              "[interpolate] expected positive spatial sizes, got input (", g.h, ", ", g.w, "), output (", g.oh,
+              ", ", g.ow, ")");
+  EMBER_CHECK(g.sf_h >= 0 && g.sf_w >= 0 && g.sf_h < 1e300 && g.sf_w < 1e300, Value,
+              "[interpolate] scale factors must be finite and non-negative, got (", g.sf_h, ", ", g.sf_w, ")");
+  checked_numel({g.n, g.c, g.h, g.w}, "interpolate");
+  checked_numel({g.n, g.c, g.oh, g.ow}, "interpolate");
+}
+}  // namespace
+
+std::tuple<StoragePtr, StoragePtr, Layout> pool2d(PoolKind kind, const BackendStorage& s, const Layout& l,
+                                                  const PoolGeom& g, bool with_indices) {
+  const char* op = check_pool_geom(kind, g);
+  check_float_planes(s, l, {g.n, g.c, g.h, g.w}, op, "input");
+  auto [vals, ids] = s.pool2d(kind, l, g, with_indices && kind == PoolKind::Max);
+  return {vals, ids, Layout::contiguous({g.n, g.c, g.oh, g.ow})};
+}
+
+std::pair<StoragePtr, Layout> pool2d_bwd(PoolKind kind, const BackendStorage& g, const Layout& lg,
+                                         const BackendStorage* ids, const Layout* il, const PoolGeom& geom) {
+  const char* op = check_pool_geom(kind, geom);
+  check_float_planes(g, lg, {geom.n, geom.c, geom.oh, geom.ow}, op, "gradient");
+  StoragePtr dense;  // Max's indices, contiguous from 0 as the backends read them
+  if (kind == PoolKind::Max) {
+    EMBER_CHECK(ids && il, Value, "[", op, "] the backward needs the forward's indices");
+    check_in_bounds(*ids, *il, op);
+    check_same_device(g, *ids, op);
+    EMBER_CHECK(ids->dtype() == DType::I64, DType, "[", op, "] expected int64 indices, got ", dtype_name(ids->dtype()));
+    EMBER_CHECK(il->shape() == lg.shape(), Shape, "[", op, "] indices ", shape_str(il->shape()),
+                " do not match the gradient ", shape_str(lg.shape()));
+    if (!il->is_contiguous() || il->offset() != 0) {
+      dense = contiguous_copy(*ids, *il).first;
+      ids = dense.get();
+    }
+  } else {
+    ids = nullptr;
+  }
+  return {g.pool2d_bwd(kind, lg, ids, geom), Layout::contiguous({geom.n, geom.c, geom.h, geom.w})};
+}
+
+std::pair<StoragePtr, Layout> upsample(UpsampleMode mode, const BackendStorage& s, const Layout& l,
+                                       const UpsampleGeom& g) {
+  check_upsample_geom(mode, g);
+  check_float_planes(s, l, {g.n, g.c, g.h, g.w}, "interpolate", "input");
+  return {s.upsample(mode, l, g), Layout::contiguous({g.n, g.c, g.oh, g.ow})};
+}
+
+std::pair<StoragePtr, Layout> upsample_bwd(UpsampleMode mode, const BackendStorage& g, const Layout& lg,
+                                           const UpsampleGeom& geom) {
+  check_upsample_geom(mode, geom);
+  check_float_planes(g, lg, {geom.n, geom.c, geom.oh, geom.ow}, "interpolate", "gradient");
+  return {g.upsample_bwd(mode, lg, geom), Layout::contiguous({geom.n, geom.c, geom.h, geom.w})};
+}
+
+}  // namespace ember

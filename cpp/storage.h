@@ -65,6 +65,18 @@ std::pair<StoragePtr, Layout> cat(const std::vector<const BackendStorage*>& ss, 
 // columns summed back into (n, c, h, w). Geometry and sizes are checked before anything is allocated.
 std::pair<StoragePtr, Layout> im2col(const BackendStorage& s, const Layout& l, const ConvGeom& g);
 std::pair<StoragePtr, Layout> col2im(const BackendStorage& s, const Layout& l, const ConvGeom& g);
+// Pooling and resampling (BackendStorage::pool2d / upsample): (s, l) of shape (n, c, h, w), a float
+// dtype; the geometry is checked (positive sizes, windows that fit, counts an int64 holds) before anything
+// is allocated. pool2d returns (values, Max's indices when asked, else null, their layout); the
+// backwards take the output's gradient (any layout) and return dx (n, c, h, w).
+std::tuple<StoragePtr, StoragePtr, Layout> pool2d(PoolKind kind, const BackendStorage& s, const Layout& l,
+                                                  const PoolGeom& g, bool with_indices);
+std::pair<StoragePtr, Layout> pool2d_bwd(PoolKind kind, const BackendStorage& g, const Layout& lg,
+                                         const BackendStorage* ids, const Layout* il, const PoolGeom& geom);
+std::pair<StoragePtr, Layout> upsample(UpsampleMode mode, const BackendStorage& s, const Layout& l,
+                                       const UpsampleGeom& g);
+std::pair<StoragePtr, Layout> upsample_bwd(UpsampleMode mode, const BackendStorage& g, const Layout& lg,
+                                           const UpsampleGeom& geom);
 // Sorts (s, l) along dim (negative counts from the end; a 0-d tensor is one line of one element):
 // returns (values, int64 indices, their contiguous layout).
 std::tuple<StoragePtr, StoragePtr, Layout> sort(const BackendStorage& s, const Layout& l, int64_t dim,

@@ -41,6 +41,12 @@ class CpuStorage final : public BackendStorage {
                   const Layout& sl, int64_t dim) override;
   StoragePtr im2col(const Layout& l, const ConvGeom& g) const override;
   StoragePtr col2im(const ConvGeom& g) const override;
+  // cpu/pool.cpp, cpu/upsample.cpp
+  std::tuple<StoragePtr, StoragePtr> pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
+                                            bool with_indices) const override;
+  StoragePtr pool2d_bwd(PoolKind kind, const Layout& lg, const BackendStorage* ids, const PoolGeom& g) const override;
+  StoragePtr upsample(UpsampleMode mode, const Layout& l, const UpsampleGeom& g) const override;
+  StoragePtr upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const override;
   // Fused kernels (cpu/fused.cpp).
   StoragePtr softmax_fwd(const Layout& l, bool log) const override;
   StoragePtr softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const override;

@@ -92,6 +92,20 @@ void MetalStorage::index_copy(const Layout& l, const BackendStorage& ids, const 
 }
 StoragePtr MetalStorage::im2col(const Layout& l, const ConvGeom& g) const { return ops::im2col(*this, l, g); }
 StoragePtr MetalStorage::col2im(const ConvGeom& g) const { return ops::col2im(*this, g); }
+std::tuple<StoragePtr, StoragePtr> MetalStorage::pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
+                                                        bool with_indices) const {
+  return ops::pool2d(*this, kind, l, g, with_indices);
+}
+StoragePtr MetalStorage::pool2d_bwd(PoolKind kind, const Layout& lg, const BackendStorage* ids,
+                                    const PoolGeom& g) const {
+  return ops::pool2d_bwd(*this, kind, lg, ids, g);
+}
+StoragePtr MetalStorage::upsample(UpsampleMode mode, const Layout& l, const UpsampleGeom& g) const {
+  return ops::upsample(*this, mode, l, g);
+}
+StoragePtr MetalStorage::upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const {
+  return ops::upsample_bwd(*this, mode, lg, g);
+}
 
 StoragePtr MetalStorage::softmax_fwd(const Layout& l, bool log) const { return ops::softmax_fwd(*this, l, log); }
 StoragePtr MetalStorage::softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const {

@@ -42,6 +42,15 @@ void index_copy(MetalStorage& s, const Layout& l, const BackendStorage& ids, con
 StoragePtr im2col(const MetalStorage& s, const Layout& l, const ConvGeom& g);
 StoragePtr col2im(const MetalStorage& s, const ConvGeom& g);
 
+// pool.cpp
+std::tuple<StoragePtr, StoragePtr> pool2d(const MetalStorage& s, PoolKind kind, const Layout& l, const PoolGeom& g,
+                                          bool with_indices);
+StoragePtr pool2d_bwd(const MetalStorage& s, PoolKind kind, const Layout& lg, const BackendStorage* ids,
+                      const PoolGeom& g);
+// upsample.cpp
+StoragePtr upsample(const MetalStorage& s, UpsampleMode mode, const Layout& l, const UpsampleGeom& g);
+StoragePtr upsample_bwd(const MetalStorage& s, UpsampleMode mode, const Layout& lg, const UpsampleGeom& g);
+
 // fused.cpp: the fused kernels (every check is done by the entry points in cpp/fused.cpp).
 StoragePtr softmax_fwd(const MetalStorage& s, const Layout& l, bool log);
 StoragePtr softmax_bwd(const MetalStorage& s, const Layout& l, const BackendStorage& g, const Layout& lg, bool log);
