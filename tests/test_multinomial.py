@@ -150,3 +150,20 @@ def test_errors(device):
     assert "sum of probabilities <= 0" in str(e)
     bad = em.Layout([4], [1], 0)  # reaches past the 3-element storage
     expect_error(lambda: em._C.multinomial(ok._storage, bad, 1, True), "multinomial", em.IndexOutOfRange)
+
+
+def test_demo_sample_draws_among_the_top_k_seeded(device):
+    from ember import demo
+    data = demo.CharData(demo.load_corpus()[:2000], 16, 0)
+    em.manual_seed(0)
+    model = demo.CharTransformer(len(data.chars), dim=16, n_layers=1, n_heads=2, ctx=16, device=device)
+    a = demo.sample(model, data, "The ", 12, device, seed=3)
+    assert a.startswith("The ") and len(a) == 16
+    assert demo.sample(model, data, "The ", 12, device, seed=3) == a  # the seed decides the text
+    # top_k = 1 is greedy decoding: the argmax of the logits at every step
+    ids = [data.index[c] for c in "The "]
+    with em.no_grad():
+        for _ in range(12):
+            logits = model(em.tensor([ids[-16:]], dtype=em.int64, device=device))[0, -1].numpy()
+            ids.append(int(np.argmax(logits)))
+    assert demo.sample(model, data, "The ", 12, device, seed=9, top_k=1) == data.decode(ids)
