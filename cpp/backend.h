@@ -242,6 +242,16 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   // NaN is taken and kept; ties move to the later position, torch's rule), null for Sum/Prod.
   virtual std::tuple<StoragePtr, StoragePtr> scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
                                                   bool reverse) const = 0;
+  // The first k elements of every line along `dim` in sort's order (largest first when `largest`; NaN is
+  // the largest value; equal keys in index order), selected without sorting the whole line: returns
+  // (values, int64 indices), contiguous of l's shape with dim of size k (0 <= k <= n, checked above).
+  virtual std::tuple<StoragePtr, StoragePtr> topk(const Layout& l, int64_t dim, int64_t k, bool largest) const = 0;
+  // num_samples category indices per row of the weights l (rows, n), already checked finite, non-negative
+  // and with a positive sum per row. Without replacement: the num_samples largest keys w_i / E_i in key
+  // order, E_i = -log(1 - u) for the uniform u of counter + r * n + i; with replacement: the category whose
+  // cumulative-sum interval holds u * sum for the uniform of counter + r * num_samples + j. int64 (rows, S).
+  virtual StoragePtr multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
+                                 uint64_t counter) const = 0;
 
  protected:
   DType dtype_;

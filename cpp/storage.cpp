@@ -458,6 +458,38 @@ std::tuple<StoragePtr, StoragePtr, Layout> scan(ScanOp op, const BackendStorage&
   return {vals, ids, Layout::contiguous(l.shape())};
 }
 
+std::tuple<StoragePtr, StoragePtr, Layout> topk(const BackendStorage& s, const Layout& l, int64_t dim, int64_t k,
+                                                bool largest) {
+  check_in_bounds(s, l, "topk");
+  dim = normalize_dim(dim, l.ndim(), "topk");
+  const Layout line = l.ndim() == 0 ? Layout({1}, {1}, l.offset()) : l;
+  const int64_t n = line.shape()[dim];
+  EMBER_CHECK(k >= 0 && k <= n, Value, "[topk] k = ", k, " is out of range for a dim of size ", n);
+  if (l.ndim() == 0) k = 1;  // torch: a scalar's topk is the scalar, for k = 0 as well
+  Shape out = l.shape();
+  if (l.ndim() > 0) out[dim] = k;
+  auto [vals, ids] = s.topk(line, dim, k, largest);
+  return {vals, ids, Layout::contiguous(out)};
+}
+
+std::pair<StoragePtr, Layout> multinomial(const BackendStorage& s, const Layout& l, int64_t num_samples,
+                                          bool replacement) {
+  check_in_bounds(s, l, "multinomial");
+  EMBER_CHECK(is_float(s.dtype()), DType, "[multinomial] only supports floating-point weights, got ",
+              dtype_name(s.dtype()));
+  EMBER_CHECK(l.ndim() == 1 || l.ndim() == 2, Shape, "[multinomial] weights must be 1-D or 2-D, got ",
+              shape_str(l.shape()));
+  EMBER_CHECK(num_samples > 0, Value, "[multinomial] cannot sample num_samples <= 0 (got ", num_samples, ")");
+  const int64_t n = l.shape().back(), rows = l.ndim() == 2 ? l.shape()[0] : 1;
+  EMBER_CHECK(replacement || num_samples <= n, Value, "[multinomial] cannot sample num_samples = ", num_samples,
+              " > ", n, " categories without replacement");
+  EMBER_CHECK(n > 0 || rows == 0, Value, "[multinomial] invalid distribution: a row has no categories");
+  const Layout rl = l.ndim() == 2 ? l : Layout({1, n}, {0, l.stride()[0]}, l.offset());
+  const RngDraw draw = rng_reserve((uint64_t)rows * (uint64_t)(replacement ? num_samples : n) + 1);
+  StoragePtr out = s.multinomial(rl, num_samples, replacement, draw.seed, draw.counter);
+  return {out, l.ndim() == 2 ? Layout::contiguous({rows, num_samples}) : Layout::contiguous({num_samples})};
+}
+
 }  // namespace ember
 
 namespace ember {

@@ -84,5 +84,13 @@ std::tuple<StoragePtr, StoragePtr, Layout> sort(const BackendStorage& s, const L
 // Scans (s, l) along dim (BackendStorage::scan): returns (values, indices or null, their layout).
 std::tuple<StoragePtr, StoragePtr, Layout> scan(ScanOp op, const BackendStorage& s, const Layout& l, int64_t dim,
                                                 bool exclusive, bool reverse);
+// The k first elements of (s, l) along dim in sort's order (BackendStorage::topk; a 0-d tensor is one line
+// of one element): returns (values, int64 indices, their contiguous layout).
+std::tuple<StoragePtr, StoragePtr, Layout> topk(const BackendStorage& s, const Layout& l, int64_t dim, int64_t k,
+                                                bool largest);
+// num_samples draws per row of the weights (s, l), 1-D or 2-D float, whose values the caller has checked
+// (finite, non-negative, positive row sums); draws from the global generator. int64 (rows, S) or (S,).
+std::pair<StoragePtr, Layout> multinomial(const BackendStorage& s, const Layout& l, int64_t num_samples,
+                                          bool replacement);
 
 }  // namespace ember

@@ -73,6 +73,11 @@ class CpuStorage final : public BackendStorage {
   // cpu/scan.cpp
   std::tuple<StoragePtr, StoragePtr> scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
                                           bool reverse) const override;
+  // cpu/topk.cpp
+  std::tuple<StoragePtr, StoragePtr> topk(const Layout& l, int64_t dim, int64_t k, bool largest) const override;
+  // cpu/random.cpp
+  StoragePtr multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
+                         uint64_t counter) const override;
 
  private:
   void* data_ = nullptr;

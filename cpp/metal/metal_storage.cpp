@@ -152,4 +152,13 @@ std::tuple<StoragePtr, StoragePtr> MetalStorage::scan(ScanOp op, const Layout& l
   return ops::scan(*this, op, l, dim, exclusive, reverse);
 }
 
+std::tuple<StoragePtr, StoragePtr> MetalStorage::topk(const Layout& l, int64_t dim, int64_t k, bool largest) const {
+  return ops::topk(*this, l, dim, k, largest);
+}
+
+StoragePtr MetalStorage::multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
+                                     uint64_t counter) const {
+  return ops::multinomial(*this, l, num_samples, replacement, seed, counter);
+}
+
 }  // namespace ember::metal

@@ -76,6 +76,9 @@ class MetalStorage final : public BackendStorage {
   std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending, bool stable) const override;
   std::tuple<StoragePtr, StoragePtr> scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
                                           bool reverse) const override;
+  std::tuple<StoragePtr, StoragePtr> topk(const Layout& l, int64_t dim, int64_t k, bool largest) const override;
+  StoragePtr multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
+                         uint64_t counter) const override;
 
  private:
   MetalDevice* dev_;

@@ -152,6 +152,12 @@ void bind_ops(py::module_& m) {
   m.def("scan", [](int op, const StoragePtr& s, const Layout& l, int64_t dim, bool exclusive, bool reverse) {
     return ember::scan(op_code<ScanOp>(op, (int)ScanOp::Count, "scan"), *s, l, dim, exclusive, reverse);
   }, GilFree());
+  m.def("topk", [](const StoragePtr& s, const Layout& l, int64_t dim, int64_t k, bool largest) {
+    return ember::topk(*s, l, dim, k, largest);
+  }, GilFree());
+  m.def("multinomial", [](const StoragePtr& s, const Layout& l, int64_t num_samples, bool replacement) -> SL {
+    return ember::multinomial(*s, l, num_samples, replacement);
+  }, GilFree());
 }
 
 }  // namespace ember::bind

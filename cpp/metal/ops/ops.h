@@ -80,5 +80,10 @@ std::tuple<StoragePtr, StoragePtr> sort(const MetalStorage& s, const Layout& l, 
 // scan.cpp
 std::tuple<StoragePtr, StoragePtr> scan(const MetalStorage& s, ScanOp op, const Layout& l, int64_t dim,
                                         bool exclusive, bool reverse);
+// sort.cpp: topk's selection kernel
+std::tuple<StoragePtr, StoragePtr> topk(const MetalStorage& s, const Layout& l, int64_t dim, int64_t k, bool largest);
+// multinomial.cpp (metal/random.metal)
+StoragePtr multinomial(const MetalStorage& s, const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
+                       uint64_t counter);
 
 }  // namespace ember::metal::ops
