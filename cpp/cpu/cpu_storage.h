@@ -66,6 +66,9 @@ class CpuStorage final : public BackendStorage {
   // cpu/scan.cpp
   std::tuple<StoragePtr, StoragePtr> scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
                                           bool reverse) const override;
+  // cpu/index.cpp
+  void scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
+                      const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) override;
 
  private:
   void* data_ = nullptr;

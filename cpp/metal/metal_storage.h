@@ -70,6 +70,8 @@ class MetalStorage final : public BackendStorage {
   std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending, bool stable) const override;
   std::tuple<StoragePtr, StoragePtr> scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
                                           bool reverse) const override;
+  void scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
+                      const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) override;
 
  private:
   MetalDevice* dev_;
