@@ -135,6 +135,7 @@ from .functional import abs as abs, all as all, any as any, max as max, min as m
 from .functional import pow as pow, round as round, sum as sum  # noqa: E402
 from .sorting import argsort, cummax, cummin, cumprod, cumsum, sort, topk  # noqa: E402
 from .scatter import scatter, scatter_reduce  # noqa: E402
+from .movement import meshgrid, pad, roll  # noqa: E402
 
 
 __version__ = "0.1.0"
@@ -160,5 +161,5 @@ __all__ = [
     "transpose", "tril", "triu", "trunc", "unbind", "unsqueeze", "var", "square", "reciprocal", "affine",
     "powf", "get_default_device", "set_default_device",
     "argsort", "cummax", "cummin", "cumprod", "cumsum", "sort", "topk",
-    "scatter", "scatter_reduce",
+    "scatter", "scatter_reduce", "meshgrid", "pad", "roll",
 ]

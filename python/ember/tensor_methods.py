@@ -358,6 +358,23 @@ class TorchNames:
         from .sorting import topk
         return topk(self, k, dim, largest, sorted)
 
+    def roll(self, shifts, dims=None):
+        """This tensor rolled along dims: ``em.roll(self, shifts, dims)``.
+
+        Args:
+            shifts: an int or a sequence of ints.
+            dims: an int or a sequence as long as shifts; None rolls the flattened tensor.
+
+        Returns:
+            A new tensor of this shape (see ``ember.movement.roll``).
+
+        Raises:
+            EmberValueError: shifts and dims differ in length.
+            IndexOutOfRange: a dim is out of range.
+        """
+        from .movement import roll
+        return roll(self, shifts, dims)
+
     # ----------------------------------------------------------------- scatter (scatter.py)
     def scatter(self, dim, index, src=None, value=None):
         """A copy of this tensor with ``src`` written in at ``index`` along ``dim``: ``em.scatter``.
