@@ -291,3 +291,20 @@ def test_scatter_device_mismatch(device, monkeypatch):
                  em.DeviceError)
     expect_error(lambda: x.scatter_reduce(0, em.tensor([[0]], device=other), em.ones((1, 1), device=device), "sum"),
                  "scatter_reduce", em.DeviceError)
+
+
+def test_scatter_reduce_saved_values_modified_in_place_raise(device):
+    # amax/amin/prod read x, src and their result in backward: an in-place write to any raises there
+    for reduce in ("amax", "amin", "prod"):
+        x, src = em.Var([1.0, 5.0, 3.0]), em.Var([4.0, 2.0])
+        out = x.scatter_reduce(0, em.tensor([0, 0]), src, reduce)
+        with em.no_grad():
+            out[1] = 9.0
+        e = expect_error(lambda out=out: out.sum().backward(), "backward", em.InplaceModifiedError)
+        assert f"scatter_{reduce}" in str(e)
+    # sum reads none of them: the write is harmless there
+    x, src = em.Var([1.0, 5.0, 3.0]), em.Var([4.0, 2.0])
+    out = x.scatter_reduce(0, em.tensor([0, 0]), src, "sum")
+    with em.no_grad():
+        out[1] = 9.0
+    np.testing.assert_array_equal(out.sum().backward()[src].numpy(), [1.0, 1.0])
