@@ -164,13 +164,36 @@ def roll(x, shifts, dims=None):
     if len(ds) != len(sh):
         raise EmberValueError(f"[{op}] shifts and dims must have the same length, got {len(sh)} and {len(ds)}")
     ds = tuple(T._dim(d, x.ndim, op) for d in ds)
-    out = x
-    for d, s in zip(ds, sh):  # torch applies a repeated dim's shifts one after the other
-        n = out.shape[d]
-        s = s % n if n else 0
-        if s:  # the last s elements go first: one copy of two views
-            out = T.cat([out.narrow(d, n - s, s), out.narrow(d, 0, n - s)], d)
-    return out.contiguous() if out is x else out
+    moves = {}  # torch applies a repeated dim's shifts one after the other: they add up
+    for d, s in zip(ds, sh):
+        moves[d] = moves.get(d, 0) + s
+    moves = {d: s % x.shape[d] for d, s in moves.items() if x.shape[d] and s % x.shape[d]}
+    if not moves:
+        return x.copy()
+    return _roll(x, moves)
+
+
+def _roll(x, moves):
+    """x rolled by moves {dim: shift in (0, size)}: the 2^k blocks of x copied once each into their
+    places in a fresh tensor (one pass over the data for any number of dims), recorded as roll."""
+    T = _t()
+    out = T.zeros(x.shape, dtype=x._dtype, device=x._device)
+    dims = sorted(moves)
+    for corner in range(1 << len(dims)):
+        src, dst = x._layout, out._layout
+        for k, d in enumerate(dims):
+            n, s = x.shape[d], moves[d]
+            if corner >> k & 1:  # the first n - s elements move up by s
+                src, dst = src.narrow(d, 0, n - s), dst.narrow(d, s, n - s)
+            else:  # the last s wrap around to the front
+                src, dst = src.narrow(d, n - s, s), dst.narrow(d, 0, s)
+        _C.copy_into(x._storage, src, out._storage, dst, "roll")
+    return record(out, "roll", (x,), moves)
+
+
+@rule("roll", ())
+def _roll_rule(n, out, g):
+    return (_roll(g, {d: out.shape[d] - s for d, s in n.saved.items()}),)
 
 
 def meshgrid(*tensors, indexing="ij"):
