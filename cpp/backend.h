@@ -68,6 +68,12 @@ inline const char* op_name(ReduceOp op) { return op == ReduceOp::SumI64 ? "sum" 
 enum class ScanOp : uint8_t { Sum, Prod, Max, Min, Count };
 inline constexpr const char* kScanNames[(int)ScanOp::Count] = {"cumsum", "cumprod", "cummax", "cummin"};
 
+// How scatter_reduce combines src's elements with the target at their index: Set is plain scatter (a
+// repeated index keeps the last element in index order); Max/Min are torch's amax/amin.
+enum class ScatterOp : uint8_t { Set, Sum, Prod, Mean, Max, Min, Count };
+inline constexpr const char* kScatterNames[(int)ScatterOp::Count] = {"scatter", "sum", "prod", "mean", "amax",
+                                                                    "amin"};
+
 // The geometry of a 2-D convolution window (1-D is h == kh == 1): input (n, c, h, w), kernel (kh, kw),
 // stride, zero padding before each spatial dim, dilation, and the output size (oh, ow), which also
 // fixes the padding after (asymmetric padding such as "same" is pad-before plus the output size).
@@ -252,6 +258,13 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   // cumulative-sum interval holds u * sum for the uniform of counter + r * num_samples + j. int64 (rows, S).
   virtual StoragePtr multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
                                  uint64_t counter) const = 0;
+  // In place on this (a fresh dense copy, through l): for every position e of the indices' shape, the
+  // element at e with coords[dim] = ids[e] combines with src[e] (src through sl, of the indices' shape)
+  // by `op`, in index order along dim. Without `include_self` a position any index names starts from
+  // src alone; Mean divides by the count of elements combined (self included when include_self; floor
+  // division for integers). Lines along dim are independent: backends may split them across threads.
+  virtual void scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
+                              const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) = 0;
 
  protected:
   DType dtype_;

@@ -345,6 +345,28 @@ std::pair<StoragePtr, Layout> scatter_add_zeros(const Shape& shape, const Backen
   return {out, ol};
 }
 
+std::pair<StoragePtr, Layout> scatter_reduce(ScatterOp op, const BackendStorage& s, const Layout& l,
+                                             const BackendStorage& ids, const Layout& il, const BackendStorage& src,
+                                             const Layout& sl, int64_t dim, bool include_self) {
+  EMBER_CHECK(op < ScatterOp::Count, Value, "[scatter_reduce] unknown reduction ", (int)op);
+  const char* name = op == ScatterOp::Set ? "scatter" : "scatter_reduce";
+  check_ids(&s, l, ids, il, name, &src);
+  check_same_dtype(s, src, name);
+  check_same_device(s, src, name);
+  check_in_bounds(src, sl, name);
+  dim = normalize_dim(dim, l.ndim(), name);
+  EMBER_CHECK(il.shape() == sl.shape(), Shape, "[", name, "] index ", shape_str(il.shape()), " and src ",
+              shape_str(sl.shape()), " must have the same shape");
+  EMBER_CHECK(il.ndim() == l.ndim(), Shape, "[", name, "] index ", shape_str(il.shape()),
+              " must have as many dims as ", shape_str(l.shape()));
+  for (int64_t i = 0; i < l.ndim(); ++i)
+    EMBER_CHECK(i == dim || il.shape()[i] <= l.shape()[i], Shape, "[", name, "] index ", shape_str(il.shape()),
+                " does not fit ", shape_str(l.shape()), " outside dim ", dim);
+  auto [out, ol] = contiguous_copy(s, l);
+  out->scatter_reduce(op, ol, ids, il, src, sl, dim, include_self);
+  return {out, ol};
+}
+
 void index_copy(BackendStorage& dst, const Layout& l, const BackendStorage& ids, const Layout& il,
                 const BackendStorage& src, const Layout& sl, int64_t dim) {
   const char* op = "setitem";  // the one caller is t[ids] = v

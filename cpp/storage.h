@@ -59,6 +59,11 @@ std::pair<StoragePtr, Layout> index_add_zeros(const Shape& shape, const BackendS
                                               const BackendStorage& src, const Layout& sl, int64_t dim);
 std::pair<StoragePtr, Layout> scatter_add_zeros(const Shape& shape, const BackendStorage& ids, const Layout& il,
                                                 const BackendStorage& src, const Layout& sl, int64_t dim);
+// Returns a new storage: a dense copy of (s, l) with src combined in at ids along dim by `op`
+// (BackendStorage::scatter_reduce). ids and src have the same shape, with dims fitting l's outside dim.
+std::pair<StoragePtr, Layout> scatter_reduce(ScatterOp op, const BackendStorage& s, const Layout& l,
+                                             const BackendStorage& ids, const Layout& il, const BackendStorage& src,
+                                             const Layout& sl, int64_t dim, bool include_self);
 std::pair<StoragePtr, Layout> cat(const std::vector<const BackendStorage*>& ss, const std::vector<Layout>& ls,
                                   int64_t dim);
 // Convolution windows: (s, l) of shape (n, c, h, w) as columns (n, c*kh*kw, oh*ow), and the adjoint,

@@ -78,6 +78,9 @@ class CpuStorage final : public BackendStorage {
   // cpu/random.cpp
   StoragePtr multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
                          uint64_t counter) const override;
+  // cpu/index.cpp
+  void scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
+                      const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) override;
 
  private:
   void* data_ = nullptr;

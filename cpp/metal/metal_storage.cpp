@@ -90,6 +90,10 @@ void MetalStorage::index_copy(const Layout& l, const BackendStorage& ids, const 
                               const Layout& sl, int64_t dim) {
   ops::index_copy(*this, l, ids, il, src, sl, dim);
 }
+void MetalStorage::scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
+                                  const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) {
+  ops::scatter_reduce(*this, op, l, ids, il, src, sl, dim, include_self);
+}
 StoragePtr MetalStorage::im2col(const Layout& l, const ConvGeom& g) const { return ops::im2col(*this, l, g); }
 StoragePtr MetalStorage::col2im(const ConvGeom& g) const { return ops::col2im(*this, g); }
 std::tuple<StoragePtr, StoragePtr> MetalStorage::pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,

@@ -99,6 +99,12 @@ void bind_ops(py::module_& m) {
                          const StoragePtr& src, const Layout& sl, int64_t dim) {
     ember::index_copy(*s, l, S(ids), il, S(src), sl, dim);
   }, GilFree());
+  // op: a ScatterOp code (0 scatter, then sum, prod, mean, amax, amin); returns a new (storage, layout)
+  m.def("scatter_reduce", [](int op, const StoragePtr& s, const Layout& l, const StoragePtr& ids, const Layout& il,
+                             const StoragePtr& src, const Layout& sl, int64_t dim, bool include_self) -> SL {
+    return ember::scatter_reduce(op_code<ScatterOp>(op, (int)ScatterOp::Count, "scatter_reduce"), S(s), l, S(ids),
+                                 il, S(src), sl, dim, include_self);
+  }, GilFree());
   m.def("cat", [](const std::vector<StoragePtr>& ss, const std::vector<Layout>& ls, int64_t dim) -> SL {
     EMBER_CHECK(ss.size() == ls.size(), Value, "[cat] storages and layouts differ in count");
     std::vector<const BackendStorage*> ps;

@@ -37,6 +37,8 @@ void scatter_add(MetalStorage& s, const Layout& l, const BackendStorage& ids, co
                  const BackendStorage& src, const Layout& sl, int64_t dim);
 void index_copy(MetalStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
                 const BackendStorage& src, const Layout& sl, int64_t dim);
+void scatter_reduce(MetalStorage& s, ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
+                    const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self);
 
 // conv.cpp
 StoragePtr im2col(const MetalStorage& s, const Layout& l, const ConvGeom& g);
