@@ -90,8 +90,9 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
                 arr = np.asarray(data)
             except ValueError as e:  # ragged nesting
                 raise DTypeError(f"[tensor] cannot build a tensor from ragged or non-numeric data: {e}") from None
-            if arr.dtype == np.float64 and not isinstance(data, np.generic) and dtype is None:
-                arr = arr.astype(np.float32)  # Python floats default to float32 (a given dtype: one rounding)
+            if arr.dtype == np.float64 and not isinstance(data, np.generic) and (
+                    dtype is None or _dt.to_dtype(dtype) is _dt.float32):
+                arr = arr.astype(np.float32)  # Python floats default to float32 (another dtype: one rounding to it)
             elif arr.dtype.kind in "iu" and not isinstance(data, np.generic) and arr.dtype != np.int64:
                 arr = arr.astype(np.int64)
             elif arr.dtype == object:
