@@ -225,7 +225,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStora
 }
 
 StoragePtr act_bwd(ActKind kind, const BackendStorage& a, const Layout& la, const BackendStorage& g,
-                   const Layout& lg) {
+                   const Layout& lg, double p0, double p1) {
   EMBER_CHECK(kind < ActKind::Count, Value, "[act_bwd] unknown activation ", (int)kind);
   const std::string op = std::string(act_name(kind)) + "_bwd";
   check_float(a, op.c_str(), "input");
@@ -233,7 +233,7 @@ StoragePtr act_bwd(ActKind kind, const BackendStorage& a, const Layout& la, cons
   check_grad_shape(la, lg, op.c_str());
   check_in_bounds(a, la, op.c_str());
   check_in_bounds(g, lg, op.c_str());
-  return a.act_bwd(kind, la, g, lg);
+  return a.act_bwd(kind, la, g, lg, p0, p1);
 }
 
 void sdpa_check(const SdpaArgs& a) {

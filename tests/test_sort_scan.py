@@ -118,6 +118,45 @@ def test_topk_matches_torch(dev, largest, rng):
                 np.testing.assert_array_equal(f64(got) if dt.is_float else got.astype(np.int64), want)
 
 
+def check_topk(x, ref, dt, k, dim, largest):
+    v, i = em.topk(x, k, dim=dim, largest=largest)
+    tr = torch_ref(ref, dt)
+    ti = torch.sort(tr, dim=dim, descending=largest, stable=True)[1].narrow(dim, 0, k)
+    np.testing.assert_array_equal(i.numpy(), ti.numpy())
+    want = torch.topk(tr, k, dim=dim, largest=largest).values.numpy()
+    got = v.numpy()
+    np.testing.assert_array_equal(f64(got) if dt.is_float else got.astype(np.int64), want)
+
+
+@pytest.mark.parametrize("n,k", [(50000, 1), (50000, 10), (50000, 50), (3000, 7), (5000, 1500)])
+def test_topk_long_lines_select_as_torch(dev, n, k, rng):
+    # 50000-wide rows take the CPU's chunked selection and the Metal threadgroup selection; k = 1500 the
+    # partition (CPU) and sort (Metal) paths. Integer-valued keys make ties at the threshold, a few NaNs
+    # come first for largest and never for smallest, the transposed copy reads a strided dim.
+    for dt in [em.float32, em.float16, em.int64] + ([em.float64] if dev == "cpu" else []):
+        for ties in (False, True):
+            if dt.is_float:
+                ref = rng.standard_normal((2, n)) * (30 if ties else 1)
+                ref = (np.round(ref) if ties else ref).astype(npdt(dt))
+                ref[0, rng.integers(0, n, 3)] = np.nan
+            else:
+                ref = rng.integers(-40, 40, (2, n)) if ties else rng.permutation(2 * n).reshape(2, n) - n
+            for largest in (True, False):
+                check_topk(em.tensor(ref, device=dev), ref, dt, k, -1, largest)
+            check_topk(em.tensor(ref.T.copy(), device=dev).transpose(0, 1), ref, dt, k, 1, True)
+
+
+def test_topk_dim0_of_a_wide_tensor_and_scalars(dev, rng):
+    ref = rng.standard_normal((300, 9)).astype(np.float32)
+    x = em.tensor(ref, device=dev)
+    for k in (1, 5, 60):
+        check_topk(x, ref, em.float32, k, 0, True)
+        check_topk(x[1:, ::2], ref[1:, ::2], em.float32, k, 0, False)
+    for k in (0, 1):  # torch: a scalar's topk is the scalar
+        v, i = em.topk(em.tensor(2.5, device=dev), k)
+        assert v.shape == () and i.shape == () and v.item() == 2.5 and i.item() == 0
+
+
 def test_sort_topk_gradcheck_float64(rng):
     a = rng.standard_normal((4, 6))
     assert gradcheck(lambda x: em.sort(x, dim=1)[0], [em.tensor(a.astype(WIDE_NP))])

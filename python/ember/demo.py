@@ -181,15 +181,20 @@ def evaluate(model, xs, ys, device) -> float:
         return nn.cross_entropy(logits, em.tensor(ys, device=device)).item()
 
 
-def sample(model, data, prompt, n, device, temperature=0.8, seed=0) -> str:
-    rng = np.random.default_rng(seed)
+def sample(model, data, prompt, n, device, temperature=0.8, seed=0, top_k=10) -> str:
+    """Continues ``prompt`` by ``n`` characters, top-k sampling on ``device``: each next character is drawn
+    by ``em.multinomial`` among the ``top_k`` most likely ones (``em.topk`` of the last position's logits,
+    weighted by their softmax at ``temperature``). Seeds ember's global generator with ``seed`` first, so
+    a seed gives the same text on every run."""
+    em.manual_seed(seed)
     ids = [data.index[c] for c in prompt]
     with em.no_grad():
         for _ in range(n):
-            ctx = np.array([ids[-model.ctx:]], dtype=np.int64)
-            logits = model(em.tensor(ctx, device=device))[0, -1].numpy().astype(np.float64) / temperature
-            p = np.exp(logits - logits.max())
-            ids.append(int(rng.choice(len(p), p=p / p.sum())))
+            ctx = em.tensor([ids[-model.ctx:]], dtype=em.int64, device=device)
+            logits = model(ctx)[0, -1] / temperature
+            vals, idx = em.topk(logits, min(top_k, logits.shape[0]))
+            weights = (vals - vals[0]).exp()  # unnormalised softmax: vals[0] is the largest
+            ids.append(int(idx.index_select(em.multinomial(weights, 1), 0).item()))
     return data.decode(ids)
 
 

@@ -77,8 +77,8 @@ void bind_fused(py::module_& m) {
   for (int k = 0; k < (int)ActKind::Count; ++k) {
     const ActKind kind = (ActKind)k;
     f.def((std::string(ember::act_name(kind)) + "_bwd").c_str(),
-          [kind](S a, L la, S g, L lg) { return fz::act_bwd(kind, a, la, g, lg); }, py::arg("a"), py::arg("la"),
-          py::arg("g"), py::arg("lg"), G());
+          [kind](S a, L la, S g, L lg, double p0, double p1) { return fz::act_bwd(kind, a, la, g, lg, p0, p1); },
+          py::arg("a"), py::arg("la"), py::arg("g"), py::arg("lg"), py::arg("p0") = 0.0, py::arg("p1") = 0.0, G());
   }
   f.def(
       "sdpa_fwd",

@@ -42,6 +42,9 @@ struct SdpaKArgs {  // sdpa.metal's SdpaArgs
   float scale = 1;
   uint32_t causal = 0, mask_kind = 0, pad = 0;
 };
+struct ActParams {  // act.metal's, for the activations with parameters
+  float p0 = 0, p1 = 0;
+};
 static_assert(sizeof(RowLayout) == 152 && sizeof(SoftmaxArgs) == 320 && sizeof(NormArgs) == 384 &&
                   sizeof(ActArgs) == 224 && sizeof(SdpaKArgs) == 320,
               "argument blocks must match the kernels' structs");
@@ -339,7 +342,8 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const MetalStorage
 }
 
 // ================================ activations' backward ==========================================
-StoragePtr act_bwd(const MetalStorage& a, ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) {
+StoragePtr act_bwd(const MetalStorage& a, ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg,
+                   double p0, double p1) {
   const std::string op = std::string(act_name(kind)) + "_bwd";
   MetalDevice& dev = a.metal_device();
   const int64_t n = l.numel();
@@ -374,12 +378,11 @@ StoragePtr act_bwd(const MetalStorage& a, ActKind kind, const Layout& l, const B
       }
     }
   }
-  Launch(dev, "act.metal", kname((op + "_").c_str(), a.dtype(), op.c_str()))
-      .input(*as)
-      .input(*gs)
-      .output(*dx)
-      .scalar(p)
-      .dispatch_1d(checked_u32((int64_t)threads, op.c_str()), 256);
+  Launch k(dev, "act.metal", kname((op + "_").c_str(), a.dtype(), op.c_str()));
+  k.input(*as).input(*gs).output(*dx).scalar(p);
+  // The kinds with parameters take them at buffer(4) (act.metal's act_bwd_param).
+  if (kind >= ActKind::Elu) k.scalar(ActParams{(float)p0, (float)p1});
+  k.dispatch_1d(checked_u32((int64_t)threads, op.c_str()), 256);
   return dx;
 }
 
