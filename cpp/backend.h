@@ -191,6 +191,17 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   virtual StoragePtr im2col(const Layout& l, const ConvGeom& g) const = 0;
   // The adjoint: this (n, c*kh*kw, oh*ow), contiguous, summed back into (n, c, h, w) (col2im, fold).
   virtual StoragePtr col2im(const ConvGeom& g) const = 0;
+  // Convolution as one kernel per direction (groups split the channels; every operand float, same
+  // dtype, checked by storage.cpp). conv2d_fwd: this = x (n, c, h, w) through l, w (c_out, c/groups,
+  // kh, kw), b (c_out,) or null -> y (n, c_out, oh, ow). conv2d_bwd_input: this = gy (n, c_out, oh,
+  // ow) -> dx (n, c, h, w), the adjoint in x (also conv_transpose's forward). conv2d_bwd_weight:
+  // this = x, gy (n, c_out, oh, ow) -> dw (c_out, c/groups, kh, kw).
+  virtual StoragePtr conv2d_fwd(const Layout& l, const BackendStorage& w, const Layout& lw, const BackendStorage* b,
+                                const Layout* lb, const ConvGeom& g, int64_t groups) const = 0;
+  virtual StoragePtr conv2d_bwd_input(const Layout& l, const BackendStorage& w, const Layout& lw, const ConvGeom& g,
+                                      int64_t groups) const = 0;
+  virtual StoragePtr conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg, const ConvGeom& g,
+                                       int64_t groups) const = 0;
   // Pooling (see PoolGeom): this (n, c, h, w) through l -> (values (n, c, oh, ow), Max's int64 indices
   // when `with_indices`, else null).
   virtual std::tuple<StoragePtr, StoragePtr> pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
@@ -224,6 +235,20 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   // Returns (dx, dw, db); dw and db are nullptr when w is absent.
   virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const Layout& l, const BackendStorage* w,
                                                                         const Layout* lw, const BackendStorage& mean,
+                                                                        const BackendStorage& rstd,
+                                                                        const BackendStorage& g,
+                                                                        const Layout& lg) const = 0;
+  // Group norm: this = x (n, c, ...) through l, each (sample, group of c/groups channels) normalised
+  // over its channels and positions; w, b (c,) optional. Returns (y, mean, rstd), the stats (n, groups).
+  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const Layout& l, int64_t groups,
+                                                                        const BackendStorage* w, const Layout* lw,
+                                                                        const BackendStorage* b, const Layout* lb,
+                                                                        double eps) const = 0;
+  // g: y's gradient. Returns (dx, dw, db): dx in x's dtype; dw = sum(g * xhat), db = sum(g) per channel
+  // (c,), in x's dtype, computed whether or not w and b were given.
+  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const Layout& l, int64_t groups,
+                                                                        const BackendStorage* w, const Layout* lw,
+                                                                        const BackendStorage& mean,
                                                                         const BackendStorage& rstd,
                                                                         const BackendStorage& g,
                                                                         const Layout& lg) const = 0;

@@ -457,6 +457,69 @@ std::pair<StoragePtr, Layout> col2im(const BackendStorage& s, const Layout& l, c
   return {s.col2im(g), Layout::contiguous({g.n, g.c, g.h, g.w})};
 }
 
+namespace {
+// The checks the three conv2d kernels share: float operands of one dtype on one device, inside their
+// storages; x (n, c, h, w) and gy (n, c_out, oh, ow) as the geometry says, groups dividing both channel counts.
+void check_conv_operand(const BackendStorage& ref, const BackendStorage& s, const Layout& l, const Shape& want,
+                        const char* op, const char* what) {
+  check_same_device(ref, s, op);
+  EMBER_CHECK(is_float(s.dtype()), DType, "[", op, "] expected a float ", what, ", got ", dtype_name(s.dtype()));
+  EMBER_CHECK(s.dtype() == ref.dtype(), DType, "[", op, "] ", what, " has dtype ", dtype_name(s.dtype()), ", expected ",
+              dtype_name(ref.dtype()));
+  check_in_bounds(s, l, op);
+  EMBER_CHECK(l.shape() == want, Shape, "[", op, "] expected ", what, " of shape ", shape_str(want), ", got ",
+              shape_str(l.shape()));
+}
+void check_conv_groups(const ConvGeom& g, int64_t groups, int64_t c_out, const char* op) {
+  EMBER_CHECK(groups >= 1 && g.c % groups == 0 && c_out % groups == 0, Shape, "[", op, "] groups ", groups,
+              " must be positive and divide the input channels ", g.c, " and the output channels ", c_out);
+  check_conv_geom(g, op);
+  checked_numel({g.n, c_out, g.oh, g.ow}, op);
+}
+}  // namespace
+
+std::pair<StoragePtr, Layout> conv2d_fwd(const BackendStorage& x, const Layout& lx, const BackendStorage& w,
+                                         const Layout& lw, const BackendStorage* b, const Layout* lb, const ConvGeom& g,
+                                         int64_t groups) {
+  const char* op = "conv2d";
+  EMBER_CHECK(lw.ndim() == 4, Shape, "[conv2d] expected weight (C_out, C_in / groups, kh, kw), got ",
+              shape_str(lw.shape()));
+  const int64_t c_out = lw.shape()[0];
+  check_conv_groups(g, groups, c_out, op);
+  check_conv_operand(x, x, lx, {g.n, g.c, g.h, g.w}, op, "input");
+  check_conv_operand(x, w, lw, {c_out, g.c / groups, g.kh, g.kw}, op, "weight");
+  if (b) {
+    EMBER_CHECK(lb, Value, "[conv2d] bias given without a layout");
+    check_conv_operand(x, *b, *lb, {c_out}, op, "bias");
+  }
+  return {x.conv2d_fwd(lx, w, lw, b, b ? lb : nullptr, g, groups), Layout::contiguous({g.n, c_out, g.oh, g.ow})};
+}
+
+std::pair<StoragePtr, Layout> conv2d_bwd_input(const BackendStorage& gy, const Layout& lg, const BackendStorage& w,
+                                               const Layout& lw, const ConvGeom& g, int64_t groups) {
+  const char* op = "conv2d_bwd_input";
+  EMBER_CHECK(lw.ndim() == 4, Shape, "[conv2d_bwd_input] expected weight (C_out, C_in / groups, kh, kw), got ",
+              shape_str(lw.shape()));
+  const int64_t c_out = lw.shape()[0];
+  check_conv_groups(g, groups, c_out, op);
+  check_conv_operand(gy, gy, lg, {g.n, c_out, g.oh, g.ow}, op, "grad");
+  check_conv_operand(gy, w, lw, {c_out, g.c / groups, g.kh, g.kw}, op, "weight");
+  return {gy.conv2d_bwd_input(lg, w, lw, g, groups), Layout::contiguous({g.n, g.c, g.h, g.w})};
+}
+
+std::pair<StoragePtr, Layout> conv2d_bwd_weight(const BackendStorage& x, const Layout& lx, const BackendStorage& gy,
+                                                const Layout& lg, const ConvGeom& g, int64_t groups) {
+  const char* op = "conv2d_bwd_weight";
+  EMBER_CHECK(lg.ndim() == 4, Shape, "[conv2d_bwd_weight] expected grad (N, C_out, OH, OW), got ",
+              shape_str(lg.shape()));
+  const int64_t c_out = lg.shape()[1];
+  check_conv_groups(g, groups, c_out, op);
+  check_conv_operand(x, x, lx, {g.n, g.c, g.h, g.w}, op, "input");
+  check_conv_operand(x, gy, lg, {g.n, c_out, g.oh, g.ow}, op, "grad");
+  checked_numel({c_out, g.c / groups, g.kh, g.kw}, op);
+  return {x.conv2d_bwd_weight(lx, gy, lg, g, groups), Layout::contiguous({c_out, g.c / groups, g.kh, g.kw})};
+}
+
 std::tuple<StoragePtr, StoragePtr, Layout> sort(const BackendStorage& s, const Layout& l, int64_t dim,
                                                 bool descending, bool stable) {
   check_in_bounds(s, l, "sort");

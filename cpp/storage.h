@@ -70,6 +70,16 @@ std::pair<StoragePtr, Layout> cat(const std::vector<const BackendStorage*>& ss, 
 // columns summed back into (n, c, h, w). Geometry and sizes are checked before anything is allocated.
 std::pair<StoragePtr, Layout> im2col(const BackendStorage& s, const Layout& l, const ConvGeom& g);
 std::pair<StoragePtr, Layout> col2im(const BackendStorage& s, const Layout& l, const ConvGeom& g);
+// conv2d in one kernel per direction (BackendStorage::conv2d_*): x (n, c, h, w), w (c_out, c/groups, kh,
+// kw), b (c_out,) or null, gy (n, c_out, oh, ow); same device and float dtype, checked here. Return y,
+// dx and dw with their contiguous layouts.
+std::pair<StoragePtr, Layout> conv2d_fwd(const BackendStorage& x, const Layout& lx, const BackendStorage& w,
+                                         const Layout& lw, const BackendStorage* b, const Layout* lb, const ConvGeom& g,
+                                         int64_t groups);
+std::pair<StoragePtr, Layout> conv2d_bwd_input(const BackendStorage& gy, const Layout& lg, const BackendStorage& w,
+                                               const Layout& lw, const ConvGeom& g, int64_t groups);
+std::pair<StoragePtr, Layout> conv2d_bwd_weight(const BackendStorage& x, const Layout& lx, const BackendStorage& gy,
+                                                const Layout& lg, const ConvGeom& g, int64_t groups);
 // Pooling and resampling (BackendStorage::pool2d / upsample): (s, l) of shape (n, c, h, w), a float
 // dtype; the geometry is checked (positive sizes, windows that fit, counts an int64 holds) before anything
 // is allocated. pool2d returns (values, Max's indices when asked, else null, their layout); the

@@ -96,6 +96,29 @@ void MetalStorage::scatter_reduce(ScatterOp op, const Layout& l, const BackendSt
 }
 StoragePtr MetalStorage::im2col(const Layout& l, const ConvGeom& g) const { return ops::im2col(*this, l, g); }
 StoragePtr MetalStorage::col2im(const ConvGeom& g) const { return ops::col2im(*this, g); }
+StoragePtr MetalStorage::conv2d_fwd(const Layout& l, const BackendStorage& w, const Layout& lw, const BackendStorage* b,
+                                    const Layout* lb, const ConvGeom& g, int64_t groups) const {
+  return ops::conv2d_fwd(*this, l, w, lw, b, lb, g, groups);
+}
+StoragePtr MetalStorage::conv2d_bwd_input(const Layout& l, const BackendStorage& w, const Layout& lw, const ConvGeom& g,
+                                          int64_t groups) const {
+  return ops::conv2d_bwd_input(*this, l, w, lw, g, groups);
+}
+StoragePtr MetalStorage::conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg,
+                                           const ConvGeom& g, int64_t groups) const {
+  return ops::conv2d_bwd_weight(*this, l, gy, lg, g, groups);
+}
+std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::group_norm_fwd(const Layout& l, int64_t groups,
+                                                                            const BackendStorage* w, const Layout* lw,
+                                                                            const BackendStorage* b, const Layout* lb,
+                                                                            double eps) const {
+  return ops::group_norm_fwd(*this, l, groups, w, lw, b, lb, eps);
+}
+std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::group_norm_bwd(
+    const Layout& l, int64_t groups, const BackendStorage* w, const Layout* lw, const BackendStorage& mean,
+    const BackendStorage& rstd, const BackendStorage& g, const Layout& lg) const {
+  return ops::group_norm_bwd(*this, l, groups, w, lw, mean, rstd, g, lg);
+}
 std::tuple<StoragePtr, StoragePtr> MetalStorage::pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
                                                         bool with_indices) const {
   return ops::pool2d(*this, kind, l, g, with_indices);

@@ -121,6 +121,20 @@ void bind_ops(py::module_& m) {
   m.def("col2im", [conv_geom](const StoragePtr& s, const Layout& l, const std::array<int64_t, 14>& geom) -> SL {
     return ember::col2im(*s, l, conv_geom(geom));
   }, GilFree());
+  using G14 = std::array<int64_t, 14>;
+  m.def("conv2d_fwd", [conv_geom](const StoragePtr& x, const Layout& lx, const StoragePtr& w, const Layout& lw,
+                                  const BackendStorage* b, const Layout* lb, const G14& geom, int64_t groups) -> SL {
+    return ember::conv2d_fwd(*x, lx, *w, lw, b, lb, conv_geom(geom), groups);
+  }, py::arg("x"), py::arg("lx"), py::arg("w"), py::arg("lw"), py::arg("b").none(true), py::arg("lb").none(true),
+        py::arg("geom"), py::arg("groups"), GilFree());
+  m.def("conv2d_bwd_input", [conv_geom](const StoragePtr& gy, const Layout& lg, const StoragePtr& w, const Layout& lw,
+                                        const G14& geom, int64_t groups) -> SL {
+    return ember::conv2d_bwd_input(*gy, lg, *w, lw, conv_geom(geom), groups);
+  }, GilFree());
+  m.def("conv2d_bwd_weight", [conv_geom](const StoragePtr& x, const Layout& lx, const StoragePtr& gy, const Layout& lg,
+                                         const G14& geom, int64_t groups) -> SL {
+    return ember::conv2d_bwd_weight(*x, lx, *gy, lg, conv_geom(geom), groups);
+  }, GilFree());
   // pool geom: (n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, divisor, count_include_pad), see PoolGeom.
   auto pool_geom = [](const std::array<int64_t, 16>& v) {
     return PoolGeom{v[0], v[1], v[2], v[3], v[4],  v[5],  v[6],  v[7],

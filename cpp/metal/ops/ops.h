@@ -43,6 +43,22 @@ void scatter_reduce(MetalStorage& s, ScatterOp op, const Layout& l, const Backen
 // conv.cpp
 StoragePtr im2col(const MetalStorage& s, const Layout& l, const ConvGeom& g);
 StoragePtr col2im(const MetalStorage& s, const ConvGeom& g);
+// conv2d's three directions as im2col / col2im and the matmul kernel, one image group at a time.
+StoragePtr conv2d_fwd(const MetalStorage& x, const Layout& l, const BackendStorage& w, const Layout& lw,
+                      const BackendStorage* b, const Layout* lb, const ConvGeom& g, int64_t groups);
+StoragePtr conv2d_bwd_input(const MetalStorage& gy, const Layout& l, const BackendStorage& w, const Layout& lw,
+                            const ConvGeom& g, int64_t groups);
+StoragePtr conv2d_bwd_weight(const MetalStorage& x, const Layout& l, const BackendStorage& gy, const Layout& lg,
+                             const ConvGeom& g, int64_t groups);
+
+// group_norm.cpp (metal/group_norm.metal)
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const MetalStorage& x, const Layout& l, int64_t groups,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage* b, const Layout* lb, double eps);
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const MetalStorage& x, const Layout& l, int64_t groups,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage& mean, const BackendStorage& rstd,
+                                                              const BackendStorage& g, const Layout& lg);
 
 // pool.cpp
 std::tuple<StoragePtr, StoragePtr> pool2d(const MetalStorage& s, PoolKind kind, const Layout& l, const PoolGeom& g,
