@@ -330,14 +330,21 @@ def test_activation_bwd(dtype, kind):
     close(out, ref, dtype, 2)
 
 
+def causal_keep(Lq, Lk):
+    """The bottom-right causal keep-mask: query i sees keys j <= i + Lk - Lq (torch's causal_lower_right)."""
+    return torch.ones(Lq, Lk, dtype=torch.bool).tril(diagonal=Lk - Lq)
+
+
 def sdpa_ref(q, k, v, mask, scale, causal):
     qr, kr, vr = (t.double().requires_grad_() for t in (q, k, v))
     m = mask
     if m is not None and m.dtype != torch.bool:
         m = m.double()
+    if causal:  # bottom-right causal, as a mask (torch's is_causal is top-left)
+        keep = causal_keep(q.shape[-2], k.shape[-2])
+        m = keep if m is None else (m & keep if m.dtype == torch.bool else m.masked_fill(~keep, float("-inf")))
     gqa = q.ndim == 4 and k.shape[1] != q.shape[1]
-    o = torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, attn_mask=m, scale=scale, is_causal=causal,
-                                                         enable_gqa=gqa)
+    o = torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, attn_mask=m, scale=scale, enable_gqa=gqa)
     return o, (qr, kr, vr)
 
 
@@ -393,15 +400,19 @@ def test_sdpa_mask_and_layouts(dtype, mask_kind):
         close(a, torch.nan_to_num(b, 0.0), dtype, 4)
 
 
-def test_sdpa_3d_and_causal_top_left():
+def test_sdpa_3d_and_causal_bottom_right():
+    # Lq > Lk: query i sees keys j <= i - 4, so the first 4 queries see none and give 0 (torch: NaN or 0)
     q = torch.randn(3, 10, 16)
     k = torch.randn(3, 6, 16)
     v = torch.randn(3, 6, 16)
     out, g, grads = run_sdpa(q, k, v, causal=True)
     ro, ins = sdpa_ref(q, k, v, None, None, True)
-    close(out, ro, torch.float32)
+    assert torch.all(out[:, :4] == 0) and not torch.all(out[:, 4:] == 0)
+    close(out, torch.nan_to_num(ro, 0.0), torch.float32)
+    g[:, :4] = 0
     for a, b in zip(grads, torch.autograd.grad(ro, ins, g.double())):
-        close(a, b, torch.float32, 4)
+        assert torch.isfinite(a).all()
+        close(a, torch.nan_to_num(b, 0.0), torch.float32, 4)
 
 
 
@@ -422,11 +433,8 @@ def test_sdpa_backward_split_over_key_tiles(dtype, case):
         mask[:, 0] = True  # no fully masked row (torch gives NaN there)
     causal = "causal" in case
     out, g, grads = run_sdpa(q, k, v, mask=mask, scale=0.2, causal=causal)
-    if mask is not None and causal:  # torch takes a mask or is_causal, not both
-        ro, ins = sdpa_ref(q, k, v, mask & torch.ones(Lq, Lk, dtype=torch.bool).tril(), 0.2, False)
-    else:
-        ro, ins = sdpa_ref(q, k, v, mask, 0.2, causal)
-    if causal:  # top-left causal with Lq < Lk: every row sees at least key 0
+    ro, ins = sdpa_ref(q, k, v, mask, 0.2, causal)
+    if causal:  # bottom-right causal with Lq < Lk: every row sees at least key 0
         assert torch.isfinite(ro).all()
     close(out, ro, dtype)
     for a, b in zip(grads, torch.autograd.grad(ro, ins, g.double())):
