@@ -537,3 +537,23 @@ def test_large_outputs_streaming_stores(dtype):
     dx, _, _ = F.layer_norm_bwd(xs, xl, ws, wl, m, r, gs, gl)
     (ref,) = torch.autograd.grad(torch.nn.functional.layer_norm(xr, (n,), wr, eps=1e-5), xr, g.double())
     close(tt(dx, x.shape, dtype), ref, dtype, 4)
+
+
+@pytest.mark.cpu_only
+def test_sdpa_decode_same_bits_on_any_pool():
+    """The decode path's key chunks depend on the shape only: out and lse match bit for bit on any pool."""
+    q, k, v = torch.randn(1, 4, 1, 64), torch.randn(1, 2, 3000, 64), torch.randn(1, 2, 3000, 48)
+    before = _C.get_num_threads()
+    runs = []
+    try:
+        for nt in (1, 2, 3):
+            _C.set_num_threads(nt)
+            o, lse = F.sdpa_fwd(*sto(q), *sto(k), *sto(v), None, None, None, True)
+            runs.append([tt(o, (1, 4, 1, 48), torch.float32), tt(lse, (1, 4, 1), torch.float32)])
+    finally:
+        _C.set_num_threads(before)
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other):
+            assert torch.equal(a, b)
+    ro, _ = sdpa_ref(q, k, v, None, None, True)
+    close(runs[0][0], ro, torch.float32)
