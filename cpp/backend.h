@@ -126,6 +126,20 @@ struct SdpaArgs {
   bool causal = false;
 };
 
+// Rotary position embedding over x (..., L, D): feature pairs i < dims / 2 of the row at position
+// t = offset + l (l: the row's index along dim -2; offset: `offset`, plus offsets[b] for the row's
+// batch b = index along dim 0 when given) are rotated by theta = t * scale * inv_freq[i], inv_freq[i] =
+// base^(-2i / dims), or 1 / freqs[i] when freqs is given. The pairs are (2i, 2i + 1) when
+// `traditional`, else (i, i + dims / 2); features from dims on pass through. `inverse` rotates by
+// -theta (the backward). offsets: int64, 1 or B values; freqs: dims / 2 values in the stats dtype.
+struct RopeArgs {
+  int64_t dims = 0, offset = 0;
+  bool traditional = false, inverse = false;
+  double base = 10000.0, scale = 1.0;
+  const BackendStorage *offsets = nullptr, *freqs = nullptr;  // optional
+  Layout loffsets, lfreqs;
+};
+
 class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
  public:
   BackendStorage(DType dtype, Device device, int64_t numel) : dtype_(dtype), device_(device), numel_(numel) {}
@@ -221,11 +235,11 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   virtual StoragePtr softmax_fwd(const Layout& l, bool log) const = 0;
   // this = y, the forward's output.
   virtual StoragePtr softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const = 0;
-  // Returns (y, rstd).
-  virtual std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const Layout& l, const BackendStorage& w, const Layout& lw,
+  // w optional (ones). Returns (y, rstd).
+  virtual std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw,
                                                           double eps) const = 0;
-  // Returns (dx, dw).
-  virtual std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const Layout& l, const BackendStorage& w, const Layout& lw,
+  // Returns (dx, dw); dw is nullptr when w is absent.
+  virtual std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw,
                                                           const BackendStorage& rstd, const BackendStorage& g,
                                                           const Layout& lg) const = 0;
   // w, b optional (ones / zeros). Returns (y, mean, rstd).
@@ -262,6 +276,8 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
                                                                   const Layout& lo, const BackendStorage& lse,
                                                                   const BackendStorage& g,
                                                                   const Layout& lg) const = 0;
+  // Rotary position embedding of this through l (see RopeArgs): a new dense storage of l's shape.
+  virtual StoragePtr rope(const Layout& l, const RopeArgs& a) const = 0;
   // Sorts every line along `dim` (0 <= dim < ndim, checked by the entry point): returns (values,
   // int64 indices into the line), contiguous of l's shape. NaN sorts as the largest value; equal keys
   // keep index order when `stable` (backends may always do so).

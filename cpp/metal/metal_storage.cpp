@@ -138,12 +138,12 @@ StoragePtr MetalStorage::softmax_fwd(const Layout& l, bool log) const { return o
 StoragePtr MetalStorage::softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const {
   return ops::softmax_bwd(*this, l, g, lg, log);
 }
-std::tuple<StoragePtr, StoragePtr> MetalStorage::rms_norm_fwd(const Layout& l, const BackendStorage& w,
-                                                              const Layout& lw, double eps) const {
+std::tuple<StoragePtr, StoragePtr> MetalStorage::rms_norm_fwd(const Layout& l, const BackendStorage* w,
+                                                              const Layout* lw, double eps) const {
   return ops::rms_norm_fwd(*this, l, w, lw, eps);
 }
-std::tuple<StoragePtr, StoragePtr> MetalStorage::rms_norm_bwd(const Layout& l, const BackendStorage& w,
-                                                              const Layout& lw, const BackendStorage& rstd,
+std::tuple<StoragePtr, StoragePtr> MetalStorage::rms_norm_bwd(const Layout& l, const BackendStorage* w,
+                                                              const Layout* lw, const BackendStorage& rstd,
                                                               const BackendStorage& g, const Layout& lg) const {
   return ops::rms_norm_bwd(*this, l, w, lw, rstd, g, lg);
 }
@@ -168,6 +168,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::sdpa_bwd(const Sdpa
                                                                       const Layout& lg) const {
   return ops::sdpa_bwd(*this, a, o, lo, lse, g, lg);
 }
+StoragePtr MetalStorage::rope(const Layout& l, const RopeArgs& a) const { return ops::rope(*this, l, a); }
 
 std::tuple<StoragePtr, StoragePtr> MetalStorage::sort(const Layout& l, int64_t dim, bool descending,
                                                       bool stable) const {

@@ -69,9 +69,9 @@ class MetalStorage final : public BackendStorage {
   StoragePtr upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const override;
   StoragePtr softmax_fwd(const Layout& l, bool log) const override;
   StoragePtr softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const override;
-  std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const Layout& l, const BackendStorage& w, const Layout& lw,
+  std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw,
                                                   double eps) const override;
-  std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const Layout& l, const BackendStorage& w, const Layout& lw,
+  std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw,
                                                   const BackendStorage& rstd, const BackendStorage& g,
                                                   const Layout& lg) const override;
   std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const Layout& l, const BackendStorage* w,
@@ -87,6 +87,7 @@ class MetalStorage final : public BackendStorage {
   std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,
                                                           const Layout& lo, const BackendStorage& lse,
                                                           const BackendStorage& g, const Layout& lg) const override;
+  StoragePtr rope(const Layout& l, const RopeArgs& a) const override;
   std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending, bool stable) const override;
   std::tuple<StoragePtr, StoragePtr> scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
                                           bool reverse) const override;

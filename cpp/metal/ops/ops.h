@@ -72,10 +72,10 @@ StoragePtr upsample_bwd(const MetalStorage& s, UpsampleMode mode, const Layout& 
 // fused.cpp: the fused kernels (every check is done by the entry points in cpp/fused.cpp).
 StoragePtr softmax_fwd(const MetalStorage& s, const Layout& l, bool log);
 StoragePtr softmax_bwd(const MetalStorage& s, const Layout& l, const BackendStorage& g, const Layout& lg, bool log);
-std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const MetalStorage& s, const Layout& l, const BackendStorage& w,
-                                                const Layout& lw, double eps);
-std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const MetalStorage& s, const Layout& l, const BackendStorage& w,
-                                                const Layout& lw, const BackendStorage& rstd,
+std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const MetalStorage& s, const Layout& l, const BackendStorage* w,
+                                                const Layout* lw, double eps);
+std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const MetalStorage& s, const Layout& l, const BackendStorage* w,
+                                                const Layout* lw, const BackendStorage& rstd,
                                                 const BackendStorage& g, const Layout& lg);
 std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const MetalStorage& s, const Layout& l,
                                                               const BackendStorage* w, const Layout* lw,
@@ -91,6 +91,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const MetalStorage& s, c
                                                         const BackendStorage& o, const Layout& lo,
                                                         const BackendStorage& lse, const BackendStorage& g,
                                                         const Layout& lg);
+StoragePtr rope(const MetalStorage& s, const Layout& l, const RopeArgs& a);
 
 // sort.cpp
 std::tuple<StoragePtr, StoragePtr> sort(const MetalStorage& s, const Layout& l, int64_t dim, bool descending,
