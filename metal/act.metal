@@ -61,7 +61,7 @@ struct ActParams {
 };
 struct EluBwd {  // p0 = alpha
   float p0, p1;
-  float operator()(float x) const { return x <= 0.0f ? p0 * exp(x) : 1.0f; }
+  float operator()(float x) const { return x > 0.0f ? 1.0f : p0 * exp(x); }
 };
 struct LeakyReluBwd {  // p0 = negative_slope
   float p0, p1;
@@ -84,7 +84,7 @@ struct MishBwd {  // t + x sigmoid(x) (1 - t^2), t = n / (n + 2), n = e (e + 2);
 };
 struct HardswishBwd {
   float p0, p1;
-  float operator()(float x) const { return x < -3.0f ? 0.0f : (x <= 3.0f ? x / 3.0f + 0.5f : 1.0f); }
+  float operator()(float x) const { return x <= -3.0f ? 0.0f : (x >= 3.0f ? 1.0f : x / 3.0f + 0.5f); }
 };
 struct HardsigmoidBwd {
   float p0, p1;
@@ -94,8 +94,9 @@ struct GeluTanhBwd {  // s + x s (1 - s) 2z', s = sigmoid(2z)
   float p0, p1;
   float operator()(float x) const {
     const float xx = x * x, z2 = x * (1.5957691216057308f + 0.07135481627260025f * xx);
-    const float s = 1.0f / (1.0f + exp(-z2));
-    return s + x * (s * (1.0f - s)) * (1.5957691216057308f + 0.21406444881780076f * xx);
+    const float s = 1.0f / (1.0f + exp(-z2)), t = s * (1.0f - s);
+    // t == 0 (s saturated): the second term is 0, and x z' may be inf (x^2 overflows)
+    return s + (t == 0.0f ? 0.0f : x * t * (1.5957691216057308f + 0.21406444881780076f * xx));
   }
 };
 

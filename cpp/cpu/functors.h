@@ -52,11 +52,13 @@ EMBER_UNARY(UTrunc, false, std::trunc(x))
 
 // The activations with parameters, torch's definitions: `f` the forward (a UnaryOp), `d` its derivative
 // f'(x) for the fused backward (ActKind); both branch-free selects, so the loops over them vectorise.
-// Comparisons are written as torch writes them, so a NaN x takes the branch it takes in torch.
+// At a NaN x the result is NaN, and so is the derivative wherever torch's own float32 and float64
+// kernels disagree about it (elu, hardswish); leaky_relu's is the slope and hardsigmoid's 0, as torch's.
+// At x = +-inf the derivatives are their limits (mish 1, gelu_tanh 1 / 0) where torch computes inf * 0.
 struct UElu {  // p0 = alpha
   static constexpr bool kFloatOnly = true;
   template <typename C> static inline C f(C x, C p0, C) { return x <= C(0) ? p0 * fm_expm1<C>(x) : x; }
-  template <typename C> static inline C d(C x, C p0, C) { return x <= C(0) ? p0 * fm_exp<C>(x) : C(1); }
+  template <typename C> static inline C d(C x, C p0, C) { return x > C(0) ? C(1) : p0 * fm_exp<C>(x); }
 };
 struct ULeakyRelu {  // p0 = negative_slope
   static constexpr bool kFloatOnly = true;
@@ -94,8 +96,8 @@ struct UMish {
     return x > C(20) ? C(1) : dv;
   }
 };
-// x clamp(x + 3, 0, 6) / 6; the derivative x / 3 + 1/2 on [-3, 3] (both ends included, as torch),
-// 0 below, 1 above.
+// x clamp(x + 3, 0, 6) / 6; the derivative x / 3 + 1/2 strictly inside (-3, 3), 0 from -3 down and 1
+// from 3 up (torch's ends).
 struct UHardswish {
   static constexpr bool kFloatOnly = true;
   template <typename C> static inline C f(C x, C, C) {
@@ -105,7 +107,7 @@ struct UHardswish {
     return x * t / C(6);
   }
   template <typename C> static inline C d(C x, C, C) {
-    return x < C(-3) ? C(0) : (x <= C(3) ? x / C(3) + C(0.5) : C(1));
+    return x <= C(-3) ? C(0) : (x >= C(3) ? C(1) : x / C(3) + C(0.5));
   }
 };
 // clamp(x + 3, 0, 6) / 6; the derivative 1/6 strictly inside (-3, 3), as torch.
@@ -131,8 +133,9 @@ struct UGeluTanh {
   }
   template <typename C> static inline C d(C x, C, C) {
     const C xx = x * x, z2 = x * (C(kB) + C(kBK) * xx);
-    const C s = C(1) / (C(1) + fm_exp<C>(C(0) - z2));
-    return s + x * (s * (C(1) - s)) * (C(kB) + C(3 * kBK) * xx);
+    const C s = C(1) / (C(1) + fm_exp<C>(C(0) - z2)), t = s * (C(1) - s);
+    // t == 0 (s saturated) drops the second term: x z' there may be inf (x^2 overflows), and 0 * inf is NaN
+    return s + (t == C(0) ? C(0) : x * t * (C(kB) + C(3 * kBK) * xx));
   }
 };
 

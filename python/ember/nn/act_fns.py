@@ -56,7 +56,7 @@ class _Elu(_Act):
     name = "elu"
 
     def _dfdx(self, x):
-        return where(x.le(0.0), x.exp() * self.p0, 1.0)
+        return where(x.gt(0.0), 1.0, x.exp() * self.p0)
 
 
 class _LeakyRelu(_Act):
@@ -86,7 +86,7 @@ class _Hardswish(_Act):
     name = "hardswish"
 
     def _grad(self, x, g):
-        return where(x.lt(-3.0), 0.0, where(x.le(3.0), g * (x * (1.0 / 3.0) + 0.5), g))
+        return where(x.le(-3.0), 0.0, where(x.ge(3.0), g, g * (x * (1.0 / 3.0) + 0.5)))
 
 
 class _Hardsigmoid(_Act):
