@@ -267,6 +267,20 @@ def test_scan_line_lengths(dev, n, rng):
             check_scan(name, em.tensor(ref, device=dev), ref, dt, 1, reverse=True)
 
 
+@pytest.mark.parametrize("shape", [(3, 37, 21), (40, 33), (2, 5, 70)])
+def test_cumsum_cumprod_grouped_lines_and_tails(dev, shape, rng):
+    # the CPU scans 16 lines in lock-step (an inner contiguous dim's chunks, or runs of whole lines):
+    # these shapes leave partial groups, every dim and view goes through them or the one-line loop
+    for dt in (em.float32, em.int64, em.float16):
+        for name, (lo, hi) in (("cumsum", (-3.0, 3.0)), ("cumprod", (0.8, 1.25))):
+            x, ref = make_view(rng, shape, dt, "contiguous", device=dev, lo=lo, hi=hi)
+            xt, reft = make_view(rng, shape, dt, "transposed", device=dev, lo=lo, hi=hi)
+            for dim in range(len(shape)):
+                for exclusive, reverse in ((False, False), (True, False), (False, True), (True, True)):
+                    check_scan(name, x, np.array(ref), dt, dim, exclusive, reverse)
+                check_scan(name, xt, np.array(reft), dt, dim)
+
+
 def test_scan_integer_sums_are_int64(dev):
     a = np.full((300,), 200, np.uint8)
     got = em.cumsum(em.tensor(a, device=dev), 0)
