@@ -82,6 +82,24 @@ def test_sort_nan_order_and_special_values(dev):
     np.testing.assert_array_equal(i.numpy(), [0, 5, 3, 1, 4, 6, 7, 2])
 
 
+def test_sort_long_lines_special_values_every_dtype(dev, rng):
+    # lines of 256 and more take the CPU's radix sort on key images: -0.0 must tie with +0.0 (index
+    # order), NaN sorts above inf, each dtype's extremes keep their order
+    special = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, -1.5, 1.5, -0.0, np.nan, 0.0], np.float64)
+    for dt in dtypes_of(dev):
+        if dt.is_float:
+            ref = np.concatenate([np.tile(special, 30), rng.uniform(-3, 3, 100)])
+            ref = ref[rng.permutation(ref.size)].astype(npdt(dt))
+        else:
+            info = np.iinfo(npdt(dt))
+            ref = rng.integers(info.min, info.max, 400, dtype=npdt(dt), endpoint=True)
+            ref[:4] = [info.min, info.max, info.min, info.max]
+        for descending in (False, True):
+            check_sort(em.tensor(ref, device=dev), ref, dt, 0, descending)
+            check_sort(em.tensor(np.stack([ref, ref[::-1]], 1), device=dev), np.stack([ref, ref[::-1]], 1), dt,
+                       0, descending)
+
+
 def test_sort_scalar_and_empty(dev):
     v, i = em.sort(em.tensor(3.5, device=dev))
     assert v.shape == () and i.shape == () and v.item() == 3.5 and i.item() == 0
