@@ -106,18 +106,43 @@ void multinomial_rows(const T* w, const Layout& l, int64_t S, bool repl, uint64_
         select_topk(buf.data(), n, S, true, o, nullptr, work);
         continue;
       }
-      double acc = 0;
-      int64_t last = 0;  // the last positive weight: where a u * total rounded up to total lands
-      for (int64_t i = 0; i < n; ++i) {
-        const double wi = (double)load<T>(src[i * cs]);
-        if (wi > 0) last = i;
-        buf[i] = acc += wi;
+      // prefix sums of 64-weight blocks (four partial sums each: no long dependency chain), a binary
+      // search for a draw's block, then a walk inside it; the walk's sum only grows at positive weights,
+      // so a weight-0 category is never drawn
+      constexpr int64_t B = 64;
+      const int64_t nb = (n + B - 1) / B;
+      buf.resize((size_t)(n + nb + 1));
+      double* wv = buf.data();
+      double* pre = wv + n;
+      pre[0] = 0;
+      for (int64_t blk = 0; blk < nb; ++blk) {
+        const int64_t i0 = blk * B, i1 = std::min(n, i0 + B);
+        double p4[4] = {0, 0, 0, 0};
+        for (int64_t i = i0; i < i1; ++i) {
+          wv[i] = (double)load<T>(src[i * cs]);
+          p4[i & 3] += wv[i];
+        }
+        pre[blk + 1] = pre[blk] + ((p4[0] + p4[1]) + (p4[2] + p4[3]));
       }
+      const double total = pre[nb];
       const uint64_t base = counter + (uint64_t)(r * S);
       for (int64_t j = 0; j < S; ++j) {
-        const double target = unit(seed, base + (uint64_t)j) * acc;
-        const int64_t i = std::upper_bound(buf.begin(), buf.end(), target) - buf.begin();
-        o[j] = std::min(i, last);
+        const double target = unit(seed, base + (uint64_t)j) * total;
+        const int64_t blk = std::upper_bound(pre + 1, pre + nb + 1, target) - (pre + 1);
+        int64_t pick = -1;
+        double acc = pre[std::min(blk, nb - 1)];
+        for (int64_t i = std::min(blk, nb - 1) * B; i < n; ++i) {
+          acc += wv[i];
+          if (acc > target) {
+            pick = i;
+            break;
+          }
+        }
+        if (pick < 0) {  // rounding carried u * total past the walk's sum: the last positive weight
+          pick = n - 1;
+          while (pick > 0 && !(wv[pick] > 0)) --pick;
+        }
+        o[j] = pick;
       }
     }
   });
