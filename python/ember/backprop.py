@@ -6,6 +6,7 @@ import cycle; the rule table (grad_rules.py) is loaded on the first backward.
 from __future__ import annotations
 
 import threading
+import weakref
 
 from .errors import (
     BackwardNotSupported,
@@ -167,10 +168,16 @@ _walk_state = _Walk()
 
 
 class _Rebinds:
-    """How many times ``t[idx] = v`` has rebound a tensor to its written result (indexing.py): until the
-    first, the walk never looks for rebound inputs, so the graphs of everyone else cost nothing more."""
+    """The ids of the live tensors that ``t[idx] = v`` rebound to their written result (indexing.py):
+    only nodes with such an input are resolved (_as_recorded), so other graphs cost next to nothing."""
 
-    count = 0
+    ids = set()
+
+    def add(self, t):
+        k = id(t)
+        if k not in self.ids:
+            self.ids.add(k)
+            weakref.finalize(t, self.ids.discard, k)  # ids are reused once t is gone
 
 
 _rebinds = _Rebinds()
@@ -218,7 +225,7 @@ def _walk(root):
     if root._op is None:
         return [], {}
     state = {}  # id(tensor) -> None while its inputs are being visited, then "leads to a variable"
-    rebound = _rebinds.count != 0
+    rebound = _rebinds.ids
     order = []
     stack = [root]
     push, pop, get = stack.append, stack.pop, state.get
@@ -234,7 +241,8 @@ def _walk(root):
                 pop()
                 continue
             state[k] = None
-            for inp in (node.inputs if not rebound else _recorded_inputs(node)):
+            ins = node.inputs
+            for inp in (ins if not rebound or rebound.isdisjoint(map(id, ins)) else _recorded_inputs(node)):
                 if inp is not None and inp._op is not None and id(inp) not in state and inp._dtype.is_float:
                     push(inp)
             continue
@@ -242,7 +250,8 @@ def _walk(root):
         if st is not None:  # a second copy of a finished node
             continue
         leads = False
-        for inp in (t._op.inputs if not rebound else _recorded_inputs(t._op)):
+        ins = t._op.inputs
+        for inp in (ins if not rebound or rebound.isdisjoint(map(id, ins)) else _recorded_inputs(t._op)):
             if inp is not None and inp._dtype.is_float and (
                     inp.is_variable or (inp._op is not None and state[id(inp)])):
                 leads = True
@@ -437,7 +446,9 @@ def backward(root, create_graph=False):
     table, uses_of, wanted = rules.RULES, rules.USES, rules.wanted
     grads = {id(root): [root, rules.ones_like(root)]}  # id -> [tensor, grad]
     pop, get = grads.pop, grads.get
-    rebound = _rebinds.count != 0
+    # a graph that reads a rebound tensor resolves its inputs and notes when each was read (_inputs_used)
+    ids = _rebinds.ids
+    rebound = bool(ids) and any(not ids.isdisjoint(map(id, t._op.inputs)) for t in nodes)
     used = {id(root): root._storage.version} if rebound else None  # id -> last storage version it was used at
     prev, prev_leads = _mode.enabled, _walk_state.leads
     _mode.enabled = bool(create_graph)

@@ -155,7 +155,7 @@ def _setitem_recorded(t, idx, value):
     record(t, SETITEM, (old, src), (idx, pre))
     if t._op is not None:  # the value was read before the write (t[0] = t[1] reads t's old row)
         t._op.versions = (t._op.versions[0], src_version)
-        _rebinds.count += 1
+        _rebinds.add(t)
 
 
 @_rule(SETITEM, ())
