@@ -182,8 +182,51 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStora
   return x.layer_norm_bwd(lx, w, w ? lw : nullptr, mean, rstd, g, lg);
 }
 
+// (n, c) of a group norm input, with groups dividing c.
+std::pair<int64_t, int64_t> group_dims(const Layout& lx, int64_t groups, const char* op) {
+  EMBER_CHECK(lx.ndim() >= 2, Shape, "[", op, "] expected input (N, C, ...), got ", shape_str(lx.shape()));
+  const int64_t c = lx.shape()[1];
+  EMBER_CHECK(groups >= 1 && c % groups == 0, Shape, "[", op, "] num_groups ", groups, " must be positive and divide ",
+              "the channels ", c);
+  return {lx.shape()[0], c};
+}
+
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const BackendStorage& x, const Layout& lx,
+                                                              int64_t groups, const BackendStorage* w,
+                                                              const Layout* lw, const BackendStorage* b,
+                                                              const Layout* lb, double eps) {
+  const char* op = "group_norm";
+  check_float(x, op, "input");
+  if (w) check_like(x, *w, op, "weight");
+  if (b) check_like(x, *b, op, "bias");
+  const int64_t c = group_dims(lx, groups, op).second;
+  check_in_bounds(x, lx, op);
+  check_opt_param(x, w, lw, c, op, "weight");
+  check_opt_param(x, b, lb, c, op, "bias");
+  return x.group_norm_fwd(lx, groups, w, w ? lw : nullptr, b, b ? lb : nullptr, eps);
+}
+
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStorage& x, const Layout& lx,
+                                                              int64_t groups, const BackendStorage* w,
+                                                              const Layout* lw, const BackendStorage& mean,
+                                                              const BackendStorage& rstd, const BackendStorage& g,
+                                                              const Layout& lg) {
+  const char* op = "group_norm_bwd";
+  check_float(x, op, "input");
+  if (w) check_like(x, *w, op, "weight");
+  check_like(x, g, op, "grad");
+  check_grad_shape(lx, lg, op);
+  const auto [n, c] = group_dims(lx, groups, op);
+  check_in_bounds(x, lx, op);
+  check_in_bounds(g, lg, op);
+  check_stats(x, mean, n * groups, op, "mean and rstd", "(sample, group)");
+  check_stats(x, rstd, n * groups, op, "mean and rstd", "(sample, group)");
+  check_opt_param(x, w, lw, c, op, "weight");
+  return x.group_norm_bwd(lx, groups, w, w ? lw : nullptr, mean, rstd, g, lg);
+}
+
 StoragePtr act_bwd(ActKind kind, const BackendStorage& a, const Layout& la, const BackendStorage& g,
-                   const Layout& lg) {
+                   const Layout& lg, double p0, double p1) {
   EMBER_CHECK(kind < ActKind::Count, Value, "[act_bwd] unknown activation ", (int)kind);
   const std::string op = std::string(act_name(kind)) + "_bwd";
   check_float(a, op.c_str(), "input");
@@ -191,7 +234,7 @@ StoragePtr act_bwd(ActKind kind, const BackendStorage& a, const Layout& la, cons
   check_grad_shape(la, lg, op.c_str());
   check_in_bounds(a, la, op.c_str());
   check_in_bounds(g, lg, op.c_str());
-  return a.act_bwd(kind, la, g, lg);
+  return a.act_bwd(kind, la, g, lg, p0, p1);
 }
 
 void sdpa_check(const SdpaArgs& a) {

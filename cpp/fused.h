@@ -31,9 +31,20 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStora
                                                               const BackendStorage* w, const Layout* lw,
                                                               const BackendStorage& mean, const BackendStorage& rstd,
                                                               const BackendStorage& g, const Layout& lg);
-// dx = g * f'(a), a = y for Sigmoid, x otherwise.
+// x (n, c, ...), groups dividing c, w and b (c,) optional. Returns (y, mean, rstd: (n, groups), stats dtype).
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const BackendStorage& x, const Layout& lx,
+                                                              int64_t groups, const BackendStorage* w,
+                                                              const Layout* lw, const BackendStorage* b,
+                                                              const Layout* lb, double eps);
+// Returns (dx, dw, db), dw and db per channel (c,) whether or not w and b were given.
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStorage& x, const Layout& lx,
+                                                              int64_t groups, const BackendStorage* w,
+                                                              const Layout* lw, const BackendStorage& mean,
+                                                              const BackendStorage& rstd, const BackendStorage& g,
+                                                              const Layout& lg);
+// dx = g * f'(a), a = y for Sigmoid, x otherwise; p0, p1: the forward's parameters (see ActKind).
 StoragePtr act_bwd(ActKind kind, const BackendStorage& a, const Layout& la, const BackendStorage& g,
-                   const Layout& lg);
+                   const Layout& lg, double p0 = 0.0, double p1 = 0.0);
 // The checks sdpa_fwd makes, computing nothing: for the composite path a float mask with a gradient takes.
 void sdpa_check(const SdpaArgs& a);
 // Returns (out, lse).

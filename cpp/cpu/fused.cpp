@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "cpu/nditer.h"
 #include "cpu/parallel.h"
 
 namespace ember::cpu {
@@ -287,17 +288,42 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, 
 }
 
 // ================================ activations' backward ==========================================
-Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg) {
+namespace {
+// k elements of itemsize isz from base + at elements, stride st: in place when st == 1, else copied into
+// buf (B * 8 bytes) by a loop over the element type.
+template <typename U> void copy_run(const U* src, int64_t st, U* dst, int64_t k) {
+  if (st == 0) std::fill(dst, dst + k, src[0]);
+  else for (int64_t i = 0; i < k; ++i) dst[i] = src[i * st];
+}
+const void* gather_run(const char* base, int64_t at, int64_t st, int64_t isz, int64_t k, char* buf) {
+  const char* src = base + at * isz;
+  if (st == 1) return src;
+  switch (isz) {
+    case 2: copy_run((const uint16_t*)src, st, (uint16_t*)buf, k); break;
+    case 4: copy_run((const uint32_t*)src, st, (uint32_t*)buf, k); break;
+    default: copy_run((const uint64_t*)src, st, (uint64_t*)buf, k); break;
+  }
+  return buf;
+}
+}  // namespace
+
+Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg, double p0,
+            double p1) {
   const FusedTable& t = fused_kernels();
   const int d = fi(a.dtype());
-  EltBwdFn fn = nullptr;
+  EltBwdFn efn = nullptr;
+  ActBwdFn pfn = kind < ActKind::Count ? t.act_bwd[(int)kind][d] : nullptr;  // the kinds with parameters
   switch (kind) {
-    case ActKind::Sigmoid: fn = t.sigmoid_bwd[d]; break;
-    case ActKind::Silu: fn = t.silu_bwd[d]; break;
-    case ActKind::Gelu: fn = t.gelu_bwd[d]; break;
-    case ActKind::Count: break;
+    case ActKind::Sigmoid: efn = t.sigmoid_bwd[d]; break;
+    case ActKind::Silu: efn = t.silu_bwd[d]; break;
+    case ActKind::Gelu: efn = t.gelu_bwd[d]; break;
+    default: break;
   }
-  EMBER_CHECK(fn, Value, "[", act_name(kind), "_bwd] unknown activation");
+  EMBER_CHECK(efn || pfn, Value, "[", act_name(kind), "_bwd] unknown activation");
+  auto fn = [&](const void* ap, const void* gp, void* op, int64_t m) {
+    if (efn) efn(ap, gp, op, m);
+    else pfn(ap, gp, op, m, p0, p1);
+  };
   const int64_t n = la.numel(), isz = (int64_t)itemsize(a.dtype());
   auto dx = new_cpu(a.dtype(), n);
   auto ca = la.contiguous_offsets(), cg = lg.contiguous_offsets();
@@ -308,11 +334,21 @@ Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorag
     parallel_for(n, 16384, [&](int64_t i0, int64_t i1) { fn(ap + i0 * isz, gp + i0 * isz, ob + i0 * isz, i1 - i0); });
     return dx;
   }
-  // Strided inputs: walk them as rows of their last dim, gathering each row.
-  Rows ra(a, la), rg(g, lg);
-  run_chunks(ra.nrows, ra.n, max_chunks(), [&](int64_t r0, int64_t r1, int64_t) {
-    std::vector<char> t1, t2;
-    for (int64_t r = r0; r < r1; ++r) fn(ra.row(r, t1), rg.row(r, t2), ob + r * ra.n * isz, ra.n);
+  // Strided inputs (a transposed x, the broadcast gradient of a sum): runs of the jointly coalesced
+  // innermost dim; an operand that is not unit-stride there is gathered a block at a time by a typed
+  // loop (a stride-0 gradient becomes a fill), then the dense kernel runs on the block.
+  const Layout lo = Layout::contiguous(la.shape());
+  const char* abase = (const char*)a.raw();
+  const char* gbase = (const char*)g.raw();
+  nd_for_each<3>(la.shape(), {&la, &lg, &lo}, kGrain, [&](const auto& off, const auto& st, int64_t m) {
+    constexpr int64_t B = 1024;
+    alignas(64) char ta[B * 8], tg[B * 8];
+    for (int64_t b = 0; b < m; b += B) {
+      const int64_t k = std::min(B, m - b);
+      const void* ap = gather_run(abase, off[0] + b * st[0], st[0], isz, k, ta);
+      const void* gp = gather_run(gbase, off[1] + b * st[1], st[1], isz, k, tg);
+      fn(ap, gp, ob + (off[2] + b) * isz, k);
+    }
   });
   return dx;
 }
@@ -693,8 +729,9 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::layer_norm_bwd(const 
   return r;
 }
 StoragePtr CpuStorage::rope(const Layout& l, const RopeArgs& a) const { return cpu::rope(*this, l, a); }
-StoragePtr CpuStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) const {
-  return cpu::act_bwd(kind, *this, l, as_cpu(g), lg);
+StoragePtr CpuStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg,
+                               double p0, double p1) const {
+  return cpu::act_bwd(kind, *this, l, as_cpu(g), lg, p0, p1);
 }
 std::tuple<StoragePtr, StoragePtr> CpuStorage::sdpa_fwd(const SdpaArgs& a) const {
   auto m = sdpa_mask(a);

@@ -32,6 +32,8 @@ using LnBwdFn = void (*)(const void* x, int64_t ldx, const void* w, const void* 
                          int64_t n, bool nt);
 // Elementwise backward over n contiguous elements: dx = g * f'(a).
 using EltBwdFn = void (*)(const void* a, const void* g, void* dx, int64_t n);
+// The same for the activations with scalar parameters p0, p1 (ActKind::Elu on).
+using ActBwdFn = void (*)(const void* a, const void* g, void* dx, int64_t n, double p0, double p1);
 
 // Per-thread scratch for the ISA kernels, one buffer per slot, 64-byte aligned, grown on demand and
 // valid until the same thread asks for the same slot again. It lives in the baseline object on
@@ -104,6 +106,7 @@ struct FusedTable {
   EltBwdFn sigmoid_bwd[4] = {};  // a = y (the forward output)
   EltBwdFn silu_bwd[4] = {};     // a = x
   EltBwdFn gelu_bwd[4] = {};     // a = x (exact erf gelu)
+  ActBwdFn act_bwd[(int)ActKind::Count][4] = {};  // a = x; the kinds with parameters (elu on, see ActKind)
   SdpaFwdFn sdpa_fwd[4] = {};
   SdpaBwdFn sdpa_bwd[4] = {};
   SdpaDecodeFn sdpa_decode[4] = {};
@@ -136,7 +139,8 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, 
                                          const CpuStorage& g, const Layout& lg);
 Sto rope(const CpuStorage& x, const Layout& lx, const RopeArgs& a);
 // a = y for Sigmoid, x otherwise.
-Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg);
+Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg, double p0,
+            double p1);
 std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
                               const CpuStorage& v, const Layout& lv, const StoLayout* mask, double scale,
                               bool causal);

@@ -27,6 +27,7 @@ namespace {
 
 #include "cpu/simd/vmath.h"
 #include "cpu/fused_vec.inc"
+#include "cpu/functors.h"  // the activations' derivatives (act_bwd_k)
 
 // Walks a row in blocks so long-row sums are combined in double (1M-column rows stay accurate).
 constexpr int64_t kBlk = 4096;
@@ -443,6 +444,18 @@ template <typename T> static void gelu_bwd_k(const void* a_, const void* g_, voi
   for (int64_t i = 0; i < n; ++i) dx[i] = store<T>((C)load(g[i]) * fm_gelu_grad<C>((C)load(x[i])));
 }
 
+// The activations with parameters (ActKind::Elu on): dx = g * f'(x), f' the `d` of the forward's own
+// functor (cpu/functors.h), so forward and backward share one definition; the loop vectorises.
+template <typename Op, typename T>
+static void act_bwd_k(const void* a_, const void* g_, void* dx_, int64_t n, double p0d, double p1d) {
+  using C = C_t<T>;
+  const T* x = (const T*)a_;
+  const T* g = (const T*)g_;
+  T* dx = (T*)dx_;
+  const C p0 = (C)p0d, p1 = (C)p1d;
+  for (int64_t i = 0; i < n; ++i) dx[i] = store<T>((C)load(g[i]) * Op::template d<C>((C)load(x[i]), p0, p1));
+}
+
 #include "cpu/fused_attn.inc"
 #include "cpu/fused_rope.inc"
 
@@ -457,6 +470,13 @@ template <typename T> void register_dtype(FusedTable& t) {
   t.sigmoid_bwd[d] = &sigmoid_bwd_k<T>;
   t.silu_bwd[d] = &silu_bwd_k<T>;
   t.gelu_bwd[d] = &gelu_bwd_k<T>;
+  t.act_bwd[(int)ActKind::Elu][d] = &act_bwd_k<UElu, T>;
+  t.act_bwd[(int)ActKind::LeakyRelu][d] = &act_bwd_k<ULeakyRelu, T>;
+  t.act_bwd[(int)ActKind::Softplus][d] = &act_bwd_k<USoftplus, T>;
+  t.act_bwd[(int)ActKind::Mish][d] = &act_bwd_k<UMish, T>;
+  t.act_bwd[(int)ActKind::Hardswish][d] = &act_bwd_k<UHardswish, T>;
+  t.act_bwd[(int)ActKind::Hardsigmoid][d] = &act_bwd_k<UHardsigmoid, T>;
+  t.act_bwd[(int)ActKind::GeluTanh][d] = &act_bwd_k<UGeluTanh, T>;
   t.sdpa_fwd[d] = &sdpa_fwd_item<T>;
   t.sdpa_bwd[d] = &sdpa_bwd_item<T>;
   t.sdpa_decode[d] = &sdpa_decode_item<T>;

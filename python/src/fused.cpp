@@ -65,11 +65,23 @@ void bind_fused(py::module_& m) {
         },
         py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("mean"),
         py::arg("rstd"), py::arg("g"), py::arg("lg"), G());
+  f.def("group_norm_fwd",
+        [](S x, L lx, int64_t groups, SP w, const Layout* lw, SP b, const Layout* lb, double eps) {
+          return fz::group_norm_fwd(x, lx, groups, w, lw, b, lb, eps);
+        },
+        py::arg("x"), py::arg("lx"), py::arg("groups"), py::arg("w").none(true), py::arg("lw").none(true),
+        py::arg("b").none(true), py::arg("lb").none(true), py::arg("eps"), G());
+  f.def("group_norm_bwd",
+        [](S x, L lx, int64_t groups, SP w, const Layout* lw, S mean, S rstd, S g, L lg) {
+          return fz::group_norm_bwd(x, lx, groups, w, lw, mean, rstd, g, lg);
+        },
+        py::arg("x"), py::arg("lx"), py::arg("groups"), py::arg("w").none(true), py::arg("lw").none(true),
+        py::arg("mean"), py::arg("rstd"), py::arg("g"), py::arg("lg"), G());
   for (int k = 0; k < (int)ActKind::Count; ++k) {
     const ActKind kind = (ActKind)k;
     f.def((std::string(ember::act_name(kind)) + "_bwd").c_str(),
-          [kind](S a, L la, S g, L lg) { return fz::act_bwd(kind, a, la, g, lg); }, py::arg("a"), py::arg("la"),
-          py::arg("g"), py::arg("lg"), G());
+          [kind](S a, L la, S g, L lg, double p0, double p1) { return fz::act_bwd(kind, a, la, g, lg, p0, p1); },
+          py::arg("a"), py::arg("la"), py::arg("g"), py::arg("lg"), py::arg("p0") = 0.0, py::arg("p1") = 0.0, G());
   }
   f.def(
       "sdpa_fwd",

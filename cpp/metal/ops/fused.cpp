@@ -43,6 +43,9 @@ struct SdpaKArgs {  // sdpa.metal's SdpaArgs
   float scale = 1;
   uint32_t causal = 0, mask_kind = 0, pad = 0;
 };
+struct ActParams {  // act.metal's, for the activations with parameters
+  float p0 = 0, p1 = 0;
+};
 struct RopeKArgs {  // rope.metal's RopeArgs
   RowLayout x;
   int64_t D = 0, L = 0, rows = 0, half = 0, per_batch = 1, offset = 0, o_off = 0, o_st = 0, f_off = 0, f_st = 0;
@@ -350,7 +353,8 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const MetalStorage
 }
 
 // ================================ activations' backward ==========================================
-StoragePtr act_bwd(const MetalStorage& a, ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) {
+StoragePtr act_bwd(const MetalStorage& a, ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg,
+                   double p0, double p1) {
   const std::string op = std::string(act_name(kind)) + "_bwd";
   MetalDevice& dev = a.metal_device();
   const int64_t n = l.numel();
@@ -385,12 +389,11 @@ StoragePtr act_bwd(const MetalStorage& a, ActKind kind, const Layout& l, const B
       }
     }
   }
-  Launch(dev, "act.metal", kname((op + "_").c_str(), a.dtype(), op.c_str()))
-      .input(*as)
-      .input(*gs)
-      .output(*dx)
-      .scalar(p)
-      .dispatch_1d(checked_u32((int64_t)threads, op.c_str()), 256);
+  Launch k(dev, "act.metal", kname((op + "_").c_str(), a.dtype(), op.c_str()));
+  k.input(*as).input(*gs).output(*dx).scalar(p);
+  // The kinds with parameters take them at buffer(4) (act.metal's act_bwd_param).
+  if (kind >= ActKind::Elu) k.scalar(ActParams{(float)p0, (float)p1});
+  k.dispatch_1d(checked_u32((int64_t)threads, op.c_str()), 256);
   return dx;
 }
 
