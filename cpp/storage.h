@@ -70,6 +70,28 @@ std::pair<StoragePtr, Layout> cat(const std::vector<const BackendStorage*>& ss, 
 // columns summed back into (n, c, h, w). Geometry and sizes are checked before anything is allocated.
 std::pair<StoragePtr, Layout> im2col(const BackendStorage& s, const Layout& l, const ConvGeom& g);
 std::pair<StoragePtr, Layout> col2im(const BackendStorage& s, const Layout& l, const ConvGeom& g);
+// conv2d in one kernel per direction (BackendStorage::conv2d_*): x (n, c, h, w), w (c_out, c/groups, kh,
+// kw), b (c_out,) or null, gy (n, c_out, oh, ow); same device and float dtype, checked here. Return y,
+// dx and dw with their contiguous layouts.
+std::pair<StoragePtr, Layout> conv2d_fwd(const BackendStorage& x, const Layout& lx, const BackendStorage& w,
+                                         const Layout& lw, const BackendStorage* b, const Layout* lb, const ConvGeom& g,
+                                         int64_t groups);
+std::pair<StoragePtr, Layout> conv2d_bwd_input(const BackendStorage& gy, const Layout& lg, const BackendStorage& w,
+                                               const Layout& lw, const ConvGeom& g, int64_t groups);
+std::pair<StoragePtr, Layout> conv2d_bwd_weight(const BackendStorage& x, const Layout& lx, const BackendStorage& gy,
+                                                const Layout& lg, const ConvGeom& g, int64_t groups);
+// Pooling and resampling (BackendStorage::pool2d / upsample): (s, l) of shape (n, c, h, w), a float
+// dtype; the geometry is checked (positive sizes, windows that fit, counts an int64 holds) before anything
+// is allocated. pool2d returns (values, Max's indices when asked, else null, their layout); the
+// backwards take the output's gradient (any layout) and return dx (n, c, h, w).
+std::tuple<StoragePtr, StoragePtr, Layout> pool2d(PoolKind kind, const BackendStorage& s, const Layout& l,
+                                                  const PoolGeom& g, bool with_indices);
+std::pair<StoragePtr, Layout> pool2d_bwd(PoolKind kind, const BackendStorage& g, const Layout& lg,
+                                         const BackendStorage* ids, const Layout* il, const PoolGeom& geom);
+std::pair<StoragePtr, Layout> upsample(UpsampleMode mode, const BackendStorage& s, const Layout& l,
+                                       const UpsampleGeom& g);
+std::pair<StoragePtr, Layout> upsample_bwd(UpsampleMode mode, const BackendStorage& g, const Layout& lg,
+                                           const UpsampleGeom& geom);
 // Sorts (s, l) along dim (negative counts from the end; a 0-d tensor is one line of one element):
 // returns (values, int64 indices, their contiguous layout).
 std::tuple<StoragePtr, StoragePtr, Layout> sort(const BackendStorage& s, const Layout& l, int64_t dim,
@@ -77,5 +99,13 @@ std::tuple<StoragePtr, StoragePtr, Layout> sort(const BackendStorage& s, const L
 // Scans (s, l) along dim (BackendStorage::scan): returns (values, indices or null, their layout).
 std::tuple<StoragePtr, StoragePtr, Layout> scan(ScanOp op, const BackendStorage& s, const Layout& l, int64_t dim,
                                                 bool exclusive, bool reverse);
+// The k first elements of (s, l) along dim in sort's order (BackendStorage::topk; a 0-d tensor is one line
+// of one element): returns (values, int64 indices, their contiguous layout).
+std::tuple<StoragePtr, StoragePtr, Layout> topk(const BackendStorage& s, const Layout& l, int64_t dim, int64_t k,
+                                                bool largest);
+// num_samples draws per row of the weights (s, l), 1-D or 2-D float, whose values the caller has checked
+// (finite, non-negative, positive row sums); draws from the global generator. int64 (rows, S) or (S,).
+std::pair<StoragePtr, Layout> multinomial(const BackendStorage& s, const Layout& l, int64_t num_samples,
+                                          bool replacement);
 
 }  // namespace ember

@@ -1,5 +1,5 @@
-// Random fills on Metal: the CPU's counter-based generator (cpp/cpu/random.cpp) - value i is a splitmix64
-// hash of (seed, counter + i) - so one seed gives the same stream on every device.
+// Random fills and multinomial's kernels on Metal: the CPU's counter-based generator (cpp/cpu/random.cpp) -
+// value i is a splitmix64 hash of (seed, counter + i) - so one seed gives the same stream on every device.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -61,9 +61,47 @@ kernel void rand_normal(device T* out [[buffer(0)]], constant ulong& seed [[buff
   out[gid] = T(fma(stdev, z, mean));
 }
 
+// multinomial's meta: [0] element offset, [1] row stride, [2] column stride, [3] n (categories),
+// [4] S (draws per row).
+// Without replacement: the exponential key w / E of every weight, E = -log(1 - u) for the uniform of
+// counter + r * n + i (the CPU's stream); grid (n, rows). A zero weight keys 0: after every positive one.
+template <typename T>
+kernel void multinomial_keys(device const T* w [[buffer(0)]], device float* keys [[buffer(1)]],
+                             constant long* meta [[buffer(2)]], constant ulong& seed [[buffer(3)]],
+                             constant ulong& base [[buffer(4)]], uint2 gid [[thread_position_in_grid]]) {
+  const long n = meta[3], i = long(gid.x), r = long(gid.y);
+  if (i >= n) return;
+  const float wi = float(w[meta[0] + r * meta[1] + i * meta[2]]);
+  const float e = -log(1.0f - unit(seed, base + ulong(r * n + i), 24));  // 0 only for u = 0: key +inf
+  keys[r * n + i] = wi > 0.0f ? wi / e : 0.0f;
+}
+
+// With replacement: draw j of row r is the first category whose running sum (csum, contiguous rows)
+// exceeds u * total, u the uniform of counter + r * S + j; grid (S, rows).
+kernel void multinomial_search(device const float* csum [[buffer(0)]], device long* out [[buffer(1)]],
+                               constant long* meta [[buffer(2)]], constant ulong& seed [[buffer(3)]],
+                               constant ulong& base [[buffer(4)]], uint2 gid [[thread_position_in_grid]]) {
+  const long n = meta[3], S = meta[4], j = long(gid.x), r = long(gid.y);
+  if (j >= S) return;
+  device const float* c = csum + r * n;
+  const float target = unit(seed, base + ulong(r * S + j), 24) * c[n - 1];
+  long lo = 0, hi = n;  // the first i with c[i] > target lies in [lo, hi]
+  while (lo < hi) {
+    const long mid = (lo + hi) / 2;
+    if (c[mid] > target) hi = mid;
+    else lo = mid + 1;
+  }
+  if (lo == n) {  // u * total rounded up to total: the last category with a positive weight
+    lo = n - 1;
+    while (lo > 0 && c[lo] == c[lo - 1]) --lo;
+  }
+  out[r * S + j] = lo;
+}
+
 #define instantiate_random(tname, T)                                                                   \
   template [[host_name("rand_uniform_" #tname)]] [[kernel]] decltype(rand_uniform<T>) rand_uniform<T>; \
-  template [[host_name("rand_normal_" #tname)]] [[kernel]] decltype(rand_normal<T>) rand_normal<T>;
+  template [[host_name("rand_normal_" #tname)]] [[kernel]] decltype(rand_normal<T>) rand_normal<T>;     \
+  template [[host_name("multinomial_keys_" #tname)]] [[kernel]] decltype(multinomial_keys<T>) multinomial_keys<T>;
 
 instantiate_random(float32, float)
 instantiate_random(float16, half)

@@ -1,7 +1,8 @@
-// Sort along one dim: every line is ordered as (key, index) pairs under a total order (NaN largest, ties by
-// index, so the result is stable). Lines whose power-of-two padding fits a threadgroup's 32 KiB are
-// bitonic-sorted there by `sort_block` (one threadgroup per line); longer lines go through device memory:
-// `sort_init` pads them into scratch, one `sort_step` dispatch per bitonic (k, j) stage, `sort_write`.
+// Sort along one dim, and topk's selection: every line is ordered as (key, index) pairs under a total order
+// (NaN largest, ties by index, so the result is stable). Lines whose power-of-two padding fits a
+// threadgroup's 32 KiB are bitonic-sorted there by `sort_block` (one threadgroup per line); longer lines go
+// through device memory: `sort_init` pads them into scratch, one `sort_step` dispatch per bitonic (k, j)
+// stage, `sort_write`. `topk_block` selects the k first of a line without sorting it.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -138,6 +139,73 @@ kernel void sort_write(device const T* sk [[buffer(0)]], device const uint* si [
   ids[o] = long(si[r * meta[5] + i]);
 }
 
+// topk's meta: sort's layout with [5] kp (a power of two >= k), [6] largest and [7] k, then K line sizes,
+// K input strides, K output strides (of the output, whose dim has size k).
+constant constexpr int kTopkHead = 8;
+
+// topk without sorting the line: one threadgroup per line (grid (threads, lines)), threads a power of
+// two with threads * kp <= B. Each thread keeps the k best of its elements (i = tid, tid + threads, ...)
+// in order in its own kp slots, by insertion behind the worst kept; one bitonic sort of every thread's
+// slots then puts the line's k best first.
+template <typename T, uint B>
+kernel void topk_block(device const T* in [[buffer(0)]], device T* vals [[buffer(1)]], device long* ids [[buffer(2)]],
+                       constant long* meta [[buffer(3)]], uint2 tg [[threadgroup_position_in_grid]],
+                       uint tid [[thread_index_in_threadgroup]], uint2 tpg [[threads_per_threadgroup]]) {
+  typedef typename Key<T>::type K;
+  threadgroup K keys[B];
+  threadgroup uint idx[B];
+  const int kd = int(meta[0]);
+  const uint n = uint(meta[2]), kp = uint(meta[5]), k = uint(meta[7]);
+  const long is = meta[3], os = meta[4];
+  const bool desc = meta[6] != 0;
+  constant long* shape = meta + kTopkHead;
+  const long r = long(tg.y);
+  device const T* src = in + (meta[1] + line_offset(r, kd, shape, shape + kd));
+  const long out0 = line_offset(r, kd, shape, shape + 2 * kd);
+  const uint nt = tpg.x, M = nt * kp;
+  threadgroup K* mk = keys + tid * kp;
+  threadgroup uint* mi = idx + tid * kp;
+  for (uint j = 0; j < kp; ++j) {
+    mk[j] = K(0);
+    mi[j] = kPad;
+  }
+  uint c = 0;
+  for (uint i = tid; i < n; i += nt) {
+    const K x = K(src[long(i) * is]);
+    if (c == k && !before(x, i, mk[k - 1], mi[k - 1], desc)) continue;
+    uint p = c < k ? c++ : k - 1;  // the slot x takes, the worse ones moving down
+    while (p > 0 && before(x, i, mk[p - 1], mi[p - 1], desc)) {
+      mk[p] = mk[p - 1];
+      mi[p] = mi[p - 1];
+      --p;
+    }
+    mk[p] = x;
+    mi[p] = i;
+  }
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  for (uint kk = 2; kk <= M; kk <<= 1) {
+    for (uint j = kk >> 1; j > 0; j >>= 1) {
+      for (uint t = tid; t < M / 2; t += nt) {
+        const uint a = 2 * t - (t & (j - 1)), b = a + j;
+        const bool up = (a & kk) == 0;
+        const K ka = keys[a], kb = keys[b];
+        const uint ia = idx[a], ib = idx[b];
+        if (up ? before(kb, ib, ka, ia, desc) : before(ka, ia, kb, ib, desc)) {
+          keys[a] = kb;
+          keys[b] = ka;
+          idx[a] = ib;
+          idx[b] = ia;
+        }
+      }
+      threadgroup_barrier(mem_flags::mem_threadgroup);
+    }
+  }
+  for (uint i = tid; i < k; i += nt) {
+    vals[out0 + long(i) * os] = T(keys[i]);
+    ids[out0 + long(i) * os] = long(idx[i]);
+  }
+}
+
 #define instantiate_sort(tname, T, B)                                                                          \
   template [[host_name("sort_block_" #tname)]] [[kernel]] void sort_block<T, B>(                              \
       device const T* in [[buffer(0)]], device T* vals [[buffer(1)]], device long* ids [[buffer(2)]],          \
@@ -151,7 +219,11 @@ kernel void sort_write(device const T* sk [[buffer(0)]], device const uint* si [
       constant uint& k [[buffer(3)]], constant uint& j [[buffer(4)]], uint2 gid [[thread_position_in_grid]]);  \
   template [[host_name("sort_write_" #tname)]] [[kernel]] void sort_write<T>(                                 \
       device const T* sk [[buffer(0)]], device const uint* si [[buffer(1)]], device T* vals [[buffer(2)]],     \
-      device long* ids [[buffer(3)]], constant long* meta [[buffer(4)]], uint2 gid [[thread_position_in_grid]]);
+      device long* ids [[buffer(3)]], constant long* meta [[buffer(4)]], uint2 gid [[thread_position_in_grid]]); \
+  template [[host_name("topk_block_" #tname)]] [[kernel]] void topk_block<T, B>(                              \
+      device const T* in [[buffer(0)]], device T* vals [[buffer(1)]], device long* ids [[buffer(2)]],          \
+      constant long* meta [[buffer(3)]], uint2 tg [[threadgroup_position_in_grid]],                            \
+      uint tid [[thread_index_in_threadgroup]], uint2 tpg [[threads_per_threadgroup]]);
 
 // B: the elements whose key and index fit 32 KiB of threadgroup memory (a power of two)
 instantiate_sort(float32, float, 4096)

@@ -82,6 +82,24 @@ def test_sort_nan_order_and_special_values(dev):
     np.testing.assert_array_equal(i.numpy(), [0, 5, 3, 1, 4, 6, 7, 2])
 
 
+def test_sort_long_lines_special_values_every_dtype(dev, rng):
+    # lines of 256 and more take the CPU's radix sort on key images: -0.0 must tie with +0.0 (index
+    # order), NaN sorts above inf, each dtype's extremes keep their order
+    special = np.array([np.nan, -0.0, 0.0, np.inf, -np.inf, -1.5, 1.5, -0.0, np.nan, 0.0], np.float64)
+    for dt in dtypes_of(dev):
+        if dt.is_float:
+            ref = np.concatenate([np.tile(special, 30), rng.uniform(-3, 3, 100)])
+            ref = ref[rng.permutation(ref.size)].astype(npdt(dt))
+        else:
+            info = np.iinfo(npdt(dt))
+            ref = rng.integers(info.min, info.max, 400, dtype=npdt(dt), endpoint=True)
+            ref[:4] = [info.min, info.max, info.min, info.max]
+        for descending in (False, True):
+            check_sort(em.tensor(ref, device=dev), ref, dt, 0, descending)
+            check_sort(em.tensor(np.stack([ref, ref[::-1]], 1), device=dev), np.stack([ref, ref[::-1]], 1), dt,
+                       0, descending)
+
+
 def test_sort_scalar_and_empty(dev):
     v, i = em.sort(em.tensor(3.5, device=dev))
     assert v.shape == () and i.shape == () and v.item() == 3.5 and i.item() == 0
@@ -116,6 +134,45 @@ def test_topk_matches_torch(dev, largest, rng):
                 want = torch.topk(torch_ref(ref, dt), k, dim=dim, largest=largest).values.numpy()
                 got = v.numpy()
                 np.testing.assert_array_equal(f64(got) if dt.is_float else got.astype(np.int64), want)
+
+
+def check_topk(x, ref, dt, k, dim, largest):
+    v, i = em.topk(x, k, dim=dim, largest=largest)
+    tr = torch_ref(ref, dt)
+    ti = torch.sort(tr, dim=dim, descending=largest, stable=True)[1].narrow(dim, 0, k)
+    np.testing.assert_array_equal(i.numpy(), ti.numpy())
+    want = torch.topk(tr, k, dim=dim, largest=largest).values.numpy()
+    got = v.numpy()
+    np.testing.assert_array_equal(f64(got) if dt.is_float else got.astype(np.int64), want)
+
+
+@pytest.mark.parametrize("n,k", [(50000, 1), (50000, 10), (50000, 50), (3000, 7), (5000, 1500)])
+def test_topk_long_lines_select_as_torch(dev, n, k, rng):
+    # 50000-wide rows take the CPU's chunked selection and the Metal threadgroup selection; k = 1500 the
+    # partition (CPU) and sort (Metal) paths. Integer-valued keys make ties at the threshold, a few NaNs
+    # come first for largest and never for smallest, the transposed copy reads a strided dim.
+    for dt in [em.float32, em.float16, em.int64] + ([em.float64] if dev == "cpu" else []):
+        for ties in (False, True):
+            if dt.is_float:
+                ref = rng.standard_normal((2, n)) * (30 if ties else 1)
+                ref = (np.round(ref) if ties else ref).astype(npdt(dt))
+                ref[0, rng.integers(0, n, 3)] = np.nan
+            else:
+                ref = rng.integers(-40, 40, (2, n)) if ties else rng.permutation(2 * n).reshape(2, n) - n
+            for largest in (True, False):
+                check_topk(em.tensor(ref, device=dev), ref, dt, k, -1, largest)
+            check_topk(em.tensor(ref.T.copy(), device=dev).transpose(0, 1), ref, dt, k, 1, True)
+
+
+def test_topk_dim0_of_a_wide_tensor_and_scalars(dev, rng):
+    ref = rng.standard_normal((300, 9)).astype(np.float32)
+    x = em.tensor(ref, device=dev)
+    for k in (1, 5, 60):
+        check_topk(x, ref, em.float32, k, 0, True)
+        check_topk(x[1:, ::2], ref[1:, ::2], em.float32, k, 0, False)
+    for k in (0, 1):  # torch: a scalar's topk is the scalar
+        v, i = em.topk(em.tensor(2.5, device=dev), k)
+        assert v.shape == () and i.shape == () and v.item() == 2.5 and i.item() == 0
 
 
 def test_sort_topk_gradcheck_float64(rng):
@@ -226,6 +283,20 @@ def test_scan_line_lengths(dev, n, rng):
         for name in ("cumsum", "cummax", "cummin"):
             check_scan(name, em.tensor(ref, device=dev), ref, dt, 1)
             check_scan(name, em.tensor(ref, device=dev), ref, dt, 1, reverse=True)
+
+
+@pytest.mark.parametrize("shape", [(3, 37, 21), (40, 33), (2, 5, 70)])
+def test_cumsum_cumprod_grouped_lines_and_tails(dev, shape, rng):
+    # the CPU scans 16 lines in lock-step (an inner contiguous dim's chunks, or runs of whole lines):
+    # these shapes leave partial groups, every dim and view goes through them or the one-line loop
+    for dt in (em.float32, em.int64, em.float16):
+        for name, (lo, hi) in (("cumsum", (-3.0, 3.0)), ("cumprod", (0.8, 1.25))):
+            x, ref = make_view(rng, shape, dt, "contiguous", device=dev, lo=lo, hi=hi)
+            xt, reft = make_view(rng, shape, dt, "transposed", device=dev, lo=lo, hi=hi)
+            for dim in range(len(shape)):
+                for exclusive, reverse in ((False, False), (True, False), (False, True), (True, True)):
+                    check_scan(name, x, np.array(ref), dt, dim, exclusive, reverse)
+                check_scan(name, xt, np.array(reft), dt, dim)
 
 
 def test_scan_integer_sums_are_int64(dev):

@@ -1,11 +1,14 @@
-// CPU random fills: value i of a draw is a hash of (seed, counter + i) from the global generator
-// (device.h), so threads need no shared state and manual_seed(n) makes every later draw reproducible.
+// CPU random fills and multinomial draws: value i of a draw is a hash of (seed, counter + i) from the global
+// generator (device.h), so threads need no shared state and manual_seed(n) makes every later draw reproducible.
 #include "cpu/random.h"
 
+#include <algorithm>
 #include <cmath>
 #include <type_traits>
+#include <vector>
 
 #include "cpu/parallel.h"
+#include "cpu/topk.h"
 #include "device.h"
 
 namespace ember::cpu {
@@ -76,6 +79,83 @@ StoragePtr rand_normal(DType dt, int64_t n, double mean, double std) {
     double u1 = 1.0 - unit(s, k), u2 = unit(s, k + 1);
     return mean + std * std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
   });
+}
+
+namespace {
+
+// Without replacement: the exponential-keys trick (w_i / E_i, the num_samples largest, in key order);
+// with replacement: inverse-CDF search of u * total in the row's running sum (double). Zero weights can
+// never be drawn with replacement; without it they come after every positive weight, in index order.
+template <typename T>
+void multinomial_rows(const T* w, const Layout& l, int64_t S, bool repl, uint64_t seed, uint64_t counter,
+                      int64_t* out) {
+  const int64_t rows = l.shape()[0], n = l.shape()[1], rs = l.stride()[0], cs = l.stride()[1];
+  parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
+    std::vector<double> buf((size_t)n);
+    std::vector<TopkItem<double>> work;
+    for (int64_t r = b; r < e; ++r) {
+      const T* src = w + l.offset() + r * rs;
+      int64_t* o = out + r * S;
+      if (!repl) {
+        const uint64_t base = counter + (uint64_t)(r * n);
+        for (int64_t i = 0; i < n; ++i) {
+          const double wi = (double)load<T>(src[i * cs]);
+          const double ei = -std::log1p(-unit(seed, base + (uint64_t)i));  // exponential(1), >= 0
+          buf[i] = wi > 0 ? wi / ei : 0.0;  // E = 0 gives +inf: drawn first, as its probability says
+        }
+        select_topk(buf.data(), n, S, true, o, nullptr, work);
+        continue;
+      }
+      // prefix sums of 64-weight blocks (four partial sums each: no long dependency chain), a binary
+      // search for a draw's block, then a walk inside it; the walk's sum only grows at positive weights,
+      // so a weight-0 category is never drawn
+      constexpr int64_t B = 64;
+      const int64_t nb = (n + B - 1) / B;
+      buf.resize((size_t)(n + nb + 1));
+      double* wv = buf.data();
+      double* pre = wv + n;
+      pre[0] = 0;
+      for (int64_t blk = 0; blk < nb; ++blk) {
+        const int64_t i0 = blk * B, i1 = std::min(n, i0 + B);
+        double p4[4] = {0, 0, 0, 0};
+        for (int64_t i = i0; i < i1; ++i) {
+          wv[i] = (double)load<T>(src[i * cs]);
+          p4[i & 3] += wv[i];
+        }
+        pre[blk + 1] = pre[blk] + ((p4[0] + p4[1]) + (p4[2] + p4[3]));
+      }
+      const double total = pre[nb];
+      const uint64_t base = counter + (uint64_t)(r * S);
+      for (int64_t j = 0; j < S; ++j) {
+        const double target = unit(seed, base + (uint64_t)j) * total;
+        const int64_t blk = std::upper_bound(pre + 1, pre + nb + 1, target) - (pre + 1);
+        int64_t pick = -1;
+        double acc = pre[std::min(blk, nb - 1)];
+        for (int64_t i = std::min(blk, nb - 1) * B; i < n; ++i) {
+          acc += wv[i];
+          if (acc > target) {
+            pick = i;
+            break;
+          }
+        }
+        if (pick < 0) {  // rounding carried u * total past the walk's sum: the last positive weight
+          pick = n - 1;
+          while (pick > 0 && !(wv[pick] > 0)) --pick;
+        }
+        o[j] = pick;
+      }
+    }
+  });
+}
+
+}  // namespace
+
+StoragePtr CpuStorage::multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
+                                   uint64_t counter) const {
+  auto out = new_cpu(DType::I64, l.shape()[0] * num_samples);
+  EMBER_DISPATCH_FLOAT(dtype_, multinomial_rows<T>(data<T>(), l, num_samples, replacement, seed, counter,
+                                                   out->data<int64_t>()));
+  return out;
 }
 
 StoragePtr arange(DType dt, double start, double step, int64_t n) {

@@ -134,6 +134,7 @@ from .functional import (  # noqa: E402
 from .functional import abs as abs, all as all, any as any, max as max, min as min  # noqa: E402
 from .functional import pow as pow, round as round, sum as sum  # noqa: E402
 from .sorting import argsort, cummax, cummin, cumprod, cumsum, sort, topk  # noqa: E402
+from .sampling import multinomial  # noqa: E402
 from .scatter import scatter, scatter_reduce  # noqa: E402
 from .movement import meshgrid, pad, roll  # noqa: E402
 
@@ -161,5 +162,6 @@ __all__ = [
     "transpose", "tril", "triu", "trunc", "unbind", "unsqueeze", "var", "square", "reciprocal", "affine",
     "powf", "get_default_device", "set_default_device",
     "argsort", "cummax", "cummin", "cumprod", "cumsum", "sort", "topk",
+    "multinomial",
     "scatter", "scatter_reduce", "meshgrid", "pad", "roll",
 ]

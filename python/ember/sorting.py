@@ -86,6 +86,7 @@ def argsort(x, dim=-1, descending=False, stable=False):
 def topk(x, k, dim=-1, largest=True, sorted=True):
     """The ``k`` largest (or smallest) values of ``x`` along ``dim`` and their indices, as ``torch.topk``.
 
+    A selection kernel on every device (the line is never sorted whole; only the ``k`` chosen are).
     NaN counts as the largest value; among equal values the lower index comes first.
 
     Args:
@@ -103,20 +104,23 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
         EmberTypeError: ``x`` is not a tensor, ``k`` is not an int, or a flag is not a bool.
         EmberValueError: ``k`` is negative or larger than the dim, or a flag is an int other than 0 or 1.
         IndexOutOfRange: ``dim`` is out of range.
+        DTypeError: the device does not hold x's dtype.
     """
     _check_tensor(x, "topk")
     k = int_arg(k, "topk", "k")
     largest = bool_arg(largest, "topk", "largest")
     bool_arg(sorted, "topk", "sorted")
-    n = 1 if x.ndim == 0 else x.shape[_t()._dim(dim, x.ndim, "topk")]
+    d = _t()._dim(dim, x.ndim, "topk")
+    n = 1 if x.ndim == 0 else x.shape[d]
     if not 0 <= k <= n:
         raise EmberValueError(f"[topk] k = {k} is out of range for a dim of size {n}")
-    if x.ndim == 0:
-        return _sort(x, dim, largest, True, "topk")
-    dim = _t()._dim(dim, x.ndim, "topk")
-    _, idx = _sort(x.detach(), dim, largest, True, "topk")  # the values come from gather below
-    idx = idx.narrow(dim, 0, k)
-    return x.gather(idx, dim), idx
+    if x.ndim == 0:  # torch: the scalar itself (for k = 0 too); gather's backward needs a dim
+        v, i = topk(x.reshape(1), 1, 0, largest)
+        return v.reshape(()), i.reshape(())
+    vs, ids, layout = _C.topk(x._storage, x._layout, d, k, largest)
+    wrap = _t()._wrap
+    idx = wrap(ids, layout, _dt.int64, x._device)
+    return record(wrap(vs, layout, x._dtype, x._device), "gather", (x, idx), d), idx
 
 
 # --------------------------------------------------------------------- scans

@@ -1,5 +1,6 @@
-// Metal launcher for sort along one dim (metal/sort.metal): a threadgroup bitonic sort per line when the
-// line's power-of-two padding fits threadgroup memory, else bitonic stages through device scratch.
+// Metal launchers for sort along one dim (metal/sort.metal: a threadgroup bitonic sort per line when the
+// line's power-of-two padding fits threadgroup memory, else bitonic stages through device scratch), topk's
+// per-line selection kernel, and multinomial (metal/random.metal's keys and search kernels).
 #include <algorithm>
 
 #include "metal/launch.h"
@@ -63,6 +64,100 @@ std::tuple<StoragePtr, StoragePtr> sort(const MetalStorage& s, const Layout& l, 
       .input(*sk).input(*si).output(*vals).output(*ids).array(meta)
       .dispatch(Dim3{(uint32_t)n, lines, 1}, Dim3{256, 1, 1});
   return {vals, ids};
+}
+
+}  // namespace ember::metal::ops
+
+namespace ember::metal::ops {
+namespace {
+
+int64_t pow2_at_least(int64_t v) {
+  int64_t p = 1;
+  while (p < v) p *= 2;
+  return p;
+}
+
+}  // namespace
+
+std::tuple<StoragePtr, StoragePtr> topk(const MetalStorage& s, const Layout& l, int64_t dim, int64_t k,
+                                        bool largest) {
+  const char* name = "topk";
+  MetalDevice& dev = s.metal_device();
+  const DType dt = s.dtype();
+  const std::string t(type_suffix(dt, name));
+  const int64_t n = l.shape()[dim];
+  Shape oshape = l.shape();
+  oshape[dim] = k;
+  const int64_t lines = n == 0 ? 0 : l.numel() / n, onumel = lines * k;
+  checked_u32(l.numel(), name);
+  const int64_t block = dt == DType::I64 ? 2048 : 4096;  // sort.metal's B per type
+  const int64_t kp = pow2_at_least(std::max<int64_t>(k, 1));
+  if (kp * 4 > block || k * 4 > n) {
+    // k is a large part of the line (or of a threadgroup): sort the lines, keep their first k
+    auto [sv, si] = sort(s, l, dim, largest, true);
+    auto vals = new_metal(dev, dt, onumel, name);
+    auto ids = new_metal(dev, DType::I64, onumel, name);
+    const Layout head(oshape, contiguous_strides(l.shape()), 0);
+    sv->copy_into(head, *vals, Layout::contiguous(oshape));
+    si->copy_into(head, *ids, Layout::contiguous(oshape));
+    return {vals, ids};
+  }
+  auto vals = new_metal(dev, dt, onumel, name);
+  auto ids = new_metal(dev, DType::I64, onumel, name);
+  if (onumel == 0) return {vals, ids};
+  const Shape cs = contiguous_strides(oshape);
+  std::vector<int64_t> shape, istr, ostr;
+  for (int64_t i = 0; i < l.ndim(); ++i) {
+    if (i == dim) continue;
+    shape.push_back(l.shape()[i]);
+    istr.push_back(l.stride()[i]);
+    ostr.push_back(cs[i]);
+  }
+  if (shape.empty()) shape = istr = ostr = {1};
+  std::vector<int64_t> meta = {(int64_t)shape.size(), l.offset(), n, l.stride()[dim], cs[dim], kp, largest, k};
+  meta.insert(meta.end(), shape.begin(), shape.end());
+  meta.insert(meta.end(), istr.begin(), istr.end());
+  meta.insert(meta.end(), ostr.begin(), ostr.end());
+  // threads: a power of two, their kp slots filling the threadgroup's memory, no more than the line needs
+  uint32_t tx = 1;
+  const uint32_t max_threads = std::min<uint32_t>(1024, dev.adapter().max_threads_per_threadgroup());
+  while ((int64_t)tx * 2 * kp <= block && tx * 2 <= max_threads && (int64_t)tx * kp < n) tx *= 2;
+  Launch(dev, "sort.metal", "topk_block_" + t)
+      .input(s).output(*vals).output(*ids).array(meta)
+      .dispatch(Dim3{tx, checked_u32(lines, name), 1}, Dim3{tx, 1, 1});
+  return {vals, ids};
+}
+
+StoragePtr multinomial(const MetalStorage& s, const Layout& l, int64_t num_samples, bool replacement,
+                       uint64_t seed, uint64_t counter) {
+  const char* name = "multinomial";
+  MetalDevice& dev = s.metal_device();
+  const int64_t rows = l.shape()[0], n = l.shape()[1];
+  auto out = new_metal(dev, DType::I64, rows * num_samples, name);
+  if (rows == 0) return out;
+  const uint32_t rows32 = checked_u32(rows, name), n32 = checked_u32(n, name);
+  checked_u32(rows * n, name);
+  const std::string t(type_suffix(s.dtype(), name));
+  const std::vector<int64_t> meta = {l.offset(), l.stride()[0], l.stride()[1], n, num_samples};
+  if (!replacement) {
+    // the exponential keys w / E in float32, then topk's selection of the num_samples largest
+    auto keys = new_metal(dev, DType::F32, rows * n, name);
+    Launch(dev, "random.metal", "multinomial_keys_" + t)
+        .input(s).output(*keys).array(meta).scalar<uint64_t>(seed).scalar<uint64_t>(counter)
+        .dispatch(Dim3{n32, rows32, 1}, Dim3{std::min<uint32_t>(256, n32), 1, 1});
+    auto [v, ids] = topk(*keys, Layout::contiguous({rows, n}), 1, num_samples, true);
+    (void)v;
+    return ids;
+  }
+  // the running sum of each row in float32, then one binary search per draw
+  StoragePtr w32 = s.to_dtype(l, DType::F32);
+  auto [csum, none] = scan(as_metal(*w32), ScanOp::Sum, Layout::contiguous({rows, n}), 1, false, false);
+  (void)none;
+  const uint32_t S = checked_u32(num_samples, name);
+  Launch(dev, "random.metal", "multinomial_search")
+      .input(as_metal(*csum)).output(*out).array(meta).scalar<uint64_t>(seed).scalar<uint64_t>(counter)
+      .dispatch(Dim3{S, rows32, 1}, Dim3{std::min<uint32_t>(256, S), 1, 1});
+  return out;
 }
 
 }  // namespace ember::metal::ops
