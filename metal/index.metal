@@ -5,7 +5,9 @@
 // thread that adds in index order (deterministic and equal to the CPU's sums, for every dtype, with no
 // atomics); index_copy writes in parallel, keeping the last of repeated indices through `index_last`.
 // scatter_reduce (scatter, sum, prod, mean, amax, amin) gives each line along dim of the indices one
-// thread too: no float atomics (their order would change sums run to run), the CPU's results bit for bit.
+// thread too: no float atomics (their order would change sums run to run), the CPU's results bit for bit;
+// uint32 sum/amax/amin, which Metal's 32-bit atomics combine exactly in any order, take one thread per
+// element (scatter_atomic_u32).
 #include <metal_stdlib>
 using namespace metal;
 
@@ -273,6 +275,38 @@ kernel void scatter_reduce(device T* dst [[buffer(0)]], device const T* src [[bu
   }
 }
 
+// uint32 sum (1), amax (4), amin (5) through atomics: one thread per index element; with FILL, the pass
+// before (include_self=False) that sets every indexed element to the op's identity. meta: as
+// scatter_reduce's, with [4] the number of index elements.
+template <int OP, bool FILL>
+kernel void scatter_atomic_u32(device atomic_uint* dst [[buffer(0)]], device const uint* src [[buffer(1)]],
+                               device const long* ids [[buffer(2)]], constant long* meta [[buffer(3)]],
+                               uint gid [[thread_position_in_grid]], uint grid [[threads_per_grid]]) {
+  const int nd = int(meta[0]), dim = int(meta[1]);
+  const long total = meta[4];
+  constant long* sh = meta + 6;
+  constant long* dst_st = sh + nd;
+  constant long* src_st = dst_st + nd;
+  for (long e = gid; e < total; e += grid) {
+    long r = e, doff = meta[2], soff = meta[3];
+    for (int d = nd - 1; d >= 0; --d) {
+      const long i = r % sh[d];
+      r /= sh[d];
+      doff += (d == dim ? ids[e] : i) * dst_st[d];
+      soff += i * src_st[d];
+    }
+    if (FILL) {
+      atomic_store_explicit(dst + doff, OP == 5 ? 0xffffffffu : 0u, memory_order_relaxed);
+    } else if (OP == 1) {
+      atomic_fetch_add_explicit(dst + doff, src[soff], memory_order_relaxed);
+    } else if (OP == 4) {
+      atomic_fetch_max_explicit(dst + doff, src[soff], memory_order_relaxed);
+    } else {
+      atomic_fetch_min_explicit(dst + doff, src[soff], memory_order_relaxed);
+    }
+  }
+}
+
 #define instantiate_prepare(tname, I)                                                                        \
   template [[host_name("index_prepare_" #tname)]] [[kernel]] void index_prepare<I>(                           \
       device const I* ids [[buffer(0)]], device long* out [[buffer(1)]], device atomic_uint* bad [[buffer(2)]], \
@@ -330,3 +364,15 @@ instantiate_scatter(bfloat16, bfloat)
 instantiate_scatter(int64, long)
 instantiate_scatter(uint32, uint)
 instantiate_scatter(uint8, uchar)
+
+#define instantiate_atomic_u32(oname, OP, fill, FILL)                                                       \
+  template [[host_name("scatter_atomic_u32_" #oname #fill)]] [[kernel]] void scatter_atomic_u32<OP, FILL>(   \
+      device atomic_uint* dst [[buffer(0)]], device const uint* src [[buffer(1)]],                          \
+      device const long* ids [[buffer(2)]], constant long* meta [[buffer(3)]],                              \
+      uint gid [[thread_position_in_grid]], uint grid [[threads_per_grid]]);
+instantiate_atomic_u32(sum, 1, , false)
+instantiate_atomic_u32(amax, 4, , false)
+instantiate_atomic_u32(amin, 5, , false)
+instantiate_atomic_u32(sum, 1, _fill, true)
+instantiate_atomic_u32(amax, 4, _fill, true)
+instantiate_atomic_u32(amin, 5, _fill, true)

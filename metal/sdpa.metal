@@ -1,7 +1,8 @@
 // Scaled dot-product attention, f32/f16/bf16 accumulated in float, never forming the Lq x Lk matrix:
 // a tiled flash-attention forward (one simdgroup per query row, K/V tiles shared through threadgroup
 // memory, online softmax, writing out and the logsumexp), a decode forward for a few queries (the
-// group's simdgroups split the keys and merge their partial softmaxes), and a backward in two
+// group's simdgroups split the keys and merge their partial softmaxes; over a long cache the keys are
+// also split over threadgroups, merged by a second kernel), and a backward in two
 // deterministic passes: dQ per query row over K/V tiles, dK/dV per key row over Q/dO tiles (and over
 // the query heads it serves, so grouped-query heads need no atomics). Causal aligned bottom-right (query
 // i sees keys j <= i + Lk - Lq, a KV-cache step's mask), an additive float or uint8 keep-mask with broadcast strides, H % Hkv == 0, head dims
@@ -27,7 +28,7 @@ struct SdpaArgs {
   float scale;
   uint causal;
   uint mask_kind;  // 0 none, 1 keep-mask (uint8: 0 = masked out), 2 additive
-  uint pad;
+  uint pad;        // sdpa_decode_split / merge: the number of key chunks
 };
 
 inline float neg_inf() { return -numeric_limits<float>::infinity(); }
@@ -119,21 +120,16 @@ kernel void sdpa_fwd(device const T* q [[buffer(0)]], device const T* k [[buffer
   if (lane == 0) lse[bh * a.Lq + i] = l > 0.0f ? (m + log2(l)) * kLn2 : neg_inf();
 }
 
-// Decode (few queries, many keys): grid (32 * nsg, Lq, B * H), one query per group; simdgroup sg takes
-// keys sg, sg + nsg, ... straight from device memory, then the group merges the nsg partial softmaxes
-// in simdgroup order. nsg * Dv <= kTile.
+// Decode (few queries, many keys): one threadgroup per (query, key chunk); simdgroup sg takes keys
+// k0 + sg, k0 + sg + nsg, ... of the chunk straight from device memory, then the group merges the nsg
+// partial softmaxes in simdgroup order. Returns the chunk's (max, sum) (base 2) and leaves its
+// unnormalised P·V, scaled to that max, in Os[d] for d < Dv. nsg * Dv <= kTile.
 template <typename T, typename M>
-kernel void sdpa_decode(device const T* q [[buffer(0)]], device const T* k [[buffer(1)]],
-                        device const T* v [[buffer(2)]], device const M* mask [[buffer(3)]],
-                        device T* out [[buffer(4)]], device float* lse [[buffer(5)]],
-                        constant SdpaArgs& a [[buffer(6)]], uint3 tg [[threadgroup_position_in_grid]],
-                        uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
-                        uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
-                        uint nsg [[simdgroups_per_threadgroup]]) {
-  threadgroup float Ms[32];
-  threadgroup float Ls[32];
-  threadgroup float Os[kTile];
-  const long bh = tg.z, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hkv), i = tg.y;
+inline void decode_chunk(device const T* q, device const T* k, device const T* v, device const M* mask,
+                         constant SdpaArgs& a, long bh, long i, long k0, long k1, uint tid, uint tpg, uint lane,
+                         uint sg, uint nsg, threadgroup float* Ms, threadgroup float* Ls, threadgroup float* Os,
+                         thread float& mx_out, thread float& sum_out) {
+  const long b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hkv);
   const long D = a.D, Dv = a.Dv;
   device const T* qp = q + a.q_off + b * a.sq[0] + h * a.sq[1] + i * a.sq[2];
   device const T* kp = k + a.k_off + b * a.sk[0] + hk * a.sk[1];
@@ -145,8 +141,8 @@ kernel void sdpa_decode(device const T* q [[buffer(0)]], device const T* k [[buf
     acc[t] = 0.0f;
   }
   float m = neg_inf(), l = 0.0f;
-  const long kend = a.causal ? causal_end(a, i) : a.Lk;
-  for (long j = sg; j < kend; j += nsg) {
+  const long kend = a.causal ? min(k1, causal_end(a, i)) : k1;
+  for (long j = k0 + sg; j < kend; j += nsg) {
     float part = 0.0f;
     for (int t = 0; t < kSlots; ++t) {
       const long d = lane + 32 * t;
@@ -180,15 +176,83 @@ kernel void sdpa_decode(device const T* q [[buffer(0)]], device const T* k [[buf
   for (uint s = 0; s < nsg; ++s) mx = max(mx, Ms[s]);
   float L = 0.0f;
   for (uint s = 0; s < nsg; ++s) L += Ms[s] == neg_inf() ? 0.0f : Ls[s] * exp2(Ms[s] - mx);
-  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-  device T* o = out + (bh * a.Lq + i) * Dv;
+  // Merged in place into row 0 of Os: each thread owns its own columns d.
   for (long d = tid; d < Dv; d += tpg) {
     float acc_d = 0.0f;
     for (uint s = 0; s < nsg; ++s)
       if (Ms[s] != neg_inf()) acc_d += Os[s * Dv + d] * exp2(Ms[s] - mx);
-    o[d] = T(acc_d * inv);
+    Os[d] = acc_d;
   }
+  mx_out = mx;
+  sum_out = L;
+}
+
+// Decode, one key chunk per query: grid (32 * nsg, Lq, B * H).
+template <typename T, typename M>
+kernel void sdpa_decode(device const T* q [[buffer(0)]], device const T* k [[buffer(1)]],
+                        device const T* v [[buffer(2)]], device const M* mask [[buffer(3)]],
+                        device T* out [[buffer(4)]], device float* lse [[buffer(5)]],
+                        constant SdpaArgs& a [[buffer(6)]], uint3 tg [[threadgroup_position_in_grid]],
+                        uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
+                        uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
+                        uint nsg [[simdgroups_per_threadgroup]]) {
+  threadgroup float Ms[32];
+  threadgroup float Ls[32];
+  threadgroup float Os[kTile];
+  const long bh = tg.z, i = tg.y;
+  float mx, L;
+  decode_chunk(q, k, v, mask, a, bh, i, 0, a.Lk, tid, tpg, lane, sg, nsg, Ms, Ls, Os, mx, L);
+  const float inv = L > 0.0f ? 1.0f / L : 0.0f;  // a fully masked row gives 0 and lse = -inf
+  device T* o = out + (bh * a.Lq + i) * a.Dv;
+  for (long d = tid; d < a.Dv; d += tpg) o[d] = T(Os[d] * inv);
   if (tid == 0) lse[bh * a.Lq + i] = L > 0.0f ? (mx + log2(L)) * kLn2 : neg_inf();
+}
+
+// Decode with the keys split over a.pad chunks (threadgroups), for few (query, head) pairs over a long
+// cache: grid (32 * nsg, Lq * chunks, B * H); each group leaves (max, sum, P·V) of its chunk in part
+// (rows of Dv + 2 floats), merged by sdpa_decode_merge.
+template <typename T, typename M>
+kernel void sdpa_decode_split(device const T* q [[buffer(0)]], device const T* k [[buffer(1)]],
+                              device const T* v [[buffer(2)]], device const M* mask [[buffer(3)]],
+                              device float* part [[buffer(4)]], constant SdpaArgs& a [[buffer(5)]],
+                              uint3 tg [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                              uint tpg [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+                              uint sg [[simdgroup_index_in_threadgroup]], uint nsg [[simdgroups_per_threadgroup]]) {
+  threadgroup float Ms[32];
+  threadgroup float Ls[32];
+  threadgroup float Os[kTile];
+  const long chunks = a.pad, bh = tg.z, i = long(tg.y) / chunks, c = long(tg.y) % chunks;
+  const long len = (a.Lk + chunks - 1) / chunks, k0 = c * len, k1 = min(a.Lk, k0 + len);
+  float mx, L;
+  decode_chunk(q, k, v, mask, a, bh, i, k0, k1, tid, tpg, lane, sg, nsg, Ms, Ls, Os, mx, L);
+  device float* pr = part + ((bh * a.Lq + i) * chunks + c) * (a.Dv + 2);
+  for (long d = tid; d < a.Dv; d += tpg) pr[2 + d] = Os[d];
+  if (tid == 0) {
+    pr[0] = mx;
+    pr[1] = L;
+  }
+}
+
+// Merges sdpa_decode_split's chunks in chunk order: grid (32, Lq, B * H).
+template <typename T>
+kernel void sdpa_decode_merge(device const float* part [[buffer(0)]], device T* out [[buffer(1)]],
+                              device float* lse [[buffer(2)]], constant SdpaArgs& a [[buffer(3)]],
+                              uint3 tg [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
+                              uint tpg [[threads_per_threadgroup]]) {
+  const long chunks = a.pad, row = long(tg.z) * a.Lq + tg.y, ld = a.Dv + 2;
+  device const float* pr = part + row * chunks * ld;
+  float mx = neg_inf();
+  for (long c = 0; c < chunks; ++c) mx = max(mx, pr[c * ld]);
+  float L = 0.0f;
+  for (long c = 0; c < chunks; ++c) L += pr[c * ld] == neg_inf() ? 0.0f : pr[c * ld + 1] * exp2(pr[c * ld] - mx);
+  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+  for (long d = tid; d < a.Dv; d += tpg) {
+    float acc = 0.0f;
+    for (long c = 0; c < chunks; ++c)
+      if (pr[c * ld] != neg_inf()) acc += pr[c * ld + 2 + d] * exp2(pr[c * ld] - mx);
+    out[row * a.Dv + d] = T(acc * inv);
+  }
+  if (tid == 0) lse[row] = L > 0.0f ? (mx + log2(L)) * kLn2 : neg_inf();
 }
 
 // Backward, pass 0: di[bh, i] = rowsum(dO * O). Grid (32, Lq, B * H), a simdgroup per row.
@@ -353,6 +417,8 @@ kernel void sdpa_bwd_dkv(device const T* q [[buffer(0)]], device const T* k [[bu
   template [[host_name("sdpa_fwd_" #tname "_" #mname)]] [[kernel]] decltype(sdpa_fwd<T, M>) sdpa_fwd<T, M>; \
   template [[host_name("sdpa_decode_" #tname "_" #mname)]] [[kernel]] decltype(sdpa_decode<T, M>)          \
       sdpa_decode<T, M>;                                                                                 \
+  template [[host_name("sdpa_decode_split_" #tname "_" #mname)]] [[kernel]]                              \
+      decltype(sdpa_decode_split<T, M>) sdpa_decode_split<T, M>;                                         \
   template [[host_name("sdpa_bwd_dq_" #tname "_" #mname)]] [[kernel]] decltype(sdpa_bwd_dq<T, M>)          \
       sdpa_bwd_dq<T, M>;                                                                                 \
   template [[host_name("sdpa_bwd_dkv_" #tname "_" #mname)]] [[kernel]] decltype(sdpa_bwd_dkv<T, M>)        \
@@ -361,6 +427,8 @@ kernel void sdpa_bwd_dkv(device const T* q [[buffer(0)]], device const T* k [[bu
 // Without a mask the uint8 variants run with mask_kind 0.
 #define instantiate_sdpa(tname, T)                                                                        \
   template [[host_name("sdpa_bwd_prep_" #tname)]] [[kernel]] decltype(sdpa_bwd_prep<T>) sdpa_bwd_prep<T>;  \
+  template [[host_name("sdpa_decode_merge_" #tname)]] [[kernel]] decltype(sdpa_decode_merge<T>)            \
+      sdpa_decode_merge<T>;                                                                               \
   instantiate_sdpa_mask(tname, T, uint8, uchar)                                                          \
   instantiate_sdpa_mask(tname, T, float32, float)                                                        \
   instantiate_sdpa_mask(tname, T, float16, half)                                                         \

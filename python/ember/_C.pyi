@@ -159,10 +159,11 @@ class fused:
     @staticmethod
     def softmax_bwd(y: Storage, ly: Layout, g: Storage, lg: Layout, log: bool = False) -> Storage: ...
     @staticmethod
-    def rms_norm_fwd(x: Storage, lx: Layout, w: Storage, lw: Layout, eps: float) -> Tuple[Storage, Storage]: ...
+    def rms_norm_fwd(x: Storage, lx: Layout, w: Optional[Storage], lw: Optional[Layout],
+                     eps: float) -> Tuple[Storage, Storage]: ...
     @staticmethod
-    def rms_norm_bwd(x: Storage, lx: Layout, w: Storage, lw: Layout, rstd: Storage, g: Storage,
-                     lg: Layout) -> Tuple[Storage, Storage]: ...
+    def rms_norm_bwd(x: Storage, lx: Layout, w: Optional[Storage], lw: Optional[Layout], rstd: Storage, g: Storage,
+                     lg: Layout) -> Tuple[Storage, Optional[Storage]]: ...  # dw None without w
     @staticmethod
     def layer_norm_fwd(x: Storage, lx: Layout, w: Optional[Storage], lw: Optional[Layout], b: Optional[Storage],
                        lb: Optional[Layout], eps: float) -> Tuple[Storage, Storage, Storage]: ...
@@ -209,6 +210,11 @@ class fused:
                  lse: Storage, g: Storage, lg: Layout, mask: Optional[Storage] = None,
                  lmask: Optional[Layout] = None, scale: Optional[float] = None,
                  causal: bool = False) -> Tuple[Storage, Storage, Storage]: ...
+    @staticmethod
+    def rope(x: Storage, lx: Layout, dims: int, traditional: bool = False, base: float = 10000.0, scale: float = 1.0,
+             offset: int = 0, offsets: Optional[Storage] = None, loffsets: Optional[Layout] = None,
+             freqs: Optional[Storage] = None, lfreqs: Optional[Layout] = None,
+             inverse: bool = False) -> Storage: ...  # inverse: rotate by -theta (the backward)
 
 # The Metal device layer (python/src/metal_storage.cpp): MetalStorage and the device's controls.
 class MetalStorage(Storage):

@@ -207,19 +207,57 @@ def full(shape, value, dtype=None, device=None, requires_grad=False):
 
 
 def zeros_like(t, dtype=None):
-    """A new tensor of zeros with the shape and device of tensor ``t``, in ``dtype`` (default ``t``'s)."""
+    """A new tensor of zeros with the shape and device of tensor ``t``.
+
+    Args:
+        t: the tensor whose shape and device the result takes.
+        dtype: the element type (default ``t``'s).
+
+    Returns:
+        Tensor: a new contiguous tensor.
+
+    Raises:
+        EmberTypeError: ``t`` is not a Tensor.
+        DTypeError: a dtype ``t``'s device does not hold (float64 on Metal).
+    """
     _check_tensor_arg(t, "zeros_like", "input")
     return _alloc_full(t.shape, 0, _dt.to_dtype(dtype or t._dtype), t._device, "zeros_like")
 
 
 def ones_like(t, dtype=None):
-    """A new tensor of ones with the shape and device of tensor ``t``, in ``dtype`` (default ``t``'s)."""
+    """A new tensor of ones with the shape and device of tensor ``t``.
+
+    Args:
+        t: the tensor whose shape and device the result takes.
+        dtype: the element type (default ``t``'s).
+
+    Returns:
+        Tensor: a new contiguous tensor.
+
+    Raises:
+        EmberTypeError: ``t`` is not a Tensor.
+        DTypeError: a dtype ``t``'s device does not hold (float64 on Metal).
+    """
     _check_tensor_arg(t, "ones_like", "input")
     return _alloc_full(t.shape, 1, _dt.to_dtype(dtype or t._dtype), t._device, "ones_like")
 
 
 def full_like(t, value, dtype=None):
-    """A new tensor filled with ``value``, with the shape and device of tensor ``t``, in ``dtype`` (default ``t``'s)."""
+    """A new tensor filled with ``value``, with the shape and device of tensor ``t``.
+
+    Args:
+        t: the tensor whose shape and device the result takes.
+        value: the fill value, a Python number.
+        dtype: the element type (default ``t``'s).
+
+    Returns:
+        Tensor: a new contiguous tensor.
+
+    Raises:
+        EmberTypeError: ``t`` is not a Tensor.
+        EmberValueError: a NaN or infinite value for an integer dtype.
+        DTypeError: a dtype ``t``'s device does not hold (float64 on Metal).
+    """
     _check_tensor_arg(t, "full_like", "input")
     return _alloc_full(t.shape, value, _dt.to_dtype(dtype or t._dtype), t._device, "full_like")
 

@@ -473,6 +473,29 @@ std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const MetalStorage& q, const SdpaArg
   const bool decode = k.Lq <= 4;
   const uint32_t nsg = decode ? (uint32_t)std::min<int64_t>(8, kTile / std::max<int64_t>(k.Dv, 1))
                               : sdpa_simdgroups(k.Lq);
+  // Few (query, head) pairs over a long cache would leave most of a GPU idle: the keys are split over
+  // threadgroups too (chunks of at least 512 keys), and a second kernel merges them in chunk order.
+  const int64_t chunks = decode && BH * k.Lq < 256 ? std::clamp<int64_t>(ceil_div(k.Lk, 512), 1, 32) : 1;
+  if (chunks > 1) {
+    SdpaKArgs ks = k;
+    ks.pad = (uint32_t)chunks;
+    auto part = new_metal(dev, DType::F32, BH * k.Lq * chunks * (k.Dv + 2), op);
+    Launch(dev, "sdpa.metal", "sdpa_decode_split_" + s.suffix)
+        .input(q)
+        .input(as_metal(*a.k))
+        .input(as_metal(*a.v))
+        .input(mask)
+        .output(*part)
+        .scalar(ks)
+        .dispatch({32 * nsg, checked_u32(k.Lq * chunks, op), checked_u32(BH, op)}, {32 * nsg, 1, 1});
+    Launch(dev, "sdpa.metal", kname("sdpa_decode_merge_", q.dtype(), op))
+        .input(*part)
+        .output(*out)
+        .output(*lse)
+        .scalar(ks)
+        .dispatch({32, checked_u32(k.Lq, op), checked_u32(BH, op)}, {32, 1, 1});
+    return {out, lse};
+  }
   const uint32_t gy = decode ? checked_u32(k.Lq, op) : checked_u32((int64_t)ceil_div(k.Lq, nsg), op);
   Launch(dev, "sdpa.metal", std::string(decode ? "sdpa_decode_" : "sdpa_fwd_") + s.suffix)
       .input(q)

@@ -155,6 +155,17 @@ void scatter_reduce(MetalStorage& s, ScatterOp op, const Layout& l, const Backen
   append(meta, il.shape());
   append(meta, l.stride());
   append(meta, sl.stride());
+  if (s.dtype() == DType::U32 && (op == ScatterOp::Sum || op == ScatterOp::Max || op == ScatterOp::Min)) {
+    // 32-bit atomics combine integers exactly in any order: one thread per element, the same result
+    meta[4] = il.numel();
+    const std::string base = std::string("scatter_atomic_u32_") + kScatterNames[(int)op];
+    if (!include_self)  // the indexed elements start from the op's identity (a pass of its own, before)
+      Launch(dev, "index.metal", base + "_fill")
+          .inout(s).input(as_metal(src)).input(*ids).array(meta).dispatch_1d(grid_threads(il.numel()), 256);
+    Launch(dev, "index.metal", base)
+        .inout(s).input(as_metal(src)).input(*ids).array(meta).dispatch_1d(grid_threads(il.numel()), 256);
+    return;
+  }
   // mean's per-element counts (zeros); the other reductions bind a one-element placeholder
   const int64_t ncnt = op == ScatterOp::Mean ? l.numel() : 1;
   auto cnt = new_metal(dev, DType::U32, ncnt, name);

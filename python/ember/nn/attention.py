@@ -332,6 +332,9 @@ class RoPE(Module):
 
         Returns:
             Tensor: ``em.nn.ops.rope(x, dims, traditional, base, scale, offset)``.
+
+        Raises:
+            EmberValueError, ShapeError, DTypeError: as ``em.nn.ops.rope``.
         """
         return ops.rope(x, self.dims, self.traditional, self.base, self.scale, offset)
 

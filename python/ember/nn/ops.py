@@ -649,7 +649,17 @@ def rope(x: Tensor, dims: int, traditional: bool = False, base: float | None = 1
 
 def rope_slow(x, dims, traditional=False, base=10000.0, scale=1.0, offset=0, freqs=None):
     """Composite reference for tests (and the path where ``freqs`` needs a gradient): ``rope`` in
-    Tensor ops, the angles in float32 (float64 for a float64 ``x``)."""
+    Tensor ops, the angles in float32 (float64 for a float64 ``x``).
+
+    Args:
+        x, dims, traditional, base, scale, offset, freqs: as ``rope``.
+
+    Returns:
+        Tensor: ``rope(x, ...)``, differentiable with respect to ``x`` and ``freqs`` through the Tensor ops.
+
+    Raises:
+        EmberValueError, ShapeError, DTypeError, DeviceError: as ``rope``.
+    """
     from ..multi import cat, stack  # late: multi imports tensor, as this module does
 
     dims, traditional, base, scale, offset, offsets, freqs = _rope_args(x, dims, traditional, base, scale, offset,
