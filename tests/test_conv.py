@@ -228,6 +228,7 @@ KERNEL_CASES = {
     "3x3 tiles": ((2, 8, 23, 37), (12, 8, 3, 3), dict(padding=1)),
     "3x3 s2 groups": ((2, 8, 23, 37), (12, 4, 3, 3), dict(stride=2, padding=1, groups=2)),
     "5x3 dilated": ((1, 3, 29, 41), (4, 3, 5, 3), dict(padding=(2, 3), dilation=(2, 1))),
+    "tile ends at a row start": ((1, 2, 80, 7), (3, 2, 3, 3), dict(padding=1)),  # 512 positions = 73 rows + 1
     "1x1": ((3, 16, 9, 13), (8, 16, 1, 1), dict()),
     "1x1 groups": ((2, 16, 9, 13), (8, 4, 1, 1), dict(groups=4)),
     "1x1 s2": ((2, 16, 9, 13), (8, 16, 1, 1), dict(stride=2)),

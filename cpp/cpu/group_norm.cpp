@@ -7,8 +7,10 @@
 #include "cpu/cpu_storage.h"
 #include "cpu/parallel.h"
 
-// The hot loops are cloned per ISA and picked by cpuid at load time (the core is built for base x86-64).
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__)
+// The hot loops are cloned per ISA and picked by cpuid at load time (the core is built for base x86-64);
+// sanitizer builds keep one copy, as their ifunc resolvers would run before the runtime is up.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #define EMBER_GN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
 #else
 #define EMBER_GN_CLONES
