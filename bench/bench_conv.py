@@ -1,7 +1,7 @@
 """Convolutions at model shapes: ember beside torch (CPU) with the same thread count, forward and
 forward + backward, as a markdown table.
 
-    python bench/bench_conv.py [--threads N] [--reps R]
+    python bench/bench_conv.py [--threads N] [--reps R] [--only SUBSTRING]
 
 Each cell is the median of R calls, the libraries alternating call by call so machine noise hits
 both alike. The ratio is torch's time over ember's: above 1 means ember is faster.
@@ -14,6 +14,7 @@ import time
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
 ap.add_argument("--threads", type=int, default=int(os.environ.get("EMBER_NUM_THREADS", os.cpu_count() or 1)))
 ap.add_argument("--reps", type=int, default=9)
+ap.add_argument("--only", default="", help="run the rows whose name contains this")
 args = ap.parse_args()
 for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
     os.environ[var] = str(args.threads)
@@ -33,6 +34,9 @@ CASES = [
     ("whisper conv2 (384 -> 384, k3, s2)", "conv1d", (1, 384, 3000), (384, 384, 3), dict(stride=2, padding=1)),
     ("resnet 3x3 (64 -> 64, 56x56, N=8)", "conv2d", (8, 64, 56, 56), (64, 64, 3, 3), dict(padding=1)),
     ("resnet 3x3 s2 (64 -> 128, 56x56, N=8)", "conv2d", (8, 64, 56, 56), (128, 64, 3, 3), dict(stride=2, padding=1)),
+    ("resnet 3x3 (128 -> 128, 28x28, N=8)", "conv2d", (8, 128, 28, 28), (128, 128, 3, 3), dict(padding=1)),
+    ("resnet 1x1 (256 -> 64, 56x56, N=8)", "conv2d", (8, 256, 56, 56), (64, 256, 1, 1), dict()),
+    ("resnet 1x1 s2 downsample (64 -> 128, 56x56, N=8)", "conv2d", (8, 64, 56, 56), (128, 64, 1, 1), dict(stride=2)),
     ("upsample 4x4 s2 transpose (128 -> 64, 28x28, N=8)", "conv_transpose2d", (8, 128, 28, 28), (128, 64, 4, 4),
      dict(stride=2, padding=1)),
 ]
@@ -87,7 +91,8 @@ def main():
     print("| case | ember fwd | torch fwd | torch / ember | ember fwd+bwd | torch fwd+bwd | torch / ember |")
     print("|---|---:|---:|---:|---:|---:|---:|")
     for case in CASES:
-        run_case(*case, rng)
+        if args.only in case[0]:
+            run_case(*case, rng)
 
 
 if __name__ == "__main__":

@@ -208,8 +208,9 @@ def numpy_case(op, x, dt, w, b, g):
 
 
 # ----------------------------------------------------------------------------- sdpa
-def sdpa_row(causal, arrays, rounds, reps):
-    """ember / torch / MLX times (fwd, bwd) of one attention configuration."""
+def sdpa_row(causal, arrays, rounds, reps, fwd_only=False):
+    """ember / torch / MLX times (fwd, bwd) of one attention configuration (bwd None when fwd_only).
+    causal with Lq < Lk is aligned bottom-right (a KV-cache step): torch gets that mask explicitly."""
     D = arrays[0].shape[-1]
     scale = 1 / np.sqrt(D)
     q, k, v, g = (em.tensor(a) for a in arrays)
@@ -222,20 +223,26 @@ def sdpa_row(causal, arrays, rounds, reps):
 
     efwd = lambda: q.apply_op3(k, v, ops._Sdpa(scale, causal, None))
     res = {}
+    lq, lk = arrays[0].shape[-2], arrays[1].shape[-2]
     if torch is None:
-        res["ember"] = best_ms_rounds((efwd,), rounds), best_ms_rounds((ebwd,), rounds)
+        res["ember"] = best_ms_rounds((efwd,), rounds), None if fwd_only else best_ms_rounds((ebwd,), rounds)
     else:
         tq, tk, tv, tg = (torch.from_numpy(a) for a in arrays)
         F = torch.nn.functional.scaled_dot_product_attention
+        kw = {"is_causal": causal} if lq == lk or not causal else {
+            "attn_mask": torch.ones(lq, lk, dtype=torch.bool).tril(diagonal=lk - lq)}
 
         def tf():
             with torch.no_grad():
-                F(tq, tk, tv, is_causal=causal)
+                F(tq, tk, tv, **kw)
 
-        qr, kr, vr = (t.clone().requires_grad_() for t in (tq, tk, tv))
-        ty = F(qr, kr, vr, is_causal=causal)
-        tb = lambda: torch.autograd.grad(ty, (qr, kr, vr), tg, retain_graph=True)
-        (ef, tfm), (eb, tbm) = best_ms_rounds((efwd, tf), rounds), best_ms_rounds((ebwd, tb), rounds)
+        ef, tfm = best_ms_rounds((efwd, tf), rounds)
+        eb = tbm = None
+        if not fwd_only:
+            qr, kr, vr = (t.clone().requires_grad_() for t in (tq, tk, tv))
+            ty = F(qr, kr, vr, **kw)
+            tb = lambda: torch.autograd.grad(ty, (qr, kr, vr), tg, retain_graph=True)
+            eb, tbm = best_ms_rounds((ebwd, tb), rounds)
         res["ember"], res["torch"] = (ef, eb), (tfm, tbm)
     if mx is not None:
         mq, mk_, mv, mg = (mx.array(a) for a in arrays)
@@ -245,7 +252,7 @@ def sdpa_row(causal, arrays, rounds, reps):
             return mx.fast.scaled_dot_product_attention(a, b, c, scale=scale, mask=mask)
 
         res["mlx"] = (best_ms(lambda: mx.eval(sd(mq, mk_, mv)), reps),
-                      best_ms(lambda: mx.eval(mx.vjp(sd, [mq, mk_, mv], [mg])[1]), reps))
+                      None if fwd_only else best_ms(lambda: mx.eval(mx.vjp(sd, [mq, mk_, mv], [mg])[1]), reps))
     return res
 
 
@@ -253,8 +260,64 @@ def sdpa_rows(rounds, reps):
     B, H, L, D = 4, 8, 512, 64
     rng = np.random.default_rng(0)
     arrays = tuple(rng.standard_normal((B, H, L, D)).astype(np.float32) for _ in range(4))
-    return [(f"sdpa{' causal' if causal else ''}", f"{B}x{H}x{L}x{D}", "float32", sdpa_row(causal, arrays, rounds, reps), None)
-            for causal in (False, True)]
+    rows = [(f"sdpa{' causal' if causal else ''}", f"{B}x{H}x{L}x{D}", "float32",
+             sdpa_row(causal, arrays, rounds, reps), None) for causal in (False, True)]
+    # generation: a single-query decode step and a 16-query KV-cache step over a 4096-key cache
+    B, H, Lk, D = 1, 32, 4096, 128
+    kv = tuple(rng.standard_normal((B, H, Lk, D)).astype(np.float32) for _ in range(2))
+    for lq, name in ((1, "sdpa decode"), (16, "sdpa kv-step causal")):
+        q, g = (rng.standard_normal((B, H, lq, D)).astype(np.float32) for _ in range(2))
+        rows.append((name, f"{B}x{H}x{lq}x{Lk}x{D}", "float32",
+                     sdpa_row(lq > 1, (q, *kv, g), rounds, reps, fwd_only=True), None))
+    return rows
+
+
+# ----------------------------------------------------------------------------- rope
+def rope_rows(rounds, reps):
+    """Fused rope (fwd, and its fused bwd) beside torch's composite (Llama's rotate_half with the cos/sin
+    tables precomputed outside the timing, as models cache them) and mlx.fast.rope."""
+    B, H, L, D = 1, 32, 4096, 128
+    rng = np.random.default_rng(0)
+    x, g = (rng.standard_normal((B, H, L, D)).astype(np.float32) for _ in range(2))
+    ex, eg = em.tensor(x), em.tensor(g)
+    op = ops._Rope(D, False, 10000.0, 1.0, 0, None, None)
+    y = ex.apply_op1(op)
+
+    def ebwd():
+        with em.no_grad():
+            op.bwd(ex, y, eg)
+
+    efwd = lambda: ex.apply_op1(ops._Rope(D, False, 10000.0, 1.0, 0, None, None))
+    res = {}
+    if torch is None:
+        res["ember"] = best_ms_rounds((efwd,), rounds), best_ms_rounds((ebwd,), rounds)
+    else:
+        inv = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float32) / D)
+        ang = torch.outer(torch.arange(L, dtype=torch.float32), inv)
+        cos, sin = torch.cat([ang, ang], -1).cos(), torch.cat([ang, ang], -1).sin()
+
+        def trope(t):
+            return t * cos + torch.cat([-t[..., D // 2:], t[..., :D // 2]], -1) * sin
+
+        tx, tg = torch.from_numpy(x), torch.from_numpy(g)
+
+        def tf():
+            with torch.no_grad():
+                trope(tx)
+
+        xr = tx.clone().requires_grad_()
+        ty = trope(xr)
+        tb = lambda: torch.autograd.grad(ty, (xr,), tg, retain_graph=True)
+        (ef, tfm), (eb, tbm) = best_ms_rounds((efwd, tf), rounds), best_ms_rounds((ebwd, tb), rounds)
+        res["ember"], res["torch"] = (ef, eb), (tfm, tbm)
+    if mx is not None:
+        mxx, mg = mx.array(x), mx.array(g)
+
+        def mr(a):
+            return mx.fast.rope(a, D, traditional=False, base=10000.0, scale=1.0, offset=0)
+
+        res["mlx"] = (best_ms(lambda: mx.eval(mr(mxx)), reps), best_ms(lambda: mx.eval(mx.vjp(mr, [mxx], [mg])[1]), reps))
+    return [("rope", f"{B}x{H}x{L}x{D}", "float32", res, None)]
 
 
 # ----------------------------------------------------------------------------- main
@@ -262,7 +325,8 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--rounds", type=int, default=9, help="interleaved rounds of ember, torch and the copy")
     ap.add_argument("--reps", type=int, default=5, help="best of N calls for MLX (numpy: N // 3, at least 2)")
-    ap.add_argument("--quick", action="store_true", help="only the 32768x128 shape and sdpa")
+    ap.add_argument("--quick", action="store_true", help="only the 32768x128 shape, sdpa and rope")
+    ap.add_argument("--only", choices=["attention"], help="attention: only the sdpa and rope rows")
     ap.add_argument("--device", default="cpu", choices=["cpu", "metal"],
                     help="metal: ember's Metal kernels beside MLX (GPU) and torch (MPS), on a Mac only")
     args = ap.parse_args()
@@ -279,7 +343,7 @@ def main():
           f"its own threads), {time.strftime('%Y-%m-%d %H:%M')}")
     rng = np.random.default_rng(0)
     rows = []
-    shapes = [(32768, 128)] if args.quick else SHAPES
+    shapes = [] if args.only else [(32768, 128)] if args.quick else SHAPES
     for shape in shapes:
         x = rng.standard_normal(shape).astype(np.float32)
         g = rng.standard_normal(shape).astype(np.float32)
@@ -305,27 +369,30 @@ def main():
                     res["numpy"] = [best_ms(f, max(2, args.reps // 3)) for f in numpy_case(op, x, dt, w, b, g)]
                 rows.append((op, f"{shape[0]}x{shape[1]}", dt, res, copy_ms))
                 print_row(rows[-1], header=len(rows) == 1)
-    for r in sdpa_rows(args.rounds, max(3, args.reps - 1)):
+    for r in sdpa_rows(args.rounds, max(3, args.reps - 1)) + rope_rows(args.rounds, max(3, args.reps - 1)):
         rows.append(r)
         print_row(r, header=False)
-    worst = min(res["torch"][i] / res["ember"][i] for _, _, _, res, _ in rows if "torch" in res for i in (0, 1))
+    worst = min(res["torch"][i] / res["ember"][i] for _, _, _, res, _ in rows if "torch" in res for i in (0, 1)
+                if res["ember"][i] is not None)
     print(f"# worst ember/torch speed ratio over all rows: {worst:.2f}x")
 
 
 def print_row(row, header):
     op, shape, dt, res, copy_ms = row
     if header:
-        print(f"{'op':<18}{'shape':<14}{'dtype':<9}{'dir':<4}{'ember':>8}{'torch':>8}{'mlx':>8}{'numpy':>8}"
+        print(f"{'op':<20}{'shape':<17}{'dtype':<9}{'dir':<4}{'ember':>8}{'torch':>8}{'mlx':>8}{'numpy':>8}"
               f"{'copy':>7} | {'vs torch':>8}{'vs mlx':>8}{'vs numpy':>9}{'copy%':>7}")
     for i, d in enumerate(("fwd", "bwd")):
         e = res["ember"][i]
+        if e is None:  # a forward-only row (generation)
+            continue
         cols = [res.get(k, (None, None))[i] for k in ("torch", "mlx", "numpy")]
         ms = "".join(f"{c:8.2f}" if c is not None else f"{'-':>8}" for c in [e] + cols)
         cp = f"{copy_ms:7.2f}" if copy_ms is not None and d == "fwd" else f"{'':7}"
         ratios = "".join(f"{c / e:{w}.2f}x" if c is not None else f"{'-':>{w + 1}}"
                          for c, w in zip(cols, (7, 7, 8)))
         pct = f"{100 * copy_ms / e:6.0f}%" if copy_ms is not None and d == "fwd" else ""
-        print(f"{op:<18}{shape:<14}{dt:<9}{d:<4}{ms}{cp} | {ratios}{pct}", flush=True)
+        print(f"{op:<20}{shape:<17}{dt:<9}{d:<4}{ms}{cp} | {ratios}{pct}", flush=True)
 
 
 if __name__ == "__main__":

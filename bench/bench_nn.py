@@ -97,6 +97,8 @@ def main():
          lambda x, w, b: F.group_norm(x, 32, w, b), lambda: [f32(8, 128, 32, 32), f32(128), f32(128)]),
         ("group_norm (N=1, C=512, 64x64, G=32, SD VAE)", lambda x, w, b: em.nn.group_norm(x, 32, w, b),
          lambda x, w, b: F.group_norm(x, 32, w, b), lambda: [f32(1, 512, 64, 64), f32(512), f32(512)]),
+        ("group_norm (N=1, C=128, 256x256, G=32, SD VAE)", lambda x, w, b: em.nn.group_norm(x, 32, w, b),
+         lambda x, w, b: F.group_norm(x, 32, w, b), lambda: [f32(1, 128, 256, 256), f32(128), f32(128)]),
         ("batch_norm train (N=8, C=64, 56x56)", lambda x, w, b: em.nn.batch_norm(x, None, None, w, b, True),
          lambda x, w, b: F.batch_norm(x, None, None, w, b, True), lambda: [f32(8, 64, 56, 56), f32(64), f32(64)]),
         ("batch_norm eval (N=8, C=64, 56x56)",

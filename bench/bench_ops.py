@@ -54,6 +54,31 @@ def bench(cases, inner=1, reps=args.reps, settle=0.0):
     return {lib: statistics.median(ts) for lib, ts in times.items()}
 
 
+def scatter_movement_rows(rng, rows):
+    """scatter_reduce (sum, amax) of 1M elements into 1000x1000 along dim 0, pad reflect of an image
+    batch, roll of a 1024x1024 matrix along both dims."""
+    x = rng.standard_normal((1000, 1000)).astype(np.float32)
+    ids = rng.integers(0, 1000, (1000, 1000))
+    src = rng.standard_normal((1000, 1000)).astype(np.float32)
+    ex, ei, es = em.tensor(x), em.tensor(ids), em.tensor(src)
+    tx, ti, ts = torch.from_numpy(x.copy()), torch.from_numpy(ids), torch.from_numpy(src.copy())
+    for red in ("sum", "amax"):
+        r = bench({"ember": lambda red=red: ex.scatter_reduce(0, ei, es, red),
+                   "torch": lambda red=red: tx.scatter_reduce(0, ti, ts, red)}, inner=5, settle=0.15)
+        rows.append((f"scatter_reduce {red}, 1M into 1000x1000 f32", r, "ms", ("torch", 0.8)))
+    img = rng.standard_normal((16, 3, 224, 224)).astype(np.float32)
+    e_img, t_img = em.tensor(img), torch.from_numpy(img.copy())
+    r = bench({"ember": lambda: em.pad(e_img, (3, 3, 3, 3), mode="reflect"),
+               "torch": lambda: torch.nn.functional.pad(t_img, (3, 3, 3, 3), mode="reflect"),
+               "numpy": lambda: np.pad(img, ((0, 0), (0, 0), (3, 3), (3, 3)), mode="reflect")}, settle=0.15)
+    rows.append(("pad reflect 3, 16x3x224x224 f32", r, "ms", ("torch", 0.8)))
+    m = rng.standard_normal((1024, 1024)).astype(np.float32)
+    e_m, t_m = em.tensor(m), torch.from_numpy(m.copy())
+    r = bench({"ember": lambda: em.roll(e_m, (5, -7), (0, 1)), "torch": lambda: torch.roll(t_m, (5, -7), (0, 1)),
+               "numpy": lambda: np.roll(m, (5, -7), (0, 1))}, inner=5, settle=0.15)
+    rows.append(("roll (5, -7), 1024x1024 f32", r, "ms", ("torch", 0.8)))
+
+
 def main():
     rng = np.random.default_rng(0)
     rows = []
@@ -134,6 +159,7 @@ def main():
     r = bench({"ember": lambda: e_rows.gather(e_c, 1), "torch": lambda: t_rows.gather(1, t_c),
                "numpy": lambda: np.take_along_axis(rows_v, cls, 1)}, inner=20)
     rows.append(("gather(1), 8192x256 -> 8192x1", r, "us", ("torch", 0.9)))
+    scatter_movement_rows(rng, rows)
 
     print(f"ember {em.__version__} (isa {em._C.isa()}), torch {torch.__version__}, numpy {np.__version__}; "
           f"{args.threads} threads each; median of {args.reps} interleaved runs\n")

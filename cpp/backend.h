@@ -29,7 +29,11 @@ struct Device {
 enum class UnaryOp : uint8_t {
   Exp, Log, Sin, Cos, Tanh, Sqrt, Sqr, Abs, Neg, Recip, Relu, Gelu, Silu, Erf, Ceil, Floor, Round,
   Sign, Sigmoid, Affine, Powf, Clamp, Log1p, Expm1, Rsqrt, Log2, Log10, Tan, Sinh, Cosh, Asin, Acos, Atan,
-  Trunc, Count
+  Trunc,
+  // The activations with parameters: elu (p0 alpha), leaky_relu (p0 slope), softplus (p0 beta, p1
+  // threshold), mish, hardswish, hardsigmoid, gelu's tanh form; float only.
+  Elu, LeakyRelu, Softplus, Mish, Hardswish, Hardsigmoid, GeluTanh,
+  Count
 };
 // FloorDiv and Rem follow Python/numpy: the quotient rounds toward -inf and the remainder takes the
 // divisor's sign; integer x // 0 and x % 0 give 0 (numpy's result, without its warning).
@@ -47,7 +51,8 @@ inline bool is_cmp(BinaryOp op) { return op >= BinaryOp::Eq; }
 inline constexpr const char* kUnaryNames[kNumUnary] = {
     "exp",   "log",  "sin",   "cos",  "tanh",    "sqrt",   "sqr",  "abs",   "neg",   "recip", "relu", "gelu",
     "silu",  "erf",  "ceil",  "floor", "round",  "sign",   "sigmoid", "affine", "powf", "clamp", "log1p", "expm1",
-    "rsqrt", "log2", "log10", "tan",  "sinh",    "cosh",   "asin", "acos",  "atan",  "trunc"};
+    "rsqrt", "log2", "log10", "tan",  "sinh",    "cosh",   "asin", "acos",  "atan",  "trunc",
+    "elu", "leaky_relu", "softplus", "mish", "hardswish", "hardsigmoid", "gelu_tanh"};
 inline constexpr const char* kBinaryNames[kNumBinary] = {
     "add", "sub", "mul", "div", "maximum", "minimum", "pow", "floor_divide", "remainder",
     "eq",  "ne",  "lt",  "le",  "gt",      "ge"};
@@ -63,6 +68,12 @@ inline const char* op_name(ReduceOp op) { return op == ReduceOp::SumI64 ? "sum" 
 enum class ScanOp : uint8_t { Sum, Prod, Max, Min, Count };
 inline constexpr const char* kScanNames[(int)ScanOp::Count] = {"cumsum", "cumprod", "cummax", "cummin"};
 
+// How scatter_reduce combines src's elements with the target at their index: Set is plain scatter (a
+// repeated index keeps the last element in index order); Max/Min are torch's amax/amin.
+enum class ScatterOp : uint8_t { Set, Sum, Prod, Mean, Max, Min, Count };
+inline constexpr const char* kScatterNames[(int)ScatterOp::Count] = {"scatter", "sum", "prod", "mean", "amax",
+                                                                    "amin"};
+
 // The geometry of a 2-D convolution window (1-D is h == kh == 1): input (n, c, h, w), kernel (kh, kw),
 // stride, zero padding before each spatial dim, dilation, and the output size (oh, ow), which also
 // fixes the padding after (asymmetric padding such as "same" is pad-before plus the output size).
@@ -70,12 +81,42 @@ struct ConvGeom {
   int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
 };
 
+// Pooling over (n, c, h, w) planes (1-D is h == kh == 1). Max and Avg: windows of (kh, kw) taps at
+// stride (sh, sw) starting at -ph / -pw, taps dilated by (dh, dw) (1 for Avg), output (oh, ow) (ceil_mode
+// is in the output size). Max pads with -inf and returns torch's flat indices into h*w (its first maximum
+// in row-major order; a NaN wins); Avg pads with zeros and divides by `divisor` when > 0, else by the
+// window's size clipped to the padded input (count_include_pad) or to the input. AdaptiveAvg averages
+// torch's windows [floor(i*h/oh), ceil((i+1)*h/oh)) and ignores kernel, stride, padding and dilation.
+enum class PoolKind : uint8_t { Max, Avg, AdaptiveAvg, Count };
+inline constexpr const char* kPoolNames[(int)PoolKind::Count] = {"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"};
+struct PoolGeom {
+  int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+  int64_t divisor;  // Avg's divisor_override, 0 for none
+  bool count_include_pad;
+};
+// Resampling (n, c, h, w) planes to (oh, ow) (1-D is h == oh == 1) by torch's source-index rules: Nearest
+// floor(dst * scale) (the identity when the sizes match, dst / 2 when out == 2 * in), NearestExact
+// floor((dst + 0.5) * scale), Linear two taps per dim (align_corners maps the corner centres onto each
+// other). sf_h / sf_w: the user's scale factor (scale = 1 / sf), or 0 for scale = in / out.
+enum class UpsampleMode : uint8_t { Nearest, NearestExact, Linear, Count };
+inline constexpr const char* kUpsampleNames[(int)UpsampleMode::Count] = {"nearest", "nearest-exact", "linear"};
+struct UpsampleGeom {
+  int64_t n, c, h, w, oh, ow;
+  double sf_h, sf_w;
+  bool align_corners;
+};
+
 class BackendStorage;
 using StoragePtr = std::shared_ptr<BackendStorage>;
 
 // The activations with a fused backward; act_bwd's `a` is y (the forward output) for Sigmoid, x otherwise.
-enum class ActKind : uint8_t { Sigmoid, Silu, Gelu, Count };
-const char* act_name(ActKind kind);  // "sigmoid", "silu", "gelu"
+// The kinds from Elu on take the forward's scalar parameters p0, p1 (as their UnaryOp does).
+enum class ActKind : uint8_t {
+  Sigmoid, Silu, Gelu,
+  Elu, LeakyRelu, Softplus, Mish, Hardswish, Hardsigmoid, GeluTanh,
+  Count
+};
+const char* act_name(ActKind kind);  // "sigmoid", "silu", "gelu", "elu", ..., "gelu_tanh" (the UnaryOp names)
 // The operands of scaled dot-product attention: q (B, H, Lq, D) or (B, Lq, D), k/v with a head count
 // dividing q's, an optional mask broadcastable to (B, H, Lq, Lk) (additive float, or uint8 0 = masked).
 struct SdpaArgs {
@@ -83,6 +124,20 @@ struct SdpaArgs {
   Layout lq, lk, lv, lmask;
   double scale = 1.0;
   bool causal = false;
+};
+
+// Rotary position embedding over x (..., L, D): feature pairs i < dims / 2 of the row at position
+// t = offset + l (l: the row's index along dim -2; offset: `offset`, plus offsets[b] for the row's
+// batch b = index along dim 0 when given) are rotated by theta = t * scale * inv_freq[i], inv_freq[i] =
+// base^(-2i / dims), or 1 / freqs[i] when freqs is given. The pairs are (2i, 2i + 1) when
+// `traditional`, else (i, i + dims / 2); features from dims on pass through. `inverse` rotates by
+// -theta (the backward). offsets: int64, 1 or B values; freqs: dims / 2 values in the stats dtype.
+struct RopeArgs {
+  int64_t dims = 0, offset = 0;
+  bool traditional = false, inverse = false;
+  double base = 10000.0, scale = 1.0;
+  const BackendStorage *offsets = nullptr, *freqs = nullptr;  // optional
+  Layout loffsets, lfreqs;
 };
 
 class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
@@ -150,6 +205,29 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   virtual StoragePtr im2col(const Layout& l, const ConvGeom& g) const = 0;
   // The adjoint: this (n, c*kh*kw, oh*ow), contiguous, summed back into (n, c, h, w) (col2im, fold).
   virtual StoragePtr col2im(const ConvGeom& g) const = 0;
+  // Convolution as one kernel per direction (groups split the channels; every operand float, same
+  // dtype, checked by storage.cpp). conv2d_fwd: this = x (n, c, h, w) through l, w (c_out, c/groups,
+  // kh, kw), b (c_out,) or null -> y (n, c_out, oh, ow). conv2d_bwd_input: this = gy (n, c_out, oh,
+  // ow) -> dx (n, c, h, w), the adjoint in x (also conv_transpose's forward). conv2d_bwd_weight:
+  // this = x, gy (n, c_out, oh, ow) -> dw (c_out, c/groups, kh, kw).
+  virtual StoragePtr conv2d_fwd(const Layout& l, const BackendStorage& w, const Layout& lw, const BackendStorage* b,
+                                const Layout* lb, const ConvGeom& g, int64_t groups) const = 0;
+  virtual StoragePtr conv2d_bwd_input(const Layout& l, const BackendStorage& w, const Layout& lw, const ConvGeom& g,
+                                      int64_t groups) const = 0;
+  virtual StoragePtr conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg, const ConvGeom& g,
+                                       int64_t groups) const = 0;
+  // Pooling (see PoolGeom): this (n, c, h, w) through l -> (values (n, c, oh, ow), Max's int64 indices
+  // when `with_indices`, else null).
+  virtual std::tuple<StoragePtr, StoragePtr> pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
+                                                    bool with_indices) const = 0;
+  // Its gradient: this = the output's gradient (n, c, oh, ow) through lg; ids: Max's indices (contiguous;
+  // one outside h*w adds nowhere), null otherwise. Returns dx (n, c, h, w).
+  virtual StoragePtr pool2d_bwd(PoolKind kind, const Layout& lg, const BackendStorage* ids,
+                                const PoolGeom& g) const = 0;
+  // Resampling (see UpsampleGeom): this (n, c, h, w) through l -> (n, c, oh, ow); the gradient: this =
+  // the output's gradient (n, c, oh, ow) through lg -> dx (n, c, h, w).
+  virtual StoragePtr upsample(UpsampleMode mode, const Layout& l, const UpsampleGeom& g) const = 0;
+  virtual StoragePtr upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const = 0;
 
   // ---- fused kernels. Called on x's (q's) storage; every other operand is on the same device and
   // every check is done by the entry points in fused.cpp. Outputs are new dense storages in the input
@@ -157,11 +235,11 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   virtual StoragePtr softmax_fwd(const Layout& l, bool log) const = 0;
   // this = y, the forward's output.
   virtual StoragePtr softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const = 0;
-  // Returns (y, rstd).
-  virtual std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const Layout& l, const BackendStorage& w, const Layout& lw,
+  // w optional (ones). Returns (y, rstd).
+  virtual std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw,
                                                           double eps) const = 0;
-  // Returns (dx, dw).
-  virtual std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const Layout& l, const BackendStorage& w, const Layout& lw,
+  // Returns (dx, dw); dw is nullptr when w is absent.
+  virtual std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw,
                                                           const BackendStorage& rstd, const BackendStorage& g,
                                                           const Layout& lg) const = 0;
   // w, b optional (ones / zeros). Returns (y, mean, rstd).
@@ -174,8 +252,23 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
                                                                         const BackendStorage& rstd,
                                                                         const BackendStorage& g,
                                                                         const Layout& lg) const = 0;
-  // dx = g * f'(a); this = a (see ActKind).
-  virtual StoragePtr act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) const = 0;
+  // Group norm: this = x (n, c, ...) through l, each (sample, group of c/groups channels) normalised
+  // over its channels and positions; w, b (c,) optional. Returns (y, mean, rstd), the stats (n, groups).
+  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const Layout& l, int64_t groups,
+                                                                        const BackendStorage* w, const Layout* lw,
+                                                                        const BackendStorage* b, const Layout* lb,
+                                                                        double eps) const = 0;
+  // g: y's gradient. Returns (dx, dw, db): dx in x's dtype; dw = sum(g * xhat), db = sum(g) per channel
+  // (c,), in x's dtype, computed whether or not w and b were given.
+  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const Layout& l, int64_t groups,
+                                                                        const BackendStorage* w, const Layout* lw,
+                                                                        const BackendStorage& mean,
+                                                                        const BackendStorage& rstd,
+                                                                        const BackendStorage& g,
+                                                                        const Layout& lg) const = 0;
+  // dx = g * f'(a); this = a (see ActKind); p0, p1: the forward's parameters (ignored by the first three).
+  virtual StoragePtr act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg, double p0,
+                             double p1) const = 0;
   // this = *a.q. Returns (out, lse).
   virtual std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a) const = 0;
   // this = *a.q; o, lse: the forward's outputs; g: out's gradient. Returns (dq, dk, dv).
@@ -183,6 +276,8 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
                                                                   const Layout& lo, const BackendStorage& lse,
                                                                   const BackendStorage& g,
                                                                   const Layout& lg) const = 0;
+  // Rotary position embedding of this through l (see RopeArgs): a new dense storage of l's shape.
+  virtual StoragePtr rope(const Layout& l, const RopeArgs& a) const = 0;
   // Sorts every line along `dim` (0 <= dim < ndim, checked by the entry point): returns (values,
   // int64 indices into the line), contiguous of l's shape. NaN sorts as the largest value; equal keys
   // keep index order when `stable` (backends may always do so).
@@ -204,6 +299,13 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   // cumulative-sum interval holds u * sum for the uniform of counter + r * num_samples + j. int64 (rows, S).
   virtual StoragePtr multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
                                  uint64_t counter) const = 0;
+  // In place on this (a fresh dense copy, through l): for every position e of the indices' shape, the
+  // element at e with coords[dim] = ids[e] combines with src[e] (src through sl, of the indices' shape)
+  // by `op`, in index order along dim. Without `include_self` a position any index names starts from
+  // src alone; Mean divides by the count of elements combined (self included when include_self; floor
+  // division for integers). Lines along dim are independent: backends may split them across threads.
+  virtual void scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
+                              const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) = 0;
 
  protected:
   DType dtype_;

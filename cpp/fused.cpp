@@ -3,6 +3,7 @@
 #include "fused.h"
 
 #include <climits>
+#include <cmath>
 #include <string>
 
 #include "storage.h"
@@ -122,31 +123,31 @@ StoragePtr softmax_bwd(const BackendStorage& y, const Layout& ly, const BackendS
   return y.softmax_bwd(ly, g, lg, log);
 }
 
-std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& x, const Layout& lx, const BackendStorage& w,
-                                                const Layout& lw, double eps) {
+std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& x, const Layout& lx, const BackendStorage* w,
+                                                const Layout* lw, double eps) {
   const char* op = "rms_norm";
   check_float(x, op, "input");
-  check_like(x, w, op, "weight");
+  if (w) check_like(x, *w, op, "weight");
   EMBER_CHECK(lx.ndim() >= 1, Shape, "[rms_norm] expected at least 1 dim, got a scalar");
   check_in_bounds(x, lx, op);
-  check_param(x, w, lw, last_dim(lx), op, "weight");
-  return x.rms_norm_fwd(lx, w, lw, eps);
+  check_opt_param(x, w, lw, last_dim(lx), op, "weight");
+  return x.rms_norm_fwd(lx, w, w ? lw : nullptr, eps);
 }
 
-std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& x, const Layout& lx, const BackendStorage& w,
-                                                const Layout& lw, const BackendStorage& rstd,
+std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& x, const Layout& lx, const BackendStorage* w,
+                                                const Layout* lw, const BackendStorage& rstd,
                                                 const BackendStorage& g, const Layout& lg) {
   const char* op = "rms_norm_bwd";
   check_float(x, op, "input");
-  check_like(x, w, op, "weight");
+  if (w) check_like(x, *w, op, "weight");
   check_like(x, g, op, "grad");
   check_grad_shape(lx, lg, op);
   EMBER_CHECK(lx.ndim() >= 1, Shape, "[rms_norm_bwd] expected at least 1 dim, got a scalar");
   check_in_bounds(x, lx, op);
   check_in_bounds(g, lg, op);
   check_stats(x, rstd, rows_of(lx), op, "rstd", "row");
-  check_param(x, w, lw, last_dim(lx), op, "weight");
-  return x.rms_norm_bwd(lx, w, lw, rstd, g, lg);
+  check_opt_param(x, w, lw, last_dim(lx), op, "weight");
+  return x.rms_norm_bwd(lx, w, w ? lw : nullptr, rstd, g, lg);
 }
 
 std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStorage& x, const Layout& lx,
@@ -181,8 +182,51 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStora
   return x.layer_norm_bwd(lx, w, w ? lw : nullptr, mean, rstd, g, lg);
 }
 
+// (n, c) of a group norm input, with groups dividing c.
+std::pair<int64_t, int64_t> group_dims(const Layout& lx, int64_t groups, const char* op) {
+  EMBER_CHECK(lx.ndim() >= 2, Shape, "[", op, "] expected input (N, C, ...), got ", shape_str(lx.shape()));
+  const int64_t c = lx.shape()[1];
+  EMBER_CHECK(groups >= 1 && c % groups == 0, Shape, "[", op, "] num_groups ", groups, " must be positive and divide ",
+              "the channels ", c);
+  return {lx.shape()[0], c};
+}
+
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const BackendStorage& x, const Layout& lx,
+                                                              int64_t groups, const BackendStorage* w,
+                                                              const Layout* lw, const BackendStorage* b,
+                                                              const Layout* lb, double eps) {
+  const char* op = "group_norm";
+  check_float(x, op, "input");
+  if (w) check_like(x, *w, op, "weight");
+  if (b) check_like(x, *b, op, "bias");
+  const int64_t c = group_dims(lx, groups, op).second;
+  check_in_bounds(x, lx, op);
+  check_opt_param(x, w, lw, c, op, "weight");
+  check_opt_param(x, b, lb, c, op, "bias");
+  return x.group_norm_fwd(lx, groups, w, w ? lw : nullptr, b, b ? lb : nullptr, eps);
+}
+
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStorage& x, const Layout& lx,
+                                                              int64_t groups, const BackendStorage* w,
+                                                              const Layout* lw, const BackendStorage& mean,
+                                                              const BackendStorage& rstd, const BackendStorage& g,
+                                                              const Layout& lg) {
+  const char* op = "group_norm_bwd";
+  check_float(x, op, "input");
+  if (w) check_like(x, *w, op, "weight");
+  check_like(x, g, op, "grad");
+  check_grad_shape(lx, lg, op);
+  const auto [n, c] = group_dims(lx, groups, op);
+  check_in_bounds(x, lx, op);
+  check_in_bounds(g, lg, op);
+  check_stats(x, mean, n * groups, op, "mean and rstd", "(sample, group)");
+  check_stats(x, rstd, n * groups, op, "mean and rstd", "(sample, group)");
+  check_opt_param(x, w, lw, c, op, "weight");
+  return x.group_norm_bwd(lx, groups, w, w ? lw : nullptr, mean, rstd, g, lg);
+}
+
 StoragePtr act_bwd(ActKind kind, const BackendStorage& a, const Layout& la, const BackendStorage& g,
-                   const Layout& lg) {
+                   const Layout& lg, double p0, double p1) {
   EMBER_CHECK(kind < ActKind::Count, Value, "[act_bwd] unknown activation ", (int)kind);
   const std::string op = std::string(act_name(kind)) + "_bwd";
   check_float(a, op.c_str(), "input");
@@ -190,7 +234,7 @@ StoragePtr act_bwd(ActKind kind, const BackendStorage& a, const Layout& la, cons
   check_grad_shape(la, lg, op.c_str());
   check_in_bounds(a, la, op.c_str());
   check_in_bounds(g, lg, op.c_str());
-  return a.act_bwd(kind, la, g, lg);
+  return a.act_bwd(kind, la, g, lg, p0, p1);
 }
 
 void sdpa_check(const SdpaArgs& a) {
@@ -222,6 +266,38 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const
                 ", ", shape_str(lg.shape()), " do not match the attention output");
   check_stats(q, lse, want[0] * want[1] * want[2], "sdpa_bwd", "lse", "query row");
   return q.sdpa_bwd(a, o, lo, lse, g, lg);
+}
+
+StoragePtr rope(const BackendStorage& x, const Layout& lx, const RopeArgs& a) {
+  const char* op = "rope";
+  check_float(x, op, "input");
+  check_in_bounds(x, lx, op);
+  EMBER_CHECK(lx.ndim() >= 2, Shape, "[rope] expected an input of shape (..., L, D), got ", shape_str(lx.shape()));
+  const int64_t D = lx.shape().back();
+  EMBER_CHECK(a.dims > 0 && a.dims <= D && a.dims % 2 == 0, Value, "[rope] dims must be even and in [2, ", D,
+              "], got ", a.dims);
+  EMBER_CHECK(std::isfinite(a.base) && a.base > 0 && std::isfinite(a.scale), Value,
+              "[rope] base must be positive and finite and scale finite, got base ", a.base, ", scale ", a.scale);
+  if (a.offsets) {
+    check_same_device(x, *a.offsets, op);
+    EMBER_CHECK(a.offsets->dtype() == DType::I64, DType, "[rope] offset tensor must be int64, got ",
+                dtype_name(a.offsets->dtype()));
+    check_in_bounds(*a.offsets, a.loffsets, op);
+    const int64_t n = a.loffsets.numel();
+    EMBER_CHECK(a.loffsets.ndim() <= 1 && (n == 1 || (lx.ndim() >= 3 && n == lx.shape()[0])), Shape,
+                "[rope] offset must be a scalar or hold one position per batch (dim 0 of ", shape_str(lx.shape()),
+                "), got shape ", shape_str(a.loffsets.shape()));
+  }
+  if (a.freqs) {
+    check_same_device(x, *a.freqs, op);
+    const DType sdt = stats_dtype(x.dtype());
+    EMBER_CHECK(a.freqs->dtype() == sdt, DType, "[rope] freqs must be ", dtype_name(sdt), " for a ",
+                dtype_name(x.dtype()), " input, got ", dtype_name(a.freqs->dtype()));
+    EMBER_CHECK(a.lfreqs.ndim() == 1 && a.lfreqs.shape()[0] == a.dims / 2, Shape, "[rope] expected freqs of shape (",
+                a.dims / 2, ",), got ", shape_str(a.lfreqs.shape()));
+    check_in_bounds(*a.freqs, a.lfreqs, op);
+  }
+  return x.rope(lx, a);
 }
 
 }  // namespace ember::fused

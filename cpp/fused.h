@@ -15,12 +15,12 @@ StoragePtr softmax_fwd(const BackendStorage& x, const Layout& lx, bool log);
 // y: the forward's output; g: its gradient (same shape). Returns dx.
 StoragePtr softmax_bwd(const BackendStorage& y, const Layout& ly, const BackendStorage& g, const Layout& lg,
                        bool log);
-// w: (n,) with n = x's last dim. Returns (y, rstd: one stats-dtype value per row).
-std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& x, const Layout& lx, const BackendStorage& w,
-                                                const Layout& lw, double eps);
-// Returns (dx, dw).
-std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& x, const Layout& lx, const BackendStorage& w,
-                                                const Layout& lw, const BackendStorage& rstd,
+// w: (n,) with n = x's last dim, or null (ones). Returns (y, rstd: one stats-dtype value per row).
+std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& x, const Layout& lx, const BackendStorage* w,
+                                                const Layout* lw, double eps);
+// Returns (dx, dw); dw is nullptr when w is absent.
+std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& x, const Layout& lx, const BackendStorage* w,
+                                                const Layout* lw, const BackendStorage& rstd,
                                                 const BackendStorage& g, const Layout& lg);
 // w, b optional (ones / zeros; a storage needs its layout). Returns (y, mean, rstd).
 std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStorage& x, const Layout& lx,
@@ -31,9 +31,20 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStora
                                                               const BackendStorage* w, const Layout* lw,
                                                               const BackendStorage& mean, const BackendStorage& rstd,
                                                               const BackendStorage& g, const Layout& lg);
-// dx = g * f'(a), a = y for Sigmoid, x otherwise.
+// x (n, c, ...), groups dividing c, w and b (c,) optional. Returns (y, mean, rstd: (n, groups), stats dtype).
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const BackendStorage& x, const Layout& lx,
+                                                              int64_t groups, const BackendStorage* w,
+                                                              const Layout* lw, const BackendStorage* b,
+                                                              const Layout* lb, double eps);
+// Returns (dx, dw, db), dw and db per channel (c,) whether or not w and b were given.
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStorage& x, const Layout& lx,
+                                                              int64_t groups, const BackendStorage* w,
+                                                              const Layout* lw, const BackendStorage& mean,
+                                                              const BackendStorage& rstd, const BackendStorage& g,
+                                                              const Layout& lg);
+// dx = g * f'(a), a = y for Sigmoid, x otherwise; p0, p1: the forward's parameters (see ActKind).
 StoragePtr act_bwd(ActKind kind, const BackendStorage& a, const Layout& la, const BackendStorage& g,
-                   const Layout& lg);
+                   const Layout& lg, double p0 = 0.0, double p1 = 0.0);
 // The checks sdpa_fwd makes, computing nothing: for the composite path a float mask with a gradient takes.
 void sdpa_check(const SdpaArgs& a);
 // Returns (out, lse).
@@ -42,5 +53,8 @@ std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a);
 std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const BackendStorage& o, const Layout& lo,
                                                         const BackendStorage& lse, const BackendStorage& g,
                                                         const Layout& lg);
+
+// Rotary position embedding of x (..., L, D) (see RopeArgs in backend.h); checks dims, the offsets and freqs.
+StoragePtr rope(const BackendStorage& x, const Layout& lx, const RopeArgs& a);
 
 }  // namespace ember::fused

@@ -18,7 +18,8 @@ std::string Device::str() const {
 }
 
 const char* act_name(ActKind kind) {
-  static const char* n[] = {"sigmoid", "silu", "gelu"};
+  static const char* n[(int)ActKind::Count] = {"sigmoid", "silu", "gelu", "elu", "leaky_relu", "softplus",
+                                               "mish", "hardswish", "hardsigmoid", "gelu_tanh"};
   return n[(int)kind];
 }
 
@@ -344,6 +345,28 @@ std::pair<StoragePtr, Layout> scatter_add_zeros(const Shape& shape, const Backen
   return {out, ol};
 }
 
+std::pair<StoragePtr, Layout> scatter_reduce(ScatterOp op, const BackendStorage& s, const Layout& l,
+                                             const BackendStorage& ids, const Layout& il, const BackendStorage& src,
+                                             const Layout& sl, int64_t dim, bool include_self) {
+  EMBER_CHECK(op < ScatterOp::Count, Value, "[scatter_reduce] unknown reduction ", (int)op);
+  const char* name = op == ScatterOp::Set ? "scatter" : "scatter_reduce";
+  check_ids(&s, l, ids, il, name, &src);
+  check_same_dtype(s, src, name);
+  check_same_device(s, src, name);
+  check_in_bounds(src, sl, name);
+  dim = normalize_dim(dim, l.ndim(), name);
+  EMBER_CHECK(il.shape() == sl.shape(), Shape, "[", name, "] index ", shape_str(il.shape()), " and src ",
+              shape_str(sl.shape()), " must have the same shape");
+  EMBER_CHECK(il.ndim() == l.ndim(), Shape, "[", name, "] index ", shape_str(il.shape()),
+              " must have as many dims as ", shape_str(l.shape()));
+  for (int64_t i = 0; i < l.ndim(); ++i)
+    EMBER_CHECK(i == dim || il.shape()[i] <= l.shape()[i], Shape, "[", name, "] index ", shape_str(il.shape()),
+                " does not fit ", shape_str(l.shape()), " outside dim ", dim);
+  auto [out, ol] = contiguous_copy(s, l);
+  out->scatter_reduce(op, ol, ids, il, src, sl, dim, include_self);
+  return {out, ol};
+}
+
 void index_copy(BackendStorage& dst, const Layout& l, const BackendStorage& ids, const Layout& il,
                 const BackendStorage& src, const Layout& sl, int64_t dim) {
   const char* op = "setitem";  // the one caller is t[ids] = v
@@ -434,6 +457,69 @@ std::pair<StoragePtr, Layout> col2im(const BackendStorage& s, const Layout& l, c
   return {s.col2im(g), Layout::contiguous({g.n, g.c, g.h, g.w})};
 }
 
+namespace {
+// The checks the three conv2d kernels share: float operands of one dtype on one device, inside their
+// storages; x (n, c, h, w) and gy (n, c_out, oh, ow) as the geometry says, groups dividing both channel counts.
+void check_conv_operand(const BackendStorage& ref, const BackendStorage& s, const Layout& l, const Shape& want,
+                        const char* op, const char* what) {
+  check_same_device(ref, s, op);
+  EMBER_CHECK(is_float(s.dtype()), DType, "[", op, "] expected a float ", what, ", got ", dtype_name(s.dtype()));
+  EMBER_CHECK(s.dtype() == ref.dtype(), DType, "[", op, "] ", what, " has dtype ", dtype_name(s.dtype()), ", expected ",
+              dtype_name(ref.dtype()));
+  check_in_bounds(s, l, op);
+  EMBER_CHECK(l.shape() == want, Shape, "[", op, "] expected ", what, " of shape ", shape_str(want), ", got ",
+              shape_str(l.shape()));
+}
+void check_conv_groups(const ConvGeom& g, int64_t groups, int64_t c_out, const char* op) {
+  EMBER_CHECK(groups >= 1 && g.c % groups == 0 && c_out % groups == 0, Shape, "[", op, "] groups ", groups,
+              " must be positive and divide the input channels ", g.c, " and the output channels ", c_out);
+  check_conv_geom(g, op);
+  checked_numel({g.n, c_out, g.oh, g.ow}, op);
+}
+}  // namespace
+
+std::pair<StoragePtr, Layout> conv2d_fwd(const BackendStorage& x, const Layout& lx, const BackendStorage& w,
+                                         const Layout& lw, const BackendStorage* b, const Layout* lb, const ConvGeom& g,
+                                         int64_t groups) {
+  const char* op = "conv2d";
+  EMBER_CHECK(lw.ndim() == 4, Shape, "[conv2d] expected weight (C_out, C_in / groups, kh, kw), got ",
+              shape_str(lw.shape()));
+  const int64_t c_out = lw.shape()[0];
+  check_conv_groups(g, groups, c_out, op);
+  check_conv_operand(x, x, lx, {g.n, g.c, g.h, g.w}, op, "input");
+  check_conv_operand(x, w, lw, {c_out, g.c / groups, g.kh, g.kw}, op, "weight");
+  if (b) {
+    EMBER_CHECK(lb, Value, "[conv2d] bias given without a layout");
+    check_conv_operand(x, *b, *lb, {c_out}, op, "bias");
+  }
+  return {x.conv2d_fwd(lx, w, lw, b, b ? lb : nullptr, g, groups), Layout::contiguous({g.n, c_out, g.oh, g.ow})};
+}
+
+std::pair<StoragePtr, Layout> conv2d_bwd_input(const BackendStorage& gy, const Layout& lg, const BackendStorage& w,
+                                               const Layout& lw, const ConvGeom& g, int64_t groups) {
+  const char* op = "conv2d_bwd_input";
+  EMBER_CHECK(lw.ndim() == 4, Shape, "[conv2d_bwd_input] expected weight (C_out, C_in / groups, kh, kw), got ",
+              shape_str(lw.shape()));
+  const int64_t c_out = lw.shape()[0];
+  check_conv_groups(g, groups, c_out, op);
+  check_conv_operand(gy, gy, lg, {g.n, c_out, g.oh, g.ow}, op, "grad");
+  check_conv_operand(gy, w, lw, {c_out, g.c / groups, g.kh, g.kw}, op, "weight");
+  return {gy.conv2d_bwd_input(lg, w, lw, g, groups), Layout::contiguous({g.n, g.c, g.h, g.w})};
+}
+
+std::pair<StoragePtr, Layout> conv2d_bwd_weight(const BackendStorage& x, const Layout& lx, const BackendStorage& gy,
+                                                const Layout& lg, const ConvGeom& g, int64_t groups) {
+  const char* op = "conv2d_bwd_weight";
+  EMBER_CHECK(lg.ndim() == 4, Shape, "[conv2d_bwd_weight] expected grad (N, C_out, OH, OW), got ",
+              shape_str(lg.shape()));
+  const int64_t c_out = lg.shape()[1];
+  check_conv_groups(g, groups, c_out, op);
+  check_conv_operand(x, x, lx, {g.n, g.c, g.h, g.w}, op, "input");
+  check_conv_operand(x, gy, lg, {g.n, c_out, g.oh, g.ow}, op, "grad");
+  checked_numel({c_out, g.c / groups, g.kh, g.kw}, op);
+  return {x.conv2d_bwd_weight(lx, gy, lg, g, groups), Layout::contiguous({c_out, g.c / groups, g.kh, g.kw})};
+}
+
 std::tuple<StoragePtr, StoragePtr, Layout> sort(const BackendStorage& s, const Layout& l, int64_t dim,
                                                 bool descending, bool stable) {
   check_in_bounds(s, l, "sort");
@@ -487,6 +573,100 @@ std::pair<StoragePtr, Layout> multinomial(const BackendStorage& s, const Layout&
   const RngDraw draw = rng_reserve((uint64_t)rows * (uint64_t)(replacement ? num_samples : n) + 1);
   StoragePtr out = s.multinomial(rl, num_samples, replacement, draw.seed, draw.counter);
   return {out, l.ndim() == 2 ? Layout::contiguous({rows, num_samples}) : Layout::contiguous({num_samples})};
+}
+
+}  // namespace ember
+
+namespace ember {
+namespace {
+// The checks pool2d and its backward share: a known kind, positive sizes, torch's window rules (padding at
+// most half the kernel, the last window starts inside the input or its left padding), and element counts
+// an int64 holds.
+const char* check_pool_geom(PoolKind kind, const PoolGeom& g) {
+  EMBER_CHECK(kind < PoolKind::Count, Value, "[pool2d] unknown pooling kind ", (int)kind);
+  const char* op = kPoolNames[(int)kind];
+  EMBER_CHECK(g.n >= 0 && g.c >= 0 && g.h >= 1 && g.w >= 1 && g.oh >= 1 && g.ow >= 1, Shape, "[", op,
+              "] expected positive spatial sizes, got input (", g.h, ", ", g.w, "), output (", g.oh, ", ", g.ow, ")");
+  checked_numel({g.n, g.c, g.h, g.w}, op);
+  checked_numel({g.n, g.c, g.oh, g.ow}, op);
+  if (kind == PoolKind::AdaptiveAvg) return op;
+  EMBER_CHECK(g.kh >= 1 && g.kw >= 1 && g.sh >= 1 && g.sw >= 1 && g.dh >= 1 && g.dw >= 1, Value, "[", op,
+              "] kernel size, stride and dilation must be positive, got kernel (", g.kh, ", ", g.kw, "), stride (",
+              g.sh, ", ", g.sw, "), dilation (", g.dh, ", ", g.dw, ")");
+  EMBER_CHECK(kind == PoolKind::Max || (g.dh == 1 && g.dw == 1), Value, "[", op, "] has no dilation");
+  EMBER_CHECK(g.ph >= 0 && g.pw >= 0 && g.ph <= g.kh / 2 && g.pw <= g.kw / 2, Value, "[", op, "] padding (", g.ph,
+              ", ", g.pw, ") must be non-negative and at most half the kernel (", g.kh, ", ", g.kw, ")");
+  EMBER_CHECK(g.divisor >= 0, Value, "[", op, "] divisor_override must be positive, got ", g.divisor);
+  // torch lets a ceil_mode window overhang the padded input; the kernels clip every window to the input
+  EMBER_CHECK((g.oh - 1) * g.sh < g.h + g.ph && (g.ow - 1) * g.sw < g.w + g.pw,
+              Shape, "[", op, "] output (", g.oh, ", ", g.ow, ") does not fit the input (", g.h, ", ", g.w,
+              ") with kernel (", g.kh, ", ", g.kw, "), stride (", g.sh, ", ", g.sw, "), padding (", g.ph, ", ", g.pw,
+              "), dilation (", g.dh, ", ", g.dw, ")");
+  return op;
+}
+
+void check_float_planes(const BackendStorage& s, const Layout& l, const Shape& want, const char* op,
+                        const char* what) {
+  check_in_bounds(s, l, op);
+  EMBER_CHECK(is_float(s.dtype()), DType, "[", op, "] expected a float ", what, ", got ", dtype_name(s.dtype()));
+  EMBER_CHECK(l.shape() == want, Shape, "[", op, "] expected ", what, " of shape ", shape_str(want), ", got ",
+              shape_str(l.shape()));
+}
+
+void check_upsample_geom(UpsampleMode mode, const UpsampleGeom& g) {
+  EMBER_CHECK(mode < UpsampleMode::Count, Value, "[interpolate] unknown mode ", (int)mode);
+  EMBER_CHECK(g.n >= 0 && g.c >= 0 && g.h >= 1 && g.w >= 1 && g.oh >= 1 && g.ow >= 1, Shape,
+              "[interpolate] expected positive spatial sizes, got input (", g.h, ", ", g.w, "), output (", g.oh,
+              ", ", g.ow, ")");
+  EMBER_CHECK(g.sf_h >= 0 && g.sf_w >= 0 && g.sf_h < 1e300 && g.sf_w < 1e300, Value,
+              "[interpolate] scale factors must be finite and non-negative, got (", g.sf_h, ", ", g.sf_w, ")");
+  checked_numel({g.n, g.c, g.h, g.w}, "interpolate");
+  checked_numel({g.n, g.c, g.oh, g.ow}, "interpolate");
+}
+}  // namespace
+
+std::tuple<StoragePtr, StoragePtr, Layout> pool2d(PoolKind kind, const BackendStorage& s, const Layout& l,
+                                                  const PoolGeom& g, bool with_indices) {
+  const char* op = check_pool_geom(kind, g);
+  check_float_planes(s, l, {g.n, g.c, g.h, g.w}, op, "input");
+  auto [vals, ids] = s.pool2d(kind, l, g, with_indices && kind == PoolKind::Max);
+  return {vals, ids, Layout::contiguous({g.n, g.c, g.oh, g.ow})};
+}
+
+std::pair<StoragePtr, Layout> pool2d_bwd(PoolKind kind, const BackendStorage& g, const Layout& lg,
+                                         const BackendStorage* ids, const Layout* il, const PoolGeom& geom) {
+  const char* op = check_pool_geom(kind, geom);
+  check_float_planes(g, lg, {geom.n, geom.c, geom.oh, geom.ow}, op, "gradient");
+  StoragePtr dense;  // Max's indices, contiguous from 0 as the backends read them
+  if (kind == PoolKind::Max) {
+    EMBER_CHECK(ids && il, Value, "[", op, "] the backward needs the forward's indices");
+    check_in_bounds(*ids, *il, op);
+    check_same_device(g, *ids, op);
+    EMBER_CHECK(ids->dtype() == DType::I64, DType, "[", op, "] expected int64 indices, got ", dtype_name(ids->dtype()));
+    EMBER_CHECK(il->shape() == lg.shape(), Shape, "[", op, "] indices ", shape_str(il->shape()),
+                " do not match the gradient ", shape_str(lg.shape()));
+    if (!il->is_contiguous() || il->offset() != 0) {
+      dense = contiguous_copy(*ids, *il).first;
+      ids = dense.get();
+    }
+  } else {
+    ids = nullptr;
+  }
+  return {g.pool2d_bwd(kind, lg, ids, geom), Layout::contiguous({geom.n, geom.c, geom.h, geom.w})};
+}
+
+std::pair<StoragePtr, Layout> upsample(UpsampleMode mode, const BackendStorage& s, const Layout& l,
+                                       const UpsampleGeom& g) {
+  check_upsample_geom(mode, g);
+  check_float_planes(s, l, {g.n, g.c, g.h, g.w}, "interpolate", "input");
+  return {s.upsample(mode, l, g), Layout::contiguous({g.n, g.c, g.oh, g.ow})};
+}
+
+std::pair<StoragePtr, Layout> upsample_bwd(UpsampleMode mode, const BackendStorage& g, const Layout& lg,
+                                           const UpsampleGeom& geom) {
+  check_upsample_geom(mode, geom);
+  check_float_planes(g, lg, {geom.n, geom.c, geom.oh, geom.ow}, "interpolate", "gradient");
+  return {g.upsample_bwd(mode, lg, geom), Layout::contiguous({geom.n, geom.c, geom.h, geom.w})};
 }
 
 }  // namespace ember

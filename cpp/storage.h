@@ -59,12 +59,39 @@ std::pair<StoragePtr, Layout> index_add_zeros(const Shape& shape, const BackendS
                                               const BackendStorage& src, const Layout& sl, int64_t dim);
 std::pair<StoragePtr, Layout> scatter_add_zeros(const Shape& shape, const BackendStorage& ids, const Layout& il,
                                                 const BackendStorage& src, const Layout& sl, int64_t dim);
+// Returns a new storage: a dense copy of (s, l) with src combined in at ids along dim by `op`
+// (BackendStorage::scatter_reduce). ids and src have the same shape, with dims fitting l's outside dim.
+std::pair<StoragePtr, Layout> scatter_reduce(ScatterOp op, const BackendStorage& s, const Layout& l,
+                                             const BackendStorage& ids, const Layout& il, const BackendStorage& src,
+                                             const Layout& sl, int64_t dim, bool include_self);
 std::pair<StoragePtr, Layout> cat(const std::vector<const BackendStorage*>& ss, const std::vector<Layout>& ls,
                                   int64_t dim);
 // Convolution windows: (s, l) of shape (n, c, h, w) as columns (n, c*kh*kw, oh*ow), and the adjoint,
 // columns summed back into (n, c, h, w). Geometry and sizes are checked before anything is allocated.
 std::pair<StoragePtr, Layout> im2col(const BackendStorage& s, const Layout& l, const ConvGeom& g);
 std::pair<StoragePtr, Layout> col2im(const BackendStorage& s, const Layout& l, const ConvGeom& g);
+// conv2d in one kernel per direction (BackendStorage::conv2d_*): x (n, c, h, w), w (c_out, c/groups, kh,
+// kw), b (c_out,) or null, gy (n, c_out, oh, ow); same device and float dtype, checked here. Return y,
+// dx and dw with their contiguous layouts.
+std::pair<StoragePtr, Layout> conv2d_fwd(const BackendStorage& x, const Layout& lx, const BackendStorage& w,
+                                         const Layout& lw, const BackendStorage* b, const Layout* lb, const ConvGeom& g,
+                                         int64_t groups);
+std::pair<StoragePtr, Layout> conv2d_bwd_input(const BackendStorage& gy, const Layout& lg, const BackendStorage& w,
+                                               const Layout& lw, const ConvGeom& g, int64_t groups);
+std::pair<StoragePtr, Layout> conv2d_bwd_weight(const BackendStorage& x, const Layout& lx, const BackendStorage& gy,
+                                                const Layout& lg, const ConvGeom& g, int64_t groups);
+// Pooling and resampling (BackendStorage::pool2d / upsample): (s, l) of shape (n, c, h, w), a float
+// dtype; the geometry is checked (positive sizes, windows that fit, counts an int64 holds) before anything
+// is allocated. pool2d returns (values, Max's indices when asked, else null, their layout); the
+// backwards take the output's gradient (any layout) and return dx (n, c, h, w).
+std::tuple<StoragePtr, StoragePtr, Layout> pool2d(PoolKind kind, const BackendStorage& s, const Layout& l,
+                                                  const PoolGeom& g, bool with_indices);
+std::pair<StoragePtr, Layout> pool2d_bwd(PoolKind kind, const BackendStorage& g, const Layout& lg,
+                                         const BackendStorage* ids, const Layout* il, const PoolGeom& geom);
+std::pair<StoragePtr, Layout> upsample(UpsampleMode mode, const BackendStorage& s, const Layout& l,
+                                       const UpsampleGeom& g);
+std::pair<StoragePtr, Layout> upsample_bwd(UpsampleMode mode, const BackendStorage& g, const Layout& lg,
+                                           const UpsampleGeom& geom);
 // Sorts (s, l) along dim (negative counts from the end; a 0-d tensor is one line of one element):
 // returns (values, int64 indices, their contiguous layout).
 std::tuple<StoragePtr, StoragePtr, Layout> sort(const BackendStorage& s, const Layout& l, int64_t dim,

@@ -1,6 +1,7 @@
 // The activations' backward, dx = g * f'(a), f32/f16/bf16 computed in float: sigmoid (a = y, the
-// forward's output), silu and the exact erf gelu (a = x). One kernel per op: dense inputs read 4
-// elements per thread; strided ones (any shape, strides and offset) unravelled per element.
+// forward's output), silu and the exact erf gelu (a = x), and the activations with scalar parameters
+// (elu ... gelu_tanh, a = x). One kernel per op: dense inputs read 4 elements per thread; strided ones
+// (any shape, strides and offset) unravelled per element.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -52,10 +53,56 @@ struct GeluBwd {  // Phi(x) + x * phi(x)
   }
 };
 
+// The derivatives of the activations with parameters (ActParams at buffer(4)), as the CPU's `d` of
+// cpp/cpu/functors.h (UElu ... UGeluTanh) and torch's backward formulas.
+struct ActParams {
+  float p0;
+  float p1;
+};
+struct EluBwd {  // p0 = alpha
+  float p0, p1;
+  float operator()(float x) const { return x > 0.0f ? 1.0f : p0 * exp(x); }
+};
+struct LeakyReluBwd {  // p0 = negative_slope
+  float p0, p1;
+  float operator()(float x) const { return x > 0.0f ? 1.0f : p0; }
+};
+struct SoftplusBwd {  // p0 = beta, p1 = threshold: sigmoid(beta x) below the threshold
+  float p0, p1;
+  float operator()(float x) const {
+    const float bx = x * p0;
+    return bx > p1 ? 1.0f : 1.0f / (1.0f + exp(-bx));
+  }
+};
+struct MishBwd {  // t + x sigmoid(x) (1 - t^2), t = n / (n + 2), n = e (e + 2); 1 above 20
+  float p0, p1;
+  float operator()(float x) const {
+    const float e = exp(x > 20.0f ? 20.0f : x), n = e * (e + 2.0f);
+    const float r = 1.0f / (n + 2.0f), t = n * r, sech2 = 4.0f * (n + 1.0f) * r * r;
+    return x > 20.0f ? 1.0f : t + x * (e / (1.0f + e)) * sech2;
+  }
+};
+struct HardswishBwd {
+  float p0, p1;
+  float operator()(float x) const { return x <= -3.0f ? 0.0f : (x >= 3.0f ? 1.0f : x / 3.0f + 0.5f); }
+};
+struct HardsigmoidBwd {
+  float p0, p1;
+  float operator()(float x) const { return x > -3.0f && x < 3.0f ? 1.0f / 6.0f : 0.0f; }
+};
+struct GeluTanhBwd {  // s + x s (1 - s) 2z', s = sigmoid(2z)
+  float p0, p1;
+  float operator()(float x) const {
+    const float xx = x * x, z2 = x * (1.5957691216057308f + 0.07135481627260025f * xx);
+    const float s = 1.0f / (1.0f + exp(-z2)), t = s * (1.0f - s);
+    // t == 0 (s saturated): the second term is 0, and x z' may be inf (x^2 overflows)
+    return s + (t == 0.0f ? 0.0f : x * t * (1.5957691216057308f + 0.21406444881780076f * xx));
+  }
+};
+
+// dx = g * f(a) over the launch, for either kernel below.
 template <typename Op, typename T>
-kernel void act_bwd(device const T* a [[buffer(0)]], device const T* g [[buffer(1)]], device T* dx [[buffer(2)]],
-                    constant ActArgs& p [[buffer(3)]], uint gid [[thread_position_in_grid]]) {
-  const Op f;
+inline void act_apply(const Op f, device const T* a, device const T* g, device T* dx, constant ActArgs& p, uint gid) {
   if (p.nd == 0) {
     const long base = long(gid) * kReads;
     device const T* ap = a + p.a_off;
@@ -74,6 +121,21 @@ kernel void act_bwd(device const T* a [[buffer(0)]], device const T* g [[buffer(
   dx[gid] = T(float(g[ig]) * f(float(a[ia])));
 }
 
+template <typename Op, typename T>
+kernel void act_bwd(device const T* a [[buffer(0)]], device const T* g [[buffer(1)]], device T* dx [[buffer(2)]],
+                    constant ActArgs& p [[buffer(3)]], uint gid [[thread_position_in_grid]]) {
+  const Op f;
+  act_apply(f, a, g, dx, p, gid);
+}
+
+template <typename Op, typename T>
+kernel void act_bwd_param(device const T* a [[buffer(0)]], device const T* g [[buffer(1)]], device T* dx [[buffer(2)]],
+                          constant ActArgs& p [[buffer(3)]], constant ActParams& q [[buffer(4)]],
+                          uint gid [[thread_position_in_grid]]) {
+  const Op f = {q.p0, q.p1};
+  act_apply(f, a, g, dx, p, gid);
+}
+
 #define instantiate_act_one(name, Op, tname, T) \
   template [[host_name(#name "_bwd_" #tname)]] [[kernel]] decltype(act_bwd<Op, T>) act_bwd<Op, T>;
 
@@ -85,3 +147,19 @@ kernel void act_bwd(device const T* a [[buffer(0)]], device const T* g [[buffer(
 instantiate_act(sigmoid, SigmoidBwd)
 instantiate_act(silu, SiluBwd)
 instantiate_act(gelu, GeluBwd)
+
+#define instantiate_act_param_one(name, Op, tname, T) \
+  template [[host_name(#name "_bwd_" #tname)]] [[kernel]] decltype(act_bwd_param<Op, T>) act_bwd_param<Op, T>;
+
+#define instantiate_act_param(name, Op)                 \
+  instantiate_act_param_one(name, Op, float32, float)   \
+  instantiate_act_param_one(name, Op, float16, half)    \
+  instantiate_act_param_one(name, Op, bfloat16, bfloat)
+
+instantiate_act_param(elu, EluBwd)
+instantiate_act_param(leaky_relu, LeakyReluBwd)
+instantiate_act_param(softplus, SoftplusBwd)
+instantiate_act_param(mish, MishBwd)
+instantiate_act_param(hardswish, HardswishBwd)
+instantiate_act_param(hardsigmoid, HardsigmoidBwd)
+instantiate_act_param(gelu_tanh, GeluTanhBwd)

@@ -4,6 +4,8 @@
 // raises before any kernel writes a tensor. index_add and scatter_add give each destination line one
 // thread that adds in index order (deterministic and equal to the CPU's sums, for every dtype, with no
 // atomics); index_copy writes in parallel, keeping the last of repeated indices through `index_last`.
+// scatter_reduce (scatter, sum, prod, mean, amax, amin) gives each line along dim of the indices one
+// thread too: no float atomics (their order would change sums run to run), the CPU's results bit for bit.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -186,6 +188,91 @@ kernel void index_copy(device E* dst [[buffer(0)]], device const E* src [[buffer
   }
 }
 
+
+// ---- scatter_reduce. OP: 0 scatter (set), 1 sum, 2 prod, 3 mean, 4 amax, 5 amin (ScatterOp's order).
+// Halves combine in float with one rounding per step; integers wrap; amax/amin propagate NaN (torch's rule).
+template <typename T> struct sr_acc { typedef T type; };
+template <> struct sr_acc<half> { typedef float type; };
+template <> struct sr_acc<bfloat> { typedef float type; };
+inline float sr_mul(float a, float b) { return a * b; }
+inline long sr_mul(long a, long b) { return as_type<long>(as_type<ulong>(a) * as_type<ulong>(b)); }
+inline uint sr_mul(uint a, uint b) { return a * b; }
+inline uchar sr_mul(uchar a, uchar b) { return uchar(uint(a) * uint(b)); }
+inline float sr_low(float) { return as_type<float>(0xff800000u); }
+inline long sr_low(long) { return as_type<long>(0x8000000000000000ul); }
+inline uint sr_low(uint) { return 0u; }
+inline uchar sr_low(uchar) { return uchar(0); }
+inline float sr_high(float) { return as_type<float>(0x7f800000u); }
+inline long sr_high(long) { return as_type<long>(0x7ffffffffffffffful); }
+inline uint sr_high(uint) { return 0xffffffffu; }
+inline uchar sr_high(uchar) { return uchar(255); }
+inline float sr_div(float a, uint n) { return a / float(n); }
+inline long sr_div(long a, uint n) {  // floor division, torch's rounding for integer means
+  const long q = a / long(n);
+  return (q * long(n) != a && a < 0) ? q - 1 : q;
+}
+inline uint sr_div(uint a, uint n) { return a / n; }
+inline uchar sr_div(uchar a, uint n) { return uchar(uint(a) / n); }
+
+template <int OP, typename A> inline A sr_combine(A a, A b) {
+  if (OP == 0) return b;
+  if (OP == 1 || OP == 3) return add_elem(a, b);
+  if (OP == 2) return sr_mul(a, b);
+  if (OP == 4) return (b != b || a < b) ? b : a;
+  return (b != b || b < a) ? b : a;
+}
+template <int OP, typename A> inline A sr_identity() {
+  if (OP == 2) return A(1);
+  if (OP == 4) return sr_low(A(0));
+  if (OP == 5) return sr_high(A(0));
+  return A(0);
+}
+
+// dst[coords with coords[dim] = ids[e]] combined with src[e] over the index shape: one thread per line
+// along dim, walking it in order (without include_self, its targets first take the op's identity; mean
+// divides each target once, by the count in `cnt`, which it then clears). meta: [0] ndim, [1] dim,
+// [2] dst offset, [3] src offset, [4] lines, [5] include_self, then ndim index sizes, ndim dst strides,
+// ndim src strides. ids are contiguous in the index shape; cnt (mean only) holds a zero per dst element.
+template <typename T, int OP>
+kernel void scatter_reduce(device T* dst [[buffer(0)]], device const T* src [[buffer(1)]],
+                           device const long* ids [[buffer(2)]], device uint* cnt [[buffer(3)]],
+                           constant long* meta [[buffer(4)]], uint gid [[thread_position_in_grid]],
+                           uint grid [[threads_per_grid]]) {
+  typedef typename sr_acc<T>::type A;
+  const int nd = int(meta[0]), dim = int(meta[1]);
+  const long lines = meta[4];
+  const bool self = meta[5] != 0;
+  constant long* sh = meta + 6;
+  constant long* dst_st = sh + nd;
+  constant long* src_st = dst_st + nd;
+  long inner = 1;
+  for (int d = nd - 1; d > dim; --d) inner *= sh[d];
+  const long len = sh[dim];
+  for (long c = gid; c < lines; c += grid) {
+    long dbase, sbase;
+    nd_offset2_skip(c, nd, dim, sh, dst_st, src_st, dbase, sbase);
+    dbase += meta[2];
+    sbase += meta[3];
+    const long ibase = (c / inner) * len * inner + c % inner;
+    if (!self && OP != 0)
+      for (long i = 0; i < len; ++i) dst[dbase + ids[ibase + i * inner] * dst_st[dim]] = T(sr_identity<OP, A>());
+    for (long i = 0; i < len; ++i) {
+      const long di = dbase + ids[ibase + i * inner] * dst_st[dim];
+      dst[di] = T(sr_combine<OP, A>(A(dst[di]), A(src[sbase + i * src_st[dim]])));
+      if (OP == 3) cnt[di - meta[2]] += 1u;
+    }
+    if (OP == 3)
+      for (long i = 0; i < len; ++i) {
+        const long di = dbase + ids[ibase + i * inner] * dst_st[dim];
+        const uint n = cnt[di - meta[2]];
+        if (n != 0u) {
+          dst[di] = T(sr_div(A(dst[di]), n + (self ? 1u : 0u)));
+          cnt[di - meta[2]] = 0u;
+        }
+      }
+  }
+}
+
 #define instantiate_prepare(tname, I)                                                                        \
   template [[host_name("index_prepare_" #tname)]] [[kernel]] void index_prepare<I>(                           \
       device const I* ids [[buffer(0)]], device long* out [[buffer(1)]], device atomic_uint* bad [[buffer(2)]], \
@@ -224,3 +311,22 @@ instantiate_add(bfloat16, bfloat)
 instantiate_add(int64, long)
 instantiate_add(uint32, uint)
 instantiate_add(uint8, uchar)
+
+#define instantiate_scatter_op(tname, T, oname, OP)                                                          \
+  template [[host_name("scatter_reduce_" #oname "_" #tname)]] [[kernel]] void scatter_reduce<T, OP>(          \
+      device T* dst [[buffer(0)]], device const T* src [[buffer(1)]], device const long* ids [[buffer(2)]],   \
+      device uint* cnt [[buffer(3)]], constant long* meta [[buffer(4)]], uint gid [[thread_position_in_grid]], \
+      uint grid [[threads_per_grid]]);
+#define instantiate_scatter(tname, T)           \
+  instantiate_scatter_op(tname, T, scatter, 0)  \
+  instantiate_scatter_op(tname, T, sum, 1)      \
+  instantiate_scatter_op(tname, T, prod, 2)     \
+  instantiate_scatter_op(tname, T, mean, 3)     \
+  instantiate_scatter_op(tname, T, amax, 4)     \
+  instantiate_scatter_op(tname, T, amin, 5)
+instantiate_scatter(float32, float)
+instantiate_scatter(float16, half)
+instantiate_scatter(bfloat16, bfloat)
+instantiate_scatter(int64, long)
+instantiate_scatter(uint32, uint)
+instantiate_scatter(uint8, uchar)

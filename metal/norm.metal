@@ -26,7 +26,7 @@ struct NormArgs {
   long chunk;      // rows per partial of the dw/db pass
   long nchunks;
   float eps;
-  uint has_w;      // layer_norm: weight / bias given (else ones / zeros)
+  uint has_w;      // weight / bias given (else ones / zeros)
   uint has_b;
   uint has_mean;   // the dw/db passes: layer_norm (x - mean) or rms_norm (x)
 };
@@ -68,7 +68,8 @@ kernel void rms_norm_fwd(device const T* x [[buffer(0)]], device const T* w [[bu
   const float r = 1.0f / sqrt(ss / float(n) + a.eps);
   if (tid == 0) rstd[row] = r;
   device T* out = y + row * n;
-  for (long j = tid; j < n; j += tpg) out[j] = T(float(xr[j * cs]) * r * float(w[a.w_off + j * a.w_st]));
+  for (long j = tid; j < n; j += tpg)
+    out[j] = T(float(xr[j * cs]) * r * (a.has_w ? float(w[a.w_off + j * a.w_st]) : 1.0f));
 }
 
 // y = (x - mean) * rstd * w + b with the biased variance (two passes over the row: mean, then the
@@ -119,11 +120,12 @@ kernel void rms_norm_bwd_dx(device const T* x [[buffer(0)]], device const T* w [
   device const T* gr = g + row_start(a.g, row);
   const float r = rstd[row];
   float s = 0.0f;
-  for (long j = tid; j < n; j += tpg) s += float(gr[j * cg]) * float(w[a.w_off + j * a.w_st]) * float(xr[j * cx]);
+  for (long j = tid; j < n; j += tpg)
+    s += float(gr[j * cg]) * (a.has_w ? float(w[a.w_off + j * a.w_st]) : 1.0f) * float(xr[j * cx]);
   const float c = r * r * tg_sum(s, part, lane, sg, nsg) / float(n);  // mean(g*w*xhat) * r
   device T* out = dx + row * n;
   for (long j = tid; j < n; j += tpg) {
-    const float gw = float(gr[j * cg]) * float(w[a.w_off + j * a.w_st]);
+    const float gw = float(gr[j * cg]) * (a.has_w ? float(w[a.w_off + j * a.w_st]) : 1.0f);
     out[j] = T(r * (gw - float(xr[j * cx]) * c));
   }
 }

@@ -3,8 +3,8 @@
 // memory, online softmax, writing out and the logsumexp), a decode forward for a few queries (the
 // group's simdgroups split the keys and merge their partial softmaxes), and a backward in two
 // deterministic passes: dQ per query row over K/V tiles, dK/dV per key row over Q/dO tiles (and over
-// the query heads it serves, so grouped-query heads need no atomics). Causal (top-left: query i sees
-// keys j <= i), an additive float or uint8 keep-mask with broadcast strides, H % Hkv == 0, head dims
+// the query heads it serves, so grouped-query heads need no atomics). Causal aligned bottom-right (query
+// i sees keys j <= i + Lk - Lq, a KV-cache step's mask), an additive float or uint8 keep-mask with broadcast strides, H % Hkv == 0, head dims
 // up to 256, Lq != Lk; inputs with any strides and offset. Scores are kept in base 2 (log2(e) folded
 // into the scale), as in the CPU kernels.
 #include <metal_stdlib>
@@ -31,6 +31,8 @@ struct SdpaArgs {
 };
 
 inline float neg_inf() { return -numeric_limits<float>::infinity(); }
+// Causal: the keys [0, causal_end(a, i)) are visible to query i (bottom-right aligned).
+inline long causal_end(constant SdpaArgs& a, long i) { return max(long(0), min(a.Lk, i + 1 + a.Lk - a.Lq)); }
 
 // The base-2 score s of (b, h, i, j) after the mask; -inf when masked out.
 template <typename M>
@@ -76,7 +78,7 @@ kernel void sdpa_fwd(device const T* q [[buffer(0)]], device const T* k [[buffer
   }
   float m = neg_inf(), l = 0.0f;
   const long ilast = min(a.Lq, i0 + long(nsg)) - 1;
-  const long kend = a.causal ? min(a.Lk, ilast + 1) : a.Lk;
+  const long kend = a.causal ? causal_end(a, ilast) : a.Lk;
   for (long kt = 0; kt < kend; kt += a.tile) {
     const long nk = min(a.tile, kend - kt);
     threadgroup_barrier(mem_flags::mem_threadgroup);  // the previous tile's readers are done
@@ -84,7 +86,7 @@ kernel void sdpa_fwd(device const T* q [[buffer(0)]], device const T* k [[buffer
     load_tile(Vs, vp, a.sv[2], a.sv[3], kt, nk, Dv, 1.0f, tid, tpg);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     if (!live) continue;
-    const long jend = a.causal ? min(nk, i - kt + 1) : nk;
+    const long jend = a.causal ? min(nk, causal_end(a, i) - kt) : nk;
     for (long jj = 0; jj < jend; ++jj) {
       float part = 0.0f;
       for (int t = 0; t < kSlots; ++t) {
@@ -143,7 +145,7 @@ kernel void sdpa_decode(device const T* q [[buffer(0)]], device const T* k [[buf
     acc[t] = 0.0f;
   }
   float m = neg_inf(), l = 0.0f;
-  const long kend = a.causal ? min(a.Lk, i + 1) : a.Lk;
+  const long kend = a.causal ? causal_end(a, i) : a.Lk;
   for (long j = sg; j < kend; j += nsg) {
     float part = 0.0f;
     for (int t = 0; t < kSlots; ++t) {
@@ -234,7 +236,7 @@ kernel void sdpa_bwd_dq(device const T* q [[buffer(0)]], device const T* k [[buf
   const bool dead = lse_i == neg_inf();  // a fully masked row: P = 0 everywhere
   const float l2 = lse_i * kLog2e, di_i = live ? di[bh * a.Lq + i] : 0.0f;
   const long ilast = min(a.Lq, i0 + long(nsg)) - 1;
-  const long kend = a.causal ? min(a.Lk, ilast + 1) : a.Lk;
+  const long kend = a.causal ? causal_end(a, ilast) : a.Lk;
   for (long kt = 0; kt < kend; kt += a.tile) {
     const long nk = min(a.tile, kend - kt);
     threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -242,7 +244,7 @@ kernel void sdpa_bwd_dq(device const T* q [[buffer(0)]], device const T* k [[buf
     load_tile(Vs, vp, a.sv[2], a.sv[3], kt, nk, Dv, 1.0f, tid, tpg);
     threadgroup_barrier(mem_flags::mem_threadgroup);
     if (!live || dead) continue;
-    const long jend = a.causal ? min(nk, i - kt + 1) : nk;
+    const long jend = a.causal ? min(nk, causal_end(a, i) - kt) : nk;
     for (long jj = 0; jj < jend; ++jj) {
       float ps = 0.0f, pd = 0.0f;
       for (int t = 0; t < kSlots; ++t) {
@@ -297,7 +299,8 @@ kernel void sdpa_bwd_dkv(device const T* q [[buffer(0)]], device const T* k [[bu
     dka[t] = 0.0f;
     dva[t] = 0.0f;
   }
-  const long qstart = a.causal ? min(a.Lq, j0) : 0;  // earlier queries see none of this group's keys
+  // earlier queries see none of this group's keys (query i sees keys j <= i + Lk - Lq)
+  const long qstart = a.causal ? max(long(0), min(a.Lq, j0 - (a.Lk - a.Lq))) : 0;
   for (long hh = 0; hh < group; ++hh) {
     const long h = hk * group + hh, bh = b * a.H + h;
     device const T* qp = q + a.q_off + b * a.sq[0] + h * a.sq[1];
@@ -317,7 +320,7 @@ kernel void sdpa_bwd_dkv(device const T* q [[buffer(0)]], device const T* k [[bu
       if (!live) continue;
       for (long r = 0; r < nq; ++r) {
         const long i = qt + r;
-        if (a.causal && j > i) continue;
+        if (a.causal && j > i + a.Lk - a.Lq) continue;
         float ps = 0.0f, pd = 0.0f;
         for (int t = 0; t < kSlots; ++t) {
           const long d = lane + 32 * t;

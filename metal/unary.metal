@@ -126,6 +126,56 @@ EMBER_FUNARY(Atan, atan(x))
 EMBER_FUNARY(Trunc, trunc(x))
 #undef EMBER_FUNARY
 
+// The activations with parameters, as the CPU's functors (cpp/cpu/functors.h, UElu ... UGeluTanh) and
+// torch define them: elu (p0 alpha), leaky_relu (p0 slope), softplus (p0 beta, p1 threshold; never
+// overflowing: max(bx, 0) + log1p(e^-|bx|)), mish (tanh(softplus(x)) = n / (n + 2), n = e (e + 2)),
+// hardswish, hardsigmoid, and gelu's tanh form as x * sigmoid(2z).
+struct Elu {
+  static float f(float x, constant UnaryParams& p) { return x <= 0.0f ? p.p0 * ember_expm1(x) : x; }
+};
+struct LeakyRelu {
+  static float f(float x, constant UnaryParams& p) { return x > 0.0f ? x : x * p.p0; }
+};
+struct Softplus {
+  static float f(float x, constant UnaryParams& p) {
+    const float bx = x * p.p0;
+    const float sp = (bx > 0.0f ? bx : 0.0f) + ember_log1p(exp(-fabs(bx)));  // a NaN stays NaN
+    return bx > p.p1 ? x : sp / p.p0;
+  }
+};
+struct Mish {
+  static float f(float x, constant UnaryParams& p) {
+    (void)p;
+    const float e = exp(x > 20.0f ? 20.0f : x), n = e * (e + 2.0f);
+    return x * (n / (n + 2.0f));
+  }
+};
+struct Hardswish {
+  static float f(float x, constant UnaryParams& p) {
+    (void)p;
+    float t = x + 3.0f;
+    t = t < 0.0f ? 0.0f : t;
+    t = 6.0f < t ? 6.0f : t;
+    return x * t / 6.0f;
+  }
+};
+struct Hardsigmoid {
+  static float f(float x, constant UnaryParams& p) {
+    (void)p;
+    float t = x + 3.0f;
+    t = t < 0.0f ? 0.0f : t;
+    t = 6.0f < t ? 6.0f : t;
+    return t / 6.0f;
+  }
+};
+struct GeluTanh {  // 2 sqrt(2/pi) (x + 0.044715 x^3) = 2z
+  static float f(float x, constant UnaryParams& p) {
+    (void)p;
+    const float z2 = x * (1.5957691216057308f + 0.07135481627260025f * (x * x));
+    return x / (1.0f + exp(-z2));
+  }
+};
+
 // --- integers ---------------------------------------------------------------------------------------
 // v modulo 2^bits of T: unsigned narrowing is modular; int64 takes the bits as they are.
 template <typename T> inline T wrap_to(ulong v) { return T(v); }
@@ -384,6 +434,13 @@ instantiate_unary(asin, Asin)
 instantiate_unary(acos, Acos)
 instantiate_unary(atan, Atan)
 instantiate_unary(trunc, Trunc)
+instantiate_unary(elu, Elu)
+instantiate_unary(leaky_relu, LeakyRelu)
+instantiate_unary(softplus, Softplus)
+instantiate_unary(mish, Mish)
+instantiate_unary(hardswish, Hardswish)
+instantiate_unary(hardsigmoid, Hardsigmoid)
+instantiate_unary(gelu_tanh, GeluTanh)
 
 // Integer ops, as the CPU registers them; neg is refused on unsigned types (no instantiation).
 instantiate_unary_int(sqr, ISqr)

@@ -1,10 +1,12 @@
 """Convolutions against torch: unfold/fold, conv1d/conv2d and their transposes (values and every
-gradient, strided inputs, every float dtype), the layers, and each bad argument."""
+gradient, strided inputs, every float dtype), the kernels' tiled and 1x1 paths at shapes that split
+images into several tiles, the layers, and each bad argument (also at the C++ entry points)."""
 import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
 from devcheck import gradcheck
+from nn_check import KINDS, compare
 
 import ember as em
 
@@ -218,3 +220,135 @@ def test_bad_arguments():
                  em.ShapeError)
     expect_error(lambda: em._C.im2col(x.storage, x.layout, (1, 4, 6, 6, 3, 3, 1, 1, 0, 0, 1, 1, 2**40, 2**40)),
                  "unfold", em.ShapeError)
+
+
+# Shapes that exercise each path of the conv kernels: several position tiles per image (tiles ending
+# mid-row), the 1x1 kernel read without columns, groups, stride, and one image spread over the pool.
+KERNEL_CASES = {
+    "3x3 tiles": ((2, 8, 23, 37), (12, 8, 3, 3), dict(padding=1)),
+    "3x3 s2 groups": ((2, 8, 23, 37), (12, 4, 3, 3), dict(stride=2, padding=1, groups=2)),
+    "5x3 dilated": ((1, 3, 29, 41), (4, 3, 5, 3), dict(padding=(2, 3), dilation=(2, 1))),
+    "1x1": ((3, 16, 9, 13), (8, 16, 1, 1), dict()),
+    "1x1 groups": ((2, 16, 9, 13), (8, 4, 1, 1), dict(groups=4)),
+    "1x1 s2": ((2, 16, 9, 13), (8, 16, 1, 1), dict(stride=2)),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", list(KERNEL_CASES))
+def test_conv2d_kernel_paths_match_torch(name, kind, rng, device):
+    xs, ws, kw = KERNEL_CASES[name]
+    compare(lambda x, w, b: em.nn.conv2d(x, w, b, **kw), lambda x, w, b: F.conv2d(x, w, b, **kw),
+            [xs, ws, (ws[0],)], em.float64, kind, rng, device)
+
+
+@pytest.mark.parametrize("kind", ["contiguous", "transposed"])
+def test_conv1d_long_sequence_one_image(kind, rng, device):
+    # whisper's front-end in miniature: one long sequence, so its positions are what spreads over threads
+    for kw in (dict(padding=1), dict(stride=2, padding=1)):
+        compare(lambda x, w, b, kw=kw: em.nn.conv1d(x, w, b, **kw), lambda x, w, b, kw=kw: F.conv1d(x, w, b, **kw),
+                [(1, 6, 1300), (10, 6, 3), (10,)], em.float64, kind, rng, device)
+
+
+def test_conv_transpose2d_tiles_match_torch(rng, device):
+    kw = dict(stride=2, padding=1, output_padding=1)
+    compare(lambda x, w, b: em.nn.conv_transpose2d(x, w, b, **kw), lambda x, w, b: F.conv_transpose2d(x, w, b, **kw),
+            [(2, 6, 17, 19), (6, 4, 4, 4), (4,)], em.float64, "offset", rng, device)
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
+def test_conv2d_kernel_dtypes(dt, rng, device):
+    # halves run in float32 and round once: within a few of their ulps of the float64 result
+    compare(lambda x, w: em.nn.conv2d(x, w, padding=1), lambda x, w: F.conv2d(x, w, padding=1),
+            [(2, 5, 19, 23), (6, 5, 3, 3)], dt, "stepped", rng, device, lo=-1, hi=1, scale=(40, 400))
+    compare(lambda x, w: em.nn.conv2d(x, w), lambda x, w: F.conv2d(x, w), [(2, 8, 7, 5), (3, 8, 1, 1)], dt,
+            "transposed", rng, device, lo=-1, hi=1, scale=(40, 400))
+
+
+def test_conv_second_order_through_every_direction(rng):
+    # The backward of each kernel is the other two, so gradients of gradients hold for x, w and the transpose.
+    x = em.Var(rng.standard_normal((2, 3, 6, 5)).astype(WIDE_NP))
+    w = em.Var(rng.standard_normal((4, 3, 3, 2)).astype(WIDE_NP))
+    xt, wt = _t(x.numpy(), True), _t(w.numpy(), True)
+    g = (em.nn.conv2d(x, w, stride=2, padding=1) ** 2).sum().backward(create_graph=True)
+    gg = ((g[w] ** 2).sum() + (g[x] ** 2).sum()).backward()
+    gx, gw = torch.autograd.grad((F.conv2d(xt, wt, stride=2, padding=1) ** 2).sum(), (xt, wt), create_graph=True)
+    ((gw ** 2).sum() + (gx ** 2).sum()).backward()
+    _close(gg[x].numpy(), xt.grad.numpy())
+    _close(gg[w].numpy(), wt.grad.numpy())
+    y = em.Var(rng.standard_normal((2, 4, 3, 3)).astype(WIDE_NP))
+    yt = _t(y.numpy(), True)
+    wt.grad = None
+    g = (em.nn.conv_transpose2d(y, em.tensor(w.numpy()).reshape(4, 3, 3, 2) * w, stride=2) ** 2).sum()
+    gg = (g.backward(create_graph=True)[y] ** 2).sum().backward()
+    (gy,) = torch.autograd.grad((F.conv_transpose2d(yt, wt.detach() * wt, stride=2) ** 2).sum(), yt,
+                                create_graph=True)
+    (gy ** 2).sum().backward()
+    _close(gg[y].numpy(), yt.grad.numpy())
+    _close(gg[w].numpy(), wt.grad.numpy())
+
+
+def test_conv_constant_operand_gets_no_gradient(rng):
+    x = rng.standard_normal((1, 2, 5, 5)).astype(np.float32)
+    w = rng.standard_normal((3, 2, 3, 3)).astype(np.float32)
+    wv = em.Var(w)
+    grads = em.nn.conv2d(em.tensor(x), wv, padding=1).sum().backward()
+    assert len(grads) == 1 and wv in grads
+    wt = torch.tensor(w, requires_grad=True)
+    F.conv2d(torch.tensor(x), wt, padding=1).sum().backward()
+    np.testing.assert_allclose(grads[wv].numpy(), wt.grad.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.cpu_only("the CPU pool's thread count")
+def test_conv_kernels_same_bits_on_any_thread_count(rng):
+    x = em.Var(rng.standard_normal((3, 8, 31, 29)).astype(np.float32))
+    w = em.Var(rng.standard_normal((16, 8, 3, 3)).astype(np.float32))
+    before = em.get_num_threads()
+    runs = []
+    try:
+        for n in (1, 2, 3):
+            em.set_num_threads(n)
+            y = em.nn.conv2d(x, w, padding=1, stride=(1, 2))
+            g = (y * y).sum().backward()
+            runs.append([y.numpy(), g[x].numpy(), g[w].numpy()])
+    finally:
+        em.set_num_threads(before)
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_conv_kernel_entry_points_check_their_arguments(device):
+    x, w = em.randn(1, 4, 6, 6), em.randn(2, 4, 3, 3)
+    gy = em.randn(1, 2, 4, 4)
+    geom = (1, 4, 6, 6, 3, 3, 1, 1, 0, 0, 1, 1, 4, 4)
+    C = em._C
+    expect_error(lambda: C.conv2d_fwd(x.storage, x.layout, w.storage, w.layout, None, None, geom, 3), "conv2d",
+                 em.ShapeError)
+    expect_error(lambda: C.conv2d_fwd(x.storage, x.layout, w.storage, w.layout, None, None, geom, 0), "conv2d",
+                 em.ShapeError)
+    bad = em.randn(2, 4, 3, 2)
+    expect_error(lambda: C.conv2d_fwd(x.storage, x.layout, bad.storage, bad.layout, None, None, geom, 1), "conv2d",
+                 em.ShapeError)
+    wh = w.to_dtype(em.float16)
+    expect_error(lambda: C.conv2d_fwd(x.storage, x.layout, wh.storage, wh.layout, None, None, geom, 1), "conv2d",
+                 em.DTypeError)
+    xi = x.to_dtype(em.int64)
+    expect_error(lambda: C.conv2d_fwd(xi.storage, xi.layout, w.storage, w.layout, None, None, geom, 1), "conv2d",
+                 em.DTypeError)
+    b = em.randn(3)
+    expect_error(lambda: C.conv2d_fwd(x.storage, x.layout, w.storage, w.layout, b.storage, b.layout, geom, 1),
+                 "conv2d", em.ShapeError)
+    wrong = (1, 4, 6, 5, 3, 3, 1, 1, 0, 0, 1, 1, 4, 4)  # the input is (6, 6)
+    expect_error(lambda: C.conv2d_fwd(x.storage, x.layout, w.storage, w.layout, None, None, wrong, 1), "conv2d",
+                 em.ShapeError)
+    expect_error(lambda: C.conv2d_bwd_input(x.storage, x.layout, w.storage, w.layout, geom, 1), "conv2d_bwd_input",
+                 em.ShapeError)  # x given where the (1, 2, 4, 4) gradient belongs
+    expect_error(lambda: C.conv2d_bwd_weight(x.storage, x.layout, x.storage, x.layout, geom, 1),
+                 "conv2d_bwd_weight", em.ShapeError)
+    gh = gy.to_dtype(em.float16)
+    expect_error(lambda: C.conv2d_bwd_weight(x.storage, x.layout, gh.storage, gh.layout, geom, 1),
+                 "conv2d_bwd_weight", em.DTypeError)
+    huge = (1, 4, 6, 6, 3, 3, 1, 1, 0, 0, 1, 1, 2**40, 2**40)
+    expect_error(lambda: C.conv2d_fwd(x.storage, x.layout, w.storage, w.layout, None, None, huge, 1), "conv2d",
+                 em.ShapeError)

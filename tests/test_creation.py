@@ -46,7 +46,7 @@ def test_numpy_scalar_and_widened_dtypes():
         if WIDE is em.float64:
             assert em.tensor(a).dtype is em.float64
         else:
-            expect_error(lambda a=a: em.tensor(a), "to_device", em.DTypeError)
+            expect_error(lambda a=a: em.tensor(a), "tensor", em.DTypeError)
     assert em.tensor(np.arange(4, dtype=np.int32)).dtype is em.int64
     assert em.tensor(np.arange(4, dtype=np.int16)).dtype is em.int64
     assert em.tensor(np.array([True, False])).dtype is em.uint8

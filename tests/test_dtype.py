@@ -39,7 +39,7 @@ def test_dtype_by_name_and_numpy_dtype():
     if WIDE is em.float64:
         assert em.zeros(2, dtype=np.float64).dtype is em.float64
     else:  # the name resolves; the device refuses the dtype
-        expect_error(lambda: em.zeros(2, dtype=np.float64), "alloc", em.DTypeError)
+        expect_error(lambda: em.zeros(2, dtype=np.float64), "zeros", em.DTypeError)
     expect_error(lambda: em.zeros(2, dtype="complex64"), "dtype", em.DTypeError)
     expect_error(lambda: em.zeros(2, dtype="nonsense"), "dtype", TypeError)
     # None means "the default" only where an argument defaults to it; a cast needs a dtype

@@ -208,7 +208,8 @@ def test_sdpa_grouped_query_heads(Hkv):
     kb, _, tkb, _ = pair(rng.standard_normal((2, Hkv, 13, 8)), dt)
     vb, _, tvb, _ = pair(rng.standard_normal((2, Hkv, 13, 5)), dt)
     ye = ops.sdpa(q, kb, vb, causal=True)
-    yt = torch.nn.functional.scaled_dot_product_attention(tq, tkb, tvb, is_causal=True, enable_gqa=True)
+    keep = torch.ones(9, 13, dtype=torch.bool).tril(diagonal=13 - 9)  # bottom-right causal (a KV-cache step)
+    yt = torch.nn.functional.scaled_dot_product_attention(tq, tkb, tvb, attn_mask=keep, enable_gqa=True)
     check(ye, yt, dt, 2)
     check(ops.sdpa_slow(q, kb, vb, causal=True), yt, dt, 2)
     ges, tgs = grads(ye, yt, [qb, kb, vb], [tqb, tkb, tvb])
@@ -220,7 +221,7 @@ def test_sdpa_grouped_query_heads(Hkv):
     gk2 = (gq * gq).sum().backward()[kb]
     tq2, tk2, tv2 = (t.detach().clone().requires_grad_() for t in (tqb, tkb, tvb))
     (tgq,) = torch.autograd.grad((torch.nn.functional.scaled_dot_product_attention(
-        tq2, tk2, tv2, is_causal=True, enable_gqa=True) ** 2).sum(), tq2, create_graph=True)
+        tq2, tk2, tv2, attn_mask=keep, enable_gqa=True) ** 2).sum(), tq2, create_graph=True)
     (tgk2,) = torch.autograd.grad((tgq * tgq).sum(), tk2)
     check(gk2, tgk2, dt, 6)
     with pytest.raises(em.ShapeError, match=r"^\[sdpa\] incompatible shapes"):
@@ -257,7 +258,7 @@ def test_sdpa_mask_gradient(dt, case):
         m, tm = m * 2.0 - 1.0, tm * 2.0 - 1.0
     ye = ops.sdpa(q, k, v, causal=causal, mask=m)
     # torch takes no mask together with is_causal: the causal part goes into its mask instead
-    tmc = tm + torch.full((Lq, Lk), float("-inf")).triu(1) if causal else tm
+    tmc = tm + torch.full((Lq, Lk), float("-inf")).triu(1 + Lk - Lq) if causal else tm  # bottom-right
     yt = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=tmc, enable_gqa=Hkv != H)
     check(ye, yt, dt, 2)
     ges, tgs = grads(ye, yt, [qb, kb, vb, mb], [tqb, tkb, tvb, tmb])

@@ -330,14 +330,21 @@ def test_activation_bwd(dtype, kind):
     close(out, ref, dtype, 2)
 
 
+def causal_keep(Lq, Lk):
+    """The bottom-right causal keep-mask: query i sees keys j <= i + Lk - Lq (torch's causal_lower_right)."""
+    return torch.ones(Lq, Lk, dtype=torch.bool).tril(diagonal=Lk - Lq)
+
+
 def sdpa_ref(q, k, v, mask, scale, causal):
     qr, kr, vr = (t.double().requires_grad_() for t in (q, k, v))
     m = mask
     if m is not None and m.dtype != torch.bool:
         m = m.double()
+    if causal:  # bottom-right causal, as a mask (torch's is_causal is top-left)
+        keep = causal_keep(q.shape[-2], k.shape[-2])
+        m = keep if m is None else (m & keep if m.dtype == torch.bool else m.masked_fill(~keep, float("-inf")))
     gqa = q.ndim == 4 and k.shape[1] != q.shape[1]
-    o = torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, attn_mask=m, scale=scale, is_causal=causal,
-                                                         enable_gqa=gqa)
+    o = torch.nn.functional.scaled_dot_product_attention(qr, kr, vr, attn_mask=m, scale=scale, enable_gqa=gqa)
     return o, (qr, kr, vr)
 
 
@@ -393,15 +400,19 @@ def test_sdpa_mask_and_layouts(dtype, mask_kind):
         close(a, torch.nan_to_num(b, 0.0), dtype, 4)
 
 
-def test_sdpa_3d_and_causal_top_left():
+def test_sdpa_3d_and_causal_bottom_right():
+    # Lq > Lk: query i sees keys j <= i - 4, so the first 4 queries see none and give 0 (torch: NaN or 0)
     q = torch.randn(3, 10, 16)
     k = torch.randn(3, 6, 16)
     v = torch.randn(3, 6, 16)
     out, g, grads = run_sdpa(q, k, v, causal=True)
     ro, ins = sdpa_ref(q, k, v, None, None, True)
-    close(out, ro, torch.float32)
+    assert torch.all(out[:, :4] == 0) and not torch.all(out[:, 4:] == 0)
+    close(out, torch.nan_to_num(ro, 0.0), torch.float32)
+    g[:, :4] = 0
     for a, b in zip(grads, torch.autograd.grad(ro, ins, g.double())):
-        close(a, b, torch.float32, 4)
+        assert torch.isfinite(a).all()
+        close(a, torch.nan_to_num(b, 0.0), torch.float32, 4)
 
 
 
@@ -422,11 +433,8 @@ def test_sdpa_backward_split_over_key_tiles(dtype, case):
         mask[:, 0] = True  # no fully masked row (torch gives NaN there)
     causal = "causal" in case
     out, g, grads = run_sdpa(q, k, v, mask=mask, scale=0.2, causal=causal)
-    if mask is not None and causal:  # torch takes a mask or is_causal, not both
-        ro, ins = sdpa_ref(q, k, v, mask & torch.ones(Lq, Lk, dtype=torch.bool).tril(), 0.2, False)
-    else:
-        ro, ins = sdpa_ref(q, k, v, mask, 0.2, causal)
-    if causal:  # top-left causal with Lq < Lk: every row sees at least key 0
+    ro, ins = sdpa_ref(q, k, v, mask, 0.2, causal)
+    if causal:  # bottom-right causal with Lq < Lk: every row sees at least key 0
         assert torch.isfinite(ro).all()
     close(out, ro, dtype)
     for a, b in zip(grads, torch.autograd.grad(ro, ins, g.double())):
@@ -529,3 +537,23 @@ def test_large_outputs_streaming_stores(dtype):
     dx, _, _ = F.layer_norm_bwd(xs, xl, ws, wl, m, r, gs, gl)
     (ref,) = torch.autograd.grad(torch.nn.functional.layer_norm(xr, (n,), wr, eps=1e-5), xr, g.double())
     close(tt(dx, x.shape, dtype), ref, dtype, 4)
+
+
+@pytest.mark.cpu_only
+def test_sdpa_decode_same_bits_on_any_pool():
+    """The decode path's key chunks depend on the shape only: out and lse match bit for bit on any pool."""
+    q, k, v = torch.randn(1, 4, 1, 64), torch.randn(1, 2, 3000, 64), torch.randn(1, 2, 3000, 48)
+    before = _C.get_num_threads()
+    runs = []
+    try:
+        for nt in (1, 2, 3):
+            _C.set_num_threads(nt)
+            o, lse = F.sdpa_fwd(*sto(q), *sto(k), *sto(v), None, None, None, True)
+            runs.append([tt(o, (1, 4, 1, 48), torch.float32), tt(lse, (1, 4, 1), torch.float32)])
+    finally:
+        _C.set_num_threads(before)
+    for other in runs[1:]:
+        for a, b in zip(runs[0], other):
+            assert torch.equal(a, b)
+    ro, _ = sdpa_ref(q, k, v, None, None, True)
+    close(runs[0][0], ro, torch.float32)

@@ -1,8 +1,6 @@
 """interpolate / Upsample against torch: nearest, nearest-exact, linear and bilinear (align_corners both
 ways), by size and by scale factor (with and without recompute_scale_factor), up and down, values and
 gradients on strided inputs in every float dtype, finite differences, and bad arguments."""
-import sys
-
 import numpy as np
 import pytest
 import torch
@@ -95,11 +93,3 @@ def test_interpolate_errors():
     expect_error(lambda: em.nn.interpolate(em.ones(2, 3, 4, dtype="int64"), size=2), "interpolate", em.DTypeError)
     expect_error(lambda: em.nn.interpolate(x.numpy(), size=2), "interpolate", em.EmberTypeError)
     expect_error(lambda: em.nn.Upsample(scale_factor=2, mode="area"), "Upsample", em.EmberValueError)
-
-
-@pytest.mark.parametrize("kw", [c for c in CASES_2D if c["mode"] == "bilinear"], ids=str)
-def test_bilinear_long_axis_path_matches_torch(kw, rng, monkeypatch):
-    # Past _DENSE_AXIS_MAX an axis is blended from two index_selects instead of a GEMM.
-    monkeypatch.setattr(sys.modules["ember.nn.interpolate"], "_DENSE_AXIS_MAX", 0)  # the module, not the function
-    compare(lambda x: em.nn.interpolate(x, **kw), lambda x: F.interpolate(x, **kw), [(2, 3, 5, 6)], em.float64,
-            "offset", rng)

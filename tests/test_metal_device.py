@@ -158,8 +158,8 @@ def test_float64_is_refused_before_anything_is_allocated():
     m = em.ones(4, device="metal")
     em.metal.synchronize()
     before = allocated()
-    for fn, op in ((lambda: em.zeros(4, dtype=em.float64, device="metal"), "alloc"),
-                   (lambda: em.full((4,), 1.0, dtype=em.float64, device="metal"), "alloc"),
+    for fn, op in ((lambda: em.zeros(4, dtype=em.float64, device="metal"), "zeros"),
+                   (lambda: em.full((4,), 1.0, dtype=em.float64, device="metal"), "full"),
                    (lambda: em.arange(4, dtype=em.float64, device="metal"), "arange"),
                    (lambda: em.rand(4, dtype=em.float64, device="metal"), "rand"),
                    (lambda: em.randn(4, dtype=em.float64, device="metal"), "randn"),

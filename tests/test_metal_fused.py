@@ -461,7 +461,7 @@ def sdpa_ref_lse(at):
     q, k = at.q.f64, np.repeat(at.k.f64, at.H // at.Hkv, axis=1)
     s = q @ k.transpose(0, 1, 3, 2) * at.scale
     if at.causal:
-        s = np.where(np.tril(np.ones((at.Lq, at.Lk), bool)), s, -np.inf)
+        s = np.where(np.tril(np.ones((at.Lq, at.Lk), bool), k=at.Lk - at.Lq), s, -np.inf)  # bottom-right
     if at.mask is not None:
         s = np.where(at.mask != 0, s, -np.inf) if at.mask_kind == "keep" else s + at.mask.astype(np.float64)
     mx = s.max(-1, keepdims=True)
@@ -523,7 +523,8 @@ def test_sdpa_backward_masks_and_causal(shape, causal, mask, rng):
 
 
 def test_sdpa_forward_query_longer_than_keys_causal(rng):
-    # Lq > Lk with causal: the rows past Lk see every key; tiles of 8 keys at D = 256
+    # Lq > Lk with causal (bottom-right): the first Lq - Lk rows see no key (0, lse -inf), the last sees
+    # every key; tiles of 8 keys at D = 256
     at = Attn(rng, "float32", "contiguous", 1, 2, 1, 40, 12, 256, 64, causal=True)
     check_sdpa_forward(at, "fwd")
     sdpa_backward_case(at, rng)

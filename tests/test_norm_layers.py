@@ -1,6 +1,7 @@
-"""GroupNorm / group_norm and BatchNorm1d/2d / batch_norm against torch: values and every gradient on
-strided inputs in every float dtype, running statistics (momentum, cumulative, unbiased variance),
-train/eval, affine and track_running_stats switches, state_dict with torch's buffer names, and errors."""
+"""GroupNorm / group_norm (the fused kernels) and BatchNorm1d/2d / batch_norm against torch: values and
+every gradient on strided inputs in every float dtype, with and without each affine parameter, second
+order, rows far from zero, running statistics (momentum, cumulative, unbiased variance), train/eval,
+affine and track_running_stats switches, state_dict with torch's buffer names, and errors."""
 import numpy as np
 import pytest
 import torch
@@ -27,6 +28,76 @@ def test_group_norm_every_dtype_and_rank(dt, rng, device):
             [(2, 4, 9), (4,), (4,)], dt, "transposed", rng, device)
     compare(lambda x: em.nn.group_norm(x, 3), lambda x: F.group_norm(x, 3), [(2, 6, 3, 2, 2)], dt, "offset", rng,
             device)
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_group_norm_model_shape_and_parameter_combinations(kind, rng, device):
+    # SD-VAE's layout in miniature (32 groups of 2 channels over a 9x11 map), each affine combination
+    compare(lambda x, w, b: em.nn.group_norm(x, 32, w, b), lambda x, w, b: F.group_norm(x, 32, w, b),
+            [(2, 64, 9, 11), (64,), (64,)], em.float64, kind, rng, device)
+    compare(lambda x, w: em.nn.group_norm(x, 4, w), lambda x, w: F.group_norm(x, 4, w), [(3, 8, 5, 6), (8,)],
+            em.float64, kind, rng, device)
+    # torch's own backward fails for a bias without a weight ("tensor does not have a device"): add it after
+    compare(lambda x, b: em.nn.group_norm(x, 4, None, b), lambda x, b: F.group_norm(x, 4) + b.reshape(1, 8, 1, 1),
+            [(3, 8, 5, 6), (8,)], em.float64, kind, rng, device)
+
+
+def test_group_norm_rows_far_from_zero(rng, device):
+    # Two passes (mean, then centred squares): a large offset leaves the variance exact.
+    x = (1000.0 + rng.standard_normal((2, 6, 40, 40))).astype(np.float32)
+    got = em.nn.group_norm(em.tensor(x, device=device), 3).numpy()
+    want = F.group_norm(torch.tensor(x.astype(np.float64)), 3).numpy()
+    np.testing.assert_allclose(got, want, rtol=0, atol=3e-3)
+
+
+def test_group_norm_second_order(rng, device):
+    dt = WIDE_NP
+    x0, w0, b0 = rng.standard_normal((2, 6, 3, 4)), rng.uniform(0.5, 2, 6), rng.standard_normal(6)
+    x, w, b = (em.Var(em.tensor(a.astype(dt), device=device)) for a in (x0, w0, b0))
+    g = (em.nn.group_norm(x, 3, w, b) ** 3).sum().backward(create_graph=True)
+    gg = ((g[x] ** 2).sum() + (g[w] ** 2).sum()).backward()
+    xt, wt, bt = (torch.tensor(a.astype(dt).astype(np.float64), requires_grad=True) for a in (x0, w0, b0))
+    gx, gw = torch.autograd.grad((F.group_norm(xt, 3, wt, bt) ** 3).sum(), (xt, wt), create_graph=True)
+    ((gx ** 2).sum() + (gw ** 2).sum()).backward()
+    tol = dict(rtol=1e-9, atol=1e-9) if dt == np.float64 else dict(rtol=2e-3, atol=2e-3)
+    for mine, ref in ((x, xt), (w, wt), (b, bt)):
+        np.testing.assert_allclose(gg[mine].numpy(), ref.grad.numpy(), **tol)
+
+
+def test_group_norm_empty_batch(device):
+    x = em.Var(em.zeros(0, 4, 3, device=device))
+    w = em.Var(em.ones(4, device=device))
+    y = em.nn.group_norm(x, 2, w)
+    assert y.shape == (0, 4, 3)
+    g = y.sum().backward()
+    assert g[x].shape == (0, 4, 3) and g[w].numpy().tolist() == [0.0] * 4
+
+
+def test_group_norm_kernel_entry_points_check_their_arguments(device):
+    f = em._C.fused
+    x, w = em.randn(2, 6, 5), em.ones(6)
+    expect_error(lambda: f.group_norm_fwd(x.storage, x.layout, 4, None, None, None, None, 1e-5), "group_norm",
+                 em.ShapeError)
+    expect_error(lambda: f.group_norm_fwd(x.storage, x.layout, 0, None, None, None, None, 1e-5), "group_norm",
+                 em.ShapeError)
+    w5 = em.ones(5)
+    expect_error(lambda: f.group_norm_fwd(x.storage, x.layout, 2, w5.storage, w5.layout, None, None, 1e-5),
+                 "group_norm", em.ShapeError)
+    xi = x.to_dtype(em.int64)
+    expect_error(lambda: f.group_norm_fwd(xi.storage, xi.layout, 2, None, None, None, None, 1e-5), "group_norm",
+                 em.DTypeError)
+    wh = w.to_dtype(em.float16)
+    expect_error(lambda: f.group_norm_fwd(x.storage, x.layout, 2, wh.storage, wh.layout, None, None, 1e-5),
+                 "group_norm", em.DTypeError)
+    s = em.randn(3)
+    expect_error(lambda: f.group_norm_fwd(s.storage, s.layout, 1, None, None, None, None, 1e-5), "group_norm",
+                 em.ShapeError)
+    _, mean, rstd = f.group_norm_fwd(x.storage, x.layout, 2, None, None, None, None, 1e-5)
+    expect_error(lambda: f.group_norm_bwd(x.storage, x.layout, 3, None, None, mean, rstd, x.storage, x.layout),
+                 "group_norm_bwd", em.EmberValueError)  # 2 x 3 statistics needed, 2 x 2 given
+    g = em.randn(2, 6, 4)
+    expect_error(lambda: f.group_norm_bwd(x.storage, x.layout, 2, None, None, mean, rstd, g.storage, g.layout),
+                 "group_norm_bwd", em.ShapeError)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -9,8 +9,9 @@ from devcheck import gradcheck
 from nn_check import KINDS, compare
 
 import ember as em
+from ember.tensor import _wrap
 
-from conftest import FLOATS, WIDE_NP, expect_error
+from conftest import FLOATS, WIDE, WIDE_NP, expect_error
 
 MAX2D = [
     dict(kernel_size=2),
@@ -172,16 +173,6 @@ def test_max_pool2d_without_gradient_matches_torch(kw, kind, rng, device):
     np.testing.assert_array_equal(got.numpy(), F.max_pool2d(torch.tensor(x), **kw).numpy())
 
 
-@pytest.mark.parametrize("kw", AVG2D, ids=str)
-def test_avg_pool2d_wide_axis_path_matches_torch(kw, rng, monkeypatch):
-    # Past _DENSE_AXIS_MAX an axis is averaged over unfold's columns instead of a GEMM.
-    import ember.nn.pooling as pooling
-
-    monkeypatch.setattr(pooling, "_DENSE_AXIS_MAX", 0)
-    compare(lambda x: em.nn.avg_pool2d(x, **kw), lambda x: F.avg_pool2d(x, **kw), [(2, 3, 9, 10)], em.float64,
-            "transposed", rng)
-
-
 def test_max_pool_without_gradient_never_aliases_or_writes_its_input(rng):
     x = em.tensor(rng.standard_normal((1, 2, 5, 5)).astype(WIDE_NP))
     before = x.numpy().copy()
@@ -191,3 +182,134 @@ def test_max_pool_without_gradient_never_aliases_or_writes_its_input(rng):
     y.zero_set()
     np.testing.assert_array_equal(x.numpy(), before)
     np.testing.assert_array_equal(z.numpy(), F.max_pool2d(torch.tensor(before), 2, 1, 1).numpy())
+
+
+def _np_on(a, device):
+    return em.tensor(np.asarray(a, dtype=WIDE_NP), device=device)
+
+
+def test_max_pool_ties_and_nans_pick_torchs_index(rng, device):
+    # After a ReLU most windows tie at zero: the index (and so the gradient) must be torch's first maximum
+    # in row-major order; a NaN wins its window (the last NaN, as torch's kernel).
+    x = np.maximum(rng.standard_normal((2, 3, 11, 12)), 0)
+    x[0, 0, 2:5, 3] = np.nan
+    x[1, 2, 0, :] = np.nan
+    x[1, 1, 4, 4:8] = np.inf
+    for kw in (dict(kernel_size=3, stride=2, padding=1), dict(kernel_size=(2, 3), stride=1, dilation=(2, 1)),
+               dict(kernel_size=3, stride=2, ceil_mode=True)):
+        v = em.Var(_np_on(x, device))
+        got, idx = em.nn.max_pool2d(v, **kw, return_indices=True)
+        tx = torch.tensor(x.astype(WIDE_NP), requires_grad=True)
+        want, tidx = F.max_pool2d(tx, **kw, return_indices=True)
+        np.testing.assert_array_equal(idx.numpy(), tidx.numpy())
+        np.testing.assert_array_equal(got.numpy(), want.detach().numpy())  # NaNs in the same places
+        w = rng.uniform(0.5, 1.5, size=want.shape)
+        g = (got * em.tensor(w.astype(WIDE_NP), device=device)).sum().backward()[v]
+        (want * torch.tensor(w.astype(WIDE_NP))).sum().backward()
+        np.testing.assert_array_equal(g.numpy(), tx.grad.numpy())
+
+
+def _check_geometry(k, s, p, d, ceil, shape, out, rng, device):
+    compare(lambda x: em.nn.max_pool2d(x, k, s, p, d, ceil), lambda x: F.max_pool2d(x, k, s, p, d, ceil),
+            [shape], em.float64, "transposed", rng, device)
+    for cip in (True, False):
+        compare(lambda x, c=cip: em.nn.avg_pool2d(x, k, s, p, ceil, c), lambda x, c=cip: F.avg_pool2d(x, k, s, p, ceil, c),
+                [shape], em.float64, "stepped", rng, device)
+    compare(lambda x: em.nn.adaptive_avg_pool2d(x, out), lambda x: F.adaptive_avg_pool2d(x, out), [shape],
+            em.float64, "offset", rng, device)
+
+
+def test_pools_match_torch_on_random_geometries(rng, device):
+    checked = 0
+    for _ in range(14):
+        k = tuple(int(v) for v in rng.integers(1, 5, 2))
+        s = tuple(int(v) for v in rng.integers(1, 4, 2))
+        d = tuple(int(v) for v in rng.integers(1, 3, 2))
+        p = tuple(int(rng.integers(0, kk // 2 + 1)) for kk in k)
+        shape = (int(rng.integers(1, 3)), int(rng.integers(1, 4)), *(int(v) for v in rng.integers(4, 14, 2)))
+        ceil = bool(rng.integers(0, 2))
+        try:
+            F.max_pool2d(torch.zeros(shape), k, s, p, d, ceil)
+        except RuntimeError:  # a geometry torch refuses (ember's refusals are tested in test_pool_errors)
+            continue
+        _check_geometry(k, s, p, d, ceil, shape, tuple(int(v) for v in rng.integers(1, 16, 2)), rng, device)
+        checked += 1
+    assert checked >= 7
+
+
+def test_max_pool_ceil_window_overhanging_the_input_as_torch(rng, device):
+    # torch accepts a ceil_mode window whose dilated span is longer than the padded input.
+    x = rng.standard_normal((1, 2, 6, 7)).astype(WIDE_NP)
+    kw = dict(kernel_size=4, stride=3, dilation=2, ceil_mode=True)
+    v, i = em.nn.max_pool2d(_np_on(x, device), **kw, return_indices=True)
+    tv, ti = F.max_pool2d(torch.tensor(x), **kw, return_indices=True)
+    np.testing.assert_array_equal(v.numpy(), tv.numpy())
+    np.testing.assert_array_equal(i.numpy(), ti.numpy())
+
+
+def test_resnet_stem_shape_matches_torch(rng, device):
+    # The bench's stem shape, shrunk: many planes, an odd width, a transposed (channels-last) input.
+    compare(lambda x: em.nn.max_pool2d(x, 3, 2, 1), lambda x: F.max_pool2d(x, 3, 2, 1), [(2, 16, 29, 31)],
+            em.float32, "transposed", rng, device)
+    compare(lambda x: em.nn.adaptive_avg_pool2d(x, 1), lambda x: F.adaptive_avg_pool2d(x, 1), [(2, 16, 7, 7)],
+            em.float32, "offset", rng, device)
+
+
+@pytest.mark.parametrize("which", ["max", "avg", "adaptive"])
+def test_pool_second_order_matches_torch(which, rng, device):
+    fns = {
+        "max": (lambda t: em.nn.max_pool2d(t, 3, 2, 1), lambda t: F.max_pool2d(t, 3, 2, 1)),
+        "avg": (lambda t: em.nn.avg_pool2d(t, 3, 2, 1, count_include_pad=False),
+                lambda t: F.avg_pool2d(t, 3, 2, 1, count_include_pad=False)),
+        "adaptive": (lambda t: em.nn.adaptive_avg_pool2d(t, (3, 4)), lambda t: F.adaptive_avg_pool2d(t, (3, 4))),
+    }
+    ef, tf = fns[which]
+    x = rng.standard_normal((2, 3, 7, 8)).astype(WIDE_NP)
+    c = rng.standard_normal((2, 3, 7, 8)).astype(WIDE_NP)
+    v = em.Var(_np_on(x, device))
+    y = ef(v)
+    gx = (y * y).sum().backward(create_graph=True)[v]
+    g2 = (gx * _np_on(c, device)).sum().backward()[v]
+    tx = torch.tensor(x, requires_grad=True)
+    (tgx,) = torch.autograd.grad((tf(tx) ** 2).sum(), tx, create_graph=True)
+    (tg2,) = torch.autograd.grad((tgx * torch.tensor(c)).sum(), tx)
+    tol = dict(rtol=1e-5, atol=1e-5) if WIDE is em.float32 else dict(rtol=1e-12, atol=1e-12)
+    np.testing.assert_allclose(gx.numpy(), tgx.detach().numpy(), **tol)
+    np.testing.assert_allclose(g2.numpy(), tg2.numpy(), **tol)
+
+
+def test_pool_kernel_entry_points_refuse_bad_input(device):
+    # The kernels' own checks (cpp/storage.cpp), behind the Python ones: bad geometry, dtypes, indices.
+    x = em.randn(2, 3, 6, 6, device=device)
+    geom = (2, 3, 6, 6, 3, 3, 2, 2, 1, 1, 1, 1, 3, 3, 0, 1)
+    C = em._C
+
+    def run(kind=0, t=x, g=geom):
+        return C.pool2d(kind, t._storage, t._layout, g, True)
+
+    expect_error(lambda: run(kind=7), "pool2d", em.EmberValueError)
+    expect_error(lambda: run(g=(2, 3, 6, 5) + geom[4:]), "max_pool2d", em.ShapeError)
+    expect_error(lambda: run(t=em.ones(2, 3, 6, 6, dtype="int64", device=device)), "max_pool2d", em.DTypeError)
+    expect_error(lambda: run(g=geom[:8] + (2, 1) + geom[10:]), "max_pool2d", em.EmberValueError)  # pad > k / 2
+    expect_error(lambda: run(g=geom[:4] + (0,) + geom[5:]), "max_pool2d", em.EmberValueError)
+    expect_error(lambda: run(g=geom[:12] + (9, 3) + geom[14:]), "max_pool2d", em.ShapeError)  # past the input
+    expect_error(lambda: run(kind=1, g=geom[:10] + (2, 1) + geom[12:]), "avg_pool2d", em.EmberValueError)
+    expect_error(lambda: run(g=geom[:12] + (0, 3) + geom[14:]), "max_pool2d", em.ShapeError)
+    vals, ids, _ = run()
+    g = em.ones(2, 3, 3, 3, device=device)
+    expect_error(lambda: C.pool2d_bwd(0, g._storage, g._layout, None, None, geom), "max_pool2d", em.EmberValueError)
+    f = em.ones(2, 3, 3, 3, device=device)
+    expect_error(lambda: C.pool2d_bwd(0, g._storage, g._layout, f._storage, f._layout, geom), "max_pool2d",
+                 em.DTypeError)
+    i2 = em.zeros(2, 3, 3, 2, dtype="int64", device=device)
+    expect_error(lambda: C.pool2d_bwd(0, g._storage, g._layout, i2._storage, i2._layout, geom), "max_pool2d",
+                 em.ShapeError)
+    g4 = em.ones(2, 3, 3, 4, device=device)
+    expect_error(lambda: C.pool2d_bwd(1, g4._storage, g4._layout, None, None, geom), "avg_pool2d", em.ShapeError)
+    # indices outside the plane (not from a forward) add nowhere: no write past the buffer
+    bad = em.tensor(np.array([-1, 36, 10**12] * 6, np.int64).reshape(2, 3, 3, 1), device=device).broadcast_as(
+        (2, 3, 3, 3))
+    dx, layout = C.pool2d_bwd(0, g._storage, g._layout, bad._storage, bad._layout, geom)
+    assert layout.shape == (2, 3, 6, 6)
+    got = _wrap(dx, layout, em.float32, em.Device(device)).numpy()
+    np.testing.assert_array_equal(got, np.zeros((2, 3, 6, 6)))  # -1, 36 and 10**12 are all outside the plane

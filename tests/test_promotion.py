@@ -122,8 +122,9 @@ def test_scalar_operands_follow_torch(a, scalar):
 def test_issue_example_numpy_float64_operand():
     t = em.tensor([1.0, 2.0, 3.0])
     if WIDE is not em.float64:  # the result would be float64: the device refuses it, whichever side numpy is
-        for fn in (lambda: t + np.ones(3), lambda: t + em.tensor(np.ones(3)), lambda: np.ones(3) + t):
-            expect_error(fn, "to_device", em.DTypeError)
+        for fn, op in ((lambda: t + np.ones(3), "add"), (lambda: t + em.tensor(np.ones(3)), "tensor"),
+                       (lambda: np.ones(3) + t, "add")):
+            expect_error(fn, op, em.DTypeError)  # named by the function the user called
         return
     assert (t + np.ones(3)).dtype is em.float64
     assert (t + em.tensor(np.ones(3))).dtype is em.float64  # the same answer either way, no error

@@ -1,17 +1,27 @@
 """A PyTorch user's first hour (issue 18): 0-d masks, strict view, index errors naming the right dim,
 the names torch users type (to, float, stride, mT, expand(-1), clamp(min=), the functional
 namespace, nn.Sequential and activation modules), the torch gradient names ending in errors that
-say where gradients are, backward without a path, needs_input_grad, and deepcopy / pickle."""
+say where gradients are, backward without a path, needs_input_grad, and deepcopy / pickle.
+
+Data is built in WIDE (float64 where the device holds it, else float32) and compared with float64
+references within CLOSE: the float64 bounds on the CPU, float32's (TOL) on a device without float64."""
 import copy
 import pickle
 
 import numpy as np
 import pytest
 import torch
+from devcheck import gradcheck
 
 import ember as em
 
-from conftest import expect_error
+from conftest import TOL, WIDE, WIDE_NP, expect_error
+
+F64 = WIDE is em.float64
+# assert_allclose bounds of a WIDE result against a float64 reference: the float64 bound rtol64 where the
+# device holds float64, float32's rounding bound (TOL) where it computes in float32.
+def close(rtol64=1e-7):
+    return {"rtol": rtol64} if F64 else dict(zip(("rtol", "atol"), TOL["float32"]))
 
 
 # ----------------------------------------------------------------------------- §1 silent wrong answers
@@ -25,7 +35,7 @@ def test_0d_masks_index_like_torch(flag):
         got, ref = a[idx], ta[tidx]
         assert got.shape == tuple(ref.shape)
         np.testing.assert_array_equal(got.numpy(), ref.numpy())
-    t2, r2 = em.tensor(np.arange(6.0).reshape(2, 3)), torch.arange(6.0).reshape(2, 3)
+    t2, r2 = em.tensor(np.arange(6.0, dtype=WIDE_NP).reshape(2, 3)), torch.arange(6.0).reshape(2, 3)
     assert t2[:, flag].shape == tuple(r2[:, flag].shape) and t2[..., flag].shape == tuple(r2[..., flag].shape)
     assert t2[0, flag].shape == tuple(r2[0, flag].shape)
 
@@ -46,18 +56,18 @@ def test_0d_mask_with_index_arrays_is_refused():
 
 
 def test_view_never_copies():
-    t = em.tensor(np.arange(6.0).reshape(2, 3))
+    t = em.tensor(np.arange(6.0, dtype=WIDE_NP).reshape(2, 3))
     expect_error(lambda: t.t().view(-1), "view", em.ShapeError)
     expect_error(lambda: t[:, ::2].view(4), "view", em.ShapeError)
     v = t.view(3, 2)
     v.fill_(0)
     assert t.numpy().sum() == 0  # the view wrote through to t
-    r = em.tensor(np.arange(6.0).reshape(2, 3))
+    r = em.tensor(np.arange(6.0, dtype=WIDE_NP).reshape(2, 3))
     flat = r.t().reshape(-1)  # reshape still copies when it must
     np.testing.assert_array_equal(flat.numpy(), np.arange(6.0).reshape(2, 3).T.reshape(-1))
     assert r.t().t().view(6).shape == (6,)  # a layout that is contiguous again views fine
-    x = em.Var(np.ones((2, 3)))
-    gs = (x.view(6) * em.tensor(np.arange(6.0))).sum().backward()  # differentiable like reshape
+    x = em.Var(np.ones((2, 3), dtype=WIDE_NP))
+    gs = (x.view(6) * em.tensor(np.arange(6.0, dtype=WIDE_NP))).sum().backward()  # differentiable like reshape
     np.testing.assert_array_equal(gs[x].numpy(), np.arange(6.0).reshape(2, 3))
 
 
@@ -89,14 +99,20 @@ def test_to_takes_dtype_device_tensor_and_keywords(device):
     expect_error(lambda: t.to(em.float16, em.float32), "to", em.EmberValueError)
     expect_error(lambda: t.to(object()), "to", em.EmberValueError)
     x = em.Var([1.0, 2.0])
-    gs = x.to(em.float64).sum().backward()
-    assert gs[x].dtype is em.float32
+    for dt in {WIDE, em.float64 if F64 else em.float16}:  # a recorded cast, wider and (off the CPU) narrower
+        gs = x.to(dt).sum().backward()
+        assert gs[x].dtype is em.float32  # the gradient comes back in the input's dtype
+    if not F64:
+        expect_error(lambda: x.to(em.float64), "to_dtype", em.DTypeError)
 
 
 def test_dtype_shortcuts_and_layout_names():
     t = em.tensor([[1.7, -2.7, 3.0]])
     ref = torch.tensor([[1.7, -2.7, 3.0]])
     for name in ("float", "half", "bfloat16", "double", "long"):
+        if name == "double" and not F64:  # the device has no float64: the shortcut refuses, as to_dtype does
+            expect_error(t.double, "to_dtype", em.DTypeError)
+            continue
         got, want = getattr(t, name)(), getattr(ref, name)()
         assert got.dtype.name == str(want.dtype).replace("torch.", "")
         np.testing.assert_array_equal(got.numpy().astype(np.float64), want.double().numpy())
@@ -116,7 +132,7 @@ def test_expand_with_minus_one_and_broadcast_to():
     for args in ((4, -1, 3), (-1, 5), (2, 2, 1)):
         np.testing.assert_array_equal(x.expand(*args).numpy(), tx.expand(*args).numpy())
     np.testing.assert_array_equal(em.broadcast_to(x, (3, 2, 4)).numpy(), torch.broadcast_to(tx, (3, 2, 4)).numpy())
-    np.testing.assert_array_equal(em.broadcast_to(np.ones(3), (2, 3)).numpy(), np.ones((2, 3)))
+    np.testing.assert_array_equal(em.broadcast_to(np.ones(3, WIDE_NP), (2, 3)).numpy(), np.ones((2, 3)))
     expect_error(lambda: x.expand(-1, 2, 3), "expand", em.ShapeError)
     expect_error(lambda: x.expand(3), "expand", em.ShapeError)
     v = em.Var([[1.0], [2.0]])
@@ -140,24 +156,25 @@ UNARY_REF = {"exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos, "tanh":
 
 @pytest.mark.parametrize("name", sorted(UNARY_REF))
 def test_functional_unary_takes_tensors_arrays_and_scalars(rng, name):
-    a = rng.uniform(0.5, 2.0, (3, 4))
+    a = rng.uniform(0.5, 2.0, (3, 4)).astype(WIDE_NP)
     fn = getattr(em, name)
-    np.testing.assert_allclose(fn(em.tensor(a)).numpy(), UNARY_REF[name](a), rtol=1e-12)
+    np.testing.assert_allclose(fn(em.tensor(a)).numpy(), UNARY_REF[name](a.astype(np.float64)), **close(1e-12))
     out = fn(a)  # a numpy array keeps its dtype
-    assert isinstance(out, em.Tensor) and out.dtype is em.float64
+    assert isinstance(out, em.Tensor) and out.dtype is WIDE
     np.testing.assert_allclose(fn(1.5).item(), UNARY_REF[name](np.float32(1.5)), rtol=1e-6)
     assert (name in em.__all__ or name == "abs") and fn.__doc__ and "Returns:" in fn.__doc__
 
 
 def test_functional_binary_reduction_and_friends(rng):
-    a, b = rng.standard_normal((3, 4)), rng.standard_normal(4)
-    ta, tb = torch.tensor(a), torch.tensor(b)
+    a, b = rng.standard_normal((3, 4)).astype(WIDE_NP), rng.standard_normal(4).astype(WIDE_NP)
+    ta, tb = torch.tensor(a, dtype=torch.float64), torch.tensor(b, dtype=torch.float64)  # float64 references
     for name in ("add", "sub", "mul", "div", "maximum", "minimum", "lt", "ge", "eq"):
         ours = getattr(em, name)(em.tensor(a), b)
         ref = getattr(torch, name)(ta, tb)
-        np.testing.assert_allclose(ours.numpy().astype(np.float64), ref.double().numpy())
+        np.testing.assert_allclose(ours.numpy().astype(np.float64), ref.double().numpy(), **close())
         rev = getattr(em, name)(b, em.tensor(a))  # a non-tensor first operand
-        np.testing.assert_allclose(rev.numpy().astype(np.float64), getattr(torch, name)(tb, ta).double().numpy())
+        np.testing.assert_allclose(rev.numpy().astype(np.float64), getattr(torch, name)(tb, ta).double().numpy(),
+                                   **close())
     assert em.sub(1.0, em.tensor([3.0])).item() == -2.0 and em.div(1.0, em.tensor([4.0])).item() == 0.25
     assert em.pow(2.0, em.tensor([3.0])).item() == 8.0
     for name in ("sum", "mean", "max", "min", "argmax", "argmin", "logsumexp"):
@@ -172,12 +189,13 @@ def test_functional_binary_reduction_and_friends(rng):
                 continue
             else:
                 ref = tf(ta, dim)
-            np.testing.assert_allclose(ours.numpy().astype(np.float64), ref.double().numpy(), rtol=1e-12)
-    np.testing.assert_allclose(em.sum(a, 0).numpy(), a.sum(0))
-    np.testing.assert_allclose(em.matmul(em.tensor(a), em.tensor(b)).numpy(), a @ b, rtol=1e-12)
-    np.testing.assert_allclose(em.softmax(em.tensor(a), 0).numpy(), torch.softmax(ta, 0).numpy(), rtol=1e-12)
+            np.testing.assert_allclose(ours.numpy().astype(np.float64), ref.double().numpy(), **close(1e-12))
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    np.testing.assert_allclose(em.sum(a, 0).numpy(), a64.sum(0), **close())
+    np.testing.assert_allclose(em.matmul(em.tensor(a), em.tensor(b)).numpy(), a64 @ b64, **close(1e-12))
+    np.testing.assert_allclose(em.softmax(em.tensor(a), 0).numpy(), torch.softmax(ta, 0).numpy(), **close(1e-12))
     np.testing.assert_allclose(em.log_softmax(em.tensor(a), -1).numpy(), torch.log_softmax(ta, -1).numpy(),
-                               rtol=1e-12)
+                               **close(1e-12))
     assert em.transpose(em.tensor(a), 0, 1).shape == (4, 3) and em.reshape(em.tensor(a), 12).shape == (12,)
     assert em.permute(em.tensor(a), 1, 0).shape == (4, 3) and em.flatten(em.tensor(a)).shape == (12,)
     assert em.unsqueeze(em.tensor(a), 0).shape == (1, 3, 4) and em.squeeze(em.zeros(1, 3)).shape == (3,)
@@ -249,12 +267,12 @@ def test_backward_computes_only_gradients_that_lead_to_a_variable(monkeypatch, r
     calls = []
     orig = grad_rules._sum_to
     monkeypatch.setattr(grad_rules, "_sum_to", lambda g, shape: calls.append(shape) or orig(g, shape))
-    x = em.Var(rng.standard_normal((3, 4)))
-    up = em.tensor(rng.standard_normal((3, 4)))
+    x = em.Var(rng.standard_normal((3, 4)).astype(WIDE_NP))
+    up = em.tensor(rng.standard_normal((3, 4)).astype(WIDE_NP))
     gs = (x * up).sum().backward()
     assert calls == [(3, 4)] and list(gs.ids()) == [x.id]  # the constant's side is never computed
     calls.clear()
-    c = em.tensor(rng.standard_normal(4))
+    c = em.tensor(rng.standard_normal(4).astype(WIDE_NP))
     h = c * 2.0 + 1.0  # an intermediate built from constants only
     gs = (x * h).sum().backward()
     assert calls == [(3, 4)] and h not in gs and c not in gs
@@ -263,7 +281,7 @@ def test_backward_computes_only_gradients_that_lead_to_a_variable(monkeypatch, r
 
 @pytest.mark.parametrize("dtype", [em.float32, em.bfloat16, em.int64, em.uint8])
 def test_deepcopy_and_pickle_of_tensors_and_vars(rng, dtype):
-    base = em.tensor(rng.uniform(-3, 3, (3, 4))).to_dtype(dtype)
+    base = em.tensor(rng.uniform(-3, 3, (3, 4)).astype(WIDE_NP)).to_dtype(dtype)
     view = base.t()[1:]  # strided, offset
     for t in (base, view, em.Var(base) if dtype.is_float else base):
         for c in (copy.deepcopy(t), pickle.loads(pickle.dumps(t))):
@@ -379,20 +397,21 @@ def test_bogus_isa_env_warns():
 
 
 def test_torch_spellings_of_ember_ops(rng):
-    a = rng.uniform(0.5, 2.0, (3, 4))
-    t, r = em.tensor(a), torch.tensor(a)
+    a = rng.uniform(0.5, 2.0, (3, 4)).astype(WIDE_NP)
+    t, r = em.tensor(a), torch.tensor(a, dtype=torch.float64)
     for name in ("square", "reciprocal"):
-        np.testing.assert_allclose(getattr(t, name)().numpy(), getattr(r, name)().numpy(), rtol=1e-15)
-        np.testing.assert_allclose(getattr(em, name)(t).numpy(), getattr(torch, name)(r).numpy(), rtol=1e-15)
-    np.testing.assert_allclose(t.softmax(0).numpy(), r.softmax(0).numpy(), rtol=1e-12)
-    np.testing.assert_allclose(t.log_softmax(-1).numpy(), r.log_softmax(-1).numpy(), rtol=1e-12)
-    em.testing.gradcheck(lambda x: x.square() + x.reciprocal() + x.softmax(1), [t])
+        np.testing.assert_allclose(getattr(t, name)().numpy(), getattr(r, name)().numpy(), **close(1e-15))
+        np.testing.assert_allclose(getattr(em, name)(t).numpy(), getattr(torch, name)(r).numpy(), **close(1e-15))
+    np.testing.assert_allclose(t.softmax(0).numpy(), r.softmax(0).numpy(), **close(1e-12))
+    np.testing.assert_allclose(t.log_softmax(-1).numpy(), r.log_softmax(-1).numpy(), **close(1e-12))
+    gradcheck(lambda x: x.square() + x.reciprocal() + x.softmax(1), [t])
 
 
 def test_functional_affine_powf_and_every_method_name_exported(rng):
-    a = rng.uniform(0.5, 2.0, (2, 3))
-    np.testing.assert_allclose(em.affine(a, 2.0, 1.0).numpy(), a * 2 + 1, rtol=1e-15)
-    np.testing.assert_allclose(em.powf(em.tensor(a), 1.5).numpy(), a ** 1.5, rtol=1e-15)
+    a = rng.uniform(0.5, 2.0, (2, 3)).astype(WIDE_NP)
+    a64 = a.astype(np.float64)
+    np.testing.assert_allclose(em.affine(a, 2.0, 1.0).numpy(), a64 * 2 + 1, **close(1e-15))
+    np.testing.assert_allclose(em.powf(em.tensor(a), 1.5).numpy(), a64 ** 1.5, **close(1e-15))
     from ember import functional
 
     builtins_names = {"abs", "all", "any", "max", "min", "pow", "round", "sum"}
@@ -405,6 +424,7 @@ def test_functional_affine_powf_and_every_method_name_exported(rng):
     assert "exp" in ns and "softmax" in ns and not builtins_names & set(ns)
 
 
+@pytest.mark.cpu_only  # em.testing.gradcheck itself: float64 finite differences (docs/design/testing.md)
 def test_gradcheck_of_a_function_that_ignores_its_input():
     # backward raises NoGradientPath there; gradcheck compares zero against the finite differences
     assert em.testing.gradcheck(lambda x: em.tensor([1.0, 2.0], dtype=em.float64), [em.tensor([3.0])])

@@ -1,8 +1,12 @@
-// Convolution windows on CPU: im2col (windows as columns, for a GEMM) and col2im (its adjoint, the sum back).
+// Convolution on CPU: im2col / col2im (unfold / fold), and conv2d's three directions as GEMMs over column
+// tiles built in cache (the whole column matrix is never formed), threaded over images x groups x tiles.
 #include <algorithm>
 #include <cstring>
 
+#include <vector>
+
 #include "cpu/cpu_storage.h"
+#include "cpu/gemm.h"
 #include "cpu/parallel.h"
 
 namespace ember::cpu {
@@ -94,6 +98,269 @@ template <typename T> StoragePtr col2im_typed(const T* col, const ConvGeom& g, D
   return out;
 }
 
+
+// ------------------------------------------------------------------------------ conv2d as tiled GEMMs
+// A tile is the output positions [p0, p1) of one image (flattened oy * ow + ox) and the column rows of a
+// channel range: at most kTileBytes, so it stays in L2 between being written and being read by the GEMM.
+constexpr int64_t kTileBytes = int64_t(1) << 20;
+constexpr int64_t kMaxTile = 512;  // positions: wide enough for the GEMM, small enough to spread over the pool
+
+template <typename T> T* tile_scratch(size_t n) {
+  static thread_local std::vector<T> buf;
+  if (buf.size() < n) buf.resize(n);
+  return buf.data();
+}
+
+// Positions per tile for column rows of k entries: a multiple of 16, at most kMaxTile and the image's
+// positions, and small enough that `outer` (images x groups) times the tiles make at least 8 work items.
+int64_t tile_positions(int64_t k, int64_t L, size_t elem, int64_t outer) {
+  int64_t nb = std::max<int64_t>(64, kTileBytes / (int64_t)elem / std::max<int64_t>(1, k)) / 16 * 16;
+  nb = std::min(nb, kMaxTile);
+  const int64_t want = (8 + outer - 1) / std::max<int64_t>(1, outer);
+  if ((L + nb - 1) / nb < want) nb = std::max<int64_t>(16, ((L + want - 1) / want + 15) / 16 * 16);
+  return std::min(L, nb);
+}
+
+// The valid output columns [lo, hi) of output row oy's part [oxa, oxe) for window column kj.
+struct RowSeg {
+  int64_t oxa, oxe, lo, hi;
+};
+inline RowSeg row_seg(int64_t oy, int64_t p0, int64_t p1, int64_t ow, int64_t xlo, int64_t xhi) {
+  const int64_t oxa = std::max(p0, oy * ow) - oy * ow, oxe = std::min(p1, (oy + 1) * ow) - oy * ow;
+  const int64_t lo = std::min(std::max(xlo, oxa), oxe);
+  return {oxa, oxe, lo, std::max(std::min(xhi, oxe), lo)};
+}
+
+// Column rows of channels [c0, c1) for positions [p0, p1) of one image (x through strides sc, sy, sx):
+// row (c, ki, kj) holds the input each window reads at (ki, kj), zero in the padding. col: rows x (p1-p0).
+template <typename T>
+void im2col_tile(const T* xn, int64_t sc, int64_t sy, int64_t sx, const ConvGeom& g, int64_t c0, int64_t c1,
+                 int64_t p0, int64_t p1, T* col) {
+  const int64_t nb = p1 - p0, oy0 = p0 / g.ow, oy1 = (p1 - 1) / g.ow;
+  for (int64_t c = c0; c < c1; ++c) {
+    const T* xc = xn + c * sc;
+    for (int64_t ki = 0; ki < g.kh; ++ki)
+      for (int64_t kj = 0; kj < g.kw; ++kj, col += nb) {
+        int64_t ylo, yhi, xlo, xhi;
+        valid_range(g.h, g.oh, g.sh, g.ph, ki * g.dh, ylo, yhi);
+        valid_range(g.w, g.ow, g.sw, g.pw, kj * g.dw, xlo, xhi);
+        for (int64_t oy = oy0; oy <= oy1; ++oy) {
+          const RowSeg r = row_seg(oy, p0, p1, g.ow, xlo, xhi);
+          T* row = col + (oy * g.ow + r.oxa - p0);  // row[ox - oxa] is position (oy, ox)
+          if (oy < ylo || oy >= yhi) {
+            std::fill(row, row + (r.oxe - r.oxa), T{});
+            continue;
+          }
+          std::fill(row, row + (r.lo - r.oxa), T{});
+          std::fill(row + (r.hi - r.oxa), row + (r.oxe - r.oxa), T{});
+          // Offsets as integers: the window's first column may lie in the padding, before the plane.
+          const int64_t base = (oy * g.sh - g.ph + ki * g.dh) * sy + (kj * g.dw - g.pw) * sx, step = g.sw * sx;
+          T* out = row - r.oxa + r.lo;
+          if (step == 1) {
+            if (r.hi > r.lo) std::memcpy(out, xc + (base + r.lo), (size_t)(r.hi - r.lo) * sizeof(T));
+          } else {
+            for (int64_t ox = r.lo; ox < r.hi; ++ox) *out++ = xc[base + ox * step];
+          }
+        }
+      }
+  }
+}
+
+// The adjoint of im2col_tile: adds the tile's rows into the dense (h, w) planes of channels [c0, c1).
+template <typename T>
+void col2im_tile(const T* col, const ConvGeom& g, int64_t c0, int64_t c1, int64_t p0, int64_t p1, T* xn) {
+  const int64_t nb = p1 - p0, oy0 = p0 / g.ow, oy1 = (p1 - 1) / g.ow;
+  for (int64_t c = c0; c < c1; ++c) {
+    T* xc = xn + c * g.h * g.w;
+    for (int64_t ki = 0; ki < g.kh; ++ki)
+      for (int64_t kj = 0; kj < g.kw; ++kj, col += nb) {
+        int64_t ylo, yhi, xlo, xhi;
+        valid_range(g.h, g.oh, g.sh, g.ph, ki * g.dh, ylo, yhi);
+        valid_range(g.w, g.ow, g.sw, g.pw, kj * g.dw, xlo, xhi);
+        for (int64_t oy = std::max(oy0, ylo); oy <= std::min(oy1, yhi - 1); ++oy) {
+          const RowSeg r = row_seg(oy, p0, p1, g.ow, xlo, xhi);
+          if (r.hi <= r.lo) continue;
+          const T* row = col + (oy * g.ow + r.lo - p0);
+          const int64_t base = (oy * g.sh - g.ph + ki * g.dh) * g.w + (kj * g.dw - g.pw);
+          T* dst = xc + (base + r.lo * g.sw);
+          if (g.sw == 1) {
+            for (int64_t i = 0; i < r.hi - r.lo; ++i) dst[i] += row[i];
+          } else {
+            for (int64_t i = 0; i < r.hi - r.lo; ++i) dst[i * g.sw] += row[i];
+          }
+        }
+      }
+  }
+}
+
+// A 1x1 window with stride 1 and no padding reads the input itself as the column matrix.
+bool pointwise(const ConvGeom& g) {
+  return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 && g.oh == g.h && g.ow == g.w;
+}
+
+// An operand of the kernels in the compute type T: its data and 4-D strides (a copy when the dtype differs).
+template <typename T> struct Op4 {
+  StoragePtr keep;
+  const T* p;
+  int64_t st[4];
+};
+template <typename T> Op4<T> op4(const CpuStorage& s, const Layout& l, DType ct, bool dense) {
+  Op4<T> o;
+  if (s.dtype() != ct || (dense && !(l.is_contiguous()))) {
+    o.keep = s.to_dtype(l, ct);
+    o.p = as_cpu(*o.keep).template data<T>();
+    const Layout cl = Layout::contiguous(l.shape());
+    for (int d = 0; d < 4; ++d) o.st[d] = d < cl.ndim() ? cl.stride()[d] : 1;
+  } else {
+    o.p = s.data<T>() + l.offset();
+    for (int d = 0; d < 4; ++d) o.st[d] = d < l.ndim() ? l.stride()[d] : 1;
+  }
+  return o;
+}
+// A (n, c, h, w) operand whose planes BLAS can read directly, else a dense copy.
+template <typename T> Op4<T> op4_planes(const CpuStorage& s, const Layout& l, DType ct) {
+  Op4<T> o = op4<T>(s, l, ct, false);
+  const int64_t h = l.shape()[2], w = l.shape()[3];
+  // position oy * w + ox must sit at unit stride: BLAS then reads (channels, positions) with ld = st[1]
+  const bool ok = (w == 1 || o.st[3] == 1) && (h == 1 || o.st[2] == (w == 1 ? 1 : w)) && o.st[1] >= h * w &&
+                  o.st[1] <= INT32_MAX;
+  return ok ? o : op4<T>(s, l, ct, true);
+}
+
+template <typename T>
+StoragePtr conv_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage& w, const Layout& lw, const CpuStorage* b,
+                    const Layout* lb, const ConvGeom& g, int64_t groups, DType ct) {
+  const int64_t c_out = lw.shape()[0], og = c_out / groups, cg = g.c / groups, K = cg * g.kh * g.kw;
+  const int64_t L = g.oh * g.ow;
+  auto y = new_cpu(ct, g.n * c_out * L);
+  if (y->numel() == 0) return y;
+  const Op4<T> W = op4<T>(w, lw, ct, true);
+  const Op4<T> B1 = b ? op4<T>(*b, *lb, ct, true) : Op4<T>{};
+  const bool direct = pointwise(g);
+  const Op4<T> X = direct ? op4_planes<T>(x, lx, ct) : op4<T>(x, lx, ct, false);
+  const int64_t nb = tile_positions(direct ? 0 : K, L, sizeof(T), g.n * groups), tiles = (L + nb - 1) / nb;
+  T* yp = y->data<T>();
+  (void)get_num_threads();  // the pool sets BLAS to one thread before any GEMM runs
+  parallel_for(g.n * groups * tiles, 1, [&](int64_t lo, int64_t hi) {
+    T* col = direct ? nullptr : tile_scratch<T>((size_t)(K * nb));
+    for (int64_t u = lo; u < hi; ++u) {
+      const int64_t n = u / (groups * tiles), gi = u / tiles % groups, p0 = u % tiles * nb, p1 = std::min(L, p0 + nb);
+      const T* xn = X.p + n * X.st[0] + gi * cg * X.st[1];
+      T* yt = yp + (n * c_out + gi * og) * L + p0;
+      if (K == 0) {
+        for (int64_t o = 0; o < og; ++o) std::fill(yt + o * L, yt + o * L + (p1 - p0), T{});
+      } else if (direct) {
+        gemm_rowmajor(false, false, og, p1 - p0, K, W.p + gi * og * K, K, xn + p0, X.st[1], T(0), yt, L);
+      } else {
+        im2col_tile(xn, X.st[1], X.st[2], X.st[3], g, 0, cg, p0, p1, col);
+        gemm_rowmajor(false, false, og, p1 - p0, K, W.p + gi * og * K, K, col, p1 - p0, T(0), yt, L);
+      }
+      if (b)
+        for (int64_t o = 0; o < og; ++o) {
+          const T bo = B1.p[(gi * og + o) * B1.st[0]];
+          for (T *q = yt + o * L, *e = q + (p1 - p0); q < e; ++q) *q += bo;
+        }
+    }
+  });
+  return y;
+}
+
+template <typename T>
+StoragePtr conv_bwd_input(const CpuStorage& gy, const Layout& lg, const CpuStorage& w, const Layout& lw,
+                          const ConvGeom& g, int64_t groups, DType ct) {
+  const int64_t c_out = lw.shape()[0], og = c_out / groups, cg = g.c / groups, khw = g.kh * g.kw;
+  const int64_t L = g.oh * g.ow, HW = g.h * g.w;
+  const bool direct = pointwise(g);
+  auto dx = new_cpu(ct, g.n * g.c * HW, /*zeroed=*/!direct || og == 0);
+  if (dx->numel() == 0 || og == 0) return dx;
+  const Op4<T> W = op4<T>(w, lw, ct, true);
+  const Op4<T> G = op4_planes<T>(gy, lg, ct);
+  // Channel blocks: each owns its dx planes (windows overlap across positions, never across channels);
+  // enough blocks per image that small batches still spread over the pool.
+  const int64_t want = std::max<int64_t>(1, 8 / std::max<int64_t>(1, g.n * groups));
+  const int64_t cbs = std::max<int64_t>(1, (cg + want - 1) / want), nblk = (cg + cbs - 1) / cbs;
+  const int64_t nb = tile_positions(cbs * khw, L, sizeof(T), 1 << 20);
+  T* dxp = dx->data<T>();
+  (void)get_num_threads();
+  parallel_for(g.n * groups * nblk, 1, [&](int64_t lo, int64_t hi) {
+    T* col = direct ? nullptr : tile_scratch<T>((size_t)(cbs * khw * nb));
+    for (int64_t u = lo; u < hi; ++u) {
+      const int64_t n = u / (groups * nblk), gi = u / nblk % groups, c0 = u % nblk * cbs, c1 = std::min(cg, c0 + cbs);
+      const T* gn = G.p + n * G.st[0] + gi * og * G.st[1];
+      const T* wg = W.p + gi * og * cg * khw + c0 * khw;  // W_g^T's rows for channels [c0, c1)
+      T* dxn = dxp + (n * g.c + gi * cg) * HW;
+      const int64_t rows = (c1 - c0) * khw;
+      for (int64_t p0 = 0; p0 < L; p0 += nb) {
+        const int64_t p1 = std::min(L, p0 + nb);
+        if (direct) {
+          gemm_rowmajor(true, false, rows, p1 - p0, og, wg, cg * khw, gn + p0, G.st[1], T(0), dxn + c0 * HW + p0, HW);
+        } else {
+          gemm_rowmajor(true, false, rows, p1 - p0, og, wg, cg * khw, gn + p0, G.st[1], T(0), col, p1 - p0);
+          col2im_tile(col, g, c0, c1, p0, p1, dxn);
+        }
+      }
+    }
+  });
+  return dx;
+}
+
+template <typename T>
+StoragePtr conv_bwd_weight(const CpuStorage& x, const Layout& lx, const CpuStorage& gy, const Layout& lg,
+                           const ConvGeom& g, int64_t groups, DType ct) {
+  const int64_t c_out = lg.shape()[1], og = c_out / groups, cg = g.c / groups, K = cg * g.kh * g.kw;
+  const int64_t L = g.oh * g.ow, wsize = c_out * K;
+  auto dw = new_cpu(ct, wsize, /*zeroed=*/true);
+  if (wsize == 0 || g.n * L == 0) return dw;
+  const bool direct = pointwise(g);
+  const Op4<T> X = direct ? op4_planes<T>(x, lx, ct) : op4<T>(x, lx, ct, false);
+  const Op4<T> G = op4_planes<T>(gy, lg, ct);
+  const int64_t nb = tile_positions(direct ? 0 : K, L, sizeof(T), g.n), tiles = (L + nb - 1) / nb;
+  // The sum over (image, tile) units is split into a fixed number of chunks (from the shape alone), each
+  // with its own partial dw, added in chunk order: the same result on any thread count.
+  const int64_t units = g.n * tiles;
+  int64_t parts = std::min<int64_t>(units, 8);
+  while (parts > 2 && parts * wsize * (int64_t)sizeof(T) > (int64_t(16) << 20)) parts /= 2;
+  std::vector<T> partial((size_t)((parts - 1) * wsize));
+  T* dwp = dw->data<T>();
+  (void)get_num_threads();
+  parallel_for(parts, 1, [&](int64_t lo, int64_t hi) {
+    T* col = direct ? nullptr : tile_scratch<T>((size_t)(K * nb));
+    for (int64_t pi = lo; pi < hi; ++pi) {
+      T* acc = pi == 0 ? dwp : partial.data() + (pi - 1) * wsize;
+      bool first = true;
+      for (int64_t u = units * pi / parts; u < units * (pi + 1) / parts; ++u) {
+        const int64_t n = u / tiles, p0 = u % tiles * nb, p1 = std::min(L, p0 + nb);
+        for (int64_t gi = 0; gi < groups; ++gi) {
+          const T* xn = X.p + n * X.st[0] + gi * cg * X.st[1];
+          const T* gt = G.p + n * G.st[0] + gi * og * G.st[1] + p0;
+          T* dwg = acc + gi * og * K;
+          if (direct) {
+            gemm_rowmajor(false, true, og, K, p1 - p0, gt, G.st[1], xn + p0, X.st[1], first ? T(0) : T(1), dwg, K);
+          } else {
+            im2col_tile(xn, X.st[1], X.st[2], X.st[3], g, 0, cg, p0, p1, col);
+            gemm_rowmajor(false, true, og, K, p1 - p0, gt, G.st[1], col, p1 - p0, first ? T(0) : T(1), dwg, K);
+          }
+        }
+        first = false;
+      }
+    }
+  });
+  if (parts > 1)
+    parallel_for(wsize, 16384, [&](int64_t lo, int64_t hi) {
+      for (int64_t pi = 1; pi < parts; ++pi) {
+        const T* src = partial.data() + (pi - 1) * wsize;
+        for (int64_t e = lo; e < hi; ++e) dwp[e] += src[e];
+      }
+    });
+  return dw;
+}
+
+// f32 and f64 run as they are; f16 / bf16 run in f32 (operands cast once) and round the result once.
+DType compute_type(DType dt) { return dt == DType::F64 ? DType::F64 : DType::F32; }
+StoragePtr rounded(StoragePtr r, DType dt) {
+  if (r->dtype() == dt) return r;
+  return r->to_dtype(Layout::contiguous({r->numel()}), dt);
+}
 }  // namespace
 
 StoragePtr CpuStorage::im2col(const Layout& l, const ConvGeom& g) const {
@@ -122,6 +389,31 @@ StoragePtr CpuStorage::col2im(const ConvGeom& g) const {
     case DType::U8: return col2im_typed<uint8_t>(data<uint8_t>(), g, dtype_);
   }
   return nullptr;
+}
+
+StoragePtr CpuStorage::conv2d_fwd(const Layout& l, const BackendStorage& w, const Layout& lw, const BackendStorage* b,
+                                  const Layout* lb, const ConvGeom& g, int64_t groups) const {
+  const DType ct = compute_type(dtype_);
+  const CpuStorage* bc = b ? &as_cpu(*b) : nullptr;
+  auto r = ct == DType::F64 ? conv_fwd<double>(*this, l, as_cpu(w), lw, bc, lb, g, groups, ct)
+                            : conv_fwd<float>(*this, l, as_cpu(w), lw, bc, lb, g, groups, ct);
+  return rounded(r, dtype_);
+}
+
+StoragePtr CpuStorage::conv2d_bwd_input(const Layout& l, const BackendStorage& w, const Layout& lw, const ConvGeom& g,
+                                        int64_t groups) const {
+  const DType ct = compute_type(dtype_);
+  auto r = ct == DType::F64 ? conv_bwd_input<double>(*this, l, as_cpu(w), lw, g, groups, ct)
+                            : conv_bwd_input<float>(*this, l, as_cpu(w), lw, g, groups, ct);
+  return rounded(r, dtype_);
+}
+
+StoragePtr CpuStorage::conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg,
+                                         const ConvGeom& g, int64_t groups) const {
+  const DType ct = compute_type(dtype_);
+  auto r = ct == DType::F64 ? conv_bwd_weight<double>(*this, l, as_cpu(gy), lg, g, groups, ct)
+                            : conv_bwd_weight<float>(*this, l, as_cpu(gy), lg, g, groups, ct);
+  return rounded(r, dtype_);
 }
 
 }  // namespace ember::cpu

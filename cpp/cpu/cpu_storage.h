@@ -41,12 +41,33 @@ class CpuStorage final : public BackendStorage {
                   const Layout& sl, int64_t dim) override;
   StoragePtr im2col(const Layout& l, const ConvGeom& g) const override;
   StoragePtr col2im(const ConvGeom& g) const override;
+  // cpu/conv.cpp (conv2d_*), cpu/group_norm.cpp (group_norm_*)
+  StoragePtr conv2d_fwd(const Layout& l, const BackendStorage& w, const Layout& lw, const BackendStorage* b,
+                        const Layout* lb, const ConvGeom& g, int64_t groups) const override;
+  StoragePtr conv2d_bwd_input(const Layout& l, const BackendStorage& w, const Layout& lw, const ConvGeom& g,
+                              int64_t groups) const override;
+  StoragePtr conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg, const ConvGeom& g,
+                               int64_t groups) const override;
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const Layout& l, int64_t groups,
+                                                                const BackendStorage* w, const Layout* lw,
+                                                                const BackendStorage* b, const Layout* lb,
+                                                                double eps) const override;
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const Layout& l, int64_t groups,
+                                                                const BackendStorage* w, const Layout* lw,
+                                                                const BackendStorage& mean, const BackendStorage& rstd,
+                                                                const BackendStorage& g, const Layout& lg) const override;
+  // cpu/pool.cpp, cpu/upsample.cpp
+  std::tuple<StoragePtr, StoragePtr> pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
+                                            bool with_indices) const override;
+  StoragePtr pool2d_bwd(PoolKind kind, const Layout& lg, const BackendStorage* ids, const PoolGeom& g) const override;
+  StoragePtr upsample(UpsampleMode mode, const Layout& l, const UpsampleGeom& g) const override;
+  StoragePtr upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const override;
   // Fused kernels (cpu/fused.cpp).
   StoragePtr softmax_fwd(const Layout& l, bool log) const override;
   StoragePtr softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const override;
-  std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const Layout& l, const BackendStorage& w, const Layout& lw,
+  std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw,
                                                   double eps) const override;
-  std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const Layout& l, const BackendStorage& w, const Layout& lw,
+  std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw,
                                                   const BackendStorage& rstd, const BackendStorage& g,
                                                   const Layout& lg) const override;
   std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const Layout& l, const BackendStorage* w,
@@ -56,11 +77,14 @@ class CpuStorage final : public BackendStorage {
                                                                 const Layout* lw, const BackendStorage& mean,
                                                                 const BackendStorage& rstd, const BackendStorage& g,
                                                                 const Layout& lg) const override;
-  StoragePtr act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) const override;
+  StoragePtr act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg, double p0,
+                     double p1) const override;
   std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a) const override;
   std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,
                                                           const Layout& lo, const BackendStorage& lse,
                                                           const BackendStorage& g, const Layout& lg) const override;
+  // cpu/fused.cpp
+  StoragePtr rope(const Layout& l, const RopeArgs& a) const override;
   // cpu/sort.cpp
   std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending, bool stable) const override;
   // cpu/scan.cpp
@@ -71,6 +95,9 @@ class CpuStorage final : public BackendStorage {
   // cpu/random.cpp
   StoragePtr multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
                          uint64_t counter) const override;
+  // cpu/index.cpp
+  void scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
+                      const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) override;
 
  private:
   void* data_ = nullptr;

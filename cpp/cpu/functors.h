@@ -50,6 +50,95 @@ EMBER_UNARY(UAtan, true, fm_atan<C>(x))
 EMBER_UNARY(UTrunc, false, std::trunc(x))
 #undef EMBER_UNARY
 
+// The activations with parameters, torch's definitions: `f` the forward (a UnaryOp), `d` its derivative
+// f'(x) for the fused backward (ActKind); both branch-free selects, so the loops over them vectorise.
+// At a NaN x the result is NaN, and so is the derivative wherever torch's own float32 and float64
+// kernels disagree about it (elu, hardswish); leaky_relu's is the slope and hardsigmoid's 0, as torch's.
+// At x = +-inf the derivatives are their limits (mish 1, gelu_tanh 1 / 0) where torch computes inf * 0.
+struct UElu {  // p0 = alpha
+  static constexpr bool kFloatOnly = true;
+  template <typename C> static inline C f(C x, C p0, C) { return x <= C(0) ? p0 * fm_expm1<C>(x) : x; }
+  template <typename C> static inline C d(C x, C p0, C) { return x > C(0) ? C(1) : p0 * fm_exp<C>(x); }
+};
+struct ULeakyRelu {  // p0 = negative_slope
+  static constexpr bool kFloatOnly = true;
+  template <typename C> static inline C f(C x, C p0, C) { return x > C(0) ? x : x * p0; }
+  template <typename C> static inline C d(C x, C p0, C) { return x > C(0) ? C(1) : p0; }
+};
+// p0 = beta, p1 = threshold: x where beta * x > threshold, else log(1 + e^(beta x)) / beta, taken as
+// max(bx, 0) + log1p(e^-|bx|) so that it never overflows (torch's log1p(exp(bx)) is inf in float from
+// bx = 89 on, with a threshold raised past it); the derivative is sigmoid(bx).
+struct USoftplus {
+  static constexpr bool kFloatOnly = true;
+  template <typename C> static inline C f(C x, C p0, C p1) {
+    const C bx = x * p0, ax = bx < C(0) ? C(0) - bx : bx;
+    const C sp = (bx > C(0) ? bx : C(0)) + fm_log1p<C>(fm_exp<C>(C(0) - ax));
+    return bx > p1 ? x : sp / p0;
+  }
+  template <typename C> static inline C d(C x, C p0, C p1) {
+    const C bx = x * p0;
+    return bx > p1 ? C(1) : C(1) / (C(1) + fm_exp<C>(C(0) - bx));
+  }
+};
+// x tanh(softplus(x)), with tanh(log(1 + e)) = n / (n + 2), n = e (e + 2), e = e^x: one exp. e's argument
+// is capped at 20, where the ratio is 1 in float and double (as tanh(20) is); the derivative
+// t + x sigmoid(x) (1 - t^2), 1 - t^2 = 4 (n + 1) / (n + 2)^2, is 1 above 20 (torch's value there).
+struct UMish {
+  static constexpr bool kFloatOnly = true;
+  template <typename C> static inline C f(C x, C, C) {
+    const C e = fm_exp<C>(x > C(20) ? C(20) : x), n = e * (e + C(2));
+    return x * (n / (n + C(2)));
+  }
+  template <typename C> static inline C d(C x, C, C) {
+    const C e = fm_exp<C>(x > C(20) ? C(20) : x), n = e * (e + C(2));
+    const C r = C(1) / (n + C(2)), t = n * r, sech2 = C(4) * (n + C(1)) * r * r;
+    const C dv = t + x * (e / (C(1) + e)) * sech2;
+    return x > C(20) ? C(1) : dv;
+  }
+};
+// x clamp(x + 3, 0, 6) / 6; the derivative x / 3 + 1/2 strictly inside (-3, 3), 0 from -3 down and 1
+// from 3 up (torch's ends).
+struct UHardswish {
+  static constexpr bool kFloatOnly = true;
+  template <typename C> static inline C f(C x, C, C) {
+    C t = x + C(3);
+    t = t < C(0) ? C(0) : t;
+    t = C(6) < t ? C(6) : t;
+    return x * t / C(6);
+  }
+  template <typename C> static inline C d(C x, C, C) {
+    return x <= C(-3) ? C(0) : (x >= C(3) ? C(1) : x / C(3) + C(0.5));
+  }
+};
+// clamp(x + 3, 0, 6) / 6; the derivative 1/6 strictly inside (-3, 3), as torch.
+struct UHardsigmoid {
+  static constexpr bool kFloatOnly = true;
+  template <typename C> static inline C f(C x, C, C) {
+    C t = x + C(3);
+    t = t < C(0) ? C(0) : t;
+    t = C(6) < t ? C(6) : t;
+    return t / C(6);
+  }
+  template <typename C> static inline C d(C x, C, C) { return x > C(-3) && x < C(3) ? C(1) / C(6) : C(0); }
+};
+// gelu's tanh form 0.5 x (1 + tanh(z)), z = sqrt(2/pi) (x + 0.044715 x^3), as x sigmoid(2z): the same
+// value without tanh's cancellation for negative x, and one exp; the derivative s + x s (1 - s) 2z'.
+struct UGeluTanh {
+  static constexpr bool kFloatOnly = true;
+  static constexpr double kB = 1.5957691216057307117597842397375;  // 2 sqrt(2/pi)
+  static constexpr double kBK = kB * 0.044715;
+  template <typename C> static inline C f(C x, C, C) {
+    const C z2 = x * (C(kB) + C(kBK) * (x * x));
+    return x / (C(1) + fm_exp<C>(C(0) - z2));
+  }
+  template <typename C> static inline C d(C x, C, C) {
+    const C xx = x * x, z2 = x * (C(kB) + C(kBK) * xx);
+    const C s = C(1) / (C(1) + fm_exp<C>(C(0) - z2)), t = s * (C(1) - s);
+    // t == 0 (s saturated) drops the second term: x z' there may be inf (x^2 overflows), and 0 * inf is NaN
+    return s + (t == C(0) ? C(0) : x * t * (C(kB) + C(3 * kBK) * xx));
+  }
+};
+
 // Binary functors; comparisons return 0/1 (stored as uint8 by the caller).
 template <typename C> static inline C int_safe_div(C a, C b) {
   if constexpr (std::is_floating_point_v<C>) {

@@ -9,6 +9,7 @@
 #include <memory>
 #include <vector>
 
+#include "cpu/nditer.h"
 #include "cpu/parallel.h"
 
 namespace ember::cpu {
@@ -144,12 +145,26 @@ Sto softmax_bwd(const CpuStorage& y, const Layout& ly, const CpuStorage& g, cons
 }
 
 // ================================ rms_norm =======================================================
-std::tuple<Sto, Sto> rms_norm_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage& w, const Layout& lw,
+namespace {
+// Weight/bias pointers for the norms; a missing one becomes a row of ones/zeros (n values, not a tensor).
+const void* ln_param(const CpuStorage* s, const Layout* l, int64_t n, DType dt, double fillv,
+                     std::vector<char>& tmp) {
+  if (s) return param_ptr(*s, *l, tmp);
+  tmp.resize(n * itemsize(dt));
+  EMBER_DISPATCH_FLOAT(dt, {
+    T* p = (T*)tmp.data();
+    for (int64_t j = 0; j < n; ++j) p[j] = store<T>((typename Acc<T>::type)fillv);
+  });
+  return tmp.data();
+}
+}  // namespace
+
+std::tuple<Sto, Sto> rms_norm_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w, const Layout* lw,
                                   double eps) {
   Rows rx(x, lx);
   const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype()), ssz = (int64_t)itemsize(stats_dtype(x.dtype()));
   std::vector<char> wt;
-  const void* wp = param_ptr(w, lw, wt);
+  const void* wp = ln_param(w, lw, n, x.dtype(), 1.0, wt);
   auto y = new_cpu(x.dtype(), lx.numel());
   auto rstd = new_cpu(stats_dtype(x.dtype()), rx.nrows);
   if (lx.numel() == 0) return {y, rstd};
@@ -166,13 +181,13 @@ std::tuple<Sto, Sto> rms_norm_fwd(const CpuStorage& x, const Layout& lx, const C
   return {y, rstd};
 }
 
-std::tuple<Sto, Sto> rms_norm_bwd(const CpuStorage& x, const Layout& lx, const CpuStorage& w, const Layout& lw,
+std::tuple<Sto, Sto> rms_norm_bwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w, const Layout* lw,
                                   const CpuStorage& rstd, const CpuStorage& g, const Layout& lg) {
   Rows rx(x, lx), rg(g, lg);
   const DType sdt = stats_dtype(x.dtype());
   const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype()), ssz = (int64_t)itemsize(sdt);
   std::vector<char> wt;
-  const void* wp = param_ptr(w, lw, wt);
+  const void* wp = ln_param(w, lw, n, x.dtype(), 1.0, wt);
   auto dx = new_cpu(x.dtype(), lx.numel());
   auto dw = new_cpu(x.dtype(), n);
   const int64_t maxc = max_chunks();
@@ -197,24 +212,12 @@ std::tuple<Sto, Sto> rms_norm_bwd(const CpuStorage& x, const Layout& lx, const C
         fn(rx.row(r, t1), n, wp, sb + r * ssz, rg.row(r, t2), n, ob + r * n * isz, acc, 1, n, nt);
     });
   if (nc == 0) std::memset(parts, 0, n * ssz);
+  if (!w) return {dx, nullptr};
   reduce_partials(parts, std::max<int64_t>(nc, 1), n, x.dtype(), dw->raw());
   return {dx, dw};
 }
 
 // ================================ layer_norm =====================================================
-namespace {
-// Weight/bias pointers for layer norm; a missing one becomes ones/zeros.
-const void* ln_param(const CpuStorage* s, const Layout* l, int64_t n, DType dt, double fillv,
-                     std::vector<char>& tmp) {
-  if (s) return param_ptr(*s, *l, tmp);
-  tmp.resize(n * itemsize(dt));
-  EMBER_DISPATCH_FLOAT(dt, {
-    T* p = (T*)tmp.data();
-    for (int64_t j = 0; j < n; ++j) p[j] = store<T>((typename Acc<T>::type)fillv);
-  });
-  return tmp.data();
-}
-}  // namespace
 
 std::tuple<Sto, Sto, Sto> layer_norm_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w,
                                          const Layout* lw, const CpuStorage* b, const Layout* lb, double eps) {
@@ -285,17 +288,42 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, 
 }
 
 // ================================ activations' backward ==========================================
-Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg) {
+namespace {
+// k elements of itemsize isz from base + at elements, stride st: in place when st == 1, else copied into
+// buf (B * 8 bytes) by a loop over the element type.
+template <typename U> void copy_run(const U* src, int64_t st, U* dst, int64_t k) {
+  if (st == 0) std::fill(dst, dst + k, src[0]);
+  else for (int64_t i = 0; i < k; ++i) dst[i] = src[i * st];
+}
+const void* gather_run(const char* base, int64_t at, int64_t st, int64_t isz, int64_t k, char* buf) {
+  const char* src = base + at * isz;
+  if (st == 1) return src;
+  switch (isz) {
+    case 2: copy_run((const uint16_t*)src, st, (uint16_t*)buf, k); break;
+    case 4: copy_run((const uint32_t*)src, st, (uint32_t*)buf, k); break;
+    default: copy_run((const uint64_t*)src, st, (uint64_t*)buf, k); break;
+  }
+  return buf;
+}
+}  // namespace
+
+Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg, double p0,
+            double p1) {
   const FusedTable& t = fused_kernels();
   const int d = fi(a.dtype());
-  EltBwdFn fn = nullptr;
+  EltBwdFn efn = nullptr;
+  ActBwdFn pfn = kind < ActKind::Count ? t.act_bwd[(int)kind][d] : nullptr;  // the kinds with parameters
   switch (kind) {
-    case ActKind::Sigmoid: fn = t.sigmoid_bwd[d]; break;
-    case ActKind::Silu: fn = t.silu_bwd[d]; break;
-    case ActKind::Gelu: fn = t.gelu_bwd[d]; break;
-    case ActKind::Count: break;
+    case ActKind::Sigmoid: efn = t.sigmoid_bwd[d]; break;
+    case ActKind::Silu: efn = t.silu_bwd[d]; break;
+    case ActKind::Gelu: efn = t.gelu_bwd[d]; break;
+    default: break;
   }
-  EMBER_CHECK(fn, Value, "[", act_name(kind), "_bwd] unknown activation");
+  EMBER_CHECK(efn || pfn, Value, "[", act_name(kind), "_bwd] unknown activation");
+  auto fn = [&](const void* ap, const void* gp, void* op, int64_t m) {
+    if (efn) efn(ap, gp, op, m);
+    else pfn(ap, gp, op, m, p0, p1);
+  };
   const int64_t n = la.numel(), isz = (int64_t)itemsize(a.dtype());
   auto dx = new_cpu(a.dtype(), n);
   auto ca = la.contiguous_offsets(), cg = lg.contiguous_offsets();
@@ -306,11 +334,21 @@ Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorag
     parallel_for(n, 16384, [&](int64_t i0, int64_t i1) { fn(ap + i0 * isz, gp + i0 * isz, ob + i0 * isz, i1 - i0); });
     return dx;
   }
-  // Strided inputs: walk them as rows of their last dim, gathering each row.
-  Rows ra(a, la), rg(g, lg);
-  run_chunks(ra.nrows, ra.n, max_chunks(), [&](int64_t r0, int64_t r1, int64_t) {
-    std::vector<char> t1, t2;
-    for (int64_t r = r0; r < r1; ++r) fn(ra.row(r, t1), rg.row(r, t2), ob + r * ra.n * isz, ra.n);
+  // Strided inputs (a transposed x, the broadcast gradient of a sum): runs of the jointly coalesced
+  // innermost dim; an operand that is not unit-stride there is gathered a block at a time by a typed
+  // loop (a stride-0 gradient becomes a fill), then the dense kernel runs on the block.
+  const Layout lo = Layout::contiguous(la.shape());
+  const char* abase = (const char*)a.raw();
+  const char* gbase = (const char*)g.raw();
+  nd_for_each<3>(la.shape(), {&la, &lg, &lo}, kGrain, [&](const auto& off, const auto& st, int64_t m) {
+    constexpr int64_t B = 1024;
+    alignas(64) char ta[B * 8], tg[B * 8];
+    for (int64_t b = 0; b < m; b += B) {
+      const int64_t k = std::min(B, m - b);
+      const void* ap = gather_run(abase, off[0] + b * st[0], st[0], isz, k, ta);
+      const void* gp = gather_run(gbase, off[1] + b * st[1], st[1], isz, k, tg);
+      fn(ap, gp, ob + (off[2] + b) * isz, k);
+    }
   });
   return dx;
 }
@@ -361,7 +399,66 @@ void setup_sdpa(const CpuStorage& q, const Layout& lq, const CpuStorage& k, cons
   p.v = (const char*)v.raw() + lv.offset() * isz;
   p.scale = scale;
   p.causal = causal;
+  p.coff = p.Lk - p.Lq;
   setup_mask(mask, p);
+}
+
+// The decode path (SdpaDecodeFn) serves up to this many query rows per key/value head; beyond, the
+// tiled forward's register-blocked Q·Kᵀ wins.
+constexpr int64_t kDecodeRows = 16;
+// Keys [0, Lk) in chunks spread over the pool, a function of the shape only (so every bit of the result
+// is the same on any pool): about 64 items in all, each with at least 256 keys.
+int64_t decode_chunks(int64_t BHkv, int64_t Lk) {
+  return std::max<int64_t>(1, std::min<int64_t>((Lk + 255) / 256, (64 + BHkv - 1) / BHkv));
+}
+
+// The decode forward: each (b, kv head, key chunk) item leaves (max, sum, unnormalised P·V) per query
+// row; they merge here in chunk order into out and lse.
+void sdpa_decode(const SdpaParams& p, DType dt) {
+  const int64_t group = p.H / p.Hkv, R = group * p.Lq, BHkv = p.B * p.Hkv, ld = sdpa_decode_ld(p.Dv);
+  const int64_t nch = decode_chunks(BHkv, p.Lk), chunk = (p.Lk + nch - 1) / nch;
+  const bool f64 = dt == DType::F64;
+  const int64_t csz = f64 ? 8 : 4;
+  std::unique_ptr<char[]> parts(new char[(size_t)(BHkv * nch * R * ld * csz)]);
+  auto fn = fused_kernels().sdpa_decode[fi(dt)];
+  parallel_for(BHkv * nch, 1, [&](int64_t a, int64_t e) {
+    for (int64_t it = a; it < e; ++it) {
+      const int64_t bk = it / nch, c = it % nch, k0 = c * chunk, k1 = std::min(p.Lk, k0 + chunk);
+      fn(p, bk / p.Hkv, bk % p.Hkv, k0, std::max(k0, k1), parts.get() + (size_t)(it * R * ld * csz));
+    }
+  });
+  const auto merge = [&](auto zero) {
+    using C = decltype(zero);
+    const C* pp = (const C*)parts.get();
+    EMBER_DISPATCH_FLOAT(dt, {
+      T* out = (T*)p.out;
+      C* lse = (C*)p.lse;
+      parallel_for(BHkv * R, 16, [&](int64_t a, int64_t e) {
+        std::vector<double> o((size_t)p.Dv);
+        for (int64_t it = a; it < e; ++it) {
+          const int64_t bk = it / R, r = it % R, b = bk / p.Hkv, hk = bk % p.Hkv;
+          const int64_t h = hk * group + r / p.Lq, i = r % p.Lq, row = (b * p.H + h) * p.Lq + i;
+          double mx = -INFINITY;
+          for (int64_t c = 0; c < nch; ++c) mx = std::max(mx, (double)pp[((bk * nch + c) * R + r) * ld]);
+          double sum = 0;
+          std::fill(o.begin(), o.end(), 0.0);
+          if (mx != -INFINITY)
+            for (int64_t c = 0; c < nch; ++c) {
+              const C* src = pp + ((bk * nch + c) * R + r) * ld;
+              if ((double)src[0] == -INFINITY) continue;
+              const double w = std::exp2((double)src[0] - mx);
+              sum += w * (double)src[1];
+              for (int64_t d = 0; d < p.Dv; ++d) o[d] += w * (double)src[2 + d];
+            }
+          const double inv = sum > 0 ? 1.0 / sum : 0.0;  // a fully masked row gives 0, lse = -inf
+          for (int64_t d = 0; d < p.Dv; ++d) out[row * p.Dv + d] = store<T>((typename Acc<T>::type)(o[d] * inv));
+          lse[row] = sum > 0 ? (C)((mx + std::log2(sum)) * 0.69314718055994530942) : (C)-INFINITY;
+        }
+      });
+    });
+  };
+  if (f64) merge(0.0);
+  else merge(0.0f);
 }
 
 constexpr int64_t kQChunkMin = 64, kQChunkMax = 512;  // query rows per forward work item
@@ -423,6 +520,10 @@ std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuSt
   p.out = out->raw();
   p.lse = lse->raw();
   if (BH * p.Lq == 0) return {out, lse};
+  if ((p.H / p.Hkv) * p.Lq <= kDecodeRows && p.Lk > 0) {
+    sdpa_decode(p, q.dtype());
+    return {out, lse};
+  }
   auto fn = fused_kernels().sdpa_fwd[fi(q.dtype())];
   // Few, large query chunks: each item packs Kᵀ once, so splitting a head only pays when the pool
   // would otherwise idle (or the chunk's Q/O buffers outgrow L2).
@@ -507,6 +608,86 @@ std::tuple<Sto, Sto, Sto> sdpa_bwd(const CpuStorage& q, const Layout& lq, const 
   return {dq, dk, dv};
 }
 
+// ================================ rope ===========================================================
+namespace {
+
+// Positions run 16 at a time from an exact sincos: the 15 after it by the angle-addition recurrence in
+// double (an error of a few ulp of double, far below the table's float), 16x fewer libm calls.
+constexpr int64_t kRopeSeed = 16;
+
+// The (cos, sin) table of rope: entry (b, l) holds half cosines then half sines (sines negated for the
+// inverse) of theta = (pos(b) + l) * scale * inv_freq[i], in C. nb: 1, or the batch when per-batch offsets.
+template <typename C>
+void rope_table(const std::vector<double>& inv_freq, const std::vector<int64_t>& pos0, int64_t L, double scale,
+                bool inverse, C* tab) {
+  const int64_t half = (int64_t)inv_freq.size(), nb = (int64_t)pos0.size(), nblk = (L + kRopeSeed - 1) / kRopeSeed;
+  const double sg = inverse ? -1.0 : 1.0;
+  parallel_for(nb * nblk, 4, [&](int64_t a, int64_t e) {
+    for (int64_t it = a; it < e; ++it) {
+      const int64_t b = it / nblk, l0 = (it % nblk) * kRopeSeed, l1 = std::min(L, l0 + kRopeSeed);
+      for (int64_t i = 0; i < half; ++i) {
+        const double w = scale * inv_freq[i];
+        double c = std::cos((double)(pos0[b] + l0) * w), s = std::sin((double)(pos0[b] + l0) * w);
+        const double dc = std::cos(w), ds = std::sin(w);
+        for (int64_t l = l0; l < l1; ++l) {
+          C* row = tab + (b * L + l) * 2 * half;
+          row[i] = (C)c;
+          row[half + i] = (C)(sg * s);
+          const double cn = c * dc - s * ds;
+          s = s * dc + c * ds;
+          c = cn;
+        }
+      }
+    }
+  });
+}
+
+}  // namespace
+
+Sto rope(const CpuStorage& x, const Layout& lx, const RopeArgs& a) {
+  const DType dt = x.dtype();
+  const int64_t nd = lx.ndim(), D = lx.shape()[nd - 1], L = lx.shape()[nd - 2], half = a.dims / 2;
+  auto y = new_cpu(dt, lx.numel());
+  if (lx.numel() == 0) return y;
+  const int64_t rows = lx.numel() / D;
+  // Per-batch offsets: row r belongs to batch r / per_batch.
+  const bool batched = a.offsets && a.loffsets.numel() > 1;
+  const int64_t nb = batched ? lx.shape()[0] : 1, per_batch = rows / nb;
+  std::vector<int64_t> pos0((size_t)nb, a.offset);
+  if (a.offsets) {
+    const int64_t* op = (const int64_t*)as_cpu(*a.offsets).raw() + a.loffsets.offset();
+    const int64_t st = a.loffsets.ndim() ? a.loffsets.stride()[0] : 0;
+    for (int64_t b = 0; b < nb; ++b) pos0[b] += op[(batched ? b : 0) * st];
+  }
+  std::vector<double> inv_freq((size_t)half);
+  for (int64_t i = 0; i < half; ++i) {
+    if (a.freqs) {
+      const CpuStorage& f = as_cpu(*a.freqs);
+      const int64_t o = a.lfreqs.offset() + i * a.lfreqs.stride()[0];
+      inv_freq[i] = 1.0 / (f.dtype() == DType::F64 ? ((const double*)f.raw())[o] : (double)((const float*)f.raw())[o]);
+    } else {
+      inv_freq[i] = std::pow(a.base, -2.0 * (double)i / (double)a.dims);
+    }
+  }
+  const DType sdt = stats_dtype(dt);
+  const int64_t csz = (int64_t)itemsize(sdt), isz = (int64_t)itemsize(dt);
+  auto tab_sto = new_cpu(sdt, std::max<int64_t>(1, nb * L * 2 * half));
+  char* tab = (char*)tab_sto->raw();
+  if (sdt == DType::F64) rope_table(inv_freq, pos0, L, a.scale, a.inverse, (double*)tab);
+  else rope_table(inv_freq, pos0, L, a.scale, a.inverse, (float*)tab);
+  auto fn = fused_kernels().rope_row[fi(dt)];
+  Rows rx(x, lx);
+  char* yb = (char*)y->raw();
+  run_chunks(rows, D, max_chunks(), [&](int64_t r0, int64_t r1, int64_t) {
+    std::vector<char> t;
+    for (int64_t r = r0; r < r1; ++r) {
+      const char* cs = tab + ((r / per_batch) * L + r % L) * 2 * half * csz;
+      fn(rx.row(r, t), yb + r * D * isz, cs, cs + half * csz, half, D, a.traditional);
+    }
+  });
+  return y;
+}
+
 }  // namespace ember::cpu
 
 // ================================ the backend trait's fused methods ==============================
@@ -523,14 +704,14 @@ StoragePtr CpuStorage::softmax_fwd(const Layout& l, bool log) const { return cpu
 StoragePtr CpuStorage::softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const {
   return cpu::softmax_bwd(*this, l, as_cpu(g), lg, log);
 }
-std::tuple<StoragePtr, StoragePtr> CpuStorage::rms_norm_fwd(const Layout& l, const BackendStorage& w,
-                                                            const Layout& lw, double eps) const {
-  return cpu::rms_norm_fwd(*this, l, as_cpu(w), lw, eps);
+std::tuple<StoragePtr, StoragePtr> CpuStorage::rms_norm_fwd(const Layout& l, const BackendStorage* w,
+                                                            const Layout* lw, double eps) const {
+  return cpu::rms_norm_fwd(*this, l, opt_cpu(w), lw, eps);
 }
-std::tuple<StoragePtr, StoragePtr> CpuStorage::rms_norm_bwd(const Layout& l, const BackendStorage& w,
-                                                            const Layout& lw, const BackendStorage& rstd,
+std::tuple<StoragePtr, StoragePtr> CpuStorage::rms_norm_bwd(const Layout& l, const BackendStorage* w,
+                                                            const Layout* lw, const BackendStorage& rstd,
                                                             const BackendStorage& g, const Layout& lg) const {
-  return cpu::rms_norm_bwd(*this, l, as_cpu(w), lw, as_cpu(rstd), as_cpu(g), lg);
+  return cpu::rms_norm_bwd(*this, l, opt_cpu(w), lw, as_cpu(rstd), as_cpu(g), lg);
 }
 std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::layer_norm_fwd(const Layout& l, const BackendStorage* w,
                                                                           const Layout* lw, const BackendStorage* b,
@@ -547,8 +728,10 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::layer_norm_bwd(const 
   if (!w) return {std::get<0>(r), nullptr, nullptr};
   return r;
 }
-StoragePtr CpuStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) const {
-  return cpu::act_bwd(kind, *this, l, as_cpu(g), lg);
+StoragePtr CpuStorage::rope(const Layout& l, const RopeArgs& a) const { return cpu::rope(*this, l, a); }
+StoragePtr CpuStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg,
+                               double p0, double p1) const {
+  return cpu::act_bwd(kind, *this, l, as_cpu(g), lg, p0, p1);
 }
 std::tuple<StoragePtr, StoragePtr> CpuStorage::sdpa_fwd(const SdpaArgs& a) const {
   auto m = sdpa_mask(a);

@@ -32,13 +32,15 @@ using LnBwdFn = void (*)(const void* x, int64_t ldx, const void* w, const void* 
                          int64_t n, bool nt);
 // Elementwise backward over n contiguous elements: dx = g * f'(a).
 using EltBwdFn = void (*)(const void* a, const void* g, void* dx, int64_t n);
+// The same for the activations with scalar parameters p0, p1 (ActKind::Elu on).
+using ActBwdFn = void (*)(const void* a, const void* g, void* dx, int64_t n, double p0, double p1);
 
 // Per-thread scratch for the ISA kernels, one buffer per slot, 64-byte aligned, grown on demand and
 // valid until the same thread asks for the same slot again. It lives in the baseline object on
 // purpose: a std::vector in an AVX2/AVX-512 object instantiates vector's out-of-line members there,
 // and the linker keeps one copy of them for the whole library, which could then run AVX-512 code on a
 // CPU without it. (`tools/dev-build.sh` checks that the ISA objects define no such shared symbols.)
-enum class Scratch { SoftmaxRows, NormParams, RmsCoefs, LnMeans, SdpaFwd, SdpaBwd, Count };
+enum class Scratch { SoftmaxRows, NormParams, RmsCoefs, LnMeans, SdpaFwd, SdpaBwd, SdpaDecode, Count };
 void* thread_scratch(Scratch slot, size_t bytes);
 template <typename C> C* scratch_of(Scratch slot, int64_t n) {
   return static_cast<C*>(thread_scratch(slot, (size_t)n * sizeof(C)));
@@ -56,7 +58,9 @@ struct SdpaParams {
   DType mask_dtype = DType::F32;
   int64_t sm[4] = {};
   double scale = 1.0;
+  // Causal: query i sees keys j <= i + coff (coff = Lk - Lq, the bottom-right alignment of a KV cache).
   bool causal = false;
+  int64_t coff = 0;
   // Forward outputs: out (B,H,Lq,Dv) dense in the input dtype, lse (B,H,Lq) dense in the stats type.
   void* out = nullptr;
   void* lse = nullptr;
@@ -77,6 +81,16 @@ struct SdpaParams {
 using SdpaFwdFn = void (*)(const SdpaParams& p, int64_t bh, int64_t i0, int64_t i1);
 using SdpaBwdFn = void (*)(const SdpaParams& p, int64_t bh, int64_t part, int64_t nparts, void* dq_part);
 constexpr int64_t kSdpaKeyTile = 64;
+// Decode forward (a few query rows, many keys): for batch b, key/value head hk and keys [k0, k1), every
+// query row of every query head the kv head serves (R = (H / Hkv) * Lq rows, row r = (head hh, query
+// i) as r = hh * Lq + i). Writes, per row, the base-2 running max, the sum of 2^(s - max) and the
+// unnormalised P·V into part (stats type, R rows of sdpa_decode_ld(Dv)); the caller merges the chunks.
+using SdpaDecodeFn = void (*)(const SdpaParams& p, int64_t b, int64_t hk, int64_t k0, int64_t k1, void* part);
+inline int64_t sdpa_decode_ld(int64_t Dv) { return Dv + 2; }
+// Rotary embedding of one contiguous row of D elements into y: pairs i < half rotated by (cs[i], sn[i])
+// (stats type; sn already negated for the inverse), the rest copied.
+using RopeRowFn = void (*)(const void* x, void* y, const void* cs, const void* sn, int64_t half, int64_t D,
+                           bool traditional);
 // Row length of a dq_part buffer: D padded to 32 elements (a multiple of the register tile's width at
 // every ISA and dtype).
 inline int64_t sdpa_dq_ld(int64_t D) { return (D + 31) / 32 * 32; }
@@ -92,8 +106,11 @@ struct FusedTable {
   EltBwdFn sigmoid_bwd[4] = {};  // a = y (the forward output)
   EltBwdFn silu_bwd[4] = {};     // a = x
   EltBwdFn gelu_bwd[4] = {};     // a = x (exact erf gelu)
+  ActBwdFn act_bwd[(int)ActKind::Count][4] = {};  // a = x; the kinds with parameters (elu on, see ActKind)
   SdpaFwdFn sdpa_fwd[4] = {};
   SdpaBwdFn sdpa_bwd[4] = {};
+  SdpaDecodeFn sdpa_decode[4] = {};
+  RopeRowFn rope_row[4] = {};
 };
 const FusedTable& fused_kernels();
 void register_fused_base(FusedTable& t);
@@ -110,17 +127,20 @@ struct StoLayout {
 
 Sto softmax_fwd(const CpuStorage& x, const Layout& lx, bool log);
 Sto softmax_bwd(const CpuStorage& y, const Layout& ly, const CpuStorage& g, const Layout& lg, bool log);
-std::tuple<Sto, Sto> rms_norm_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage& w, const Layout& lw,
+// w optional (ones); rms_norm_bwd's dw is nullptr without it.
+std::tuple<Sto, Sto> rms_norm_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w, const Layout* lw,
                                   double eps);
-std::tuple<Sto, Sto> rms_norm_bwd(const CpuStorage& x, const Layout& lx, const CpuStorage& w, const Layout& lw,
+std::tuple<Sto, Sto> rms_norm_bwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w, const Layout* lw,
                                   const CpuStorage& rstd, const CpuStorage& g, const Layout& lg);
 std::tuple<Sto, Sto, Sto> layer_norm_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w,
                                          const Layout* lw, const CpuStorage* b, const Layout* lb, double eps);
 std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w,
                                          const Layout* lw, const CpuStorage& mean, const CpuStorage& rstd,
                                          const CpuStorage& g, const Layout& lg);
+Sto rope(const CpuStorage& x, const Layout& lx, const RopeArgs& a);
 // a = y for Sigmoid, x otherwise.
-Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg);
+Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg, double p0,
+            double p1);
 std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
                               const CpuStorage& v, const Layout& lv, const StoLayout* mask, double scale,
                               bool causal);

@@ -27,6 +27,7 @@ namespace {
 
 #include "cpu/simd/vmath.h"
 #include "cpu/fused_vec.inc"
+#include "cpu/functors.h"  // the activations' derivatives (act_bwd_k)
 
 // Walks a row in blocks so long-row sums are combined in double (1M-column rows stay accurate).
 constexpr int64_t kBlk = 4096;
@@ -396,387 +397,7 @@ template <typename T, typename S> static inline bool finite_row(S stat) {
   return std::is_same_v<T, bf16> && std::isfinite((double)stat);
 }
 
-// ============================ rms_norm ===========================================================
-// sum of f(x[j]) over [b0, b1) (f(0) must be 0: it pads the tail), in four vector accumulators that
-// hide the add latency. rms_norm's squares and layer_norm's block means.
-template <typename T, typename F> static inline C_t<T> sum4(const T* x, int64_t b0, int64_t b1, F f) {
-  using C = C_t<T>;
-  using V = Vec<C>;
-  constexpr int L = kL<C>;
-  V s0 = V{}, s1 = V{}, s2 = V{}, s3 = V{};
-  int64_t j = b0;
-  for (; j + 4 * L <= b1; j += 4 * L) {
-    V a, b, c, d;
-    vload2(x + j, a, b);
-    vload2(x + j + 2 * L, c, d);
-    s0 += f(a);
-    s1 += f(b);
-    s2 += f(c);
-    s3 += f(d);
-  }
-  for (; j < b1; j += L) s0 += f(vload_n(x + j, std::min<int64_t>(L, b1 - j), 0));
-  return hsum((s0 + s1) + (s2 + s3));
-}
-
-template <typename T> static double sum_sq(const T* x, int64_t n) {
-  double total = 0;
-  for (int64_t b0 = 0; b0 < n; b0 += kBlk)
-    total += (double)sum4(x, b0, std::min(n, b0 + kBlk), [](auto a) { return a * a; });
-  return total;
-}
-
-// The norms' weight and bias, read by every row: for short half rows they are widened to float once
-// per call (in vload2 order below pair_end, like x), which takes two shuffles per pair off each row.
-template <typename T> struct NormParams {
-  using C = C_t<T>;
-  const T* w;
-  const T* b;
-  const C* wf = nullptr;  // widened copies, or null
-  const C* bf = nullptr;
-  NormParams(const void* w_, const void* b_, int64_t rows, int64_t n) : w((const T*)w_), b((const T*)b_) {
-    if constexpr (!std::is_same_v<T, C>) {
-      if (rows < 4 || n > kBlk) return;
-      constexpr int L = kL<C>;
-      C* const buf = scratch_of<C>(Scratch::NormParams, 2 * n);
-      C* dst[2] = {buf, buf + n};
-      const T* src[2] = {w, b};
-      const int64_t n2 = pair_end<C>(n);
-      for (int k = 0; k < (b ? 2 : 1); ++k) {
-        int64_t i = 0;
-        for (; i < n2; i += 2 * L) {
-          Vec<C> a0, a1;
-          vload2(src[k] + i, a0, a1);
-          vst(dst[k] + i, a0);
-          vst(dst[k] + i + L, a1);
-        }
-        for (; i < n; ++i) dst[k][i] = (C)load(src[k][i]);
-      }
-      wf = dst[0];
-      bf = b ? dst[1] : nullptr;
-    }
-  }
-};
-
-// `no_nan`: store pairs without the NaN select (see finite_row).
-template <bool no_nan, typename T, typename P>
-static inline void rms_out_row(const T* x, const P* w, T* y, int64_t n, int64_t n2, C_t<T> r, bool nt,
-                               const T* pf) {
-  using C = C_t<T>;
-  using V = Vec<C>;
-  constexpr int L = kL<C>;
-  const V vr = vbc(r);
-  int64_t i = 0;
-  for (; i < n2; i += 2 * L) {
-    prefetch_l2(pf, i);
-    V xa, xb, wa, wb;
-    vload2(x + i, xa, xb);
-    vload2(w + i, wa, wb);
-    if (no_nan) vstore2_no_nan(y + i, xa * vr * wa, xb * vr * wb, nt);
-    else vstore2(y + i, xa * vr * wa, xb * vr * wb, nt);
-  }
-  for (; i + L <= n; i += L) vstore_o(y + i, vload(x + i) * vr * vload(w + i), nt);
-  if (i < n) vstore_n(y + i, vload_n(x + i, n - i, 0) * vr * vload_n(w + i, n - i, (C)0), n - i);
-}
-
-template <typename T> static void rms_fwd_rows(const void* x_, int64_t ldx, const void* w_, void* y_, void* rstd_,
-                                              int64_t rows, int64_t n, double eps, bool want_nt) {
-  using C = C_t<T>;
-  const NormParams<T> p(w_, nullptr, rows, n);
-  const bool nt = use_nt<T>(want_nt, y_, n);
-  const int64_t n2 = pair_end<C>(n);
-  const int64_t group = row_group(n, sizeof(T));
-  C* rstd = (C*)rstd_;
-  for (int64_t g0 = 0; g0 < rows; g0 += group) {  // grouped passes: see row_group
-    const int64_t g1 = std::min(rows, g0 + group);
-    for (int64_t r = g0; r < g1; ++r)
-      rstd[r] = (C)(1.0 / std::sqrt(sum_sq((const T*)x_ + r * ldx, n) / (double)n + eps));
-    for (int64_t r = g0; r < g1; ++r) {
-      const T* x = (const T*)x_ + r * ldx;
-      T* y = (T*)y_ + r * n;
-      with_flag(finite_row<T>(rstd[r]), [&](auto no_nan) {
-        constexpr bool nn = decltype(no_nan)::value;
-        const T* pf = row_ahead<T>(x_, ldx, r, 2 * group, rows);
-        if (p.wf) rms_out_row<nn>(x, p.wf, y, n, n2, rstd[r], nt, pf);
-        else rms_out_row<nn>(x, p.w, y, n, n2, rstd[r], nt, pf);
-      });
-    }
-  }
-  nt_fence(nt);
-}
-
-// The norms' backward runs over groups of rows: pass 1 (row sums) over the group, then pass 2 walks
-// column blocks across it, so each block of the dw/db accumulators stays in L1 and is loaded and
-// stored once per group instead of once per row. Short rows: a group's x and g (~192 KiB) stay in L2
-// between the passes. Long rows (one row does not fit): groups of 8 amortise dw/db over 8 rows.
-constexpr int64_t kGroupBytes = int64_t(192) << 10, kColBlk = 8192;
-template <typename P1, typename P2>
-static inline void norm_bwd_groups(int64_t rows, int64_t n, int64_t row_bytes, P1&& pass1, P2&& pass2) {
-  const int64_t fit = kGroupBytes / std::max<int64_t>(row_bytes, 1);
-  const int64_t group = fit >= 1 ? std::min<int64_t>(fit, 64) : 8;
-  for (int64_t g0 = 0; g0 < rows; g0 += group) {
-    const int64_t g1 = std::min(rows, g0 + group);
-    for (int64_t r = g0; r < g1; ++r) pass1(r);
-    for (int64_t c0 = 0; c0 < n; c0 += kColBlk) {
-      const int64_t c1 = std::min(n, c0 + kColBlk);
-      for (int64_t r = g0; r < g1; ++r) pass2(r, c0, c1);
-    }
-  }
-}
-
-template <typename T>
-static void rms_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void* rstd_, const void* g_,
-                         int64_t ldg, void* dx_, void* dw_, int64_t rows, int64_t n, bool want_nt) {
-  using C = C_t<T>;
-  using V = Vec<C>;
-  constexpr int L = kL<C>;
-  const T* w = (const T*)w_;
-  C* dw = (C*)dw_;
-  const bool nt = use_nt<T>(want_nt, dx_, n);
-  C* const coefs = scratch_of<C>(Scratch::RmsCoefs, rows);
-  // dx = r*g*w - x * r^3 * sum(g*w*x) / n ; dw += g*x*r
-  auto pass1 = [&](int64_t row) {
-    const T* x = (const T*)x_ + row * ldx;
-    const T* g = (const T*)g_ + row * ldg;
-    double total = 0;
-    for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
-      const int64_t b1 = std::min(n, b0 + kBlk);
-      V s0 = V{}, s1 = V{};
-      int64_t j = b0;
-      for (; j + 2 * L <= b1; j += 2 * L) {
-        V ga, gb, wa, wb, xa, xb;
-        vload2(g + j, ga, gb);
-        vload2(w + j, wa, wb);
-        vload2(x + j, xa, xb);
-        s0 += ga * wa * xa;
-        s1 += gb * wb * xb;
-      }
-      for (; j < b1; j += L) {
-        const int64_t c = std::min<int64_t>(L, b1 - j);
-        s0 += vload_n(g + j, c, 0) * vload_n(w + j, c, 0) * vload_n(x + j, c, 0);
-      }
-      total += (double)hsum(s0 + s1);
-    }
-    const double r = (double)((const C*)rstd_)[row];
-    coefs[row] = (C)(r * r * r * total / (double)n);
-  };
-  auto pass2 = [&](int64_t row, int64_t c0, int64_t c1) {
-    const T* x = (const T*)x_ + row * ldx;
-    const T* g = (const T*)g_ + row * ldg;
-    T* dx = (T*)dx_ + row * n;
-    const C r = ((const C*)rstd_)[row];
-    const V vr = vbc(r), coef = vbc(coefs[row]);
-    int64_t i = c0;
-    for (; i + L <= c1; i += L) {
-      V xv = vload(x + i), gv = vload(g + i);
-      vstore_o(dx + i, vr * gv * vload(w + i) - coef * xv, nt);
-      vst(dw + i, vld(dw + i) + gv * xv * vr);
-    }
-    for (; i < c1; ++i) {
-      C xv = load(x[i]), gv = load(g[i]);
-      dx[i] = store<T>(r * gv * (C)load(w[i]) - coef[0] * xv);
-      dw[i] += gv * xv * r;
-    }
-  };
-  norm_bwd_groups(rows, n, 2 * n * (int64_t)sizeof(T), pass1, pass2);
-  nt_fence(nt);
-}
-
-// ============================ layer_norm =========================================================
-// Mean and variance per row: two passes over each L1-sized block (its mean, then the squares around
-// it), blocks merged with Chan's formula in double. Safe for large offsets and 1M-column rows.
-template <typename T> static inline C_t<T> block_mean(const T* x, int64_t b0, int64_t b1) {
-  return (C_t<T>)((double)sum4(x, b0, b1, [](auto a) { return a; }) / (double)(b1 - b0));
-}
-template <typename T> static inline double block_m2(const T* x, int64_t b0, int64_t b1, C_t<T> bm) {
-  using C = C_t<T>;
-  using V = Vec<C>;
-  constexpr int L = kL<C>;
-  const V vbm = vbc(bm);
-  V q0 = V{}, q1 = V{}, q2 = V{}, q3 = V{};
-  int64_t j = b0;
-  for (; j + 4 * L <= b1; j += 4 * L) {
-    V a, b, c, d;
-    vload2(x + j, a, b);
-    vload2(x + j + 2 * L, c, d);
-    a -= vbm, b -= vbm, c -= vbm, d -= vbm;
-    q0 += a * a;
-    q1 += b * b;
-    q2 += c * c;
-    q3 += d * d;
-  }
-  q0 += q2;
-  q1 += q3;
-  for (; j < b1; j += L) {
-    V a = vload_n(x + j, std::min<int64_t>(L, b1 - j), bm) - vbm;
-    q0 += a * a;
-  }
-  return (double)hsum(q0 + q1);
-}
-template <typename T> static void mean_var(const T* x, int64_t n, double& mean, double& var) {
-  double cnt = 0, mu = 0, m2 = 0;
-  for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
-    const int64_t b1 = std::min(n, b0 + kBlk), nb = b1 - b0;
-    const auto bm = block_mean(x, b0, b1);
-    const double bm2 = block_m2(x, b0, b1, bm);
-    const double tot = cnt + (double)nb, delta = (double)bm - mu;
-    mu += delta * (double)nb / tot;
-    m2 += bm2 + delta * delta * cnt * (double)nb / tot;
-    cnt = tot;
-  }
-  mean = mu;
-  var = m2 / (double)n;
-}
-
-template <bool no_nan, typename T, typename P>
-static inline void ln_out_row(const T* x, const P* w, const P* bb, T* y, int64_t n, int64_t n2, double mu,
-                              C_t<T> r, bool nt, const T* pf) {
-  using C = C_t<T>;
-  using V = Vec<C>;
-  constexpr int L = kL<C>;
-  // The mean as hi + lo parts: with a large offset (x ~ 1000, std ~ 0.01) rounding it once to the
-  // compute type would shift every normalised value by up to half an ulp of the offset / std.
-  const C mu_hi = (C)mu, mu_lo = (C)(mu - (double)mu_hi);
-  const V vr = vbc(r), vmu = vbc(mu_hi), vmu_lo = vbc(mu_lo);
-  int64_t i = 0;
-  for (; i < n2; i += 2 * L) {
-    prefetch_l2(pf, i);
-    V xa, xb, wa, wb, ba, bb2;
-    vload2(x + i, xa, xb);
-    vload2(w + i, wa, wb);
-    vload2(bb + i, ba, bb2);
-    const V ya = ((xa - vmu) - vmu_lo) * vr * wa + ba, yb = ((xb - vmu) - vmu_lo) * vr * wb + bb2;
-    if (no_nan) vstore2_no_nan(y + i, ya, yb, nt);
-    else vstore2(y + i, ya, yb, nt);
-  }
-  for (; i + L <= n; i += L)
-    vstore_o(y + i, ((vload(x + i) - vmu) - vmu_lo) * vr * vload(w + i) + vload(bb + i), nt);
-  if (i < n) {
-    const int64_t c = n - i;
-    vstore_n(y + i, ((vload_n(x + i, c, 0) - vmu) - vmu_lo) * vr * vload_n(w + i, c, (C)0) + vload_n(bb + i, c, (C)0), c);
-  }
-}
-
-template <typename T> static void ln_fwd_rows(const void* x_, int64_t ldx, const void* w_, const void* b_,
-                                             void* y_, void* mean_, void* rstd_, int64_t rows, int64_t n,
-                                             double eps, bool want_nt) {
-  using C = C_t<T>;
-  const NormParams<T> p(w_, b_, rows, n);
-  const bool nt = use_nt<T>(want_nt, y_, n);
-  const int64_t n2 = pair_end<C>(n);
-  C* mean = (C*)mean_;
-  C* rstd = (C*)rstd_;
-  auto out = [&](int64_t r, double mu, int64_t ahead) {  // prefetching row_ahead meanwhile
-    const T* x = (const T*)x_ + r * ldx;
-    const T* pf = row_ahead<T>(x_, ldx, r, ahead, rows);
-    T* y = (T*)y_ + r * n;
-    with_flag(finite_row<T>(mu) && finite_row<T>(rstd[r]), [&](auto no_nan) {
-      constexpr bool nn = decltype(no_nan)::value;
-      if (p.wf) ln_out_row<nn>(x, p.wf, p.bf, y, n, n2, mu, rstd[r], nt, pf);
-      else ln_out_row<nn>(x, p.w, p.b, y, n, n2, mu, rstd[r], nt, pf);
-    });
-  };
-  if (n > kBlk) {  // long rows: blocks merged per row
-    for (int64_t r = 0; r < rows; ++r) {
-      double mu, var;
-      mean_var((const T*)x_ + r * ldx, n, mu, var);
-      mean[r] = (C)mu;
-      rstd[r] = (C)(1.0 / std::sqrt(var + eps));
-      out(r, mu, 1);
-    }
-  } else {  // one block per row: its mean, its squares, its output, each pass over a group of rows
-    const int64_t group = row_group(n, sizeof(T));
-    C bm[kMaxGroup];
-    for (int64_t g0 = 0; g0 < rows; g0 += group) {
-      const int64_t g1 = std::min(rows, g0 + group);
-      for (int64_t r = g0; r < g1; ++r) bm[r - g0] = block_mean((const T*)x_ + r * ldx, 0, n);
-      for (int64_t r = g0; r < g1; ++r) {
-        // mean_var with one block: mu = bm exactly, var = m2 / n
-        const double var = block_m2((const T*)x_ + r * ldx, 0, n, bm[r - g0]) / (double)n;
-        mean[r] = bm[r - g0];
-        rstd[r] = (C)(1.0 / std::sqrt(var + eps));
-      }
-      for (int64_t r = g0; r < g1; ++r) out(r, (double)bm[r - g0], 2 * group);
-    }
-  }
-  nt_fence(nt);
-}
-
-template <typename T>
-static void ln_bwd_rows(const void* x_, int64_t ldx, const void* w_, const void* mean_, const void* rstd_,
-                        const void* g_, int64_t ldg, void* dx_, void* dw_, void* db_, int64_t rows, int64_t n,
-                        bool want_nt) {
-  using C = C_t<T>;
-  using V = Vec<C>;
-  constexpr int L = kL<C>;
-  const T* w = (const T*)w_;
-  C* dw = (C*)dw_;
-  C* db = (C*)db_;
-  const bool nt = use_nt<T>(want_nt, dx_, n);
-  C* const means = scratch_of<C>(Scratch::LnMeans, 2 * rows);  // per row: mean(g*w), mean(g*w*xhat)
-  // xhat = (x-mu)*r, gw = g*w: dx = r * (gw - mean(gw) - xhat * mean(gw*xhat))
-  auto pass1 = [&](int64_t row) {
-    const T* x = (const T*)x_ + row * ldx;
-    const T* g = (const T*)g_ + row * ldg;
-    const C mu = ((const C*)mean_)[row], r = ((const C*)rstd_)[row];
-    const V vmu = vbc(mu), vr = vbc(r);
-    double sa = 0, sb = 0;
-    for (int64_t b0 = 0; b0 < n; b0 += kBlk) {
-      const int64_t b1 = std::min(n, b0 + kBlk);
-      V a0 = V{}, c0 = V{}, a1 = V{}, c1 = V{};
-      int64_t j = b0;
-      for (; j + 2 * L <= b1; j += 2 * L) {
-        V ga, gb, wa, wb, xa, xb;
-        vload2(g + j, ga, gb);
-        vload2(w + j, wa, wb);
-        vload2(x + j, xa, xb);
-        const V gwa = ga * wa, gwb = gb * wb;
-        a0 += gwa;
-        a1 += gwb;
-        c0 += gwa * ((xa - vmu) * vr);
-        c1 += gwb * ((xb - vmu) * vr);
-      }
-      a0 += a1;
-      c0 += c1;
-      for (; j + L <= b1; j += L) {
-        V gw = vload(g + j) * vload(w + j);
-        a0 += gw;
-        c0 += gw * ((vload(x + j) - vmu) * vr);
-      }
-      if (j < b1) {
-        const int64_t c = b1 - j;
-        V gw = vload_n(g + j, c, 0) * vload_n(w + j, c, 0);
-        a0 += gw;
-        c0 += gw * ((vload_n(x + j, c, mu) - vmu) * vr);
-      }
-      sa += (double)hsum(a0);
-      sb += (double)hsum(c0);
-    }
-    means[2 * row] = (C)(sa / (double)n);
-    means[2 * row + 1] = (C)(sb / (double)n);
-  };
-  auto pass2 = [&](int64_t row, int64_t c0, int64_t c1) {
-    const T* x = (const T*)x_ + row * ldx;
-    const T* g = (const T*)g_ + row * ldg;
-    T* dx = (T*)dx_ + row * n;
-    const C mu = ((const C*)mean_)[row], r = ((const C*)rstd_)[row];
-    const V vmu = vbc(mu), vr = vbc(r), ma = vbc(means[2 * row]), mb = vbc(means[2 * row + 1]);
-    int64_t i = c0;
-    for (; i + L <= c1; i += L) {
-      V gv = vload(g + i), xh = (vload(x + i) - vmu) * vr;
-      vstore_o(dx + i, vr * (gv * vload(w + i) - ma - xh * mb), nt);
-      vst(dw + i, vld(dw + i) + gv * xh);
-      vst(db + i, vld(db + i) + gv);
-    }
-    for (; i < c1; ++i) {
-      C gv = load(g[i]), xh = ((C)load(x[i]) - mu) * r;
-      dx[i] = store<T>(r * (gv * (C)load(w[i]) - ma[0] - xh * mb[0]));
-      dw[i] += gv * xh;
-      db[i] += gv;
-    }
-  };
-  norm_bwd_groups(rows, n, 2 * n * (int64_t)sizeof(T), pass1, pass2);
-  nt_fence(nt);
-}
+#include "cpu/fused_norm.inc"
 
 // ============================ activations' backward ==============================================
 template <typename T> static void sigmoid_bwd_k(const void* a_, const void* g_, void* dx_, int64_t n) {
@@ -823,7 +444,20 @@ template <typename T> static void gelu_bwd_k(const void* a_, const void* g_, voi
   for (int64_t i = 0; i < n; ++i) dx[i] = store<T>((C)load(g[i]) * fm_gelu_grad<C>((C)load(x[i])));
 }
 
+// The activations with parameters (ActKind::Elu on): dx = g * f'(x), f' the `d` of the forward's own
+// functor (cpu/functors.h), so forward and backward share one definition; the loop vectorises.
+template <typename Op, typename T>
+static void act_bwd_k(const void* a_, const void* g_, void* dx_, int64_t n, double p0d, double p1d) {
+  using C = C_t<T>;
+  const T* x = (const T*)a_;
+  const T* g = (const T*)g_;
+  T* dx = (T*)dx_;
+  const C p0 = (C)p0d, p1 = (C)p1d;
+  for (int64_t i = 0; i < n; ++i) dx[i] = store<T>((C)load(g[i]) * Op::template d<C>((C)load(x[i]), p0, p1));
+}
+
 #include "cpu/fused_attn.inc"
+#include "cpu/fused_rope.inc"
 
 template <typename T> void register_dtype(FusedTable& t) {
   constexpr int d = (int)DTypeOf<T>::value;
@@ -836,8 +470,17 @@ template <typename T> void register_dtype(FusedTable& t) {
   t.sigmoid_bwd[d] = &sigmoid_bwd_k<T>;
   t.silu_bwd[d] = &silu_bwd_k<T>;
   t.gelu_bwd[d] = &gelu_bwd_k<T>;
+  t.act_bwd[(int)ActKind::Elu][d] = &act_bwd_k<UElu, T>;
+  t.act_bwd[(int)ActKind::LeakyRelu][d] = &act_bwd_k<ULeakyRelu, T>;
+  t.act_bwd[(int)ActKind::Softplus][d] = &act_bwd_k<USoftplus, T>;
+  t.act_bwd[(int)ActKind::Mish][d] = &act_bwd_k<UMish, T>;
+  t.act_bwd[(int)ActKind::Hardswish][d] = &act_bwd_k<UHardswish, T>;
+  t.act_bwd[(int)ActKind::Hardsigmoid][d] = &act_bwd_k<UHardsigmoid, T>;
+  t.act_bwd[(int)ActKind::GeluTanh][d] = &act_bwd_k<UGeluTanh, T>;
   t.sdpa_fwd[d] = &sdpa_fwd_item<T>;
   t.sdpa_bwd[d] = &sdpa_bwd_item<T>;
+  t.sdpa_decode[d] = &sdpa_decode_item<T>;
+  t.rope_row[d] = &rope_row_k<T>;
 }
 
 }  // namespace

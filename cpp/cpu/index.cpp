@@ -1,9 +1,12 @@
-// Indexing kernels on CPU: index_select, gather, their adjoints index_add, scatter_add, and index_copy (t[ids] = v).
+// Indexing kernels on CPU: index_select, gather, their adjoints index_add, scatter_add, index_copy (t[ids] = v)
+// and scatter_reduce (scatter, sum, prod, mean, amax, amin).
 // Every index is bounds-checked before any write, so bad input raises instead of corrupting memory.
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <limits>
 #include <memory>
+#include <type_traits>
 #include <vector>
 
 #include "cpu/cpu_storage.h"
@@ -206,6 +209,125 @@ bool gather_into(const CpuStorage& s, const Layout& l, const int64_t* id, const 
   return ok.load();
 }
 
+
+// ---- scatter_reduce. A: the arithmetic type (float for halves). Integers wrap, as torch's do.
+template <typename A> EMBER_INLINE A wrap_add(A a, A b) {
+  if constexpr (std::is_integral_v<A>) return (A)((std::make_unsigned_t<A>)a + (std::make_unsigned_t<A>)b);
+  else return a + b;
+}
+template <typename A> EMBER_INLINE A wrap_mul(A a, A b) {
+  if constexpr (std::is_integral_v<A>) return (A)((uint64_t)a * (uint64_t)b);
+  else return a * b;
+}
+// amax/amin propagate NaN, as torch's do: a NaN from src is taken, a NaN already there stays.
+template <ScatterOp op, typename A> EMBER_INLINE A combine(A a, A b) {
+  if constexpr (op == ScatterOp::Set) return b;
+  else if constexpr (op == ScatterOp::Sum || op == ScatterOp::Mean) return wrap_add(a, b);
+  else if constexpr (op == ScatterOp::Prod) return wrap_mul(a, b);
+  else if constexpr (op == ScatterOp::Max) return (b != b || a < b) ? b : a;
+  else return (b != b || b < a) ? b : a;
+}
+// The start of a position that only src's elements reach (include_self=False).
+template <ScatterOp op, typename A> constexpr A identity() {
+  if constexpr (op == ScatterOp::Prod) return A(1);
+  else if constexpr (op == ScatterOp::Max)
+    return std::numeric_limits<A>::has_infinity ? -std::numeric_limits<A>::infinity() : std::numeric_limits<A>::lowest();
+  else if constexpr (op == ScatterOp::Min)
+    return std::numeric_limits<A>::has_infinity ? std::numeric_limits<A>::infinity() : std::numeric_limits<A>::max();
+  else return A(0);
+}
+// mean's division: floor division for integers (torch's rounding), one rounding for floats.
+template <typename A> EMBER_INLINE A mean_div(A sum, uint32_t n) {
+  if constexpr (std::is_integral_v<A> && std::is_signed_v<A>) {
+    const A q = sum / (A)n;
+    return (q * (A)n != sum && sum < 0) ? q - 1 : q;
+  } else {
+    return sum / (A)n;
+  }
+}
+
+// The lines along dim: column c (the index position with dim left out) reads ids[ib + i*inner] and
+// src[sb + i*ss], and writes out[ob + id*os], for i in 0..k in order. Columns never share an output
+// element, so threads split them; each walks its line in index order (bit-identical on any thread count).
+
+template <ScatterOp op, typename T>
+void scatter_kernel(T* out, const Layout& ol, const Ids& ids, const T* src, const Layout& sl, const Layout& il,
+                    int64_t dim, bool include_self) {
+  using A = typename Acc<T>::type;
+  const Shape& ish = il.shape();
+  const int64_t nd = (int64_t)ish.size(), k = ish[dim];
+  int64_t inner = 1;
+  for (int64_t d = dim + 1; d < nd; ++d) inner *= ish[d];
+  const int64_t cols = k ? il.numel() / k : 0;
+  if (cols == 0) return;
+  const int64_t os = ol.stride()[dim], ss = sl.stride()[dim];
+  bool dense = sl.is_contiguous();
+  for (int64_t d = 0; d < nd && dense; ++d) dense = d == dim || ish[d] == ol.shape()[d];
+  const int64_t D = ol.shape()[dim];
+  std::vector<uint32_t> cnt(op == ScatterOp::Mean ? (size_t)ol.numel() : 0, 0u);
+  T* o = out + ol.offset();
+  const T* sp = src + sl.offset();
+  // base offsets (out, src) of column c in the general layout
+  auto bases = [&](int64_t c, int64_t& ob, int64_t& sb) {
+    ob = 0, sb = 0;
+    for (int64_t d = nd - 1; d >= 0; --d) {
+      if (d == dim) continue;
+      const int64_t i = c % ish[d];
+      c /= ish[d];
+      ob += i * ol.stride()[d];
+      sb += i * sl.stride()[d];
+    }
+  };
+  // A run of `len` adjacent columns starting at c0 whose out/src bases step by 1 (dense) or a single
+  // column (general): three passes over its lines, each in index order.
+  auto run = [&](int64_t c0, int64_t len, int64_t ob, int64_t sb, int64_t ostep, int64_t sstep) {
+    const int64_t ib = (c0 / inner) * k * inner + c0 % inner;
+    if (!include_self && op != ScatterOp::Set)
+      for (int64_t i = 0; i < k; ++i)
+        for (int64_t q = 0; q < len; ++q) o[ob + q * ostep + ids[ib + i * inner + q] * os] = store<T>(identity<op, A>());
+    for (int64_t i = 0; i < k; ++i) {
+      const int64_t* id = ids.data() + ib + i * inner;
+      const T* x = sp + sb + i * ss;
+      for (int64_t q = 0; q < len; ++q) {
+        const int64_t p = ob + q * ostep + id[q] * os;
+        o[p] = store<T>(combine<op, A>(load(o[p]), load(x[q * sstep])));
+        if constexpr (op == ScatterOp::Mean) ++cnt[(size_t)p];
+      }
+    }
+    if constexpr (op == ScatterOp::Mean)
+      for (int64_t i = 0; i < k; ++i)
+        for (int64_t q = 0; q < len; ++q) {
+          const int64_t p = ob + q * ostep + ids[ib + i * inner + q] * os;
+          if (cnt[(size_t)p]) {  // once per element: the count is cleared after the division
+            o[p] = store<T>(mean_div<A>(load(o[p]), cnt[(size_t)p] + (include_self ? 1u : 0u)));
+            cnt[(size_t)p] = 0;
+          }
+        }
+  };
+  parallel_for(cols, std::max<int64_t>(1, kGrain / std::max<int64_t>(k, 1)), [&](int64_t c0, int64_t c1) {
+    if (dense) {
+      for (int64_t c = c0; c < c1;) {
+        const int64_t oo = c / inner, i0 = c % inner, len = std::min(inner - i0, c1 - c);
+        run(c, len, oo * D * inner + i0, oo * k * inner + i0, 1, 1);
+        c += len;
+      }
+      return;
+    }
+    for (int64_t c = c0; c < c1; ++c) {
+      int64_t ob, sb;
+      bases(c, ob, sb);
+      run(c, 1, ob, sb, 0, 0);
+    }
+  });
+}
+
+template <ScatterOp op>
+void scatter_dispatch(CpuStorage& out, const Layout& ol, const Ids& ids, const CpuStorage& src, const Layout& sl,
+                      const Layout& il, int64_t dim, bool include_self) {
+  EMBER_DISPATCH(out.dtype(), {
+    scatter_kernel<op, T>(out.data<T>(), ol, ids, src.data<T>(), sl, il, dim, include_self);
+  });
+}
 }  // namespace
 
 StoragePtr CpuStorage::index_select(const Layout& l, const BackendStorage& ids_, const Layout& il,
@@ -370,6 +492,22 @@ void CpuStorage::index_copy(const Layout& l, const BackendStorage& ids_, const L
     for (int64_t j = 0; j < ids.size(); ++j)
       src_.copy_into(sl.narrow(dim, (int64_t)j, 1), *this, l.narrow(dim, ids[j], 1));
   }
+}
+
+void CpuStorage::scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids_, const Layout& il,
+                                const BackendStorage& src_, const Layout& sl, int64_t dim, bool include_self) {
+  const Ids ids(as_cpu(ids_), il, l.shape()[dim], op == ScatterOp::Set ? "scatter" : "scatter_reduce");
+  const auto& src = as_cpu(src_);
+  switch (op) {
+    case ScatterOp::Set: scatter_dispatch<ScatterOp::Set>(*this, l, ids, src, sl, il, dim, include_self); return;
+    case ScatterOp::Sum: scatter_dispatch<ScatterOp::Sum>(*this, l, ids, src, sl, il, dim, include_self); return;
+    case ScatterOp::Prod: scatter_dispatch<ScatterOp::Prod>(*this, l, ids, src, sl, il, dim, include_self); return;
+    case ScatterOp::Mean: scatter_dispatch<ScatterOp::Mean>(*this, l, ids, src, sl, il, dim, include_self); return;
+    case ScatterOp::Max: scatter_dispatch<ScatterOp::Max>(*this, l, ids, src, sl, il, dim, include_self); return;
+    case ScatterOp::Min: scatter_dispatch<ScatterOp::Min>(*this, l, ids, src, sl, il, dim, include_self); return;
+    case ScatterOp::Count: break;
+  }
+  EMBER_CHECK(false, Value, "[scatter_reduce] unknown reduction ", (int)op);
 }
 
 }  // namespace ember::cpu

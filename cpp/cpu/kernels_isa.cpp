@@ -336,6 +336,9 @@ template <typename T> void register_dtype(KernelTable& t) {
   EMBER_REG_UNARY(Log2, ULog2) EMBER_REG_UNARY(Log10, ULog10) EMBER_REG_UNARY(Tan, UTan)
   EMBER_REG_UNARY(Sinh, USinh) EMBER_REG_UNARY(Cosh, UCosh) EMBER_REG_UNARY(Asin, UAsin)
   EMBER_REG_UNARY(Acos, UAcos) EMBER_REG_UNARY(Atan, UAtan) EMBER_REG_UNARY(Trunc, UTrunc)
+  EMBER_REG_UNARY(Elu, UElu) EMBER_REG_UNARY(LeakyRelu, ULeakyRelu) EMBER_REG_UNARY(Softplus, USoftplus)
+  EMBER_REG_UNARY(Mish, UMish) EMBER_REG_UNARY(Hardswish, UHardswish) EMBER_REG_UNARY(Hardsigmoid, UHardsigmoid)
+  EMBER_REG_UNARY(GeluTanh, UGeluTanh)
 #undef EMBER_REG_UNARY
   // Negating unsigned integers is refused rather than silently wrapping.
   if constexpr (flt) t.unary[(int)UnaryOp::Neg][d] = &unary_loop<UNeg, T>;

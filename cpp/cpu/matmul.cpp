@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "cpu/cpu_storage.h"
+#include "cpu/gemm.h"
 #include "cpu/nditer.h"
 #include "cpu/parallel.h"
 
@@ -185,6 +186,21 @@ void matmul_loop(const CpuStorage& A, const Layout& la, const CpuStorage& B, con
 }
 
 }  // namespace
+
+void gemm_rowmajor(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
+                   int64_t ldb, float beta, float* c, int64_t ldc) {
+  EMBER_CHECK(std::max({m, n, k, lda, ldb, ldc}) <= INT32_MAX, Unsupported,
+              "[gemm] a dim or leading dim exceeds BLAS's 32-bit limit");
+  EMBER_SGEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
+              1.0f, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
+void gemm_rowmajor(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const double* a, int64_t lda, const double* b,
+                   int64_t ldb, double beta, double* c, int64_t ldc) {
+  EMBER_CHECK(std::max({m, n, k, lda, ldb, ldc}) <= INT32_MAX, Unsupported,
+              "[gemm] a dim or leading dim exceeds BLAS's 32-bit limit");
+  EMBER_DGEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
+              1.0, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
+}
 
 StoragePtr CpuStorage::matmul(const Layout& l, const BackendStorage& rhs_, const Layout& rl) const {
   const auto& rhs = as_cpu(rhs_);

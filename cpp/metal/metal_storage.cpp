@@ -90,19 +90,60 @@ void MetalStorage::index_copy(const Layout& l, const BackendStorage& ids, const 
                               const Layout& sl, int64_t dim) {
   ops::index_copy(*this, l, ids, il, src, sl, dim);
 }
+void MetalStorage::scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
+                                  const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) {
+  ops::scatter_reduce(*this, op, l, ids, il, src, sl, dim, include_self);
+}
 StoragePtr MetalStorage::im2col(const Layout& l, const ConvGeom& g) const { return ops::im2col(*this, l, g); }
 StoragePtr MetalStorage::col2im(const ConvGeom& g) const { return ops::col2im(*this, g); }
+StoragePtr MetalStorage::conv2d_fwd(const Layout& l, const BackendStorage& w, const Layout& lw, const BackendStorage* b,
+                                    const Layout* lb, const ConvGeom& g, int64_t groups) const {
+  return ops::conv2d_fwd(*this, l, w, lw, b, lb, g, groups);
+}
+StoragePtr MetalStorage::conv2d_bwd_input(const Layout& l, const BackendStorage& w, const Layout& lw, const ConvGeom& g,
+                                          int64_t groups) const {
+  return ops::conv2d_bwd_input(*this, l, w, lw, g, groups);
+}
+StoragePtr MetalStorage::conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg,
+                                           const ConvGeom& g, int64_t groups) const {
+  return ops::conv2d_bwd_weight(*this, l, gy, lg, g, groups);
+}
+std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::group_norm_fwd(const Layout& l, int64_t groups,
+                                                                            const BackendStorage* w, const Layout* lw,
+                                                                            const BackendStorage* b, const Layout* lb,
+                                                                            double eps) const {
+  return ops::group_norm_fwd(*this, l, groups, w, lw, b, lb, eps);
+}
+std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::group_norm_bwd(
+    const Layout& l, int64_t groups, const BackendStorage* w, const Layout* lw, const BackendStorage& mean,
+    const BackendStorage& rstd, const BackendStorage& g, const Layout& lg) const {
+  return ops::group_norm_bwd(*this, l, groups, w, lw, mean, rstd, g, lg);
+}
+std::tuple<StoragePtr, StoragePtr> MetalStorage::pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
+                                                        bool with_indices) const {
+  return ops::pool2d(*this, kind, l, g, with_indices);
+}
+StoragePtr MetalStorage::pool2d_bwd(PoolKind kind, const Layout& lg, const BackendStorage* ids,
+                                    const PoolGeom& g) const {
+  return ops::pool2d_bwd(*this, kind, lg, ids, g);
+}
+StoragePtr MetalStorage::upsample(UpsampleMode mode, const Layout& l, const UpsampleGeom& g) const {
+  return ops::upsample(*this, mode, l, g);
+}
+StoragePtr MetalStorage::upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const {
+  return ops::upsample_bwd(*this, mode, lg, g);
+}
 
 StoragePtr MetalStorage::softmax_fwd(const Layout& l, bool log) const { return ops::softmax_fwd(*this, l, log); }
 StoragePtr MetalStorage::softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const {
   return ops::softmax_bwd(*this, l, g, lg, log);
 }
-std::tuple<StoragePtr, StoragePtr> MetalStorage::rms_norm_fwd(const Layout& l, const BackendStorage& w,
-                                                              const Layout& lw, double eps) const {
+std::tuple<StoragePtr, StoragePtr> MetalStorage::rms_norm_fwd(const Layout& l, const BackendStorage* w,
+                                                              const Layout* lw, double eps) const {
   return ops::rms_norm_fwd(*this, l, w, lw, eps);
 }
-std::tuple<StoragePtr, StoragePtr> MetalStorage::rms_norm_bwd(const Layout& l, const BackendStorage& w,
-                                                              const Layout& lw, const BackendStorage& rstd,
+std::tuple<StoragePtr, StoragePtr> MetalStorage::rms_norm_bwd(const Layout& l, const BackendStorage* w,
+                                                              const Layout* lw, const BackendStorage& rstd,
                                                               const BackendStorage& g, const Layout& lg) const {
   return ops::rms_norm_bwd(*this, l, w, lw, rstd, g, lg);
 }
@@ -116,8 +157,9 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::layer_norm_bwd(
     const BackendStorage& rstd, const BackendStorage& g, const Layout& lg) const {
   return ops::layer_norm_bwd(*this, l, w, lw, mean, rstd, g, lg);
 }
-StoragePtr MetalStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) const {
-  return ops::act_bwd(*this, kind, l, g, lg);
+StoragePtr MetalStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg,
+                                 double p0, double p1) const {
+  return ops::act_bwd(*this, kind, l, g, lg, p0, p1);
 }
 std::tuple<StoragePtr, StoragePtr> MetalStorage::sdpa_fwd(const SdpaArgs& a) const { return ops::sdpa_fwd(*this, a); }
 std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,
@@ -126,6 +168,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::sdpa_bwd(const Sdpa
                                                                       const Layout& lg) const {
   return ops::sdpa_bwd(*this, a, o, lo, lse, g, lg);
 }
+StoragePtr MetalStorage::rope(const Layout& l, const RopeArgs& a) const { return ops::rope(*this, l, a); }
 
 std::tuple<StoragePtr, StoragePtr> MetalStorage::sort(const Layout& l, int64_t dim, bool descending,
                                                       bool stable) const {

@@ -135,6 +135,8 @@ from .functional import abs as abs, all as all, any as any, max as max, min as m
 from .functional import pow as pow, round as round, sum as sum  # noqa: E402
 from .sorting import argsort, cummax, cummin, cumprod, cumsum, sort, topk  # noqa: E402
 from .sampling import multinomial  # noqa: E402
+from .scatter import scatter, scatter_reduce  # noqa: E402
+from .movement import meshgrid, pad, roll  # noqa: E402
 
 
 __version__ = "0.1.0"
@@ -161,4 +163,5 @@ __all__ = [
     "powf", "get_default_device", "set_default_device",
     "argsort", "cummax", "cummin", "cumprod", "cumsum", "sort", "topk",
     "multinomial",
+    "scatter", "scatter_reduce", "meshgrid", "pad", "roll",
 ]

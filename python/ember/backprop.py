@@ -6,6 +6,7 @@ import cycle; the rule table (grad_rules.py) is loaded on the first backward.
 from __future__ import annotations
 
 import threading
+import weakref
 
 from .errors import (
     BackwardNotSupported,
@@ -103,7 +104,8 @@ def tracks(t) -> bool:
 
 
 # Ops whose table rule reads the op's result: only these pay for reading its version when recorded.
-_READS_OUT = frozenset(("exp", "tanh", "sqrt", "recip", "sigmoid", "pow", "max", "min", "expm1", "rsqrt", "tan"))
+_READS_OUT = frozenset(("exp", "tanh", "sqrt", "recip", "sigmoid", "pow", "max", "min", "expm1", "rsqrt", "tan",
+                        "scatter_amax", "scatter_amin", "scatter_prod"))
 
 
 def record(out, name, inputs, saved=None, rule=None):
@@ -165,6 +167,41 @@ class _Walk(threading.local):
 _walk_state = _Walk()
 
 
+class _Rebinds:
+    """The ids of the live tensors that ``t[idx] = v`` rebound to their written result (indexing.py):
+    only nodes with such an input are resolved (_as_recorded), so other graphs cost next to nothing."""
+
+    ids = set()
+
+    def add(self, t):
+        k = id(t)
+        if k not in self.ids:
+            self.ids.add(k)
+            weakref.finalize(t, self.ids.discard, k)  # ids are reused once t is gone
+
+
+_rebinds = _Rebinds()
+SETITEM = "setitem"  # the node indexing.py records; its saved (idx, version just before the write)
+
+
+def _as_recorded(inp, ver, out=None, used_at=None):
+    """The tensor a node meant by input ``inp`` (recorded at storage version ``ver``): after
+    ``t[idx] = v`` the object t stands for the written result, so a node recorded before that write
+    reads the shell kept as the write's first input, t as it was. ``out``/``used_at``: when ``out`` is a
+    view of inp (one buffer) first used after the write, its values are the written ones and its
+    recorded op no longer says how they came about: raise, rather than send gradients the wrong way."""
+    n = inp._op
+    while n is not None and n.name == SETITEM and n.rule is None and ver <= n.saved[1]:
+        if used_at is not None and used_at > n.saved[1] and out._storage.same_buffer(inp._storage):
+            raise InplaceModifiedError(
+                f"[backward] a view ({out._op.name}) of a tensor was made before t[idx] = v wrote into that "
+                "tensor and used after it: its gradient would go to the old values. Take the view after the "
+                "write, or clone it before.")
+        inp = n.inputs[0]
+        n = inp._op
+    return inp
+
+
 def needs_grad(t) -> bool:
     """Whether backward needs a gradient for ``t`` (torch's ``needs_input_grad``): a float variable, or
     a result that leads to one. Rules ask it so that a constant operand costs nothing.
@@ -188,6 +225,7 @@ def _walk(root):
     if root._op is None:
         return [], {}
     state = {}  # id(tensor) -> None while its inputs are being visited, then "leads to a variable"
+    rebound = _rebinds.ids
     order = []
     stack = [root]
     push, pop, get = stack.append, stack.pop, state.get
@@ -203,7 +241,8 @@ def _walk(root):
                 pop()
                 continue
             state[k] = None
-            for inp in node.inputs:
+            ins = node.inputs
+            for inp in (ins if not rebound or rebound.isdisjoint(map(id, ins)) else _recorded_inputs(node)):
                 if inp is not None and inp._op is not None and id(inp) not in state and inp._dtype.is_float:
                     push(inp)
             continue
@@ -211,7 +250,8 @@ def _walk(root):
         if st is not None:  # a second copy of a finished node
             continue
         leads = False
-        for inp in t._op.inputs:
+        ins = t._op.inputs
+        for inp in (ins if not rebound or rebound.isdisjoint(map(id, ins)) else _recorded_inputs(t._op)):
             if inp is not None and inp._dtype.is_float and (
                     inp.is_variable or (inp._op is not None and state[id(inp)])):
                 leads = True
@@ -221,6 +261,12 @@ def _walk(root):
             order.append(t)
     order.reverse()
     return order, state
+
+
+def _recorded_inputs(node, out=None, used_at=None):
+    """node's inputs as they were recorded (see _as_recorded)."""
+    return [inp if inp is None or inp._op is None or inp._op.name != SETITEM else
+            _as_recorded(inp, ver, out, used_at) for inp, ver in zip(node.inputs, node.versions)]
 
 
 # --------------------------------------------------------------------- the gradient store
@@ -372,6 +418,15 @@ def _custom_grads(node, out, g, rule):
     return res
 
 
+def _inputs_used(node, out, used):
+    """node's recorded inputs (see _as_recorded), noting in ``used`` the latest version each was read at."""
+    res = _recorded_inputs(node, out, used.get(id(out)))
+    for inp, ver in zip(res, node.versions):
+        if inp is not None and used.get(id(inp), -1) < ver:
+            used[id(inp)] = ver
+    return res
+
+
 def backward(root, create_graph=False):
     """Gradients of ``root`` (seeded with ones, any shape) with respect to every variable it depends
     on, and only those: rules compute no gradient for an input that leads to no variable (needs_grad).
@@ -391,6 +446,10 @@ def backward(root, create_graph=False):
     table, uses_of, wanted = rules.RULES, rules.USES, rules.wanted
     grads = {id(root): [root, rules.ones_like(root)]}  # id -> [tensor, grad]
     pop, get = grads.pop, grads.get
+    # a graph that reads a rebound tensor resolves its inputs and notes when each was read (_inputs_used)
+    ids = _rebinds.ids
+    rebound = bool(ids) and any(not ids.isdisjoint(map(id, t._op.inputs)) for t in nodes)
+    used = {id(root): root._storage.version} if rebound else None  # id -> last storage version it was used at
     prev, prev_leads = _mode.enabled, _walk_state.leads
     _mode.enabled = bool(create_graph)
     _walk_state.leads = leads
@@ -410,7 +469,8 @@ def backward(root, create_graph=False):
                 if uses is not _READS_NOTHING:
                     _check_versions(node, t, uses)
                 # table rules give None to inputs that take no gradient (ints, scalar constants)
-                for inp, gi in zip(node.inputs, fn(node, t, g)):
+                for inp, gi in zip(node.inputs if not rebound else _inputs_used(node, t, used),
+                                   fn(node, t, g)):
                     if gi is not None:
                         k = id(inp)
                         acc = get(k)
@@ -427,7 +487,8 @@ def backward(root, create_graph=False):
                     f"which records no backward rule; use apply_op{n} (it records the op's bwd) or "
                     f"detach() the inputs")
             _check_versions(node, t, (None, True))
-            for inp, gi in zip(node.inputs, _custom_grads(node, t, g, rule)):
+            for inp, gi in zip(node.inputs if not rebound else _inputs_used(node, t, used),
+                               _custom_grads(node, t, g, rule)):
                 if gi is None or not wanted(inp):
                     continue
                 if not create_graph and gi._op is not None:

@@ -28,15 +28,38 @@ def _no_requires_grad(flag, op):
                                "tracks gradients); g = loss.backward() returns the gradients, g[v]")
 
 
+def _check_holds(device, dtype, op):
+    """Raises DTypeError naming ``op`` when ``device`` (available) cannot hold ``dtype`` (float64 on
+    Metal), before anything is made, so the refusal names the function the user called."""
+    if device.type != "cpu" and _C.device_available(device.kind, device.index) \
+            and not _C.device_supports(device.kind, device.index, dtype.code):
+        raise DTypeError(f"[{op}] {dtype.name} is not supported on {device}")
+
+
+def _tensor_to(t, dtype, device, op):
+    """Tensor ``t`` converted to ``dtype`` (None: its own) on ``device`` (None: its own); the cast runs
+    on whichever of the two devices holds both dtypes, so a float64 CPU tensor can become float32 on Metal."""
+    device = t._device if device is None else device
+    dtype = t._dtype if dtype is None else _dt.to_dtype(dtype)
+    _check_holds(device, dtype, op)
+    if device == t._device:
+        return t.to_dtype(dtype)
+    if _C.device_supports(device.kind, device.index, t._dtype.code):
+        return t.to_device(device).to_dtype(dtype)
+    return t.to_dtype(dtype).to_device(device)
+
+
 def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
     """A new tensor holding a copy of ``data``.
 
     Args:
         data: a Python scalar, nested lists, a numpy array, a Tensor, or an object with
-            ``__dlpack__``. Python floats become float32 and Python ints int64; a numpy array keeps
-            its dtype (float64 stays float64; narrower ints widen to int64, bool to uint8).
+            ``__dlpack__``. Python floats become float32 and Python ints int64 (with ``dtype``
+            given, Python floats are rounded once, straight to it); a numpy array keeps its dtype
+            (float64 stays float64; narrower ints widen to int64, bool to uint8).
         dtype: convert to this dtype (an ``em.DType``, its name or a numpy dtype).
-        device: put the tensor on this device (default the CPU).
+        device: put the tensor on this device (default: the default device; for a Tensor or a
+            DLPack object, its own device).
         requires_grad: must be False: ember marks what to differentiate by type (``em.Var``); True
             raises GradientsInStore saying so.
 
@@ -44,13 +67,14 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
         Tensor: a new tensor; it never shares memory with ``data``.
 
     Raises:
-        DTypeError: ragged or non-numeric data, or an unsupported dtype.
+        DTypeError: ragged or non-numeric data, or a dtype unknown or not held by the device
+            (float64 on Metal), named ``[tensor]``.
     """
     _no_requires_grad(requires_grad, "tensor")
-    device = _dt.to_device(device)
     if isinstance(data, Tensor):
-        out = data.detach().to_dtype(dtype) if dtype is not None else data.detach()
+        out = _tensor_to(data.detach(), dtype, None if device is None else _dt.to_device(device), "tensor")
         return out.copy().detach() if out is data or out._storage is data._storage else out
+    explicit_device, device = device is not None, _dt.to_device(device)
     arr = data if isinstance(data, np.ndarray) else None
     if arr is None:
         if hasattr(data, "__dlpack__") and not isinstance(data, (list, tuple)):
@@ -59,15 +83,16 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
             with warnings.catch_warnings():  # em.tensor copies anyway: widening is no surprise here
                 warnings.simplefilter("ignore", DLPackCopyWarning)
                 src = from_dlpack(data)
-            out = src.copy().detach() if dtype is None else src.to_dtype(dtype)
+            out = _tensor_to(src, dtype, device if explicit_device else None, "tensor")
             return out if out._storage is not src._storage else out.copy().detach()
         else:
             try:
                 arr = np.asarray(data)
             except ValueError as e:  # ragged nesting
                 raise DTypeError(f"[tensor] cannot build a tensor from ragged or non-numeric data: {e}") from None
-            if arr.dtype == np.float64 and not isinstance(data, np.generic):
-                arr = arr.astype(np.float32)  # Python floats default to float32
+            if arr.dtype == np.float64 and not isinstance(data, np.generic) and (
+                    dtype is None or _dt.to_dtype(dtype) is _dt.float32):
+                arr = arr.astype(np.float32)  # Python floats default to float32 (another dtype: one rounding to it)
             elif arr.dtype.kind in "iu" and not isinstance(data, np.generic) and arr.dtype != np.int64:
                 arr = arr.astype(np.int64)
             elif arr.dtype == object:
@@ -76,6 +101,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
         arr = arr.astype(arr.dtype.newbyteorder("="))
     src_dt = _dt.from_numpy_dtype(arr.dtype)
     target = _dt.to_dtype(dtype) if dtype is not None else src_dt
+    _check_holds(device, target, "tensor")
     npt = _dt.numpy_dtype(src_dt)
     if npt is not None and arr.dtype != npt:
         arr = arr.astype(npt)
@@ -107,13 +133,14 @@ def _checked_numel(shape, op):
     return n
 
 
-def _alloc_full(shape, value, dtype, device):
-    n = _checked_numel(shape, "full")
+def _alloc_full(shape, value, dtype, device, op="full"):
+    n = _checked_numel(shape, "full")  # shape errors keep the name the shape parser gives them
+    _check_holds(device, dtype, op)
     exact_int = isinstance(value, (numbers.Integral, np.integer))  # kept exact (past 2**53) for int dtypes
     if dtype.is_float or not exact_int:
         v = float_arg(value, "full", "value")
         if not dtype.is_float and not math.isfinite(v):  # like torch: no int holds nan or inf
-            raise EmberValueError(f"[full] cannot fill a {dtype.name} tensor with {v}")
+            raise EmberValueError(f"[{op}] cannot fill a {dtype.name} tensor with {v}")
         value = value if exact_int else v
     s = _full_storage(device, dtype, n, value)
     return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
@@ -131,9 +158,10 @@ def zeros(*shape, dtype=None, device=None, requires_grad=False):
 
     Raises:
         ShapeError: a negative dim, or more elements than an int64 counts.
+        DTypeError: a dtype the device does not hold (float64 on Metal).
     """
     _no_requires_grad(requires_grad, "zeros")
-    return _alloc_full(_shape_arg(shape, "full"), 0, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device))
+    return _alloc_full(_shape_arg(shape, "full"), 0, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device), "zeros")
 
 
 def ones(*shape, dtype=None, device=None, requires_grad=False):
@@ -148,9 +176,10 @@ def ones(*shape, dtype=None, device=None, requires_grad=False):
 
     Raises:
         ShapeError: a negative dim, or more elements than an int64 counts.
+        DTypeError: a dtype the device does not hold (float64 on Metal).
     """
     _no_requires_grad(requires_grad, "ones")
-    return _alloc_full(_shape_arg(shape, "full"), 1, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device))
+    return _alloc_full(_shape_arg(shape, "full"), 1, _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device), "ones")
 
 
 def full(shape, value, dtype=None, device=None, requires_grad=False):
@@ -166,6 +195,7 @@ def full(shape, value, dtype=None, device=None, requires_grad=False):
 
     Raises:
         EmberValueError: a NaN or infinite value for an integer dtype.
+        DTypeError: a dtype the device does not hold (float64 on Metal).
     """
     _no_requires_grad(requires_grad, "full")
     if isinstance(shape, np.ndarray):
@@ -179,19 +209,19 @@ def full(shape, value, dtype=None, device=None, requires_grad=False):
 def zeros_like(t, dtype=None):
     """A new tensor of zeros with the shape and device of tensor ``t``, in ``dtype`` (default ``t``'s)."""
     _check_tensor_arg(t, "zeros_like", "input")
-    return _alloc_full(t.shape, 0, _dt.to_dtype(dtype or t._dtype), t._device)
+    return _alloc_full(t.shape, 0, _dt.to_dtype(dtype or t._dtype), t._device, "zeros_like")
 
 
 def ones_like(t, dtype=None):
     """A new tensor of ones with the shape and device of tensor ``t``, in ``dtype`` (default ``t``'s)."""
     _check_tensor_arg(t, "ones_like", "input")
-    return _alloc_full(t.shape, 1, _dt.to_dtype(dtype or t._dtype), t._device)
+    return _alloc_full(t.shape, 1, _dt.to_dtype(dtype or t._dtype), t._device, "ones_like")
 
 
 def full_like(t, value, dtype=None):
     """A new tensor filled with ``value``, with the shape and device of tensor ``t``, in ``dtype`` (default ``t``'s)."""
     _check_tensor_arg(t, "full_like", "input")
-    return _alloc_full(t.shape, value, _dt.to_dtype(dtype or t._dtype), t._device)
+    return _alloc_full(t.shape, value, _dt.to_dtype(dtype or t._dtype), t._device, "full_like")
 
 
 def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False):
@@ -212,6 +242,7 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     Raises:
         EmberValueError: a zero step, a count that is not finite, or a fractional step for an
             integer dtype (as torch refuses it).
+        DTypeError: a dtype the device does not hold (float64 on Metal).
     """
     _no_requires_grad(requires_grad, "arange")
     if end is None:
@@ -237,6 +268,7 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     if n >= 2**62:  # beyond any memory; would wrap int64 element and byte counts
         raise EmberValueError(f"[arange] arange({start}, {end}, {step}) has {n} elements, too many")
     device = _dt.to_device(device)
+    _check_holds(device, dtype, "arange")
     s = _C.arange(device.kind, device.index, dtype.code, float(start), float(step), n)
     return _wrap(s, _C.Layout.contiguous([n]), dtype, device)
 
@@ -303,13 +335,14 @@ def eye(n, m=None, dtype=None, device=None):
 
     Raises:
         ShapeError: for a negative size.
-        DTypeError: for a non-integer size.
+        DTypeError: for a non-integer size, or a dtype the device does not hold (float64 on Metal).
     """
     n = int_arg(n, "eye", "n")
     m = n if m is None else int_arg(m, "eye", "m")
     if n < 0 or m < 0:
         raise ShapeError(f"[eye] sizes must be >= 0, got ({n}, {m})")
     dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
+    _check_holds(device, dtype, "eye")
     rows, cols = arange(n, device=device).reshape(n, 1), arange(m, device=device).reshape(1, m)
     return rows.eq(cols).to_dtype(dtype)
 
@@ -330,7 +363,7 @@ def linspace(start, end, steps, dtype=None, device=None):
 
     Raises:
         EmberValueError: for negative steps or a non-finite bound.
-        DTypeError: for a non-number argument.
+        DTypeError: for a non-number argument, or a dtype the device does not hold (float64 on Metal).
     """
     lo, hi = float_arg(start, "linspace", "start"), float_arg(end, "linspace", "end")
     steps = int_arg(steps, "linspace", "steps")
@@ -339,6 +372,7 @@ def linspace(start, end, steps, dtype=None, device=None):
     if not (math.isfinite(lo) and math.isfinite(hi)):
         raise EmberValueError(f"[linspace] start and end must be finite, got {lo} and {hi}")
     dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
+    _check_holds(device, dtype, "linspace")
     # Computed in float64 on the CPU (a device may lack float64), then converted and moved.
     if steps <= 1:
         return full((steps,), lo, dtype=_dt.float64, device=_dt.cpu).to_dtype(dtype).to_device(device)

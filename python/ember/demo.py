@@ -225,6 +225,57 @@ def check_custom_op():
     return str(em.testing.check_op(SwiGLU(), gate, up)).splitlines()[0]
 
 
+def train(model, data, device, steps, batch=32, lr=3e-3, time_budget=math.inf, stop_after=None, val=None,
+          log=True):
+    """Trains ``model`` with AdamW on ``data``'s training batches: the demo's schedule of ``steps`` steps.
+
+    Args:
+        model: the model (its parameters on ``device``).
+        data: a CharData; its generator draws the batches, so the same seed gives the same batches.
+        device: where the batches go.
+        steps: the schedule's length: linear warm-up over a tenth of it (at most 50 steps), then cosine
+            decay to a tenth of the peak learning rate at its end.
+        batch: sequences per step.
+        lr: the peak learning rate.
+        time_budget: seconds; training stops after the step that passes it, and the schedule's progress
+            is the further along of steps and time, so a slow machine still anneals before it stops.
+        stop_after: stop after this many steps of the schedule (None: all of them); the steps done are
+            the first ones of the full schedule, with its learning rates.
+        val: (inputs, targets) to report the validation loss on while logging, or None.
+        log: show a progress bar and log the losses ten times in the run.
+
+    Returns:
+        tuple: (the training loss of each step done, the number of steps done).
+    """
+    opt = em.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.01)
+    warmup = max(1, min(50, steps // 10))
+    log_every = max(1, steps // 10)
+    last = steps if stop_after is None else min(steps, stop_after)
+    t0, running, losses = time.perf_counter(), None, []
+    bar = tqdm(range(1, last + 1), desc="training", unit="step", dynamic_ncols=True, disable=not log)
+    for step in bar:
+        progress = max(step / steps, (time.perf_counter() - t0) / max(time_budget, 1e-9))
+        frac = min(1.0, max(0.0, (progress - warmup / steps) / (1.0 - warmup / steps + 1e-9)))
+        opt.lr = lr * (step / warmup if step <= warmup else 0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
+        x, y = data.batch(batch)
+        loss = nn.cross_entropy(model(em.tensor(x, device=device)), em.tensor(y, device=device))
+        opt.backward_step(loss)
+        value = loss.item()
+        losses.append(value)
+        running = value if running is None else 0.9 * running + 0.1 * value
+        bar.set_postfix(loss=f"{running:.3f}")
+        out_of_time = time.perf_counter() - t0 > time_budget
+        if log and (step % log_every == 0 or step == steps or out_of_time):
+            shown = f"{evaluate(model, *val, device):.3f}" if val is not None else "-"
+            tqdm.write(f"step {step:5d}  train loss {running:.3f}  val loss {shown}")
+        if out_of_time:
+            if log:
+                tqdm.write(f"time budget of {time_budget:.0f}s reached: stopping after {step} steps")
+            break
+    bar.close()
+    return losses, len(losses)
+
+
 # ----------------------------------------------------------------------------- main
 
 
@@ -237,48 +288,31 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--time-budget", type=float, default=150.0,
                     help="stop training early after this many seconds (keeps the demo under 3 minutes)")
+    ap.add_argument("--device", choices=("auto", "cpu", "metal"), default="auto",
+                    help="where to train (auto: Metal when it is available, else the CPU)")
     args = ap.parse_args(argv)
     steps = args.steps if args.steps is not None else (20 if args.quick else 500)
     if steps < 1:
         ap.error("--steps must be at least 1")
 
-    device = em.Device("metal", 0) if em.metal_is_available() else em.cpu
+    if args.device == "auto":
+        device = em.Device("metal", 0) if em.metal_is_available() else em.cpu
+    else:
+        device = em.cpu if args.device == "cpu" else em.Device("metal", 0)
     em.manual_seed(args.seed)
     config = {"dim": 64, "n_layers": 2, "n_heads": 4, "ctx": 64}
     data = CharData(load_corpus(), config["ctx"], args.seed)
     config["vocab"] = len(data.chars)
     model = CharTransformer(**config, device=device)
-    opt = em.optim.AdamW(model.parameters(), lr=args.lr, weight_decay=0.01)
     xs_val, ys_val = data.eval_set(16 if args.quick else 64)
     baseline = unigram_baseline(ys_val, len(data.chars))
     print(f"ember demo: char transformer on {device}, {model.num_parameters():,} parameters, "
           f"corpus {len(data.train) + len(data.val):,} chars ({len(data.chars)} symbols), {steps} steps")
     print(f"initial val loss {evaluate(model, xs_val, ys_val, device):.3f} (unigram baseline {baseline:.3f})")
+    t0 = time.perf_counter()
 
-    warmup = max(1, min(50, steps // 10))
-    log_every = max(1, steps // 10)
-    t0, running = time.perf_counter(), None
-    bar = tqdm(range(1, steps + 1), desc="training", unit="step", dynamic_ncols=True)
-    for step in bar:
-        # Linear warm-up, then cosine decay to a tenth of the peak learning rate. Progress is the
-        # further along of steps and time budget, so a slow machine still anneals before it stops.
-        progress = max(step / steps, (time.perf_counter() - t0) / max(args.time_budget, 1e-9))
-        frac = min(1.0, max(0.0, (progress - warmup / steps) / (1.0 - warmup / steps + 1e-9)))
-        opt.lr = args.lr * (step / warmup if step <= warmup else 0.1 + 0.45 * (1 + math.cos(math.pi * frac)))
-        x, y = data.batch(args.batch)
-        loss = nn.cross_entropy(model(em.tensor(x, device=device)), em.tensor(y, device=device))
-        opt.backward_step(loss)
-        value = loss.item()
-        running = value if running is None else 0.9 * running + 0.1 * value
-        bar.set_postfix(loss=f"{running:.3f}")
-        out_of_time = time.perf_counter() - t0 > args.time_budget
-        if step % log_every == 0 or step == steps or out_of_time:
-            tqdm.write(f"step {step:5d}  train loss {running:.3f}  val loss "
-                       f"{evaluate(model, xs_val, ys_val, device):.3f}")
-        if out_of_time:
-            tqdm.write(f"time budget of {args.time_budget:.0f}s reached: stopping after {step} steps")
-            break
-    bar.close()
+    step = train(model, data, device, steps, batch=args.batch, lr=args.lr, time_budget=args.time_budget,
+                 val=(xs_val, ys_val))[1]
     print(f"trained {step} steps in {time.perf_counter() - t0:.1f}s")
 
     print("sample: " + repr(sample(model, data, "The ", 60 if args.quick else 200, device)))

@@ -1,6 +1,6 @@
 """Tensor indexing: t[idx] reads (basic indices as views; masks and index arrays through
 index_select) and t[idx] = value writes (slice_set, elementwise select, index_copy), with torch's rules
-for where advanced indices' dims go. Tensor.__getitem__ / __setitem__ call getitem / setitem here."""
+for where advanced indices' dims go; under autograd a write rebinds t to the written result. Tensor.__getitem__ / __setitem__ call getitem / setitem here."""
 from __future__ import annotations
 
 import numbers
@@ -9,9 +9,12 @@ import numpy as np
 
 from . import _C
 from . import dtypes as _dt
-from .backprop import is_grad_enabled, no_grad, tracks
+from .backprop import SETITEM, _rebinds, is_grad_enabled, no_grad, record, tracks
 from .errors import EmberError, EmberValueError, IndexOutOfRange, ShapeError, UnsupportedOp
-from .tensor import Tensor, _as_index, _broadcast_shape, _index_np, full, tensor, where
+from .grad_rules import _sum_to
+from .grad_rules import rule as _rule
+from .grad_rules import wanted as _wanted
+from .tensor import Tensor, _as_index, _broadcast_shape, _index_np, _wrap, full, tensor, where
 
 
 def getitem(t, idx):
@@ -75,12 +78,10 @@ def setitem(t, idx, value):
     """t[idx] = value: an in-place write into t's storage (every view sees it, as with slice_set) for
     basic indices (ints, slices, None, ...), 0/1 masks and integer index arrays; value broadcasts to
     what idx selects, as in torch (t[mask] = v takes one value per selected element, in row-major
-    order, or broadcasts to them). A repeated index keeps its last value, as in numpy. Like slice_set
-    it is not recorded for autograd, so it is refused on a tensor that tracks gradients (the
-    backward would silently use the old values): use em.where or index_add there."""
-    if is_grad_enabled() and (tracks(t) or (isinstance(value, Tensor) and tracks(value))):
-        raise UnsupportedOp("[setitem] in-place assignment with a tensor that tracks gradients would not be "
-                            "differentiated; write t = em.where(mask, value, t), or assign under em.no_grad()")
+    order, or broadcasts to them). A repeated index keeps its last value, as in numpy. When t or the
+    value tracks gradients the write is recorded (see _setitem_recorded)."""
+    if is_grad_enabled() and t._dtype.is_float and (tracks(t) or (isinstance(value, Tensor) and tracks(value))):
+        return _setitem_recorded(t, idx, value)
     single = idx[0] if isinstance(idx, tuple) and len(idx) == 1 else idx
     idx_t = idx if isinstance(idx, tuple) else (idx,)
     if _is_mask(single):
@@ -117,6 +118,58 @@ def setitem(t, idx, value):
     if target.ndim == 0:
         target, src = target.unsqueeze(0), src.reshape(1)
     _slice_set_as(target, src.broadcast_as(target.shape) if src.shape != target.shape else src, "setitem")
+
+def _setitem_recorded(t, idx, value):
+    """t[idx] = value under autograd, as torch records it: the values are written in place (views see
+    them, and a saved tensor of this storage that the write overwrites raises in backward, by the
+    version counter), and t becomes the written result in the graph: a node whose inputs are t as it was
+    (a shell keeping its old node; the gradient there is zero where written) and the value (the
+    gradient gathered at idx, summed over broadcast). Nodes recorded before the write keep reading the
+    old t (backprop._as_recorded). Refused for a variable (a leaf: torch refuses too) and for a view
+    whose base would change unseen by the graph."""
+    if t.is_variable:
+        raise UnsupportedOp("[setitem] in-place assignment into a Var (a leaf that tracks gradients) would "
+                            "replace the values its gradient is for; write into a copy (y = v.clone(); y[idx] = "
+                            "value), or assign under em.no_grad()")
+    node = t._op
+    if node is not None and node.name != SETITEM and any(i is not None and i._storage is t._storage
+                                                         for i in node.inputs):
+        raise UnsupportedOp(f"[setitem] this tensor is a view ({node.name}) of one that tracks gradients: the write "
+                            "would change that tensor unseen by its graph; index the base tensor instead, or "
+                            "clone the view first")
+    lay = t._layout
+    if node is None and not (lay.is_contiguous() and lay.start_offset == 0 and lay.numel() == t._storage.numel):
+        raise UnsupportedOp("[setitem] writing a value that tracks gradients into part of a larger storage "
+                            "(a view) would change the other tensors of that storage unseen by the graph; "
+                            "index the whole tensor (buf[i, j] = v rather than buf[i][j] = v)")
+    with no_grad():
+        shape = getitem(t, idx).shape  # what idx selects (and every index check, before anything is written)
+    src = _setitem_value(value, t._dtype, t._device, shape)
+    old = _wrap(t._storage, t._layout, t._dtype, t._device)
+    old._op = node
+    src_version = src._storage.saved_version
+    pre = t._storage.version
+    with no_grad():
+        setitem(t, idx, src)
+    t._op = None
+    record(t, SETITEM, (old, src), (idx, pre))
+    if t._op is not None:  # the value was read before the write (t[0] = t[1] reads t's old row)
+        t._op.versions = (t._op.versions[0], src_version)
+        _rebinds.add(t)
+
+
+@_rule(SETITEM, ())
+def _setitem_rule(n, out, g):
+    old, src = n.inputs
+    idx = n.saved[0]
+    go = gv = None
+    if _wanted(old):
+        go = g.copy()
+        go[idx] = 0.0  # the written positions came from the value (recorded again under create_graph)
+    if _wanted(src):
+        gv = _sum_to(g[idx], src.shape)
+    return go, gv
+
 
 def _is_scalar_bool(i):
     """A 0-d mask: a Python or numpy bool, a 0-d bool array or a 0-d uint8 tensor (a comparison's result)."""

@@ -358,6 +358,65 @@ class TorchNames:
         from .sorting import topk
         return topk(self, k, dim, largest, sorted)
 
+    def roll(self, shifts, dims=None):
+        """This tensor rolled along dims: ``em.roll(self, shifts, dims)``.
+
+        Args:
+            shifts: an int or a sequence of ints.
+            dims: an int or a sequence as long as shifts; None rolls the flattened tensor.
+
+        Returns:
+            A new tensor of this shape (see ``ember.movement.roll``).
+
+        Raises:
+            EmberValueError: shifts and dims differ in length.
+            IndexOutOfRange: a dim is out of range.
+        """
+        from .movement import roll
+        return roll(self, shifts, dims)
+
+    # ----------------------------------------------------------------- scatter (scatter.py)
+    def scatter(self, dim, index, src=None, value=None):
+        """A copy of this tensor with ``src`` written in at ``index`` along ``dim``: ``em.scatter``.
+
+        Args:
+            dim: the dim the index runs along.
+            index: an integer tensor with this tensor's number of dims.
+            src: a tensor of this dtype (at least the index's size) or a number.
+            value: a number, instead of ``src``.
+
+        Returns:
+            A new tensor of this shape (see ``ember.scatter.scatter``).
+
+        Raises:
+            EmberValueError: both or neither of ``src`` and ``value`` are given.
+            ShapeError: the index, src and this tensor do not fit.
+            IndexOutOfRange: ``dim`` or an index entry is out of range.
+        """
+        from .scatter import scatter
+        return scatter(self, dim, index, src, value)
+
+    def scatter_reduce(self, dim, index, src, reduce, include_self=True):
+        """A copy of this tensor with ``src`` combined in at ``index`` by ``reduce``: ``em.scatter_reduce``.
+
+        Args:
+            dim: the dim the index runs along.
+            index: an integer tensor with this tensor's number of dims.
+            src: a tensor of this dtype, at least the index's size.
+            reduce: ``"sum"``, ``"prod"``, ``"mean"``, ``"amax"`` or ``"amin"``.
+            include_self: whether this tensor's values at indexed positions take part.
+
+        Returns:
+            A new tensor of this shape (see ``ember.scatter.scatter_reduce``).
+
+        Raises:
+            EmberValueError: ``reduce`` is unknown.
+            ShapeError: the index, src and this tensor do not fit.
+            IndexOutOfRange: ``dim`` or an index entry is out of range.
+        """
+        from .scatter import scatter_reduce
+        return scatter_reduce(self, dim, index, src, reduce, include_self)
+
     def cumsum(self, dim, exclusive=False, reverse=False):
         """Running sums along ``dim``: ``em.cumsum(self, dim, exclusive, reverse)``.
 

@@ -46,10 +46,13 @@ void bind_fused(py::module_& m) {
         py::arg("log") = false, G());
   f.def("softmax_bwd", [](S y, L ly, S g, L lg, bool log) { return fz::softmax_bwd(y, ly, g, lg, log); },
         py::arg("y"), py::arg("ly"), py::arg("g"), py::arg("lg"), py::arg("log") = false, G());
-  f.def("rms_norm_fwd", [](S x, L lx, S w, L lw, double eps) { return fz::rms_norm_fwd(x, lx, w, lw, eps); },
-        py::arg("x"), py::arg("lx"), py::arg("w"), py::arg("lw"), py::arg("eps"), G());
-  f.def("rms_norm_bwd", [](S x, L lx, S w, L lw, S rstd, S g, L lg) { return fz::rms_norm_bwd(x, lx, w, lw, rstd, g, lg); },
-        py::arg("x"), py::arg("lx"), py::arg("w"), py::arg("lw"), py::arg("rstd"), py::arg("g"), py::arg("lg"), G());
+  f.def("rms_norm_fwd",
+        [](S x, L lx, SP w, const Layout* lw, double eps) { return fz::rms_norm_fwd(x, lx, w, lw, eps); },
+        py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("eps"), G());
+  f.def("rms_norm_bwd",
+        [](S x, L lx, SP w, const Layout* lw, S rstd, S g, L lg) { return fz::rms_norm_bwd(x, lx, w, lw, rstd, g, lg); },
+        py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("rstd"), py::arg("g"),
+        py::arg("lg"), G());
   f.def("layer_norm_fwd",
         [](S x, L lx, SP w, const Layout* lw, SP b, const Layout* lb, double eps) {
           return fz::layer_norm_fwd(x, lx, w, lw, b, lb, eps);
@@ -62,11 +65,23 @@ void bind_fused(py::module_& m) {
         },
         py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("mean"),
         py::arg("rstd"), py::arg("g"), py::arg("lg"), G());
+  f.def("group_norm_fwd",
+        [](S x, L lx, int64_t groups, SP w, const Layout* lw, SP b, const Layout* lb, double eps) {
+          return fz::group_norm_fwd(x, lx, groups, w, lw, b, lb, eps);
+        },
+        py::arg("x"), py::arg("lx"), py::arg("groups"), py::arg("w").none(true), py::arg("lw").none(true),
+        py::arg("b").none(true), py::arg("lb").none(true), py::arg("eps"), G());
+  f.def("group_norm_bwd",
+        [](S x, L lx, int64_t groups, SP w, const Layout* lw, S mean, S rstd, S g, L lg) {
+          return fz::group_norm_bwd(x, lx, groups, w, lw, mean, rstd, g, lg);
+        },
+        py::arg("x"), py::arg("lx"), py::arg("groups"), py::arg("w").none(true), py::arg("lw").none(true),
+        py::arg("mean"), py::arg("rstd"), py::arg("g"), py::arg("lg"), G());
   for (int k = 0; k < (int)ActKind::Count; ++k) {
     const ActKind kind = (ActKind)k;
     f.def((std::string(ember::act_name(kind)) + "_bwd").c_str(),
-          [kind](S a, L la, S g, L lg) { return fz::act_bwd(kind, a, la, g, lg); }, py::arg("a"), py::arg("la"),
-          py::arg("g"), py::arg("lg"), G());
+          [kind](S a, L la, S g, L lg, double p0, double p1) { return fz::act_bwd(kind, a, la, g, lg, p0, p1); },
+          py::arg("a"), py::arg("la"), py::arg("g"), py::arg("lg"), py::arg("p0") = 0.0, py::arg("p1") = 0.0, G());
   }
   f.def(
       "sdpa_fwd",
@@ -76,6 +91,27 @@ void bind_fused(py::module_& m) {
       py::arg("q"), py::arg("lq"), py::arg("k"), py::arg("lk"), py::arg("v"), py::arg("lv"),
       py::arg("mask").none(true) = nullptr, py::arg("lmask").none(true) = nullptr,
       py::arg("scale").none(true) = py::none(), py::arg("causal") = false, G());
+  f.def(
+      "rope",
+      [](S x, L lx, int64_t dims, bool traditional, double base, double scale, int64_t offset, SP offsets,
+         const Layout* loffsets, SP freqs, const Layout* lfreqs, bool inverse) {
+        ember::RopeArgs a;
+        a.dims = dims, a.offset = offset, a.traditional = traditional, a.inverse = inverse;
+        a.base = base, a.scale = scale;
+        if (offsets) {
+          EMBER_CHECK(loffsets, Value, "[rope] offset given without a layout");
+          a.offsets = offsets, a.loffsets = *loffsets;
+        }
+        if (freqs) {
+          EMBER_CHECK(lfreqs, Value, "[rope] freqs given without a layout");
+          a.freqs = freqs, a.lfreqs = *lfreqs;
+        }
+        return fz::rope(x, lx, a);
+      },
+      py::arg("x"), py::arg("lx"), py::arg("dims"), py::arg("traditional") = false, py::arg("base") = 10000.0,
+      py::arg("scale") = 1.0, py::arg("offset") = 0, py::arg("offsets").none(true) = nullptr,
+      py::arg("loffsets").none(true) = nullptr, py::arg("freqs").none(true) = nullptr,
+      py::arg("lfreqs").none(true) = nullptr, py::arg("inverse") = false, G());
   f.def(
       "sdpa_check",
       [](S q, L lq, S k, L lk, S v, L lv, SP mask, const Layout* lmask) {

@@ -99,6 +99,12 @@ void bind_ops(py::module_& m) {
                          const StoragePtr& src, const Layout& sl, int64_t dim) {
     ember::index_copy(*s, l, S(ids), il, S(src), sl, dim);
   }, GilFree());
+  // op: a ScatterOp code (0 scatter, then sum, prod, mean, amax, amin); returns a new (storage, layout)
+  m.def("scatter_reduce", [](int op, const StoragePtr& s, const Layout& l, const StoragePtr& ids, const Layout& il,
+                             const StoragePtr& src, const Layout& sl, int64_t dim, bool include_self) -> SL {
+    return ember::scatter_reduce(op_code<ScatterOp>(op, (int)ScatterOp::Count, "scatter_reduce"), S(s), l, S(ids),
+                                 il, S(src), sl, dim, include_self);
+  }, GilFree());
   m.def("cat", [](const std::vector<StoragePtr>& ss, const std::vector<Layout>& ls, int64_t dim) -> SL {
     EMBER_CHECK(ss.size() == ls.size(), Value, "[cat] storages and layouts differ in count");
     std::vector<const BackendStorage*> ps;
@@ -114,6 +120,50 @@ void bind_ops(py::module_& m) {
   }, GilFree());
   m.def("col2im", [conv_geom](const StoragePtr& s, const Layout& l, const std::array<int64_t, 14>& geom) -> SL {
     return ember::col2im(*s, l, conv_geom(geom));
+  }, GilFree());
+  using G14 = std::array<int64_t, 14>;
+  m.def("conv2d_fwd", [conv_geom](const StoragePtr& x, const Layout& lx, const StoragePtr& w, const Layout& lw,
+                                  const BackendStorage* b, const Layout* lb, const G14& geom, int64_t groups) -> SL {
+    return ember::conv2d_fwd(*x, lx, *w, lw, b, lb, conv_geom(geom), groups);
+  }, py::arg("x"), py::arg("lx"), py::arg("w"), py::arg("lw"), py::arg("b").none(true), py::arg("lb").none(true),
+        py::arg("geom"), py::arg("groups"), GilFree());
+  m.def("conv2d_bwd_input", [conv_geom](const StoragePtr& gy, const Layout& lg, const StoragePtr& w, const Layout& lw,
+                                        const G14& geom, int64_t groups) -> SL {
+    return ember::conv2d_bwd_input(*gy, lg, *w, lw, conv_geom(geom), groups);
+  }, GilFree());
+  m.def("conv2d_bwd_weight", [conv_geom](const StoragePtr& x, const Layout& lx, const StoragePtr& gy, const Layout& lg,
+                                         const G14& geom, int64_t groups) -> SL {
+    return ember::conv2d_bwd_weight(*x, lx, *gy, lg, conv_geom(geom), groups);
+  }, GilFree());
+  // pool geom: (n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow, divisor, count_include_pad), see PoolGeom.
+  auto pool_geom = [](const std::array<int64_t, 16>& v) {
+    return PoolGeom{v[0], v[1], v[2], v[3], v[4],  v[5],  v[6],  v[7],
+                    v[8], v[9], v[10], v[11], v[12], v[13], v[14], v[15] != 0};
+  };
+  // (values, Max's indices or None, layout)
+  m.def("pool2d", [pool_geom](int kind, const StoragePtr& s, const Layout& l, const std::array<int64_t, 16>& geom,
+                              bool with_indices) {
+    return ember::pool2d(op_code<PoolKind>(kind, (int)PoolKind::Count, "pool2d"), *s, l, pool_geom(geom),
+                         with_indices);
+  }, GilFree());
+  m.def("pool2d_bwd", [pool_geom](int kind, const StoragePtr& g, const Layout& lg, const StoragePtr& ids,
+                                  const std::optional<Layout>& il, const std::array<int64_t, 16>& geom) -> SL {
+    return ember::pool2d_bwd(op_code<PoolKind>(kind, (int)PoolKind::Count, "pool2d"), *g, lg, ids.get(),
+                             il ? &*il : nullptr, pool_geom(geom));
+  }, GilFree());
+  // upsample geom: (n, c, h, w, oh, ow), the scale factors (h, w) (0: in / out), align_corners.
+  auto up_geom = [](const std::array<int64_t, 6>& v, double sf_h, double sf_w, bool align) {
+    return UpsampleGeom{v[0], v[1], v[2], v[3], v[4], v[5], sf_h, sf_w, align};
+  };
+  m.def("upsample", [up_geom](int mode, const StoragePtr& s, const Layout& l, const std::array<int64_t, 6>& geom,
+                              double sf_h, double sf_w, bool align) -> SL {
+    return ember::upsample(op_code<UpsampleMode>(mode, (int)UpsampleMode::Count, "interpolate"), *s, l,
+                           up_geom(geom, sf_h, sf_w, align));
+  }, GilFree());
+  m.def("upsample_bwd", [up_geom](int mode, const StoragePtr& g, const Layout& lg, const std::array<int64_t, 6>& geom,
+                                  double sf_h, double sf_w, bool align) -> SL {
+    return ember::upsample_bwd(op_code<UpsampleMode>(mode, (int)UpsampleMode::Count, "interpolate"), *g, lg,
+                               up_geom(geom, sf_h, sf_w, align));
   }, GilFree());
   m.def("sort", [](const StoragePtr& s, const Layout& l, int64_t dim, bool descending, bool stable) {
     return ember::sort(*s, l, dim, descending, stable);

@@ -1,5 +1,6 @@
 // Metal launchers for the convolution windows (metal/conv.metal): im2col (unfold) through any input
-// strides, and col2im (fold) from contiguous columns.
+// strides, col2im (fold) from contiguous columns, and conv2d's three directions built on them and the
+// matmul kernel (which reads the weight and the gradient through their strides, never copying them).
 #include <algorithm>
 
 #include "metal/launch.h"
@@ -43,6 +44,93 @@ StoragePtr col2im(const MetalStorage& s, const ConvGeom& g) {
       .input(s).output(*out).array(geom_meta(g, 0, Shape{0, 0, 0, 0}))
       .dispatch(Dim3{gx, gy, 1}, Dim3{std::min<uint32_t>(gx, 64), std::min<uint32_t>(gy, 4), 1});
   return out;
+}
+
+namespace {
+// (n, groups, rows, cols) views for the per-group matmuls: a 4-D (a, groups * rows, ...) tensor whose last
+// dims merge as (rows, cols) with row stride rs and column stride cs; bstride 0 broadcasts over the images.
+Layout group_view(const Layout& l, int64_t n, int64_t groups, int64_t rows, int64_t cols, int64_t bstride,
+                  int64_t gstride, int64_t rs, int64_t cs) {
+  return Layout({n, groups, rows, cols}, {bstride, gstride, rs, cs}, l.offset());
+}
+// A (d0, d1, d2, d3) layout's strides as (d0, d1, d2 * d3) when its last two dims merge (else false).
+bool merged_plane(const Layout& l, int64_t& s0, int64_t& s1, int64_t& s2) {
+  const auto& sh = l.shape();
+  const auto& st = l.stride();
+  if (sh[3] != 1 && sh[2] != 1 && st[2] != st[3] * sh[3]) return false;
+  s0 = st[0];
+  s1 = st[1];
+  s2 = sh[3] != 1 ? st[3] : st[2];
+  return true;
+}
+// gy (n, c_out, oh, ow) as a dense storage when its (oh, ow) plane does not merge.
+std::pair<StoragePtr, Layout> plane_readable(const MetalStorage& s, const Layout& l) {
+  int64_t a, b, c;
+  if (merged_plane(l, a, b, c)) return {nullptr, l};
+  auto out = new_metal(s.metal_device(), s.dtype(), l.numel(), "conv2d");
+  const Layout cl = Layout::contiguous(l.shape());
+  copy_into(s, l, *out, cl);
+  return {out, cl};
+}
+}  // namespace
+
+StoragePtr conv2d_fwd(const MetalStorage& x, const Layout& l, const BackendStorage& w_, const Layout& lw,
+                      const BackendStorage* b, const Layout* lb, const ConvGeom& g, int64_t groups) {
+  const MetalStorage& w = as_metal(w_);
+  const int64_t c_out = lw.shape()[0], og = c_out / groups, k = g.c / groups * g.kh * g.kw, L = g.oh * g.ow;
+  auto cols = im2col(x, l, g);  // (n, groups, k, L)
+  // w (c_out, c/groups, kh, kw) as (groups, og, k): its three last dims merge only when dense; else a copy.
+  StoragePtr wc;
+  Layout wl = lw;
+  if (!lw.is_contiguous()) {
+    wc = new_metal(x.metal_device(), w.dtype(), lw.numel(), "conv2d");
+    wl = Layout::contiguous(lw.shape());
+    copy_into(w, lw, *wc, wl);
+  }
+  const MetalStorage& wm = wc ? as_metal(*wc) : w;
+  auto y = matmul(wm, group_view(wl, g.n, groups, og, k, 0, og * k, k, 1), *cols,
+                  Layout::contiguous({g.n, groups, k, L}));
+  if (!b) return y;
+  const Layout yl = Layout::contiguous({g.n, c_out, L});
+  return binary(as_metal(*y), BinaryOp::Add, yl, *b, Layout({g.n, c_out, L}, {0, lb->stride()[0], 0}, lb->offset()));
+}
+
+StoragePtr conv2d_bwd_input(const MetalStorage& gy, const Layout& l, const BackendStorage& w_, const Layout& lw,
+                            const ConvGeom& g, int64_t groups) {
+  const MetalStorage& w = as_metal(w_);
+  const int64_t c_out = lw.shape()[0], og = c_out / groups, cg = g.c / groups, L = g.oh * g.ow;
+  const int64_t k = cg * g.kh * g.kw;
+  auto [gc, gl] = plane_readable(gy, l);
+  const MetalStorage& gm = gc ? as_metal(*gc) : gy;
+  int64_t sn = 0, sc = 0, sp = 0;
+  merged_plane(gl, sn, sc, sp);
+  // w as (groups, k, og) transposed: element (gi, r, o) at w[gi*og + o, r]; needs the (cg, kh, kw) dims merged.
+  StoragePtr wc;
+  Layout wl = lw;
+  if (!lw.is_contiguous()) {
+    wc = new_metal(gy.metal_device(), w.dtype(), lw.numel(), "conv2d_bwd_input");
+    wl = Layout::contiguous(lw.shape());
+    copy_into(w, lw, *wc, wl);
+  }
+  const MetalStorage& wm = wc ? as_metal(*wc) : w;
+  auto cols = matmul(wm, group_view(wl, g.n, groups, k, og, 0, og * k, 1, k), gm,
+                     group_view(gl, g.n, groups, og, L, sn, og * sc, sc, sp));  // (n, groups, k, L)
+  return col2im(as_metal(*cols), g);
+}
+
+StoragePtr conv2d_bwd_weight(const MetalStorage& x, const Layout& l, const BackendStorage& gy_, const Layout& lg,
+                             const ConvGeom& g, int64_t groups) {
+  const MetalStorage& gy = as_metal(gy_);
+  const int64_t c_out = lg.shape()[1], og = c_out / groups, k = g.c / groups * g.kh * g.kw, L = g.oh * g.ow;
+  auto cols = im2col(x, l, g);  // (n, groups, k, L), read transposed as (n, groups, L, k)
+  auto [gc, gl] = plane_readable(gy, lg);
+  const MetalStorage& gm = gc ? as_metal(*gc) : gy;
+  int64_t sn = 0, sc = 0, sp = 0;
+  merged_plane(gl, sn, sc, sp);
+  auto per_image = matmul(gm, group_view(gl, g.n, groups, og, L, sn, og * sc, sc, sp), *cols,
+                          Layout({g.n, groups, L, k}, {groups * k * L, k * L, 1, L}, 0));  // (n, groups, og, k)
+  if (g.n == 1) return per_image;
+  return reduce(as_metal(*per_image), ReduceOp::Sum, Layout::contiguous({g.n, c_out * k}), {0});
 }
 
 }  // namespace ember::metal::ops

@@ -3,6 +3,7 @@
 // The shared entry points (cpp/fused.cpp) have checked dtypes, shapes and devices; saved statistics
 // are float32 (Metal has no float64).
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <string>
 #include <tuple>
@@ -42,6 +43,16 @@ struct SdpaKArgs {  // sdpa.metal's SdpaArgs
   float scale = 1;
   uint32_t causal = 0, mask_kind = 0, pad = 0;
 };
+struct ActParams {  // act.metal's, for the activations with parameters
+  float p0 = 0, p1 = 0;
+};
+struct RopeKArgs {  // rope.metal's RopeArgs
+  RowLayout x;
+  int64_t D = 0, L = 0, rows = 0, half = 0, per_batch = 1, offset = 0, o_off = 0, o_st = 0, f_off = 0, f_st = 0;
+  float scale = 1, log2_base = 0;
+  uint32_t traditional = 0, inverse = 0, has_offsets = 0, has_freqs = 0;
+};
+static_assert(sizeof(RopeKArgs) == 256, "argument blocks must match the kernels' structs");
 static_assert(sizeof(RowLayout) == 152 && sizeof(SoftmaxArgs) == 320 && sizeof(NormArgs) == 384 &&
                   sizeof(ActArgs) == 224 && sizeof(SdpaKArgs) == 320,
               "argument blocks must match the kernels' structs");
@@ -211,8 +222,8 @@ void norm_params(MetalDevice& dev, const char* op, const RowOperand& x, const Ro
 
 }  // namespace
 
-std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const MetalStorage& x, const Layout& l, const BackendStorage& w,
-                                                const Layout& lw, double eps) {
+std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const MetalStorage& x, const Layout& l, const BackendStorage* w,
+                                                const Layout* lw, double eps) {
   const char* op = "rms_norm";
   MetalDevice& dev = x.metal_device();
   const int64_t n = row_len(l), rows = row_count(l);
@@ -225,11 +236,13 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const MetalStorage& x, const Lay
   a.n = n;
   a.rows = rows;
   a.eps = (float)eps;
-  set_param(&lw, a.w_off, a.w_st);
+  a.has_w = w != nullptr;
+  set_param(lw, a.w_off, a.w_st);
   const uint32_t tpg = norm_group(n);
+  // Without a weight the kernel reads none; x is bound in its place.
   Launch(dev, "norm.metal", kname("rms_norm_fwd_", x.dtype(), op))
       .input(*in.s)
-      .input(as_metal(w))
+      .input(w ? as_metal(*w) : *in.s)
       .output(*y)
       .output(*rstd)
       .scalar(a)
@@ -237,33 +250,34 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const MetalStorage& x, const Lay
   return {y, rstd};
 }
 
-std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const MetalStorage& x, const Layout& l, const BackendStorage& w,
-                                                const Layout& lw, const BackendStorage& rstd, const BackendStorage& g,
+std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const MetalStorage& x, const Layout& l, const BackendStorage* w,
+                                                const Layout* lw, const BackendStorage& rstd, const BackendStorage& g,
                                                 const Layout& lg) {
   const char* op = "rms_norm_bwd";
   MetalDevice& dev = x.metal_device();
   const int64_t n = row_len(l), rows = row_count(l);
   auto dx = new_metal(dev, x.dtype(), l.numel(), op);
-  auto dw = new_metal(dev, x.dtype(), n, op);
+  MetalStoragePtr dw = w ? new_metal(dev, x.dtype(), n, op) : nullptr;
   RowOperand rx(x, l), rg(as_metal(g), lg);
   NormArgs a;
   a.x = rx.rl;
   a.g = rg.rl;
   a.n = n;
   a.rows = rows;
-  set_param(&lw, a.w_off, a.w_st);
+  a.has_w = w != nullptr;
+  set_param(lw, a.w_off, a.w_st);
   if (l.numel() > 0) {
     const uint32_t tpg = norm_group(n);
     Launch(dev, "norm.metal", kname("rms_norm_bwd_dx_", x.dtype(), op))
         .input(*rx.s)
-        .input(as_metal(w))
+        .input(w ? as_metal(*w) : *rx.s)
         .input(as_metal(rstd))
         .input(*rg.s)
         .output(*dx)
         .scalar(a)
         .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
   }
-  norm_params(dev, op, rx, rg, nullptr, as_metal(rstd), a, *dw, nullptr);
+  if (w) norm_params(dev, op, rx, rg, nullptr, as_metal(rstd), a, *dw, nullptr);
   return {dx, dw};
 }
 
@@ -339,7 +353,8 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const MetalStorage
 }
 
 // ================================ activations' backward ==========================================
-StoragePtr act_bwd(const MetalStorage& a, ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg) {
+StoragePtr act_bwd(const MetalStorage& a, ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg,
+                   double p0, double p1) {
   const std::string op = std::string(act_name(kind)) + "_bwd";
   MetalDevice& dev = a.metal_device();
   const int64_t n = l.numel();
@@ -374,12 +389,11 @@ StoragePtr act_bwd(const MetalStorage& a, ActKind kind, const Layout& l, const B
       }
     }
   }
-  Launch(dev, "act.metal", kname((op + "_").c_str(), a.dtype(), op.c_str()))
-      .input(*as)
-      .input(*gs)
-      .output(*dx)
-      .scalar(p)
-      .dispatch_1d(checked_u32((int64_t)threads, op.c_str()), 256);
+  Launch k(dev, "act.metal", kname((op + "_").c_str(), a.dtype(), op.c_str()));
+  k.input(*as).input(*gs).output(*dx).scalar(p);
+  // The kinds with parameters take them at buffer(4) (act.metal's act_bwd_param).
+  if (kind >= ActKind::Elu) k.scalar(ActParams{(float)p0, (float)p1});
+  k.dispatch_1d(checked_u32((int64_t)threads, op.c_str()), 256);
   return dx;
 }
 
@@ -524,6 +538,48 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const MetalStorage& q, c
       .dispatch({32 * nk, checked_u32((int64_t)ceil_div(k.Lk, nk), op), checked_u32(k.B * k.Hkv, op)},
                 {32 * nk, 1, 1});
   return {dq, dk, dv};
+}
+
+// ================================ rope ===========================================================
+StoragePtr rope(const MetalStorage& x, const Layout& l, const RopeArgs& a) {
+  const char* op = "rope";
+  MetalDevice& dev = x.metal_device();
+  auto y = new_metal(dev, x.dtype(), l.numel(), op);
+  if (l.numel() == 0) return y;
+  RowOperand in(x, l);
+  RopeKArgs k;
+  k.x = in.rl;
+  k.D = row_len(l);
+  k.L = l.shape()[l.ndim() - 2];
+  k.rows = row_count(l);
+  k.half = a.dims / 2;
+  k.offset = a.offset;
+  k.scale = (float)a.scale;
+  k.log2_base = (float)std::log2(a.base);
+  k.traditional = a.traditional;
+  k.inverse = a.inverse;
+  k.has_offsets = a.offsets != nullptr;
+  k.has_freqs = a.freqs != nullptr;
+  k.per_batch = k.rows;
+  if (a.offsets) {
+    const bool batched = a.loffsets.numel() > 1;
+    k.per_batch = batched ? k.rows / l.shape()[0] : k.rows;
+    k.o_off = a.loffsets.offset();
+    k.o_st = batched ? a.loffsets.stride()[0] : 0;
+  }
+  if (a.freqs) {
+    k.f_off = a.lfreqs.offset();
+    k.f_st = a.lfreqs.stride()[0];
+  }
+  // Absent offsets / freqs are never read; x is bound in their place.
+  Launch(dev, "rope.metal", kname("rope_", x.dtype(), op))
+      .input(*in.s)
+      .input(a.offsets ? as_metal(*a.offsets) : *in.s)
+      .input(a.freqs ? as_metal(*a.freqs) : *in.s)
+      .output(*y)
+      .scalar(k)
+      .dispatch({checked_u32(k.D - k.half, op), checked_u32(k.rows, op), 1}, {64, 1, 1});
+  return y;
 }
 
 }  // namespace ember::metal::ops

@@ -1,5 +1,5 @@
 // Metal launchers for the index family (metal/index.metal): index_select, gather, index_add, scatter_add,
-// index_copy. Indices are first checked and normalised on the device (index_prepare); the host waits for
+// index_copy, scatter_reduce. Indices are first checked and normalised on the device (index_prepare); the host waits for
 // that pass and raises on a bad index before any kernel writes a tensor, as the CPU does.
 #include <algorithm>
 #include <cstring>
@@ -140,6 +140,29 @@ void index_copy(MetalStorage& s, const Layout& l, const BackendStorage& ids_, co
   Launch(dev, "index.metal", fn)
       .inout(s).input(as_metal(src)).input(*ids).input(*win).array(rows_meta(l, sl, dim, nids, lines))
       .dispatch_1d(grid_threads(nids * lines), 256);
+}
+
+void scatter_reduce(MetalStorage& s, ScatterOp op, const Layout& l, const BackendStorage& ids_, const Layout& il,
+                    const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) {
+  MetalDevice& dev = s.metal_device();
+  const char* name = op == ScatterOp::Set ? "scatter" : "scatter_reduce";
+  const std::string fn = std::string("scatter_reduce_") + kScatterNames[(int)op] + "_" + type_suffix(s.dtype(), name);
+  auto ids = prepare_ids(dev, ids_, il, l.shape()[dim], name);
+  if (il.numel() == 0) return;
+  checked_u32(l.numel(), name);
+  const int64_t lines = il.numel() / il.shape()[dim];
+  std::vector<int64_t> meta = {l.ndim(), dim, l.offset(), sl.offset(), lines, include_self ? 1 : 0};
+  append(meta, il.shape());
+  append(meta, l.stride());
+  append(meta, sl.stride());
+  // mean's per-element counts (zeros); the other reductions bind a one-element placeholder
+  const int64_t ncnt = op == ScatterOp::Mean ? l.numel() : 1;
+  auto cnt = new_metal(dev, DType::U32, ncnt, name);
+  std::memset(cnt->host_ptr(), 0, (size_t)ncnt * 4);  // a fresh buffer: no encoded work uses it yet
+  // one thread per line along dim, combining in index order (deterministic, the CPU's results)
+  Launch(dev, "index.metal", fn)
+      .inout(s).input(as_metal(src)).input(*ids).inout(*cnt).array(meta)
+      .dispatch_1d(grid_threads(lines), 64);
 }
 
 }  // namespace ember::metal::ops

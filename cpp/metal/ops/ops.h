@@ -37,18 +37,45 @@ void scatter_add(MetalStorage& s, const Layout& l, const BackendStorage& ids, co
                  const BackendStorage& src, const Layout& sl, int64_t dim);
 void index_copy(MetalStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
                 const BackendStorage& src, const Layout& sl, int64_t dim);
+void scatter_reduce(MetalStorage& s, ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
+                    const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self);
 
 // conv.cpp
 StoragePtr im2col(const MetalStorage& s, const Layout& l, const ConvGeom& g);
 StoragePtr col2im(const MetalStorage& s, const ConvGeom& g);
+// conv2d's three directions as im2col / col2im and the matmul kernel, one image group at a time.
+StoragePtr conv2d_fwd(const MetalStorage& x, const Layout& l, const BackendStorage& w, const Layout& lw,
+                      const BackendStorage* b, const Layout* lb, const ConvGeom& g, int64_t groups);
+StoragePtr conv2d_bwd_input(const MetalStorage& gy, const Layout& l, const BackendStorage& w, const Layout& lw,
+                            const ConvGeom& g, int64_t groups);
+StoragePtr conv2d_bwd_weight(const MetalStorage& x, const Layout& l, const BackendStorage& gy, const Layout& lg,
+                             const ConvGeom& g, int64_t groups);
+
+// group_norm.cpp (metal/group_norm.metal)
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const MetalStorage& x, const Layout& l, int64_t groups,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage* b, const Layout* lb, double eps);
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const MetalStorage& x, const Layout& l, int64_t groups,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage& mean, const BackendStorage& rstd,
+                                                              const BackendStorage& g, const Layout& lg);
+
+// pool.cpp
+std::tuple<StoragePtr, StoragePtr> pool2d(const MetalStorage& s, PoolKind kind, const Layout& l, const PoolGeom& g,
+                                          bool with_indices);
+StoragePtr pool2d_bwd(const MetalStorage& s, PoolKind kind, const Layout& lg, const BackendStorage* ids,
+                      const PoolGeom& g);
+// upsample.cpp
+StoragePtr upsample(const MetalStorage& s, UpsampleMode mode, const Layout& l, const UpsampleGeom& g);
+StoragePtr upsample_bwd(const MetalStorage& s, UpsampleMode mode, const Layout& lg, const UpsampleGeom& g);
 
 // fused.cpp: the fused kernels (every check is done by the entry points in cpp/fused.cpp).
 StoragePtr softmax_fwd(const MetalStorage& s, const Layout& l, bool log);
 StoragePtr softmax_bwd(const MetalStorage& s, const Layout& l, const BackendStorage& g, const Layout& lg, bool log);
-std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const MetalStorage& s, const Layout& l, const BackendStorage& w,
-                                                const Layout& lw, double eps);
-std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const MetalStorage& s, const Layout& l, const BackendStorage& w,
-                                                const Layout& lw, const BackendStorage& rstd,
+std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const MetalStorage& s, const Layout& l, const BackendStorage* w,
+                                                const Layout* lw, double eps);
+std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const MetalStorage& s, const Layout& l, const BackendStorage* w,
+                                                const Layout* lw, const BackendStorage& rstd,
                                                 const BackendStorage& g, const Layout& lg);
 std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const MetalStorage& s, const Layout& l,
                                                               const BackendStorage* w, const Layout* lw,
@@ -57,12 +84,14 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const MetalStorage
                                                               const BackendStorage* w, const Layout* lw,
                                                               const BackendStorage& mean, const BackendStorage& rstd,
                                                               const BackendStorage& g, const Layout& lg);
-StoragePtr act_bwd(const MetalStorage& s, ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg);
+StoragePtr act_bwd(const MetalStorage& s, ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg,
+                   double p0, double p1);
 std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const MetalStorage& s, const SdpaArgs& a);
 std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const MetalStorage& s, const SdpaArgs& a,
                                                         const BackendStorage& o, const Layout& lo,
                                                         const BackendStorage& lse, const BackendStorage& g,
                                                         const Layout& lg);
+StoragePtr rope(const MetalStorage& s, const Layout& l, const RopeArgs& a);
 
 // sort.cpp
 std::tuple<StoragePtr, StoragePtr> sort(const MetalStorage& s, const Layout& l, int64_t dim, bool descending,

@@ -17,7 +17,7 @@ from .activations import (
     Softplus,
     Tanh,
 )
-from .attention import KVCache, MultiHeadAttention
+from .attention import KVCache, MultiHeadAttention, RoPE
 from .conv import (
     Conv1d,
     Conv2d,
@@ -84,3 +84,4 @@ __all__ = [
     "huber_loss", "interpolate", "kl_div", "l1_loss", "leaky_relu", "max_pool1d", "max_pool2d", "mish",
     "mse_loss", "nll_loss", "ops", "smooth_l1_loss", "softplus", "swiglu", "unfold",
 ]
+__all__ += ["RoPE"]  # the rotary embedding layer (nn/attention.py)

@@ -1,15 +1,24 @@
 """Activation functions beyond the fused ones: elu, leaky_relu, softplus, mish, hardswish, hardsigmoid
-and gelu's tanh form, each composed of ember's elementwise kernels (so differentiable on every device)."""
+and gelu's tanh form, each one kernel forward (a UnaryOp with its scalar parameters) and one fused kernel
+backward (``_C.fused.<name>_bwd``), on every device."""
 from __future__ import annotations
 
 import math
 
+from .. import _C
 from ..args import float_arg
+from ..backprop import is_grad_enabled
+from ..custom_op import CustomOp1
 from ..errors import DTypeError, EmberTypeError, EmberValueError
-from ..tensor import Tensor, where
+from ..tensor import UNARY, Tensor, where
 from . import ops
 
 __all__ = ["elu", "gelu", "hardsigmoid", "hardswish", "leaky_relu", "mish", "softplus"]
+
+_F = _C.fused
+# gelu's tanh form: 2 z = x (_B + _BK x^2), z = sqrt(2/pi) (x + 0.044715 x^3).
+_B = 2.0 * math.sqrt(2.0 / math.pi)
+_BK = _B * 0.044715
 
 
 def _float_input(x, op):
@@ -17,6 +26,83 @@ def _float_input(x, op):
         raise EmberTypeError(f"[{op}] expected a Tensor, got {type(x).__name__}")
     if not x.dtype.is_float:
         raise DTypeError(f"[{op}] expected a float tensor, got {x.dtype.name}")
+
+
+class _Act(CustomOp1):
+    """An activation with scalar parameters p0, p1: the forward is its UnaryOp kernel, the backward its
+    fused kernel; under ``backward(create_graph=True)`` the backward is ``g * _dfdx`` written with
+    Tensor ops instead, so second-order derivatives work. Subclasses set ``name`` and ``_dfdx``."""
+
+    def __init__(self, p0=0.0, p1=0.0):
+        self.p0, self.p1 = p0, p1
+
+    def cpu_fwd(self, storage, layout):
+        return _C.unary(UNARY[self.name], storage, layout, self.p0, self.p1), layout.shape
+
+    # _C.unary and _C.fused take a storage of any device: one call path everywhere.
+    metal_fwd = cuda_fwd = cpu_fwd
+
+    def bwd(self, x, res, g):
+        if not is_grad_enabled():
+            st = getattr(_F, self.name + "_bwd")(x._storage, x._layout, g._storage, g._layout, self.p0, self.p1)
+            return ops._out(st, x.shape, x)
+        return self._grad(x, g)
+
+    def _grad(self, x, g):
+        return g * self._dfdx(x)
+
+
+class _Elu(_Act):
+    name = "elu"
+
+    def _dfdx(self, x):
+        return where(x.gt(0.0), 1.0, x.exp() * self.p0)
+
+
+class _LeakyRelu(_Act):
+    name = "leaky_relu"
+
+    def _grad(self, x, g):
+        return where(x.gt(0.0), g, g * self.p0)
+
+
+class _Softplus(_Act):
+    name = "softplus"
+
+    def _dfdx(self, x):
+        bx = x * self.p0
+        return where(bx.gt(self.p1), 1.0, ops.sigmoid(bx))
+
+
+class _Mish(_Act):
+    name = "mish"
+
+    def _dfdx(self, x):
+        t = softplus(x).tanh()  # mish' = t + x sigmoid(x) (1 - t^2)
+        return t + x * ops.sigmoid(x) * (1.0 - t * t)
+
+
+class _Hardswish(_Act):
+    name = "hardswish"
+
+    def _grad(self, x, g):
+        return where(x.le(-3.0), 0.0, where(x.ge(3.0), g, g * (x * (1.0 / 3.0) + 0.5)))
+
+
+class _Hardsigmoid(_Act):
+    name = "hardsigmoid"
+
+    def _grad(self, x, g):
+        return where(x.gt(-3.0), where(x.lt(3.0), g * (1.0 / 6.0), 0.0), 0.0)
+
+
+class _GeluTanh(_Act):
+    name = "gelu_tanh"
+
+    def _dfdx(self, x):
+        xx = x * x
+        s = ops.sigmoid(x * (xx * _BK + _B))
+        return s + x * (s * (1.0 - s)) * (xx * (3.0 * _BK) + _B)
 
 
 def elu(x, alpha=1.0):
@@ -35,10 +121,7 @@ def elu(x, alpha=1.0):
     """
     _float_input(x, "elu")
     alpha = float_arg(alpha, "elu", "alpha")
-    # expm1 of x only where x <= 0: the unused branch never overflows, so no inf * 0 reaches a gradient.
-    pos = x.gt(0.0)
-    neg = where(pos, 0.0, x).expm1().affine(alpha, 0.0)
-    return where(pos, x, neg)
+    return x.apply_op1(_Elu(alpha))
 
 
 def leaky_relu(x, negative_slope=0.01):
@@ -57,7 +140,7 @@ def leaky_relu(x, negative_slope=0.01):
     """
     _float_input(x, "leaky_relu")
     slope = float_arg(negative_slope, "leaky_relu", "negative_slope")
-    return where(x.gt(0.0), x, x.affine(slope, 0.0))
+    return x.apply_op1(_LeakyRelu(slope))
 
 
 def softplus(x, beta=1.0, threshold=20.0):
@@ -81,20 +164,24 @@ def softplus(x, beta=1.0, threshold=20.0):
     threshold = float_arg(threshold, "softplus", "threshold")
     if beta == 0.0:
         raise EmberValueError("[softplus] beta must not be 0")
-    bx = x.affine(beta, 0.0) if beta != 1.0 else x
-    sp = softplus_stable(bx)
-    if beta != 1.0:
-        sp = sp.affine(1.0 / beta, 0.0)
-    return where(bx.gt(threshold), x, sp)
+    return x.apply_op1(_Softplus(beta, threshold))
 
 
 def softplus_stable(x):
-    """``log(1 + exp(x))`` for any x without overflow: ``x + log1p(exp(-x))`` where x > 0, else
-    ``log1p(exp(x))``, each branch fed only its own side of 0 (so neither exp overflows and the
-    gradient at 0 is sigmoid(0) = 0.5, not the 0 of a relu + abs form)."""
-    pos = x.gt(0.0)
-    xp, xn = where(pos, x, 0.0), where(pos, 0.0, x)
-    return where(pos, xp + xp.neg().exp().log1p(), xn.exp().log1p())
+    """``log(1 + exp(x))`` for any float x without overflow (softplus with no threshold): one kernel,
+    ``max(x, 0) + log1p(exp(-|x|))``, differentiable (the gradient sigmoid(x), 0.5 at 0).
+
+    Args:
+        x: a float tensor.
+
+    Returns:
+        A new tensor of x's shape and dtype, differentiable.
+
+    Raises:
+        DTypeError: for a non-float tensor.
+    """
+    _float_input(x, "softplus")
+    return x.apply_op1(_Softplus(1.0, math.inf))
 
 
 def mish(x):
@@ -110,13 +197,7 @@ def mish(x):
         DTypeError: for a non-float tensor.
     """
     _float_input(x, "mish")
-    if x.dtype.name == "float16":  # n below overflows float16's range long before the ratio reaches 1
-        return mish(x.to_dtype("float32")).to_dtype(x.dtype)
-    # tanh(log(1 + e)) = n / (n + 2) with n = e (e + 2), e = exp(x): four kernels fewer than tanh of a
-    # stable softplus; exp's input is capped at 20, where the ratio is 1 in float32/bfloat16/float64.
-    e = x.clamp(hi=20.0).exp()
-    n = e * e.affine(1.0, 2.0)
-    return x * (n / n.affine(1.0, 2.0))
+    return x.apply_op1(_Mish())
 
 
 def hardsigmoid(x):
@@ -132,7 +213,7 @@ def hardsigmoid(x):
         DTypeError: for a non-float tensor.
     """
     _float_input(x, "hardsigmoid")
-    return x.affine(1.0 / 6.0, 0.5).clamp(0.0, 1.0)
+    return x.apply_op1(_Hardsigmoid())
 
 
 def hardswish(x):
@@ -148,10 +229,7 @@ def hardswish(x):
         DTypeError: for a non-float tensor.
     """
     _float_input(x, "hardswish")
-    return x * x.affine(1.0 / 6.0, 0.5).clamp(0.0, 1.0)
-
-
-_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+    return x.apply_op1(_Hardswish())
 
 
 def gelu(x, approximate="none"):
@@ -174,6 +252,4 @@ def gelu(x, approximate="none"):
     if approximate != "tanh":
         raise EmberValueError(f"[gelu] approximate must be 'none' or 'tanh', got {approximate!r}")
     _float_input(x, "gelu")
-    # 0.5 (1 + tanh(z)) = sigmoid(2 z), with 2 z = x (2 c + 2 c 0.044715 x^2): the fused sigmoid, 5 kernels.
-    two_z = x * x.sqr().affine(2.0 * _SQRT_2_OVER_PI * 0.044715, 2.0 * _SQRT_2_OVER_PI)
-    return x * ops.sigmoid(two_z)
+    return x.apply_op1(_GeluTanh())

@@ -14,7 +14,7 @@ from ..tensor import Tensor, Var, arange, full, rand, tensor, where, zeros
 from . import ops
 from .layers import Linear, Module
 
-__all__ = ["KVCache", "MultiHeadAttention"]
+__all__ = ["KVCache", "MultiHeadAttention", "RoPE"]
 
 
 class KVCache:
@@ -198,8 +198,10 @@ class MultiHeadAttention(Module):
                 keep = kpm.eq(0) if keep is None else keep * kpm.eq(0)
         causal = False
         if is_causal:
-            if keep is None and additive is None and past == 0:
-                causal = True  # the fused kernel's own (top-left) causal mask: nothing is built
+            if keep is None and additive is None and lk == past + lq:
+                # the fused kernel's own causal mask, aligned bottom-right (query i sees the cache and the
+                # new keys up to its own): nothing is built, and a single query takes the decode path
+                causal = True
             elif lq > 1 or past == 0:
                 rows = arange(lq, device=device).reshape(lq, 1) + past
                 cm = rows.ge(arange(lk, device=device).reshape(1, lk)).reshape(1, 1, lq, lk)
@@ -298,3 +300,40 @@ class MultiHeadAttention(Module):
 
     def extra_repr(self):
         return f"embed_dim={self.embed_dim}, num_heads={self.num_heads}, kdim={self.kdim}, vdim={self.vdim}"
+
+
+class RoPE(Module):
+    """Rotary position embedding as a layer (MLX's ``nn.RoPE``), over ``em.nn.ops.rope``'s fused kernels.
+    It has no parameters.
+
+    Args:
+        dims: the number of features rotated (even, at most the input's last dim).
+        traditional: the interleaved pair layout ``(2i, 2i + 1)`` instead of ``(i, i + dims / 2)``.
+        base: the frequencies' base.
+        scale: multiplies the positions.
+
+    Raises:
+        EmberValueError: when called with ``dims`` odd, not positive or above the input's last dim.
+    """
+
+    def __init__(self, dims, traditional=False, base=10000.0, scale=1.0):
+        super().__init__()
+        self.dims = int_arg(dims, "RoPE", "dims")
+        self.traditional = bool_arg(traditional, "RoPE", "traditional")
+        self.base = float_arg(base, "RoPE", "base")
+        self.scale = float_arg(scale, "RoPE", "scale")
+
+    def forward(self, x, offset=0):
+        """Rotates ``x`` (..., L, D) for positions ``offset .. offset + L - 1``.
+
+        Args:
+            x: a float tensor (..., L, D).
+            offset: the first position: an int (a KV cache's length) or an int tensor of shape () or (B,).
+
+        Returns:
+            Tensor: ``em.nn.ops.rope(x, dims, traditional, base, scale, offset)``.
+        """
+        return ops.rope(x, self.dims, self.traditional, self.base, self.scale, offset)
+
+    def extra_repr(self):
+        return f"dims={self.dims}, traditional={self.traditional}, base={self.base}, scale={self.scale}"

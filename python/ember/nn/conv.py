@@ -1,12 +1,14 @@
-"""Convolutions: unfold / fold (windows as columns, and back) and conv1d / conv2d and their transposes
-as a GEMM over those columns, with the Conv*/ConvTranspose* layers."""
+"""Convolutions: unfold / fold (windows as columns, and back), conv1d / conv2d and their transposes (one
+kernel per direction: forward, input gradient, weight gradient; each a GEMM over column tiles built in
+cache), with the Conv*/ConvTranspose* layers."""
 from __future__ import annotations
 
 import math
 import numbers
 
 from .. import _C
-from ..custom_op import CustomOp1
+from ..backprop import needs_grad
+from ..custom_op import CustomOp1, CustomOp2, CustomOp3
 from ..dtypes import to_device, to_dtype
 from ..errors import DeviceError, DTypeError, EmberValueError, ShapeError
 from ..tensor import Tensor
@@ -70,6 +72,86 @@ class _Fold(CustomOp1):
 
     def bwd(self, arg, res, grad_res):
         return grad_res.apply_op1(_Unfold(self.geom))
+
+
+class _Conv(CustomOp2):
+    """conv2d(x, w) as one kernel; its backward is the two other directions (themselves differentiable)."""
+
+    name = "conv2d"
+
+    def __init__(self, geom, groups):
+        self.geom, self.groups = geom, groups
+
+    def cpu_fwd(self, xs, xl, ws, wl):
+        s, l = _C.conv2d_fwd(xs, xl, ws, wl, None, None, self.geom, self.groups)
+        return s, l.shape
+
+    metal_fwd = cpu_fwd  # the binding dispatches on the storage's device
+
+    def bwd(self, x, w, res, gy):
+        dx = gy.apply_op2(w, _ConvInput(self.geom, self.groups)) if needs_grad(x) else None
+        dw = x.apply_op2(gy, _ConvWeight(self.geom, self.groups)) if needs_grad(w) else None
+        return dx, dw
+
+
+class _ConvBias(CustomOp3):
+    """conv2d(x, w) + b, the bias added in the kernel while each output tile is in cache."""
+
+    name = "conv2d"
+
+    def __init__(self, geom, groups):
+        self.geom, self.groups = geom, groups
+
+    def cpu_fwd(self, xs, xl, ws, wl, bs, bl):
+        s, l = _C.conv2d_fwd(xs, xl, ws, wl, bs, bl, self.geom, self.groups)
+        return s, l.shape
+
+    metal_fwd = cpu_fwd
+
+    def bwd(self, x, w, b, res, gy):
+        dx, dw = _Conv.bwd(self, x, w, res, gy)
+        return dx, dw, (gy.sum((0, 2, 3)) if needs_grad(b) else None)
+
+
+class _ConvInput(CustomOp2):
+    """dx = conv2d_bwd_input(gy, w): the adjoint of conv2d in x (and conv_transpose2d's forward)."""
+
+    name = "conv2d_bwd_input"
+
+    def __init__(self, geom, groups):
+        self.geom, self.groups = geom, groups
+
+    def cpu_fwd(self, gs, gl, ws, wl):
+        s, l = _C.conv2d_bwd_input(gs, gl, ws, wl, self.geom, self.groups)
+        return s, l.shape
+
+    metal_fwd = cpu_fwd
+
+    def bwd(self, gy, w, dx, gdx):
+        # bilinear in (gy, w): <gdx, A_w^T gy> = <conv(gdx, w), gy>
+        dgy = gdx.apply_op2(w, _Conv(self.geom, self.groups)) if needs_grad(gy) else None
+        dw = gdx.apply_op2(gy, _ConvWeight(self.geom, self.groups)) if needs_grad(w) else None
+        return dgy, dw
+
+
+class _ConvWeight(CustomOp2):
+    """dw = conv2d_bwd_weight(x, gy): the adjoint of conv2d in w."""
+
+    name = "conv2d_bwd_weight"
+
+    def __init__(self, geom, groups):
+        self.geom, self.groups = geom, groups
+
+    def cpu_fwd(self, xs, xl, gs, gl):
+        s, l = _C.conv2d_bwd_weight(xs, xl, gs, gl, self.geom, self.groups)
+        return s, l.shape
+
+    metal_fwd = cpu_fwd
+
+    def bwd(self, x, gy, dw, gdw):
+        dx = gy.apply_op2(gdw, _ConvInput(self.geom, self.groups)) if needs_grad(x) else None
+        dgy = x.apply_op2(gdw, _Conv(self.geom, self.groups)) if needs_grad(gy) else None
+        return dx, dgy
 
 
 def _check_float(x, op, what):
@@ -195,7 +277,7 @@ def _batched(x, spatial, op):
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-    """A 2-D convolution (cross-correlation, as torch's ``F.conv2d``), as a GEMM over ``unfold``.
+    """A 2-D convolution (cross-correlation, as torch's ``F.conv2d``), one fused kernel per direction.
 
     Args:
         input: (N, C_in, H, W) or (C_in, H, W); any strides.
@@ -217,19 +299,18 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     _check_float(weight, "conv2d", "weight")
     if weight.ndim != 4:
         raise ShapeError(f"[conv2d] expected weight (C_out, C_in / groups, kh, kw), got {weight.shape}")
-    c_out = _check_conv_args(x, weight, bias, groups, "conv2d", transposed=False)
+    _check_conv_args(x, weight, bias, groups, "conv2d", transposed=False)
     k, d = (weight.shape[2], weight.shape[3]), _pair(dilation, "conv2d", "dilation", 1)
     s = _pair(stride, "conv2d", "stride", 1)
     (pt, pb), (pl, pr) = _conv_padding(padding, k, d, s, "conv2d")
     n, c, h, w = x.shape
     oh = _out_size(h, k[0], s[0], pt, pb, d[0], "conv2d")
     ow = _out_size(w, k[1], s[1], pl, pr, d[1], "conv2d")
-    cols = x.apply_op1(_Unfold((n, c, h, w, *k, *s, pt, pl, *d, oh, ow)))  # (N, C*kh*kw, L)
-    cg = c // groups * k[0] * k[1]
-    out = weight.reshape(groups, c_out // groups, cg) @ cols.reshape(n, groups, cg, oh * ow)
-    out = out.reshape(n, c_out, oh, ow)
-    if bias is not None:
-        out = out + bias.reshape(1, c_out, 1, 1)
+    geom = (n, c, h, w, *k, *s, pt, pl, *d, oh, ow)
+    if bias is None:
+        out = x.apply_op2(weight, _Conv(geom, groups))
+    else:
+        out = x.apply_op3(weight, bias, _ConvBias(geom, groups))
     return out.squeeze(0) if added else out
 
 
@@ -272,10 +353,8 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     wout = (w - 1) * s[1] - 2 * p[1] + d[1] * (k[1] - 1) + op_[1] + 1
     if hout < 1 or wout < 1:
         raise ShapeError(f"[{op}] padding {p} leaves no output for input ({h}, {w}) and kernel {k}")
-    cg, og = c // groups, c_out // groups
-    wt = weight.reshape(groups, cg, og * k[0] * k[1]).transpose(-2, -1)  # (G, C_out/G*kh*kw, C_in/G)
-    cols = (wt @ x.reshape(n, groups, cg, h * w)).reshape(n, c_out * k[0] * k[1], h * w)
-    out = cols.apply_op1(_Fold((n, c_out, hout, wout, *k, *s, *p, *d, h, w)))
+    # The adjoint in x of the conv2d that maps (C_out, hout, wout) to x's (C_in, h, w) with this weight.
+    out = x.apply_op2(weight, _ConvInput((n, c_out, hout, wout, *k, *s, *p, *d, h, w), groups))
     if bias is not None:
         out = out + bias.reshape(1, c_out, 1, 1)
     return out.squeeze(0) if added else out

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..args import bool_arg, float_arg, int_arg
 from ..creation import arange, rand
 from ..errors import DTypeError, EmberTypeError, EmberValueError, IndexOutOfRange
+from ..movement import pad
 from ..tensor import Tensor, tensor
 from .act_fns import elu, gelu, hardsigmoid, hardswish, leaky_relu, mish, softplus
 from .conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d, fold, unfold
@@ -36,7 +37,7 @@ __all__ = [
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "conv1d", "conv2d", "conv_transpose1d",
     "conv_transpose2d", "cross_entropy", "dropout", "elu", "fold", "gelu", "group_norm", "hardsigmoid",
     "hardswish", "huber_loss", "interpolate", "kl_div", "l1_loss", "layer_norm", "leaky_relu", "log_softmax",
-    "max_pool1d", "max_pool2d", "mish", "mse_loss", "nll_loss", "one_hot", "relu", "rms_norm", "sigmoid", "silu",
+    "max_pool1d", "max_pool2d", "mish", "mse_loss", "nll_loss", "one_hot", "pad", "relu", "rms_norm", "sigmoid", "silu",
     "smooth_l1_loss", "softmax", "softplus", "tanh", "unfold",
 ]
 

@@ -1,27 +1,29 @@
 """Resampling: ``interpolate`` (nearest, nearest-exact, linear, bilinear; align_corners both ways) and the
-``Upsample`` module, one axis at a time: nearest is an index_select of source rows/columns, linear a
-GEMM with a two-taps-per-row matrix (or, on very long axes, two index_selects blended by their
-weights); the source indices and weights depend only on the sizes and are computed with numpy."""
+``Upsample`` module. Each mode is one C++ kernel per device (``_C.upsample``, the upsample family behind
+the backend trait; 1-D is the h == 1 case) with torch's source-index formulas, and its backward another
+(``_C.upsample_bwd``, the adjoint); both are recorded ops, so second order works. Python checks the
+arguments and derives the output size as torch does."""
 from __future__ import annotations
 
 import math
 import numbers
 
-import numpy as np
-
+from .. import _C
 from ..args import bool_arg
+from ..backprop import record
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor import Tensor, tensor
+from ..grad_rules import rule as _rule
+from ..tensor import Tensor, _wrap
 from .layers import Module
-from .pooling import _DENSE_AXIS_MAX, _apply_axis
 
 __all__ = ["Upsample", "interpolate"]
 
-_MODES = {"nearest": None, "nearest-exact": None, "linear": 3, "bilinear": 4}
+# mode -> (the input rank it takes, None for either; cpp/backend.h's UpsampleMode)
+_MODES = {"nearest": (None, 0), "nearest-exact": (None, 1), "linear": (3, 2), "bilinear": (4, 2)}
 
 
 def _sizes(x, size, scale_factor, recompute, op):
-    """(output sizes, the scale per dim used for the source index: in / out, or 1 / scale_factor)."""
+    """(output sizes, the scale factors the kernel's source index uses: the given ones, or 0 for in / out)."""
     spatial = x.shape[2:]
     n = len(spatial)
     if (size is None) == (scale_factor is None):
@@ -32,7 +34,7 @@ def _sizes(x, size, scale_factor, recompute, op):
             raise EmberTypeError(f"[{op}] size must be an int or {n} ints for input {x.shape}, got {size!r}")
         if any(v < 1 for v in out):
             raise EmberValueError(f"[{op}] size must be positive, got {size!r}")
-        return tuple(int(v) for v in out), tuple(i / o for i, o in zip(spatial, out))
+        return tuple(int(v) for v in out), (0.0,) * n
     sf = tuple(scale_factor) if isinstance(scale_factor, (tuple, list)) else (scale_factor,) * n
     if len(sf) != n or not all(isinstance(v, numbers.Real) and not isinstance(v, bool) for v in sf):
         raise EmberTypeError(f"[{op}] scale_factor must be a number or {n} numbers, got {scale_factor!r}")
@@ -41,41 +43,24 @@ def _sizes(x, size, scale_factor, recompute, op):
     out = tuple(int(math.floor(i * float(f))) for i, f in zip(spatial, sf))
     if any(v < 1 for v in out):
         raise ShapeError(f"[{op}] scale_factor {scale_factor!r} leaves no output for input {x.shape}")
-    if recompute:
-        return out, tuple(i / o for i, o in zip(spatial, out))
-    return out, tuple(1.0 / float(f) for f in sf)
+    return out, ((0.0,) * n if recompute else tuple(float(f) for f in sf))
 
 
-def _nearest_index(n_in, n_out, scale, exact):
-    """torch's nearest source index (computed in float32 as torch's CPU kernel does)."""
-    dst = np.arange(n_out, dtype=np.float32)
-    s = np.float32(scale)
-    src = np.floor(((dst + np.float32(0.5)) if exact else dst) * s).astype(np.int64)
-    return np.minimum(src, n_in - 1)
+def _upsample(x, mode, geom, sf, align):
+    s, layout = _C.upsample(mode, x._storage, x._layout, geom, sf[0], sf[1], align)
+    return record(_wrap(s, layout, x._dtype, x._device), "upsample", (x,), (mode, geom, sf, align))
 
 
-def _linear_taps(n_in, n_out, scale, align_corners):
-    """(i0, i1, w0, w1) of linear interpolation along one axis, torch's source-index rule."""
-    dst = np.arange(n_out, dtype=np.float64)
-    if align_corners:
-        src = dst * ((n_in - 1) / (n_out - 1) if n_out > 1 else 0.0)
-    else:
-        src = np.maximum((dst + 0.5) * scale - 0.5, 0.0)
-    i0 = np.minimum(np.floor(src).astype(np.int64), n_in - 1)
-    i1 = np.minimum(i0 + 1, n_in - 1)
-    w1 = src - i0
-    return i0, i1, 1.0 - w1, w1
+@_rule("upsample", ())
+def _upsample_grad(n, out, g):
+    mode, geom, sf, align = n.saved
+    s, layout = _C.upsample_bwd(mode, g._storage, g._layout, geom, sf[0], sf[1], align)
+    return (record(_wrap(s, layout, g._dtype, g._device), "upsample_bwd", (g,), n.saved),)
 
 
-def _along(x, dim, idx):
-    return x.index_select(tensor(idx, device=x.device), dim)
-
-
-def _weights(w, dim, x):
-    """Per-position weights shaped to broadcast along ``dim`` of x."""
-    shape = [1] * x.ndim
-    shape[dim] = w.shape[0]
-    return tensor(w.reshape(shape), dtype=x.dtype, device=x.device)
+@_rule("upsample_bwd", ())
+def _upsample_bwd_grad(n, out, g):
+    return (_upsample(g, *n.saved),)  # the backward is linear: its adjoint is the forward
 
 
 def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None, recompute_scale_factor=None):
@@ -99,7 +84,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         EmberValueError: an unknown mode, both or neither of size and scale_factor, align_corners
             with a nearest mode, or a non-positive size.
         ShapeError: an input rank the mode does not take.
-        DTypeError: a non-float input.
+        DTypeError: a non-float input, or one the device lacks.
     """
     op = "interpolate"
     if not isinstance(input, Tensor):
@@ -108,7 +93,7 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
         raise DTypeError(f"[{op}] expected a float tensor, got {input.dtype.name}")
     if mode not in _MODES:
         raise EmberValueError(f"[{op}] unknown mode {mode!r} (expected one of {', '.join(_MODES)})")
-    rank = _MODES[mode]
+    rank, code = _MODES[mode]
     if rank is None:
         if align_corners is not None:
             raise EmberValueError(f"[{op}] align_corners applies to the linear modes only, not {mode!r}")
@@ -122,25 +107,13 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
                                                                      "recompute_scale_factor")
     if any(s == 0 for s in input.shape[2:]):
         raise ShapeError(f"[{op}] input {input.shape} has an empty spatial dim")
-    out, scales = _sizes(input, size, scale_factor, recompute, op)
-    y = input
-    for i in reversed(range(len(out))):  # the last dim first: the larger reads stay contiguous longer
-        dim, n_in, n_out = 2 + i, input.shape[2 + i], out[i]
-        if rank is None:
-            if n_in != n_out or scales[i] != 1.0:
-                y = _along(y, dim, _nearest_index(n_in, n_out, scales[i], mode == "nearest-exact"))
-            continue
-        i0, i1, w0, w1 = _linear_taps(n_in, n_out, scales[i], align)
-        if n_in == 1:  # every tap reads the one position
-            y = _along(y, dim, i0)
-        elif n_in <= _DENSE_AXIS_MAX and dim >= y.ndim - 2:
-            a = np.zeros((n_out, n_in))  # two taps per row: one GEMM beats two gathers and a blend here
-            np.add.at(a, (np.arange(n_out), i0), w0)
-            np.add.at(a, (np.arange(n_out), i1), w1)
-            y = _apply_axis(y, dim - y.ndim, tensor(a, dtype=y.dtype, device=y.device))
-        else:
-            y = _along(y, dim, i0) * _weights(w0, dim, y) + _along(y, dim, i1) * _weights(w1, dim, y)
-    return y
+    out, sf = _sizes(input, size, scale_factor, recompute, op)
+    x = input if input.ndim == 4 else input.unsqueeze(2)  # 1-D is the h == 1 case
+    if input.ndim == 3:
+        out, sf = (1,) + out, (0.0,) + sf
+    n, c, h, w = x.shape
+    y = _upsample(x, code, (n, c, h, w, out[0], out[1]), sf, align)
+    return y if input.ndim == 4 else y.squeeze(2)
 
 
 class Upsample(Module):

@@ -1,14 +1,16 @@
-"""Normalization layers over channels: group_norm / GroupNorm (on the fused layer_norm kernel) and
-batch_norm / BatchNorm1d / BatchNorm2d (batch statistics while training, running statistics in eval)."""
+"""Normalization layers over channels: group_norm / GroupNorm (one fused kernel forward and one backward)
+and batch_norm / BatchNorm1d / BatchNorm2d (batch statistics while training, running statistics in eval)."""
 from __future__ import annotations
 
+from .. import _C
 from ..args import bool_arg, float_arg, int_arg
-from ..backprop import no_grad
+from ..backprop import is_grad_enabled, needs_grad, no_grad
+from ..custom_op import CustomOp1, CustomOp3
 from ..dtypes import to_device, to_dtype
 from ..errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor import Tensor, Var, ones, tensor, zeros
-from . import ops
+from ..tensor import Tensor, Var, full, ones, tensor, zeros
 from .layers import Module
+from .ops import _out
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "GroupNorm", "batch_norm", "group_norm"]
 
@@ -37,11 +39,73 @@ def _channel_param(p, c, x, op, what):
     return p.reshape(1, c, *([1] * (x.ndim - 2)))
 
 
+def _group_norm_grads(x, w, g, groups, eps):
+    """(dx, dw, db) of group norm as tensor ops: the backward of a backward (create_graph) goes through it."""
+    shape, n, c = x.shape, x.shape[0], x.shape[1]
+    xg = x.reshape(n, groups, -1)
+    xc = xg - xg.mean(-1, keepdim=True)
+    r = ((xc * xc).mean(-1, keepdim=True) + eps).sqrt().recip()
+    xh = xc * r
+    gw = (g if w is None else g * w.reshape(1, c, *([1] * (x.ndim - 2)))).reshape(n, groups, -1)
+    dx = (r * (gw - gw.mean(-1, keepdim=True) - xh * (gw * xh).mean(-1, keepdim=True))).reshape(*shape)
+    dims = (0, *range(2, x.ndim))
+    return dx, (g * xh.reshape(*shape)).sum(dims), g.sum(dims)
+
+
+class _GroupNormAffine(CustomOp3):
+    """group_norm(x, groups, w, b) as one kernel; the backward is one kernel too (dx, dw, db)."""
+
+    name = "group_norm"
+
+    def __init__(self, groups, eps):
+        self.groups, self.eps = groups, eps
+        self.mean = self.rstd = None
+
+    def cpu_fwd(self, xs, xl, ws, wl, bs, bl):
+        y, self.mean, self.rstd = _C.fused.group_norm_fwd(xs, xl, self.groups, ws, wl, bs, bl, self.eps)
+        return y, xl.shape
+
+    metal_fwd = cpu_fwd  # the binding dispatches on the storage's device
+
+    def bwd(self, x, w, b, y, g):
+        if is_grad_enabled():  # create_graph: the gradient must itself be differentiable
+            dx, dw, db = _group_norm_grads(x, w, g, self.groups, self.eps)
+        else:
+            dxs, dws, dbs = _C.fused.group_norm_bwd(x._storage, x._layout, self.groups, w._storage, w._layout,
+                                                    self.mean, self.rstd, g._storage, g._layout)
+            dx, dw, db = _out(dxs, x.shape, x), _out(dws, w.shape, w), _out(dbs, b.shape, b)
+        return (dx if needs_grad(x) else None, dw if needs_grad(w) else None, db if needs_grad(b) else None)
+
+
+class _GroupNormPlain(CustomOp1):
+    """group_norm(x, groups) without affine parameters."""
+
+    name = "group_norm"
+
+    def __init__(self, groups, eps):
+        self.groups, self.eps = groups, eps
+        self.mean = self.rstd = None
+
+    def cpu_fwd(self, xs, xl):
+        y, self.mean, self.rstd = _C.fused.group_norm_fwd(xs, xl, self.groups, None, None, None, None, self.eps)
+        return y, xl.shape
+
+    metal_fwd = cpu_fwd
+
+    def bwd(self, x, y, g):
+        if is_grad_enabled():
+            return _group_norm_grads(x, None, g, self.groups, self.eps)[0]
+        dxs, _, _ = _C.fused.group_norm_bwd(x._storage, x._layout, self.groups, None, None, self.mean, self.rstd,
+                                            g._storage, g._layout)
+        return _out(dxs, x.shape, x)
+
+
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     """Group normalization, as ``torch.nn.functional.group_norm``: the channels are split into
     ``num_groups`` groups and each (sample, group) is normalised over its channels and positions with
-    the biased variance, then scaled and shifted per channel. One fused layer_norm kernel does the
-    normalisation.
+    the biased variance, then scaled and shifted per channel. One fused kernel does the forward
+    (statistics and affine) and one the backward (input, weight and bias gradients); f16/bf16
+    accumulate in f32.
 
     Args:
         input: (N, C, ...) float tensor, any strides.
@@ -62,20 +126,20 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     _float_input(input, op, 2)
     g = int_arg(num_groups, op, "num_groups")
     eps = float_arg(eps, op, "eps")
-    n, c = input.shape[0], input.shape[1]
+    c = input.shape[1]
     if g < 1:
         raise EmberValueError(f"[{op}] num_groups must be positive, got {g}")
     if c % g:
         raise ShapeError(f"[{op}] num_groups {g} must divide the channels {c}")
-    w, b = _channel_param(weight, c, input, op, "weight"), _channel_param(bias, c, input, op, "bias")
-    if input.numel() == 0:
-        return input * 1.0
-    y = ops.layer_norm(input.reshape(n, g, -1), None, None, eps).reshape(*input.shape)
-    if w is not None:
-        y = y * w
-    if b is not None:
-        y = y + b
-    return y
+    _channel_param(weight, c, input, op, "weight")
+    _channel_param(bias, c, input, op, "bias")
+    if weight is None and bias is None:
+        return input.apply_op1(_GroupNormPlain(g, eps))
+    if weight is None:
+        weight = full((c,), 1.0, dtype=input.dtype, device=input.device)
+    if bias is None:
+        bias = full((c,), 0.0, dtype=input.dtype, device=input.device)
+    return input.apply_op3(weight, bias, _GroupNormAffine(g, eps))
 
 
 def _stat(t, c, x, op, what):

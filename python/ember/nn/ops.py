@@ -11,17 +11,18 @@ from __future__ import annotations
 import math
 
 from .. import _C
-from ..args import float_arg
+from ..args import bool_arg, float_arg, i64_arg, int_arg
 from ..backprop import is_grad_enabled, tracks
 from ..custom_op import CustomOp1, CustomOp2, CustomOp3
-from ..errors import DeviceError, DTypeError, EmberTypeError, ShapeError
+from ..errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, ShapeError
 from ..tensor import UNARY, Tensor, _contig, _dim, _wrap, arange, full, where
 
 _F = _C.fused
 
 __all__ = [  # noqa: RUF022  (grouped: fused ops, then the composite references)
     "sigmoid", "silu", "gelu", "softmax", "softmax_last_dim", "log_softmax", "rms_norm", "layer_norm",
-    "sdpa", "softmax_slow", "log_softmax_slow", "rms_norm_slow", "layer_norm_slow", "sdpa_slow",
+    "sdpa", "rope", "softmax_slow", "log_softmax_slow", "rms_norm_slow", "layer_norm_slow", "sdpa_slow",
+    "rope_slow",
 ]
 
 
@@ -255,16 +256,38 @@ class _RmsNorm(CustomOp2):
         return r * (gw - xh * (gw * xh).mean(-1, keepdim=True)), _sum_leading(g * xh)
 
 
-def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-5) -> Tensor:
+class _RmsNormNoWeight(CustomOp1):
+    """rms_norm without a weight: the kernels take a null weight, so no ones tensor is built."""
+
+    name = "rms_norm"
+    __init__ = _RmsNorm.__init__
+
+    def cpu_fwd(self, xs, xl):
+        y, self.rstd = _F.rms_norm_fwd(xs, xl, None, None, self.eps)
+        return y, xl.shape
+
+    metal_fwd = cuda_fwd = cpu_fwd
+
+    def bwd(self, x, y, g):
+        if not is_grad_enabled() and self.rstd is not None:
+            dx, _ = _F.rms_norm_bwd(x._storage, x._layout, None, None, self.rstd, g._storage, g._layout)
+            return _out(dx, x.shape, x)
+        r = ((x * x).mean(-1, keepdim=True) + self.eps).sqrt().recip()
+        xh = x * r
+        return r * (g - xh * (g * xh).mean(-1, keepdim=True))
+
+
+def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """``x / sqrt(mean(x**2, -1) + eps) * weight``, over the last dim, as one fused kernel.
 
     Args:
         x: a float tensor (..., D); any strides and offset.
-        weight: the (D,) scale, the same dtype as ``x``.
+        weight: the (D,) scale, the same dtype as ``x``, or None for no scale (the kernels then read
+            no weight at all; no ones tensor is built).
         eps: added to the mean square.
 
     Returns:
-        Tensor: same shape and dtype; differentiable with respect to ``x`` and ``weight``.
+        Tensor: same shape and dtype; differentiable with respect to ``x`` and ``weight`` (when given).
 
     Raises:
         ShapeError: ``weight`` is not of shape (D,).
@@ -273,6 +296,8 @@ def rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-5) -> Tensor:
     _check_tensor(x, "rms_norm")
     if x.ndim == 0:
         raise ShapeError("[rms_norm] expected at least 1 dim, got a scalar")
+    if weight is None:
+        return x.apply_op1(_RmsNormNoWeight(eps))
     _check_param(x, weight, "rms_norm", "weight")
     return x.apply_op2(weight, _RmsNorm(eps))
 
@@ -304,17 +329,82 @@ class _LayerNorm(CustomOp3):
         return dx, _sum_leading(g * xh), _sum_leading(g)
 
 
-def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float = 1e-5) -> Tensor:
+class _LayerNormOpt:
+    """layer_norm with a weight or a bias missing: the kernels take null pointers (no ones/zeros tensor
+    is built), and only the parameters given are inputs, so only they get gradients. ``self.w`` /
+    ``self.b`` hold the given ones; the op's inputs are x followed by them."""
+
+    name = "layer_norm"
+
+    def __init__(self, eps, has_w, has_b):
+        self.eps = float_arg(eps, self.name, "eps")
+        self.has_w, self.has_b = has_w, has_b
+        self.mean = self.rstd = None
+
+    def _fwd(self, xs, xl, *rest):
+        ws, wl, bs, bl = None, None, None, None
+        if self.has_w:
+            ws, wl = rest[0], rest[1]
+        if self.has_b:
+            bs, bl = rest[-2], rest[-1]
+        y, self.mean, self.rstd = _F.layer_norm_fwd(xs, xl, ws, wl, bs, bl, self.eps)
+        return y, xl.shape
+
+    def grads(self, x, w, g):
+        """(dx, dw or None, db): fused without create_graph, else in Tensor ops (differentiable)."""
+        if not is_grad_enabled() and self.rstd is not None:
+            dx, dw, db = _F.layer_norm_bwd(x._storage, x._layout, None if w is None else w._storage,
+                                           None if w is None else w._layout, self.mean, self.rstd,
+                                           g._storage, g._layout)
+            dx = _out(dx, x.shape, x)
+            dw = None if dw is None else _out(dw, w.shape, w)
+            if not self.has_b:
+                db = None
+            else:  # the kernel sums g for db only beside dw
+                db = _out(db, (x.shape[-1],), x) if db is not None else _sum_leading(g)
+            return dx, dw, db
+        xc = x - x.mean(-1, keepdim=True)
+        r = ((xc * xc).mean(-1, keepdim=True) + self.eps).sqrt().recip()
+        xh = xc * r
+        gw = g if w is None else g * w
+        dx = r * (gw - gw.mean(-1, keepdim=True) - xh * (gw * xh).mean(-1, keepdim=True))
+        return dx, (None if w is None else _sum_leading(g * xh)), (_sum_leading(g) if self.has_b else None)
+
+
+class _LayerNormX(_LayerNormOpt, CustomOp1):
+    def cpu_fwd(self, xs, xl):
+        return self._fwd(xs, xl)
+
+    metal_fwd = cuda_fwd = cpu_fwd
+
+    def bwd(self, x, y, g):
+        return self.grads(x, None, g)[0]
+
+
+class _LayerNormXP(_LayerNormOpt, CustomOp2):
+    def cpu_fwd(self, xs, xl, ps, pl):
+        return self._fwd(xs, xl, ps, pl)
+
+    metal_fwd = cuda_fwd = cpu_fwd
+
+    def bwd(self, x, p, y, g):
+        dx, dw, db = self.grads(x, p if self.has_w else None, g)
+        return dx, (dw if self.has_w else db)
+
+
+def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dim, as one fused kernel.
 
     Args:
         x: a float tensor (..., D); any strides and offset.
-        weight: the (D,) scale, or None for ones.
-        bias: the (D,) shift, or None for zeros.
+        weight: the (D,) scale, or None for no scale.
+        bias: the (D,) shift, or None for no shift. A missing parameter is never built as a tensor:
+            the kernels take a null pointer, and it gets no gradient.
         eps: added to the variance (the biased one, as torch).
 
     Returns:
-        Tensor: same shape and dtype; differentiable with respect to ``x``, ``weight`` and ``bias``.
+        Tensor: same shape and dtype; differentiable with respect to ``x`` and each of ``weight`` and
+        ``bias`` that is given.
 
     Raises:
         ShapeError: ``weight`` or ``bias`` is not of shape (D,).
@@ -323,23 +413,25 @@ def layer_norm(x: Tensor, weight: Tensor | None, bias: Tensor | None, eps: float
     _check_tensor(x, "layer_norm")
     if x.ndim == 0:
         raise ShapeError("[layer_norm] expected at least 1 dim, got a scalar")
-    n = x.shape[-1]
-    if weight is None:
-        weight = full((n,), 1.0, dtype=x.dtype, device=x.device)
-    if bias is None:
-        bias = full((n,), 0.0, dtype=x.dtype, device=x.device)
-    _check_param(x, weight, "layer_norm", "weight")
-    _check_param(x, bias, "layer_norm", "bias")
-    return x.apply_op3(weight, bias, _LayerNorm(eps))
+    if weight is not None:
+        _check_param(x, weight, "layer_norm", "weight")
+    if bias is not None:
+        _check_param(x, bias, "layer_norm", "bias")
+    if weight is not None and bias is not None:
+        return x.apply_op3(weight, bias, _LayerNorm(eps))
+    if weight is None and bias is None:
+        return x.apply_op1(_LayerNormX(eps, False, False))
+    return x.apply_op2(weight if bias is None else bias, _LayerNormXP(eps, weight is not None, bias is not None))
 
 
 # ----------------------------------------------------------------------------- sdpa
 def _attn_scores(q, k, scale, causal, mask):
     """Masked, scaled scores (composite) for the differentiable backward and the reference."""
     s = (q @ k.transpose(-2, -1)) * scale
-    if causal:  # top-left aligned like torch: query i sees keys j <= i
+    if causal:  # aligned bottom-right (a KV-cache step): query i sees keys j <= i + Lk - Lq
         lq, lk = q.shape[-2], k.shape[-2]
-        keep = arange(lq, device=q.device).reshape(lq, 1).ge(arange(lk, device=q.device).reshape(1, lk))
+        rows = arange(lq, device=q.device).reshape(lq, 1) + (lk - lq)
+        keep = rows.ge(arange(lk, device=q.device).reshape(1, lk))
         s = where(keep, s, full((), float("-inf"), dtype=s.dtype, device=s.device))
     if mask is not None:
         if mask.dtype.is_float:
@@ -353,7 +445,8 @@ def _attn_probs(q, k, scale, causal, mask):
     """softmax of _attn_scores (composite, differentiable in every input). A row whose keys are all
     masked gives zeros, as in the fused kernel, not the NaN of a softmax over -inf."""
     s = _attn_scores(q, k, scale, causal, mask)
-    if mask is None or s.shape[-1] == 0:  # causal alone leaves every query at least key 0
+    # causal alone leaves every query at least key 0 unless there are more queries than keys
+    if (mask is None and (not causal or q.shape[-2] <= k.shape[-2])) or s.shape[-1] == 0:
         return softmax_last_dim(s)
     live = s.max(-1, keepdim=True).detach().gt(full((), float("-inf"), dtype=s.dtype, device=s.device))
     zero = full((), 0.0, dtype=s.dtype, device=s.device)
@@ -423,7 +516,9 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
         k: keys (B, Hkv, Lk, D).
         v: values (B, Hkv, Lk, Dv).
         scale: the factor on ``q @ k^T``; default ``1 / sqrt(D)``.
-        causal: mask out keys after each query (query i sees keys 0..i).
+        causal: mask out keys after each query, aligned bottom-right as in a KV-cache step: query i of
+            Lq sees keys 0 .. i + Lk - Lq (0 .. i when Lq == Lk; with Lq > Lk the first Lq - Lk queries
+            see none and give 0).
         mask: None, an additive float mask or a bool/uint8 keep-mask, broadcastable to (B, H, Lq, Lk).
 
     Returns:
@@ -449,6 +544,141 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
                       mask._storage, mask._layout)  # the fused path's errors, word for word
         return _attn_probs(q, _repeat_kv(k, q), scale, causal, mask) @ _repeat_kv(v, q)
     return q.apply_op3(k, v, _Sdpa(scale, causal, mask))
+
+
+# ----------------------------------------------------------------------------- rope
+class _Rope(CustomOp1):
+    """Fused rotary embedding; the backward is the same kernel rotating by -theta (rope's adjoint),
+    itself recorded when the graph is kept, so higher derivatives work."""
+
+    name = "rope"
+
+    def __init__(self, dims, traditional, base, scale, offset, offsets, freqs, inverse=False):
+        self.dims, self.traditional, self.base, self.scale = dims, traditional, base, scale
+        self.offset, self.offsets, self.freqs, self.inverse = offset, offsets, freqs, inverse
+
+    def _run(self, s, l, inverse):
+        o, f = self.offsets, self.freqs
+        return _F.rope(s, l, self.dims, self.traditional, self.base, self.scale, self.offset,
+                       None if o is None else o._storage, None if o is None else o._layout,
+                       None if f is None else f._storage, None if f is None else f._layout, inverse)
+
+    def cpu_fwd(self, storage, layout):
+        return self._run(storage, layout, self.inverse), layout.shape
+
+    metal_fwd = cuda_fwd = cpu_fwd
+
+    def bwd(self, x, y, g):
+        if not is_grad_enabled():
+            return _out(self._run(g._storage, g._layout, not self.inverse), x.shape, x)
+        return g.apply_op1(_Rope(self.dims, self.traditional, self.base, self.scale, self.offset, self.offsets,
+                                 self.freqs, not self.inverse))
+
+
+def _rope_args(x, dims, traditional, base, scale, offset, freqs):
+    """Checked and converted rope arguments: (dims, traditional, base, scale, int offset, offsets tensor
+    or None, freqs or None)."""
+    _check_tensor(x, "rope")
+    if x.ndim < 2:
+        raise ShapeError(f"[rope] expected an input of shape (..., L, D), got {x.shape}")
+    dims = int_arg(dims, "rope", "dims")
+    traditional = bool_arg(traditional, "rope", "traditional")
+    base = 10000.0 if base is None else float_arg(base, "rope", "base")
+    scale = float_arg(scale, "rope", "scale")
+    offsets = None
+    if isinstance(offset, Tensor):
+        if offset.dtype.is_float:
+            raise DTypeError(f"[rope] offset must be an int or an int tensor, got {offset.dtype.name}")
+        if offset.device != x.device:
+            raise DeviceError(f"[rope] offset is on {offset.device}, input on {x.device}")
+        offsets = offset if offset.dtype.name == "int64" else offset.to_dtype("int64")
+        offset = 0
+    else:
+        offset = i64_arg(offset, "rope", "offset")
+    if freqs is not None:
+        _check_tensor(freqs, "rope", "freqs")
+        if not freqs.dtype.is_float:
+            raise DTypeError(f"[rope] freqs must be a float tensor, got {freqs.dtype.name}")
+        if freqs.device != x.device:
+            raise DeviceError(f"[rope] freqs is on {freqs.device}, input on {x.device}")
+    return dims, traditional, base, scale, offset, offsets, freqs
+
+
+def rope(x: Tensor, dims: int, traditional: bool = False, base: float | None = 10000.0, scale: float = 1.0,
+         offset=0, freqs: Tensor | None = None) -> Tensor:
+    """Rotary position embedding (RoPE), MLX's ``mx.fast.rope``: one fused kernel forward and one
+    backward (the rotation by -theta).
+
+    The row of ``x`` at position ``t = offset + l`` (``l`` its index along dim -2) has its feature pairs
+    ``i < dims / 2`` rotated by ``theta = t * scale * base ** (-2 i / dims)`` (``t * scale / freqs[i]``
+    with ``freqs``): ``(a, b) -> (a cos - b sin, a sin + b cos)``. The pairs are ``(2i, 2i + 1)`` when
+    ``traditional`` (GPT-J, the original paper), else ``(i, i + dims / 2)`` (GPT-NeoX / Llama's
+    ``rotate_half``); features from ``dims`` on pass through. The angles are computed in double on the
+    CPU (float on Metal).
+
+    Args:
+        x: a float tensor (..., L, D), any strides and offset (f32, f16, bf16, f64).
+        dims: the number of features rotated (even, at most D).
+        traditional: the interleaved pair layout.
+        base: the frequencies' base; ignored (may be None) when ``freqs`` is given.
+        scale: multiplies the positions.
+        offset: the position of row 0: an int (the KV-cache length), or an int tensor of shape () or
+            (B,) with one position per batch (dim 0 of ``x``, which then has at least 3 dims).
+        freqs: optional (dims / 2,) float frequencies (``theta = t * scale / freqs[i]``). It gets a
+            gradient when it tracks one: then, as for ``sdpa``'s float mask, the rotation runs as the
+            composite ``rope_slow``.
+
+    Returns:
+        Tensor: same shape and dtype as ``x``; differentiable with respect to ``x`` (and ``freqs``).
+
+    Raises:
+        EmberValueError: ``dims`` odd, not positive or above D; ``base`` not positive.
+        ShapeError: ``x`` with fewer than 2 dims; ``offset`` or ``freqs`` of the wrong shape.
+        DTypeError: ``x`` not float; a float ``offset`` tensor; ``freqs`` not float.
+        DeviceError: ``offset`` or ``freqs`` on another device.
+    """
+    dims, traditional, base, scale, offset, offsets, freqs = _rope_args(x, dims, traditional, base, scale, offset,
+                                                                        freqs)
+    if freqs is not None and is_grad_enabled() and tracks(freqs):
+        return rope_slow(x, dims, traditional, base, scale, offset if offsets is None else offsets, freqs)
+    if freqs is not None:
+        fdt = "float64" if x.dtype.name == "float64" else "float32"
+        freqs = freqs.detach() if freqs.dtype.name == fdt else freqs.detach().to_dtype(fdt)
+    return x.apply_op1(_Rope(dims, traditional, base, scale, offset, offsets, freqs))
+
+
+def rope_slow(x, dims, traditional=False, base=10000.0, scale=1.0, offset=0, freqs=None):
+    """Composite reference for tests (and the path where ``freqs`` needs a gradient): ``rope`` in
+    Tensor ops, the angles in float32 (float64 for a float64 ``x``)."""
+    from ..multi import cat, stack  # late: multi imports tensor, as this module does
+
+    dims, traditional, base, scale, offset, offsets, freqs = _rope_args(x, dims, traditional, base, scale, offset,
+                                                                        freqs)
+    if dims <= 0 or dims % 2 or dims > x.shape[-1]:
+        raise EmberValueError(f"[rope] dims must be even and in [2, {x.shape[-1]}], got {dims}")
+    half, L = dims // 2, x.shape[-2]
+    cdt = "float64" if x.dtype.name == "float64" else "float32"
+    if freqs is None:
+        inv = (arange(half, device=x.device).to_dtype(cdt) * (-2.0 * math.log(base) / dims)).exp()
+    else:
+        inv = freqs.to_dtype(cdt).recip()
+    pos = arange(L, device=x.device).to_dtype(cdt) + float(offset)
+    theta = (pos.reshape(L, 1) * scale) * inv.reshape(1, half)  # (L, half)
+    if offsets is not None:
+        po = offsets.to_dtype(cdt).reshape(offsets.numel(), *([1] * (x.ndim - 1)))  # (B|1, 1.., 1)
+        theta = theta + (po * scale) * inv.reshape(1, half)
+    c, s = theta.cos().to_dtype(x.dtype), theta.sin().to_dtype(x.dtype)
+    rot = x.narrow(-1, 0, dims)
+    if traditional:
+        pairs = rot.reshape(*x.shape[:-1], half, 2)
+        a, b = pairs.narrow(-1, 0, 1).squeeze(-1), pairs.narrow(-1, 1, 1).squeeze(-1)
+        out = stack([a * c - b * s, a * s + b * c], -1).reshape(*x.shape[:-1], dims)
+    else:
+        a, b = rot.narrow(-1, 0, half), rot.narrow(-1, half, half)
+        out = cat([a * c - b * s, a * s + b * c], -1)
+    if dims == x.shape[-1]:
+        return out
+    return cat([out, x.narrow(-1, dims, x.shape[-1] - dims)], -1)
 
 
 # ----------------------------------------------------------------------------- composite references

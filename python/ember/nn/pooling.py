@@ -1,30 +1,30 @@
 """Pooling: max_pool1d/2d (with indices), avg_pool1d/2d and adaptive_avg_pool1d/2d, and their modules.
 
-Nothing loops over elements or windows in Python. Max pooling that records a gradient takes every
-window as a column of ``unfold`` (im2col, one C++ kernel on every device), then argmax and gather, so
-the gradient goes to the first maximum as torch's; without a gradient it is a running maximum over the
-kernel's taps, each a strided view. Average pooling is separable: a GEMM with an averaging matrix per
-axis (unfold + sum for very wide axes). What depends only on the geometry (masks, divisors,
-matrices) is built once per call with numpy.
+Each is one C++ kernel per device (``_C.pool2d``, the pool2d family behind the backend trait: threaded
+over the (n, c) planes on CPU, a thread per output on Metal); 1-D pools are the h == 1 case. The
+backward is its own kernel (``_C.pool2d_bwd``): max adds each output's gradient at its index (torch's
+first maximum), the averages spread it over the window. Both are recorded ops, so second order works.
+Python checks the arguments with torch's rules and derives the output size.
 """
 from __future__ import annotations
 
 import numbers
 
-import numpy as np
-
+from .. import _C
+from .. import dtypes as _dt
 from ..args import bool_arg
-from ..backprop import is_grad_enabled, tracks
+from ..backprop import is_grad_enabled, record, tracks
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..multi import maximum
-from ..tensor import Tensor, arange, full, tensor
-from .conv import _Unfold
+from ..grad_rules import rule as _rule
+from ..tensor import Tensor, _wrap
 from .layers import Module
 
 __all__ = [
     "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AvgPool1d", "AvgPool2d", "MaxPool1d", "MaxPool2d",
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "max_pool1d", "max_pool2d",
 ]
+
+_MAX, _AVG, _ADAPTIVE = 0, 1, 2  # cpp/backend.h's PoolKind
 
 
 def _ints(v, n, op, what, lo):
@@ -56,13 +56,13 @@ def _input(x, spatial, op):
 
 
 def _out_len(n, k, s, p, d, ceil_mode, op):
-    """torch's pooled length: the last window must start inside the input or its left padding."""
-    span = n + 2 * p - d * (k - 1) - 1
-    if span < 0:
-        raise ShapeError(f"[{op}] the kernel {k} with dilation {d} does not fit an input of size {n} with padding {p}")
-    out = (span + (s - 1 if ceil_mode else 0)) // s + 1
+    """torch's pooled length (floor division, as its div_rtn): the last window must start inside the input
+    or its left padding, and there must be one."""
+    out = (n + 2 * p - d * (k - 1) - 1 + (s - 1 if ceil_mode else 0)) // s + 1
     if ceil_mode and (out - 1) * s >= n + p:
         out -= 1
+    if out < 1:
+        raise ShapeError(f"[{op}] the kernel {k} with dilation {d} does not fit an input of size {n} with padding {p}")
     return out
 
 
@@ -81,78 +81,50 @@ def _geometry(x, kernel_size, stride, padding, dilation, ceil_mode, op):
     return k, s, p, d, out
 
 
-def _windows(x, k, s, p, d, out):
-    """(N, C, kh*kw, oh*ow): every window as a column, zeros where it reaches past the input."""
+def _geom(x, k, s, p, d, out, divisor=0, include_pad=True):
+    """The kernels' PoolGeom tuple for a 4-D x."""
     n, c, h, w = x.shape
-    cols = x.apply_op1(_Unfold((n, c, h, w, *k, *s, *p, *d, *out)))
-    return cols.reshape(n, c, k[0] * k[1], out[0] * out[1])
+    return (n, c, h, w, k[0], k[1], s[0], s[1], p[0], p[1], d[0], d[1], out[0], out[1], divisor, int(include_pad))
 
 
-def _inside(n, k, s, p, d, out):
-    """(out, k) bool: whether window o's tap j reads an input position (not padding / overflow)."""
-    pos = np.arange(out)[:, None] * s - p + np.arange(k)[None, :] * d
-    return (pos >= 0) & (pos < n)
+def _pool(x, kind, geom, with_indices=False):
+    """(pooled x, Max's int64 indices or None); the values are recorded for backward."""
+    vs, ids, layout = _C.pool2d(kind, x._storage, x._layout, geom, with_indices)
+    idx = None if ids is None else _wrap(ids, layout, _dt.int64, x._device)
+    return record(_wrap(vs, layout, x._dtype, x._device), "pool2d", (x,), (kind, geom, idx)), idx
 
 
-def _valid(n_in, n_out, s, p, off):
-    """The outputs [lo, hi) whose tap at offset ``off`` reads an input position (not padding)."""
-    first, last = p - off, n_in - 1 + p - off  # o * s must lie in [first, last]
-    lo = 0 if first <= 0 else -(-first // s)
-    hi = 0 if last < 0 else min(n_out, last // s + 1)
-    return lo, max(lo, hi)
+def _pool_bwd(g, kind, geom, idx):
+    """dx of a pooling from the output's gradient g (recorded: its own gradient is a gather or a pool)."""
+    ids = None if idx is None else idx._storage
+    il = None if idx is None else idx._layout
+    s, layout = _C.pool2d_bwd(kind, g._storage, g._layout, ids, il, geom)
+    return record(_wrap(s, layout, g._dtype, g._device), "pool2d_bwd", (g,), (kind, geom, idx))
 
 
-def _max_by_taps(x, k, s, p, d, out):
-    """max_pool2d's values with nothing recorded: a running maximum over the kh * kw taps, each a
-    strided view of x written into the outputs it reaches (no column matrix, no padded copy)."""
-    n, c, h, w = x.shape
-    y, lone, partial = None, False, []
-    for ki in range(k[0]):
-        ylo, yhi = _valid(h, out[0], s[0], p[0], ki * d[0])
-        for kj in range(k[1]):
-            xlo, xhi = _valid(w, out[1], s[1], p[1], kj * d[1])
-            if ylo == yhi or xlo == xhi:
-                continue
-            r0, c0 = ylo * s[0] - p[0] + ki * d[0], xlo * s[1] - p[1] + kj * d[1]
-            tap = x[:, :, r0 : r0 + (yhi - ylo - 1) * s[0] + 1 : s[0], c0 : c0 + (xhi - xlo - 1) * s[1] + 1 : s[1]]
-            if (ylo, yhi, xlo, xhi) == (0, out[0], 0, out[1]):  # reaches every output: one maximum
-                y, lone = (tap, True) if y is None else (maximum(y, tap), False)
-            else:
-                partial.append((ylo, yhi, xlo, xhi, tap))
-    if y is None:
-        y = full((n, c, *out), float("-inf"), dtype=x.dtype, device=x.device)
-    elif lone:
-        y = y.copy()  # a lone tap is a view of x: the result owns its storage (and the writes below go there)
-    for ylo, yhi, xlo, xhi, tap in partial:  # taps that reach padding for some outputs: write their part
-        dst = y.narrow(2, ylo, yhi - ylo).narrow(3, xlo, xhi - xlo)
-        dst.slice_set(maximum(dst, tap), 3, 0)
-    return y
+@_rule("pool2d", ())
+def _pool2d_grad(n, out, g):
+    kind, geom, idx = n.saved
+    return (_pool_bwd(g, kind, geom, idx),)
+
+
+@_rule("pool2d_bwd", ())
+def _pool2d_bwd_grad(n, out, g):
+    kind, geom, idx = n.saved
+    if kind != _MAX:  # the averages' backward is linear, its adjoint the forward
+        return (_pool(g, kind, geom)[0],)
+    b, c, oh, ow = idx.shape
+    return (g.reshape(b, c, -1).gather(idx.reshape(b, c, oh * ow), 2).reshape(b, c, oh, ow),)
 
 
 def _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices, op):
     """max_pool2d over a 4-D x: (values (N, C, oh, ow), flat indices into H * W or None)."""
     k, s, p, d, out = _geometry(x, kernel_size, stride, padding, dilation, ceil_mode, op)
     return_indices = bool_arg(return_indices, op, "return_indices")
-    n, c, h, w = x.shape
-    if not return_indices and not (is_grad_enabled() and tracks(x)):
-        return _max_by_taps(x, k, s, p, d, out), None
-    cols = _windows(x, k, s, p, d, out)
-    ih, iw = _inside(h, k[0], s[0], p[0], d[0], out[0]), _inside(w, k[1], s[1], p[1], d[1], out[1])
-    if not (ih.all() and iw.all()):
-        # An additive -inf where a tap falls into padding: im2col reads zeros there, which must never win.
-        inside = ih.T[:, None, :, None] & iw.T[None, :, None, :]  # (kh, kw, oh, ow)
-        mask = np.where(inside, 0.0, -np.inf).reshape(k[0] * k[1], out[0] * out[1])
-        cols = cols + tensor(mask, dtype=x.dtype, device=x.device)
-    # The tap of each window's first maximum, and the value gathered there: the gradient goes to that
-    # one element, as torch's (a max reduction would split it among ties).
-    a = cols.detach().argmax(2)  # (N, C, L)
-    y = cols.gather(a.unsqueeze(2), 2).reshape(n, c, *out)
-    if not return_indices:
-        return y, None
-    pos = arange(out[0] * out[1], device=x.device)
-    row = a.floor_divide(k[1]) * d[0] + pos.floor_divide(out[1]) * s[0] - p[0]
-    col = (a % k[1]) * d[1] + (pos % out[1]) * s[1] - p[1]
-    return y, (row * w + col).reshape(n, c, *out)
+    # the indices cost a write per output: made only when returned or needed by the backward
+    want = return_indices or (is_grad_enabled() and tracks(x))
+    y, idx = _pool(x, _MAX, _geom(x, k, s, p, d, out), want)
+    return y, (idx if return_indices else None)
 
 
 def _squeeze(t, added, dim=None):
@@ -174,14 +146,14 @@ def max_pool2d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
         return_indices: also return where each maximum came from.
 
     Returns:
-        Tensor: (N, C, OH, OW), differentiable (the gradient goes to each window's maximum; ties share
-        it evenly); with ``return_indices`` a pair (values, int64 indices into the flattened H * W
-        plane, torch's convention).
+        Tensor: (N, C, OH, OW), differentiable (the gradient goes to each window's first maximum in
+        row-major order, as torch's; a NaN wins); with ``return_indices`` a pair (values, int64 indices
+        into the flattened H * W plane, torch's convention).
 
     Raises:
         ShapeError: a window that does not fit, or a wrong input rank.
         EmberValueError: a non-positive kernel/stride/dilation, or padding over half the kernel.
-        DTypeError: a non-float input.
+        DTypeError: a non-float input, or one the device lacks.
     """
     x, added = _input(input, 2, "max_pool2d")
     y, idx = _max_pool(x, kernel_size, stride, padding, dilation, ceil_mode, return_indices, "max_pool2d")
@@ -220,58 +192,14 @@ def max_pool1d(input, kernel_size, stride=None, padding=0, dilation=1, ceil_mode
     return _squeeze(y, added, 2), _squeeze(idx, added, 2)
 
 
-# Up to this size an axis is pooled as a GEMM with a (out, n) averaging matrix: more flops than the
-# windows need, but one BLAS call beats writing every window out as a column.
-_DENSE_AXIS_MAX = 512
-
-
-def _axis_matrix(n, k, s, p, o, count_include_pad, override):
-    """(o, n): row i holds window i's weight on each input position (the 1 / count of an average)."""
-    start = np.arange(o) * s - p
-    end = np.minimum(start + k, n + p)  # a ceil_mode window's overflow past the padding never counts
-    lo, hi = np.maximum(start, 0), np.minimum(end, n)
-    cnt = np.ones(o) if override else (end - start if count_include_pad else hi - lo)
-    j = np.arange(n)
-    inside = (j[None, :] >= lo[:, None]) & (j[None, :] < hi[:, None])
-    return inside / cnt[:, None]
-
-
-def _apply_axis(x, dim, a):
-    """Contracts dim -1 or -2 of x with the (out, n) matrix a (a tensor)."""
-    return x @ a.t() if dim == -1 else a @ x
-
-
 def _avg_pool(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override, op):
     k, s, p, d, out = _geometry(x, kernel_size, stride, padding, 1, ceil_mode, op)
     count_include_pad = bool_arg(count_include_pad, op, "count_include_pad")
     if divisor_override is not None and (not isinstance(divisor_override, numbers.Integral) or
                                          isinstance(divisor_override, bool) or divisor_override <= 0):
         raise EmberValueError(f"[{op}] divisor_override must be a positive int, got {divisor_override!r}")
-    n, c, h, w = x.shape
-    override = divisor_override is not None
-    if max(h, w) <= _DENSE_AXIS_MAX:  # separable: average the rows, then the columns, as two GEMMs
-        y = x
-        for dim, size, i in ((-1, w, 1), (-2, h, 0)):
-            if size == 1 and k[i] == 1 and out[i] == 1 and p[i] == 0:
-                continue
-            a = _axis_matrix(size, k[i], s[i], p[i], out[i], count_include_pad, override)
-            y = _apply_axis(y, dim, tensor(a, dtype=x.dtype, device=x.device))
-        return y.affine(1.0 / int(divisor_override), 0.0) if override else y
-    total = _windows(x, k, s, p, d, out).sum(2).reshape(n, c, *out)
-    if override:
-        return total.affine(1.0 / int(divisor_override), 0.0)
-
-    def counts(size, ki, si, pi, o):
-        start = np.arange(o) * si - pi
-        end = np.minimum(start + ki, size + pi)
-        if not count_include_pad:
-            start, end = np.maximum(start, 0), np.minimum(end, size)
-        return end - start
-
-    div = np.outer(counts(h, k[0], s[0], p[0], out[0]), counts(w, k[1], s[1], p[1], out[1]))
-    if np.all(div == div.flat[0]):
-        return total.affine(1.0 / float(div.flat[0]), 0.0)
-    return total * tensor(1.0 / div, dtype=x.dtype, device=x.device)
+    divisor = 0 if divisor_override is None else int(divisor_override)
+    return _pool(x, _AVG, _geom(x, k, s, p, d, out, divisor, count_include_pad))[0]
 
 
 def avg_pool2d(input, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True,
@@ -328,15 +256,6 @@ def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     return _squeeze(y, added, 2)
 
 
-def _adaptive_matrix(n, o):
-    """(o, n): row i averages input [floor(i n / o), ceil((i + 1) n / o)), torch's adaptive windows."""
-    i = np.arange(o)
-    start, end = (i * n) // o, -((-(i + 1) * n) // o)
-    j = np.arange(n)
-    inside = (j[None, :] >= start[:, None]) & (j[None, :] < end[:, None])
-    return inside / (end - start)[:, None]
-
-
 def _adaptive_sizes(output_size, shape, n, op):
     vals = tuple(output_size) if isinstance(output_size, (tuple, list)) else (output_size,) * n
     if len(vals) != n:
@@ -345,17 +264,9 @@ def _adaptive_sizes(output_size, shape, n, op):
     return _ints(vals, n, op, "output_size", 1)
 
 
-def _adaptive_axis(x, dim, o):
-    """Averages dim ``dim`` (-1 or -2) of x down to o adaptive windows."""
-    n = x.shape[dim]
-    if o == n:
-        return x
-    if n % o == 0:  # equal windows: a reshape and a mean, no matrix
-        shape = list(x.shape)
-        shape[dim:] = [o, n // o] + ([] if dim == -1 else [x.shape[-1]])
-        return x.reshape(*shape).mean(dim)
-    a = tensor(_adaptive_matrix(n, o), dtype=x.dtype, device=x.device)
-    return x @ a.t() if dim == -1 else a @ x
+def _adaptive(x, out):
+    """Adaptive average pooling of a 4-D x to ``out``: the pool kernel's variable windows."""
+    return _pool(x, _ADAPTIVE, _geom(x, (1, 1), (1, 1), (0, 0), (1, 1), out))[0]
 
 
 def adaptive_avg_pool2d(input, output_size):
@@ -376,11 +287,8 @@ def adaptive_avg_pool2d(input, output_size):
     """
     op = "adaptive_avg_pool2d"
     x, added = _input(input, 2, op)
-    oh, ow = _adaptive_sizes(output_size, x.shape[2:], 2, op)
-    n, c, h, w = x.shape
-    if h % oh == 0 and w % ow == 0:  # equal windows on both axes (global pooling too): one mean
-        return _squeeze(x.reshape(n, c, oh, h // oh, ow, w // ow).mean((3, 5)), added)
-    return _squeeze(_adaptive_axis(_adaptive_axis(x, -1, ow), -2, oh), added)
+    out = _adaptive_sizes(output_size, x.shape[2:], 2, op)
+    return _squeeze(_adaptive(x, out), added)
 
 
 def adaptive_avg_pool1d(input, output_size):
@@ -401,7 +309,7 @@ def adaptive_avg_pool1d(input, output_size):
     op = "adaptive_avg_pool1d"
     x, added = _input(input, 1, op)
     (o,) = _adaptive_sizes(output_size, x.shape[2:], 1, op)
-    return _squeeze(_adaptive_axis(x, -1, o), added)
+    return _squeeze(_adaptive(x.unsqueeze(2), (1, o)), added, 2)
 
 
 # ----------------------------------------------------------------------------- modules

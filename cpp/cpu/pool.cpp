@@ -1,0 +1,242 @@
+// Pooling on CPU: max (values, and torch's indices when asked), average and adaptive average over
+// (n, c, h, w) planes, forward and backward, threaded over the planes. Every output row is a vertical
+// pass over its window's input rows (along w, which the compiler vectorises) and then a horizontal pass
+// over each output column's taps.
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <type_traits>
+#include <vector>
+
+#include "cpu/cpu_storage.h"
+#include "cpu/parallel.h"
+
+namespace ember::cpu {
+namespace {
+
+// One axis's windows: output o reads count[o] taps first[o], first[o] + step, ...; size[o] is its factor
+// of the average's divisor.
+struct Axis {
+  std::vector<int64_t> first, count, size;
+  int64_t step = 1;
+};
+
+Axis make_axis(PoolKind kind, int64_t n, int64_t o, int64_t k, int64_t s, int64_t p, int64_t d, bool include_pad) {
+  Axis a;
+  a.first.resize(o), a.count.resize(o), a.size.resize(o);
+  a.step = kind == PoolKind::Max ? d : 1;
+  for (int64_t i = 0; i < o; ++i) {
+    if (kind == PoolKind::AdaptiveAvg) {  // torch's windows [floor(i n / o), ceil((i + 1) n / o))
+      const int64_t st = i * n / o, en = ((i + 1) * n + o - 1) / o;
+      a.first[i] = st, a.count[i] = a.size[i] = en - st;
+    } else if (kind == PoolKind::Max) {  // the first tap inside the input, as torch steps over the padding
+      const int64_t st = i * s - p, end = std::min(st + (k - 1) * d + 1, n);
+      const int64_t f = st < 0 ? st + (-st + d - 1) / d * d : st;
+      a.first[i] = f, a.count[i] = f < end ? (end - f + d - 1) / d : 0, a.size[i] = 1;
+    } else {  // a ceil_mode window's part past the right padding never counts
+      const int64_t st = i * s - p, en = std::min(st + k, n + p);
+      const int64_t lo = std::max<int64_t>(st, 0), hi = std::min(en, n);
+      a.first[i] = lo, a.count[i] = std::max<int64_t>(hi - lo, 0), a.size[i] = include_pad ? en - st : hi - lo;
+    }
+  }
+  return a;
+}
+
+inline int64_t plane_grain(int64_t work) { return std::max<int64_t>(1, 65536 / std::max<int64_t>(work, 1)); }
+
+// The input of one plane: element (y, x) at x[y * sy + x * sx].
+template <typename T> struct Plane {
+  const T* p;
+  int64_t sy, sx;
+  const T* row(int64_t y) const { return p + y * sy; }
+};
+
+// Max pooling of one plane. The vertical pass keeps, per column, the window rows' maximum and the first
+// row holding it (the last NaN); the horizontal pass then picks among the columns the first maximum in
+// row-major order (a lower row wins a tie; a NaN wins, the last one in row-major order): torch's index.
+template <typename T, typename A, bool kIdx>
+void max_plane(Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T* out, int64_t* ids, A* tv,
+               int64_t* tr) {
+  const A ninf = -std::numeric_limits<A>::infinity();
+  for (int64_t oy = 0; oy < g.oh; ++oy) {
+    const int64_t y0 = ay.first[oy], ny = ay.count[oy];
+    std::fill(tv, tv + g.w, ninf);
+    if (kIdx) std::fill(tr, tr + g.w, y0);
+    for (int64_t j = 0; j < ny; ++j) {
+      const int64_t y = y0 + j * ay.step;
+      const T* r = in.row(y);
+      if (in.sx == 1) {
+        for (int64_t x = 0; x < g.w; ++x) {
+          const A v = (A)load<T>(r[x]);
+          const bool take = v > tv[x] || v != v;
+          tv[x] = take ? v : tv[x];
+          if (kIdx) tr[x] = take ? y : tr[x];
+        }
+      } else {
+        for (int64_t x = 0; x < g.w; ++x) {
+          const A v = (A)load<T>(r[x * in.sx]);
+          const bool take = v > tv[x] || v != v;
+          tv[x] = take ? v : tv[x];
+          if (kIdx) tr[x] = take ? y : tr[x];
+        }
+      }
+    }
+    T* o = out + oy * g.ow;
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      const int64_t x0 = ax.first[ox], nx = ax.count[ox];
+      A best = ninf;
+      int64_t brow = y0, bcol = x0;
+      for (int64_t j = 0; j < nx; ++j) {
+        const int64_t x = x0 + j * ax.step;
+        const A v = tv[x];
+        if (!kIdx) {
+          best = (v > best || v != v) ? v : best;
+          continue;
+        }
+        const int64_t r = tr[x];
+        const bool nan_best = best != best;
+        const bool take = v != v ? (!nan_best || r >= brow) : (!nan_best && (v > best || (v == best && r < brow)));
+        if (take) best = v, brow = r, bcol = x;
+      }
+      o[ox] = store<T>((typename Acc<T>::type)best);
+      if (kIdx) ids[oy * g.ow + ox] = brow * g.w + bcol;
+    }
+  }
+}
+
+// Average (and adaptive average) pooling of one plane: column sums over the window's rows, then each
+// output column's sum of them over the product of the two axes' divisor factors (or the override).
+template <typename T, typename A>
+void avg_plane(Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T* out, A* ts) {
+  for (int64_t oy = 0; oy < g.oh; ++oy) {
+    const int64_t y0 = ay.first[oy], ny = ay.count[oy];
+    std::fill(ts, ts + g.w, A(0));
+    for (int64_t j = 0; j < ny; ++j) {
+      const T* r = in.row(y0 + j);
+      if (in.sx == 1) {
+        for (int64_t x = 0; x < g.w; ++x) ts[x] += (A)load<T>(r[x]);
+      } else {
+        for (int64_t x = 0; x < g.w; ++x) ts[x] += (A)load<T>(r[x * in.sx]);
+      }
+    }
+    T* o = out + oy * g.ow;
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      const int64_t x0 = ax.first[ox], nx = ax.count[ox];
+      A s = 0;
+      for (int64_t j = 0; j < nx; ++j) s += ts[x0 + j];
+      const A div = g.divisor > 0 ? A(g.divisor) : A(ay.size[oy] * ax.size[ox]);
+      o[ox] = store<T>((typename Acc<T>::type)(s / div));
+    }
+  }
+}
+
+template <typename T>
+std::tuple<StoragePtr, StoragePtr> pool_fwd(const CpuStorage& s, PoolKind kind, const Layout& l, const PoolGeom& g,
+                                            bool with_indices) {
+  using A = typename Acc<T>::type;
+  const Axis ay = make_axis(kind, g.h, g.oh, g.kh, g.sh, g.ph, g.dh, g.count_include_pad);
+  const Axis ax = make_axis(kind, g.w, g.ow, g.kw, g.sw, g.pw, g.dw, g.count_include_pad);
+  const int64_t planes = g.n * g.c, opl = g.oh * g.ow;
+  auto out = new_cpu(s.dtype(), planes * opl);
+  CpuStoragePtr ids = with_indices ? new_cpu(DType::I64, planes * opl) : nullptr;
+  const T* x = s.data<T>() + l.offset();
+  const auto& st = l.stride();
+  T* o = out->data<T>();
+  int64_t* ip = ids ? ids->data<int64_t>() : nullptr;
+  parallel_for(planes, plane_grain(g.oh * g.w * std::max<int64_t>(g.kh, 1) + opl * g.kw), [&](int64_t b, int64_t e) {
+    std::vector<A> tv(g.w);
+    std::vector<int64_t> tr(with_indices ? g.w : 0);
+    for (int64_t p = b; p < e; ++p) {
+      const Plane<T> in{x + (p / g.c) * st[0] + (p % g.c) * st[1], st[2], st[3]};
+      if (kind != PoolKind::Max) avg_plane<T, A>(in, g, ay, ax, o + p * opl, tv.data());
+      else if (with_indices) max_plane<T, A, true>(in, g, ay, ax, o + p * opl, ip + p * opl, tv.data(), tr.data());
+      else max_plane<T, A, false>(in, g, ay, ax, o + p * opl, nullptr, tv.data(), nullptr);
+    }
+  });
+  return {out, ids};
+}
+
+// The gradient of one plane into dx (zeroed, h*w, in the accumulation type). Max adds each output's
+// gradient at its index (one outside the plane adds nowhere); the averages spread each output's share
+// over its window's columns, then add that row into the window's rows.
+template <typename T, typename A>
+void bwd_plane(PoolKind kind, Plane<T> gr, const int64_t* ids, const PoolGeom& g, const Axis& ay, const Axis& ax,
+               A* dx, A* tmp) {
+  const int64_t hw = g.h * g.w;
+  if (kind == PoolKind::Max) {
+    for (int64_t oy = 0; oy < g.oh; ++oy)
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        const int64_t i = ids[oy * g.ow + ox];
+        if ((uint64_t)i < (uint64_t)hw) dx[i] += (A)load<T>(gr.row(oy)[ox * gr.sx]);
+      }
+    return;
+  }
+  for (int64_t oy = 0; oy < g.oh; ++oy) {
+    std::fill(tmp, tmp + g.w, A(0));
+    for (int64_t ox = 0; ox < g.ow; ++ox) {
+      const A div = g.divisor > 0 ? A(g.divisor) : A(ay.size[oy] * ax.size[ox]);
+      const A v = (A)load<T>(gr.row(oy)[ox * gr.sx]) / div;
+      const int64_t x0 = ax.first[ox], nx = ax.count[ox];
+      for (int64_t j = 0; j < nx; ++j) tmp[x0 + j] += v;
+    }
+    for (int64_t j = 0; j < ay.count[oy]; ++j) {
+      A* r = dx + (ay.first[oy] + j) * g.w;
+      for (int64_t x = 0; x < g.w; ++x) r[x] += tmp[x];
+    }
+  }
+}
+
+template <typename T>
+StoragePtr pool_bwd(const CpuStorage& s, PoolKind kind, const Layout& lg, const BackendStorage* ids,
+                    const PoolGeom& g) {
+  using A = typename Acc<T>::type;
+  const Axis ay = make_axis(kind, g.h, g.oh, g.kh, g.sh, g.ph, g.dh, g.count_include_pad);
+  const Axis ax = make_axis(kind, g.w, g.ow, g.kw, g.sw, g.pw, g.dw, g.count_include_pad);
+  const int64_t planes = g.n * g.c, hw = g.h * g.w, opl = g.oh * g.ow;
+  // halves accumulate in float (overlapping windows add up) and round once
+  const DType adt = std::is_same_v<A, T> ? s.dtype() : DType::F32;
+  auto dx = new_cpu(adt, planes * hw, /*zeroed=*/true);
+  const T* gp = s.data<T>() + lg.offset();
+  const auto& st = lg.stride();
+  const int64_t* ip = ids ? as_cpu(*ids).data<int64_t>() : nullptr;
+  A* d = dx->data<A>();
+  parallel_for(planes, plane_grain(hw + opl * std::max<int64_t>(g.kw, 1)), [&](int64_t b, int64_t e) {
+    std::vector<A> tmp(g.w);
+    for (int64_t p = b; p < e; ++p) {
+      const Plane<T> gr{gp + (p / g.c) * st[0] + (p % g.c) * st[1], st[2], st[3]};
+      bwd_plane<T, A>(kind, gr, ip ? ip + p * opl : nullptr, g, ay, ax, d + p * hw, tmp.data());
+    }
+  });
+  if (adt == s.dtype()) return dx;
+  return dx->to_dtype(Layout::contiguous({dx->numel()}), s.dtype());
+}
+
+}  // namespace
+
+std::tuple<StoragePtr, StoragePtr> CpuStorage::pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
+                                                      bool with_indices) const {
+  switch (dtype_) {
+    case DType::F32: return pool_fwd<float>(*this, kind, l, g, with_indices);
+    case DType::F64: return pool_fwd<double>(*this, kind, l, g, with_indices);
+    case DType::F16: return pool_fwd<f16>(*this, kind, l, g, with_indices);
+    case DType::BF16: return pool_fwd<bf16>(*this, kind, l, g, with_indices);
+    default: break;
+  }
+  EMBER_CHECK(false, DType, "[", kPoolNames[(int)kind], "] expected a float tensor, got ", dtype_name(dtype_));
+  return {};
+}
+
+StoragePtr CpuStorage::pool2d_bwd(PoolKind kind, const Layout& lg, const BackendStorage* ids,
+                                  const PoolGeom& g) const {
+  switch (dtype_) {
+    case DType::F32: return pool_bwd<float>(*this, kind, lg, ids, g);
+    case DType::F64: return pool_bwd<double>(*this, kind, lg, ids, g);
+    case DType::F16: return pool_bwd<f16>(*this, kind, lg, ids, g);
+    case DType::BF16: return pool_bwd<bf16>(*this, kind, lg, ids, g);
+    default: break;
+  }
+  EMBER_CHECK(false, DType, "[", kPoolNames[(int)kind], "] expected a float gradient, got ", dtype_name(dtype_));
+  return nullptr;
+}
+
+}  // namespace ember::cpu

@@ -1,0 +1,111 @@
+// Metal launchers for group_norm (metal/group_norm.metal): x and the gradient read dense (a strided operand
+// is copied once), statistics in float per (sample, group), dw / db per channel.
+#include <string>
+
+#include "metal/launch.h"
+#include "metal/ops/ops.h"
+
+namespace ember::metal::ops {
+namespace {
+
+constexpr uint32_t kThreads = 256;  // group_norm.metal's threadgroup size
+
+struct GroupNormArgs {  // must match group_norm.metal
+  int64_t n, c, groups, s;
+  int64_t w_off, w_st, b_off, b_st;
+  float eps;
+  uint32_t has_w, has_b;
+};
+
+GroupNormArgs args_of(const Layout& l, int64_t groups, const Layout* lw, const Layout* lb, double eps) {
+  GroupNormArgs a{};
+  a.n = l.shape()[0];
+  a.c = l.shape()[1];
+  a.groups = groups;
+  a.s = (a.n != 0 && a.c != 0) ? l.numel() / (a.n * a.c) : 0;
+  a.eps = (float)eps;
+  a.has_w = lw != nullptr;
+  a.has_b = lb != nullptr;
+  if (lw) a.w_off = lw->offset(), a.w_st = lw->stride()[0];
+  if (lb) a.b_off = lb->offset(), a.b_st = lb->stride()[0];
+  return a;
+}
+
+// (s, l) as a dense storage: itself when l reads it from element 0 in order, else a copy.
+StoragePtr dense(const MetalStorage& s, const Layout& l, const char* op) {
+  if (l.is_contiguous() && l.offset() == 0) return std::const_pointer_cast<BackendStorage>(s.shared_from_this());
+  auto out = new_metal(s.metal_device(), s.dtype(), l.numel(), op);
+  copy_into(s, l, *out, Layout::contiguous(l.shape()));
+  return out;
+}
+
+std::string kname(const char* base, DType dt, const char* op) { return std::string(base) + type_suffix(dt, op); }
+
+}  // namespace
+
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const MetalStorage& x, const Layout& l, int64_t groups,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage* b, const Layout* lb, double eps) {
+  const char* op = "group_norm";
+  MetalDevice& dev = x.metal_device();
+  const GroupNormArgs a = args_of(l, groups, w ? lw : nullptr, b ? lb : nullptr, eps);
+  const int64_t rows = a.n * groups;
+  auto y = new_metal(dev, x.dtype(), l.numel(), op);
+  auto mean = new_metal(dev, DType::F32, rows, op);
+  auto rstd = new_metal(dev, DType::F32, rows, op);
+  if (l.numel() == 0) return {y, mean, rstd};
+  auto xd = dense(x, l, op);
+  const MetalStorage& xm = as_metal(*xd);
+  // Without a weight or bias the kernel reads neither; x is bound in their place.
+  Launch(dev, "group_norm.metal", kname("group_norm_fwd_", x.dtype(), op))
+      .input(xm)
+      .input(w ? as_metal(*w) : xm)
+      .input(b ? as_metal(*b) : xm)
+      .output(*y)
+      .output(*mean)
+      .output(*rstd)
+      .scalar(a)
+      .dispatch({kThreads, checked_u32(rows, op), 1}, {kThreads, 1, 1});
+  return {y, mean, rstd};
+}
+
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const MetalStorage& x, const Layout& l, int64_t groups,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage& mean, const BackendStorage& rstd,
+                                                              const BackendStorage& g, const Layout& lg) {
+  const char* op = "group_norm_bwd";
+  MetalDevice& dev = x.metal_device();
+  const GroupNormArgs a = args_of(l, groups, w ? lw : nullptr, nullptr, 0.0);
+  auto dx = new_metal(dev, x.dtype(), l.numel(), op);
+  auto dw = new_metal(dev, x.dtype(), a.c, op);
+  auto db = new_metal(dev, x.dtype(), a.c, op);
+  if (a.c == 0) return {dx, dw, db};
+  if (l.numel() == 0) {  // no position: the parameters' gradients are empty sums
+    fill(*dw, Layout::contiguous({a.c}), 0.0);
+    fill(*db, Layout::contiguous({a.c}), 0.0);
+    return {dx, dw, db};
+  }
+  auto xd = dense(x, l, op), gd = dense(as_metal(g), lg, op);
+  const MetalStorage &xm = as_metal(*xd), &gm = as_metal(*gd);
+  Launch(dev, "group_norm.metal", kname("group_norm_bwd_dx_", x.dtype(), op))
+      .input(xm)
+      .input(w ? as_metal(*w) : xm)
+      .input(as_metal(mean))
+      .input(as_metal(rstd))
+      .input(gm)
+      .output(*dx)
+      .scalar(a)
+      .dispatch({kThreads, checked_u32(a.n * groups, op), 1}, {kThreads, 1, 1});
+  Launch(dev, "group_norm.metal", kname("group_norm_bwd_params_", x.dtype(), op))
+      .input(xm)
+      .input(as_metal(mean))
+      .input(as_metal(rstd))
+      .input(gm)
+      .output(*dw)
+      .output(*db)
+      .scalar(a)
+      .dispatch({kThreads, checked_u32(a.c, op), 1}, {kThreads, 1, 1});
+  return {dx, dw, db};
+}
+
+}  // namespace ember::metal::ops

@@ -1,0 +1,60 @@
+// Metal launchers for pooling (metal/pool.metal): max / average / adaptive average over (n, c, h, w)
+// planes through any input strides, one thread per output; the gradients one thread per input pixel.
+#include <algorithm>
+
+#include "metal/launch.h"
+#include "metal/ops/ops.h"
+
+namespace ember::metal::ops {
+namespace {
+
+// pool.metal's g: the geometry, the kind, then the layout read (offset and four strides).
+std::vector<int64_t> pool_meta(PoolKind kind, const PoolGeom& g, const Layout& l) {
+  std::vector<int64_t> m = {g.c,  g.h,  g.w,  g.kh, g.kw, g.sh,      g.sw,
+                            g.ph, g.pw, g.dh, g.dw, g.oh, g.ow,      g.divisor,
+                            g.count_include_pad, (int64_t)kind, l.offset()};
+  m.insert(m.end(), l.stride().begin(), l.stride().end());
+  return m;
+}
+
+Dim3 group_of(uint32_t gx, uint32_t gy) { return Dim3{std::min<uint32_t>(gx, 64), std::min<uint32_t>(gy, 4), 1}; }
+
+}  // namespace
+
+std::tuple<StoragePtr, StoragePtr> pool2d(const MetalStorage& s, PoolKind kind, const Layout& l, const PoolGeom& g,
+                                          bool with_indices) {
+  const char* op = kPoolNames[(int)kind];
+  MetalDevice& dev = s.metal_device();
+  const char* tname = type_suffix(s.dtype(), op);
+  const int64_t planes = g.n * g.c, pos = g.oh * g.ow;
+  auto out = new_metal(dev, s.dtype(), planes * pos, op);
+  // without indices a one-element stand-in keeps the binding valid
+  auto ids = new_metal(dev, DType::I64, with_indices ? planes * pos : 1, op);
+  if (planes * pos == 0) return {out, with_indices ? ids : nullptr};
+  const uint32_t gx = checked_u32(pos, op), gy = checked_u32(planes, op);
+  checked_u32(planes * pos, op);
+  Launch(dev, "pool.metal", std::string("pool_fwd_") + tname)
+      .input(s).output(*out).output(*ids).array(pool_meta(kind, g, l)).scalar<uint32_t>(with_indices ? 1 : 0)
+      .dispatch(Dim3{gx, gy, 1}, group_of(gx, gy));
+  return {out, with_indices ? ids : nullptr};
+}
+
+StoragePtr pool2d_bwd(const MetalStorage& s, PoolKind kind, const Layout& lg, const BackendStorage* ids,
+                      const PoolGeom& g) {
+  const char* op = kPoolNames[(int)kind];
+  MetalDevice& dev = s.metal_device();
+  const char* tname = type_suffix(s.dtype(), op);
+  const int64_t planes = g.n * g.c, pixels = g.h * g.w;
+  auto dx = new_metal(dev, s.dtype(), planes * pixels, op);
+  if (planes * pixels == 0) return dx;
+  const uint32_t gx = checked_u32(pixels, op), gy = checked_u32(planes, op);
+  checked_u32(planes * pixels, op);
+  MetalStoragePtr none;
+  if (!ids) none = new_metal(dev, DType::I64, 1, op);  // the averages read no indices
+  Launch(dev, "pool.metal", std::string("pool_bwd_") + tname)
+      .input(s).input(ids ? as_metal(*ids) : *none).output(*dx).array(pool_meta(kind, g, lg))
+      .dispatch(Dim3{gx, gy, 1}, group_of(gx, gy));
+  return dx;
+}
+
+}  // namespace ember::metal::ops

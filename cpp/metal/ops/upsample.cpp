@@ -1,0 +1,53 @@
+// Metal launchers for resampling (metal/upsample.metal): nearest, nearest-exact and (bi)linear over
+// (n, c, h, w) planes through any input strides, one thread per output; the gradient one per input pixel.
+#include <algorithm>
+
+#include "metal/launch.h"
+#include "metal/ops/ops.h"
+
+namespace ember::metal::ops {
+namespace {
+
+// torch's source scale of one axis, in float (the CPU's make_taps in cpu/upsample.cpp, float case).
+float axis_scale(UpsampleMode mode, int64_t in, int64_t out, double sf, bool align) {
+  if (mode == UpsampleMode::Linear && align) return out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f;
+  return sf > 0 ? (float)(1.0 / sf) : (float)in / (float)out;
+}
+
+std::vector<int64_t> up_meta(UpsampleMode mode, const UpsampleGeom& g, const Layout& l) {
+  std::vector<int64_t> m = {g.c, g.h, g.w, g.oh, g.ow, (int64_t)mode, g.align_corners, l.offset()};
+  m.insert(m.end(), l.stride().begin(), l.stride().end());
+  return m;
+}
+
+struct Float2 {
+  float x, y;
+};
+
+StoragePtr launch(const MetalStorage& s, UpsampleMode mode, const Layout& l, const UpsampleGeom& g, bool fwd) {
+  MetalDevice& dev = s.metal_device();
+  const char* tname = type_suffix(s.dtype(), "interpolate");
+  const int64_t planes = g.n * g.c, pos = fwd ? g.oh * g.ow : g.h * g.w;
+  auto out = new_metal(dev, s.dtype(), planes * pos, "interpolate");
+  if (planes * pos == 0) return out;
+  const uint32_t gx = checked_u32(pos, "interpolate"), gy = checked_u32(planes, "interpolate");
+  checked_u32(planes * pos, "interpolate");
+  const Float2 scale{axis_scale(mode, g.h, g.oh, g.sf_h, g.align_corners),
+                     axis_scale(mode, g.w, g.ow, g.sf_w, g.align_corners)};
+  Launch(dev, "upsample.metal", std::string(fwd ? "upsample_fwd_" : "upsample_bwd_") + tname)
+      .input(s).output(*out).array(up_meta(mode, g, l)).scalar(scale)
+      .dispatch(Dim3{gx, gy, 1}, Dim3{std::min<uint32_t>(gx, 64), std::min<uint32_t>(gy, 4), 1});
+  return out;
+}
+
+}  // namespace
+
+StoragePtr upsample(const MetalStorage& s, UpsampleMode mode, const Layout& l, const UpsampleGeom& g) {
+  return launch(s, mode, l, g, true);
+}
+
+StoragePtr upsample_bwd(const MetalStorage& s, UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) {
+  return launch(s, mode, lg, g, false);
+}
+
+}  // namespace ember::metal::ops
