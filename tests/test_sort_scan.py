@@ -285,9 +285,9 @@ def test_scan_line_lengths(dev, n, rng):
             check_scan(name, em.tensor(ref, device=dev), ref, dt, 1, reverse=True)
 
 
-@pytest.mark.parametrize("shape", [(3, 37, 21), (40, 33), (2, 5, 70)])
+@pytest.mark.parametrize("shape", [(3, 37, 21), (40, 33), (2, 5, 70), (6, 50), (40, 6)])
 def test_cumsum_cumprod_grouped_lines_and_tails(dev, shape, rng):
-    # the CPU scans 16 lines in lock-step (an inner contiguous dim's chunks, or runs of whole lines):
+    # the CPU scans 16, 8 or 4 lines in lock-step (an inner contiguous dim's chunks, or whole lines):
     # these shapes leave partial groups, every dim and view goes through them or the one-line loop
     for dt in (em.float32, em.int64, em.float16):
         for name, (lo, hi) in (("cumsum", (-3.0, 3.0)), ("cumprod", (0.8, 1.25))):

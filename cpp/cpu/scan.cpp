@@ -2,7 +2,7 @@
 // in order in the accumulator type (float for halves, double for f64, int64 for integer sums and
 // products), threaded over the independent lines. Sums and products run several lines in lock-step, so
 // their running values' dependency chains overlap: lines of the innermost contiguous dim as one vector
-// (a scan along an outer dim), or groups of contiguous lines (a scan along the last dim).
+// (a scan along an outer dim), or groups of 16, 8 or 4 whole lines (a scan along the last dim).
 #include <algorithm>
 #include <type_traits>
 #include <vector>
@@ -28,21 +28,21 @@ struct ScanLines {
 
 template <typename A> inline bool nan_of(A v) { return v != v; }
 
-constexpr int kGroup = 16;  // lines scanned in lock-step
+constexpr int kGroup = 16;  // the most lines scanned in lock-step
 
-// Sum/Prod of kGroup lines that start at in[g] / out[g] (g < kGroup) and step by is / os: every line's
-// additions stay in index order (the results are the one-line loop's), the kGroup chains overlap.
+// Sum/Prod of G lines that start at in[g] / out[g] (g < G) and step by is / os: every line's additions
+// stay in index order (the results are the one-line loop's), the G chains overlap.
 // `Cols`: the lines are consecutive elements (in + g, out + g), which the compiler turns into vectors.
-template <typename T, typename O, typename A, bool Prod, bool Excl, bool Cols>
+template <int G, typename T, typename O, typename A, bool Prod, bool Excl, bool Cols>
 void arith_group(const T* const* in, O* const* out, int64_t n, int64_t is, int64_t os, bool reverse) {
   using OA = typename Acc<O>::type;
-  A acc[kGroup];
-  for (int g = 0; g < kGroup; ++g) acc[g] = Prod ? A(1) : A(0);
+  A acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = Prod ? A(1) : A(0);
   for (int64_t k = 0; k < n; ++k) {
     const int64_t p = reverse ? n - 1 - k : k;
     const T* src = in[0] + p * is;
     O* dst = out[0] + p * os;
-    for (int g = 0; g < kGroup; ++g) {
+    for (int g = 0; g < G; ++g) {
       const A x = (A)load<T>(Cols ? src[g] : in[g][p * is]);
       O& d = Cols ? dst[g] : out[g][p * os];
       if (Excl) d = store<O>((OA)acc[g]);
@@ -53,15 +53,26 @@ void arith_group(const T* const* in, O* const* out, int64_t n, int64_t is, int64
   }
 }
 
-template <typename T, typename O, typename A, bool Cols>
+template <int G, typename T, typename O, typename A, bool Cols>
 void arith_group(ScanOp op, bool exclusive, const T* const* in, O* const* out, int64_t n, int64_t is, int64_t os,
                  bool reverse) {
   const bool prod = op == ScanOp::Prod;
-  if (prod && exclusive) arith_group<T, O, A, true, true, Cols>(in, out, n, is, os, reverse);
-  else if (prod) arith_group<T, O, A, true, false, Cols>(in, out, n, is, os, reverse);
-  else if (exclusive) arith_group<T, O, A, false, true, Cols>(in, out, n, is, os, reverse);
-  else arith_group<T, O, A, false, false, Cols>(in, out, n, is, os, reverse);
+  if (prod && exclusive) arith_group<G, T, O, A, true, true, Cols>(in, out, n, is, os, reverse);
+  else if (prod) arith_group<G, T, O, A, true, false, Cols>(in, out, n, is, os, reverse);
+  else if (exclusive) arith_group<G, T, O, A, false, true, Cols>(in, out, n, is, os, reverse);
+  else arith_group<G, T, O, A, false, false, Cols>(in, out, n, is, os, reverse);
 }
+
+template <typename T, typename O, typename A, bool Cols>
+void arith_group(int g, ScanOp op, bool exclusive, const T* const* in, O* const* out, int64_t n, int64_t is,
+                 int64_t os, bool reverse) {
+  if (g == 16) arith_group<16, T, O, A, Cols>(op, exclusive, in, out, n, is, os, reverse);
+  else if (g == 8) arith_group<8, T, O, A, Cols>(op, exclusive, in, out, n, is, os, reverse);
+  else arith_group<4, T, O, A, Cols>(op, exclusive, in, out, n, is, os, reverse);
+}
+
+// The group size for `lines` lines: 16, 8 or 4 (0: too few lines to group).
+inline int group_of(int64_t lines) { return lines >= 16 ? 16 : lines >= 8 ? 8 : lines >= 4 ? 4 : 0; }
 
 // T in, O out, A the accumulator. Max/min follow torch: a NaN is taken (and stays), equal values move
 // the index to the later position.
@@ -79,34 +90,35 @@ void scan_lines(ScanOp op, const T* in, const Layout& l, int64_t dim, bool exclu
   const int64_t n = l.shape()[dim], is = l.stride()[dim], os = cs[dim];
   const int64_t nlines = n == 0 ? 0 : l.numel() / n;
   const bool arith = op == ScanOp::Sum || op == ScanOp::Prod;
-  // a group: the kGroup lines of a chunk of the innermost dim (when it is contiguous in and out), or
-  // kGroup consecutive lines
+  // a group: G (16, 8 or 4) lines of a chunk of the innermost dim (when it is contiguous in and out), or
+  // G consecutive lines
   const int64_t inner = ls.shape.empty() ? 1 : ls.shape.back();
-  const bool cols = arith && inner >= kGroup && ls.in_stride.back() == 1 && ls.out_stride.back() == 1;
-  const bool rows = arith && !cols && nlines >= kGroup;
+  const bool cols = arith && group_of(inner) && ls.in_stride.back() == 1 && ls.out_stride.back() == 1;
+  const bool rows = arith && !cols && group_of(nlines);
+  const int G = cols ? group_of(inner) : rows ? group_of(nlines) : 0;
   if (cols || rows) {
-    const int64_t per = cols ? inner / kGroup : nlines / kGroup;  // full groups per outer line / in all
+    const int64_t per = cols ? inner / G : nlines / G;  // full groups per outer line / in all
     const int64_t items = per * (cols ? nlines / inner : 1);
     parallel_for(items, std::max<int64_t>(1, 2048 / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
       const T* in_p[kGroup];
       O* out_p[kGroup];
       for (int64_t w = b; w < e; ++w) {
-        const int64_t r0 = cols ? (w / per) * inner + (w % per) * kGroup : w * kGroup;
-        for (int g = 0; g < kGroup; ++g) {
+        const int64_t r0 = cols ? (w / per) * inner + (w % per) * G : w * G;
+        for (int g = 0; g < G; ++g) {
           int64_t io = l.offset(), oo = 0;
           ls.offsets(cols ? r0 : r0 + g, io, oo);
           in_p[g] = in + io + (cols ? g : 0);
           out_p[g] = out + oo + (cols ? g : 0);
         }
-        if (cols) arith_group<T, O, A, true>(op, exclusive, in_p, out_p, n, is, os, reverse);
-        else arith_group<T, O, A, false>(op, exclusive, in_p, out_p, n, is, os, reverse);
+        if (cols) arith_group<T, O, A, true>(G, op, exclusive, in_p, out_p, n, is, os, reverse);
+        else arith_group<T, O, A, false>(G, op, exclusive, in_p, out_p, n, is, os, reverse);
       }
     });
   }
   // the lines no group covered (the tails of the inner dim or of the lines), one at a time
   auto covered = [&](int64_t r) {
-    if (cols) return r % inner < inner / kGroup * kGroup;
-    if (rows) return r < nlines / kGroup * kGroup;
+    if (cols) return r % inner < inner / G * G;
+    if (rows) return r < nlines / G * G;
     return false;
   };
   parallel_for(nlines, std::max<int64_t>(1, 32768 / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {

@@ -101,7 +101,7 @@ std::tuple<StoragePtr, StoragePtr> scan(const MetalStorage& s, ScanOp op, const 
                                         bool exclusive, bool reverse);
 // sort.cpp: topk's selection kernel
 std::tuple<StoragePtr, StoragePtr> topk(const MetalStorage& s, const Layout& l, int64_t dim, int64_t k, bool largest);
-// multinomial.cpp (metal/random.metal)
+// sort.cpp too: multinomial (metal/random.metal's keys and search kernels, then topk or the scan)
 StoragePtr multinomial(const MetalStorage& s, const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
                        uint64_t counter);
 
