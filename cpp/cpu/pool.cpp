@@ -51,37 +51,67 @@ template <typename T> struct Plane {
   const T* row(int64_t y) const { return p + y * sy; }
 };
 
-// Max pooling of one plane. The vertical pass keeps, per column, the window rows' maximum and the first
-// row holding it (the last NaN); the horizontal pass then picks among the columns the first maximum in
-// row-major order (a lower row wins a tie; a NaN wins, the last one in row-major order): torch's index.
+// The outputs o in [0, n_out) whose tap at offset `off` reads an input position: o * s - p + off in [0, n_in).
+inline void valid_range(int64_t n_in, int64_t n_out, int64_t s, int64_t p, int64_t off, int64_t& lo, int64_t& hi) {
+  const int64_t first = p - off, last = n_in - 1 + p - off;  // o * s in [first, last]
+  lo = first <= 0 ? 0 : (first + s - 1) / s;
+  hi = last < 0 ? 0 : std::min(n_out, last / s + 1);
+  lo = std::min(lo, hi);
+}
+
+// A window's tap number beside each column's running maximum: as wide as the value, so the vertical
+// pass's compare-and-select vectorises over both.
+template <typename A> using TapNo = std::conditional_t<sizeof(A) == 4, int32_t, int64_t>;
+
+// Max pooling of one plane. The vertical pass keeps, per column, the window rows' maximum and the tap
+// of the first row holding it (the last NaN); the horizontal pass then picks among the columns the first
+// maximum in row-major order (a lower row wins a tie; a NaN wins, the last one in row-major order):
+// torch's index. Without indices it runs tap by tap over all the outputs (vectorised). Selects are
+// written with bitwise logic so that they compile to masks, not branches on the data.
 template <typename T, typename A, bool kIdx>
 void max_plane(Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T* out, int64_t* ids, A* tv,
-               int64_t* tr) {
+               TapNo<A>* tj, A* acc) {
+  using J = TapNo<A>;
   const A ninf = -std::numeric_limits<A>::infinity();
   for (int64_t oy = 0; oy < g.oh; ++oy) {
     const int64_t y0 = ay.first[oy], ny = ay.count[oy];
     std::fill(tv, tv + g.w, ninf);
-    if (kIdx) std::fill(tr, tr + g.w, y0);
+    if (kIdx) std::fill(tj, tj + g.w, J(0));
     for (int64_t j = 0; j < ny; ++j) {
-      const int64_t y = y0 + j * ay.step;
-      const T* r = in.row(y);
+      const T* r = in.row(y0 + j * ay.step);
+      const J jj = (J)j;
       if (in.sx == 1) {
         for (int64_t x = 0; x < g.w; ++x) {
           const A v = (A)load<T>(r[x]);
-          const bool take = v > tv[x] || v != v;
+          const bool take = (v > tv[x]) | (v != v);
           tv[x] = take ? v : tv[x];
-          if (kIdx) tr[x] = take ? y : tr[x];
+          if (kIdx) tj[x] = take ? jj : tj[x];
         }
       } else {
         for (int64_t x = 0; x < g.w; ++x) {
           const A v = (A)load<T>(r[x * in.sx]);
-          const bool take = v > tv[x] || v != v;
+          const bool take = (v > tv[x]) | (v != v);
           tv[x] = take ? v : tv[x];
-          if (kIdx) tr[x] = take ? y : tr[x];
+          if (kIdx) tj[x] = take ? jj : tj[x];
         }
       }
     }
     T* o = out + oy * g.ow;
+    if (!kIdx) {
+      std::fill(acc, acc + g.ow, ninf);
+      for (int64_t j = 0; j < g.kw; ++j) {
+        int64_t lo, hi;
+        valid_range(g.w, g.ow, g.sw, g.pw, j * g.dw, lo, hi);
+        const int64_t off = j * g.dw - g.pw;
+        for (int64_t ox = lo; ox < hi; ++ox) {
+          const A v = tv[ox * g.sw + off];
+          const bool take = (v > acc[ox]) | (v != v);
+          acc[ox] = take ? v : acc[ox];
+        }
+      }
+      for (int64_t ox = 0; ox < g.ow; ++ox) o[ox] = store<T>((typename Acc<T>::type)acc[ox]);
+      continue;
+    }
     for (int64_t ox = 0; ox < g.ow; ++ox) {
       const int64_t x0 = ax.first[ox], nx = ax.count[ox];
       A best = ninf;
@@ -89,25 +119,38 @@ void max_plane(Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T
       for (int64_t j = 0; j < nx; ++j) {
         const int64_t x = x0 + j * ax.step;
         const A v = tv[x];
-        if (!kIdx) {
-          best = (v > best || v != v) ? v : best;
-          continue;
-        }
-        const int64_t r = tr[x];
-        const bool nan_best = best != best;
-        const bool take = v != v ? (!nan_best || r >= brow) : (!nan_best && (v > best || (v == best && r < brow)));
-        if (take) best = v, brow = r, bcol = x;
+        const int64_t r = y0 + (int64_t)tj[x] * ay.step;
+        const bool vn = v != v, bn = best != best;
+        const bool take = (vn & (!bn | (r >= brow))) | (!vn & !bn & ((v > best) | ((v == best) & (r < brow))));
+        best = take ? v : best;
+        brow = take ? r : brow;
+        bcol = take ? x : bcol;
       }
       o[ox] = store<T>((typename Acc<T>::type)best);
-      if (kIdx) ids[oy * g.ow + ox] = brow * g.w + bcol;
+      ids[oy * g.ow + ox] = brow * g.w + bcol;
     }
   }
 }
 
 // Average (and adaptive average) pooling of one plane: column sums over the window's rows, then each
-// output column's sum of them over the product of the two axes' divisor factors (or the override).
+// output column's sum of them (tap by tap over all the outputs for Avg, vectorised; per output for the
+// adaptive windows, which vary) over the product of the two axes' divisor factors (or the override).
 template <typename T, typename A>
-void avg_plane(Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T* out, A* ts) {
+void avg_plane(PoolKind kind, Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T* out, A* ts,
+               A* acc) {
+  if (g.oh == 1 && g.ow == 1 && ay.count[0] == g.h && ax.count[0] == g.w && in.sx == 1 && in.sy == g.w) {
+    // one window over a dense plane (global pooling, a ResNet head): one sum in eight independent lanes
+    const int64_t n = g.h * g.w;
+    A lane[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (int k = 0; k < 8; ++k) lane[k] += (A)load<T>(in.p[i + k]);
+    A s = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    for (; i < n; ++i) s += (A)load<T>(in.p[i]);
+    const A div = g.divisor > 0 ? A(g.divisor) : A(ay.size[0] * ax.size[0]);
+    out[0] = store<T>((typename Acc<T>::type)(s / div));
+    return;
+  }
   for (int64_t oy = 0; oy < g.oh; ++oy) {
     const int64_t y0 = ay.first[oy], ny = ay.count[oy];
     std::fill(ts, ts + g.w, A(0));
@@ -119,13 +162,22 @@ void avg_plane(Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T
         for (int64_t x = 0; x < g.w; ++x) ts[x] += (A)load<T>(r[x * in.sx]);
       }
     }
+    std::fill(acc, acc + g.ow, A(0));
+    if (kind == PoolKind::Avg) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        int64_t lo, hi;
+        valid_range(g.w, g.ow, g.sw, g.pw, j, lo, hi);
+        const int64_t off = j - g.pw;
+        for (int64_t ox = lo; ox < hi; ++ox) acc[ox] += ts[ox * g.sw + off];
+      }
+    } else {
+      for (int64_t ox = 0; ox < g.ow; ++ox)
+        for (int64_t j = 0; j < ax.count[ox]; ++j) acc[ox] += ts[ax.first[ox] + j];
+    }
     T* o = out + oy * g.ow;
     for (int64_t ox = 0; ox < g.ow; ++ox) {
-      const int64_t x0 = ax.first[ox], nx = ax.count[ox];
-      A s = 0;
-      for (int64_t j = 0; j < nx; ++j) s += ts[x0 + j];
       const A div = g.divisor > 0 ? A(g.divisor) : A(ay.size[oy] * ax.size[ox]);
-      o[ox] = store<T>((typename Acc<T>::type)(s / div));
+      o[ox] = store<T>((typename Acc<T>::type)(acc[ox] / div));
     }
   }
 }
@@ -143,14 +195,16 @@ std::tuple<StoragePtr, StoragePtr> pool_fwd(const CpuStorage& s, PoolKind kind, 
   const auto& st = l.stride();
   T* o = out->data<T>();
   int64_t* ip = ids ? ids->data<int64_t>() : nullptr;
-  parallel_for(planes, plane_grain(g.oh * g.w * std::max<int64_t>(g.kh, 1) + opl * g.kw), [&](int64_t b, int64_t e) {
-    std::vector<A> tv(g.w);
-    std::vector<int64_t> tr(with_indices ? g.w : 0);
+  const int64_t work = g.h * g.w + g.oh * g.w * g.kh + opl * g.kw;  // per plane: reads, vertical and horizontal taps
+  parallel_for(planes, plane_grain(work), [&](int64_t b, int64_t e) {
+    std::vector<A> tv(g.w), acc(g.ow);
+    std::vector<TapNo<A>> tj(with_indices ? g.w : 0);
     for (int64_t p = b; p < e; ++p) {
       const Plane<T> in{x + (p / g.c) * st[0] + (p % g.c) * st[1], st[2], st[3]};
-      if (kind != PoolKind::Max) avg_plane<T, A>(in, g, ay, ax, o + p * opl, tv.data());
-      else if (with_indices) max_plane<T, A, true>(in, g, ay, ax, o + p * opl, ip + p * opl, tv.data(), tr.data());
-      else max_plane<T, A, false>(in, g, ay, ax, o + p * opl, nullptr, tv.data(), nullptr);
+      T* op = o + p * opl;
+      if (kind != PoolKind::Max) avg_plane<T, A>(kind, in, g, ay, ax, op, tv.data(), acc.data());
+      else if (with_indices) max_plane<T, A, true>(in, g, ay, ax, op, ip + p * opl, tv.data(), tj.data(), nullptr);
+      else max_plane<T, A, false>(in, g, ay, ax, op, nullptr, tv.data(), nullptr, acc.data());
     }
   });
   return {out, ids};
