@@ -4,6 +4,7 @@
 // over each output column's taps.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -59,9 +60,68 @@ inline void valid_range(int64_t n_in, int64_t n_out, int64_t s, int64_t p, int64
   lo = std::min(lo, hi);
 }
 
+// The maxima of one row's windows, tap by tap over all the outputs (vectorised; strided reads when the
+// stride is > 1), from the row of column maxima (or the one input row) `tv` into `acc`.
+template <typename A> void max_taps(const A* tv, const PoolGeom& g, A* acc) {
+  std::fill(acc, acc + g.ow, -std::numeric_limits<A>::infinity());
+  for (int64_t j = 0; j < g.kw; ++j) {
+    int64_t lo, hi;
+    valid_range(g.w, g.ow, g.sw, g.pw, j * g.dw, lo, hi);
+    const int64_t off = j * g.dw - g.pw;
+    for (int64_t ox = lo; ox < hi; ++ox) {
+      const A v = tv[ox * g.sw + off];
+      const bool take = (v > acc[ox]) | (v != v);
+      acc[ox] = take ? v : acc[ox];
+    }
+  }
+}
+
 // A window's tap number beside each column's running maximum: as wide as the value, so the vertical
 // pass's compare-and-select vectorises over both.
 template <typename A> using TapNo = std::conditional_t<sizeof(A) == 4, int32_t, int64_t>;
+
+// A float's position in the order max pooling uses, as an integer of its width: -0.0 and 0.0 equal, every
+// NaN above +inf (a NaN always wins). Integer compares and selects vectorise where float ones with NaNs
+// would not.
+template <typename A> inline TapNo<A> order_key(A v) {
+  using K = TapNo<A>;
+  K b;
+  std::memcpy(&b, &v, sizeof b);
+  const K mag = b & std::numeric_limits<K>::max();
+  const K inf = sizeof(A) == 4 ? (K)0x7f800000 : (K)0x7ff0000000000000LL;
+  const K neg = b >> (8 * sizeof(K) - 1);  // all ones for a negative sign
+  const K k = (mag ^ neg) - neg;           // -mag when negative
+  const K nan = -(K)(mag > inf);
+  return (std::numeric_limits<K>::max() & nan) | (k & ~nan);
+}
+
+// max_taps with torch's indices, from the vertical pass's keys tk and tap numbers tj: per output the best
+// key, its row's tap number and its column, tap by tap over all the outputs (lane masks). The first
+// maximum in row-major order wins (a lower row on a tie), and the last NaN.
+template <typename A>
+void max_taps_idx(const TapNo<A>* tk, const TapNo<A>* tj, const PoolGeom& g, const Axis& ax, TapNo<A>* bk,
+                  TapNo<A>* ar, TapNo<A>* ac) {
+  using J = TapNo<A>;
+  const J nan_key = std::numeric_limits<J>::max();
+  std::fill(bk, bk + g.ow, order_key<A>(-std::numeric_limits<A>::infinity()));
+  std::fill(ar, ar + g.ow, J(0));
+  for (int64_t ox = 0; ox < g.ow; ++ox) ac[ox] = (J)ax.first[ox];  // torch's index when no tap beats -inf
+  for (int64_t j = 0; j < g.kw; ++j) {
+    int64_t lo, hi;
+    valid_range(g.w, g.ow, g.sw, g.pw, j * g.dw, lo, hi);
+    J xc = (J)(lo * g.sw + j * g.dw - g.pw);  // the column, in the lanes' width
+    const J step = (J)g.sw;
+    for (int64_t ox = lo; ox < hi; ++ox, xc += step) {
+      const J k = tk[xc], r = tj[xc], b = bk[ox], br = ar[ox];
+      const J nk = -(J)(k == nan_key);  // masks (all ones or zero): no branch on the data
+      const J tie = (nk & -(J)(r >= br)) | (~nk & -(J)(r < br));
+      const J m = -(J)(k > b) | (-(J)(k == b) & tie);
+      bk[ox] = (k & m) | (b & ~m);
+      ar[ox] = (r & m) | (br & ~m);
+      ac[ox] = (xc & m) | (ac[ox] & ~m);
+    }
+  }
+}
 
 // Max pooling of one plane. The vertical pass keeps, per column, the window rows' maximum and the tap
 // of the first row holding it (the last NaN); the horizontal pass then picks among the columns the first
@@ -70,64 +130,64 @@ template <typename A> using TapNo = std::conditional_t<sizeof(A) == 4, int32_t, 
 // written with bitwise logic so that they compile to masks, not branches on the data.
 template <typename T, typename A, bool kIdx>
 void max_plane(Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T* out, int64_t* ids, A* tv,
-               TapNo<A>* tj, A* acc) {
+               TapNo<A>* tj, A* acc, TapNo<A>* ar, TapNo<A>* ac) {
   using J = TapNo<A>;
   const A ninf = -std::numeric_limits<A>::infinity();
   for (int64_t oy = 0; oy < g.oh; ++oy) {
     const int64_t y0 = ay.first[oy], ny = ay.count[oy];
+    T* o = out + oy * g.ow;
+    if constexpr (std::is_same_v<T, A>) {
+      if (!kIdx && ny == 1 && in.sx == 1) {  // one dense input row (1-D pooling): its taps straight into the output
+        max_taps<A>(in.row(y0), g, o);
+        continue;
+      }
+    }
+    if (kIdx) {
+      // vertical pass on keys: a later row wins only when larger (or a NaN)
+      J* tk = reinterpret_cast<J*>(tv);
+      std::fill(tk, tk + g.w, order_key<A>(ninf));
+      std::fill(tj, tj + g.w, J(0));
+      for (int64_t j = 0; j < ny; ++j) {
+        const T* r = in.row(y0 + j * ay.step);
+        const J jj = (J)j, nan_key = std::numeric_limits<J>::max();
+        const int64_t w = g.w, sx = in.sx;
+        for (int64_t x = 0; x < w; ++x) {
+          const J k = order_key<A>((A)load<T>(r[x * sx]));
+          const J m = -(J)(k > tk[x]) | -(J)(k == nan_key);
+          tk[x] = (k & m) | (tk[x] & ~m);
+          tj[x] = (jj & m) | (tj[x] & ~m);
+        }
+      }
+      max_taps_idx<A>(tk, tj, g, ax, reinterpret_cast<J*>(acc), ar, ac);
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        const int64_t row = y0 + (int64_t)ar[ox] * ay.step, col = ac[ox];
+        o[ox] = ny > 0 && ax.count[ox] > 0 ? in.row(row)[col * in.sx] : store<T>((typename Acc<T>::type)ninf);
+        ids[oy * g.ow + ox] = row * g.w + col;
+      }
+      continue;
+    }
     std::fill(tv, tv + g.w, ninf);
-    if (kIdx) std::fill(tj, tj + g.w, J(0));
     for (int64_t j = 0; j < ny; ++j) {
       const T* r = in.row(y0 + j * ay.step);
-      const J jj = (J)j;
       if (in.sx == 1) {
         for (int64_t x = 0; x < g.w; ++x) {
           const A v = (A)load<T>(r[x]);
           const bool take = (v > tv[x]) | (v != v);
           tv[x] = take ? v : tv[x];
-          if (kIdx) tj[x] = take ? jj : tj[x];
         }
       } else {
         for (int64_t x = 0; x < g.w; ++x) {
           const A v = (A)load<T>(r[x * in.sx]);
           const bool take = (v > tv[x]) | (v != v);
           tv[x] = take ? v : tv[x];
-          if (kIdx) tj[x] = take ? jj : tj[x];
         }
       }
     }
-    T* o = out + oy * g.ow;
-    if (!kIdx) {
-      std::fill(acc, acc + g.ow, ninf);
-      for (int64_t j = 0; j < g.kw; ++j) {
-        int64_t lo, hi;
-        valid_range(g.w, g.ow, g.sw, g.pw, j * g.dw, lo, hi);
-        const int64_t off = j * g.dw - g.pw;
-        for (int64_t ox = lo; ox < hi; ++ox) {
-          const A v = tv[ox * g.sw + off];
-          const bool take = (v > acc[ox]) | (v != v);
-          acc[ox] = take ? v : acc[ox];
-        }
-      }
+    if constexpr (std::is_same_v<T, A>) {
+      max_taps<A>(tv, g, o);
+    } else {
+      max_taps<A>(tv, g, acc);
       for (int64_t ox = 0; ox < g.ow; ++ox) o[ox] = store<T>((typename Acc<T>::type)acc[ox]);
-      continue;
-    }
-    for (int64_t ox = 0; ox < g.ow; ++ox) {
-      const int64_t x0 = ax.first[ox], nx = ax.count[ox];
-      A best = ninf;
-      int64_t brow = y0, bcol = x0;
-      for (int64_t j = 0; j < nx; ++j) {
-        const int64_t x = x0 + j * ax.step;
-        const A v = tv[x];
-        const int64_t r = y0 + (int64_t)tj[x] * ay.step;
-        const bool vn = v != v, bn = best != best;
-        const bool take = (vn & (!bn | (r >= brow))) | (!vn & !bn & ((v > best) | ((v == best) & (r < brow))));
-        best = take ? v : best;
-        brow = take ? r : brow;
-        bcol = take ? x : bcol;
-      }
-      o[ox] = store<T>((typename Acc<T>::type)best);
-      ids[oy * g.ow + ox] = brow * g.w + bcol;
     }
   }
 }
@@ -186,6 +246,10 @@ template <typename T>
 std::tuple<StoragePtr, StoragePtr> pool_fwd(const CpuStorage& s, PoolKind kind, const Layout& l, const PoolGeom& g,
                                             bool with_indices) {
   using A = typename Acc<T>::type;
+  // the picks keep columns in lanes as wide as the values: int32 beside float
+  EMBER_CHECK(!with_indices || g.w + g.dw * g.kw < (int64_t)std::numeric_limits<TapNo<A>>::max(), Unsupported,
+              "[max_pool2d] indices of rows longer than 2^31 - 1 elements are not supported on cpu for ",
+              dtype_name(s.dtype()));
   const Axis ay = make_axis(kind, g.h, g.oh, g.kh, g.sh, g.ph, g.dh, g.count_include_pad);
   const Axis ax = make_axis(kind, g.w, g.ow, g.kw, g.sw, g.pw, g.dw, g.count_include_pad);
   const int64_t planes = g.n * g.c, opl = g.oh * g.ow;
@@ -198,13 +262,14 @@ std::tuple<StoragePtr, StoragePtr> pool_fwd(const CpuStorage& s, PoolKind kind, 
   const int64_t work = g.h * g.w + g.oh * g.w * g.kh + opl * g.kw;  // per plane: reads, vertical and horizontal taps
   parallel_for(planes, plane_grain(work), [&](int64_t b, int64_t e) {
     std::vector<A> tv(g.w), acc(g.ow);
-    std::vector<TapNo<A>> tj(with_indices ? g.w : 0);
+    std::vector<TapNo<A>> tj(with_indices ? g.w : 0), ar(with_indices ? g.ow : 0), ac(with_indices ? g.ow : 0);
     for (int64_t p = b; p < e; ++p) {
       const Plane<T> in{x + (p / g.c) * st[0] + (p % g.c) * st[1], st[2], st[3]};
       T* op = o + p * opl;
       if (kind != PoolKind::Max) avg_plane<T, A>(kind, in, g, ay, ax, op, tv.data(), acc.data());
-      else if (with_indices) max_plane<T, A, true>(in, g, ay, ax, op, ip + p * opl, tv.data(), tj.data(), nullptr);
-      else max_plane<T, A, false>(in, g, ay, ax, op, nullptr, tv.data(), nullptr, acc.data());
+      else if (with_indices) max_plane<T, A, true>(in, g, ay, ax, op, ip + p * opl, tv.data(), tj.data(), acc.data(), ar.data(),
+                                             ac.data());
+      else max_plane<T, A, false>(in, g, ay, ax, op, nullptr, tv.data(), nullptr, acc.data(), nullptr, nullptr);
     }
   });
   return {out, ids};
