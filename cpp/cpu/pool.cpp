@@ -129,8 +129,8 @@ void max_taps_idx(const TapNo<A>* tk, const TapNo<A>* tj, const PoolGeom& g, con
 // torch's index. Without indices it runs tap by tap over all the outputs (vectorised). Selects are
 // written with bitwise logic so that they compile to masks, not branches on the data.
 template <typename T, typename A, bool kIdx>
-void max_plane(Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T* out, int64_t* ids, A* tv,
-               TapNo<A>* tj, A* acc, TapNo<A>* ar, TapNo<A>* ac) {
+void max_plane(Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T* out, int64_t* ids, A* tv, A* acc,
+               TapNo<A>* tk, TapNo<A>* tj, TapNo<A>* bk, TapNo<A>* ar, TapNo<A>* ac) {
   using J = TapNo<A>;
   const A ninf = -std::numeric_limits<A>::infinity();
   for (int64_t oy = 0; oy < g.oh; ++oy) {
@@ -144,7 +144,6 @@ void max_plane(Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T
     }
     if (kIdx) {
       // vertical pass on keys: a later row wins only when larger (or a NaN)
-      J* tk = reinterpret_cast<J*>(tv);
       std::fill(tk, tk + g.w, order_key<A>(ninf));
       std::fill(tj, tj + g.w, J(0));
       for (int64_t j = 0; j < ny; ++j) {
@@ -158,7 +157,7 @@ void max_plane(Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T
           tj[x] = (jj & m) | (tj[x] & ~m);
         }
       }
-      max_taps_idx<A>(tk, tj, g, ax, reinterpret_cast<J*>(acc), ar, ac);
+      max_taps_idx<A>(tk, tj, g, ax, bk, ar, ac);
       for (int64_t ox = 0; ox < g.ow; ++ox) {
         const int64_t row = y0 + (int64_t)ar[ox] * ay.step, col = ac[ox];
         o[ox] = ny > 0 && ax.count[ox] > 0 ? in.row(row)[col * in.sx] : store<T>((typename Acc<T>::type)ninf);
@@ -262,14 +261,16 @@ std::tuple<StoragePtr, StoragePtr> pool_fwd(const CpuStorage& s, PoolKind kind, 
   const int64_t work = g.h * g.w + g.oh * g.w * g.kh + opl * g.kw;  // per plane: reads, vertical and horizontal taps
   parallel_for(planes, plane_grain(work), [&](int64_t b, int64_t e) {
     std::vector<A> tv(g.w), acc(g.ow);
-    std::vector<TapNo<A>> tj(with_indices ? g.w : 0), ar(with_indices ? g.ow : 0), ac(with_indices ? g.ow : 0);
+    const int64_t iw = with_indices ? g.w : 0, iow = with_indices ? g.ow : 0;
+    std::vector<TapNo<A>> tk(iw), tj(iw), bk(iow), ar(iow), ac(iow);
     for (int64_t p = b; p < e; ++p) {
       const Plane<T> in{x + (p / g.c) * st[0] + (p % g.c) * st[1], st[2], st[3]};
       T* op = o + p * opl;
       if (kind != PoolKind::Max) avg_plane<T, A>(kind, in, g, ay, ax, op, tv.data(), acc.data());
-      else if (with_indices) max_plane<T, A, true>(in, g, ay, ax, op, ip + p * opl, tv.data(), tj.data(), acc.data(), ar.data(),
-                                             ac.data());
-      else max_plane<T, A, false>(in, g, ay, ax, op, nullptr, tv.data(), nullptr, acc.data(), nullptr, nullptr);
+      else if (with_indices) max_plane<T, A, true>(in, g, ay, ax, op, ip + p * opl, tv.data(), acc.data(), tk.data(), tj.data(),
+                                             bk.data(), ar.data(), ac.data());
+      else max_plane<T, A, false>(in, g, ay, ax, op, nullptr, tv.data(), acc.data(), nullptr, nullptr, nullptr, nullptr,
+                                              nullptr);
     }
   });
   return {out, ids};
