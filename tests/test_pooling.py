@@ -192,6 +192,8 @@ def test_max_pool_ties_and_nans_pick_torchs_index(rng, device):
     # After a ReLU most windows tie at zero: the index (and so the gradient) must be torch's first maximum
     # in row-major order; a NaN wins its window (the last NaN, as torch's kernel).
     x = np.maximum(rng.standard_normal((2, 3, 11, 12)), 0)
+    zeros = np.argwhere(x[0, 1] == 0)[::2]
+    x[0, 1][tuple(zeros.T)] = -0.0  # -0.0 ties with 0.0: the first one still wins
     x[0, 0, 2:5, 3] = np.nan
     x[1, 2, 0, :] = np.nan
     x[1, 1, 4, 4:8] = np.inf

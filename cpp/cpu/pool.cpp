@@ -4,6 +4,7 @@
 // over each output column's taps.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <limits>
 #include <type_traits>
 #include <vector>
@@ -51,63 +52,164 @@ template <typename T> struct Plane {
   const T* row(int64_t y) const { return p + y * sy; }
 };
 
-// Max pooling of one plane. The vertical pass keeps, per column, the window rows' maximum and the first
-// row holding it (the last NaN); the horizontal pass then picks among the columns the first maximum in
-// row-major order (a lower row wins a tie; a NaN wins, the last one in row-major order): torch's index.
+// The outputs o in [0, n_out) whose tap at offset `off` reads an input position: o * s - p + off in [0, n_in).
+inline void valid_range(int64_t n_in, int64_t n_out, int64_t s, int64_t p, int64_t off, int64_t& lo, int64_t& hi) {
+  const int64_t first = p - off, last = n_in - 1 + p - off;  // o * s in [first, last]
+  lo = first <= 0 ? 0 : (first + s - 1) / s;
+  hi = last < 0 ? 0 : std::min(n_out, last / s + 1);
+  lo = std::min(lo, hi);
+}
+
+// The maxima of one row's windows, tap by tap over all the outputs (vectorised; strided reads when the
+// stride is > 1), from the row of column maxima (or the one input row) `tv` into `acc`.
+template <typename A> void max_taps(const A* tv, const PoolGeom& g, A* acc) {
+  std::fill(acc, acc + g.ow, -std::numeric_limits<A>::infinity());
+  for (int64_t j = 0; j < g.kw; ++j) {
+    int64_t lo, hi;
+    valid_range(g.w, g.ow, g.sw, g.pw, j * g.dw, lo, hi);
+    const int64_t off = j * g.dw - g.pw;
+    for (int64_t ox = lo; ox < hi; ++ox) {
+      const A v = tv[ox * g.sw + off];
+      const bool take = (v > acc[ox]) | (v != v);
+      acc[ox] = take ? v : acc[ox];
+    }
+  }
+}
+
+// A window's tap number beside each column's running maximum: as wide as the value, so the vertical
+// pass's compare-and-select vectorises over both.
+template <typename A> using TapNo = std::conditional_t<sizeof(A) == 4, int32_t, int64_t>;
+
+// A float's position in the order max pooling uses, as an integer of its width: -0.0 and 0.0 equal, every
+// NaN above +inf (a NaN always wins). Integer compares and selects vectorise where float ones with NaNs
+// would not.
+template <typename A> inline TapNo<A> order_key(A v) {
+  using K = TapNo<A>;
+  K b;
+  std::memcpy(&b, &v, sizeof b);
+  const K mag = b & std::numeric_limits<K>::max();
+  const K inf = sizeof(A) == 4 ? (K)0x7f800000 : (K)0x7ff0000000000000LL;
+  const K neg = b >> (8 * sizeof(K) - 1);  // all ones for a negative sign
+  const K k = (mag ^ neg) - neg;           // -mag when negative
+  const K nan = -(K)(mag > inf);
+  return (std::numeric_limits<K>::max() & nan) | (k & ~nan);
+}
+
+// max_taps with torch's indices, from the vertical pass's keys tk and tap numbers tj: per output the best
+// key, its row's tap number and its column, tap by tap over all the outputs (lane masks). The first
+// maximum in row-major order wins (a lower row on a tie), and the last NaN.
+template <typename A>
+void max_taps_idx(const TapNo<A>* tk, const TapNo<A>* tj, const PoolGeom& g, const Axis& ax, TapNo<A>* bk,
+                  TapNo<A>* ar, TapNo<A>* ac) {
+  using J = TapNo<A>;
+  const J nan_key = std::numeric_limits<J>::max();
+  std::fill(bk, bk + g.ow, order_key<A>(-std::numeric_limits<A>::infinity()));
+  std::fill(ar, ar + g.ow, J(0));
+  for (int64_t ox = 0; ox < g.ow; ++ox) ac[ox] = (J)ax.first[ox];  // torch's index when no tap beats -inf
+  for (int64_t j = 0; j < g.kw; ++j) {
+    int64_t lo, hi;
+    valid_range(g.w, g.ow, g.sw, g.pw, j * g.dw, lo, hi);
+    J xc = (J)(lo * g.sw + j * g.dw - g.pw);  // the column, in the lanes' width
+    const J step = (J)g.sw;
+    for (int64_t ox = lo; ox < hi; ++ox, xc += step) {
+      const J k = tk[xc], r = tj[xc], b = bk[ox], br = ar[ox];
+      const J nk = -(J)(k == nan_key);  // masks (all ones or zero): no branch on the data
+      const J tie = (nk & -(J)(r >= br)) | (~nk & -(J)(r < br));
+      const J m = -(J)(k > b) | (-(J)(k == b) & tie);
+      bk[ox] = (k & m) | (b & ~m);
+      ar[ox] = (r & m) | (br & ~m);
+      ac[ox] = (xc & m) | (ac[ox] & ~m);
+    }
+  }
+}
+
+// Max pooling of one plane. The vertical pass keeps, per column, the window rows' maximum and the tap
+// of the first row holding it (the last NaN); the horizontal pass then picks among the columns the first
+// maximum in row-major order (a lower row wins a tie; a NaN wins, the last one in row-major order):
+// torch's index. Without indices it runs tap by tap over all the outputs (vectorised). Selects are
+// written with bitwise logic so that they compile to masks, not branches on the data.
 template <typename T, typename A, bool kIdx>
-void max_plane(Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T* out, int64_t* ids, A* tv,
-               int64_t* tr) {
+void max_plane(Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T* out, int64_t* ids, A* tv, A* acc,
+               TapNo<A>* tk, TapNo<A>* tj, TapNo<A>* bk, TapNo<A>* ar, TapNo<A>* ac) {
+  using J = TapNo<A>;
   const A ninf = -std::numeric_limits<A>::infinity();
   for (int64_t oy = 0; oy < g.oh; ++oy) {
     const int64_t y0 = ay.first[oy], ny = ay.count[oy];
+    T* o = out + oy * g.ow;
+    if constexpr (std::is_same_v<T, A>) {
+      if (!kIdx && ny == 1 && in.sx == 1) {  // one dense input row (1-D pooling): its taps straight into the output
+        max_taps<A>(in.row(y0), g, o);
+        continue;
+      }
+    }
+    if (kIdx) {
+      // vertical pass on keys: a later row wins only when larger (or a NaN)
+      std::fill(tk, tk + g.w, order_key<A>(ninf));
+      std::fill(tj, tj + g.w, J(0));
+      for (int64_t j = 0; j < ny; ++j) {
+        const T* r = in.row(y0 + j * ay.step);
+        const J jj = (J)j, nan_key = std::numeric_limits<J>::max();
+        const int64_t w = g.w, sx = in.sx;
+        for (int64_t x = 0; x < w; ++x) {
+          const J k = order_key<A>((A)load<T>(r[x * sx]));
+          const J m = -(J)(k > tk[x]) | -(J)(k == nan_key);
+          tk[x] = (k & m) | (tk[x] & ~m);
+          tj[x] = (jj & m) | (tj[x] & ~m);
+        }
+      }
+      max_taps_idx<A>(tk, tj, g, ax, bk, ar, ac);
+      for (int64_t ox = 0; ox < g.ow; ++ox) {
+        const int64_t row = y0 + (int64_t)ar[ox] * ay.step, col = ac[ox];
+        o[ox] = ny > 0 && ax.count[ox] > 0 ? in.row(row)[col * in.sx] : store<T>((typename Acc<T>::type)ninf);
+        ids[oy * g.ow + ox] = row * g.w + col;
+      }
+      continue;
+    }
     std::fill(tv, tv + g.w, ninf);
-    if (kIdx) std::fill(tr, tr + g.w, y0);
     for (int64_t j = 0; j < ny; ++j) {
-      const int64_t y = y0 + j * ay.step;
-      const T* r = in.row(y);
+      const T* r = in.row(y0 + j * ay.step);
       if (in.sx == 1) {
         for (int64_t x = 0; x < g.w; ++x) {
           const A v = (A)load<T>(r[x]);
-          const bool take = v > tv[x] || v != v;
+          const bool take = (v > tv[x]) | (v != v);
           tv[x] = take ? v : tv[x];
-          if (kIdx) tr[x] = take ? y : tr[x];
         }
       } else {
         for (int64_t x = 0; x < g.w; ++x) {
           const A v = (A)load<T>(r[x * in.sx]);
-          const bool take = v > tv[x] || v != v;
+          const bool take = (v > tv[x]) | (v != v);
           tv[x] = take ? v : tv[x];
-          if (kIdx) tr[x] = take ? y : tr[x];
         }
       }
     }
-    T* o = out + oy * g.ow;
-    for (int64_t ox = 0; ox < g.ow; ++ox) {
-      const int64_t x0 = ax.first[ox], nx = ax.count[ox];
-      A best = ninf;
-      int64_t brow = y0, bcol = x0;
-      for (int64_t j = 0; j < nx; ++j) {
-        const int64_t x = x0 + j * ax.step;
-        const A v = tv[x];
-        if (!kIdx) {
-          best = (v > best || v != v) ? v : best;
-          continue;
-        }
-        const int64_t r = tr[x];
-        const bool nan_best = best != best;
-        const bool take = v != v ? (!nan_best || r >= brow) : (!nan_best && (v > best || (v == best && r < brow)));
-        if (take) best = v, brow = r, bcol = x;
-      }
-      o[ox] = store<T>((typename Acc<T>::type)best);
-      if (kIdx) ids[oy * g.ow + ox] = brow * g.w + bcol;
+    if constexpr (std::is_same_v<T, A>) {
+      max_taps<A>(tv, g, o);
+    } else {
+      max_taps<A>(tv, g, acc);
+      for (int64_t ox = 0; ox < g.ow; ++ox) o[ox] = store<T>((typename Acc<T>::type)acc[ox]);
     }
   }
 }
 
 // Average (and adaptive average) pooling of one plane: column sums over the window's rows, then each
-// output column's sum of them over the product of the two axes' divisor factors (or the override).
+// output column's sum of them (tap by tap over all the outputs for Avg, vectorised; per output for the
+// adaptive windows, which vary) over the product of the two axes' divisor factors (or the override).
 template <typename T, typename A>
-void avg_plane(Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T* out, A* ts) {
+void avg_plane(PoolKind kind, Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T* out, A* ts,
+               A* acc) {
+  if (g.oh == 1 && g.ow == 1 && ay.count[0] == g.h && ax.count[0] == g.w && in.sx == 1 && in.sy == g.w) {
+    // one window over a dense plane (global pooling, a ResNet head): one sum in eight independent lanes
+    const int64_t n = g.h * g.w;
+    A lane[8] = {};
+    int64_t i = 0;
+    for (; i + 8 <= n; i += 8)
+      for (int k = 0; k < 8; ++k) lane[k] += (A)load<T>(in.p[i + k]);
+    A s = ((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7]));
+    for (; i < n; ++i) s += (A)load<T>(in.p[i]);
+    const A div = g.divisor > 0 ? A(g.divisor) : A(ay.size[0] * ax.size[0]);
+    out[0] = store<T>((typename Acc<T>::type)(s / div));
+    return;
+  }
   for (int64_t oy = 0; oy < g.oh; ++oy) {
     const int64_t y0 = ay.first[oy], ny = ay.count[oy];
     std::fill(ts, ts + g.w, A(0));
@@ -119,13 +221,22 @@ void avg_plane(Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T
         for (int64_t x = 0; x < g.w; ++x) ts[x] += (A)load<T>(r[x * in.sx]);
       }
     }
+    std::fill(acc, acc + g.ow, A(0));
+    if (kind == PoolKind::Avg) {
+      for (int64_t j = 0; j < g.kw; ++j) {
+        int64_t lo, hi;
+        valid_range(g.w, g.ow, g.sw, g.pw, j, lo, hi);
+        const int64_t off = j - g.pw;
+        for (int64_t ox = lo; ox < hi; ++ox) acc[ox] += ts[ox * g.sw + off];
+      }
+    } else {
+      for (int64_t ox = 0; ox < g.ow; ++ox)
+        for (int64_t j = 0; j < ax.count[ox]; ++j) acc[ox] += ts[ax.first[ox] + j];
+    }
     T* o = out + oy * g.ow;
     for (int64_t ox = 0; ox < g.ow; ++ox) {
-      const int64_t x0 = ax.first[ox], nx = ax.count[ox];
-      A s = 0;
-      for (int64_t j = 0; j < nx; ++j) s += ts[x0 + j];
       const A div = g.divisor > 0 ? A(g.divisor) : A(ay.size[oy] * ax.size[ox]);
-      o[ox] = store<T>((typename Acc<T>::type)(s / div));
+      o[ox] = store<T>((typename Acc<T>::type)(acc[ox] / div));
     }
   }
 }
@@ -134,6 +245,10 @@ template <typename T>
 std::tuple<StoragePtr, StoragePtr> pool_fwd(const CpuStorage& s, PoolKind kind, const Layout& l, const PoolGeom& g,
                                             bool with_indices) {
   using A = typename Acc<T>::type;
+  // the picks keep columns in lanes as wide as the values: int32 beside float
+  EMBER_CHECK(!with_indices || g.w + g.dw * g.kw < (int64_t)std::numeric_limits<TapNo<A>>::max(), Unsupported,
+              "[max_pool2d] indices of rows longer than 2^31 - 1 elements are not supported on cpu for ",
+              dtype_name(s.dtype()));
   const Axis ay = make_axis(kind, g.h, g.oh, g.kh, g.sh, g.ph, g.dh, g.count_include_pad);
   const Axis ax = make_axis(kind, g.w, g.ow, g.kw, g.sw, g.pw, g.dw, g.count_include_pad);
   const int64_t planes = g.n * g.c, opl = g.oh * g.ow;
@@ -143,14 +258,19 @@ std::tuple<StoragePtr, StoragePtr> pool_fwd(const CpuStorage& s, PoolKind kind, 
   const auto& st = l.stride();
   T* o = out->data<T>();
   int64_t* ip = ids ? ids->data<int64_t>() : nullptr;
-  parallel_for(planes, plane_grain(g.oh * g.w * std::max<int64_t>(g.kh, 1) + opl * g.kw), [&](int64_t b, int64_t e) {
-    std::vector<A> tv(g.w);
-    std::vector<int64_t> tr(with_indices ? g.w : 0);
+  const int64_t work = g.h * g.w + g.oh * g.w * g.kh + opl * g.kw;  // per plane: reads, vertical and horizontal taps
+  parallel_for(planes, plane_grain(work), [&](int64_t b, int64_t e) {
+    std::vector<A> tv(g.w), acc(g.ow);
+    const int64_t iw = with_indices ? g.w : 0, iow = with_indices ? g.ow : 0;
+    std::vector<TapNo<A>> tk(iw), tj(iw), bk(iow), ar(iow), ac(iow);
     for (int64_t p = b; p < e; ++p) {
       const Plane<T> in{x + (p / g.c) * st[0] + (p % g.c) * st[1], st[2], st[3]};
-      if (kind != PoolKind::Max) avg_plane<T, A>(in, g, ay, ax, o + p * opl, tv.data());
-      else if (with_indices) max_plane<T, A, true>(in, g, ay, ax, o + p * opl, ip + p * opl, tv.data(), tr.data());
-      else max_plane<T, A, false>(in, g, ay, ax, o + p * opl, nullptr, tv.data(), nullptr);
+      T* op = o + p * opl;
+      if (kind != PoolKind::Max) avg_plane<T, A>(kind, in, g, ay, ax, op, tv.data(), acc.data());
+      else if (with_indices) max_plane<T, A, true>(in, g, ay, ax, op, ip + p * opl, tv.data(), acc.data(), tk.data(), tj.data(),
+                                             bk.data(), ar.data(), ac.data());
+      else max_plane<T, A, false>(in, g, ay, ax, op, nullptr, tv.data(), acc.data(), nullptr, nullptr, nullptr, nullptr,
+                                              nullptr);
     }
   });
   return {out, ids};
