@@ -33,12 +33,17 @@ enum class UnaryOp : uint8_t {
   // The activations with parameters: elu (p0 alpha), leaky_relu (p0 slope), softplus (p0 beta, p1
   // threshold), mish, hardswish, hardsigmoid, gelu's tanh form; float only.
   Elu, LeakyRelu, Softplus, Mish, Hardswish, Hardsigmoid, GeluTanh,
+  // ~x: bitwise on integers, logical on bool; no float version.
+  BitNot,
   Count
 };
 // FloorDiv and Rem follow Python/numpy: the quotient rounds toward -inf and the remainder takes the
 // divisor's sign; integer x // 0 and x % 0 give 0 (numpy's result, without its warning).
 enum class BinaryOp : uint8_t {
-  Add, Sub, Mul, Div, Maximum, Minimum, Pow, FloorDiv, Rem, Eq, Ne, Lt, Le, Gt, Ge, Count
+  Add, Sub, Mul, Div, Maximum, Minimum, Pow, FloorDiv, Rem, Eq, Ne, Lt, Le, Gt, Ge,
+  // & | ^: bitwise on integers, logical on bool; no float version. Appended after the comparisons.
+  BitAnd, BitOr, BitXor,
+  Count
 };
 // SumI64 is sum with integer inputs accumulated into (and returned as) int64, torch's integer sum
 // (a count of a uint8 mask must not wrap at 256); on float inputs it is Sum.
@@ -46,16 +51,18 @@ enum class ReduceOp : uint8_t { Sum, Max, Min, ArgMax, ArgMin, SumI64, Count };
 constexpr int kNumUnary = (int)UnaryOp::Count;
 constexpr int kNumBinary = (int)BinaryOp::Count;
 constexpr int kNumReduce = (int)ReduceOp::Count;
-inline bool is_cmp(BinaryOp op) { return op >= BinaryOp::Eq; }
+inline bool is_cmp(BinaryOp op) { return op >= BinaryOp::Eq && op <= BinaryOp::Ge; }
 // The ops' names, as Python spells them (the array sizes make a missing or extra name a compile error).
 inline constexpr const char* kUnaryNames[kNumUnary] = {
     "exp",   "log",  "sin",   "cos",  "tanh",    "sqrt",   "sqr",  "abs",   "neg",   "recip", "relu", "gelu",
     "silu",  "erf",  "ceil",  "floor", "round",  "sign",   "sigmoid", "affine", "powf", "clamp", "log1p", "expm1",
     "rsqrt", "log2", "log10", "tan",  "sinh",    "cosh",   "asin", "acos",  "atan",  "trunc",
-    "elu", "leaky_relu", "softplus", "mish", "hardswish", "hardsigmoid", "gelu_tanh"};
+    "elu", "leaky_relu", "softplus", "mish", "hardswish", "hardsigmoid", "gelu_tanh",
+    "bitwise_not"};
 inline constexpr const char* kBinaryNames[kNumBinary] = {
     "add", "sub", "mul", "div", "maximum", "minimum", "pow", "floor_divide", "remainder",
-    "eq",  "ne",  "lt",  "le",  "gt",      "ge"};
+    "eq",  "ne",  "lt",  "le",  "gt",      "ge",
+    "bitwise_and", "bitwise_or", "bitwise_xor"};
 inline constexpr const char* kReduceNames[kNumReduce] = {"sum", "max", "min", "argmax", "argmin", "sum_i64"};
 static_assert(kUnaryNames[kNumUnary - 1] && kBinaryNames[kNumBinary - 1] && kReduceNames[kNumReduce - 1],
               "a name per op");

@@ -16,8 +16,9 @@
 
 namespace ember {
 
-enum class DType : uint8_t { F32 = 0, F16 = 1, BF16 = 2, F64 = 3, I64 = 4, U32 = 5, U8 = 6 };
-constexpr int kNumDTypes = 7;
+// I32 and Bool are appended so that the earlier codes (and every table indexed by them) keep their values.
+enum class DType : uint8_t { F32 = 0, F16 = 1, BF16 = 2, F64 = 3, I64 = 4, U32 = 5, U8 = 6, I32 = 7, Bool = 8 };
+constexpr int kNumDTypes = 9;
 
 inline size_t itemsize(DType dt) {
   switch (dt) {
@@ -28,12 +29,14 @@ inline size_t itemsize(DType dt) {
     case DType::I64: return 8;
     case DType::U32: return 4;
     case DType::U8: return 1;
+    case DType::I32: return 4;
+    case DType::Bool: return 1;
   }
   return 0;
 }
 inline bool is_float(DType dt) { return dt <= DType::F64; }
 inline const char* dtype_name(DType dt) {
-  static const char* names[] = {"float32", "float16", "bfloat16", "float64", "int64", "uint32", "uint8"};
+  static const char* names[] = {"float32", "float16", "bfloat16", "float64", "int64", "uint32", "uint8", "int32", "bool"};
   return names[static_cast<int>(dt)];
 }
 
@@ -111,7 +114,9 @@ EMBER_INLINE uint16_t f64_to_bf16(double d) { return f32_to_bf16(f64_to_f32_odd(
 
 // Generic value conversion used by casts (through the wider type's arithmetic).
 template <typename To, typename From> EMBER_INLINE To convert(From v) {
-  if constexpr (std::is_same_v<To, f16> && std::is_same_v<From, double>) {
+  if constexpr (std::is_same_v<To, bool>) {
+    return load<From>(v) != 0;  // NaN != 0: NaN casts to true, as in numpy and torch
+  } else if constexpr (std::is_same_v<To, f16> && std::is_same_v<From, double>) {
     return f16{f64_to_f16(v)};
   } else if constexpr (std::is_same_v<To, bf16> && std::is_same_v<From, double>) {
     return bf16{f64_to_bf16(v)};
@@ -134,6 +139,8 @@ template <> struct DTypeOf<double> { static constexpr DType value = DType::F64; 
 template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::I64; };
 template <> struct DTypeOf<uint32_t> { static constexpr DType value = DType::U32; };
 template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::U8; };
+template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::I32; };
+template <> struct DTypeOf<bool> { static constexpr DType value = DType::Bool; };
 
 }  // namespace ember
 
@@ -153,6 +160,22 @@ template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::U8; 
     EMBER_DISPATCH_CASE(I64, int64_t, __VA_ARGS__)           \
     EMBER_DISPATCH_CASE(U32, uint32_t, __VA_ARGS__)          \
     EMBER_DISPATCH_CASE(U8, uint8_t, __VA_ARGS__)            \
+    EMBER_DISPATCH_CASE(I32, int32_t, __VA_ARGS__)           \
+    EMBER_DISPATCH_CASE(Bool, bool, __VA_ARGS__)             \
+  }
+// Like EMBER_DISPATCH, with bool's 0/1 bytes bound as uint8_t: for kernels that only move, compare or
+// order values (sort, top-k, max/min, gather/scatter), whose results then stay 0/1.
+#define EMBER_DISPATCH_BOOL_AS_U8(dt, ...)                   \
+  switch (dt) {                                              \
+    EMBER_DISPATCH_CASE(F32, float, __VA_ARGS__)             \
+    EMBER_DISPATCH_CASE(F16, ::ember::f16, __VA_ARGS__)      \
+    EMBER_DISPATCH_CASE(BF16, ::ember::bf16, __VA_ARGS__)    \
+    EMBER_DISPATCH_CASE(F64, double, __VA_ARGS__)            \
+    EMBER_DISPATCH_CASE(I64, int64_t, __VA_ARGS__)           \
+    EMBER_DISPATCH_CASE(U32, uint32_t, __VA_ARGS__)          \
+    EMBER_DISPATCH_CASE(U8, uint8_t, __VA_ARGS__)            \
+    EMBER_DISPATCH_CASE(I32, int32_t, __VA_ARGS__)           \
+    EMBER_DISPATCH_CASE(Bool, uint8_t, __VA_ARGS__)          \
   }
 #define EMBER_DISPATCH_FLOAT(dt, ...)                        \
   switch (dt) {                                              \

@@ -90,7 +90,7 @@ void check_sdpa(const SdpaArgs& a, int64_t out4[4]) {
   const Layout& l = a.lmask;
   const DType dt = a.mask->dtype();
   check_same_device(q, *a.mask, "sdpa");
-  EMBER_CHECK(is_float(dt) || dt == DType::U8, DType,
+  EMBER_CHECK(is_float(dt) || dt == DType::U8 || dt == DType::Bool, DType,
               "[sdpa] mask must be a float (additive) or bool/uint8 tensor, got ", dtype_name(dt));
   EMBER_CHECK(l.ndim() <= 4, Shape, "[sdpa] mask of shape ", shape_str(l.shape()), " has more than 4 dims");
   check_in_bounds(*a.mask, l, "sdpa");

@@ -232,8 +232,9 @@ void check_ids(const BackendStorage* s, const Layout& l, const BackendStorage& i
   // normalize_dim accepts dim 0/-1 of a 0-d tensor (torch's rule for reductions), but the kernels
   // index the selected dim's size and stride: a scalar has neither.
   EMBER_CHECK(l.ndim() > 0, Shape, "[", op, "] expected a tensor with at least 1 dim, got a scalar");
-  EMBER_CHECK(ids.dtype() == DType::I64 || ids.dtype() == DType::U32 || ids.dtype() == DType::U8, DType, "[",
-              op, "] indices must be int64, uint32 or uint8, got ", dtype_name(ids.dtype()));
+  EMBER_CHECK(ids.dtype() == DType::I64 || ids.dtype() == DType::I32 || ids.dtype() == DType::U32 ||
+                  ids.dtype() == DType::U8,
+              DType, "[", op, "] indices must be int64, int32, uint32 or uint8, got ", dtype_name(ids.dtype()));
 }
 }  // namespace
 

@@ -34,7 +34,7 @@ INTS = _supported([em.int64, em.uint32, em.uint8])
 
 NP = {
     "float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float64": np.float64,
-    "int64": np.int64, "uint32": np.uint32, "uint8": np.uint8,
+    "int64": np.int64, "uint32": np.uint32, "uint8": np.uint8, "int32": np.int32, "bool": np.bool_,
 }
 # The widest float the device under test holds: float64 data is built in it (float32 on Metal), and
 # results are compared against float64 references with TOL[WIDE.name].

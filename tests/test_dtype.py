@@ -19,7 +19,8 @@ BF16 = np.dtype(ml_dtypes.bfloat16)
 
 def test_dtype_attributes():
     want = {"float32": (4, True), "float16": (2, True), "bfloat16": (2, True), "float64": (8, True),
-            "int64": (8, False), "uint32": (4, False), "uint8": (1, False)}
+            "int64": (8, False), "uint32": (4, False), "uint8": (1, False), "int32": (4, False),
+            "bool": (1, False)}
     assert [d.name for d in em.ALL_DTYPES] == list(want)
     assert [d.name for d in ALL] == [n for n in want if n in {d.name for d in ALL}]  # the device's, in order
     for d in em.ALL_DTYPES:

@@ -15,7 +15,8 @@ from ember import interop
 from conftest import ALL
 
 TORCH_OF = {em.float32: torch.float32, em.float16: torch.float16, em.bfloat16: torch.bfloat16,
-            em.float64: torch.float64, em.int64: torch.int64, em.uint32: torch.uint32, em.uint8: torch.uint8}
+            em.float64: torch.float64, em.int64: torch.int64, em.uint32: torch.uint32, em.uint8: torch.uint8,
+            em.int32: torch.int32, em.bool: torch.bool}
 
 
 def _sample(dtype, shape=(3, 5)):
@@ -123,8 +124,9 @@ def test_dlpack_torch_to_ember_zero_copy(dtype):
     assert e.dtype is dtype and e.shape == tuple(view.shape)
     assert e.layout.stride == view.stride()
     assert torch.equal(_as_torch_values(e), view)
-    base[3, 2] = 7  # element [1, 1] of the view: shared memory shows through
-    assert e[1, 1].item() == 7
+    v = 0 if dtype is em.bool else 7  # a value the view does not already hold (mostly True for bool)
+    base[3, 2] = v  # element [1, 1] of the view: shared memory shows through
+    assert e[1, 1].item() == v
 
 
 @pytest.mark.parametrize("dtype", em.ALL_DTYPES, ids=lambda d: d.name)
@@ -135,8 +137,9 @@ def test_dlpack_ember_to_torch_zero_copy(dtype):
     tt = torch.from_dlpack(view)
     assert tt.dtype == TORCH_OF[dtype] and tuple(tt.shape) == view.shape and tt.stride() == view.layout.stride
     assert torch.equal(tt, _as_torch_values(view))
-    tt[0, 1] = 3
-    assert view[0, 1].item() == 3 and t[1, 2].item() == 3
+    v = (not view[0, 1].item()) if dtype is em.bool else 3  # a value the view does not already hold
+    tt[0, 1] = v
+    assert view[0, 1].item() == v and t[1, 2].item() == v
     assert view.__dlpack_device__() == (1, 0)
 
 
@@ -167,8 +170,8 @@ def test_dlpack_numpy_both_ways_and_copies():
     a = np.arange(10, dtype=np.float64)[::-1]  # negative stride: imported as a copy
     e = em.from_dlpack(a)
     assert e.tolist() == a.tolist()
-    b = np.arange(8, dtype=np.int32)  # int32 is widened (copy), like em.tensor, and says so
-    with pytest.warns(em.DLPackCopyWarning, match="int32"):
+    b = np.arange(8, dtype=np.int16)  # int16 is widened (copy), like em.tensor, and says so
+    with pytest.warns(em.DLPackCopyWarning, match="int16"):
         assert em.from_dlpack(b).dtype is em.int64
     t = em.arange(6.0).reshape(2, 3)
     arr = np.from_dlpack(t)

@@ -387,6 +387,8 @@ StoragePtr CpuStorage::col2im(const ConvGeom& g) const {
     case DType::I64: return col2im_typed<int64_t>(data<int64_t>(), g, dtype_);
     case DType::U32: return col2im_typed<uint32_t>(data<uint32_t>(), g, dtype_);
     case DType::U8: return col2im_typed<uint8_t>(data<uint8_t>(), g, dtype_);
+    case DType::I32: return col2im_typed<int32_t>(data<int32_t>(), g, dtype_);
+    case DType::Bool: EMBER_CHECK(false, DType, "[conv_transpose2d] not supported for bool"); break;
   }
   return nullptr;
 }

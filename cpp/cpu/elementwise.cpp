@@ -68,11 +68,12 @@ StoragePtr CpuStorage::where(const Layout& cl, const BackendStorage& a_, const L
       const T* pb = b.data<T>();
       T* o = out->data<T>();
       nd_for_each<4>(cl.shape(), {&cl, &al, &bl, &ol}, kGrain, [&](const auto& off, const auto& st, int64_t n) {
-        // Dense runs with a uint8 condition (a comparison's result) and each operand dense or a scalar:
+        // Dense runs with a bool or uint8 condition (a comparison's result) and each operand dense or a scalar:
         // branch-free selects over plain arrays, which the compiler vectorises.
-        if constexpr (std::is_same_v<CT, uint8_t>) {
+        if constexpr (std::is_same_v<CT, uint8_t> || std::is_same_v<CT, bool>) {
           if (st[0] == 1 && st[3] == 1 && (st[1] | 1) == 1 && (st[2] | 1) == 1) {
-            const uint8_t* cc = c + off[0];
+            // bool's bytes are 0/1 like a uint8 mask's: one loop serves both
+            const uint8_t* cc = reinterpret_cast<const uint8_t*>(c + off[0]);
             const T* xa = pa + off[1];
             const T* xb = pb + off[2];
             T* oo = o + off[3];
@@ -118,7 +119,7 @@ StoragePtr CpuStorage::to_dtype(const Layout& l, DType dt) const {
           if (st[0] == 1) { std::memcpy(dst, src, n * sizeof(T)); return; }
         }
         if constexpr (std::is_same_v<From, float> || std::is_same_v<From, double>) {
-          if constexpr (std::is_integral_v<T>) {
+          if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {
             // float -> int truncates; NaN/out-of-range become 0 instead of undefined behaviour
             for (int64_t i = 0; i < n; ++i) {
               double v = (double)src[i * st[0]];

@@ -240,3 +240,8 @@ EMBER_CMP(BLe, a <= b)
 EMBER_CMP(BGt, a > b)
 EMBER_CMP(BGe, a >= b)
 #undef EMBER_CMP
+// Bitwise & | ^ and ~, registered for integer dtypes only (and, on bool's 0/1 bytes, logical).
+struct BBitAnd { template <typename C> static inline C f(C a, C b) { return C(a & b); } };
+struct BBitOr { template <typename C> static inline C f(C a, C b) { return C(a | b); } };
+struct BBitXor { template <typename C> static inline C f(C a, C b) { return C(a ^ b); } };
+struct UBitNot {};  // the integer loop's ~x (unary_loop_int)

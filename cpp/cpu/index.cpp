@@ -324,7 +324,7 @@ void scatter_kernel(T* out, const Layout& ol, const Ids& ids, const T* src, cons
 template <ScatterOp op>
 void scatter_dispatch(CpuStorage& out, const Layout& ol, const Ids& ids, const CpuStorage& src, const Layout& sl,
                       const Layout& il, int64_t dim, bool include_self) {
-  EMBER_DISPATCH(out.dtype(), {
+  EMBER_DISPATCH_BOOL_AS_U8(out.dtype(), {
     scatter_kernel<op, T>(out.data<T>(), ol, ids, src.data<T>(), sl, il, dim, include_self);
   });
 }

@@ -129,6 +129,7 @@ void unary_loop_int(const void* in_, int64_t is, void* out_, int64_t os, int64_t
   else if constexpr (std::is_same_v<Op, UNeg>) body([](T x) { return (T)(U)(U(0) - (U)x); });
   else if constexpr (std::is_same_v<Op, URelu>) body([](T x) { return x < 0 ? T(0) : x; });
   else if constexpr (std::is_same_v<Op, USign>) body([](T x) { return (T)((x > 0) - (x < 0)); });
+  else if constexpr (std::is_same_v<Op, UBitNot>) body([](T x) { return (T)~x; });
   else if constexpr (std::is_same_v<Op, UCeil> || std::is_same_v<Op, UFloor> || std::is_same_v<Op, URound> ||
                      std::is_same_v<Op, UTrunc>)
     body([](T x) { return x; });
@@ -343,6 +344,12 @@ template <typename T> void register_dtype(KernelTable& t) {
   // Negating unsigned integers is refused rather than silently wrapping.
   if constexpr (flt) t.unary[(int)UnaryOp::Neg][d] = &unary_loop<UNeg, T>;
   else if constexpr (std::is_signed_v<T>) t.unary[(int)UnaryOp::Neg][d] = &unary_loop_int<UNeg, T>;
+  if constexpr (!flt) {
+    t.unary[(int)UnaryOp::BitNot][d] = &unary_loop_int<UBitNot, T>;
+    t.binary[(int)BinaryOp::BitAnd][d] = &binary_loop<BBitAnd, T>;
+    t.binary[(int)BinaryOp::BitOr][d] = &binary_loop<BBitOr, T>;
+    t.binary[(int)BinaryOp::BitXor][d] = &binary_loop<BBitXor, T>;
+  }
 
   t.binary[(int)BinaryOp::Add][d] = &binary_loop<BAdd, T>;
   t.binary[(int)BinaryOp::Sub][d] = &binary_loop<BSub, T>;
@@ -368,6 +375,30 @@ template <typename T> void register_dtype(KernelTable& t) {
   t.reduce_col[2][d] = &col_step<2, T>;
 }
 
+// Logical not of bool's bytes (0 or 1).
+void bool_not_loop(const void* in_, int64_t is, void* out_, int64_t os, int64_t n, double, double) {
+  const uint8_t* in = static_cast<const uint8_t*>(in_);
+  uint8_t* out = static_cast<uint8_t*>(out_);
+  for (int64_t i = 0; i < n; ++i) out[i * os] = in[i * is] == 0 ? 1 : 0;
+}
+
+// bool is stored as bytes 0/1, so it takes uint8's kernels for every op whose results stay 0/1 on such
+// bytes: comparisons, max/min, & | ^, + as or and * as and (torch's bool arithmetic). The other ops
+// (-, /, //, %, the unary math) stay unregistered and raise "[op] not supported for bool".
+void register_bool(KernelTable& t) {
+  constexpr int b = (int)DType::Bool, u = (int)DType::U8;
+  for (BinaryOp op : {BinaryOp::Eq, BinaryOp::Ne, BinaryOp::Lt, BinaryOp::Le, BinaryOp::Gt, BinaryOp::Ge,
+                      BinaryOp::Maximum, BinaryOp::Minimum, BinaryOp::BitAnd, BinaryOp::BitOr, BinaryOp::BitXor})
+    t.binary[(int)op][b] = t.binary[(int)op][u];
+  t.binary[(int)BinaryOp::Add][b] = t.binary[(int)BinaryOp::BitOr][u];
+  t.binary[(int)BinaryOp::Mul][b] = t.binary[(int)BinaryOp::BitAnd][u];
+  t.unary[(int)UnaryOp::BitNot][b] = &bool_not_loop;
+  for (int k = 1; k < 3; ++k) {  // max, min
+    t.reduce_row[k][b] = t.reduce_row[k][u];
+    t.reduce_col[k][b] = t.reduce_col[k][u];
+  }
+}
+
 }  // namespace
 
 void EMBER_CAT(register_kernels_, EMBER_ISA)(KernelTable& t) {
@@ -378,6 +409,8 @@ void EMBER_CAT(register_kernels_, EMBER_ISA)(KernelTable& t) {
   register_dtype<int64_t>(t);
   register_dtype<uint32_t>(t);
   register_dtype<uint8_t>(t);
+  register_dtype<int32_t>(t);
+  register_bool(t);
 }
 
 }  // namespace ember::cpu

@@ -220,9 +220,10 @@ StoragePtr CpuStorage::matmul(const Layout& l, const BackendStorage& rhs_, const
       return out->to_dtype(Layout::contiguous(os), dtype_);
     }
     default: {
+      EMBER_CHECK(dtype_ != DType::Bool, DType, "[matmul] not supported for bool");  // as torch
       auto out = new_cpu(dtype_, numel);
       EMBER_DISPATCH(dtype_, {
-        if constexpr (std::is_integral_v<T>) matmul_loop<T>(*this, l, rhs, rl, *out);
+        if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) matmul_loop<T>(*this, l, rhs, rl, *out);
       });
       return out;
     }

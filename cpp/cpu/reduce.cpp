@@ -289,16 +289,18 @@ StoragePtr CpuStorage::reduce(ReduceOp op, const Layout& l, const std::vector<in
   const int64_t nout = sp.kept.numel();
   if (op == ReduceOp::ArgMax || op == ReduceOp::ArgMin) {
     auto out = new_cpu(DType::I64, nout);
-    if (nout) EMBER_DISPATCH(dtype_, reduce_arg<T>(op == ReduceOp::ArgMax, *this, l, dims, *out));
+    if (nout) EMBER_DISPATCH_BOOL_AS_U8(dtype_, reduce_arg<T>(op == ReduceOp::ArgMax, *this, l, dims, *out));
     return out;
   }
   if (op == ReduceOp::SumI64) {
     if (dtype_ == DType::U8) return sum_i64<uint8_t>(*this, l, dims);
     if (dtype_ == DType::U32) return sum_i64<uint32_t>(*this, l, dims);
+    if (dtype_ == DType::I32) return sum_i64<int32_t>(*this, l, dims);
+    if (dtype_ == DType::Bool) return sum_i64<uint8_t>(*this, l, dims);
     op = ReduceOp::Sum;  // int64 and float inputs: a plain sum
   }
   auto out = new_cpu(dtype_, nout);
-  if (nout) EMBER_DISPATCH(dtype_, reduce_values<T>((int)op, *this, l, dims, *out));
+  if (nout) EMBER_DISPATCH_BOOL_AS_U8(dtype_, reduce_values<T>((int)op, *this, l, dims, *out));
   return out;
 }
 

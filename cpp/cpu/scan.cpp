@@ -163,10 +163,10 @@ std::tuple<StoragePtr, StoragePtr> CpuStorage::scan(ScanOp op, const Layout& l, 
   CpuStoragePtr ids = arith ? nullptr : new_cpu(DType::I64, l.numel());
   int64_t* ip = ids ? ids->data<int64_t>() : nullptr;
   if (arith && !is_float(dtype_)) {  // integer sums and products: int64 out, wrapping (unsigned arithmetic)
-    EMBER_DISPATCH(dtype_, if constexpr (std::is_integral_v<T>) scan_lines<T, int64_t, uint64_t>(
+    EMBER_DISPATCH_BOOL_AS_U8(dtype_, if constexpr (std::is_integral_v<T>) scan_lines<T, int64_t, uint64_t>(
                                op, data<T>(), l, dim, exclusive, reverse, out->data<int64_t>(), ip));
   } else {
-    EMBER_DISPATCH(dtype_, scan_lines<T, T, typename Acc<T>::type>(op, data<T>(), l, dim, exclusive, reverse,
+    EMBER_DISPATCH_BOOL_AS_U8(dtype_, scan_lines<T, T, typename Acc<T>::type>(op, data<T>(), l, dim, exclusive, reverse,
                                                                     out->data<T>(), ip));
   }
   return {out, ids};

@@ -98,6 +98,7 @@ template <> struct RadixKey<bf16> { using type = uint32_t; };
 template <> struct RadixKey<int64_t> { using type = uint64_t; };
 template <> struct RadixKey<uint32_t> { using type = uint32_t; };
 template <> struct RadixKey<uint8_t> { using type = uint32_t; };
+template <> struct RadixKey<int32_t> { using type = uint32_t; };
 
 template <typename T, typename U> inline U radix_key(T v, bool desc) {
   U u;
@@ -113,6 +114,8 @@ template <typename T, typename U> inline U radix_key(T v, bool desc) {
     }
   } else if constexpr (std::is_same_v<T, int64_t>) {
     u = (uint64_t)v ^ (1ull << 63);
+  } else if constexpr (std::is_same_v<T, int32_t>) {
+    u = (uint32_t)v ^ (1u << 31);
   } else {
     u = (U)v;
   }
@@ -191,7 +194,7 @@ std::tuple<StoragePtr, StoragePtr> CpuStorage::sort(const Layout& l, int64_t dim
   (void)stable;  // the order is total (ties by index), so every sort here is stable
   auto vals = new_cpu(dtype_, l.numel());
   auto ids = new_cpu(DType::I64, l.numel());
-  EMBER_DISPATCH(dtype_, sort_lines<T>(data<T>(), l, dim, descending, vals->data<T>(), ids->data<int64_t>()));
+  EMBER_DISPATCH_BOOL_AS_U8(dtype_, sort_lines<T>(data<T>(), l, dim, descending, vals->data<T>(), ids->data<int64_t>()));
   return {vals, ids};
 }
 

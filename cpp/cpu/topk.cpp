@@ -203,7 +203,7 @@ std::tuple<StoragePtr, StoragePtr> CpuStorage::topk(const Layout& l, int64_t dim
   const int64_t numel = n == 0 ? 0 : l.numel() / n * k;
   auto vals = new_cpu(dtype_, numel);
   auto ids = new_cpu(DType::I64, numel);
-  EMBER_DISPATCH(dtype_, topk_lines<T>(data<T>(), l, dim, k, largest, vals->data<T>(), ids->data<int64_t>()));
+  EMBER_DISPATCH_BOOL_AS_U8(dtype_, topk_lines<T>(data<T>(), l, dim, k, largest, vals->data<T>(), ids->data<int64_t>()));
   return {vals, ids};
 }
 

@@ -34,6 +34,7 @@ from .dtypes import (
     float32,
     float64,
     get_default_device,
+    int32,
     int64,
     metal_is_available,
     set_default_device,
@@ -137,6 +138,8 @@ from .sorting import argsort, cummax, cummin, cumprod, cumsum, sort, topk  # noq
 from .sampling import multinomial  # noqa: E402
 from .scatter import scatter, scatter_reduce  # noqa: E402
 from .movement import meshgrid, pad, roll  # noqa: E402
+# em.bool, as torch.bool; out of __all__ like em.sum, so that `from ember import *` keeps builtins.bool
+from .dtypes import bool as bool  # noqa: E402
 
 
 __version__ = "0.1.0"
@@ -146,7 +149,7 @@ __all__ = [
     "DTypeError", "Device", "DeviceError", "EmberError", "EmberIOError", "EmberValueError", "GradStore", "IndexOutOfRange",
     "InplaceModifiedError", "InplaceOp1", "InplaceOp2", "InplaceOp3", "Layout", "MetalStorage", "OutOfMemory",
     "ShapeError", "Storage", "Tensor", "UnsupportedOp", "Var", "arange", "bfloat16", "cat", "cpu", "empty_cache",
-    "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "full_like", "get_num_threads", "int64",
+    "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "full_like", "get_num_threads", "int32", "int64",
     "is_grad_enabled", "load_safetensors", "manual_seed", "maximum", "memory_stats", "metal", "metal_is_available",
     "minimum", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randn", "reset_peak_memory_stats",
     "save_safetensors", "set_cache_limit", "set_num_threads", "stack",

@@ -1,6 +1,7 @@
 """DType and Device: value objects shared by the facade, with the numpy dtype mappings."""
 from __future__ import annotations
 
+import builtins
 import operator
 
 import ml_dtypes as _ml_dtypes
@@ -14,7 +15,7 @@ _NP_BF16 = np.dtype(_ml_dtypes.bfloat16)
 
 
 class DType:
-    """An element type: ``em.float32 float16 bfloat16 float64 int64 uint32 uint8``.
+    """An element type: ``em.float32 float16 bfloat16 float64 int64 int32 uint32 uint8 bool``.
 
     Instances are singletons (compare with ``is`` or ``==``; they pickle to themselves). Attributes:
     ``name`` (``"float32"``), ``itemsize`` (bytes per element), ``is_float``, and ``code`` (the
@@ -52,7 +53,10 @@ float64 = _make("float64")
 int64 = _make("int64")
 uint32 = _make("uint32")
 uint8 = _make("uint8")
-ALL_DTYPES = tuple(sorted((float32, float16, bfloat16, float64, int64, uint32, uint8), key=lambda d: d.code))
+int32 = _make("int32")
+bool = _make("bool")  # noqa: A001 -- em.bool, as torch.bool; this module calls builtins.bool by that name
+ALL_DTYPES = tuple(sorted((float32, float16, bfloat16, float64, int64, uint32, uint8, int32, bool),
+                          key=lambda d: d.code))
 if [d.name for d in ALL_DTYPES] != [n for n, _, _ in _C.DTYPES]:
     raise ImportError(f"ember.dtypes names {[d.name for d in ALL_DTYPES]}, the core {_C.DTYPES}")
 BY_CODE = ALL_DTYPES  # indexed by the C++ code
@@ -89,8 +93,8 @@ _NP_TO_EMBER = {
 _NP_WIDEN = {
     np.dtype(np.bool_): uint8,
     np.dtype(np.int8): int64,
-    np.dtype(np.int16): int64,
     np.dtype(np.int32): int64,
+    np.dtype(np.int16): int64,
     np.dtype(np.uint16): int64,
 }
 
@@ -208,4 +212,4 @@ def metal_is_available() -> bool:
     Returns:
         True when metal:0 is available, else False.
     """
-    return bool(_C.device_available(Device._KINDS["metal"], 0))
+    return builtins.bool(_C.device_available(Device._KINDS["metal"], 0))

@@ -54,11 +54,10 @@ _NAME_V, _USED_V = b"dltensor_versioned", b"used_dltensor_versioned"
 
 # (DLPack type code, bits) <-> ember dtype; 0 int, 1 uint, 2 float, 4 bfloat, 6 bool.
 _TO_DL = {_dt.float32: (2, 32), _dt.float16: (2, 16), _dt.bfloat16: (4, 16), _dt.float64: (2, 64),
-          _dt.int64: (0, 64), _dt.uint32: (1, 32), _dt.uint8: (1, 8)}
+          _dt.int64: (0, 64), _dt.uint32: (1, 32), _dt.uint8: (1, 8), _dt.int32: (0, 32), _dt.bool: (6, 8)}
 _FROM_DL = {v: k for k, v in _TO_DL.items()}
-_FROM_DL[(6, 8)] = _dt.uint8  # bool: same bytes, 0 or 1
 # Types ember has no slot for: read through numpy and widened (a copy), like em.tensor does.
-_WIDEN_NP = {(0, 8): np.int8, (0, 16): np.int16, (0, 32): np.int32, (1, 16): np.uint16}
+_WIDEN_NP = {(0, 8): np.int8, (0, 16): np.int16, (1, 16): np.uint16}
 
 _api = C.pythonapi
 _api.PyCapsule_New.restype = C.py_object

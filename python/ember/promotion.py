@@ -12,11 +12,15 @@ from .errors import EmberTypeError
 
 __all__ = ["promote_types", "result_type"]
 
-_INTS = (_dt.uint8, _dt.uint32, _dt.int64)  # widening order among ember's integer dtypes
+_INTS = (_dt.bool, _dt.uint8, _dt.int32, _dt.int64)  # torch's widening order (bool lowest)
 
 
 def _promote_ints(a, b):
-    # uint32 meets int64 or uint8 as numpy does (int64, uint32: both lossless); torch refuses the pair
+    # uint32 meets the others as numpy does: bool and uint8 fit in it, int32 and int64 widen to int64
+    # (both lossless); torch has no uint32 arithmetic to follow
+    if a is _dt.uint32 or b is _dt.uint32:
+        other = b if a is _dt.uint32 else a
+        return _dt.uint32 if other in (_dt.uint32, _dt.bool, _dt.uint8) else _dt.int64
     return a if _INTS.index(a) >= _INTS.index(b) else b
 
 
@@ -60,7 +64,7 @@ _BOOL, _INT, _FLOAT = 0, 1, 2
 
 
 def _category(dt):
-    return _FLOAT if dt.is_float else _INT
+    return _FLOAT if dt.is_float else (_BOOL if dt is _dt.bool else _INT)
 
 
 def _classify(x):
@@ -77,12 +81,13 @@ def _classify(x):
         return 0, None, _FLOAT
     if isinstance(x, np.ndarray):
         dt = _dt.from_numpy_dtype(x.dtype)
-        return (2 if x.ndim else 1), dt, (_BOOL if x.dtype == np.bool_ else _category(dt))
+        return (2 if x.ndim else 1), dt, _category(dt)
     raise EmberTypeError(f"[result_type] unsupported operand type {type(x).__name__}")
 
 
 def _scalar_dtype(cat):
-    return _dt.float32 if cat == _FLOAT else _dt.int64  # torch's defaults for a Python float / int
+    # torch's defaults for a Python float / int / bool
+    return _dt.float32 if cat == _FLOAT else (_dt.int64 if cat == _INT else _dt.bool)
 
 
 def result_type(*operands) -> DType:

@@ -24,6 +24,8 @@ py::dtype np_dtype(DType dt) {
     case DType::I64: return py::dtype::of<int64_t>();
     case DType::U32: return py::dtype::of<uint32_t>();
     case DType::U8: return py::dtype::of<uint8_t>();
+    case DType::I32: return py::dtype::of<int32_t>();
+    case DType::Bool: return py::dtype::of<bool>();
   }
   return py::dtype::of<float>();
 }
