@@ -1,5 +1,5 @@
-// Elementwise binary kernels, every BinaryOp: f32/f16/bf16 computed in float, int64/uint32/uint8 in their
-// own type; arithmetic gives the input dtype, comparisons uchar. Kernels: both operands contiguous
+// Elementwise binary kernels, every BinaryOp: f32/f16/bf16 computed in float, int64/int32/uint32/uint8/bool
+// in their own type; arithmetic gives the input dtype, comparisons bool. Kernels: both operands contiguous
 // (4 elements per thread), one a single element (scalar rhs / lhs), and any broadcast strides.
 #include <metal_stdlib>
 using namespace metal;
@@ -9,18 +9,28 @@ using namespace metal;
 // // and % follow Python (the quotient rounds toward -inf, the remainder takes the divisor's sign).
 inline float add_w(float a, float b) { return a + b; }
 inline long add_w(long a, long b) { return as_type<long>(as_type<ulong>(a) + as_type<ulong>(b)); }
+inline int add_w(int a, int b) { return as_type<int>(as_type<uint>(a) + as_type<uint>(b)); }
+inline bool add_w(bool a, bool b) { return a || b; }  // torch: bool + bool is or
 template <typename T> inline T add_w(T a, T b) { return T(a + b); }
 inline float sub_w(float a, float b) { return a - b; }
 inline long sub_w(long a, long b) { return as_type<long>(as_type<ulong>(a) - as_type<ulong>(b)); }
+inline int sub_w(int a, int b) { return as_type<int>(as_type<uint>(a) - as_type<uint>(b)); }
 template <typename T> inline T sub_w(T a, T b) { return T(a - b); }
 inline float mul_w(float a, float b) { return a * b; }
 inline long mul_w(long a, long b) { return as_type<long>(as_type<ulong>(a) * as_type<ulong>(b)); }
+inline int mul_w(int a, int b) { return as_type<int>(as_type<uint>(a) * as_type<uint>(b)); }
+inline bool mul_w(bool a, bool b) { return a && b; }  // torch: bool * bool is and
 template <typename T> inline T mul_w(T a, T b) { return T(ulong(a) * ulong(b)); }
 
 inline float safe_div(float a, float b) { return a / b; }
 inline long safe_div(long a, long b) {
   if (b == 0) return 0;
   if (b == -1) return as_type<long>(0ul - as_type<ulong>(a));
+  return a / b;
+}
+inline int safe_div(int a, int b) {
+  if (b == 0) return 0;
+  if (b == -1) return as_type<int>(0u - as_type<uint>(a));
   return a / b;
 }
 template <typename T> inline T safe_div(T a, T b) { return b == T(0) ? T(0) : T(a / b); }
@@ -50,6 +60,17 @@ inline long py_floordiv(long a, long b) {
   const long q = a / b;
   return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
 }
+inline int py_rem(int a, int b) {
+  if (b == 0 || b == -1) return 0;  // INT32_MIN % -1 would trap
+  const int r = a % b;
+  return (r != 0 && ((r < 0) != (b < 0))) ? r + b : r;
+}
+inline int py_floordiv(int a, int b) {
+  if (b == 0) return 0;
+  if (b == -1) return as_type<int>(0u - as_type<uint>(a));
+  const int q = a / b;
+  return (a % b != 0 && ((a < 0) != (b < 0))) ? q - 1 : q;
+}
 template <typename T> inline T py_rem(T a, T b) { return b == T(0) ? T(0) : T(a % b); }
 template <typename T> inline T py_floordiv(T a, T b) { return b == T(0) ? T(0) : T(a / b); }
 
@@ -65,9 +86,13 @@ EMBER_BINARY(Minimum, (a != a ? a : (a < b || b != b ? (b != b ? b : a) : b)))
 EMBER_BINARY(Pow, pow(a, b))
 EMBER_BINARY(FloorDiv, py_floordiv(a, b))
 EMBER_BINARY(Rem, py_rem(a, b))
+// & | ^: integers and bool only (bitwise, which on bool is logical)
+EMBER_BINARY(BitAnd, C(a & b))
+EMBER_BINARY(BitOr, C(a | b))
+EMBER_BINARY(BitXor, C(a ^ b))
 #undef EMBER_BINARY
 #define EMBER_CMP(NAME, EXPR) \
-  struct NAME { template <typename C> static uchar f(C a, C b) { return (EXPR) ? uchar(1) : uchar(0); } };
+  struct NAME { template <typename C> static bool f(C a, C b) { return EXPR; } };
 EMBER_CMP(Eq, a == b)
 EMBER_CMP(Ne, a != b)
 EMBER_CMP(Lt, a < b)
@@ -81,6 +106,8 @@ template <typename T> struct Compute { typedef float type; };
 template <> struct Compute<long> { typedef long type; };
 template <> struct Compute<uint> { typedef uint type; };
 template <> struct Compute<uchar> { typedef uchar type; };
+template <> struct Compute<int> { typedef int type; };
+template <> struct Compute<bool> { typedef bool type; };
 
 constant constexpr uint kReads = 4;  // elements per thread in the dense kernels
 
@@ -161,18 +188,24 @@ kernel void binary_strided(device const T* a [[buffer(0)]], device const T* b [[
   instantiate_binary_one(name, Op, float32, float, float)      \
   instantiate_binary_one(name, Op, float16, half, half)        \
   instantiate_binary_one(name, Op, bfloat16, bfloat, bfloat)
-#define instantiate_binary(name, Op)                           \
-  instantiate_binary_float(name, Op)                           \
+#define instantiate_binary_ints(name, Op)                      \
   instantiate_binary_one(name, Op, int64, long, long)          \
   instantiate_binary_one(name, Op, uint32, uint, uint)         \
-  instantiate_binary_one(name, Op, uint8, uchar, uchar)
+  instantiate_binary_one(name, Op, uint8, uchar, uchar)        \
+  instantiate_binary_one(name, Op, int32, int, int)
+#define instantiate_binary(name, Op)                           \
+  instantiate_binary_float(name, Op)                           \
+  instantiate_binary_ints(name, Op)
+#define instantiate_binary_bool(name, Op) instantiate_binary_one(name, Op, bool, bool, bool)
 #define instantiate_compare(name, Op)                          \
-  instantiate_binary_one(name, Op, float32, float, uchar)      \
-  instantiate_binary_one(name, Op, float16, half, uchar)       \
-  instantiate_binary_one(name, Op, bfloat16, bfloat, uchar)    \
-  instantiate_binary_one(name, Op, int64, long, uchar)         \
-  instantiate_binary_one(name, Op, uint32, uint, uchar)        \
-  instantiate_binary_one(name, Op, uint8, uchar, uchar)
+  instantiate_binary_one(name, Op, float32, float, bool)       \
+  instantiate_binary_one(name, Op, float16, half, bool)        \
+  instantiate_binary_one(name, Op, bfloat16, bfloat, bool)     \
+  instantiate_binary_one(name, Op, int64, long, bool)          \
+  instantiate_binary_one(name, Op, uint32, uint, bool)         \
+  instantiate_binary_one(name, Op, uint8, uchar, bool)         \
+  instantiate_binary_one(name, Op, int32, int, bool)           \
+  instantiate_binary_one(name, Op, bool, bool, bool)
 
 instantiate_binary(add, Add)
 instantiate_binary(sub, Sub)
@@ -189,3 +222,12 @@ instantiate_compare(lt, Lt)
 instantiate_compare(le, Le)
 instantiate_compare(gt, Gt)
 instantiate_compare(ge, Ge)
+// bool: + is or, * is and (torch); - and / are refused or promoted before they get here
+instantiate_binary_bool(add, Add)
+instantiate_binary_bool(mul, Mul)
+instantiate_binary_bool(maximum, Maximum)
+instantiate_binary_bool(minimum, Minimum)
+#define instantiate_bitwise(name, Op) instantiate_binary_ints(name, Op) instantiate_binary_bool(name, Op)
+instantiate_bitwise(bitwise_and, BitAnd)
+instantiate_bitwise(bitwise_or, BitOr)
+instantiate_bitwise(bitwise_xor, BitXor)

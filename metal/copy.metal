@@ -1,4 +1,5 @@
-// Data movement: contiguous and strided copies, fills, casts between every pair of Metal dtypes, where.
+// Data movement: contiguous and strided copies, fills, casts between every pair of Metal dtypes, where
+// (with a bool or integer condition).
 // Copies, fills and where move bit patterns, so they are instantiated per element width (8/16/32/64);
 // casts per (from, to) pair with the CPU backend's rounding and saturation rules.
 #include <metal_stdlib>
@@ -90,6 +91,9 @@ template <typename To> struct F32ToInt;
 template <> struct F32ToInt<long> {
   long operator()(float v) const { return int_range(v) ? to_long_x86(v) : 0; }
 };
+template <> struct F32ToInt<int> {  // truncated to int64 as above, then wrapped into 32 bits
+  int operator()(float v) const { return int_range(v) ? as_type<int>(uint(as_type<ulong>(to_long_x86(v)))) : 0; }
+};
 template <> struct F32ToInt<uint> {
   uint operator()(float v) const { return int_range(v) && v >= 0.0f ? uint(ulong(v)) : 0u; }
 };
@@ -107,7 +111,7 @@ template <typename To> struct HalfToInt {
 };
 
 template <typename From, typename To> struct Cast {
-  To operator()(From v) const { return To(v); }  // integer -> integer: wraps, as C++
+  To operator()(From v) const { return To(v); }  // integer -> integer: wraps, as C++ (to bool: v != 0)
 };
 #define CAST_VIA_FLOAT(From, To) \
   template <> struct Cast<From, To> { To operator()(From v) const { return To(float(v)); } };
@@ -119,10 +123,16 @@ CAST_TO_FLOATS(bfloat)
 CAST_TO_FLOATS(long)
 CAST_TO_FLOATS(uint)
 CAST_TO_FLOATS(uchar)
+CAST_TO_FLOATS(int)
+CAST_TO_FLOATS(bool)
 #define CAST_FLOAT_TO_INT(From, To, Rule) \
   template <> struct Cast<From, To> { To operator()(From v) const { return Rule<To>()(float(v)); } };
+// To bool: v != 0, so NaN gives true (numpy and torch).
+#define CAST_FLOAT_TO_BOOL(From) \
+  template <> struct Cast<From, bool> { bool operator()(From v) const { return float(v) != 0.0f; } };
 #define CAST_FLOAT_TO_INTS(From, Rule) \
-  CAST_FLOAT_TO_INT(From, long, Rule) CAST_FLOAT_TO_INT(From, uint, Rule) CAST_FLOAT_TO_INT(From, uchar, Rule)
+  CAST_FLOAT_TO_INT(From, long, Rule) CAST_FLOAT_TO_INT(From, uint, Rule) CAST_FLOAT_TO_INT(From, uchar, Rule) \
+  CAST_FLOAT_TO_INT(From, int, Rule) CAST_FLOAT_TO_BOOL(From)
 CAST_FLOAT_TO_INTS(float, F32ToInt)
 CAST_FLOAT_TO_INTS(half, HalfToInt)
 CAST_FLOAT_TO_INTS(bfloat, HalfToInt)
@@ -208,7 +218,9 @@ instantiate_width(64, ulong)
   instantiate_cast(fname, From, bfloat16, bfloat)  \
   instantiate_cast(fname, From, int64, long)       \
   instantiate_cast(fname, From, uint32, uint)      \
-  instantiate_cast(fname, From, uint8, uchar)
+  instantiate_cast(fname, From, uint8, uchar)     \
+  instantiate_cast(fname, From, int32, int)       \
+  instantiate_cast(fname, From, bool, bool)
 
 instantiate_casts_from(float32, float)
 instantiate_casts_from(float16, half)
@@ -216,6 +228,8 @@ instantiate_casts_from(bfloat16, bfloat)
 instantiate_casts_from(int64, long)
 instantiate_casts_from(uint32, uint)
 instantiate_casts_from(uint8, uchar)
+instantiate_casts_from(int32, int)
+instantiate_casts_from(bool, bool)
 
 #define instantiate_where(cname, C, w, T)                                                              \
   template [[host_name("where_strided_" #cname "_" #w)]] [[kernel]] decltype(where_strided<C, T>)      \
@@ -232,3 +246,5 @@ instantiate_casts_from(uint8, uchar)
 instantiate_where_cond(int64, long)
 instantiate_where_cond(uint32, uint)
 instantiate_where_cond(uint8, uchar)
+instantiate_where_cond(int32, int)
+instantiate_where_cond(bool, bool)

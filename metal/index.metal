@@ -1,5 +1,5 @@
 // Indexing kernels: index_select, gather, index_add, scatter_add and index_copy (t[ids] = v), through any
-// strides. Indices (int64, uint32 or uint8, any layout) first pass `index_prepare`, which writes them as
+// strides. Indices (int64, int32, uint32 or uint8, any layout) first pass `index_prepare`, which writes them as
 // int64 in [0, limit) (negative ones count from the end) and records the first bad position, so the host
 // raises before any kernel writes a tensor. index_add and scatter_add give each destination line one
 // thread that adds in index order (deterministic and equal to the CPU's sums, for every dtype, with no
@@ -44,6 +44,7 @@ inline bfloat add_elem(bfloat a, bfloat b) { return bfloat(float(a) + float(b));
 inline long add_elem(long a, long b) { return as_type<long>(as_type<ulong>(a) + as_type<ulong>(b)); }
 inline uint add_elem(uint a, uint b) { return a + b; }
 inline uchar add_elem(uchar a, uchar b) { return uchar(uint(a) + uint(b)); }
+inline int add_elem(int a, int b) { return as_type<int>(as_type<uint>(a) + as_type<uint>(b)); }
 
 // meta: [0] count, [1] ndim, [2] offset, [3] limit, then ndim sizes and ndim strides. `bad` starts at
 // 0xffffffff and ends at the first bad position; a bad entry keeps its raw value for the error message.
@@ -200,18 +201,25 @@ inline float sr_mul(float a, float b) { return a * b; }
 inline long sr_mul(long a, long b) { return as_type<long>(as_type<ulong>(a) * as_type<ulong>(b)); }
 inline uint sr_mul(uint a, uint b) { return a * b; }
 inline uchar sr_mul(uchar a, uchar b) { return uchar(uint(a) * uint(b)); }
+inline int sr_mul(int a, int b) { return as_type<int>(as_type<uint>(a) * as_type<uint>(b)); }
 inline float sr_low(float) { return as_type<float>(0xff800000u); }
 inline long sr_low(long) { return as_type<long>(0x8000000000000000ul); }
 inline uint sr_low(uint) { return 0u; }
 inline uchar sr_low(uchar) { return uchar(0); }
+inline int sr_low(int) { return -2147483647 - 1; }
 inline float sr_high(float) { return as_type<float>(0x7f800000u); }
 inline long sr_high(long) { return as_type<long>(0x7ffffffffffffffful); }
 inline uint sr_high(uint) { return 0xffffffffu; }
 inline uchar sr_high(uchar) { return uchar(255); }
+inline int sr_high(int) { return 2147483647; }
 inline float sr_div(float a, uint n) { return a / float(n); }
 inline long sr_div(long a, uint n) {  // floor division, torch's rounding for integer means
   const long q = a / long(n);
   return (q * long(n) != a && a < 0) ? q - 1 : q;
+}
+inline int sr_div(int a, uint n) {
+  const int q = a / int(n);
+  return (q * int(n) != a && a < 0) ? q - 1 : q;
 }
 inline uint sr_div(uint a, uint n) { return a / n; }
 inline uchar sr_div(uchar a, uint n) { return uchar(uint(a) / n); }
@@ -314,6 +322,7 @@ kernel void scatter_atomic_u32(device atomic_uint* dst [[buffer(0)]], device con
 instantiate_prepare(int64, long)
 instantiate_prepare(uint32, uint)
 instantiate_prepare(uint8, uchar)
+instantiate_prepare(int32, int)
 
 // Data movement depends on the element's size alone: one instantiation per width in bytes.
 #define instantiate_move(bytes, E)                                                                           \
@@ -345,6 +354,7 @@ instantiate_add(bfloat16, bfloat)
 instantiate_add(int64, long)
 instantiate_add(uint32, uint)
 instantiate_add(uint8, uchar)
+instantiate_add(int32, int)
 
 #define instantiate_scatter_op(tname, T, oname, OP)                                                          \
   template [[host_name("scatter_reduce_" #oname "_" #tname)]] [[kernel]] void scatter_reduce<T, OP>(          \
@@ -364,6 +374,8 @@ instantiate_scatter(bfloat16, bfloat)
 instantiate_scatter(int64, long)
 instantiate_scatter(uint32, uint)
 instantiate_scatter(uint8, uchar)
+instantiate_scatter(int32, int)
+instantiate_scatter_op(bool, bool, scatter, 0)  // bool: plain scatter only (its other reductions are refused)
 
 #define instantiate_atomic_u32(oname, OP, fill, FILL)                                                       \
   template [[host_name("scatter_atomic_u32_" #oname #fill)]] [[kernel]] void scatter_atomic_u32<OP, FILL>(   \

@@ -42,16 +42,28 @@ template <> struct Lim<uchar> {
   static uchar lo() { return uchar(0); }
   static uchar hi() { return uchar(255); }
 };
+template <> struct Lim<int> {
+  static int lo() { return -2147483647 - 1; }
+  static int hi() { return 2147483647; }
+};
+template <> struct Lim<bool> {
+  static bool lo() { return false; }
+  static bool hi() { return true; }
+};
 
 inline bool is_nan(float v) { return v != v; }
 inline bool is_nan(long) { return false; }
 inline bool is_nan(uint) { return false; }
 inline bool is_nan(uchar) { return false; }
+inline bool is_nan(int) { return false; }
+inline bool is_nan(bool) { return false; }
 
 // simd_shuffle_xor for every accumulator type (64-bit values travel as two 32-bit halves).
 inline float shfl(float v, ushort m) { return simd_shuffle_xor(v, m); }
 inline uint shfl(uint v, ushort m) { return simd_shuffle_xor(v, m); }
 inline uchar shfl(uchar v, ushort m) { return uchar(simd_shuffle_xor(uint(v), m)); }
+inline int shfl(int v, ushort m) { return simd_shuffle_xor(v, m); }
+inline bool shfl(bool v, ushort m) { return simd_shuffle_xor(uint(v), m) != 0u; }
 inline ulong shfl(ulong v, ushort m) { return as_type<ulong>(simd_shuffle_xor(as_type<uint2>(v), m)); }
 inline long shfl(long v, ushort m) { return as_type<long>(simd_shuffle_xor(as_type<uint2>(v), m)); }
 
@@ -344,8 +356,17 @@ instantiate_reduce_type(bfloat16, bfloat, float, float)
 instantiate_reduce_type(int64, long, long, ulong)
 instantiate_reduce_type(uint32, uint, uint, ulong)
 instantiate_reduce_type(uint8, uchar, uchar, ulong)
+instantiate_reduce_type(int32, int, int, ulong)
+// bool: max/min are any/all, argmax/argmin the first true/false; its sums go through sum_i64
+instantiate_reduce_one(max, ExtremeOp<bool MSL_COMMA true>, bool, bool, bool, bool)
+instantiate_reduce_one(min, ExtremeOp<bool MSL_COMMA false>, bool, bool, bool, bool)
+instantiate_reduce_one(argmax, ArgOp<bool MSL_COMMA true>, bool, bool, long, bool)
+instantiate_reduce_one(argmin, ArgOp<bool MSL_COMMA false>, bool, bool, long, bool)
 
-// The int64 sum of unsigned integers (a uint8 mask's count must not wrap at 256).
+// The int64 sum of integers narrower than 64 bits and bool (a mask's count must not wrap at 256); an int32
+// element widens with its sign (ulong(int) is modular).
 template <typename T> struct SumI64Op : SumOp<T> {};
 instantiate_reduce_one(sum_i64, SumI64Op<uint>, uint32, uint, long, ulong)
 instantiate_reduce_one(sum_i64, SumI64Op<uchar>, uint8, uchar, long, ulong)
+instantiate_reduce_one(sum_i64, SumI64Op<int>, int32, int, long, ulong)
+instantiate_reduce_one(sum_i64, SumI64Op<bool>, bool, bool, long, ulong)

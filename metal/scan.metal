@@ -23,16 +23,22 @@ inline uint shfl_up(uint v, ushort d) { return simd_shuffle_up(v, d); }
 inline uchar shfl_up(uchar v, ushort d) { return uchar(simd_shuffle_up(uint(v), d)); }
 inline ulong shfl_up(ulong v, ushort d) { return as_type<ulong>(simd_shuffle_up(as_type<uint2>(v), d)); }
 inline long shfl_up(long v, ushort d) { return as_type<long>(simd_shuffle_up(as_type<uint2>(v), d)); }
+inline int shfl_up(int v, ushort d) { return simd_shuffle_up(v, d); }
+inline bool shfl_up(bool v, ushort d) { return simd_shuffle_up(uint(v), d) != 0u; }
 inline float bcast(float v, ushort l) { return simd_broadcast(v, l); }
 inline uint bcast(uint v, ushort l) { return simd_broadcast(v, l); }
 inline uchar bcast(uchar v, ushort l) { return uchar(simd_broadcast(uint(v), l)); }
 inline ulong bcast(ulong v, ushort l) { return as_type<ulong>(simd_broadcast(as_type<uint2>(v), l)); }
 inline long bcast(long v, ushort l) { return as_type<long>(simd_broadcast(as_type<uint2>(v), l)); }
+inline int bcast(int v, ushort l) { return simd_broadcast(v, l); }
+inline bool bcast(bool v, ushort l) { return simd_broadcast(uint(v), l) != 0u; }
 
 inline bool is_nan(float v) { return v != v; }
 inline bool is_nan(long) { return false; }
 inline bool is_nan(uint) { return false; }
 inline bool is_nan(uchar) { return false; }
+inline bool is_nan(int) { return false; }
+inline bool is_nan(bool) { return false; }
 
 // The running state; `i` is used by max/min only.
 template <typename A> struct St {
@@ -148,3 +154,5 @@ instantiate_scan_float(bfloat16, bfloat)
 instantiate_scan_int(int64, long)
 instantiate_scan_int(uint32, uint)
 instantiate_scan_int(uint8, uchar)
+instantiate_scan_int(int32, int)  // an int32 element widens with its sign into the 64-bit sum/product
+instantiate_scan_int(bool, bool)  // cumsum/cumprod of bool count in int64 (torch)

@@ -21,6 +21,8 @@ inline bool nan_key(float v) { return v != v; }
 inline bool nan_key(long) { return false; }
 inline bool nan_key(uint) { return false; }
 inline bool nan_key(uchar) { return false; }
+inline bool nan_key(int) { return false; }
+inline bool nan_key(bool) { return false; }
 
 // Whether (ka, ia) comes before (kb, ib): padding last; ascending puts NaN last and descending first
 // (torch's rule); equal keys (NaN equal to NaN) in index order.
@@ -232,3 +234,5 @@ instantiate_sort(bfloat16, bfloat, 4096)
 instantiate_sort(int64, long, 2048)
 instantiate_sort(uint32, uint, 4096)
 instantiate_sort(uint8, uchar, 4096)
+instantiate_sort(int32, int, 4096)
+instantiate_sort(bool, bool, 4096)

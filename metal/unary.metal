@@ -1,5 +1,6 @@
 // Elementwise unary kernels, every UnaryOp: f32/f16/bf16 computed in float, and the ops the CPU allows on
-// int64/uint32/uint8 in integer arithmetic; a contiguous kernel (4 elements per thread) and a strided one.
+// int64/int32/uint32/uint8 (and bitwise_not on bool) in integer arithmetic; a contiguous kernel (4 elements per
+// thread) and a strided one.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -180,8 +181,10 @@ struct GeluTanh {  // 2 sqrt(2/pi) (x + 0.044715 x^3) = 2z
 // v modulo 2^bits of T: unsigned narrowing is modular; int64 takes the bits as they are.
 template <typename T> inline T wrap_to(ulong v) { return T(v); }
 template <> inline long wrap_to<long>(ulong v) { return as_type<long>(v); }
+template <> inline int wrap_to<int>(ulong v) { return as_type<int>(uint(v)); }  // the low 32 bits
 template <typename T> inline ulong bits_of(T x) { return ulong(x); }
 template <> inline ulong bits_of<long>(long x) { return as_type<ulong>(x); }
+template <> inline ulong bits_of<int>(int x) { return as_type<ulong>(long(x)); }  // sign-extended
 
 // A software double (Metal has no 64-bit float), just enough for the CPU's integer affine with
 // fractional parameters: (T)(double(x) * p0 + p1), each step rounded to nearest even. Subnormals are
@@ -301,6 +304,10 @@ template <typename T> inline T sd_to_int(SoftF64 v) {
   return wrap_to<T>(0ul - ip);
 }
 
+// ~x: bitwise on integers, logical on bool (~true would be -2, which is true again).
+template <typename T> inline T bit_not(T x) { return T(~x); }
+inline bool bit_not(bool x) { return !x; }
+
 // Integer functors, the CPU's integer loops (cpp/cpu/kernels_isa.cpp, unary_loop_int): wrapping like
 // numpy; ceil/floor/round/trunc are the identity.
 #define EMBER_IUNARY(NAME, EXPR)                                                       \
@@ -315,6 +322,7 @@ EMBER_IUNARY(IAbs, (x < T(0) ? wrap_to<T>(0ul - bits_of(x)) : x))
 EMBER_IUNARY(INeg, wrap_to<T>(0ul - bits_of(x)))
 EMBER_IUNARY(IRelu, (x < T(0) ? T(0) : x))
 EMBER_IUNARY(ISign, (x > T(0) ? T(1) : (x < T(0) ? wrap_to<T>(~0ul) : T(0))))
+EMBER_IUNARY(IBitNot, bit_not(x))
 #undef EMBER_IUNARY
 template <int K> struct IIdentity {  // one type per op (ceil, floor, round, trunc), for the instantiations
   template <typename T> static T f(T x, constant IntUnaryParams& p) {
@@ -345,6 +353,8 @@ template <typename T> struct Compute { typedef float type; };
 template <> struct Compute<long> { typedef long type; };
 template <> struct Compute<uint> { typedef uint type; };
 template <> struct Compute<uchar> { typedef uchar type; };
+template <> struct Compute<int> { typedef int type; };
+template <> struct Compute<bool> { typedef bool type; };
 
 constant constexpr uint kReads = 4;  // elements per thread in the contiguous kernel
 
@@ -396,8 +406,11 @@ kernel void unary_strided(device const T* in [[buffer(0)]], device T* out [[buff
 #define instantiate_unary_uint(name, Op)                           \
   instantiate_unary_one(name, Op, uint32, uint, IntUnaryParams)    \
   instantiate_unary_one(name, Op, uint8, uchar, IntUnaryParams)
-#define instantiate_unary_int(name, Op)                            \
+#define instantiate_unary_sint(name, Op)                           \
   instantiate_unary_one(name, Op, int64, long, IntUnaryParams)     \
+  instantiate_unary_one(name, Op, int32, int, IntUnaryParams)
+#define instantiate_unary_int(name, Op)                            \
+  instantiate_unary_sint(name, Op)                                 \
   instantiate_unary_uint(name, Op)
 
 instantiate_unary(exp, Exp)
@@ -445,7 +458,7 @@ instantiate_unary(gelu_tanh, GeluTanh)
 // Integer ops, as the CPU registers them; neg is refused on unsigned types (no instantiation).
 instantiate_unary_int(sqr, ISqr)
 instantiate_unary_int(abs, IAbs)
-instantiate_unary_one(neg, INeg, int64, long, IntUnaryParams)
+instantiate_unary_sint(neg, INeg)
 instantiate_unary_int(relu, IRelu)
 instantiate_unary_int(sign, ISign)
 instantiate_unary_int(ceil, IIdentity<0>)
@@ -454,3 +467,5 @@ instantiate_unary_int(round, IIdentity<2>)
 instantiate_unary_int(trunc, IIdentity<3>)
 instantiate_unary_int(clamp, IClamp)
 instantiate_unary_int(affine, IAffine)
+instantiate_unary_int(bitwise_not, IBitNot)
+instantiate_unary_one(bitwise_not, IBitNot, bool, bool, IntUnaryParams)

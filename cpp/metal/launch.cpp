@@ -20,6 +20,8 @@ const char* msl_type(DType dt, const char* op) {
     case DType::I64: return "long";
     case DType::U32: return "uint";
     case DType::U8: return "uchar";
+    case DType::I32: return "int";
+    case DType::Bool: return "bool";
   }
   return "?";
 }

@@ -18,9 +18,10 @@
 namespace ember::metal {
 
 // The MSL type-name suffix kernels are instantiated with: "float32", "float16", "bfloat16", "int64",
-// "uint32", "uint8" (dtype_name). Throws "[op] float64 is not supported on metal" for F64.
+// "uint32", "uint8", "int32", "bool" (dtype_name). Throws "[op] float64 is not supported on metal" for F64.
 const char* type_suffix(DType dt, const char* op);
-// The MSL type of a dtype: "float", "half", "bfloat", "long", "uint", "uchar" (for generated source).
+// The MSL type of a dtype: "float", "half", "bfloat", "long", "uint", "uchar", "int", "bool" (for generated
+// source).
 const char* msl_type(DType dt, const char* op);
 
 // Kernels index with 32-bit `uint`s, as Metal's grid does: throws "[op] ... more than 2^32-1

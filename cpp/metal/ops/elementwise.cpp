@@ -25,14 +25,18 @@ constexpr uint32_t kLoAlways = 1, kLoNever = 2, kHiAlways = 4, kHiNever = 8, kAf
 constexpr double kTwo63 = 9223372036854775808.0;
 
 // The unary ops the CPU has an integer version of (cpp/cpu/kernels_isa.cpp, register_dtype); neg
-// only for signed int64 (negating an unsigned value is refused rather than wrapped).
+// only for signed int64/int32 (negating an unsigned value is refused rather than wrapped); bool has
+// bitwise_not (logical) alone, and floats have no bitwise_not.
 bool int_unary_supported(UnaryOp op, DType dt) {
+  if (dt == DType::Bool) return op == UnaryOp::BitNot;
   switch (op) {
     case UnaryOp::Sqr: case UnaryOp::Abs: case UnaryOp::Relu: case UnaryOp::Sign: case UnaryOp::Ceil:
     case UnaryOp::Floor: case UnaryOp::Round: case UnaryOp::Trunc: case UnaryOp::Clamp: case UnaryOp::Affine:
       return true;
     case UnaryOp::Neg:
-      return dt == DType::I64;
+      return dt == DType::I64 || dt == DType::I32;
+    case UnaryOp::BitNot:
+      return true;
     default:
       return false;
   }
@@ -69,6 +73,7 @@ IntUnaryParams int_params(UnaryOp op, DType dt, double p0, double p1) {
       case DType::I64: lo = saturate<int64_t>(p0), hi = saturate<int64_t>(p1); break;
       case DType::U32: lo = saturate<uint32_t>(p0), hi = saturate<uint32_t>(p1); break;
       case DType::U8: lo = saturate<uint8_t>(p0), hi = saturate<uint8_t>(p1); break;
+      case DType::I32: lo = saturate<int32_t>(p0), hi = saturate<int32_t>(p1); break;
       default: break;
     }
     q.lo_val = p0 > p1 ? hi : lo;  // then every x clamps to hi, as min(max(x, lo), hi) does
@@ -94,6 +99,13 @@ bool is_single(const Layout& l) {
   return true;
 }
 
+bool is_bitwise(BinaryOp op) { return op == BinaryOp::BitAnd || op == BinaryOp::BitOr || op == BinaryOp::BitXor; }
+// What binary.metal instantiates for bool (torch's rules: + is or, * is and; - and / are refused).
+bool bool_binary_supported(BinaryOp op) {
+  return is_cmp(op) || is_bitwise(op) || op == BinaryOp::Add || op == BinaryOp::Mul || op == BinaryOp::Maximum ||
+         op == BinaryOp::Minimum;
+}
+
 std::vector<uint32_t> shape_u32(const std::vector<int64_t>& shape) { return {shape.begin(), shape.end()}; }
 
 }  // namespace
@@ -102,6 +114,8 @@ StoragePtr unary(const MetalStorage& s, UnaryOp op, const Layout& l, double p0, 
   const char* name = op_name(op);
   const DType dt = s.dtype();
   const std::string suffix = std::string(name) + "_" + type_suffix(dt, name);
+  EMBER_CHECK(op != UnaryOp::BitNot || !is_float(dt), DType, "[", name, "] not supported for ", dtype_name(dt),
+              " (expected an integer or bool dtype)");
   EMBER_CHECK(is_float(dt) || int_unary_supported(op, dt), DType, "[", name, "] not supported for ", dtype_name(dt),
               " (expected a float dtype)");
   const uint32_t n = checked_u32(l.numel(), name);
@@ -130,6 +144,9 @@ StoragePtr binary(const MetalStorage& s, BinaryOp op, const Layout& l, const Bac
   const DType dt = s.dtype();
   const std::string suffix = std::string(name) + "_" + type_suffix(dt, name);
   EMBER_CHECK(op != BinaryOp::Pow || is_float(dt), DType, "[", name, "] not supported for ", dtype_name(dt));
+  EMBER_CHECK(!is_bitwise(op) || !is_float(dt), DType, "[", name, "] not supported for ", dtype_name(dt),
+              " (expected an integer or bool dtype)");
+  EMBER_CHECK(dt != DType::Bool || bool_binary_supported(op), DType, "[", name, "] not supported for bool");
   const MetalStorage& rhs = as_metal(rhs_);
   const uint32_t n = checked_u32(l.numel(), name);
   MetalDevice& dev = s.metal_device();

@@ -446,9 +446,11 @@ SdpaSetup sdpa_setup(const SdpaArgs& a, const char* op) {
       k.sm[i] = sz == 1 ? 0 : lm.stride()[i - off];
     }
     k.m_off = lm.offset();
-    k.mask_kind = a.mask->dtype() == DType::U8 ? 1 : 2;
+    // a bool keep-mask is one byte 0/1 per element, as a uint8 one: it runs the uint8 variant
+    const bool keep = a.mask->dtype() == DType::U8 || a.mask->dtype() == DType::Bool;
+    k.mask_kind = keep ? 1 : 2;
     s.mask = &as_metal(*a.mask);
-    s.suffix = std::string(type_suffix(qdt, op)) + "_" + type_suffix(a.mask->dtype(), op);
+    s.suffix = std::string(type_suffix(qdt, op)) + "_" + (keep ? "uint8" : type_suffix(a.mask->dtype(), op));
   } else {
     s.suffix = std::string(type_suffix(qdt, op)) + "_uint8";  // the uint8 variant, mask_kind 0
   }

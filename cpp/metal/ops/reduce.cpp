@@ -21,7 +21,7 @@ std::pair<const char*, DType> kernel_op(ReduceOp op, DType dt) {
     case ReduceOp::ArgMax: return {"argmax", DType::I64};
     case ReduceOp::ArgMin: return {"argmin", DType::I64};
     case ReduceOp::SumI64:  // int64 and float inputs: a plain sum (cpp/backend.h)
-      if (dt == DType::U8 || dt == DType::U32) return {"sum_i64", DType::I64};
+      if (dt == DType::U8 || dt == DType::U32 || dt == DType::I32 || dt == DType::Bool) return {"sum_i64", DType::I64};
       return {"sum", dt};
     case ReduceOp::Count: break;
   }
