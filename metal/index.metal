@@ -45,6 +45,7 @@ inline long add_elem(long a, long b) { return as_type<long>(as_type<ulong>(a) + 
 inline uint add_elem(uint a, uint b) { return a + b; }
 inline uchar add_elem(uchar a, uchar b) { return uchar(uint(a) + uint(b)); }
 inline int add_elem(int a, int b) { return as_type<int>(as_type<uint>(a) + as_type<uint>(b)); }
+inline bool add_elem(bool a, bool b) { return a || b; }  // torch: a bool sum is or
 
 // meta: [0] count, [1] ndim, [2] offset, [3] limit, then ndim sizes and ndim strides. `bad` starts at
 // 0xffffffff and ends at the first bad position; a bad entry keeps its raw value for the error message.
@@ -202,16 +203,19 @@ inline long sr_mul(long a, long b) { return as_type<long>(as_type<ulong>(a) * as
 inline uint sr_mul(uint a, uint b) { return a * b; }
 inline uchar sr_mul(uchar a, uchar b) { return uchar(uint(a) * uint(b)); }
 inline int sr_mul(int a, int b) { return as_type<int>(as_type<uint>(a) * as_type<uint>(b)); }
+inline bool sr_mul(bool a, bool b) { return a && b; }
 inline float sr_low(float) { return as_type<float>(0xff800000u); }
 inline long sr_low(long) { return as_type<long>(0x8000000000000000ul); }
 inline uint sr_low(uint) { return 0u; }
 inline uchar sr_low(uchar) { return uchar(0); }
 inline int sr_low(int) { return -2147483647 - 1; }
+inline bool sr_low(bool) { return false; }
 inline float sr_high(float) { return as_type<float>(0x7f800000u); }
 inline long sr_high(long) { return as_type<long>(0x7ffffffffffffffful); }
 inline uint sr_high(uint) { return 0xffffffffu; }
 inline uchar sr_high(uchar) { return uchar(255); }
 inline int sr_high(int) { return 2147483647; }
+inline bool sr_high(bool) { return true; }
 inline float sr_div(float a, uint n) { return a / float(n); }
 inline long sr_div(long a, uint n) {  // floor division, torch's rounding for integer means
   const long q = a / long(n);
@@ -355,6 +359,7 @@ instantiate_add(int64, long)
 instantiate_add(uint32, uint)
 instantiate_add(uint8, uchar)
 instantiate_add(int32, int)
+instantiate_add(bool, bool)
 
 #define instantiate_scatter_op(tname, T, oname, OP)                                                          \
   template [[host_name("scatter_reduce_" #oname "_" #tname)]] [[kernel]] void scatter_reduce<T, OP>(          \
@@ -375,7 +380,12 @@ instantiate_scatter(int64, long)
 instantiate_scatter(uint32, uint)
 instantiate_scatter(uint8, uchar)
 instantiate_scatter(int32, int)
-instantiate_scatter_op(bool, bool, scatter, 0)  // bool: plain scatter only (its other reductions are refused)
+// bool as torch: sum and amax are or, prod and amin are and; mean is refused (index.cpp)
+instantiate_scatter_op(bool, bool, scatter, 0)
+instantiate_scatter_op(bool, bool, sum, 1)
+instantiate_scatter_op(bool, bool, prod, 2)
+instantiate_scatter_op(bool, bool, amax, 4)
+instantiate_scatter_op(bool, bool, amin, 5)
 
 #define instantiate_atomic_u32(oname, OP, fill, FILL)                                                       \
   template [[host_name("scatter_atomic_u32_" #oname #fill)]] [[kernel]] void scatter_atomic_u32<OP, FILL>(   \

@@ -35,6 +35,7 @@ StoragePtr im2col(const MetalStorage& s, const Layout& l, const ConvGeom& g) {
 StoragePtr col2im(const MetalStorage& s, const ConvGeom& g) {
   MetalDevice& dev = s.metal_device();
   const char* tname = type_suffix(s.dtype(), "fold");
+  EMBER_CHECK(s.dtype() != DType::Bool, DType, "[conv_transpose2d] not supported for bool");  // as the CPU
   const int64_t planes = g.n * g.c, pixels = g.h * g.w;
   auto out = new_metal(dev, s.dtype(), planes * pixels, "fold");
   if (planes * pixels == 0) return out;

@@ -147,6 +147,7 @@ void scatter_reduce(MetalStorage& s, ScatterOp op, const Layout& l, const Backen
   MetalDevice& dev = s.metal_device();
   const char* name = op == ScatterOp::Set ? "scatter" : "scatter_reduce";
   const std::string fn = std::string("scatter_reduce_") + kScatterNames[(int)op] + "_" + type_suffix(s.dtype(), name);
+  EMBER_CHECK(op != ScatterOp::Mean || s.dtype() != DType::Bool, DType, "[", name, "] mean not supported for bool");
   auto ids = prepare_ids(dev, ids_, il, l.shape()[dim], name);
   if (il.numel() == 0) return;
   checked_u32(l.numel(), name);

@@ -12,6 +12,7 @@ StoragePtr matmul(const MetalStorage& s, const Layout& l, const BackendStorage& 
   const MetalStorage& rhs = as_metal(rhs_);
   MetalDevice& dev = s.metal_device();
   const char* tname = type_suffix(s.dtype(), "matmul");
+  EMBER_CHECK(s.dtype() != DType::Bool, DType, "[matmul] not supported for bool");  // as torch and the CPU
   const int64_t nd = l.ndim();
   const int64_t m = l.shape()[nd - 2], k = l.shape()[nd - 1], n = rl.shape()[nd - 1];
   const Shape bs(l.shape().begin(), l.shape().end() - 2);
