@@ -11,6 +11,8 @@ class Lerp(em.CustomOp3):
         a, b, w = s1.as_numpy(l1), s2.as_numpy(l2), s3.as_numpy(l3)
         if not a.shape == b.shape == w.shape:
             raise em.ShapeError(f"[lerp] shapes differ: {a.shape}, {b.shape}, {w.shape}")
+        if a.dtype == np.bool_:  # numpy has no bool subtraction: refuse with an ember error, as check_op asks
+            raise em.DTypeError("[lerp] bool inputs are not supported")
         return em.CpuStorage.from_numpy(a + w * (b - a)), a.shape
 
     def bwd(self, a, b, w, res, grad_res):

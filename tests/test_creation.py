@@ -15,7 +15,7 @@ def test_python_scalar_and_list_defaults(device):
     assert em.tensor([1.0, 2.0]).dtype is em.float32
     assert em.tensor([[1, 2], [3, 4]]).dtype is em.int64
     assert em.tensor([1, 2.5]).dtype is em.float32
-    assert em.tensor(True).dtype is em.uint8
+    assert em.tensor(True).dtype is em.bool and em.tensor([True, False]).dtype is em.bool
     assert em.tensor([]).shape == (0,) and em.tensor([]).dtype is em.float32
     t = em.tensor([[1.25, -2.0], [3.0, 4.5]])
     assert t.shape == (2, 2) and t.tolist() == [[1.25, -2.0], [3.0, 4.5]]
@@ -47,9 +47,9 @@ def test_numpy_scalar_and_widened_dtypes():
             assert em.tensor(a).dtype is em.float64
         else:
             expect_error(lambda a=a: em.tensor(a), "tensor", em.DTypeError)
-    assert em.tensor(np.arange(4, dtype=np.int32)).dtype is em.int64
+    assert em.tensor(np.arange(4, dtype=np.int32)).dtype is em.int32
     assert em.tensor(np.arange(4, dtype=np.int16)).dtype is em.int64
-    assert em.tensor(np.array([True, False])).dtype is em.uint8
+    assert em.tensor(np.array([True, False])).dtype is em.bool
     expect_error(lambda: em.tensor(np.zeros(2, dtype=np.complex64)), "tensor", em.DTypeError)
     expect_error(lambda: em.tensor([[1, 2], [3]]), "tensor", em.EmberError)
 

@@ -153,7 +153,7 @@ def test_as_numpy_rejects_a_layout_outside_the_storage():
 @pytest.mark.parametrize("np_dt, em_dt", [
     (np.float32, em.float32), (np.float16, em.float16), (np.float64, em.float64), (np.int64, em.int64),
     (np.uint32, em.uint32), (np.uint8, em.uint8), (ml_dtypes.bfloat16, em.bfloat16),
-    (np.int32, em.int64), (np.bool_, em.uint8)])
+    (np.int32, em.int32), (np.bool_, em.bool), (np.int16, em.int64)])
 def test_from_numpy_copies_into_aligned_memory(rng, np_dt, em_dt):
     arr = (rng.standard_normal((3, 5)) * 10).astype(np_dt)[:, ::2]  # non-contiguous source
     s = em.CpuStorage.from_numpy(arr)
@@ -382,11 +382,11 @@ def test_output_dtype_can_be_declared():
     t = em.tensor([[1.0, 5.0, 2.0], [7.0, 0.0, 1.0]])
     y = t.apply_op1(argmax)
     assert y.dtype is em.int64 and y.tolist() == [1, 0]
-    by_fn = Returns(lambda s, l: (em.CpuStorage.from_numpy(s.as_numpy(l) > 0), l.shape), out_dtype=lambda d: em.uint8)
-    assert t.apply_op1(by_fn).dtype is em.uint8
+    by_fn = Returns(lambda s, l: (em.CpuStorage.from_numpy(s.as_numpy(l) > 0), l.shape), out_dtype=lambda d: em.bool)
+    assert t.apply_op1(by_fn).dtype is em.bool
     lies = Returns(lambda s, l: (em.CpuStorage.from_numpy(s.as_numpy(l) > 0), l.shape), out_dtype=em.int64)
     e = expect_error(lambda: t.apply_op1(lies), "returns", em.DTypeError)
-    assert "uint8" in str(e) and "int64" in str(e)
+    assert "bool" in str(e) and "int64" in str(e)
 
 
 def test_shape_may_be_a_list_and_numpy_ints():

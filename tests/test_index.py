@@ -222,14 +222,15 @@ def test_index_errors():
 @pytest.mark.parametrize("dt", [d for d in (em.float64, em.float32, em.int64, em.uint8) if d in ALL],
                          ids=lambda d: d.name)
 def test_mask_index_selects_like_numpy(dt, rng):
-    # t[t > 0] with ember's uint8 comparison masks selects, as torch and numpy do with bool masks (it
-    # used to read the 0/1 mask as row indices 0 and 1)
+    # t[t > 0] with ember's bool comparison masks selects, as torch and numpy do with bool masks, and so
+    # does a uint8 0/1 tensor (ember's masks before em.bool; torch's older byte masks)
     for shape, mshape in [((7,), (7,)), ((3, 4), (3, 4)), ((3, 4), (3,)), ((2, 3, 4), (2, 3)), ((0, 3), (0,))]:
         t, a = make_view(rng, shape, dt, "transposed" if len(shape) > 1 else "contiguous")
         m = rng.random(mshape) > 0.5
         mask = em.tensor(m.astype(np.uint8)).eq(1)
-        assert mask.dtype == em.uint8
+        assert mask.dtype == em.bool
         np.testing.assert_array_equal(t[mask].numpy(), a[m])
+        np.testing.assert_array_equal(t[em.tensor(m.astype(np.uint8))].numpy(), a[m])
         np.testing.assert_array_equal(t[m].numpy(), a[m])  # a numpy bool array
         if m.size:  # a (nested) list of bools
             np.testing.assert_array_equal(t[m.tolist()].numpy(), a[m])

@@ -79,15 +79,16 @@ def test_safetensors_roundtrip_bit_exact_bf16_and_metadata(tmp_path):
 
 
 def test_safetensors_numpy_package_and_widened_dtypes(tmp_path, device):
+    # I32 and BOOL have ember dtypes (int32, bool); I16 has none and widens to int64
     path = tmp_path / "np.safetensors"
     arrays = {"i32": np.arange(-3, 3, dtype=np.int32), "i16": np.array([-7, 9], dtype=np.int16),
               "b": np.array([True, False, True]), "f": np.linspace(0, 1, 7, dtype=np.float32).reshape(7, 1)}
     stn.save_file(arrays, str(path))
     loaded = em.load_safetensors(path, device=device)
     assert all(t.device == device for t in loaded.values())
-    assert loaded["i32"].dtype is em.int64 and loaded["i32"].tolist() == [-3, -2, -1, 0, 1, 2]
-    assert loaded["i16"].tolist() == [-7, 9]
-    assert loaded["b"].dtype is em.uint8 and loaded["b"].tolist() == [1, 0, 1]
+    assert loaded["i32"].dtype is em.int32 and loaded["i32"].tolist() == [-3, -2, -1, 0, 1, 2]
+    assert loaded["i16"].dtype is em.int64 and loaded["i16"].tolist() == [-7, 9]
+    assert loaded["b"].dtype is em.bool and loaded["b"].tolist() == [True, False, True]
     np.testing.assert_array_equal(loaded["f"].numpy(), arrays["f"])
 
 

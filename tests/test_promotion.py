@@ -13,10 +13,11 @@ import ember as em
 from conftest import ALL, WIDE, expect_error, npdt, rand_np
 
 TORCH = {"float32": torch.float32, "float16": torch.float16, "bfloat16": torch.bfloat16, "float64": torch.float64,
-         "int64": torch.int64, "uint32": torch.uint32, "uint8": torch.uint8}
+         "int64": torch.int64, "uint32": torch.uint32, "uint8": torch.uint8, "int32": torch.int32, "bool": torch.bool}
 FROM_TORCH = {v: k for k, v in TORCH.items()}
-# torch refuses uint32 with uint8 / int64; ember takes numpy's lossless answer there (docs/promotion.md)
-TORCH_REFUSES = {frozenset(("uint32", "uint8")), frozenset(("uint32", "int64"))}
+# torch refuses uint32 with every other integer dtype; ember takes numpy's lossless answer there
+# (docs/promotion.md)
+TORCH_REFUSES = {frozenset(("uint32", o)) for o in ("uint8", "int64", "int32", "bool")}
 PAIRS = list(itertools.product(ALL, ALL))
 DOC = pathlib.Path(__file__).resolve().parent.parent / "docs" / "promotion.md"
 
@@ -96,7 +97,7 @@ def test_binary_ops_promote_like_torch(rng, a, b, name, fn):
     tb = torch.from_numpy(xb.astype(np.float64)).to(TORCH["int64" if b is em.uint32 else b.name])
     ref = fn(ta, tb)
     out = fn(em.tensor(xa), em.tensor(xb))
-    want = "uint8" if ref.dtype == torch.bool else FROM_TORCH[ref.dtype]
+    want = FROM_TORCH[ref.dtype]  # comparisons give bool, as torch's
     if em.uint32 in (a, b) and want == "int64":
         want = FROM_TORCH[torch.result_type(torch.zeros(1, dtype=TORCH[a.name]), torch.zeros(1, dtype=TORCH[b.name]))]
     assert out.dtype.name == want
@@ -111,7 +112,7 @@ def test_scalar_operands_follow_torch(a, scalar):
     t = _t(a, (3,))
     for fn in (lambda x: x + scalar, lambda x: scalar * x, lambda x: x < scalar, lambda x: x / scalar):
         ref = fn(_torch(em.int64 if a is em.uint32 else a, (3,)))  # no uint32 arithmetic in torch's CPU kernels
-        want = "uint8" if ref.dtype == torch.bool else FROM_TORCH[ref.dtype]
+        want = FROM_TORCH[ref.dtype]  # comparisons give bool, as torch's
         if a is em.uint32 and want == "int64":
             want = FROM_TORCH[torch.result_type(torch.zeros(3, dtype=torch.uint32), scalar)]
         out = fn(t)

@@ -32,7 +32,7 @@ StoragePtr CpuStorage::binary(BinaryOp op, const Layout& l, const BackendStorage
   const auto& rhs = as_cpu(rhs_);
   BinaryFn fn = kernels().binary[(int)op][(int)dtype_];
   EMBER_CHECK(fn, DType, "[", op_name(op), "] not supported for ", dtype_name(dtype_));
-  DType odt = is_cmp(op) ? DType::U8 : dtype_;
+  DType odt = is_cmp(op) ? DType::Bool : dtype_;  // cmp_loop writes bytes 0/1: bool's representation
   auto out = new_cpu(odt, l.numel());
   const size_t isz = itemsize(dtype_), osz = itemsize(odt);
   const char* a = static_cast<const char*>(raw());

@@ -498,6 +498,10 @@ void CpuStorage::scatter_reduce(ScatterOp op, const Layout& l, const BackendStor
                                 const BackendStorage& src_, const Layout& sl, int64_t dim, bool include_self) {
   const Ids ids(as_cpu(ids_), il, l.shape()[dim], op == ScatterOp::Set ? "scatter" : "scatter_reduce");
   const auto& src = as_cpu(src_);
+  if (dtype_ == DType::Bool) {  // as torch: sum is or (amax on 0/1 bytes), prod and amin are and, mean refused
+    EMBER_CHECK(op != ScatterOp::Mean, DType, "[scatter_reduce] mean not supported for bool");
+    if (op == ScatterOp::Sum) op = ScatterOp::Max;
+  }
   switch (op) {
     case ScatterOp::Set: scatter_dispatch<ScatterOp::Set>(*this, l, ids, src, sl, il, dim, include_self); return;
     case ScatterOp::Sum: scatter_dispatch<ScatterOp::Sum>(*this, l, ids, src, sl, il, dim, include_self); return;

@@ -48,7 +48,7 @@ def isclose(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
         equal_nan: whether two NaNs count as close.
 
     Returns:
-        A uint8 tensor, 1 where close.
+        A bool tensor, True where close.
 
     Raises:
         EmberValueError: for a negative tolerance.
@@ -220,21 +220,22 @@ class CompositeOps:
         """A copy with ``value`` where ``mask`` is set, as ``torch.masked_fill`` (the dtype stays).
 
         Args:
-            mask: a uint8 tensor (a comparison's result) or a bool numpy array, broadcast to self.
+            mask: a bool tensor (a comparison's result), a uint8 0/1 tensor, or a bool numpy array,
+                broadcast to self.
             value: a Python scalar or a 0-d tensor, cast to self's dtype.
 
         Returns:
             A new tensor of self's shape and dtype, differentiable in self (and a tensor value).
 
         Raises:
-            DTypeError: for a mask that is not uint8 / bool, or a value that is not a number.
+            DTypeError: for a mask that is not bool / uint8, or a value that is not a number.
             ShapeError: when the mask does not broadcast to self's shape.
         """
         t = _t()
         if not isinstance(mask, t.Tensor):
             mask = t.tensor(mask)
-        if mask.dtype is not _dt.uint8:
-            raise DTypeError(f"[masked_fill] mask must be uint8 (a comparison's result), got {mask.dtype.name}")
+        if mask.dtype is not _dt.bool and mask.dtype is not _dt.uint8:
+            raise DTypeError(f"[masked_fill] mask must be bool (a comparison's result) or uint8, got {mask.dtype.name}")
         if t._broadcast_shape(mask.shape, self.shape) != self.shape or mask.ndim > self.ndim:
             raise ShapeError(f"[masked_fill] mask of shape {mask.shape} does not broadcast to {self.shape}")
         if isinstance(value, t.Tensor):
@@ -303,7 +304,7 @@ class CompositeOps:
             keepdim: keep the reduced dims with size 1.
 
         Returns:
-            A uint8 tensor (0 for an empty reduction).
+            A bool tensor (False for an empty reduction).
 
         Raises:
             IndexOutOfRange: for a dim out of range.
@@ -318,7 +319,7 @@ class CompositeOps:
             keepdim: keep the reduced dims with size 1.
 
         Returns:
-            A uint8 tensor (1 for an empty reduction).
+            A bool tensor (True for an empty reduction).
 
         Raises:
             IndexOutOfRange: for a dim out of range.
@@ -329,7 +330,7 @@ class CompositeOps:
         """Where the elements are NaN, as ``torch.isnan``.
 
         Returns:
-            A uint8 tensor (all 0 for ints).
+            A bool tensor (all False for ints).
         """
         return self.ne(self)
 
@@ -337,7 +338,7 @@ class CompositeOps:
         """Where the elements are +-inf, as ``torch.isinf``.
 
         Returns:
-            A uint8 tensor (all 0 for ints).
+            A bool tensor (all False for ints).
         """
         if not self.dtype.is_float:
             return self.ne(self)
@@ -347,7 +348,7 @@ class CompositeOps:
         """Where the elements are neither inf nor NaN, as ``torch.isfinite``.
 
         Returns:
-            A uint8 tensor (all 1 for ints).
+            A bool tensor (all True for ints).
         """
         if not self.dtype.is_float:
             return self.eq(self)
@@ -363,7 +364,7 @@ class CompositeOps:
             equal_nan: whether two NaNs count as close.
 
         Returns:
-            A uint8 tensor, 1 where |self - other| <= atol + rtol * |other|.
+            A bool tensor, True where |self - other| <= atol + rtol * |other|.
 
         Raises:
             EmberValueError: for a negative tolerance.

@@ -56,7 +56,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
         data: a Python scalar, nested lists, a numpy array, a Tensor, or an object with
             ``__dlpack__``. Python floats become float32 and Python ints int64 (with ``dtype``
             given, Python floats are rounded once, straight to it); a numpy array keeps its dtype
-            (float64 stays float64; narrower ints widen to int64, bool to uint8).
+            (float64 stays float64, int32 and bool stay; int8, int16 and uint16 widen to int64).
         dtype: convert to this dtype (an ``em.DType``, its name or a numpy dtype).
         device: put the tensor on this device (default: the default device; for a Tensor or a
             DLPack object, its own device).

@@ -88,19 +88,19 @@ _NP_TO_EMBER = {
     np.dtype(np.int64): int64,
     np.dtype(np.uint32): uint32,
     np.dtype(np.uint8): uint8,
+    np.dtype(np.int32): int32,
+    np.dtype(np.bool_): bool,
 }
-# numpy dtypes ember has no slot for are widened (like torch's defaults): ints -> int64, bool -> uint8.
+# numpy dtypes ember has no slot for are widened (like torch's defaults): the narrower ints -> int64.
 _NP_WIDEN = {
-    np.dtype(np.bool_): uint8,
     np.dtype(np.int8): int64,
-    np.dtype(np.int32): int64,
     np.dtype(np.int16): int64,
     np.dtype(np.uint16): int64,
 }
 
 
 def from_numpy_dtype(npdt: np.dtype) -> DType:
-    """The ember DType holding numpy dtype ``npdt`` (narrow ints widen to int64, bool to uint8)."""
+    """The ember DType holding numpy dtype ``npdt`` (int8, int16 and uint16 widen to int64)."""
     if npdt in _NP_TO_EMBER:
         return _NP_TO_EMBER[npdt]
     if npdt == _NP_BF16:

@@ -64,7 +64,7 @@ def getitem(t, idx):
             dim += 1
             src += 1
         elif isinstance(i, (numbers.Integral, np.integer)) and not isinstance(i, bool) or (
-                isinstance(i, Tensor) and not i._dtype.is_float and i.ndim == 0):
+                isinstance(i, Tensor) and not i._dtype.is_float and i._dtype is not _dt.bool and i.ndim == 0):
             v, size = int(i) if not isinstance(i, Tensor) else int(i.item()), layout.shape[dim]
             if not -size <= v < size:  # named after t's own dim (the layout's dims shift as ints drop them)
                 raise IndexOutOfRange(f"[index] index {v} out of range for dim {src} of size {size}")
@@ -172,12 +172,13 @@ def _setitem_rule(n, out, g):
 
 
 def _is_scalar_bool(i):
-    """A 0-d mask: a Python or numpy bool, a 0-d bool array or a 0-d uint8 tensor (a comparison's result)."""
+    """A 0-d mask: a Python or numpy bool, a 0-d bool array, or a 0-d bool (a comparison's result) or
+    uint8 tensor."""
     if isinstance(i, (bool, np.bool_)):
         return True
     if isinstance(i, np.ndarray):
         return i.ndim == 0 and i.dtype == np.bool_
-    return isinstance(i, Tensor) and i.ndim == 0 and i._dtype is _dt.uint8
+    return isinstance(i, Tensor) and i.ndim == 0 and (i._dtype is _dt.bool or i._dtype is _dt.uint8)
 
 
 def _getitem_scalar_bools(t, idx):
@@ -337,14 +338,14 @@ def _advanced_plan(t, adv, op):
 
 def _is_index_array(i):
     """An integer index array (list, numpy array or ember tensor with at least one dim) that picks rows of
-    dim 0; call after _is_mask, which claims uint8 tensors and bool arrays."""
+    dim 0; call after _is_mask, which claims bool and uint8 tensors and bool arrays."""
     return isinstance(i, (list, np.ndarray)) or (isinstance(i, Tensor) and i.ndim > 0)
 
 def _is_mask(i):
-    """A boolean mask index: ember's comparison results (uint8 tensors, 1-D or more) or a bool array or
-    list. numpy uint8 arrays stay integer indices, as in numpy."""
+    """A boolean mask index: a bool tensor (a comparison's result) or a uint8 0/1 tensor, 1-D or more, or
+    a bool array or list. numpy uint8 arrays stay integer indices, as in numpy."""
     if isinstance(i, Tensor):
-        return i._dtype is _dt.uint8 and i.ndim > 0
+        return (i._dtype is _dt.bool or i._dtype is _dt.uint8) and i.ndim > 0
     if isinstance(i, np.ndarray):
         return i.dtype == np.bool_ and i.ndim > 0
     if isinstance(i, list) and i:

@@ -20,12 +20,11 @@ from .tensor import Tensor, _wrap
 # so tensor data stays aligned), then one flat byte buffer that every data_offsets pair indexes.
 _TO_CODE = {
     _dt.float32: "F32", _dt.float16: "F16", _dt.bfloat16: "BF16", _dt.float64: "F64",
-    _dt.int64: "I64", _dt.uint32: "U32", _dt.uint8: "U8",
+    _dt.int64: "I64", _dt.uint32: "U32", _dt.uint8: "U8", _dt.int32: "I32", _dt.bool: "BOOL",
 }
 _FROM_CODE = {v: k for k, v in _TO_CODE.items()}
 # Types ember has no slot for are widened on load, like em.tensor does for numpy arrays.
-_WIDEN = {"BOOL": (np.bool_, _dt.uint8), "I8": (np.int8, _dt.int64), "I16": (np.int16, _dt.int64),
-          "I32": (np.int32, _dt.int64), "U16": (np.uint16, _dt.int64)}
+_WIDEN = {"I8": (np.int8, _dt.int64), "I16": (np.int16, _dt.int64), "U16": (np.uint16, _dt.int64)}
 _MAX_HEADER = 100_000_000  # the safetensors package refuses larger headers too
 _MAX_RANK = 64  # the core's bound (numpy's)
 
@@ -215,7 +214,7 @@ def load_safetensors(path, device=None) -> dict:
         device: where the tensors go (default: the default device, see ``em.set_default_device``).
 
     Returns:
-        ``{name: Tensor}``; BOOL and small integer types are widened (to uint8 / int64).
+        ``{name: Tensor}``; I32 and BOOL load as int32 and bool, I8, I16 and U16 widen to int64.
 
     Raises:
         EmberIOError: the file cannot be opened or is not a regular file (a FIFO, a device, ...).
@@ -232,6 +231,8 @@ def load_safetensors(path, device=None) -> dict:
     for name, dt, npt, shape, begin, end in _entries(header, data.size, path):
         # Copy out of the file buffer: offsets in foreign files need not be aligned to the itemsize.
         arr = np.array(data[begin:end]).view(npt)
+        if dt is _dt.bool:  # a foreign file's BOOL bytes may be any value: ember's bools are 0 or 1
+            arr = arr.view(np.uint8) != 0
         if arr.dtype != _dt.numpy_dtype(dt) and dt is not _dt.bfloat16:
             arr = arr.astype(_dt.numpy_dtype(dt))
         s = _C.CpuStorage._from_numpy_code(arr, dt.code)

@@ -33,8 +33,9 @@ _ids = itertools.count(1)
 UNARY = {n: i for i, n in enumerate(_C.UNARY_OPS)}
 BINARY = {n: i for i, n in enumerate(_C.BINARY_OPS)}
 REDUCE = {n: i for i, n in enumerate(_C.REDUCE_OPS)}
-_FIRST_CMP = BINARY["eq"]
-_PRUNED = frozenset(("ceil", "floor", "round", "sign", "trunc", "floor_divide"))  # zero gradient: never recorded
+_CMP_CODES = frozenset(BINARY[n] for n in ("eq", "ne", "lt", "le", "gt", "ge"))
+_PRUNED = frozenset(("ceil", "floor", "round", "sign", "trunc", "floor_divide",  # zero gradient: never recorded
+                     "bitwise_and", "bitwise_or", "bitwise_xor", "bitwise_not"))
 
 
 def _wrap(storage, layout, dtype, device, cls=None, shape=None):
@@ -437,8 +438,8 @@ class Tensor(TorchNames, CompositeOps):
         code = BINARY[name]
         s = _C.binary(code, a._storage, a._layout, b._storage, b._layout)
         shape = _broadcast_shape(a.shape, b.shape)
-        if code >= _FIRST_CMP:
-            return _wrap(s, _contig(shape), _dt.uint8, a._device, None, shape)
+        if code in _CMP_CODES:  # bool masks (the storage says: a device may still give uint8 ones)
+            return _wrap(s, _contig(shape), _dt.BY_CODE[s.dtype_code], a._device, None, shape)
         out = _wrap(s, _contig(shape), a._dtype, a._device, None, shape)
         if (a._op is None and b._op is None and not a.is_variable and not b.is_variable) or name in _PRUNED:
             return out  # nothing to record (the common inference case, checked inline for speed)
@@ -458,11 +459,7 @@ class Tensor(TorchNames, CompositeOps):
     def __pos__(self): return self
     def __abs__(self): return self.abs()
 
-    def __invert__(self):
-        # Masks are uint8 0/1 here: torch's bitwise ~ would turn 1 into 254, a logical not into 0. Neither
-        # guess is safe, so the user says which.
-        raise DTypeError(f"[invert] ~ is not defined for {self._dtype.name} tensors; for a 0/1 mask write "
-                         "mask.eq(0) (logical not)")
+    def __invert__(self): return self.bitwise_not()
 
     def __truediv__(self, o):
         a, o = _true_div_operands(self, o)
@@ -733,9 +730,11 @@ def _operands(a, b, op):
             return a, b
         dt = result_type(a, b)
         return a.to_dtype(dt), b.to_dtype(dt)
-    if isinstance(b, (bool, numbers.Integral)):
+    if isinstance(b, (bool, np.bool_, numbers.Integral)):
         if a._dtype.is_float:
             float_arg(b, op, "scalar")  # past a double's range: EmberValueError, not a bare OverflowError
+        elif a._dtype is _dt.bool and not isinstance(b, (bool, np.bool_)):
+            a = a.to_dtype(_dt.int64)  # a Python int is stronger than bool (torch: bool + 1 is int64)
         return a, _scalar(int(b), a._dtype, a._device)
     if isinstance(b, numbers.Real):
         if not a._dtype.is_float:

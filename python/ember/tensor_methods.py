@@ -108,6 +108,138 @@ class TorchNames:
 
     byte = _cast_method("byte", _dt.uint8, "")
 
+    int = _cast_method("int", _dt.int32, " (floats truncate toward zero, as in torch)")
+
+    bool = _cast_method("bool", _dt.bool, " (nonzero, NaN included, is True, as in torch)")
+
+    # ----------------------------------------------------------------- bitwise and logical ops
+    def bitwise_and(self, o):
+        """Elementwise ``self & o``: bitwise on integer dtypes, logical on bool, as ``torch.bitwise_and``.
+
+        Args:
+            o: a Tensor, a Python int or bool, or a numpy array; broadcast against ``self`` and promoted
+                with it (``em.result_type``: bool & int32 is int32).
+
+        Returns:
+            Tensor: the broadcast result, in the promoted dtype. Not differentiable.
+
+        Raises:
+            DTypeError: for a float operand ("[bitwise_and] not supported for float32").
+            ShapeError: the shapes do not broadcast.
+        """
+        return self._binary(o, "bitwise_and")
+
+    def bitwise_or(self, o):
+        """Elementwise ``self | o``: bitwise on integer dtypes, logical on bool, as ``torch.bitwise_or``.
+
+        Args:
+            o: a Tensor, a Python int or bool, or a numpy array; broadcast and promoted with ``self``.
+
+        Returns:
+            Tensor: the broadcast result, in the promoted dtype. Not differentiable.
+
+        Raises:
+            DTypeError: for a float operand.
+            ShapeError: the shapes do not broadcast.
+        """
+        return self._binary(o, "bitwise_or")
+
+    def bitwise_xor(self, o):
+        """Elementwise ``self ^ o``: bitwise on integer dtypes, logical on bool, as ``torch.bitwise_xor``.
+
+        Args:
+            o: a Tensor, a Python int or bool, or a numpy array; broadcast and promoted with ``self``.
+
+        Returns:
+            Tensor: the broadcast result, in the promoted dtype. Not differentiable.
+
+        Raises:
+            DTypeError: for a float operand.
+            ShapeError: the shapes do not broadcast.
+        """
+        return self._binary(o, "bitwise_xor")
+
+    def bitwise_not(self):
+        """Elementwise ``~self``: bitwise on integer dtypes (``~1`` is -2, uint8 ``~1`` is 254), logical on
+        bool, as ``torch.bitwise_not``.
+
+        Returns:
+            Tensor: a new tensor of the same shape and dtype. Not differentiable.
+
+        Raises:
+            DTypeError: for a float tensor ("[bitwise_not] not supported for float32").
+        """
+        s = _C.unary(_t().UNARY["bitwise_not"], self._storage, self._layout, 0.0, 0.0)
+        shape = self.shape
+        return _t()._wrap(s, _t()._contig(shape), self._dtype, self._device, None, shape)
+
+    def __and__(self, o): return self._binary(o, "bitwise_and")
+    def __rand__(self, o): return self._binary(o, "bitwise_and", True)
+    def __or__(self, o): return self._binary(o, "bitwise_or")
+    def __ror__(self, o): return self._binary(o, "bitwise_or", True)
+    def __xor__(self, o): return self._binary(o, "bitwise_xor")
+    def __rxor__(self, o): return self._binary(o, "bitwise_xor", True)
+
+    def _truth(self, o=None):
+        """``self`` (or ``o``, a tensor, array or scalar) as a bool mask: nonzero is True, as torch's
+        logical ops read their operands."""
+        x = self if o is None else o
+        if not isinstance(x, _t().Tensor):
+            x = _t().tensor(x, device=self._device) if not isinstance(x, (int, float, complex)) else x
+        if isinstance(x, _t().Tensor):
+            return x if x._dtype is _dt.bool else x.ne(0)
+        return x != 0  # a Python scalar: its truth as a Python bool
+
+    def logical_and(self, o):
+        """Elementwise ``self and o`` of the operands' truth (nonzero is True), as ``torch.logical_and``.
+
+        Args:
+            o: a Tensor, a Python scalar or a numpy array of any dtype; broadcast against ``self``.
+
+        Returns:
+            Tensor: bool, the broadcast shape. Not differentiable.
+
+        Raises:
+            ShapeError: the shapes do not broadcast.
+        """
+        return self._truth().bitwise_and(self._truth(o))
+
+    def logical_or(self, o):
+        """Elementwise ``self or o`` of the operands' truth (nonzero is True), as ``torch.logical_or``.
+
+        Args:
+            o: a Tensor, a Python scalar or a numpy array of any dtype; broadcast against ``self``.
+
+        Returns:
+            Tensor: bool, the broadcast shape. Not differentiable.
+
+        Raises:
+            ShapeError: the shapes do not broadcast.
+        """
+        return self._truth().bitwise_or(self._truth(o))
+
+    def logical_xor(self, o):
+        """Elementwise ``bool(self) != bool(o)`` (nonzero is True), as ``torch.logical_xor``.
+
+        Args:
+            o: a Tensor, a Python scalar or a numpy array of any dtype; broadcast against ``self``.
+
+        Returns:
+            Tensor: bool, the broadcast shape. Not differentiable.
+
+        Raises:
+            ShapeError: the shapes do not broadcast.
+        """
+        return self._truth().bitwise_xor(self._truth(o))
+
+    def logical_not(self):
+        """Elementwise ``not self`` (zero is True), as ``torch.logical_not``; any dtype.
+
+        Returns:
+            Tensor: bool, the same shape. Not differentiable.
+        """
+        return self.bitwise_not() if self._dtype is _dt.bool else self.eq(0)
+
     # ----------------------------------------------------------------- layout
     def is_contiguous(self) -> bool:
         """Whether the elements lie in row-major order with no gaps, as ``torch.Tensor.is_contiguous``.

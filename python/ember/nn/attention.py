@@ -82,8 +82,8 @@ def _as_mask(m, op, what, device, dtype):
         m = tensor(a, dtype=dtype if a.dtype.kind == "f" else None, device=device)
     if m.device != device:
         raise DeviceError(f"[{op}] {what} is on {m.device}, query on {device}")
-    if m.dtype.name not in ("uint8", "float32", "float16", "bfloat16", "float64"):
-        raise DTypeError(f"[{op}] {what} must be bool (uint8) or float, got {m.dtype.name}")
+    if m.dtype.name not in ("bool", "uint8", "float32", "float16", "bfloat16", "float64"):
+        raise DTypeError(f"[{op}] {what} must be bool, uint8 or float, got {m.dtype.name}")
     return m
 
 
