@@ -150,7 +150,7 @@ StoragePtr binary(const MetalStorage& s, BinaryOp op, const Layout& l, const Bac
   const MetalStorage& rhs = as_metal(rhs_);
   const uint32_t n = checked_u32(l.numel(), name);
   MetalDevice& dev = s.metal_device();
-  auto out = new_metal(dev, is_cmp(op) ? DType::U8 : dt, n, name);
+  auto out = new_metal(dev, is_cmp(op) ? DType::Bool : dt, n, name);
   if (n == 0) return out;
   // Both dense, or one of them a single element seen through stride-0 dims (a scalar operand).
   const char* dense = nullptr;

@@ -10,7 +10,7 @@
 namespace ember::metal::ops {
 
 // elementwise.cpp: every UnaryOp (affine / powf / clamp take p0, p1), every BinaryOp with broadcast
-// strides (comparisons return uint8).
+// strides (comparisons return bool).
 StoragePtr unary(const MetalStorage& s, UnaryOp op, const Layout& l, double p0, double p1);
 StoragePtr binary(const MetalStorage& s, BinaryOp op, const Layout& l, const BackendStorage& rhs, const Layout& rl);
 
