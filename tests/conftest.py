@@ -121,6 +121,8 @@ def rand_np(rng, shape, dt, lo=-3.0, hi=3.0):
         return rng.uniform(lo, hi, size=shape).astype(npdt(dt))
     if dt is em.int64:
         return rng.integers(-20, 20, size=shape, dtype=np.int64)
+    if dt is em.bool:
+        return rng.random(size=shape) < 0.5
     return rng.integers(0, 20, size=shape).astype(npdt(dt))
 
 
