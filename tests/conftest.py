@@ -28,9 +28,11 @@ def _supported(dts):
     return [d for d in dts if em._C.device_supports(TEST_DEVICE.kind, TEST_DEVICE.index, d.code)]
 
 
-ALL = _supported([em.float32, em.float16, em.bfloat16, em.float64, em.int64, em.uint32, em.uint8])
+ALL = _supported([em.float32, em.float16, em.bfloat16, em.float64, em.int64, em.uint32, em.uint8, em.int32])
 FLOATS = _supported([em.float32, em.float16, em.bfloat16, em.float64])
-INTS = _supported([em.int64, em.uint32, em.uint8])
+INTS = _supported([em.int64, em.uint32, em.uint8, em.int32])
+# bool is no number type: the arithmetic tests over ALL do not take it (its own rules, its own tests)
+BOOLS = _supported([em.bool])
 
 NP = {
     "float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "float64": np.float64,
@@ -119,6 +121,8 @@ def rand_np(rng, shape, dt, lo=-3.0, hi=3.0):
         return rng.uniform(lo, hi, size=shape).astype(npdt(dt))
     if dt is em.int64:
         return rng.integers(-20, 20, size=shape, dtype=np.int64)
+    if dt is em.bool:
+        return rng.random(size=shape) < 0.5
     return rng.integers(0, 20, size=shape).astype(npdt(dt))
 
 

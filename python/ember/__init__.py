@@ -80,7 +80,7 @@ from .tensor import (
     zeros_like,
 )
 
-from .creation import eye, linspace  # noqa: E402
+from .creation import eye, linspace, randint  # noqa: E402
 from .promotion import promote_types, result_type  # noqa: E402
 from .interop import from_dlpack  # noqa: E402  (also attaches Tensor.__dlpack__)
 from .io import load_safetensors, save_safetensors  # noqa: E402
@@ -130,6 +130,7 @@ from .functional import (  # noqa: E402
     mul, narrow, ne, neg, numel, permute, recip, relu, remainder, reshape, rsqrt, sigmoid, sign, silu, sin,
     sinh, softmax, split, sqr, sqrt, squeeze, std, sub, tan, tanh, tile, transpose, tril, triu, trunc, unbind,
     unsqueeze, var, square, reciprocal, affine, powf,
+    bitwise_and, bitwise_not, bitwise_or, bitwise_xor, logical_and, logical_not, logical_or, logical_xor,
 )
 # em.sum / em.max / ... exist, but stay out of __all__: `from ember import *` keeps Python's builtins
 from .functional import abs as abs, all as all, any as any, max as max, min as min  # noqa: E402
@@ -167,4 +168,6 @@ __all__ = [
     "argsort", "cummax", "cummin", "cumprod", "cumsum", "sort", "topk",
     "multinomial",
     "scatter", "scatter_reduce", "meshgrid", "pad", "roll",
+    "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "logical_and", "logical_not", "logical_or",
+    "logical_xor", "randint",
 ]

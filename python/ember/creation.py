@@ -1,4 +1,4 @@
-"""Creation functions: em.tensor / from_numpy from data, and zeros, ones, full, arange, rand, randn."""
+"""Creation functions: em.tensor / from_numpy from data, and zeros, ones, full, arange, rand, randn, randint."""
 from __future__ import annotations
 
 import math
@@ -351,6 +351,52 @@ def randn(*shape, dtype=None, device=None, mean=0.0, std=1.0, requires_grad=Fals
     mean, std = float_arg(mean, "randn", "mean"), float_arg(std, "randn", "std")
     s = _C.rand_normal(device.kind, device.index, dtype.code, n, mean, std)
     return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
+
+
+# The values each integer dtype holds: randint's bounds are checked against them.
+_INT_RANGE = {"int64": (-(2**63), 2**63 - 1), "int32": (-(2**31), 2**31 - 1), "uint32": (0, 2**32 - 1),
+              "uint8": (0, 255), "bool": (0, 1)}
+
+
+def randint(*args, size=None, dtype=None, device=None, requires_grad=False):
+    """A new tensor of integers drawn uniformly from ``[low, high)``, as ``torch.randint``;
+    ``em.manual_seed`` makes it reproducible.
+
+    Called as ``randint(high, size)`` or ``randint(low, high, size)`` (``size`` may also be given by
+    keyword). Each value is ``floor(low + u * (high - low))`` for a float64 uniform ``u`` drawn on the
+    CPU, so ranges up to 2**53 wide are uniform.
+
+    Args:
+        *args: ``high`` or ``low, high`` (ints), then the shape as a tuple.
+        size: the shape (a tuple of ints), when not given positionally.
+        dtype: the element type (default int64; int32, uint32, uint8, bool and the floats also work).
+        device: where the tensor lives (default: the default device).
+        requires_grad: must be False (integers never take gradients).
+
+    Returns:
+        Tensor: a new tensor of the given shape and dtype.
+
+    Raises:
+        EmberValueError: ``high <= low``, bounds outside what the dtype holds, or a bad argument list.
+        DTypeError: non-integer bounds, or a dtype the device does not hold.
+    """
+    _no_requires_grad(requires_grad, "randint")
+    if size is None and args and isinstance(args[-1], (tuple, list)):
+        args, size = args[:-1], args[-1]
+    if len(args) not in (1, 2) or size is None:
+        raise EmberValueError("[randint] expected randint(high, size) or randint(low, high, size)")
+    low, high = (0, args[0]) if len(args) == 1 else args
+    low, high = int_arg(low, "randint", "low"), int_arg(high, "randint", "high")
+    if high <= low:
+        raise EmberValueError(f"[randint] expected low < high, got low={low}, high={high}")
+    dtype, device = _dt.to_dtype(dtype or _dt.int64), _dt.to_device(device)
+    _check_holds(device, dtype, "randint")
+    lo_ok, hi_ok = _INT_RANGE.get(dtype.name, (-(2**63), 2**63))
+    if low < lo_ok or high - 1 > hi_ok:
+        raise EmberValueError(f"[randint] [{low}, {high}) is outside the values {dtype.name} holds")
+    shape = _shape_arg(tuple(size), "randint")
+    u = rand(*shape, dtype=_dt.float64, device=_dt.cpu, lo=float(low), hi=float(high))
+    return u.floor().to_dtype(dtype).to_device(device)
 
 
 def manual_seed(n: int):

@@ -11,12 +11,16 @@ UNARY_NAMES = (
     "exp", "log", "sin", "cos", "tanh", "sqrt", "sqr", "abs", "neg", "recip", "relu", "gelu", "silu", "erf",
     "ceil", "floor", "round", "sign", "sigmoid", "log1p", "expm1", "rsqrt", "log2", "log10", "tan", "sinh",
     "cosh", "asin", "acos", "atan", "trunc", "isnan", "isinf", "isfinite", "square", "reciprocal",
+    "bitwise_not", "logical_not",
 )
-BINARY_NAMES = ("add", "sub", "mul", "div", "pow", "floor_divide", "remainder", "eq", "ne", "lt", "le", "gt", "ge")
+BINARY_NAMES = ("add", "sub", "mul", "div", "pow", "floor_divide", "remainder", "eq", "ne", "lt", "le", "gt", "ge",
+                "bitwise_and", "bitwise_or", "bitwise_xor", "logical_and", "logical_or", "logical_xor")
 REDUCE_NAMES = ("sum", "mean", "max", "min", "argmax", "argmin", "logsumexp", "any", "all")
 _REVERSED = {"add": "__radd__", "sub": "__rsub__", "mul": "__rmul__", "div": "__rtruediv__", "pow": "__rpow__",
              "floor_divide": "__rfloordiv__", "remainder": "__rmod__", "eq": "eq", "ne": "ne", "lt": "gt",
-             "le": "ge", "gt": "lt", "ge": "le"}
+             "le": "ge", "gt": "lt", "ge": "le", "bitwise_and": "__rand__", "bitwise_or": "__ror__",
+             "bitwise_xor": "__rxor__", "logical_and": "logical_and", "logical_or": "logical_or",
+             "logical_xor": "logical_xor"}
 
 
 def as_tensor(x, op="as_tensor"):
@@ -65,7 +69,7 @@ def _binary(name):
     fn.__name__ = fn.__qualname__ = name
     fn.__doc__ = (f"``{name}`` of a and b, elementwise with numpy broadcasting, as ``torch.{name}``.\n\n"
                   "Args:\n    a: a tensor, numpy array, list or Python scalar.\n    b: likewise.\n\n"
-                  "Returns:\n    A new tensor in the promoted dtype (em.result_type); comparisons give uint8.\n\n"
+                  "Returns:\n    A new tensor in the promoted dtype (em.result_type); comparisons and logical_* give bool.\n\n"
                   "Raises:\n    DTypeError: for an unsupported operand.\n"
                   "    ShapeError: when the shapes do not broadcast.\n")
     return fn
@@ -325,7 +329,7 @@ def isclose(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
         equal_nan: whether two NaNs count as close.
 
     Returns:
-        A uint8 tensor (1 where close); infinities are close only to themselves.
+        A bool tensor (True where close); infinities are close only to themselves.
 
     Raises:
         ShapeError: when the shapes do not broadcast.

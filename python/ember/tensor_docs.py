@@ -37,13 +37,13 @@ def _binary(what, extra="Differentiable with respect to both operands."):
 
 
 def _compare(sym):
-    return f"""Elementwise ``self {sym} o``, as a uint8 mask of 0 and 1.
+    return f"""Elementwise ``self {sym} o``, as a bool mask (torch's dtype for comparisons).
 
         Args:
             o: a Tensor, a Python scalar or a numpy array; broadcast against ``self``.
 
         Returns:
-            Tensor: uint8, the broadcast shape. Not differentiable.
+            Tensor: bool, the broadcast shape. Not differentiable.
 
         Raises:
             ShapeError: the shapes do not broadcast."""

@@ -6,9 +6,11 @@ from __future__ import annotations
 import copyreg
 import sys
 
+import numpy as np
+
 from . import _C
 from . import dtypes as _dt
-from .args import int_arg
+from .args import bool_arg, int_arg
 from .backprop import tracks
 from .errors import EmberValueError, GradientsInStore, IndexOutOfRange, ShapeError
 
@@ -231,6 +233,28 @@ class TorchNames:
             ShapeError: the shapes do not broadcast.
         """
         return self._truth().bitwise_xor(self._truth(o))
+
+    def nonzero(self, as_tuple=False):
+        """The positions of the nonzero (True) elements in row-major order, as ``torch.nonzero``.
+
+        The positions are found on the host (numpy's ``nonzero`` over a copy of the values), since
+        their count decides the result's shape; the result goes back to ``self``'s device.
+
+        Args:
+            as_tuple: False (default) for one (n, ndim) tensor; True for a tuple of ndim 1-D tensors,
+                one per dim (a 0-d tensor gives one tensor of 0 or 1 zeros, as torch).
+
+        Returns:
+            Tensor or tuple of Tensors: int64 positions (always int64, as torch's).
+        """
+        as_tuple = bool_arg(as_tuple, "nonzero", "as_tuple")
+        a = self.numpy()
+        idx = np.nonzero(a.reshape(1) if a.ndim == 0 else a)
+        t = _t()
+        if as_tuple:
+            return tuple(t.tensor(np.ascontiguousarray(i, dtype=np.int64), device=self._device) for i in idx)
+        pos = np.stack(idx, axis=1) if a.ndim else np.zeros((len(idx[0]), 0), dtype=np.int64)
+        return t.tensor(np.ascontiguousarray(pos, dtype=np.int64), device=self._device)
 
     def logical_not(self):
         """Elementwise ``not self`` (zero is True), as ``torch.logical_not``; any dtype.
