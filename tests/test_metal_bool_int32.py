@@ -339,6 +339,14 @@ def test_int32_matmul_wraps(rng):
     np.testing.assert_array_equal((ma.transpose(1, 2).contiguous().transpose(1, 2) @ mb).numpy(), want)
 
 
+def test_randint_int32():
+    em.manual_seed(3)
+    t = em.randint(-5, 7, (2000,), dtype=em.int32, device="metal")
+    assert t.dtype == em.int32 and t.device.type == "metal"
+    a = t.numpy()
+    assert a.min() >= -5 and a.max() < 7 and len(np.unique(a)) == 12
+
+
 def test_sdpa_bool_mask_matches_uint8(rng):
     q, k, v = (em.tensor(rng.standard_normal((1, 2, 5, 8)).astype(np.float32), device="metal") for _ in range(3))
     keep = rng.random((5, 5)) < 0.7
