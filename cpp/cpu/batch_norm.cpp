@@ -1,0 +1,377 @@
+// batch_norm on CPU: a fused forward (per-channel mean and variance over (n, positions) in two exact passes,
+// the running statistics updated in place, the affine folded in) and a fused backward (dx, dweight, dbias),
+// threaded over channels, and over pieces of each channel when there are few; f16/bf16 through f32.
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "cpu/cpu_storage.h"
+#include "cpu/parallel.h"
+
+// The hot loops are cloned per ISA and picked by cpuid at load time (the core is built for base x86-64);
+// sanitizer builds keep one copy, as their ifunc resolvers would run before the runtime is up.
+#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
+    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+#define EMBER_BN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
+#else
+#define EMBER_BN_CLONES
+#endif
+
+namespace ember::cpu {
+namespace {
+
+constexpr int kLanes = 16;        // independent partial sums: the loop vectorises without reassociation
+constexpr int64_t kChunk = 4096;  // elements per lane partial; chunks add up in double
+
+template <typename T> inline double lanes_sum(const T* acc) {
+  double s = 0;
+  for (int k = 0; k < kLanes; ++k) s += acc[k];
+  return s;
+}
+
+// Each kernel walks one contiguous run of a channel. Sums are lane partials per chunk, chunks in double.
+#define EMBER_BN_KERNELS(T)                                                                          \
+  EMBER_BN_CLONES double bn_sum(const T* x, int64_t n) {                                             \
+    double total = 0;                                                                                \
+    for (int64_t c0 = 0; c0 < n; c0 += kChunk) {                                                     \
+      const int64_t c1 = std::min(n, c0 + kChunk);                                                   \
+      T acc[kLanes] = {};                                                                            \
+      int64_t i = c0;                                                                                \
+      for (; i + kLanes <= c1; i += kLanes)                                                          \
+        for (int k = 0; k < kLanes; ++k) acc[k] += x[i + k];                                         \
+      for (; i < c1; ++i) acc[0] += x[i];                                                            \
+      total += lanes_sum(acc);                                                                       \
+    }                                                                                                \
+    return total;                                                                                    \
+  }                                                                                                  \
+  /* sum((x - mu)^2): centred on the exact mean, so channels far from zero lose nothing */          \
+  EMBER_BN_CLONES double bn_sqdev(const T* x, int64_t n, T mu) {                                     \
+    double total = 0;                                                                                \
+    for (int64_t c0 = 0; c0 < n; c0 += kChunk) {                                                     \
+      const int64_t c1 = std::min(n, c0 + kChunk);                                                   \
+      T acc[kLanes] = {};                                                                            \
+      int64_t i = c0;                                                                                \
+      for (; i + kLanes <= c1; i += kLanes)                                                          \
+        for (int k = 0; k < kLanes; ++k) acc[k] += (x[i + k] - mu) * (x[i + k] - mu);                \
+      for (; i < c1; ++i) acc[0] += (x[i] - mu) * (x[i] - mu);                                       \
+      total += lanes_sum(acc);                                                                       \
+    }                                                                                                \
+    return total;                                                                                    \
+  }                                                                                                  \
+  /* y = x * a + b */                                                                                \
+  EMBER_BN_CLONES void bn_affine(const T* x, T* y, int64_t n, T a, T b) {                            \
+    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * a + b;                                             \
+  }                                                                                                  \
+  /* sum(g) and sum(g * (x - mu)); with dx given also dx = g * a (eval: the same pass) */            \
+  EMBER_BN_CLONES void bn_dot(const T* g, const T* x, T* dx, int64_t n, T mu, T a, double& sg,       \
+                              double& sgc) {                                                         \
+    sg = sgc = 0;                                                                                    \
+    for (int64_t c0 = 0; c0 < n; c0 += kChunk) {                                                     \
+      const int64_t c1 = std::min(n, c0 + kChunk);                                                   \
+      T a1[kLanes] = {}, a2[kLanes] = {};                                                            \
+      int64_t i = c0;                                                                                \
+      for (; i + kLanes <= c1; i += kLanes)                                                          \
+        for (int k = 0; k < kLanes; ++k) {                                                           \
+          a1[k] += g[i + k];                                                                         \
+          a2[k] += g[i + k] * (x[i + k] - mu);                                                       \
+        }                                                                                            \
+      for (; i < c1; ++i) {                                                                          \
+        a1[0] += g[i];                                                                               \
+        a2[0] += g[i] * (x[i] - mu);                                                                 \
+      }                                                                                              \
+      sg += lanes_sum(a1);                                                                           \
+      sgc += lanes_sum(a2);                                                                          \
+    }                                                                                                \
+    if (dx)                                                                                          \
+      for (int64_t i = 0; i < n; ++i) dx[i] = g[i] * a;                                              \
+  }                                                                                                  \
+  /* dx = g * a + x * b + c */                                                                       \
+  EMBER_BN_CLONES void bn_dx(const T* g, const T* x, T* dx, int64_t n, T a, T b, T c) {              \
+    for (int64_t i = 0; i < n; ++i) dx[i] = g[i] * a + x[i] * b + c;                                 \
+  }
+
+EMBER_BN_KERNELS(float)
+EMBER_BN_KERNELS(double)
+#undef EMBER_BN_KERNELS
+
+
+// A (c,) tensor read through its layout into the compute type; `dflt` when absent.
+template <typename T> std::vector<T> param(const BackendStorage* p, const Layout* l, int64_t c, T dflt) {
+  std::vector<T> v(c, dflt);
+  if (!p) return v;
+  auto f = as_cpu(*p).to_dtype(*l, std::is_same_v<T, double> ? DType::F64 : DType::F32);
+  const T* d = as_cpu(*f).template data<T>();
+  std::copy(d, d + c, v.begin());
+  return v;
+}
+
+// Where each channel's elements lie in a dense buffer: `nseg` runs of `seglen`, channel ch's run k at
+// ch * cstride + k * segstride. (n, c, s) order has n runs of s; the channel-major copy one run of n * s.
+struct Geo {
+  int64_t c, nseg, seglen, cstride, segstride, m;  // m: elements per channel
+  int64_t pieces;                                  // per channel, for threads when the channels are few
+};
+
+// With fewer than this many positions per sample the inner runs are too short for SIMD: the kernels then
+// work on a channel-major copy instead.
+constexpr int64_t kMinRun = 16;
+
+Geo geo_of(const Layout& l, bool channel_major) {
+  const int64_t n = l.shape()[0], c = l.shape()[1], s = (n != 0 && c != 0) ? l.numel() / (n * c) : 0;
+  Geo g{};
+  g.c = c;
+  g.m = n * s;
+  if (channel_major) g.nseg = 1, g.seglen = n * s, g.cstride = n * s, g.segstride = 0;
+  else g.nseg = n, g.seglen = s, g.cstride = s, g.segstride = c * s;
+  // About four tasks per thread in all, none under 16k elements.
+  const int64_t threads = get_num_threads();
+  g.pieces = 1;
+  if (g.c > 0 && g.c < 2 * threads) g.pieces = std::clamp<int64_t>((4 * threads + c - 1) / c, 1, std::max<int64_t>(1, g.m / 16384));
+  return g;
+}
+
+// Calls f(offset, len) for each contiguous run of channel ch's elements [p0, p1).
+template <typename F> inline void for_range(const Geo& g, int64_t ch, int64_t p0, int64_t p1, F&& f) {
+  while (p0 < p1) {
+    const int64_t k = p0 / g.seglen, j = p0 - k * g.seglen, len = std::min(g.seglen - j, p1 - p0);
+    f(ch * g.cstride + k * g.segstride + j, len);
+    p0 += len;
+  }
+}
+inline int64_t piece_lo(const Geo& g, int64_t p) { return g.m * p / g.pieces; }
+
+// Runs the per-item phases: with one piece per channel all of a channel's phases in one task (its data
+// stays in cache between them), else each phase over every (channel, piece), the per-channel step between.
+template <typename P1, typename F1, typename P2, typename F2, typename P3>
+void run_phases(const Geo& g, P1&& ph1, F1&& fin1, P2&& ph2, F2&& fin2, P3&& ph3) {
+  if (g.pieces == 1) {
+    const int64_t grain = std::max<int64_t>(1, 65536 / std::max<int64_t>(1, g.m));
+    parallel_for(g.c, grain, [&](int64_t lo, int64_t hi) {
+      for (int64_t ch = lo; ch < hi; ++ch) {
+        ph1(ch, 0);
+        fin1(ch);
+        ph2(ch, 0);
+        fin2(ch);
+        ph3(ch, 0);
+      }
+    });
+    return;
+  }
+  const int64_t items = g.c * g.pieces;
+  auto over = [&](auto&& ph) {
+    parallel_for(items, 1, [&](int64_t lo, int64_t hi) {
+      for (int64_t it = lo; it < hi; ++it) ph(it / g.pieces, it % g.pieces);
+    });
+  };
+  over(ph1);
+  for (int64_t ch = 0; ch < g.c; ++ch) fin1(ch);
+  over(ph2);
+  for (int64_t ch = 0; ch < g.c; ++ch) fin2(ch);
+  over(ph3);
+}
+
+// x through l as a dense buffer of the compute type in the kernels' order: (n, c, s), or (c, n, s) when
+// channel_major. Itself when it already is one.
+StoragePtr gather_dense(const CpuStorage& s, const Layout& l, DType ct, bool channel_major) {
+  if (!channel_major) {
+    if (s.dtype() == ct && l.is_contiguous() && l.offset() == 0)
+      return std::const_pointer_cast<BackendStorage>(s.shared_from_this());
+    return s.to_dtype(l, ct);
+  }
+  auto d = s.to_dtype(l, ct);
+  const int64_t n = l.shape()[0], c = l.shape()[1], sp = (n != 0 && c != 0) ? l.numel() / (n * c) : 0;
+  return as_cpu(*d).to_dtype(Layout({c, n, sp}, {sp, c * sp, 1}, 0), ct);
+}
+// The kernels' dense output (see gather_dense) as a contiguous storage of l's shape and dtype `dt`.
+StoragePtr scatter_back(CpuStoragePtr out, const Layout& l, DType dt, bool channel_major) {
+  if (!channel_major) return out->dtype() == dt ? out : out->to_dtype(Layout::contiguous(l.shape()), dt);
+  const int64_t n = l.shape()[0], c = l.shape()[1], sp = (n != 0 && c != 0) ? l.numel() / (n * c) : 0;
+  auto back = out->to_dtype(Layout({n, c, sp}, {sp, n * sp, 1}, 0), dt);
+  return back;
+}
+bool channel_major_of(const Layout& l) {
+  const int64_t n = l.shape()[0], c = l.shape()[1], s = (n != 0 && c != 0) ? l.numel() / (n * c) : 0;
+  return n > 1 && s < kMinRun;
+}
+
+// new = (1 - momentum) * old + momentum * stat, written into r (any float dtype) through lr.
+template <typename T>
+void update_running(BackendStorage* r, const Layout* lr, const std::vector<double>& stat, double momentum, DType ct) {
+  const int64_t c = (int64_t)stat.size();
+  const std::vector<T> old = param<T>(r, lr, c, T(0));
+  auto nv = new_cpu(ct, c);
+  T* p = nv->data<T>();
+  for (int64_t ch = 0; ch < c; ++ch) p[ch] = (T)((1.0 - momentum) * (double)old[ch] + momentum * stat[ch]);
+  StoragePtr src = nv;
+  if (r->dtype() != ct) src = nv->to_dtype(Layout::contiguous({c}), r->dtype());
+  src->copy_into(Layout::contiguous({c}), *r, *lr);
+}
+
+template <typename T>
+std::tuple<StoragePtr, StoragePtr, StoragePtr> fwd(const CpuStorage& x, const Layout& l, const BackendStorage* w,
+                                                   const Layout* lw, const BackendStorage* b, const Layout* lb,
+                                                   BackendStorage* rm, const Layout* lrm, BackendStorage* rv,
+                                                   const Layout* lrv, bool training, double momentum, double eps) {
+  constexpr DType ct = std::is_same_v<T, double> ? DType::F64 : DType::F32;
+  const bool cm = channel_major_of(l);
+  const Geo g = geo_of(l, cm);
+  const int64_t c = g.c;
+  auto mean = new_cpu(ct, c), rstd = new_cpu(ct, c);
+  T *mp = mean->data<T>(), *rp = rstd->data<T>();
+  auto y = new_cpu(ct, l.numel());
+  if (l.numel() == 0) {  // no value per channel: the statistics of an empty set, and nothing to update
+    std::fill(mp, mp + c, T(0));
+    std::fill(rp, rp + c, T(1.0 / std::sqrt(eps)));
+    return {scatter_back(y, l, x.dtype(), cm), mean, rstd};
+  }
+  auto xs = gather_dense(x, l, ct, cm);
+  const T* xp = as_cpu(*xs).data<T>();
+  T* yp = y->data<T>();
+  const std::vector<T> wv = param<T>(w, lw, c, T(1)), bv = param<T>(b, lb, c, T(0));
+  std::vector<T> ca(c), cb(c);  // y = x * ca + cb per channel
+  auto fold = [&](int64_t ch) {
+    const double a = (double)rp[ch] * (double)wv[ch];
+    ca[ch] = (T)a;
+    cb[ch] = (T)((double)bv[ch] - (double)mp[ch] * a);
+  };
+  auto apply = [&](int64_t ch, int64_t p) {
+    for_range(g, ch, piece_lo(g, p), piece_lo(g, p + 1),
+              [&](int64_t o, int64_t len) { bn_affine(xp + o, yp + o, len, ca[ch], cb[ch]); });
+  };
+  if (!training) {
+    const std::vector<T> m0 = param<T>(rm, lrm, c, T(0)), v0 = param<T>(rv, lrv, c, T(1));
+    for (int64_t ch = 0; ch < c; ++ch) {
+      mp[ch] = m0[ch];
+      rp[ch] = (T)(1.0 / std::sqrt((double)v0[ch] + eps));
+      fold(ch);
+    }
+    const Geo ge = g;
+    const int64_t items = c * ge.pieces;
+    parallel_for(items, std::max<int64_t>(1, 65536 * ge.pieces / std::max<int64_t>(1, ge.m)), [&](int64_t lo, int64_t hi) {
+      for (int64_t it = lo; it < hi; ++it) apply(it / ge.pieces, it % ge.pieces);
+    });
+    return {scatter_back(y, l, x.dtype(), cm), mean, rstd};
+  }
+  std::vector<double> part(c * g.pieces), var(c);
+  run_phases(
+      g,
+      [&](int64_t ch, int64_t p) {
+        double s = 0;
+        for_range(g, ch, piece_lo(g, p), piece_lo(g, p + 1), [&](int64_t o, int64_t len) { s += bn_sum(xp + o, len); });
+        part[ch * g.pieces + p] = s;
+      },
+      [&](int64_t ch) {
+        double s = 0;
+        for (int64_t p = 0; p < g.pieces; ++p) s += part[ch * g.pieces + p];
+        mp[ch] = (T)(s / (double)g.m);
+      },
+      [&](int64_t ch, int64_t p) {
+        double s = 0;
+        for_range(g, ch, piece_lo(g, p), piece_lo(g, p + 1),
+                  [&](int64_t o, int64_t len) { s += bn_sqdev(xp + o, len, mp[ch]); });
+        part[ch * g.pieces + p] = s;
+      },
+      [&](int64_t ch) {
+        double s = 0;
+        for (int64_t p = 0; p < g.pieces; ++p) s += part[ch * g.pieces + p];
+        var[ch] = s / (double)g.m;
+        rp[ch] = (T)(1.0 / std::sqrt(var[ch] + eps));
+        fold(ch);
+      },
+      apply);
+  if (rm) {
+    std::vector<double> mu(c), unbiased(c);
+    for (int64_t ch = 0; ch < c; ++ch) {
+      mu[ch] = (double)mp[ch];
+      unbiased[ch] = var[ch] * (double)g.m / (double)(g.m - 1);
+    }
+    update_running<T>(rm, lrm, mu, momentum, ct);
+    update_running<T>(rv, lrv, unbiased, momentum, ct);
+  }
+  return {scatter_back(y, l, x.dtype(), cm), mean, rstd};
+}
+
+template <typename T>
+std::tuple<StoragePtr, StoragePtr, StoragePtr> bwd(const CpuStorage& x, const Layout& l, const BackendStorage* w,
+                                                   const Layout* lw, const CpuStorage& mean, const CpuStorage& rstd,
+                                                   const CpuStorage& gr, const Layout& lg, bool training) {
+  constexpr DType ct = std::is_same_v<T, double> ? DType::F64 : DType::F32;
+  const bool cm = channel_major_of(l);
+  const Geo g = geo_of(l, cm);
+  const int64_t c = g.c;
+  auto dx = new_cpu(ct, l.numel());
+  auto dw = new_cpu(ct, c), db = new_cpu(ct, c);
+  T *dwp = dw->data<T>(), *dbp = db->data<T>();
+  auto finish = [&]() -> std::tuple<StoragePtr, StoragePtr, StoragePtr> {
+    StoragePtr dws = dw, dbs = db;
+    if (x.dtype() != ct) {
+      dws = dw->to_dtype(Layout::contiguous({c}), x.dtype());
+      dbs = db->to_dtype(Layout::contiguous({c}), x.dtype());
+    }
+    return {scatter_back(dx, l, x.dtype(), cm), dws, dbs};
+  };
+  if (l.numel() == 0) {
+    std::fill(dwp, dwp + c, T(0));
+    std::fill(dbp, dbp + c, T(0));
+    return finish();
+  }
+  auto xs = gather_dense(x, l, ct, cm), gs = gather_dense(gr, lg, ct, cm);
+  const T *xp = as_cpu(*xs).data<T>(), *gp = as_cpu(*gs).data<T>();
+  const T *mp = mean.data<T>(), *rp = rstd.data<T>();
+  T* dxp = dx->data<T>();
+  const std::vector<T> wv = param<T>(w, lw, c, T(1));
+  std::vector<double> psg(c * g.pieces), psc(c * g.pieces);
+  std::vector<T> ka(c), kb(c), kc(c);  // dx = g * ka + x * kb + kc per channel
+  for (int64_t ch = 0; ch < c; ++ch) ka[ch] = (T)((double)rp[ch] * (double)wv[ch]);
+  auto sums = [&](int64_t ch, int64_t p) {  // eval writes dx = g * r * w in the same pass
+    double sg = 0, sc = 0;
+    for_range(g, ch, piece_lo(g, p), piece_lo(g, p + 1), [&](int64_t o, int64_t len) {
+      double a, b2;
+      bn_dot(gp + o, xp + o, training ? nullptr : dxp + o, len, mp[ch], ka[ch], a, b2);
+      sg += a, sc += b2;
+    });
+    psg[ch * g.pieces + p] = sg;
+    psc[ch * g.pieces + p] = sc;
+  };
+  auto params = [&](int64_t ch) {
+    double sg = 0, sc = 0;
+    for (int64_t p = 0; p < g.pieces; ++p) sg += psg[ch * g.pieces + p], sc += psc[ch * g.pieces + p];
+    const double r = rp[ch], a = ka[ch], m = (double)g.m;
+    dwp[ch] = (T)(sc * r);
+    dbp[ch] = (T)sg;
+    // dx = r w (g - sg/m - xhat r sc/m) = g a + x b + c, b = -a r^2 sc/m, c = -a sg/m - mu b
+    const double bx = -a * r * r * sc / m;
+    kb[ch] = (T)bx;
+    kc[ch] = (T)(-a * sg / m - (double)mp[ch] * bx);
+  };
+  auto write_dx = [&](int64_t ch, int64_t p) {
+    if (!training) return;
+    for_range(g, ch, piece_lo(g, p), piece_lo(g, p + 1), [&](int64_t o, int64_t len) {
+      bn_dx(gp + o, xp + o, dxp + o, len, ka[ch], kb[ch], kc[ch]);
+    });
+  };
+  run_phases(g, sums, params, write_dx, [](int64_t) {}, [](int64_t, int64_t) {});
+  return finish();
+}
+
+}  // namespace
+
+std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::batch_norm_fwd(
+    const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage* b, const Layout* lb,
+    BackendStorage* rm, const Layout* lrm, BackendStorage* rv, const Layout* lrv, bool training, double momentum,
+    double eps) const {
+  if (dtype_ == DType::F64) return fwd<double>(*this, l, w, lw, b, lb, rm, lrm, rv, lrv, training, momentum, eps);
+  return fwd<float>(*this, l, w, lw, b, lb, rm, lrm, rv, lrv, training, momentum, eps);
+}
+
+std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::batch_norm_bwd(const Layout& l, const BackendStorage* w,
+                                                                          const Layout* lw, const BackendStorage& mean,
+                                                                          const BackendStorage& rstd,
+                                                                          const BackendStorage& g, const Layout& lg,
+                                                                          bool training) const {
+  if (dtype_ == DType::F64)
+    return bwd<double>(*this, l, w, lw, as_cpu(mean), as_cpu(rstd), as_cpu(g), lg, training);
+  return bwd<float>(*this, l, w, lw, as_cpu(mean), as_cpu(rstd), as_cpu(g), lg, training);
+}
+
+}  // namespace ember::cpu
