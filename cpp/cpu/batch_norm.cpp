@@ -20,73 +20,101 @@
 namespace ember::cpu {
 namespace {
 
-constexpr int kLanes = 16;        // independent partial sums: the loop vectorises without reassociation
-constexpr int64_t kChunk = 4096;  // elements per lane partial; chunks add up in double
+constexpr int64_t kChunk = 4096;  // elements per vector partial; chunks add up in double
 
-template <typename T> inline double lanes_sum(const T* acc) {
-  double s = 0;
-  for (int k = 0; k < kLanes; ++k) s += acc[k];
-  return s;
-}
+// 64-byte vectors of plain GCC vector extensions: each ISA clone maps them to its registers (one zmm, two
+// ymm, four xmm), so the reductions vectorise without relying on the auto-vectoriser's reassociation.
+typedef float vfloat __attribute__((vector_size(64)));
+typedef double vdouble __attribute__((vector_size(64)));
+template <typename T> struct VecOf;
+template <> struct VecOf<float> { using type = vfloat; };
+template <> struct VecOf<double> { using type = vdouble; };
 
-// Each kernel walks one contiguous run of a channel. Sums are lane partials per chunk, chunks in double.
+#define EMBER_BN_LOAD(v, p) __builtin_memcpy(&(v), (p), sizeof(v))
+
+// Each kernel walks one contiguous run of a channel. Sums are vector partials per chunk, chunks in double.
 #define EMBER_BN_KERNELS(T)                                                                          \
   EMBER_BN_CLONES double bn_sum(const T* x, int64_t n) {                                             \
+    using V = VecOf<T>::type;                                                                        \
+    constexpr int64_t L = sizeof(V) / sizeof(T);                                                     \
     double total = 0;                                                                                \
     for (int64_t c0 = 0; c0 < n; c0 += kChunk) {                                                     \
       const int64_t c1 = std::min(n, c0 + kChunk);                                                   \
-      T acc[kLanes] = {};                                                                            \
+      V acc = {};                                                                                    \
       int64_t i = c0;                                                                                \
-      for (; i + kLanes <= c1; i += kLanes)                                                          \
-        for (int k = 0; k < kLanes; ++k) acc[k] += x[i + k];                                         \
-      for (; i < c1; ++i) acc[0] += x[i];                                                            \
-      total += lanes_sum(acc);                                                                       \
+      for (; i + L <= c1; i += L) {                                                                  \
+        V v;                                                                                         \
+        EMBER_BN_LOAD(v, x + i);                                                                     \
+        acc += v;                                                                                    \
+      }                                                                                              \
+      double t = 0;                                                                                  \
+      for (; i < c1; ++i) t += x[i];                                                                 \
+      for (int64_t k = 0; k < L; ++k) t += acc[k];                                                   \
+      total += t;                                                                                    \
     }                                                                                                \
     return total;                                                                                    \
   }                                                                                                  \
   /* sum((x - mu)^2): centred on the exact mean, so channels far from zero lose nothing */          \
   EMBER_BN_CLONES double bn_sqdev(const T* x, int64_t n, T mu) {                                     \
+    using V = VecOf<T>::type;                                                                        \
+    constexpr int64_t L = sizeof(V) / sizeof(T);                                                     \
     double total = 0;                                                                                \
     for (int64_t c0 = 0; c0 < n; c0 += kChunk) {                                                     \
       const int64_t c1 = std::min(n, c0 + kChunk);                                                   \
-      T acc[kLanes] = {};                                                                            \
+      V acc = {};                                                                                    \
       int64_t i = c0;                                                                                \
-      for (; i + kLanes <= c1; i += kLanes)                                                          \
-        for (int k = 0; k < kLanes; ++k) acc[k] += (x[i + k] - mu) * (x[i + k] - mu);                \
-      for (; i < c1; ++i) acc[0] += (x[i] - mu) * (x[i] - mu);                                       \
-      total += lanes_sum(acc);                                                                       \
+      for (; i + L <= c1; i += L) {                                                                  \
+        V v;                                                                                         \
+        EMBER_BN_LOAD(v, x + i);                                                                     \
+        v -= mu;                                                                                     \
+        acc += v * v;                                                                                \
+      }                                                                                              \
+      double t = 0;                                                                                  \
+      for (; i < c1; ++i) t += ((double)x[i] - mu) * ((double)x[i] - mu);                            \
+      for (int64_t k = 0; k < L; ++k) t += acc[k];                                                   \
+      total += t;                                                                                    \
     }                                                                                                \
     return total;                                                                                    \
   }                                                                                                  \
   /* y = x * a + b */                                                                                \
-  EMBER_BN_CLONES void bn_affine(const T* x, T* y, int64_t n, T a, T b) {                            \
+  EMBER_BN_CLONES void bn_affine(const T* __restrict x, T* __restrict y, int64_t n, T a, T b) {      \
     for (int64_t i = 0; i < n; ++i) y[i] = x[i] * a + b;                                             \
   }                                                                                                  \
   /* sum(g) and sum(g * (x - mu)); with dx given also dx = g * a (eval: the same pass) */            \
-  EMBER_BN_CLONES void bn_dot(const T* g, const T* x, T* dx, int64_t n, T mu, T a, double& sg,       \
-                              double& sgc) {                                                         \
+  EMBER_BN_CLONES void bn_dot(const T* __restrict g, const T* __restrict x, T* __restrict dx,        \
+                              int64_t n, T mu, T a, double& sg, double& sgc) {                       \
+    using V = VecOf<T>::type;                                                                        \
+    constexpr int64_t L = sizeof(V) / sizeof(T);                                                     \
     sg = sgc = 0;                                                                                    \
     for (int64_t c0 = 0; c0 < n; c0 += kChunk) {                                                     \
       const int64_t c1 = std::min(n, c0 + kChunk);                                                   \
-      T a1[kLanes] = {}, a2[kLanes] = {};                                                            \
+      V a1 = {}, a2 = {};                                                                            \
       int64_t i = c0;                                                                                \
-      for (; i + kLanes <= c1; i += kLanes)                                                          \
-        for (int k = 0; k < kLanes; ++k) {                                                           \
-          a1[k] += g[i + k];                                                                         \
-          a2[k] += g[i + k] * (x[i + k] - mu);                                                       \
+      for (; i + L <= c1; i += L) {                                                                  \
+        V gv, xv;                                                                                    \
+        EMBER_BN_LOAD(gv, g + i);                                                                    \
+        EMBER_BN_LOAD(xv, x + i);                                                                    \
+        a1 += gv;                                                                                    \
+        a2 += gv * (xv - mu);                                                                        \
+        if (dx) {                                                                                    \
+          const V d = gv * a;                                                                        \
+          __builtin_memcpy(dx + i, &d, sizeof d);                                                    \
         }                                                                                            \
-      for (; i < c1; ++i) {                                                                          \
-        a1[0] += g[i];                                                                               \
-        a2[0] += g[i] * (x[i] - mu);                                                                 \
       }                                                                                              \
-      sg += lanes_sum(a1);                                                                           \
-      sgc += lanes_sum(a2);                                                                          \
+      double t1 = 0, t2 = 0;                                                                         \
+      for (; i < c1; ++i) {                                                                          \
+        t1 += g[i];                                                                                  \
+        t2 += (double)g[i] * ((double)x[i] - mu);                                                    \
+        if (dx) dx[i] = g[i] * a;                                                                    \
+      }                                                                                              \
+      for (int64_t k = 0; k < L; ++k) t1 += a1[k], t2 += a2[k];                                      \
+      sg += t1;                                                                                      \
+      sgc += t2;                                                                                     \
     }                                                                                                \
-    if (dx)                                                                                          \
-      for (int64_t i = 0; i < n; ++i) dx[i] = g[i] * a;                                              \
   }                                                                                                  \
   /* dx = g * a + x * b + c */                                                                       \
-  EMBER_BN_CLONES void bn_dx(const T* g, const T* x, T* dx, int64_t n, T a, T b, T c) {              \
+  EMBER_BN_CLONES void bn_dx(const T* __restrict g, const T* __restrict x, T* __restrict dx,         \
+                             int64_t n, T a, T b, T c) {                                             \
     for (int64_t i = 0; i < n; ++i) dx[i] = g[i] * a + x[i] * b + c;                                 \
   }
 
