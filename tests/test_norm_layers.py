@@ -268,6 +268,24 @@ def test_batch_norm_training_every_dtype_with_float32_running_stats(dt, rng, dev
         np.testing.assert_allclose(mine.numpy(), ref.numpy(), rtol=tol, atol=tol)
 
 
+def test_batch_norm_running_stats_through_strided_views(rng, device):
+    # The running statistics may be views (every other element, at an offset) of another dtype: the
+    # update lands in exactly their elements and nowhere else.
+    base_m = rng.standard_normal(9).astype(WIDE_NP)
+    base_v = rng.uniform(0.5, 2, 9).astype(WIDE_NP)
+    em_m, em_v = em.tensor(base_m, device=device), em.tensor(base_v, device=device)
+    rm, rv = em_m[1::2], em_v[1::2]
+    x = rng.standard_normal((5, 4, 3)).astype(np.float32)
+    em.nn.batch_norm(em.tensor(x, device=device), rm, rv, training=True, momentum=0.3)
+    trm, trv = torch.tensor(base_m.astype(np.float64)), torch.tensor(base_v.astype(np.float64))
+    F.batch_norm(torch.tensor(x.astype(np.float64)), trm[1::2], trv[1::2], training=True, momentum=0.3)
+    np.testing.assert_allclose(em_m.numpy(), trm.numpy(), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(em_v.numpy(), trv.numpy(), rtol=1e-5, atol=1e-6)
+    assert em_m.numpy()[0::2].tolist() == base_m[0::2].tolist()  # the other elements are untouched
+    y = em.nn.batch_norm(em.tensor(x, device=device), rm, rv, training=False).numpy()
+    want = F.batch_norm(torch.tensor(x.astype(np.float64)), trm[1::2], trv[1::2], training=False).numpy()
+    np.testing.assert_allclose(y, want, rtol=1e-4, atol=1e-5)
+
 def test_batch_norm_channels_far_from_zero(rng, device):
     # Two passes (mean, then centred squares): a large offset leaves the variance exact.
     x = (1e4 + rng.standard_normal((4, 3, 30, 30))).astype(np.float32)
