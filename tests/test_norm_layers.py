@@ -225,9 +225,10 @@ def test_norm_errors():
 # ----------------------------------------------------------------------------- the fused batch_norm kernels
 @pytest.mark.parametrize("training", [True, False])
 @pytest.mark.parametrize("affine", ["both", "weight", "bias", "none"])
-@pytest.mark.parametrize("shape", [(7, 2), (3, 2, 4, 3, 5), (2, 1, 130, 130)], ids=str)
+@pytest.mark.parametrize("shape", [(7, 2), (300, 3, 2), (3, 2, 4, 3, 5), (2, 1, 130, 130)], ids=str)
 def test_batch_norm_kernel_paths_match_torch(training, affine, shape, rng, device):
-    # (7, 2): the channel-major path for short rows; (2, 1, 130, 130): one channel split into pieces.
+    # (7, 2), (300, 3, 2): the rows path for few positions (one block of samples, three); (2, 1, 130, 130):
+    # one channel split into pieces.
     c = shape[1]
     rm0, rv0 = rng.standard_normal(c), rng.uniform(0.5, 2, c)
     kind = "stepped" if len(shape) > 2 else "transposed"
