@@ -82,6 +82,7 @@ def main():
     rm, rv = np.zeros(64, np.float32), np.ones(64, np.float32)
     e_bn2 = em.nn.BatchNorm2d(64)
     t_bn2 = torch.nn.BatchNorm2d(64)
+    e_bn1, t_bn1 = em.nn.BatchNorm1d(1024), torch.nn.BatchNorm1d(1024)
 
     def em_block(x, w1, w2):
         h = em.nn.batch_norm(em.nn.conv2d(x, w1, padding=1), None, None, training=True).relu()
@@ -108,6 +109,8 @@ def main():
          lambda: [f32(8, 64, 56, 56), f32(64), f32(64)]),
         ("BatchNorm2d module train (N=8, C=64, 56x56)", lambda x: e_bn2(x), lambda x: t_bn2(x),
          lambda: [f32(8, 64, 56, 56)]),
+        ("BatchNorm1d module train (N=512, C=1024, an MLP's)", lambda x: e_bn1(x), lambda x: t_bn1(x),
+         lambda: [f32(512, 1024)]),
         ("max_pool2d 3x3 s2 p1 (N=8, C=64, 112x112, ResNet stem)", lambda x: em.nn.max_pool2d(x, 3, 2, 1),
          lambda x: F.max_pool2d(x, 3, 2, 1), lambda: [f32(8, 64, 112, 112)]),
         ("max_pool2d 2x2 (N=8, C=64, 56x56)", lambda x: em.nn.max_pool2d(x, 2), lambda x: F.max_pool2d(x, 2),

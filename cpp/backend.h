@@ -273,6 +273,23 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
                                                                         const BackendStorage& rstd,
                                                                         const BackendStorage& g,
                                                                         const Layout& lg) const = 0;
+  // Batch norm: this = x (n, c, ...) through l, each channel normalised over (n, positions); w, b (c,)
+  // optional. training: with the batch's mean and biased variance, and rm / rv (c,), when given, updated
+  // in place as r = (1 - momentum) r + momentum * stat with the unbiased variance (torch's rule); else
+  // with rm / rv (both given). Returns (y, mean, rstd), the statistics used (c,) in the stats dtype.
+  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const Layout& l, const BackendStorage* w,
+                                                                        const Layout* lw, const BackendStorage* b,
+                                                                        const Layout* lb, BackendStorage* rm,
+                                                                        const Layout* lrm, BackendStorage* rv,
+                                                                        const Layout* lrv, bool training,
+                                                                        double momentum, double eps) const = 0;
+  // g: y's gradient; mean, rstd: the forward's. Returns (dx, dw, db) in x's dtype: dx through the batch
+  // statistics when `training`, else g * w * rstd; dw = sum(g * xhat), db = sum(g) per channel (c,).
+  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const Layout& l, const BackendStorage* w,
+                                                                        const Layout* lw, const BackendStorage& mean,
+                                                                        const BackendStorage& rstd,
+                                                                        const BackendStorage& g, const Layout& lg,
+                                                                        bool training) const = 0;
   // dx = g * f'(a); this = a (see ActKind); p0, p1: the forward's parameters (ignored by the first three).
   virtual StoragePtr act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg, double p0,
                              double p1) const = 0;

@@ -225,6 +225,74 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStora
   return x.group_norm_bwd(lx, groups, w, w ? lw : nullptr, mean, rstd, g, lg);
 }
 
+// The channels of a batch norm input (n, c, ...).
+int64_t batch_channels(const Layout& lx, const char* op) {
+  EMBER_CHECK(lx.ndim() >= 2, Shape, "[", op, "] expected input (N, C, ...), got ", shape_str(lx.shape()));
+  return lx.shape()[1];
+}
+// A running statistic: a float (c,) tensor on x's device, inside its storage.
+void check_running(const BackendStorage& x, const BackendStorage* r, const Layout* lr, int64_t c, const char* op,
+                   const char* what) {
+  if (!r) return;
+  EMBER_CHECK(lr, Value, "[", op, "] ", what, " given without a layout");
+  EMBER_CHECK(is_float(r->dtype()), DType, "[", op, "] expected a float ", what, ", got ", dtype_name(r->dtype()));
+  check_param(x, *r, *lr, c, op, what);
+}
+
+std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const BackendStorage& x, const Layout& lx,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage* b, const Layout* lb,
+                                                              BackendStorage* rm, const Layout* lrm, BackendStorage* rv,
+                                                              const Layout* lrv, bool training, double momentum,
+                                                              double eps) {
+  const char* op = "batch_norm";
+  check_float(x, op, "input");
+  if (w) check_like(x, *w, op, "weight");
+  if (b) check_like(x, *b, op, "bias");
+  const int64_t c = batch_channels(lx, op);
+  check_in_bounds(x, lx, op);
+  check_opt_param(x, w, lw, c, op, "weight");
+  check_opt_param(x, b, lb, c, op, "bias");
+  EMBER_CHECK((rm == nullptr) == (rv == nullptr), Value, "[", op, "] give both running_mean and running_var, or neither");
+  EMBER_CHECK(training || rm, Value, "[", op, "] running_mean and running_var are needed when not training");
+  check_running(x, rm, lrm, c, op, "running_mean");
+  check_running(x, rv, lrv, c, op, "running_var");
+  EMBER_CHECK(std::isfinite(eps) && eps >= 0, Value, "[", op, "] eps must be finite and non-negative, got ", eps);
+  if (training) {
+    const int64_t count = c ? lx.numel() / c : 0;
+    EMBER_CHECK(count != 1, Shape, "[", op, "] expected more than 1 value per channel when training, got input ",
+                shape_str(lx.shape()));
+  }
+  if (!(training && rm)) return x.batch_norm_fwd(lx, w, w ? lw : nullptr, b, b ? lb : nullptr, rm, lrm, rv, lrv,
+                                                  training, momentum, eps);
+  // The running statistics are written in place: bumped before and after, as storage.cpp's writes.
+  rm->bump_version();
+  rv->bump_version();
+  auto out = x.batch_norm_fwd(lx, w, w ? lw : nullptr, b, b ? lb : nullptr, rm, lrm, rv, lrv, training, momentum, eps);
+  rm->bump_version();
+  rv->bump_version();
+  return out;
+}
+
+std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const BackendStorage& x, const Layout& lx,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage& mean, const BackendStorage& rstd,
+                                                              const BackendStorage& g, const Layout& lg,
+                                                              bool training) {
+  const char* op = "batch_norm_bwd";
+  check_float(x, op, "input");
+  if (w) check_like(x, *w, op, "weight");
+  check_like(x, g, op, "grad");
+  check_grad_shape(lx, lg, op);
+  const int64_t c = batch_channels(lx, op);
+  check_in_bounds(x, lx, op);
+  check_in_bounds(g, lg, op);
+  check_stats(x, mean, c, op, "mean and rstd", "channel");
+  check_stats(x, rstd, c, op, "mean and rstd", "channel");
+  check_opt_param(x, w, lw, c, op, "weight");
+  return x.batch_norm_bwd(lx, w, w ? lw : nullptr, mean, rstd, g, lg, training);
+}
+
 StoragePtr act_bwd(ActKind kind, const BackendStorage& a, const Layout& la, const BackendStorage& g,
                    const Layout& lg, double p0, double p1) {
   EMBER_CHECK(kind < ActKind::Count, Value, "[act_bwd] unknown activation ", (int)kind);

@@ -42,6 +42,20 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStora
                                                               const Layout* lw, const BackendStorage& mean,
                                                               const BackendStorage& rstd, const BackendStorage& g,
                                                               const Layout& lg);
+// x (n, c, ...), w, b, rm, rv (c,) optional (rm and rv together; needed when not training). Training
+// updates rm / rv in place (their versions bumped). Returns (y, mean, rstd: (c,), stats dtype).
+std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const BackendStorage& x, const Layout& lx,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage* b, const Layout* lb,
+                                                              BackendStorage* rm, const Layout* lrm, BackendStorage* rv,
+                                                              const Layout* lrv, bool training, double momentum,
+                                                              double eps);
+// Returns (dx, dw, db), dw and db per channel (c,) whether or not w was given.
+std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const BackendStorage& x, const Layout& lx,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage& mean, const BackendStorage& rstd,
+                                                              const BackendStorage& g, const Layout& lg,
+                                                              bool training);
 // dx = g * f'(a), a = y for Sigmoid, x otherwise; p0, p1: the forward's parameters (see ActKind).
 StoragePtr act_bwd(ActKind kind, const BackendStorage& a, const Layout& la, const BackendStorage& g,
                    const Layout& lg, double p0 = 0.0, double p1 = 0.0);

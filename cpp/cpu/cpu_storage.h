@@ -56,6 +56,16 @@ class CpuStorage final : public BackendStorage {
                                                                 const BackendStorage* w, const Layout* lw,
                                                                 const BackendStorage& mean, const BackendStorage& rstd,
                                                                 const BackendStorage& g, const Layout& lg) const override;
+  // cpu/batch_norm.cpp
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const Layout& l, const BackendStorage* w,
+                                                                const Layout* lw, const BackendStorage* b,
+                                                                const Layout* lb, BackendStorage* rm, const Layout* lrm,
+                                                                BackendStorage* rv, const Layout* lrv, bool training,
+                                                                double momentum, double eps) const override;
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const Layout& l, const BackendStorage* w,
+                                                                const Layout* lw, const BackendStorage& mean,
+                                                                const BackendStorage& rstd, const BackendStorage& g,
+                                                                const Layout& lg, bool training) const override;
   // cpu/pool.cpp, cpu/upsample.cpp
   std::tuple<StoragePtr, StoragePtr> pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
                                             bool with_indices) const override;

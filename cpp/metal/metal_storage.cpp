@@ -119,6 +119,17 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::group_norm_bwd(
     const BackendStorage& rstd, const BackendStorage& g, const Layout& lg) const {
   return ops::group_norm_bwd(*this, l, groups, w, lw, mean, rstd, g, lg);
 }
+std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::batch_norm_fwd(
+    const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage* b, const Layout* lb,
+    BackendStorage* rm, const Layout* lrm, BackendStorage* rv, const Layout* lrv, bool training, double momentum,
+    double eps) const {
+  return ops::batch_norm_fwd(*this, l, w, lw, b, lb, rm, lrm, rv, lrv, training, momentum, eps);
+}
+std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::batch_norm_bwd(
+    const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& mean,
+    const BackendStorage& rstd, const BackendStorage& g, const Layout& lg, bool training) const {
+  return ops::batch_norm_bwd(*this, l, w, lw, mean, rstd, g, lg, training);
+}
 std::tuple<StoragePtr, StoragePtr> MetalStorage::pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
                                                         bool with_indices) const {
   return ops::pool2d(*this, kind, l, g, with_indices);

@@ -177,6 +177,14 @@ class fused:
     def group_norm_bwd(x: Storage, lx: Layout, groups: int, w: Optional[Storage], lw: Optional[Layout], mean: Storage,
                        rstd: Storage, g: Storage, lg: Layout) -> Tuple[Storage, Storage, Storage]: ...  # dx, dw, db
     @staticmethod
+    def batch_norm_fwd(x: Storage, lx: Layout, w: Optional[Storage], lw: Optional[Layout], b: Optional[Storage],
+                       lb: Optional[Layout], rm: Optional[Storage], lrm: Optional[Layout], rv: Optional[Storage],
+                       lrv: Optional[Layout], training: bool, momentum: float,
+                       eps: float) -> Tuple[Storage, Storage, Storage]: ...  # y, mean, rstd; rm / rv updated
+    @staticmethod
+    def batch_norm_bwd(x: Storage, lx: Layout, w: Optional[Storage], lw: Optional[Layout], mean: Storage,
+                       rstd: Storage, g: Storage, lg: Layout, training: bool) -> Tuple[Storage, Storage, Storage]: ...
+    @staticmethod
     def sigmoid_bwd(a: Storage, la: Layout, g: Storage, lg: Layout, p0: float = 0.0, p1: float = 0.0) -> Storage: ...
     @staticmethod
     def silu_bwd(a: Storage, la: Layout, g: Storage, lg: Layout, p0: float = 0.0, p1: float = 0.0) -> Storage: ...

@@ -77,6 +77,20 @@ void bind_fused(py::module_& m) {
         },
         py::arg("x"), py::arg("lx"), py::arg("groups"), py::arg("w").none(true), py::arg("lw").none(true),
         py::arg("mean"), py::arg("rstd"), py::arg("g"), py::arg("lg"), G());
+  f.def("batch_norm_fwd",
+        [](S x, L lx, SP w, const Layout* lw, SP b, const Layout* lb, BackendStorage* rm, const Layout* lrm,
+           BackendStorage* rv, const Layout* lrv, bool training, double momentum, double eps) {
+          return fz::batch_norm_fwd(x, lx, w, lw, b, lb, rm, lrm, rv, lrv, training, momentum, eps);
+        },
+        py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("b").none(true),
+        py::arg("lb").none(true), py::arg("rm").none(true), py::arg("lrm").none(true), py::arg("rv").none(true),
+        py::arg("lrv").none(true), py::arg("training"), py::arg("momentum"), py::arg("eps"), G());
+  f.def("batch_norm_bwd",
+        [](S x, L lx, SP w, const Layout* lw, S mean, S rstd, S g, L lg, bool training) {
+          return fz::batch_norm_bwd(x, lx, w, lw, mean, rstd, g, lg, training);
+        },
+        py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("mean"),
+        py::arg("rstd"), py::arg("g"), py::arg("lg"), py::arg("training"), G());
   for (int k = 0; k < (int)ActKind::Count; ++k) {
     const ActKind kind = (ActKind)k;
     f.def((std::string(ember::act_name(kind)) + "_bwd").c_str(),

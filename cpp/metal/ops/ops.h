@@ -60,6 +60,19 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const MetalStorage
                                                               const BackendStorage& mean, const BackendStorage& rstd,
                                                               const BackendStorage& g, const Layout& lg);
 
+// batch_norm.cpp (metal/batch_norm.metal)
+std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const MetalStorage& x, const Layout& l,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage* b, const Layout* lb,
+                                                              BackendStorage* rm, const Layout* lrm, BackendStorage* rv,
+                                                              const Layout* lrv, bool training, double momentum,
+                                                              double eps);
+std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const MetalStorage& x, const Layout& l,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage& mean, const BackendStorage& rstd,
+                                                              const BackendStorage& g, const Layout& lg,
+                                                              bool training);
+
 // pool.cpp
 std::tuple<StoragePtr, StoragePtr> pool2d(const MetalStorage& s, PoolKind kind, const Layout& l, const PoolGeom& g,
                                           bool with_indices);

@@ -1,14 +1,14 @@
-"""Normalization layers over channels: group_norm / GroupNorm (one fused kernel forward and one backward)
-and batch_norm / BatchNorm1d / BatchNorm2d (batch statistics while training, running statistics in eval)."""
+"""Normalization layers over channels: group_norm / GroupNorm and batch_norm / BatchNorm1d / BatchNorm2d
+(batch statistics while training, running statistics in eval), each one fused kernel forward and one backward."""
 from __future__ import annotations
 
 from .. import _C
 from ..args import bool_arg, float_arg, int_arg
-from ..backprop import is_grad_enabled, needs_grad, no_grad
+from ..backprop import is_grad_enabled, needs_grad
 from ..custom_op import CustomOp1, CustomOp3
 from ..dtypes import to_device, to_dtype
 from ..errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor import Tensor, Var, full, ones, tensor, zeros
+from ..tensor import Tensor, Var, _contig, _wrap, full, ones, tensor, zeros
 from .layers import Module
 from .ops import _out
 
@@ -154,20 +154,115 @@ def _stat(t, c, x, op, what):
     return t
 
 
+def _batch_norm_grads(x, w, g, mean, rstd, training, eps):
+    """(dx, dw, db) of batch norm as tensor ops: the backward of a backward (create_graph) goes through it.
+    Training recomputes the batch statistics from x (they depend on it); eval uses the saved ones."""
+    c, dims = x.shape[1], (0, *range(2, x.ndim))
+    bshape = (1, c, *([1] * (x.ndim - 2)))
+    if training:
+        xc = x - x.mean(dims, keepdim=True)
+        r = ((xc * xc).mean(dims, keepdim=True) + eps).rsqrt()
+    else:
+        r = rstd.reshape(*bshape).to_dtype(x.dtype)
+        xc = x - mean.reshape(*bshape).to_dtype(x.dtype)
+    xh = xc * r
+    gw = g if w is None else g * w.reshape(*bshape)
+    if training:
+        dx = r * (gw - gw.mean(dims, keepdim=True) - xh * (gw * xh).mean(dims, keepdim=True))
+    else:
+        dx = gw * r
+    return dx, (g * xh).sum(dims), g.sum(dims)
+
+
+class _BatchNormBase:
+    """The fused forward shared by the affine and plain ops: one kernel computes (or reads) the
+    per-channel statistics, normalises, and updates the running statistics in place."""
+
+    name = "batch_norm"
+
+    def __init__(self, rm, rv, training, momentum, eps):
+        self.rm, self.rv = rm, rv
+        self.training, self.momentum, self.eps = training, momentum, eps
+        self.mean = self.rstd = None
+
+    def _fwd(self, xs, xl, ws, wl, bs, bl):
+        rm, rv = self.rm, self.rv
+        y, self.mean, self.rstd = _C.fused.batch_norm_fwd(
+            xs, xl, ws, wl, bs, bl, None if rm is None else rm._storage, None if rm is None else rm._layout,
+            None if rv is None else rv._storage, None if rv is None else rv._layout, self.training, self.momentum,
+            self.eps)
+        self.rm = self.rv = None  # the running statistics are not needed after the forward
+        return y, xl.shape
+
+    def _stats(self, x):
+        dt = x.dtype if x.dtype.name == "float64" else to_dtype("float32")
+        c = x.shape[1]
+        return (_wrap(self.mean, _contig((c,)), dt, x.device, None, (c,)),
+                _wrap(self.rstd, _contig((c,)), dt, x.device, None, (c,)))
+
+    def _grads(self, x, w, g):
+        if is_grad_enabled():  # create_graph: the gradient must itself be differentiable
+            mean, rstd = self._stats(x)
+            return _batch_norm_grads(x, w, g, mean, rstd, self.training, self.eps)
+        dxs, dws, dbs = _C.fused.batch_norm_bwd(x._storage, x._layout, None if w is None else w._storage,
+                                                None if w is None else w._layout, self.mean, self.rstd, g._storage,
+                                                g._layout, self.training)
+        c = x.shape[1]
+        return _out(dxs, x.shape, x), _out(dws, (c,), x), _out(dbs, (c,), x)
+
+
+class _BatchNormAffine(_BatchNormBase, CustomOp3):
+    """batch_norm(x, w, b) as one kernel; the backward is one kernel too (dx, dw, db)."""
+
+    def cpu_fwd(self, xs, xl, ws, wl, bs, bl):
+        return self._fwd(xs, xl, ws, wl, bs, bl)
+
+    metal_fwd = cpu_fwd  # the binding dispatches on the storage's device
+
+    def bwd(self, x, w, b, y, g):
+        dx, dw, db = self._grads(x, w, g)
+        return (dx if needs_grad(x) else None, dw if needs_grad(w) else None, db if needs_grad(b) else None)
+
+
+class _BatchNormPlain(_BatchNormBase, CustomOp1):
+    """batch_norm(x) without affine parameters."""
+
+    def cpu_fwd(self, xs, xl):
+        return self._fwd(xs, xl, None, None, None, None)
+
+    metal_fwd = cpu_fwd
+
+    def bwd(self, x, y, g):
+        return self._grads(x, None, g)[0]
+
+
+def _stat(t, c, x, op, what):
+    if t is None:
+        return None
+    if not isinstance(t, Tensor):
+        raise EmberTypeError(f"[{op}] {what} must be a Tensor or None, got {type(t).__name__}")
+    if t.shape != (c,) or not t.dtype.is_float:
+        raise ShapeError(f"[{op}] expected {what} to be a float tensor of shape ({c},), got {t.shape} {t.dtype.name}")
+    if t.device != x.device:
+        raise DeviceError(f"[{op}] {what} is on {t.device}, input on {x.device}")
+    return t
+
+
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """Batch normalization, as ``torch.nn.functional.batch_norm``: per channel (dim 1) over the batch
     and every position. When ``training`` (or without running statistics) it normalises with the
     batch's mean and biased variance and, if given, updates ``running_mean`` / ``running_var`` in
     place: ``r = (1 - momentum) r + momentum * stat`` with the unbiased variance, as torch; otherwise
-    it normalises with the running statistics.
+    it normalises with the running statistics. One fused kernel does the forward (statistics, running
+    update, affine) and one the backward (input, weight and bias gradients); f16/bf16 accumulate in f32.
 
     Args:
-        input: (N, C) or (N, C, ...) float tensor (f16/bf16 are normalised in f32).
-        running_mean: (C,) float tensor or None; updated in place while training.
-        running_var: (C,) float tensor or None; updated in place while training.
+        input: (N, C) or (N, C, ...) float tensor, any strides.
+        running_mean: (C,) float tensor (any float dtype) or None; updated in place while training.
+        running_var: (C,) float tensor (any float dtype) or None; updated in place while training.
         weight: optional (C,) scale.
         bias: optional (C,) shift.
-        training: use (and record) batch statistics.
+        training: use the batch statistics (and update the running ones).
         momentum: the running-average factor.
         eps: added to the variance.
 
@@ -175,8 +270,10 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         Tensor: input's shape and dtype; differentiable with respect to input, weight and bias.
 
     Raises:
-        ShapeError: wrong parameter shapes, or a single value per channel while training.
+        ShapeError: wrong parameter shapes.
         DTypeError: non-float or mismatched dtypes.
+        ShapeError: a single value per channel while training.
+        EmberValueError: only one of the running statistics given.
     """
     op = "batch_norm"
     _float_input(input, op, 2)
@@ -184,40 +281,23 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     momentum = float_arg(momentum, op, "momentum")
     eps = float_arg(eps, op, "eps")
     c = input.shape[1]
-    w, b = _channel_param(weight, c, input, op, "weight"), _channel_param(bias, c, input, op, "bias")
+    _channel_param(weight, c, input, op, "weight")
+    _channel_param(bias, c, input, op, "bias")
     rm, rv = _stat(running_mean, c, input, op, "running_mean"), _stat(running_var, c, input, op, "running_var")
     if (rm is None) != (rv is None):
         raise EmberValueError(f"[{op}] give both running_mean and running_var, or neither")
-    bshape = (1, c, *([1] * (input.ndim - 2)))
-    low = input.dtype.name in ("float16", "bfloat16")  # statistics of half inputs in f32, as torch
-    x = input.to_dtype("float32") if low else input
-    if training or rm is None:
-        dims = (0, *range(2, x.ndim))
-        count = input.numel() // max(c, 1)
-        if count <= 1:
-            raise ShapeError(f"[{op}] expected more than 1 value per channel when training, got input {input.shape}")
-        mean = x.mean(dims, keepdim=True)
-        xc = x - mean
-        var = xc.sqr().mean(dims, keepdim=True)
-        scale = (var + eps).rsqrt()
-        if w is not None:
-            scale = scale * (w.to_dtype(x.dtype) if low else w)
-        y = xc * scale
-        if rm is not None and training:
-            with no_grad():
-                new_m = rm * (1.0 - momentum) + mean.reshape(c).detach().to_dtype(rm.dtype) * momentum
-                unbiased = var.reshape(c).detach().to_dtype(rv.dtype) * (count / (count - 1))
-                new_v = rv * (1.0 - momentum) + unbiased * momentum
-                rm.slice_set(new_m, 0, 0)
-                rv.slice_set(new_v, 0, 0)
-    else:
-        r = (rv.to_dtype(x.dtype) + eps).rsqrt()
-        scale = r if w is None else r * (w.to_dtype(x.dtype) if low else w).reshape(c)
-        shift = -(rm.to_dtype(x.dtype) * scale)
-        y = x * scale.reshape(*bshape) + shift.reshape(*bshape)
-    if b is not None:
-        y = y + (b.to_dtype(x.dtype) if low else b)
-    return y.to_dtype(input.dtype) if low else y
+    use_batch = training or rm is None
+    if use_batch and input.numel() // max(c, 1) == 1:
+        raise ShapeError(f"[{op}] expected more than 1 value per channel when training, got input {input.shape}")
+    # Without running statistics the batch's are used, as torch, and nothing is kept.
+    args = (rm, rv, use_batch, momentum, eps)
+    if weight is None and bias is None:
+        return input.apply_op1(_BatchNormPlain(*args))
+    if weight is None:
+        weight = full((c,), 1.0, dtype=input.dtype, device=input.device)
+    if bias is None:
+        bias = full((c,), 0.0, dtype=input.dtype, device=input.device)
+    return input.apply_op3(weight, bias, _BatchNormAffine(*args))
 
 
 # ----------------------------------------------------------------------------- modules
