@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "cpu/cpu_storage.h"
+#include "cpu/gemm.h"
 #include "cpu/parallel.h"
 
 namespace ember::cpu {
@@ -241,6 +242,28 @@ void avg_plane(PoolKind kind, Plane<T> in, const PoolGeom& g, const Axis& ay, co
   }
 }
 
+// One window over each whole plane (global pooling).
+inline bool global_window(const PoolGeom& g, const Axis& ay, const Axis& ax) {
+  return g.oh == 1 && g.ow == 1 && ay.count[0] == g.h && ax.count[0] == g.w;
+}
+
+// Global average pooling of dense planes (plane stride ps >= h * w): the planes of each image are the rows
+// of one matrix, their sums one product with a column of ones (BLAS's vectorised kernel; a call per
+// 49-element plane cost more than its elements), threaded over blocks of planes, then divided.
+template <typename T>
+void global_avg(const T* x, int64_t ns, int64_t ps, const PoolGeom& g, T div, T* o) {
+  const int64_t hw = g.h * g.w;
+  const std::vector<T> ones((size_t)hw, T(1));
+  parallel_for(g.n * g.c, std::max<int64_t>(64, 65536 / hw), [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e;) {
+      const int64_t n = p / g.c, end = std::min(e, (n + 1) * g.c);
+      gemm_rowmajor(false, false, end - p, 1, hw, x + n * ns + (p - n * g.c) * ps, ps, ones.data(), 1, T(0), o + p, 1);
+      for (int64_t q = p; q < end; ++q) o[q] = o[q] / div;
+      p = end;
+    }
+  });
+}
+
 template <typename T>
 std::tuple<StoragePtr, StoragePtr> pool_fwd(const CpuStorage& s, PoolKind kind, const Layout& l, const PoolGeom& g,
                                             bool with_indices) {
@@ -258,6 +281,13 @@ std::tuple<StoragePtr, StoragePtr> pool_fwd(const CpuStorage& s, PoolKind kind, 
   const auto& st = l.stride();
   T* o = out->data<T>();
   int64_t* ip = ids ? ids->data<int64_t>() : nullptr;
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (kind != PoolKind::Max && global_window(g, ay, ax) && st[3] == 1 && st[2] == g.w && st[1] >= g.h * g.w) {
+      const T div = g.divisor > 0 ? T(g.divisor) : T(ay.size[0] * ax.size[0]);
+      global_avg<T>(x, st[0], st[1], g, div, o);
+      return {out, ids};
+    }
+  }
   const int64_t work = g.h * g.w + g.oh * g.w * g.kh + opl * g.kw;  // per plane: reads, vertical and horizontal taps
   parallel_for(planes, plane_grain(work), [&](int64_t b, int64_t e) {
     std::vector<A> tv(g.w), acc(g.ow);
