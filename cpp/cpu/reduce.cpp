@@ -109,6 +109,7 @@ constexpr int64_t kShortRow = 256;
 template <typename T>
 void short_row_sums(const T* in, const Layout& kept, const Layout& ol, int64_t nred, T* o) {
   const std::vector<T> ones((size_t)nred, T(1));
+  (void)get_num_threads();  // the pool sets BLAS to one thread before any GEMM runs
   nd_for_each<2>(kept.shape(), {&kept, &ol}, std::max<int64_t>(64, kGrain / nred),
                  [&](const auto& off, const auto& st, int64_t n) {
                    if (st[0] >= nred && st[1] >= 1) {
