@@ -23,7 +23,7 @@ def test_max_pool1d_windows_match_torch(k, kind, rng, device):
             if n < k and not ceil_mode:
                 continue
             kw = dict(kernel_size=k, ceil_mode=ceil_mode)
-            compare(lambda x: em.nn.max_pool1d(x, **kw), lambda x: F.max_pool1d(x, **kw), [(2, 3, n)], em.float64,
+            compare(lambda x, kw=kw: em.nn.max_pool1d(x, **kw), lambda x, kw=kw: F.max_pool1d(x, **kw), [(2, 3, n)], em.float64,
                     kind, rng, device, grads=False)
     compare(lambda x: em.nn.max_pool1d(x, k), lambda x: F.max_pool1d(x, k), [(2, 3, 11)], em.float64, kind, rng,
             device)
@@ -32,7 +32,7 @@ def test_max_pool1d_windows_match_torch(k, kind, rng, device):
 @pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
 def test_max_pool1d_windows_every_dtype(dt, rng, device):
     for k in (2, 3, 4):
-        compare(lambda x: em.nn.max_pool1d(x, k, ceil_mode=True), lambda x: F.max_pool1d(x, k, ceil_mode=True),
+        compare(lambda x, k=k: em.nn.max_pool1d(x, k, ceil_mode=True), lambda x, k=k: F.max_pool1d(x, k, ceil_mode=True),
                 [(3, 37)], dt, "offset", rng, device, grads=False)
 
 
