@@ -119,6 +119,8 @@ def main():
          lambda x: F.avg_pool2d(x, 3, 2, 1), lambda: [f32(8, 64, 56, 56)]),
         ("adaptive_avg_pool2d -> 1 (N=8, C=512, 7x7)", lambda x: em.nn.adaptive_avg_pool2d(x, 1),
          lambda x: F.adaptive_avg_pool2d(x, 1), lambda: [f32(8, 512, 7, 7)]),
+        ("mean((2, 3)) (N=8, C=512, 7x7)", lambda x: x.mean((2, 3)), lambda x: x.mean((2, 3)),
+         lambda: [f32(8, 512, 7, 7)]),
         ("max_pool1d k2 (N=4, C=384, L=3000)", lambda x: em.nn.max_pool1d(x, 2), lambda x: F.max_pool1d(x, 2),
          lambda: [f32(4, 384, 3000)]),
         ("interpolate nearest x2 (N=1, C=256, 64x64)", lambda x: em.nn.interpolate(x, scale_factor=2),

@@ -98,10 +98,25 @@ kernel void multinomial_search(device const float* csum [[buffer(0)]], device lo
   out[r * S + j] = lo;
 }
 
+// The weights' check, the CPU's in one pass before any draw: flags[0] becomes 1 for a NaN, infinite or
+// negative weight, flags[1 + r] 1 when row r has a positive weight (flags start at 0); grid (n, rows).
+template <typename T>
+kernel void multinomial_check(device const T* w [[buffer(0)]], device atomic_uint* flags [[buffer(1)]],
+                              constant long* meta [[buffer(2)]], uint2 gid [[thread_position_in_grid]]) {
+  const long n = meta[3], i = long(gid.x), r = long(gid.y);
+  if (i >= n) return;
+  const float wi = float(w[meta[0] + r * meta[1] + i * meta[2]]);
+  if (!(wi >= 0.0f) || isinf(wi)) atomic_fetch_or_explicit(flags, 1u, memory_order_relaxed);
+  // a load first: most positive weights find the row already marked, without a write to contend on
+  if (wi > 0.0f && atomic_load_explicit(flags + 1 + r, memory_order_relaxed) == 0u)
+    atomic_store_explicit(flags + 1 + r, 1u, memory_order_relaxed);
+}
+
 #define instantiate_random(tname, T)                                                                   \
   template [[host_name("rand_uniform_" #tname)]] [[kernel]] decltype(rand_uniform<T>) rand_uniform<T>; \
   template [[host_name("rand_normal_" #tname)]] [[kernel]] decltype(rand_normal<T>) rand_normal<T>;     \
-  template [[host_name("multinomial_keys_" #tname)]] [[kernel]] decltype(multinomial_keys<T>) multinomial_keys<T>;
+  template [[host_name("multinomial_keys_" #tname)]] [[kernel]] decltype(multinomial_keys<T>) multinomial_keys<T>; \
+  template [[host_name("multinomial_check_" #tname)]] [[kernel]] decltype(multinomial_check<T>) multinomial_check<T>;
 
 instantiate_random(float32, float)
 instantiate_random(float16, half)

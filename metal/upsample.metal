@@ -69,7 +69,8 @@ kernel void upsample_fwd(device const T* x [[buffer(0)]], device T* out [[buffer
     const long y1 = y0 + (y0 < ay.in - 1 ? 1 : 0), x1 = x0 + (x0 < ax.in - 1 ? 1 : 0);
     const float r0 = (1.0f - lx) * float(p[y0 * sy + x0 * sx]) + lx * float(p[y0 * sy + x1 * sx]);
     const float r1 = (1.0f - lx) * float(p[y1 * sy + x0 * sx]) + lx * float(p[y1 * sy + x1 * sx]);
-    v = (1.0f - ly) * r0 + ly * r1;
+    // one source row (1-D, an unchanged h) is read as it is, as the CPU's: 0 * inf would make its inf NaN
+    v = (y1 == y0 && ly == 0.0f) ? r0 : (1.0f - ly) * r0 + ly * r1;
   }
   out[long(gid.y) * g[3] * ow + long(gid.x)] = T(v);
 }

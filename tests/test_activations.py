@@ -276,3 +276,20 @@ def test_kernel_errors(device):
         expect_error(lambda b=bwd, g=h: b(f._storage, f._layout, g._storage, g._layout, 1.0, 0.0),
                      kernel + "_bwd", em.DTypeError)
     expect_error(lambda: em.nn.mish(ints), "mish", em.DTypeError)
+
+
+@pytest.mark.parametrize("beta, threshold", [(1.0, 20.0), (2.0, 10.0), (0.5, 20.0)])
+def test_softplus_float32_within_a_few_ulp_on_a_dense_grid(beta, threshold, device):
+    # float32's log1p(e^-|bx|) is a polynomial of its own (cpu/functors.h): its worst case over the whole
+    # range, against float64, tiny and large |x| included
+    x = np.concatenate([np.linspace(-120, 30, 400001), -np.logspace(-30, 2, 20000),
+                        np.logspace(-30, 1.3, 20000)]).astype(np.float32)
+    with em.no_grad():
+        y = em.nn.softplus(em.tensor(x, device=device), beta, threshold).numpy().astype(np.float64)
+    bx = x.astype(np.float64) * beta
+    ref = np.where(bx > threshold, x, (np.maximum(bx, 0) + np.log1p(np.exp(-np.abs(bx)))) / beta)
+    r32 = ref.astype(np.float32)
+    assert (y[r32 == 0] == 0).all()
+    nz = r32 != 0
+    ulp = np.abs(y - ref)[nz] / np.spacing(np.abs(r32[nz])).astype(np.float64)
+    assert ulp.max() <= 4, (ulp.max(), x[nz][np.argmax(ulp)])

@@ -167,3 +167,67 @@ def test_demo_sample_draws_among_the_top_k_seeded(device):
             logits = model(em.tensor([ids[-16:]], dtype=em.int64, device=device))[0, -1].numpy()
             ids.append(int(np.argmax(logits)))
     assert demo.sample(model, data, "The ", 12, device, seed=9, top_k=1) == data.decode(ids)
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
+def test_the_kernel_checks_the_weights_at_any_position(dt, device, rng):
+    # the checks run in the kernel (no Python pass): call it directly, at positions in the first block,
+    # inside a full 64-weight block, in a row's tail, and in one row of several
+    n = 200
+    for repl in (False, True):
+        for pos in (0, 70, 127, 199):
+            for bad, what in ((-1.0, "element < 0"), (math.nan, "nan"), (math.inf, "inf")):
+                w = rng.random((4, n)).astype(npdt(dt)) + np.asarray(0.1, npdt(dt))
+                w[2, pos] = bad
+                t = em.tensor(w, device=device)
+                e = expect_error(lambda t=t, r=repl: em._C.multinomial(t._storage, t._layout, 3, r), "multinomial",
+                                 em.EmberValueError)
+                assert "inf, nan or element < 0" in str(e), (what, str(e))
+        w = rng.random((3, n)).astype(npdt(dt))
+        w[1] = 0
+        t = em.tensor(w, device=device)
+        e = expect_error(lambda t=t, r=repl: em._C.multinomial(t._storage, t._layout, 2, r), "multinomial",
+                         em.EmberValueError)
+        assert "sum of probabilities <= 0" in str(e)
+
+
+def test_weights_outside_a_strided_view_are_not_checked(device, rng):
+    w = rng.random((6, 300)).astype(np.float32) + 0.1
+    w[:, 1::2] = np.nan  # only the even columns are in the view
+    w[1::2] = -1.0  # only the even rows are in the view
+    t = em.tensor(w, device=device)[::2, ::2]
+    for repl in (False, True):
+        d = em.multinomial(t, 5, repl).numpy()
+        assert d.shape == (3, 5) and ((d >= 0) & (d < 150)).all()
+
+
+@pytest.mark.cpu_only(reason="float64 weights: only the CPU holds float64")
+def test_float64_weights_whose_sum_overflows_are_refused():
+    w = em.tensor(np.array([1.5e308, 1.5e308, 1.0]))
+    e = expect_error(lambda: em.multinomial(w, 2, True), "multinomial", em.EmberValueError)
+    assert "inf, nan or element < 0" in str(e)
+
+
+@pytest.mark.parametrize("dt", FLOATS, ids=lambda d: d.name)
+def test_with_replacement_on_long_rows_follows_the_weights(dt, device, rng):
+    # rows of several 64-weight blocks and a partial last one; zero weights inside full blocks never drawn
+    n = 333
+    w = rng.random(n) + 0.5
+    w[rng.choice(n, 40, replace=False)] = 0.0
+    w[64], w[127], w[128], w[332] = 0.0, 0.0, 0.0, 0.0
+    em.manual_seed(8)
+    x = em.tensor(np.tile(w.astype(npdt(dt)), (4, 1)), device=device)
+    draws = em.multinomial(x, 50000, replacement=True).numpy()
+    wq = w.astype(npdt(dt)).astype(np.float64)
+    check_counts(draws, wq / wq.sum())
+
+
+def test_strided_long_rows_draw_as_their_contiguous_copy(device, rng):
+    base = rng.random((500, 9)).astype(np.float32)
+    t = em.tensor(base, device=device).transpose(0, 1)  # (9, 500), column stride 9
+    c = em.tensor(np.ascontiguousarray(base.T), device=device)
+    for replacement in (False, True):
+        em.manual_seed(12)
+        a = em.multinomial(t, 200, replacement).numpy()
+        em.manual_seed(12)
+        np.testing.assert_array_equal(a, em.multinomial(c, 200, replacement).numpy())

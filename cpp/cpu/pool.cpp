@@ -7,9 +7,11 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "cpu/cpu_storage.h"
+#include "cpu/gemm.h"
 #include "cpu/parallel.h"
 
 namespace ember::cpu {
@@ -76,6 +78,26 @@ template <typename A> void max_taps(const A* tv, const PoolGeom& g, A* acc) {
   }
 }
 
+// Max pooling of one dense row in side-by-side windows of K taps (stride K, no padding or dilation: the
+// 1-D pools of audio front-ends), window by window: the compiler turns the K interleaved reads into
+// vector shuffles, where tap-by-tap passes over the outputs made K strided passes. A last window that
+// ceil_mode leaves partial takes the taps it has.
+template <typename A> inline A pick_max(A v, A m) { return (v > m) | (v != v) ? v : m; }
+template <typename A, size_t... J> inline A window_max(const A* p, std::index_sequence<J...>) {
+  A m = p[0];
+  ((m = pick_max(p[J + 1], m)), ...);  // unrolled taps: GCC vectorises no loop nested in the outputs' loop
+  return m;
+}
+template <typename A, int K> void max_windows(const A* r, const PoolGeom& g, A* o) {
+  const int64_t ow = g.ow, w = g.w, full = std::min(ow, w / K);  // locals: the stores cannot alias them
+  for (int64_t ox = 0; ox < full; ++ox) o[ox] = window_max(r + ox * K, std::make_index_sequence<K - 1>{});
+  for (int64_t ox = full; ox < ow; ++ox) {
+    A m = -std::numeric_limits<A>::infinity();
+    for (int64_t x = ox * K; x < std::min<int64_t>(ox * K + K, w); ++x) m = pick_max(r[x], m);
+    o[ox] = m;
+  }
+}
+
 // A window's tap number beside each column's running maximum: as wide as the value, so the vertical
 // pass's compare-and-select vectorises over both.
 template <typename A> using TapNo = std::conditional_t<sizeof(A) == 4, int32_t, int64_t>;
@@ -138,7 +160,13 @@ void max_plane(Plane<T> in, const PoolGeom& g, const Axis& ay, const Axis& ax, T
     T* o = out + oy * g.ow;
     if constexpr (std::is_same_v<T, A>) {
       if (!kIdx && ny == 1 && in.sx == 1) {  // one dense input row (1-D pooling): its taps straight into the output
-        max_taps<A>(in.row(y0), g, o);
+        if (g.pw == 0 && g.dw == 1 && g.sw == g.kw && g.kw >= 2 && g.kw <= 4) {
+          if (g.kw == 2) max_windows<A, 2>(in.row(y0), g, o);
+          else if (g.kw == 3) max_windows<A, 3>(in.row(y0), g, o);
+          else max_windows<A, 4>(in.row(y0), g, o);
+        } else {
+          max_taps<A>(in.row(y0), g, o);
+        }
         continue;
       }
     }
@@ -241,6 +269,29 @@ void avg_plane(PoolKind kind, Plane<T> in, const PoolGeom& g, const Axis& ay, co
   }
 }
 
+// One window over each whole plane (global pooling).
+inline bool global_window(const PoolGeom& g, const Axis& ay, const Axis& ax) {
+  return g.oh == 1 && g.ow == 1 && ay.count[0] == g.h && ax.count[0] == g.w;
+}
+
+// Global average pooling of dense planes (plane stride ps >= h * w): the planes of each image are the rows
+// of one matrix, their sums one product with a column of ones (BLAS's vectorised kernel; a call per
+// 49-element plane cost more than its elements), threaded over blocks of planes, then divided.
+template <typename T>
+void global_avg(const T* x, int64_t ns, int64_t ps, const PoolGeom& g, T div, T* o) {
+  const int64_t hw = g.h * g.w;
+  const std::vector<T> ones((size_t)hw, T(1));
+  (void)get_num_threads();  // the pool sets BLAS to one thread before any GEMM runs
+  parallel_for(g.n * g.c, std::max<int64_t>(64, 65536 / hw), [&](int64_t b, int64_t e) {
+    for (int64_t p = b; p < e;) {
+      const int64_t n = p / g.c, end = std::min(e, (n + 1) * g.c);
+      gemm_rowmajor(false, false, end - p, 1, hw, x + n * ns + (p - n * g.c) * ps, ps, ones.data(), 1, T(0), o + p, 1);
+      for (int64_t q = p; q < end; ++q) o[q] = o[q] / div;
+      p = end;
+    }
+  });
+}
+
 template <typename T>
 std::tuple<StoragePtr, StoragePtr> pool_fwd(const CpuStorage& s, PoolKind kind, const Layout& l, const PoolGeom& g,
                                             bool with_indices) {
@@ -258,6 +309,13 @@ std::tuple<StoragePtr, StoragePtr> pool_fwd(const CpuStorage& s, PoolKind kind, 
   const auto& st = l.stride();
   T* o = out->data<T>();
   int64_t* ip = ids ? ids->data<int64_t>() : nullptr;
+  if constexpr (std::is_same_v<T, float> || std::is_same_v<T, double>) {
+    if (kind != PoolKind::Max && global_window(g, ay, ax) && st[3] == 1 && st[2] == g.w && st[1] >= g.h * g.w) {
+      const T div = g.divisor > 0 ? T(g.divisor) : T(ay.size[0] * ax.size[0]);
+      global_avg<T>(x, st[0], st[1], g, div, o);
+      return {out, ids};
+    }
+  }
   const int64_t work = g.h * g.w + g.oh * g.w * g.kh + opl * g.kw;  // per plane: reads, vertical and horizontal taps
   parallel_for(planes, plane_grain(work), [&](int64_t b, int64_t e) {
     std::vector<A> tv(g.w), acc(g.ow);

@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <type_traits>
 #include <vector>
 
@@ -83,6 +84,29 @@ StoragePtr rand_normal(DType dt, int64_t n, double mean, double std) {
 
 namespace {
 
+// The weights are checked in the pass that reads them (finite, >= 0, a positive one per row), so a bad
+// row raises from the kernel without a separate read of the whole tensor.
+void check_row(bool finite_nonneg, bool positive) {
+  EMBER_CHECK(finite_nonneg, Value, "[multinomial] probability tensor contains either inf, nan or element < 0");
+  EMBER_CHECK(positive, Value, "[multinomial] invalid multinomial distribution (sum of probabilities <= 0)");
+}
+
+// A block of 64 float weights (stride cs): next = prev + its sum, in eight float lanes (64 weights lose
+// nothing a draw could see; the walk inside the block adds in double from prev), the same sums for any
+// stride, so strided weights draw as their contiguous copy; false for a NaN, infinite or negative weight.
+inline bool float_block(const float* w, int64_t cs, double prev, double& next) {
+  float lane[8] = {};
+  int32_t bad = 0;
+  for (int i = 0; i < 64; i += 8)
+    for (int k = 0; k < 8; ++k) {
+      const float v = w[(i + k) * cs];
+      lane[k] += v;
+      bad |= (int32_t)!((v >= 0.0f) & (v < std::numeric_limits<float>::infinity()));
+    }
+  next = prev + (double)(((lane[0] + lane[1]) + (lane[2] + lane[3])) + ((lane[4] + lane[5]) + (lane[6] + lane[7])));
+  return bad == 0;
+}
+
 // Without replacement: the exponential-keys trick (w_i / E_i, the num_samples largest, in key order);
 // with replacement: inverse-CDF search of u * total in the row's running sum (double). Zero weights can
 // never be drawn with replacement; without it they come after every positive weight, in index order.
@@ -90,49 +114,75 @@ template <typename T>
 void multinomial_rows(const T* w, const Layout& l, int64_t S, bool repl, uint64_t seed, uint64_t counter,
                       int64_t* out) {
   const int64_t rows = l.shape()[0], n = l.shape()[1], rs = l.stride()[0], cs = l.stride()[1];
+  constexpr double kInf = std::numeric_limits<double>::infinity();
   parallel_for(rows, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
-    std::vector<double> buf((size_t)n);
+    std::vector<double> buf;
     std::vector<TopkItem<double>> work;
     for (int64_t r = b; r < e; ++r) {
       const T* src = w + l.offset() + r * rs;
       int64_t* o = out + r * S;
       if (!repl) {
+        buf.resize((size_t)n);
         const uint64_t base = counter + (uint64_t)(r * n);
+        bool ok = true, pos = false;
         for (int64_t i = 0; i < n; ++i) {
           const double wi = (double)load<T>(src[i * cs]);
+          ok &= (wi >= 0) & (wi < kInf);  // a NaN fails both
+          pos |= wi > 0;
           const double ei = -std::log1p(-unit(seed, base + (uint64_t)i));  // exponential(1), >= 0
           buf[i] = wi > 0 ? wi / ei : 0.0;  // E = 0 gives +inf: drawn first, as its probability says
         }
+        check_row(ok, pos);
         select_topk(buf.data(), n, S, true, o, nullptr, work);
         continue;
       }
-      // prefix sums of 64-weight blocks (four partial sums each: no long dependency chain), a binary
-      // search for a draw's block, then a walk inside it; the walk's sum only grows at positive weights,
-      // so a weight-0 category is never drawn
+      // one pass: the prefix sums of 64-weight blocks (four partial sums each: no long dependency chain)
+      // and the check; then per draw a binary search for its block and a walk inside it over the weights
+      // where they lie. The walk's sum only grows at positive weights, so a weight-0 category is never drawn.
       constexpr int64_t B = 64;
       const int64_t nb = (n + B - 1) / B;
-      buf.resize((size_t)(n + nb + 1));
-      double* wv = buf.data();
-      double* pre = wv + n;
+      buf.resize((size_t)nb + 1);
+      double* pre = buf.data();
       pre[0] = 0;
+      bool ok = true;
       for (int64_t blk = 0; blk < nb; ++blk) {
         const int64_t i0 = blk * B, i1 = std::min(n, i0 + B);
-        double p4[4] = {0, 0, 0, 0};
-        for (int64_t i = i0; i < i1; ++i) {
-          wv[i] = (double)load<T>(src[i * cs]);
-          p4[i & 3] += wv[i];
+        if constexpr (std::is_same_v<T, float>) {
+          if (i1 - i0 == B) {  // a full float block: float lanes (vectorised when dense), then double
+            ok &= cs == 1 ? float_block(src + i0, 1, pre[blk], pre[blk + 1])
+                          : float_block(src + i0 * cs, cs, pre[blk], pre[blk + 1]);
+            continue;
+          }
         }
-        pre[blk + 1] = pre[blk] + ((p4[0] + p4[1]) + (p4[2] + p4[3]));
+        // weight i adds into partial sum i % 4 (i0 is a multiple of 4), in named scalars: an array indexed
+        // by i & 3 kept the sums in memory, a store-to-load wait per weight
+        double p0 = 0, p1 = 0, p2 = 0, p3 = 0;
+        bool bok = true;
+        auto wt = [&](int64_t i) {
+          const double wi = (double)load<T>(src[i * cs]);
+          bok &= (wi >= 0) & (wi < kInf);  // a NaN fails both
+          return wi;
+        };
+        int64_t i = i0;
+        for (; i + 4 <= i1; i += 4) {
+          p0 += wt(i), p1 += wt(i + 1), p2 += wt(i + 2), p3 += wt(i + 3);
+        }
+        if (i < i1) p0 += wt(i++);
+        if (i < i1) p1 += wt(i++);
+        if (i < i1) p2 += wt(i++);
+        ok &= bok;
+        pre[blk + 1] = pre[blk] + ((p0 + p1) + (p2 + p3));
       }
       const double total = pre[nb];
+      check_row(ok && total < kInf, total > 0);  // finite weights whose sum overflows count as inf
       const uint64_t base = counter + (uint64_t)(r * S);
       for (int64_t j = 0; j < S; ++j) {
         const double target = unit(seed, base + (uint64_t)j) * total;
-        const int64_t blk = std::upper_bound(pre + 1, pre + nb + 1, target) - (pre + 1);
+        const int64_t blk = std::min<int64_t>(std::upper_bound(pre + 1, pre + nb + 1, target) - (pre + 1), nb - 1);
         int64_t pick = -1;
-        double acc = pre[std::min(blk, nb - 1)];
-        for (int64_t i = std::min(blk, nb - 1) * B; i < n; ++i) {
-          acc += wv[i];
+        double acc = pre[blk];
+        for (int64_t i = blk * B; i < n; ++i) {
+          acc += (double)load<T>(src[i * cs]);
           if (acc > target) {
             pick = i;
             break;
@@ -140,7 +190,7 @@ void multinomial_rows(const T* w, const Layout& l, int64_t S, bool repl, uint64_
         }
         if (pick < 0) {  // rounding carried u * total past the walk's sum: the last positive weight
           pick = n - 1;
-          while (pick > 0 && !(wv[pick] > 0)) --pick;
+          while (pick > 0 && !((double)load<T>(src[pick * cs]) > 0)) --pick;
         }
         o[j] = pick;
       }

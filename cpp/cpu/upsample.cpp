@@ -52,24 +52,63 @@ template <typename A> Taps<A> make_taps(UpsampleMode mode, int64_t in, int64_t o
 
 inline int64_t plane_grain(int64_t work) { return std::max<int64_t>(1, 65536 / std::max<int64_t>(work, 1)); }
 
+// Whether an axis's linear taps are torch's for exactly twice the size without align_corners: output 2i
+// reads (i - 1, i) and output 2i + 1 reads (i, i + 1), each pair at one fixed pair of weights, for every
+// output but the two at each end. Then the outputs need no index loads (the loop vectorises).
+template <typename A> bool doubled_taps(const Taps<A>& t, int64_t in, int64_t out) {
+  if (out != 2 * in || in < 3) return false;
+  for (int64_t o = 1; o < out - 1; ++o) {
+    const int64_t i = o / 2, p = 2 - (o & 1);  // taps (i - 1, i) for even o, (i, i + 1) for odd o
+    const int64_t lo = (o & 1) ? i : i - 1;
+    if (t.i0[o] != lo || t.i1[o] != lo + 1 || t.w0[o] != t.w0[p] || t.w1[o] != t.w1[p]) return false;
+  }
+  return true;
+}
+
+// One output row from its blended source row `src` (w elements); `twice`: doubled_taps holds.
+template <typename T, typename A, typename S>
+void linear_row(const S* src, const UpsampleGeom& g, const Taps<A>& tx, bool twice, T* o) {
+  using C = typename Acc<T>::type;
+  auto at = [&](int64_t ox) {
+    o[ox] = store<T>((C)(tx.w0[ox] * (A)src[tx.i0[ox]] + tx.w1[ox] * (A)src[tx.i1[ox]]));
+  };
+  if (!twice) {
+    for (int64_t ox = 0; ox < g.ow; ++ox) at(ox);
+    return;
+  }
+  const A e0 = tx.w0[2], e1 = tx.w1[2], d0 = tx.w0[1], d1 = tx.w1[1];  // locals: the stores cannot alias them
+  const int64_t w = g.w;
+  for (int64_t i = 1; i < w - 1; ++i) {
+    const A l = (A)src[i - 1], m = (A)src[i], r = (A)src[i + 1];
+    o[2 * i] = store<T>((C)(e0 * l + e1 * m));
+    o[2 * i + 1] = store<T>((C)(d0 * m + d1 * r));
+  }
+  for (int64_t ox : {(int64_t)0, (int64_t)1, 2 * w - 2, 2 * w - 1}) at(ox);
+}
+
 template <typename T, typename A>
 void linear_plane(const T* x, int64_t sy, int64_t sx, const UpsampleGeom& g, const Taps<A>& ty, const Taps<A>& tx,
-                  T* out, A* tmp) {
+                  bool twice, T* out, A* tmp) {
   for (int64_t oy = 0; oy < g.oh; ++oy) {
+    T* o = out + oy * g.ow;
+    const T* r0 = x + ty.i0[oy] * sy;
+    const A a = ty.w0[oy], b = ty.w1[oy];
+    if constexpr (std::is_same_v<T, A>) {
+      if (sx == 1 && a == A(1) && b == A(0) && ty.i1[oy] == ty.i0[oy]) {  // one dense source row (1-D): no blend
+        linear_row<T, A, T>(r0, g, tx, twice, o);
+        continue;
+      }
+    }
     // output rows with the same source rows and weights (an unchanged axis, or a steady ratio) share the blend
     if (oy == 0 || ty.i0[oy] != ty.i0[oy - 1] || ty.w1[oy] != ty.w1[oy - 1]) {
-      const T* r0 = x + ty.i0[oy] * sy;
       const T* r1 = x + ty.i1[oy] * sy;
-      const A a = ty.w0[oy], b = ty.w1[oy];
       if (sx == 1) {
         for (int64_t i = 0; i < g.w; ++i) tmp[i] = a * (A)load<T>(r0[i]) + b * (A)load<T>(r1[i]);
       } else {
         for (int64_t i = 0; i < g.w; ++i) tmp[i] = a * (A)load<T>(r0[i * sx]) + b * (A)load<T>(r1[i * sx]);
       }
     }
-    T* o = out + oy * g.ow;
-    for (int64_t ox = 0; ox < g.ow; ++ox)
-      o[ox] = store<T>((typename Acc<T>::type)(tx.w0[ox] * tmp[tx.i0[ox]] + tx.w1[ox] * tmp[tx.i1[ox]]));
+    linear_row<T, A, A>(tmp, g, tx, twice, o);
   }
 }
 
@@ -96,6 +135,7 @@ template <typename T> StoragePtr up_fwd(const CpuStorage& s, UpsampleMode mode, 
   const Taps<A> ty = make_taps<A>(mode, g.h, g.oh, g.sf_h, g.align_corners);
   const Taps<A> tx = make_taps<A>(mode, g.w, g.ow, g.sf_w, g.align_corners);
   const bool twice = mode == UpsampleMode::Nearest && g.ow == 2 * g.w;
+  const bool doubled = mode == UpsampleMode::Linear && doubled_taps(tx, g.w, g.ow);
   const int64_t planes = g.n * g.c, opl = g.oh * g.ow;
   auto out = new_cpu(s.dtype(), planes * opl);
   const T* x = s.data<T>() + l.offset();
@@ -105,7 +145,7 @@ template <typename T> StoragePtr up_fwd(const CpuStorage& s, UpsampleMode mode, 
     std::vector<A> tmp(mode == UpsampleMode::Linear ? g.w : 0);
     for (int64_t p = b; p < e; ++p) {
       const T* xp = x + (p / g.c) * st[0] + (p % g.c) * st[1];
-      if (mode == UpsampleMode::Linear) linear_plane<T, A>(xp, st[2], st[3], g, ty, tx, o + p * opl, tmp.data());
+      if (mode == UpsampleMode::Linear) linear_plane<T, A>(xp, st[2], st[3], g, ty, tx, doubled, o + p * opl, tmp.data());
       else nearest_plane<T>(xp, st[2], st[3], g, ty.i0, tx.i0, twice, o + p * opl);
     }
   });

@@ -1,10 +1,9 @@
 """em.multinomial: draws category indices from rows of non-negative weights, on every device, through one
-kernel per device (exponential keys + topk selection without replacement, inverse-CDF search with it)."""
+kernel per device (exponential keys + topk selection without replacement, inverse-CDF search with it),
+which also checks the weights' values as it reads them."""
 from __future__ import annotations
 
 import sys
-
-import numpy as np
 
 from . import _C
 from . import dtypes as _dt
@@ -62,22 +61,7 @@ def multinomial(probs, num_samples, replacement=False, *, generator=None):
     if not replacement and num_samples > n:
         raise EmberValueError(f"[{op}] cannot sample num_samples = {num_samples} > {n} categories without "
                               "replacement")
-    if probs.numel() or n == 0:
-        _check_weights(probs, op)
+    # the weights' values (finite, >= 0, a positive one per row) are checked by the kernel as it reads them
     s, layout = _C.multinomial(probs._storage, probs._layout, num_samples, replacement)
     return _t()._wrap(s, layout, _dt.int64, probs._device)
 
-
-def _check_weights(probs, op):
-    """Raises unless every weight is finite and >= 0 and every row sums to more than 0 (one host read)."""
-    if probs.shape[-1] == 0:
-        raise EmberValueError(f"[{op}] invalid distribution: a row has no categories (sum of weights <= 0)")
-    w = probs.detach()
-    if w.dtype not in (_dt.float32, _dt.float64):  # halves: a long row's sum would overflow
-        w = w.float()
-    from .multi import stack
-    lo_h, tot_h = stack([w.min(dim=-1).reshape(-1), w.sum(dim=-1).reshape(-1)]).numpy()
-    if not (np.all(lo_h >= 0) and np.all(np.isfinite(tot_h))):  # a NaN fails >= 0, an inf makes the sum inf
-        raise EmberValueError(f"[{op}] probability tensor contains either inf, nan or element < 0")
-    if not np.all(tot_h > 0):
-        raise EmberValueError(f"[{op}] invalid multinomial distribution (sum of probabilities <= 0)")

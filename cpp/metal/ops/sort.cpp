@@ -2,6 +2,7 @@
 // line's power-of-two padding fits threadgroup memory, else bitonic stages through device scratch), topk's
 // per-line selection kernel, and multinomial (metal/random.metal's keys and search kernels).
 #include <algorithm>
+#include <cstring>
 
 #include "metal/launch.h"
 #include "metal/ops/ops.h"
@@ -128,6 +129,23 @@ std::tuple<StoragePtr, StoragePtr> topk(const MetalStorage& s, const Layout& l, 
   return {vals, ids};
 }
 
+namespace {
+// The CPU's errors for bad weights: multinomial_check's flags, read after the device finishes it.
+void check_weights(MetalDevice& dev, const MetalStorage& s, const std::vector<int64_t>& meta, uint32_t rows,
+                   uint32_t n, const std::string& t) {
+  auto flags = new_metal(dev, DType::U32, (int64_t)rows + 1, "multinomial");
+  std::memset(flags->host_ptr(), 0, ((size_t)rows + 1) * 4);  // a fresh buffer: no encoded work uses it yet
+  Launch(dev, "random.metal", "multinomial_check_" + t)
+      .input(s).inout(*flags).array(meta)
+      .dispatch(Dim3{n, rows, 1}, Dim3{std::min<uint32_t>(256, n), 1, 1});
+  dev.synchronize();
+  const uint32_t* f = static_cast<const uint32_t*>(flags->host_ptr());
+  EMBER_CHECK(f[0] == 0, Value, "[multinomial] probability tensor contains either inf, nan or element < 0");
+  for (uint32_t r = 0; r < rows; ++r)
+    EMBER_CHECK(f[1 + r] != 0, Value, "[multinomial] invalid multinomial distribution (sum of probabilities <= 0)");
+}
+}  // namespace
+
 StoragePtr multinomial(const MetalStorage& s, const Layout& l, int64_t num_samples, bool replacement,
                        uint64_t seed, uint64_t counter) {
   const char* name = "multinomial";
@@ -139,6 +157,7 @@ StoragePtr multinomial(const MetalStorage& s, const Layout& l, int64_t num_sampl
   checked_u32(rows * n, name);
   const std::string t(type_suffix(s.dtype(), name));
   const std::vector<int64_t> meta = {l.offset(), l.stride()[0], l.stride()[1], n, num_samples};
+  check_weights(dev, s, meta, rows32, n32, t);
   if (!replacement) {
     // the exponential keys w / E in float32, then topk's selection of the num_samples largest
     auto keys = new_metal(dev, DType::F32, rows * n, name);
