@@ -2,12 +2,14 @@
 // tiles built in cache (the whole column matrix is never formed), threaded over images x groups x tiles.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include <vector>
 
 #include "cpu/cpu_storage.h"
 #include "cpu/gemm.h"
 #include "cpu/parallel.h"
+#include "cpu/winograd.h"
 
 namespace ember::cpu {
 namespace {
@@ -198,6 +200,13 @@ bool pointwise(const ConvGeom& g) {
   return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 && g.oh == g.h && g.ow == g.w;
 }
 
+// A stride-1, undilated 3x3 window over channel counts that make Winograd F(2x2, 3x3) pay (f32 only:
+// f64 stays the exact im2col reference, and f16 / bf16 already run in f32).
+template <typename T> bool use_winograd(const ConvGeom& g, int64_t c, int64_t o, int64_t oh, int64_t ow) {
+  return std::is_same_v<T, float> && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
+         winograd_worth(c, o, oh, ow);
+}
+
 // An operand of the kernels in the compute type T: its data and 4-D strides (a copy when the dtype differs).
 template <typename T> struct Op4 {
   StoragePtr keep;
@@ -238,8 +247,15 @@ StoragePtr conv_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage& w, 
   const Op4<T> B1 = b ? op4<T>(*b, *lb, ct, true) : Op4<T>{};
   const bool direct = pointwise(g);
   const Op4<T> X = direct ? op4_planes<T>(x, lx, ct) : op4<T>(x, lx, ct, false);
-  const int64_t nb = tile_positions(direct ? 0 : K, L, sizeof(T), g.n * groups), tiles = (L + nb - 1) / nb;
   T* yp = y->data<T>();
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_winograd<T>(g, cg, og, g.oh, g.ow)) {
+      winograd_conv3x3({X.p, {X.st[0], X.st[1], X.st[2], X.st[3]}}, g.n, groups, cg, g.h, g.w, W.p, false, og, g.ph,
+                       g.pw, g.oh, g.ow, b ? B1.p : nullptr, b ? B1.st[0] : 0, yp);
+      return y;
+    }
+  }
+  const int64_t nb = tile_positions(direct ? 0 : K, L, sizeof(T), g.n * groups), tiles = (L + nb - 1) / nb;
   (void)get_num_threads();  // the pool sets BLAS to one thread before any GEMM runs
   parallel_for(g.n * groups * tiles, 1, [&](int64_t lo, int64_t hi) {
     T* col = direct ? nullptr : tile_scratch<T>((size_t)(K * nb));
@@ -275,6 +291,15 @@ StoragePtr conv_bwd_input(const CpuStorage& gy, const Layout& lg, const CpuStora
   if (dx->numel() == 0 || og == 0) return dx;
   const Op4<T> W = op4<T>(w, lw, ct, true);
   const Op4<T> G = op4_planes<T>(gy, lg, ct);
+  if constexpr (std::is_same_v<T, float>) {
+    // The input gradient of a stride-1 3x3 conv is one too: gy correlated with the flipped, transposed
+    // kernel, padded by 2 - pad before each dim.
+    if (use_winograd<T>(g, og, cg, g.h, g.w)) {
+      winograd_conv3x3({G.p, {G.st[0], G.st[1], G.st[2], G.st[3]}}, g.n, groups, og, g.oh, g.ow, W.p, true, cg,
+                       2 - g.ph, 2 - g.pw, g.h, g.w, nullptr, 0, dx->data<T>());
+      return dx;
+    }
+  }
   // Channel blocks: each owns its dx planes (windows overlap across positions, never across channels);
   // enough blocks per image that small batches still spread over the pool.
   const int64_t want = std::max<int64_t>(1, 8 / std::max<int64_t>(1, g.n * groups));
