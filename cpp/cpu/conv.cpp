@@ -133,6 +133,15 @@ inline RowSeg row_seg(int64_t oy, int64_t p0, int64_t p1, int64_t ow, int64_t xl
   return {oxa, oxe, lo, std::max(std::min(xhi, oxe), lo)};
 }
 
+// out[i] = src[2 i] for i < n: stride-2 windows' row gather.
+template <typename T> inline void gather2(const T* __restrict src, int64_t n, T* __restrict out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = src[2 * i];
+}
+// dst[2 i] += src[i] for i < n: stride-2 windows' row scatter, the adjoint of gather2.
+template <typename T> inline void scatter_add2(const T* __restrict src, int64_t n, T* __restrict dst) {
+  for (int64_t i = 0; i < n; ++i) dst[2 * i] += src[i];
+}
+
 // Column rows of channels [c0, c1) for positions [p0, p1) of one image (x through strides sc, sy, sx):
 // row (c, ki, kj) holds the input each window reads at (ki, kj), zero in the padding. col: rows x (p1-p0).
 template <typename T>
@@ -160,6 +169,8 @@ void im2col_tile(const T* xn, int64_t sc, int64_t sy, int64_t sx, const ConvGeom
           T* out = row - r.oxa + r.lo;
           if (step == 1) {
             if (r.hi > r.lo) std::memcpy(out, xc + (base + r.lo), (size_t)(r.hi - r.lo) * sizeof(T));
+          } else if (step == 2) {  // a constant stride lets the compiler gather with shuffles
+            gather2(xc + (base + 2 * r.lo), r.hi - r.lo, out);
           } else {
             for (int64_t ox = r.lo; ox < r.hi; ++ox) *out++ = xc[base + ox * step];
           }
@@ -187,6 +198,8 @@ void col2im_tile(const T* col, const ConvGeom& g, int64_t c0, int64_t c1, int64_
           T* dst = xc + (base + r.lo * g.sw);
           if (g.sw == 1) {
             for (int64_t i = 0; i < r.hi - r.lo; ++i) dst[i] += row[i];
+          } else if (g.sw == 2) {
+            scatter_add2(row, r.hi - r.lo, dst);
           } else {
             for (int64_t i = 0; i < r.hi - r.lo; ++i) dst[i * g.sw] += row[i];
           }
@@ -286,20 +299,21 @@ StoragePtr conv_bwd_input(const CpuStorage& gy, const Layout& lg, const CpuStora
                           const ConvGeom& g, int64_t groups, DType ct) {
   const int64_t c_out = lw.shape()[0], og = c_out / groups, cg = g.c / groups, khw = g.kh * g.kw;
   const int64_t L = g.oh * g.ow, HW = g.h * g.w;
-  const bool direct = pointwise(g);
-  auto dx = new_cpu(ct, g.n * g.c * HW, /*zeroed=*/!direct || og == 0);
+  const bool direct = pointwise(g), wino = use_winograd<T>(g, og, cg, g.h, g.w);
+  auto dx = new_cpu(ct, g.n * g.c * HW, /*zeroed=*/(!direct && !wino) || og == 0);
   if (dx->numel() == 0 || og == 0) return dx;
   const Op4<T> W = op4<T>(w, lw, ct, true);
-  const Op4<T> G = op4_planes<T>(gy, lg, ct);
   if constexpr (std::is_same_v<T, float>) {
     // The input gradient of a stride-1 3x3 conv is one too: gy correlated with the flipped, transposed
-    // kernel, padded by 2 - pad before each dim.
-    if (use_winograd<T>(g, og, cg, g.h, g.w)) {
+    // kernel, padded by 2 - pad before each dim (gy read through any strides).
+    if (wino) {
+      const Op4<T> G = op4<T>(gy, lg, ct, false);
       winograd_conv3x3({G.p, {G.st[0], G.st[1], G.st[2], G.st[3]}}, g.n, groups, og, g.oh, g.ow, W.p, true, cg,
                        2 - g.ph, 2 - g.pw, g.h, g.w, nullptr, 0, dx->data<T>());
       return dx;
     }
   }
+  const Op4<T> G = op4_planes<T>(gy, lg, ct);
   // Channel blocks: each owns its dx planes (windows overlap across positions, never across channels);
   // enough blocks per image that small batches still spread over the pool.
   const int64_t want = std::max<int64_t>(1, 8 / std::max<int64_t>(1, g.n * groups));
