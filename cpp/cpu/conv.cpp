@@ -113,12 +113,14 @@ template <typename T> T* tile_scratch(size_t n) {
   return buf.data();
 }
 
-// Positions per tile for column rows of k entries: a multiple of 16, at most kMaxTile and the image's
-// positions, and small enough that `outer` (images x groups) times the tiles make at least 8 work items.
-int64_t tile_positions(int64_t k, int64_t L, size_t elem, int64_t outer) {
-  int64_t nb = std::max<int64_t>(64, kTileBytes / (int64_t)elem / std::max<int64_t>(1, k)) / 16 * 16;
-  nb = std::min(nb, kMaxTile);
-  const int64_t want = (8 + outer - 1) / std::max<int64_t>(1, outer);
+// Positions per tile for column rows of k entries: a multiple of 16, at most max_tile and the image's
+// positions, about `bytes` of columns, and small enough that `outer` (images x groups) times the tiles
+// make at least `items` work items.
+int64_t tile_positions(int64_t k, int64_t L, size_t elem, int64_t outer, int64_t bytes = kTileBytes,
+                       int64_t max_tile = kMaxTile, int64_t items = 8) {
+  int64_t nb = std::max<int64_t>(64, bytes / (int64_t)elem / std::max<int64_t>(1, k)) / 16 * 16;
+  nb = std::min(nb, max_tile);
+  const int64_t want = (items + outer - 1) / std::max<int64_t>(1, outer);
   if ((L + nb - 1) / nb < want) nb = std::max<int64_t>(16, ((L + want - 1) / want + 15) / 16 * 16);
   return std::min(L, nb);
 }
@@ -353,7 +355,9 @@ StoragePtr conv_bwd_weight(const CpuStorage& x, const Layout& lx, const CpuStora
   const bool direct = pointwise(g);
   const Op4<T> X = direct ? op4_planes<T>(x, lx, ct) : op4<T>(x, lx, ct, false);
   const Op4<T> G = op4_planes<T>(gy, lg, ct);
-  const int64_t nb = tile_positions(direct ? 0 : K, L, sizeof(T), g.n), tiles = (L + nb - 1) / nb;
+  // Positions are this GEMM's contraction: long tiles (past L2, but read once) keep its small-M GEMMs fast.
+  const int64_t nb = tile_positions(direct ? 0 : K, L, sizeof(T), g.n, 4 * kTileBytes, 4 * kMaxTile, 4);
+  const int64_t tiles = (L + nb - 1) / nb;
   // The sum over (image, tile) units is split into a fixed number of chunks (from the shape alone), each
   // with its own partial dw, added in chunk order: the same result on any thread count.
   const int64_t units = g.n * tiles;
