@@ -2,12 +2,14 @@
 // tiles built in cache (the whole column matrix is never formed), threaded over images x groups x tiles.
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 
 #include <vector>
 
 #include "cpu/cpu_storage.h"
 #include "cpu/gemm.h"
 #include "cpu/parallel.h"
+#include "cpu/winograd.h"
 
 namespace ember::cpu {
 namespace {
@@ -111,12 +113,14 @@ template <typename T> T* tile_scratch(size_t n) {
   return buf.data();
 }
 
-// Positions per tile for column rows of k entries: a multiple of 16, at most kMaxTile and the image's
-// positions, and small enough that `outer` (images x groups) times the tiles make at least 8 work items.
-int64_t tile_positions(int64_t k, int64_t L, size_t elem, int64_t outer) {
-  int64_t nb = std::max<int64_t>(64, kTileBytes / (int64_t)elem / std::max<int64_t>(1, k)) / 16 * 16;
-  nb = std::min(nb, kMaxTile);
-  const int64_t want = (8 + outer - 1) / std::max<int64_t>(1, outer);
+// Positions per tile for column rows of k entries: a multiple of 16, at most max_tile and the image's
+// positions, about `bytes` of columns, and small enough that `outer` (images x groups) times the tiles
+// make at least `items` work items.
+int64_t tile_positions(int64_t k, int64_t L, size_t elem, int64_t outer, int64_t bytes = kTileBytes,
+                       int64_t max_tile = kMaxTile, int64_t items = 8) {
+  int64_t nb = std::max<int64_t>(64, bytes / (int64_t)elem / std::max<int64_t>(1, k)) / 16 * 16;
+  nb = std::min(nb, max_tile);
+  const int64_t want = (items + outer - 1) / std::max<int64_t>(1, outer);
   if ((L + nb - 1) / nb < want) nb = std::max<int64_t>(16, ((L + want - 1) / want + 15) / 16 * 16);
   return std::min(L, nb);
 }
@@ -129,6 +133,15 @@ inline RowSeg row_seg(int64_t oy, int64_t p0, int64_t p1, int64_t ow, int64_t xl
   const int64_t oxa = std::max(p0, oy * ow) - oy * ow, oxe = std::min(p1, (oy + 1) * ow) - oy * ow;
   const int64_t lo = std::min(std::max(xlo, oxa), oxe);
   return {oxa, oxe, lo, std::max(std::min(xhi, oxe), lo)};
+}
+
+// out[i] = src[2 i] for i < n: stride-2 windows' row gather.
+template <typename T> inline void gather2(const T* __restrict src, int64_t n, T* __restrict out) {
+  for (int64_t i = 0; i < n; ++i) out[i] = src[2 * i];
+}
+// dst[2 i] += src[i] for i < n: stride-2 windows' row scatter, the adjoint of gather2.
+template <typename T> inline void scatter_add2(const T* __restrict src, int64_t n, T* __restrict dst) {
+  for (int64_t i = 0; i < n; ++i) dst[2 * i] += src[i];
 }
 
 // Column rows of channels [c0, c1) for positions [p0, p1) of one image (x through strides sc, sy, sx):
@@ -158,6 +171,8 @@ void im2col_tile(const T* xn, int64_t sc, int64_t sy, int64_t sx, const ConvGeom
           T* out = row - r.oxa + r.lo;
           if (step == 1) {
             if (r.hi > r.lo) std::memcpy(out, xc + (base + r.lo), (size_t)(r.hi - r.lo) * sizeof(T));
+          } else if (step == 2) {  // a constant stride lets the compiler gather with shuffles
+            gather2(xc + (base + 2 * r.lo), r.hi - r.lo, out);
           } else {
             for (int64_t ox = r.lo; ox < r.hi; ++ox) *out++ = xc[base + ox * step];
           }
@@ -185,6 +200,8 @@ void col2im_tile(const T* col, const ConvGeom& g, int64_t c0, int64_t c1, int64_
           T* dst = xc + (base + r.lo * g.sw);
           if (g.sw == 1) {
             for (int64_t i = 0; i < r.hi - r.lo; ++i) dst[i] += row[i];
+          } else if (g.sw == 2) {
+            scatter_add2(row, r.hi - r.lo, dst);
           } else {
             for (int64_t i = 0; i < r.hi - r.lo; ++i) dst[i * g.sw] += row[i];
           }
@@ -196,6 +213,13 @@ void col2im_tile(const T* col, const ConvGeom& g, int64_t c0, int64_t c1, int64_
 // A 1x1 window with stride 1 and no padding reads the input itself as the column matrix.
 bool pointwise(const ConvGeom& g) {
   return g.kh == 1 && g.kw == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0 && g.oh == g.h && g.ow == g.w;
+}
+
+// A stride-1, undilated 3x3 window over channel counts that make Winograd F(2x2, 3x3) pay (f32 only:
+// f64 stays the exact im2col reference, and f16 / bf16 already run in f32).
+template <typename T> bool use_winograd(const ConvGeom& g, int64_t c, int64_t o, int64_t oh, int64_t ow) {
+  return std::is_same_v<T, float> && g.kh == 3 && g.kw == 3 && g.sh == 1 && g.sw == 1 && g.dh == 1 && g.dw == 1 &&
+         winograd_worth(c, o, oh, ow);
 }
 
 // An operand of the kernels in the compute type T: its data and 4-D strides (a copy when the dtype differs).
@@ -238,8 +262,15 @@ StoragePtr conv_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage& w, 
   const Op4<T> B1 = b ? op4<T>(*b, *lb, ct, true) : Op4<T>{};
   const bool direct = pointwise(g);
   const Op4<T> X = direct ? op4_planes<T>(x, lx, ct) : op4<T>(x, lx, ct, false);
-  const int64_t nb = tile_positions(direct ? 0 : K, L, sizeof(T), g.n * groups), tiles = (L + nb - 1) / nb;
   T* yp = y->data<T>();
+  if constexpr (std::is_same_v<T, float>) {
+    if (use_winograd<T>(g, cg, og, g.oh, g.ow)) {
+      winograd_conv3x3({X.p, {X.st[0], X.st[1], X.st[2], X.st[3]}}, g.n, groups, cg, g.h, g.w, W.p, false, og, g.ph,
+                       g.pw, g.oh, g.ow, b ? B1.p : nullptr, b ? B1.st[0] : 0, yp);
+      return y;
+    }
+  }
+  const int64_t nb = tile_positions(direct ? 0 : K, L, sizeof(T), g.n * groups), tiles = (L + nb - 1) / nb;
   (void)get_num_threads();  // the pool sets BLAS to one thread before any GEMM runs
   parallel_for(g.n * groups * tiles, 1, [&](int64_t lo, int64_t hi) {
     T* col = direct ? nullptr : tile_scratch<T>((size_t)(K * nb));
@@ -270,10 +301,20 @@ StoragePtr conv_bwd_input(const CpuStorage& gy, const Layout& lg, const CpuStora
                           const ConvGeom& g, int64_t groups, DType ct) {
   const int64_t c_out = lw.shape()[0], og = c_out / groups, cg = g.c / groups, khw = g.kh * g.kw;
   const int64_t L = g.oh * g.ow, HW = g.h * g.w;
-  const bool direct = pointwise(g);
-  auto dx = new_cpu(ct, g.n * g.c * HW, /*zeroed=*/!direct || og == 0);
+  const bool direct = pointwise(g), wino = use_winograd<T>(g, og, cg, g.h, g.w);
+  auto dx = new_cpu(ct, g.n * g.c * HW, /*zeroed=*/(!direct && !wino) || og == 0);
   if (dx->numel() == 0 || og == 0) return dx;
   const Op4<T> W = op4<T>(w, lw, ct, true);
+  if constexpr (std::is_same_v<T, float>) {
+    // The input gradient of a stride-1 3x3 conv is one too: gy correlated with the flipped, transposed
+    // kernel, padded by 2 - pad before each dim (gy read through any strides).
+    if (wino) {
+      const Op4<T> G = op4<T>(gy, lg, ct, false);
+      winograd_conv3x3({G.p, {G.st[0], G.st[1], G.st[2], G.st[3]}}, g.n, groups, og, g.oh, g.ow, W.p, true, cg,
+                       2 - g.ph, 2 - g.pw, g.h, g.w, nullptr, 0, dx->data<T>());
+      return dx;
+    }
+  }
   const Op4<T> G = op4_planes<T>(gy, lg, ct);
   // Channel blocks: each owns its dx planes (windows overlap across positions, never across channels);
   // enough blocks per image that small batches still spread over the pool.
@@ -314,7 +355,9 @@ StoragePtr conv_bwd_weight(const CpuStorage& x, const Layout& lx, const CpuStora
   const bool direct = pointwise(g);
   const Op4<T> X = direct ? op4_planes<T>(x, lx, ct) : op4<T>(x, lx, ct, false);
   const Op4<T> G = op4_planes<T>(gy, lg, ct);
-  const int64_t nb = tile_positions(direct ? 0 : K, L, sizeof(T), g.n), tiles = (L + nb - 1) / nb;
+  // Positions are this GEMM's contraction: long tiles (past L2, but read once) keep its small-M GEMMs fast.
+  const int64_t nb = tile_positions(direct ? 0 : K, L, sizeof(T), g.n, 4 * kTileBytes, 4 * kMaxTile, 4);
+  const int64_t tiles = (L + nb - 1) / nb;
   // The sum over (image, tile) units is split into a fixed number of chunks (from the shape alone), each
   // with its own partial dw, added in chunk order: the same result on any thread count.
   const int64_t units = g.n * tiles;
