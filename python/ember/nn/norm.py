@@ -236,18 +236,6 @@ class _BatchNormPlain(_BatchNormBase, CustomOp1):
         return self._grads(x, None, g)[0]
 
 
-def _stat(t, c, x, op, what):
-    if t is None:
-        return None
-    if not isinstance(t, Tensor):
-        raise EmberTypeError(f"[{op}] {what} must be a Tensor or None, got {type(t).__name__}")
-    if t.shape != (c,) or not t.dtype.is_float:
-        raise ShapeError(f"[{op}] expected {what} to be a float tensor of shape ({c},), got {t.shape} {t.dtype.name}")
-    if t.device != x.device:
-        raise DeviceError(f"[{op}] {what} is on {t.device}, input on {x.device}")
-    return t
-
-
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):
     """Batch normalization, as ``torch.nn.functional.batch_norm``: per channel (dim 1) over the batch
     and every position. When ``training`` (or without running statistics) it normalises with the
