@@ -221,6 +221,15 @@ def test_masks_of_bool_and_uint8(rng, mask_dt):
     expect_error(lambda: x.masked_fill(em.ones(4, 5, dtype=em.int32), 0.0), "masked_fill", em.DTypeError)
 
 
+@pytest.mark.parametrize("a, b", [(True, False), (False, 1), (1, 0), (True, 2.5), (np.bool_(True), False)])
+def test_where_of_two_scalars_takes_torchs_dtype(rng, a, b):
+    m = rng.random((3, 4)) < 0.5
+    got = em.where(em.tensor(m), a, b)
+    want = torch.where(torch.from_numpy(m), a if not isinstance(a, np.bool_) else bool(a), b)
+    assert str(got.dtype).split(".")[-1] == str(want.dtype).split(".")[-1]
+    np.testing.assert_array_equal(got.numpy(), want.numpy())
+
+
 def test_bool_tensor_as_index_and_zero_d_masks(rng):
     x = em.tensor(rng.standard_normal((3, 2)).astype(np.float32))
     assert x[em.tensor(True)].shape == (1, 3, 2) and x[em.tensor(False)].shape == (0, 3, 2)

@@ -10,7 +10,7 @@ from . import _C
 from . import dtypes as _dt
 from .backprop import record
 from .errors import EmberTypeError, EmberValueError, ShapeError
-from .promotion import promote_types, result_type
+from .promotion import _category_of_scalar, _scalar_dtype, promote_types, result_type
 from .tensor import Tensor, _check_tensor_arg, _dim, _scalar, _wrap, tensor
 
 
@@ -33,7 +33,7 @@ def where(cond, a, b):
 
     Returns:
         A new tensor of the promoted dtype of a and b (torch.result_type's rule; two Python
-        scalars give float32 or int64), differentiable in a and b.
+        scalars give bool, int64 or float32), differentiable in a and b.
 
     Raises:
         DTypeError: for an operand of an unsupported type.
@@ -42,14 +42,14 @@ def where(cond, a, b):
     if not isinstance(cond, Tensor):  # a list / array condition, like numpy
         cond = tensor(cond)
     for x in (a, b):
-        if not isinstance(x, (Tensor, np.ndarray, list, numbers.Real)):
+        if not isinstance(x, (Tensor, np.ndarray, list, numbers.Real, np.bool_)):
             raise EmberTypeError(f"[where] unsupported operand type {type(x).__name__}")
     arrays = [x for x in (a, b) if isinstance(x, (Tensor, np.ndarray, list))]
     if arrays:
         arrays = [tensor(x) if isinstance(x, list) else x for x in arrays]
-        dt = result_type(*arrays, *[x for x in (a, b) if isinstance(x, numbers.Real)])
-    else:  # two scalars: torch's defaults
-        dt = _dt.float32 if any(not isinstance(x, numbers.Integral) for x in (a, b)) else _dt.int64
+        dt = result_type(*arrays, *[x for x in (a, b) if isinstance(x, (numbers.Real, np.bool_))])
+    else:  # two scalars: torch's defaults (bool, int64 or float32, the widest of the two)
+        dt = _scalar_dtype(max(_category_of_scalar(a), _category_of_scalar(b)))
     a, b = _to_operand(a, dt, cond._device), _to_operand(b, dt, cond._device)
     s, l = _C.where(cond._storage, cond._layout, a._storage, a._layout, b._storage, b._layout)
     return record(_wrap(s, l, a._dtype, a._device), "where", (a, b, cond))

@@ -85,6 +85,11 @@ def _classify(x):
     raise EmberTypeError(f"[result_type] unsupported operand type {type(x).__name__}")
 
 
+def _category_of_scalar(x):
+    """The category (bool < int < float) of a Python or numpy scalar."""
+    return _classify(x)[2]
+
+
 def _scalar_dtype(cat):
     # torch's defaults for a Python float / int / bool
     return _dt.float32 if cat == _FLOAT else (_dt.int64 if cat == _INT else _dt.bool)
