@@ -7,133 +7,23 @@
 #include <vector>
 
 #include "cpu/cpu_storage.h"
+#include "cpu/norm_kernels.h"
 #include "cpu/parallel.h"
-
-// The hot loops are cloned per ISA and picked by cpuid at load time (the core is built for base x86-64);
-// sanitizer builds keep one copy, as their ifunc resolvers would run before the runtime is up.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-#define EMBER_BN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define EMBER_BN_CLONES
-#endif
 
 namespace ember::cpu {
 namespace {
 
-constexpr int64_t kChunk = 4096;  // elements per vector partial; chunks add up in double
-
-// 64-byte vectors of plain GCC vector extensions: each ISA clone maps them to its registers (one zmm, two
-// ymm, four xmm), so the reductions vectorise without relying on the auto-vectoriser's reassociation.
-typedef float vfloat __attribute__((vector_size(64)));
-typedef double vdouble __attribute__((vector_size(64)));
-template <typename T> struct VecOf;
-template <> struct VecOf<float> { using type = vfloat; };
-template <> struct VecOf<double> { using type = vdouble; };
-
-#define EMBER_BN_LOAD(v, p) __builtin_memcpy(&(v), (p), sizeof(v))
-
-// Each kernel walks one contiguous run of a channel. Sums are vector partials per chunk, chunks in double.
-#define EMBER_BN_KERNELS(T)                                                                          \
-  EMBER_BN_CLONES double bn_sum(const T* x, int64_t n) {                                             \
-    using V = VecOf<T>::type;                                                                        \
-    constexpr int64_t L = sizeof(V) / sizeof(T);                                                     \
-    double total = 0;                                                                                \
-    for (int64_t c0 = 0; c0 < n; c0 += kChunk) {                                                     \
-      const int64_t c1 = std::min(n, c0 + kChunk);                                                   \
-      V acc = {};                                                                                    \
-      int64_t i = c0;                                                                                \
-      for (; i + L <= c1; i += L) {                                                                  \
-        V v;                                                                                         \
-        EMBER_BN_LOAD(v, x + i);                                                                     \
-        acc += v;                                                                                    \
-      }                                                                                              \
-      double t = 0;                                                                                  \
-      for (; i < c1; ++i) t += x[i];                                                                 \
-      for (int64_t k = 0; k < L; ++k) t += acc[k];                                                   \
-      total += t;                                                                                    \
-    }                                                                                                \
-    return total;                                                                                    \
-  }                                                                                                  \
-  /* sum((x - mu)^2): centred on the exact mean, so channels far from zero lose nothing */          \
-  EMBER_BN_CLONES double bn_sqdev(const T* x, int64_t n, T mu) {                                     \
-    using V = VecOf<T>::type;                                                                        \
-    constexpr int64_t L = sizeof(V) / sizeof(T);                                                     \
-    double total = 0;                                                                                \
-    for (int64_t c0 = 0; c0 < n; c0 += kChunk) {                                                     \
-      const int64_t c1 = std::min(n, c0 + kChunk);                                                   \
-      V acc = {};                                                                                    \
-      int64_t i = c0;                                                                                \
-      for (; i + L <= c1; i += L) {                                                                  \
-        V v;                                                                                         \
-        EMBER_BN_LOAD(v, x + i);                                                                     \
-        v -= mu;                                                                                     \
-        acc += v * v;                                                                                \
-      }                                                                                              \
-      double t = 0;                                                                                  \
-      for (; i < c1; ++i) t += ((double)x[i] - mu) * ((double)x[i] - mu);                            \
-      for (int64_t k = 0; k < L; ++k) t += acc[k];                                                   \
-      total += t;                                                                                    \
-    }                                                                                                \
-    return total;                                                                                    \
-  }                                                                                                  \
-  /* y = x * a + b */                                                                                \
-  EMBER_BN_CLONES void bn_affine(const T* __restrict x, T* __restrict y, int64_t n, T a, T b) {      \
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * a + b;                                             \
-  }                                                                                                  \
-  /* sum(g) and sum(g * (x - mu)); with dx given also dx = g * a (eval: the same pass) */            \
-  EMBER_BN_CLONES void bn_dot(const T* __restrict g, const T* __restrict x, T* __restrict dx,        \
-                              int64_t n, T mu, T a, double& sg, double& sgc) {                       \
-    using V = VecOf<T>::type;                                                                        \
-    constexpr int64_t L = sizeof(V) / sizeof(T);                                                     \
-    sg = sgc = 0;                                                                                    \
-    for (int64_t c0 = 0; c0 < n; c0 += kChunk) {                                                     \
-      const int64_t c1 = std::min(n, c0 + kChunk);                                                   \
-      V a1 = {}, a2 = {};                                                                            \
-      int64_t i = c0;                                                                                \
-      for (; i + L <= c1; i += L) {                                                                  \
-        V gv, xv;                                                                                    \
-        EMBER_BN_LOAD(gv, g + i);                                                                    \
-        EMBER_BN_LOAD(xv, x + i);                                                                    \
-        a1 += gv;                                                                                    \
-        a2 += gv * (xv - mu);                                                                        \
-        if (dx) {                                                                                    \
-          const V d = gv * a;                                                                        \
-          __builtin_memcpy(dx + i, &d, sizeof d);                                                    \
-        }                                                                                            \
-      }                                                                                              \
-      double t1 = 0, t2 = 0;                                                                         \
-      for (; i < c1; ++i) {                                                                          \
-        t1 += g[i];                                                                                  \
-        t2 += (double)g[i] * ((double)x[i] - mu);                                                    \
-        if (dx) dx[i] = g[i] * a;                                                                    \
-      }                                                                                              \
-      for (int64_t k = 0; k < L; ++k) t1 += a1[k], t2 += a2[k];                                      \
-      sg += t1;                                                                                      \
-      sgc += t2;                                                                                     \
-    }                                                                                                \
-  }                                                                                                  \
-  /* dx = g * a + x * b + c */                                                                       \
-  EMBER_BN_CLONES void bn_dx(const T* __restrict g, const T* __restrict x, T* __restrict dx,         \
-                             int64_t n, T a, T b, T c) {                                             \
-    for (int64_t i = 0; i < n; ++i) dx[i] = g[i] * a + x[i] * b + c;                                 \
-  }
-
-EMBER_BN_KERNELS(float)
-EMBER_BN_KERNELS(double)
-#undef EMBER_BN_KERNELS
-
 // The rows path (few positions per sample): each kernel walks one sample's c * s values, elementwise
 // against per-position arrays (a channel's value repeated s times), so it vectorises along the row.
 #define EMBER_BN_ROW_KERNELS(T)                                                                      \
-  EMBER_BN_CLONES void rw_add(const T* __restrict x, T* __restrict acc, int64_t k) {                 \
+  EMBER_NORM_CLONES void rw_add(const T* __restrict x, T* __restrict acc, int64_t k) {                 \
     for (int64_t i = 0; i < k; ++i) acc[i] += x[i];                                                  \
   }                                                                                                  \
-  EMBER_BN_CLONES void rw_sq(const T* __restrict x, const T* __restrict mu, T* __restrict acc,       \
+  EMBER_NORM_CLONES void rw_sq(const T* __restrict x, const T* __restrict mu, T* __restrict acc,       \
                              int64_t k) {                                                            \
     for (int64_t i = 0; i < k; ++i) acc[i] += (x[i] - mu[i]) * (x[i] - mu[i]);                       \
   }                                                                                                  \
-  EMBER_BN_CLONES void rw_dot(const T* __restrict g, const T* __restrict x, const T* __restrict mu,  \
+  EMBER_NORM_CLONES void rw_dot(const T* __restrict g, const T* __restrict x, const T* __restrict mu,  \
                               T* __restrict a1, T* __restrict a2, int64_t k) {                       \
     for (int64_t i = 0; i < k; ++i) {                                                                \
       a1[i] += g[i];                                                                                 \
@@ -141,12 +31,12 @@ EMBER_BN_KERNELS(double)
     }                                                                                                \
   }                                                                                                  \
   /* y = x * a + b */                                                                                \
-  EMBER_BN_CLONES void rw_affine(const T* __restrict x, T* __restrict y, const T* __restrict a,      \
+  EMBER_NORM_CLONES void rw_affine(const T* __restrict x, T* __restrict y, const T* __restrict a,      \
                                  const T* __restrict b, int64_t k) {                                 \
     for (int64_t i = 0; i < k; ++i) y[i] = x[i] * a[i] + b[i];                                       \
   }                                                                                                  \
   /* dx = g * a + x * b + c */                                                                       \
-  EMBER_BN_CLONES void rw_dx(const T* __restrict g, const T* __restrict x, T* __restrict dx,         \
+  EMBER_NORM_CLONES void rw_dx(const T* __restrict g, const T* __restrict x, T* __restrict dx,         \
                              const T* __restrict a, const T* __restrict b, const T* __restrict c,    \
                              int64_t k) {                                                            \
     for (int64_t i = 0; i < k; ++i) dx[i] = g[i] * a[i] + x[i] * b[i] + c[i];                        \
@@ -345,7 +235,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> fwd(const CpuStorage& x, const La
     const Geo g = geo_of(d);
     auto apply = [&](int64_t ch, int64_t p) {
       for_range(g, ch, piece_lo(g, p), piece_lo(g, p + 1),
-                [&](int64_t o, int64_t len) { bn_affine(xp + o, yp + o, len, ca[ch], cb[ch]); });
+                [&](int64_t o, int64_t len) { norm_affine(xp + o, yp + o, len, ca[ch], cb[ch]); });
     };
     if (!training) {
       for (int64_t ch = 0; ch < c; ++ch) fold(ch);
@@ -365,14 +255,14 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> fwd(const CpuStorage& x, const La
           [&](int64_t ch, int64_t p) {
             double t = 0;
             for_range(g, ch, piece_lo(g, p), piece_lo(g, p + 1),
-                      [&](int64_t o, int64_t len) { t += bn_sum(xp + o, len); });
+                      [&](int64_t o, int64_t len) { t += norm_sum(xp + o, len); });
             part[ch * g.pieces + p] = t;
           },
           [&](int64_t ch) { mp[ch] = (T)(total(ch) / (double)g.m); },
           [&](int64_t ch, int64_t p) {
             double t = 0;
             for_range(g, ch, piece_lo(g, p), piece_lo(g, p + 1),
-                      [&](int64_t o, int64_t len) { t += bn_sqdev(xp + o, len, mp[ch]); });
+                      [&](int64_t o, int64_t len) { t += norm_sqdev(xp + o, len, mp[ch]); });
             part[ch * g.pieces + p] = t;
           },
           [&](int64_t ch) {
@@ -448,7 +338,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> bwd(const CpuStorage& x, const La
     double sg = 0, sc = 0;
     for_range(g, ch, piece_lo(g, p), piece_lo(g, p + 1), [&](int64_t o, int64_t len) {
       double a, b2;
-      bn_dot(gp + o, xp + o, training ? nullptr : dxp + o, len, mp[ch], ka[ch], a, b2);
+      norm_dot(gp + o, xp + o, training ? nullptr : dxp + o, len, mp[ch], ka[ch], a, b2);
       sg += a, sc += b2;
     });
     psg[ch * g.pieces + p] = sg;
@@ -462,7 +352,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> bwd(const CpuStorage& x, const La
   auto write_dx = [&](int64_t ch, int64_t p) {
     if (!training) return;
     for_range(g, ch, piece_lo(g, p), piece_lo(g, p + 1),
-              [&](int64_t o, int64_t len) { bn_dx(gp + o, xp + o, dxp + o, len, ka[ch], kb[ch], kc[ch]); });
+              [&](int64_t o, int64_t len) { norm_dx(gp + o, xp + o, dxp + o, len, ka[ch], kb[ch], kc[ch]); });
   };
   run_phases(g, sums, fin, write_dx, [](int64_t) {}, [](int64_t, int64_t) {});
   return finish();

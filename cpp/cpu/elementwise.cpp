@@ -117,6 +117,7 @@ StoragePtr CpuStorage::to_dtype(const Layout& l, DType dt) const {
         T* dst = o + off[1];
         if constexpr (std::is_same_v<From, T>) {
           if (st[0] == 1) { std::memcpy(dst, src, n * sizeof(T)); return; }
+          if (st[0] == 0) { std::fill(dst, dst + n, *src); return; }  // a broadcast (an expanded gradient)
         }
         if constexpr (std::is_same_v<From, float> || std::is_same_v<From, double>) {
           if constexpr (std::is_integral_v<T> && !std::is_same_v<T, bool>) {

@@ -5,89 +5,11 @@
 #include <vector>
 
 #include "cpu/cpu_storage.h"
+#include "cpu/norm_kernels.h"
 #include "cpu/parallel.h"
-
-// The hot loops are cloned per ISA and picked by cpuid at load time (the core is built for base x86-64);
-// sanitizer builds keep one copy, as their ifunc resolvers would run before the runtime is up.
-#if defined(__GNUC__) && !defined(__clang__) && defined(__x86_64__) && defined(__linux__) && \
-    !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-#define EMBER_GN_CLONES __attribute__((target_clones("avx512f", "avx2", "default")))
-#else
-#define EMBER_GN_CLONES
-#endif
 
 namespace ember::cpu {
 namespace {
-
-constexpr int kLanes = 16;       // independent partial sums: the loop vectorises without reassociation
-constexpr int64_t kChunk = 4096;  // elements per float partial; chunks add up in double
-
-// sum(x) and, with mu given, sum((x - mu)^2): float lanes per chunk, chunks in double.
-template <typename T> inline double lane_total(const T* acc) {
-  double s = 0;
-  for (int k = 0; k < kLanes; ++k) s += acc[k];
-  return s;
-}
-
-#define EMBER_GN_KERNELS(T)                                                                          \
-  EMBER_GN_CLONES double gn_sum(const T* x, int64_t n) {                                             \
-    double total = 0;                                                                                \
-    for (int64_t c0 = 0; c0 < n; c0 += kChunk) {                                                     \
-      const int64_t c1 = std::min(n, c0 + kChunk);                                                   \
-      T acc[kLanes] = {};                                                                            \
-      int64_t i = c0;                                                                                \
-      for (; i + kLanes <= c1; i += kLanes)                                                          \
-        for (int k = 0; k < kLanes; ++k) acc[k] += x[i + k];                                         \
-      for (; i < c1; ++i) acc[0] += x[i];                                                            \
-      total += lane_total(acc);                                                                      \
-    }                                                                                                \
-    return total;                                                                                    \
-  }                                                                                                  \
-  EMBER_GN_CLONES double gn_sqdev(const T* x, int64_t n, T mu) {                                     \
-    double total = 0;                                                                                \
-    for (int64_t c0 = 0; c0 < n; c0 += kChunk) {                                                     \
-      const int64_t c1 = std::min(n, c0 + kChunk);                                                   \
-      T acc[kLanes] = {};                                                                            \
-      int64_t i = c0;                                                                                \
-      for (; i + kLanes <= c1; i += kLanes)                                                          \
-        for (int k = 0; k < kLanes; ++k) acc[k] += (x[i + k] - mu) * (x[i + k] - mu);                \
-      for (; i < c1; ++i) acc[0] += (x[i] - mu) * (x[i] - mu);                                       \
-      total += lane_total(acc);                                                                      \
-    }                                                                                                \
-    return total;                                                                                    \
-  }                                                                                                  \
-  /* y = x * a + b */                                                                                \
-  EMBER_GN_CLONES void gn_affine(const T* x, T* y, int64_t n, T a, T b) {                            \
-    for (int64_t i = 0; i < n; ++i) y[i] = x[i] * a + b;                                             \
-  }                                                                                                  \
-  /* sum(g) and sum(g * x) */                                                                        \
-  EMBER_GN_CLONES void gn_dot(const T* g, const T* x, int64_t n, double& sg, double& sgx) {          \
-    sg = sgx = 0;                                                                                    \
-    for (int64_t c0 = 0; c0 < n; c0 += kChunk) {                                                     \
-      const int64_t c1 = std::min(n, c0 + kChunk);                                                   \
-      T a1[kLanes] = {}, a2[kLanes] = {};                                                            \
-      int64_t i = c0;                                                                                \
-      for (; i + kLanes <= c1; i += kLanes)                                                          \
-        for (int k = 0; k < kLanes; ++k) {                                                           \
-          a1[k] += g[i + k];                                                                         \
-          a2[k] += g[i + k] * x[i + k];                                                              \
-        }                                                                                            \
-      for (; i < c1; ++i) {                                                                          \
-        a1[0] += g[i];                                                                               \
-        a2[0] += g[i] * x[i];                                                                        \
-      }                                                                                              \
-      sg += lane_total(a1);                                                                          \
-      sgx += lane_total(a2);                                                                         \
-    }                                                                                                \
-  }                                                                                                  \
-  /* dx = g * a + x * b + c */                                                                       \
-  EMBER_GN_CLONES void gn_dx(const T* g, const T* x, T* dx, int64_t n, T a, T b, T c) {              \
-    for (int64_t i = 0; i < n; ++i) dx[i] = g[i] * a + x[i] * b + c;                                 \
-  }
-
-EMBER_GN_KERNELS(float)
-EMBER_GN_KERNELS(double)
-#undef EMBER_GN_KERNELS
 
 // A (c,) parameter read through its layout into the compute type; `dflt` when absent.
 template <typename T> std::vector<T> param(const CpuStorage* p, const Layout* l, int64_t c, T dflt) {
@@ -132,15 +54,15 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> fwd(const CpuStorage& x, const La
   parallel_for(d.n * groups, row_grain(d), [&](int64_t lo, int64_t hi) {
     for (int64_t row = lo; row < hi; ++row) {
       const T* xr = xp + row * len;
-      const double mu = len ? gn_sum(xr, len) / (double)len : 0.0;
-      const double var = len ? gn_sqdev(xr, len, (T)mu) / (double)len : 0.0;
+      const double mu = len ? norm_sum(xr, len) / (double)len : 0.0;
+      const double var = len ? norm_sqdev(xr, len, (T)mu) / (double)len : 0.0;
       const double r = 1.0 / std::sqrt(var + eps);
       mp[row] = (T)mu;
       rp[row] = (T)r;
       const int64_t c0 = (row % groups) * d.cg;
       for (int64_t j = 0; j < d.cg; ++j) {  // y = (x - mu) * r * w + b, as one multiply-add per element
         const double a = r * wv[c0 + j];
-        gn_affine(xr + j * d.s, yp + row * len + j * d.s, d.s, (T)a, (T)(bv[c0 + j] - mu * a));
+        norm_affine(xr + j * d.s, yp + row * len + j * d.s, d.s, (T)a, (T)(bv[c0 + j] - mu * a));
       }
     }
   });
@@ -171,9 +93,9 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> bwd(const CpuStorage& x, const La
       const T *xr = xp + row * len, *gr = gp + row * len;
       double m1 = 0, m2 = 0;  // sum(g w), sum(g w xhat)
       for (int64_t j = 0; j < d.cg; ++j) {
-        double sg, sgx;
-        gn_dot(gr + j * d.s, xr + j * d.s, d.s, sg, sgx);
-        const double gxhat = r * (sgx - mu * sg);
+        double sg, sgc;  // sum(g), sum(g (x - mu))
+        norm_dot(gr + j * d.s, xr + j * d.s, nullptr, d.s, (T)mu, T(0), sg, sgc);
+        const double gxhat = r * sgc;
         pb[i * d.c + c0 + j] = sg;
         pw[i * d.c + c0 + j] = gxhat;
         m1 += wv[c0 + j] * sg;
@@ -184,7 +106,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> bwd(const CpuStorage& x, const La
       // dx = r (g w - m1 - xhat m2) = g (r w) + x (-r^2 m2) + r (r mu m2 - m1)
       const double bx = -r * r * m2, cc = r * (r * mu * m2 - m1);
       for (int64_t j = 0; j < d.cg; ++j)
-        gn_dx(gr + j * d.s, xr + j * d.s, dxp + row * len + j * d.s, d.s, (T)(r * wv[c0 + j]), (T)bx, (T)cc);
+        norm_dx(gr + j * d.s, xr + j * d.s, dxp + row * len + j * d.s, d.s, (T)(r * wv[c0 + j]), (T)bx, (T)cc);
     }
   });
   auto dw = new_cpu(ct, d.c), db = new_cpu(ct, d.c);
