@@ -151,37 +151,27 @@ template <> struct DTypeOf<bool> { static constexpr DType value = DType::Bool; }
     __VA_ARGS__;                        \
     break;                              \
   }
-#define EMBER_DISPATCH(dt, ...)                              \
+#define EMBER_DISPATCH_FLOAT_CASES(...)                      \
+  EMBER_DISPATCH_CASE(F32, float, __VA_ARGS__)               \
+  EMBER_DISPATCH_CASE(F16, ::ember::f16, __VA_ARGS__)        \
+  EMBER_DISPATCH_CASE(BF16, ::ember::bf16, __VA_ARGS__)      \
+  EMBER_DISPATCH_CASE(F64, double, __VA_ARGS__)
+// Every dtype, with Bool bound to BoolT.
+#define EMBER_DISPATCH_BOOL_AS(dt, BoolT, ...)               \
   switch (dt) {                                              \
-    EMBER_DISPATCH_CASE(F32, float, __VA_ARGS__)             \
-    EMBER_DISPATCH_CASE(F16, ::ember::f16, __VA_ARGS__)      \
-    EMBER_DISPATCH_CASE(BF16, ::ember::bf16, __VA_ARGS__)    \
-    EMBER_DISPATCH_CASE(F64, double, __VA_ARGS__)            \
+    EMBER_DISPATCH_FLOAT_CASES(__VA_ARGS__)                  \
     EMBER_DISPATCH_CASE(I64, int64_t, __VA_ARGS__)           \
     EMBER_DISPATCH_CASE(U32, uint32_t, __VA_ARGS__)          \
     EMBER_DISPATCH_CASE(U8, uint8_t, __VA_ARGS__)            \
     EMBER_DISPATCH_CASE(I32, int32_t, __VA_ARGS__)           \
-    EMBER_DISPATCH_CASE(Bool, bool, __VA_ARGS__)             \
+    EMBER_DISPATCH_CASE(Bool, BoolT, __VA_ARGS__)            \
   }
+#define EMBER_DISPATCH(dt, ...) EMBER_DISPATCH_BOOL_AS(dt, bool, __VA_ARGS__)
 // Like EMBER_DISPATCH, with bool's 0/1 bytes bound as uint8_t: for kernels that only move, compare or
 // order values (sort, top-k, max/min, gather/scatter), whose results then stay 0/1.
-#define EMBER_DISPATCH_BOOL_AS_U8(dt, ...)                   \
-  switch (dt) {                                              \
-    EMBER_DISPATCH_CASE(F32, float, __VA_ARGS__)             \
-    EMBER_DISPATCH_CASE(F16, ::ember::f16, __VA_ARGS__)      \
-    EMBER_DISPATCH_CASE(BF16, ::ember::bf16, __VA_ARGS__)    \
-    EMBER_DISPATCH_CASE(F64, double, __VA_ARGS__)            \
-    EMBER_DISPATCH_CASE(I64, int64_t, __VA_ARGS__)           \
-    EMBER_DISPATCH_CASE(U32, uint32_t, __VA_ARGS__)          \
-    EMBER_DISPATCH_CASE(U8, uint8_t, __VA_ARGS__)            \
-    EMBER_DISPATCH_CASE(I32, int32_t, __VA_ARGS__)           \
-    EMBER_DISPATCH_CASE(Bool, uint8_t, __VA_ARGS__)          \
-  }
+#define EMBER_DISPATCH_BOOL_AS_U8(dt, ...) EMBER_DISPATCH_BOOL_AS(dt, uint8_t, __VA_ARGS__)
 #define EMBER_DISPATCH_FLOAT(dt, ...)                        \
   switch (dt) {                                              \
-    EMBER_DISPATCH_CASE(F32, float, __VA_ARGS__)             \
-    EMBER_DISPATCH_CASE(F16, ::ember::f16, __VA_ARGS__)      \
-    EMBER_DISPATCH_CASE(BF16, ::ember::bf16, __VA_ARGS__)    \
-    EMBER_DISPATCH_CASE(F64, double, __VA_ARGS__)            \
+    EMBER_DISPATCH_FLOAT_CASES(__VA_ARGS__)                  \
     default: break;                                          \
   }

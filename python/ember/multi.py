@@ -7,7 +7,6 @@ import numbers
 import numpy as np
 
 from . import _C
-from . import dtypes as _dt
 from .backprop import record
 from .errors import EmberTypeError, EmberValueError, ShapeError
 from .promotion import _category_of_scalar, _scalar_dtype, promote_types, result_type
