@@ -37,14 +37,6 @@ BatchNormArgs args_of(const Layout& l, const Layout* lw, const Layout* lb, bool 
   return a;
 }
 
-// (s, l) as a dense storage: itself when l reads it from element 0 in order, else a copy.
-StoragePtr dense(const MetalStorage& s, const Layout& l, const char* op) {
-  if (l.is_contiguous() && l.offset() == 0) return std::const_pointer_cast<BackendStorage>(s.shared_from_this());
-  auto out = new_metal(s.metal_device(), s.dtype(), l.numel(), op);
-  copy_into(s, l, *out, Layout::contiguous(l.shape()));
-  return out;
-}
-
 // A running statistic as a dense float (c,) storage; `dflt` everywhere when absent.
 StoragePtr running_f32(MetalDevice& dev, const BackendStorage* r, const Layout* lr, int64_t c, double dflt,
                        const char* op) {
@@ -89,7 +81,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const MetalStorage
   }
   auto rmf = running_f32(dev, rm, lrm, c, 0.0, op), rvf = running_f32(dev, rv, lrv, c, 1.0, op);
   auto rm_out = new_metal(dev, DType::F32, c, op), rv_out = new_metal(dev, DType::F32, c, op);
-  auto xd = dense(x, l, op);
+  auto xd = dense_or_copy(x, l, op);
   const MetalStorage& xm = as_metal(*xd);
   Launch(dev, "batch_norm.metal", kname("batch_norm_stats_", x.dtype(), op))
       .input(xm)
@@ -136,7 +128,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const MetalStorage
     fill(*db, Layout::contiguous({a.c}), 0.0);
     return {dx, dw, db};
   }
-  auto xd = dense(x, l, op), gd = dense(as_metal(g), lg, op);
+  auto xd = dense_or_copy(x, l, op), gd = dense_or_copy(as_metal(g), lg, op);
   const MetalStorage &xm = as_metal(*xd), &gm = as_metal(*gd);
   auto sums = new_metal(dev, DType::F32, 2 * a.c, op);
   Launch(dev, "batch_norm.metal", kname("batch_norm_bwd_sums_", x.dtype(), op))

@@ -154,4 +154,11 @@ StoragePtr where(const MetalStorage& c, const Layout& cl, const BackendStorage& 
   return out;
 }
 
+StoragePtr dense_or_copy(const MetalStorage& s, const Layout& l, const char* op) {
+  if (l.is_contiguous() && l.offset() == 0) return std::const_pointer_cast<BackendStorage>(s.shared_from_this());
+  auto out = new_metal(s.metal_device(), s.dtype(), l.numel(), op);
+  copy_into(s, l, *out, Layout::contiguous(l.shape()));
+  return out;
+}
+
 }  // namespace ember::metal::ops

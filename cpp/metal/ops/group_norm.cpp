@@ -31,14 +31,6 @@ GroupNormArgs args_of(const Layout& l, int64_t groups, const Layout* lw, const L
   return a;
 }
 
-// (s, l) as a dense storage: itself when l reads it from element 0 in order, else a copy.
-StoragePtr dense(const MetalStorage& s, const Layout& l, const char* op) {
-  if (l.is_contiguous() && l.offset() == 0) return std::const_pointer_cast<BackendStorage>(s.shared_from_this());
-  auto out = new_metal(s.metal_device(), s.dtype(), l.numel(), op);
-  copy_into(s, l, *out, Layout::contiguous(l.shape()));
-  return out;
-}
-
 std::string kname(const char* base, DType dt, const char* op) { return std::string(base) + type_suffix(dt, op); }
 
 }  // namespace
@@ -54,7 +46,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const MetalStorage
   auto mean = new_metal(dev, DType::F32, rows, op);
   auto rstd = new_metal(dev, DType::F32, rows, op);
   if (l.numel() == 0) return {y, mean, rstd};
-  auto xd = dense(x, l, op);
+  auto xd = dense_or_copy(x, l, op);
   const MetalStorage& xm = as_metal(*xd);
   // Without a weight or bias the kernel reads neither; x is bound in their place.
   Launch(dev, "group_norm.metal", kname("group_norm_fwd_", x.dtype(), op))
@@ -85,7 +77,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const MetalStorage
     fill(*db, Layout::contiguous({a.c}), 0.0);
     return {dx, dw, db};
   }
-  auto xd = dense(x, l, op), gd = dense(as_metal(g), lg, op);
+  auto xd = dense_or_copy(x, l, op), gd = dense_or_copy(as_metal(g), lg, op);
   const MetalStorage &xm = as_metal(*xd), &gm = as_metal(*gd);
   Launch(dev, "group_norm.metal", kname("group_norm_bwd_dx_", x.dtype(), op))
       .input(xm)

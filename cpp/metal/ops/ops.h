@@ -19,6 +19,8 @@ StoragePtr where(const MetalStorage& c, const Layout& cl, const BackendStorage& 
                  const BackendStorage& b, const Layout& bl);
 StoragePtr to_dtype(const MetalStorage& s, const Layout& l, DType dt);
 void copy_into(const MetalStorage& s, const Layout& l, BackendStorage& dst, const Layout& dl);
+// (s, l) as a dense storage: s itself when l reads it from element 0 in order, else a copy (op names errors).
+StoragePtr dense_or_copy(const MetalStorage& s, const Layout& l, const char* op);
 void fill(MetalStorage& s, const Layout& l, double value);
 
 // reduce.cpp
