@@ -4,11 +4,10 @@ forward + backward, as a markdown table.
     python bench/bench_conv.py [--threads N] [--reps R] [--only SUBSTRING]
 
 Each cell is the median of R calls, the libraries alternating call by call so machine noise hits
-both alike. The ratio is torch's time over ember's: above 1 means ember is faster.
+both alike (each timed call right after an untimed one, see timing.py). The ratio is torch's time over ember's: above 1 means ember is faster.
 """
 import argparse
 import os
-import statistics
 import time
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -22,6 +21,7 @@ for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np
 import torch
 import torch.nn.functional as F
+from timing import median_ms
 
 import ember as em
 
@@ -40,18 +40,6 @@ CASES = [
     ("upsample 4x4 s2 transpose (128 -> 64, 28x28, N=8)", "conv_transpose2d", (8, 128, 28, 28), (128, 64, 4, 4),
      dict(stride=2, padding=1)),
 ]
-
-
-def median_ms(fns, reps):
-    for f in fns:  # warm-up: allocator caches, BLAS buffers, torch's lazy init
-        f()
-    times = [[] for _ in fns]
-    for _ in range(reps):
-        for i, f in enumerate(fns):
-            t0 = time.perf_counter()
-            f()
-            times[i].append((time.perf_counter() - t0) * 1e3)
-    return [statistics.median(t) for t in times]
 
 
 def run_case(name, fn, xs, ws, kw, rng):

@@ -9,7 +9,6 @@ both alike. The ratio is torch's time over ember's: above 1 means ember is faste
 """
 import argparse
 import os
-import statistics
 import time
 
 ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -23,23 +22,12 @@ for var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
 import numpy as np
 import torch
 import torch.nn.functional as F
+from timing import median_ms
 
 import ember as em
 
 em.set_num_threads(args.threads)
 torch.set_num_threads(args.threads)
-
-
-def median_ms(fns, reps):
-    for f in fns:  # warm-up: allocator caches, BLAS buffers, torch's lazy init
-        f()
-    times = [[] for _ in fns]
-    for _ in range(reps):
-        for i, f in enumerate(fns):
-            t0 = time.perf_counter()
-            f()
-            times[i].append((time.perf_counter() - t0) * 1e3)
-    return [statistics.median(t) for t in times]
 
 
 def _pair(make):
