@@ -22,12 +22,16 @@ def run_script(body, timeout=120, prelude=""):
     except subprocess.TimeoutExpired as e:
         pytest.fail(f"the script hung (killed after {timeout} s); output so far: {e.stdout!r} {e.stderr!r}")
     assert out.returncode == 0, out.stdout + out.stderr
+    # A hung child dumps its stack to stderr (below): the failure message shows where it was stuck.
+    assert "hung" not in out.stdout, out.stdout + out.stderr
     return out.stdout
 
 
 # A child that cannot finish its op would hang; each waits on a watchdog of its own.
 CHILD = """
 def child_work(n):
+    import faulthandler
+    faulthandler.dump_traceback_later(45)  # before wait_child's kill: where a stuck child is stuck
     em.set_num_threads(n)
     x = em.randn(1000, 1000)
     got = x.exp().numpy()

@@ -2,7 +2,10 @@
 // natively, f16/bf16 through f32, integers with a plain loop. Any strides; operands BLAS cannot read
 // directly are copied once.
 #include <algorithm>
+#include <atomic>
 #include <climits>
+#include <pthread.h>
+#include <thread>
 #include <type_traits>
 #include <vector>
 
@@ -23,11 +26,47 @@
 
 namespace ember::cpu {
 
+namespace {
+
+// fork() while another thread is inside OpenBLAS can leave one of its internal locks held for good in
+// the child, whose first GEMM then hangs. A fork waits for the calls under way and holds new ones back.
+std::atomic<int> g_in_blas{0};
+std::atomic<int> g_forking{0};  // forks between their prepare and parent handlers
+
+struct BlasCall {
+  BlasCall() {
+    for (;;) {
+      while (g_forking.load()) std::this_thread::yield();
+      g_in_blas.fetch_add(1);  // seq_cst on both sides: a fork sees this call or the call sees the fork
+      if (!g_forking.load()) return;
+      g_in_blas.fetch_sub(1);
+    }
+  }
+  ~BlasCall() { g_in_blas.fetch_sub(1); }
+  BlasCall(const BlasCall&) = delete;
+  BlasCall& operator=(const BlasCall&) = delete;
+};
+
+void blas_fork_prepare() {
+  g_forking.fetch_add(1);
+  while (g_in_blas.load()) std::this_thread::yield();
+}
+void blas_fork_parent() { g_forking.fetch_sub(1); }
+void blas_fork_child() {  // the child has only the forking thread, which was outside BLAS
+  g_in_blas.store(0);
+  g_forking.store(0);
+}
+const int g_blas_atfork_registered = pthread_atfork(blas_fork_prepare, blas_fork_parent, blas_fork_child);
+
+}  // namespace
+
 // BLAS always runs single-threaded: matmul splits its work into fixed tiles on ember's own pool, so
 // there is one source of threads and the result does not depend on the thread count.
 void blas_set_num_threads(int n) {
+  (void)g_blas_atfork_registered;
 #if defined(EMBER_OPENBLAS)
   (void)n;
+  // No BlasCall: this runs under the pool's lock, which a fork's prepare handler takes.
   scipy_openblas_set_num_threads(1);
 #else
   (void)n;
@@ -82,6 +121,7 @@ void gemm(const T* a, char ta, int64_t lda, const T* b, char tb, int64_t ldb, T*
                 "[matmul] matrix dims exceed the 32-bit BLAS interface");
     auto TA = ta == 'N' ? CblasNoTrans : CblasTrans;
     auto TB = tb == 'N' ? CblasNoTrans : CblasTrans;
+    BlasCall guard;
     if constexpr (std::is_same_v<T, float>)
       EMBER_SGEMM(CblasRowMajor, TA, TB, (int)m, (int)n, (int)k, 1.0f, a, (int)lda, b, (int)ldb, 0.0f, c, (int)ldc);
     else
@@ -191,6 +231,7 @@ void gemm_rowmajor(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const floa
                    int64_t ldb, float beta, float* c, int64_t ldc) {
   EMBER_CHECK(std::max({m, n, k, lda, ldb, ldc}) <= INT32_MAX, Unsupported,
               "[gemm] a dim or leading dim exceeds BLAS's 32-bit limit");
+  BlasCall guard;
   EMBER_SGEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
               1.0f, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
@@ -198,6 +239,7 @@ void gemm_rowmajor(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const doub
                    int64_t ldb, double beta, double* c, int64_t ldc) {
   EMBER_CHECK(std::max({m, n, k, lda, ldb, ldc}) <= INT32_MAX, Unsupported,
               "[gemm] a dim or leading dim exceeds BLAS's 32-bit limit");
+  BlasCall guard;
   EMBER_DGEMM(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)m, (int)n, (int)k,
               1.0, a, (int)lda, b, (int)ldb, beta, c, (int)ldc);
 }
