@@ -61,7 +61,7 @@ class InplaceModifiedError(EmberError, RuntimeError):
 
 
 class DLPackCopyWarning(UserWarning):
-    """``em.from_dlpack`` of a dtype ember lacks (int8, int16, int32, uint16): the data is copied and
+    """``em.from_dlpack`` of a dtype ember lacks (int8, int16, uint16): the data is copied and
     widened (to int64), so the result shares no memory with the producer."""
 
 
