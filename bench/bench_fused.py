@@ -27,6 +27,7 @@ import platform
 import time
 
 import numpy as np
+from timing import settle_and_warm
 
 import ember as em
 from ember.nn import ops
@@ -77,18 +78,6 @@ def best_ms_rounds(fns, reps, burst=3, pause=0.2):
                 fn()
                 best[k] = min(best[k], time.perf_counter() - t0)
     return [b * 1e3 for b in best]
-
-
-def settle_and_warm(fn, pause):
-    """Sleeps `pause` s, then calls fn for ~30 ms (at least twice). torch's (OpenMP) and MLX's workers keep
-    spinning for ~0.1-0.2 s after a call and would steal a core from whichever library is timed next;
-    after the pause a VM's cores need a few milliseconds of work to come back to speed (the first 2-4
-    calls of a 2 ms op ran up to 2x slower here), and allocator caches and lazy init settle too."""
-    time.sleep(pause)
-    t_end, n = time.perf_counter() + 0.03, 0
-    while n < 2 or (n < 1000 and time.perf_counter() < t_end):
-        fn()
-        n += 1
 
 
 def best_ms(fn, reps):

@@ -20,6 +20,8 @@ import numpy as np
 import torch
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
+from timing import settle_and_warm
+
 import ember as em
 
 em.set_num_threads(args.threads)
@@ -32,12 +34,12 @@ except ImportError:  # MLX has wheels only for macOS and some Linux setups: its 
 
 
 def bench(cases, inner=1):
-    """cases: {lib: fn}. Returns {lib: median seconds per call}, the libraries interleaved each rep."""
-    for fn in cases.values():
-        fn()
+    """cases: {lib: fn}. Returns {lib: median seconds per call}, the libraries interleaved each rep, each
+    settled and warmed (timing.settle_and_warm) before it is timed."""
     times = {lib: [] for lib in cases}
     for _ in range(args.reps):
         for lib, fn in cases.items():
+            settle_and_warm(fn, 0.02)
             t0 = time.perf_counter()
             for _ in range(inner):
                 fn()

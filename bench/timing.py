@@ -1,22 +1,29 @@
-"""Shared timing for the nn and conv benchmarks: libraries interleaved call by call, each call timed alone."""
+"""Shared timing for the benchmarks: libraries interleaved call by call, each warmed to its steady state."""
 import statistics
 import time
 
-# torch's OpenMP workers (and ember's pool) spin for a while after a parallel region and would steal a
-# core from the next library's call; so each turn idles first, then runs one untimed call (as a model's
-# previous op would) and times the next, back to back as in a model.
-SETTLE_S = 0.02
+
+def settle_and_warm(fn, pause, warm_s=0.03):
+    """Sleeps `pause` s, then calls fn for ~`warm_s` s (at least twice). torch's (OpenMP) and MLX's workers
+    keep spinning after a call and would steal a core from whichever library is timed next; after the
+    pause a VM's cores need some milliseconds of work to come back to speed (a memory-bound 0.6 ms op
+    timed on its second call after a 20 ms idle read 2-4x slower, for ember and torch alike), and
+    allocator caches and lazy init settle too."""
+    time.sleep(pause)
+    t_end, n = time.perf_counter() + warm_s, 0
+    while n < 2 or (n < 1000 and time.perf_counter() < t_end):
+        fn()
+        n += 1
 
 
-def median_ms(fns, reps, settle=SETTLE_S):
-    """The median time in ms of each function over `reps` rounds, the functions taking turns in each round."""
-    for f in fns:  # warm-up: allocator caches, BLAS buffers, torch's lazy init
-        f()
+def median_ms(fns, reps, settle=0.02):
+    """The median time in ms of each function over `reps` rounds; in each round the functions take turns,
+    each settled and warmed (settle_and_warm) and then timed on one call, as an op inside a model's
+    loop of back-to-back calls."""
     times = [[] for _ in fns]
     for _ in range(reps):
         for i, f in enumerate(fns):
-            time.sleep(settle)
-            f()
+            settle_and_warm(f, settle)
             t0 = time.perf_counter()
             f()
             times[i].append((time.perf_counter() - t0) * 1e3)

@@ -6,6 +6,9 @@
 #include <algorithm>
 #include <type_traits>
 #include <vector>
+#if defined(__SSE2__)
+#include <immintrin.h>
+#endif
 
 #include "cpu/cpu_storage.h"
 #include "cpu/parallel.h"
@@ -33,9 +36,91 @@ constexpr int kGroup = 16;  // the most lines scanned in lock-step
 // Sum/Prod of G lines that start at in[g] / out[g] (g < G) and step by is / os: every line's additions
 // stay in index order (the results are the one-line loop's), the G chains overlap.
 // `Cols`: the lines are consecutive elements (in + g, out + g), which the compiler turns into vectors.
+// Whole lines (not Cols) go through a tile of kTile positions x G lines, transposed in and out, so the
+// lock-step loop runs on G adjacent accumulators as in the Cols case.
+#if defined(__SSE2__)
+// float32 lines read and written contiguously, forward: 4x4 blocks transposed in registers, each column
+// of four lines one vector step of the four running values (the additions in index order, as above).
+template <int G, bool Prod, bool Excl> void float_rows_sse(const float* const* in, float* const* out, int64_t n) {
+  static_assert(G % 4 == 0, "groups of four lines");
+  __m128 acc[G / 4];
+  for (auto& a : acc) a = _mm_set1_ps(Prod ? 1.0f : 0.0f);
+  const int64_t n4 = n / 4 * 4;
+  // Four lines at a time over a stretch of 64 positions: lines a multiple of 4 KiB apart share their
+  // L1 sets, and all G of them at once would evict each other between two steps.
+  for (int64_t c0 = 0; c0 < n4; c0 += 64)
+    for (int q = 0; q < G / 4; ++q)
+      for (int64_t c = c0; c < std::min(n4, c0 + 64); c += 4) {
+      __m128 r[4];
+      for (int i = 0; i < 4; ++i) r[i] = _mm_loadu_ps(in[4 * q + i] + c);
+      _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
+      __m128 a = acc[q];
+      for (int j = 0; j < 4; ++j) {
+        const __m128 before = a;
+        a = Prod ? _mm_mul_ps(a, r[j]) : _mm_add_ps(a, r[j]);
+        r[j] = Excl ? before : a;
+      }
+      acc[q] = a;
+      _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
+      for (int i = 0; i < 4; ++i) _mm_storeu_ps(out[4 * q + i] + c, r[i]);
+      }
+  alignas(16) float lane[G];
+  for (int q = 0; q < G / 4; ++q) _mm_store_ps(lane + 4 * q, acc[q]);
+  for (int g = 0; g < G; ++g)  // the last n % 4 positions, line by line
+    for (int64_t c = n4; c < n; ++c) {
+      const float before = lane[g];
+      lane[g] = Prod ? lane[g] * in[g][c] : lane[g] + in[g][c];
+      out[g][c] = Excl ? before : lane[g];
+    }
+}
+#endif
+
+template <int G, typename T, typename O, typename A, bool Prod, bool Excl>
+void arith_tiled(const T* const* in, O* const* out, int64_t n, int64_t is, int64_t os, bool reverse) {
+  using OA = typename Acc<O>::type;
+#if defined(__SSE2__)
+  if constexpr (std::is_same_v<T, float> && std::is_same_v<O, float> && std::is_same_v<A, float>) {
+    if (is == 1 && os == 1 && !reverse) return float_rows_sse<G, Prod, Excl>(in, out, n);
+  }
+#endif
+  constexpr int64_t kTile = 64;
+  alignas(64) A buf[kTile][G];
+  A acc[G];
+  for (int g = 0; g < G; ++g) acc[g] = Prod ? A(1) : A(0);
+  for (int64_t c0 = 0; c0 < n; c0 += kTile) {
+    const int64_t m = std::min(kTile, n - c0);
+    const int64_t p0 = reverse ? n - 1 - c0 : c0, step = reverse ? -1 : 1;  // position of tile row q: p0 + q step
+    if (is == 1 && step == 1) {  // the common case, with loads the compiler can vectorise
+      for (int g = 0; g < G; ++g)
+        for (int64_t q = 0; q < m; ++q) buf[q][g] = (A)load<T>(in[g][c0 + q]);
+    } else {
+      for (int g = 0; g < G; ++g)
+        for (int64_t q = 0; q < m; ++q) buf[q][g] = (A)load<T>(in[g][(p0 + q * step) * is]);
+    }
+    for (int64_t q = 0; q < m; ++q)
+      for (int g = 0; g < G; ++g) {
+        const A x = buf[q][g], before = acc[g];
+        if (Prod) acc[g] *= x;
+        else acc[g] += x;
+        buf[q][g] = Excl ? before : acc[g];
+      }
+    if (os == 1 && step == 1) {
+      for (int g = 0; g < G; ++g)
+        for (int64_t q = 0; q < m; ++q) out[g][c0 + q] = store<O>((OA)buf[q][g]);
+    } else {
+      for (int g = 0; g < G; ++g)
+        for (int64_t q = 0; q < m; ++q) out[g][(p0 + q * step) * os] = store<O>((OA)buf[q][g]);
+    }
+  }
+}
+
 template <int G, typename T, typename O, typename A, bool Prod, bool Excl, bool Cols>
 void arith_group(const T* const* in, O* const* out, int64_t n, int64_t is, int64_t os, bool reverse) {
   using OA = typename Acc<O>::type;
+  if constexpr (!Cols) {
+    arith_tiled<G, T, O, A, Prod, Excl>(in, out, n, is, os, reverse);
+    return;
+  }
   A acc[G];
   for (int g = 0; g < G; ++g) acc[g] = Prod ? A(1) : A(0);
   for (int64_t k = 0; k < n; ++k) {

@@ -65,13 +65,17 @@ void select_range(const K* x, int64_t n, int64_t k, int64_t base, bool largest, 
     const bool any = largest ? block_any<0>(x + i, m, thr) : tn ? block_any<2>(x + i, m, thr)
                                                                 : block_any<1>(x + i, m, thr);
     if (!any) continue;
+    K t = thr;
     for (int64_t j = i; j < i + m; ++j) {
-      const TopkItem<K> it{x[j], base + j};
-      if (cmp(it, h.front())) {
-        std::pop_heap(h.begin(), h.end(), cmp);
-        h.back() = it;
-        std::push_heap(h.begin(), h.end(), cmp);
-      }
+      // Exact, since every later key has a larger index than all kept: it must beat the worst strictly
+      // (largest: or be the first NaN; smallest with a NaN worst: be any number).
+      const K v = x[j];
+      if (!(largest ? (v > t || (nan_k(v) && !nan_k(t))) : (nan_k(t) ? !nan_k(v) : v < t))) continue;
+      std::pop_heap(h.begin(), h.end(), cmp);
+      h.back() = TopkItem<K>{v, base + j};
+      std::push_heap(h.begin(), h.end(), cmp);
+      t = h.front().key;
+      if (largest && nan_k(t)) return;
     }
   }
 }
