@@ -148,9 +148,10 @@ def check_topk(x, ref, dt, k, dim, largest):
 
 @pytest.mark.parametrize("n,k", [(50000, 1), (50000, 10), (50000, 50), (3000, 7), (5000, 1500)])
 def test_topk_long_lines_select_as_torch(dev, n, k, rng):
-    # 50000-wide rows take the CPU's chunked selection and the Metal threadgroup selection; k = 1500 the
-    # partition (CPU) and sort (Metal) paths. Integer-valued keys make ties at the threshold, a few NaNs
-    # come first for largest and never for smallest, the transposed copy reads a strided dim.
+    # 50000-wide rows take the CPU's line-by-line selection and, one row alone (fewer rows than
+    # threads), its chunked one; the Metal threadgroup selection; k = 1500 the partition (CPU) and sort
+    # (Metal) paths. Integer-valued keys make ties at the threshold, a few NaNs come first for largest
+    # and never for smallest, the transposed copy reads a strided dim.
     for dt in [em.float32, em.float16, em.int64] + ([em.float64] if dev == "cpu" else []):
         for ties in (False, True):
             if dt.is_float:
@@ -161,6 +162,7 @@ def test_topk_long_lines_select_as_torch(dev, n, k, rng):
                 ref = rng.integers(-40, 40, (2, n)) if ties else rng.permutation(2 * n).reshape(2, n) - n
             for largest in (True, False):
                 check_topk(em.tensor(ref, device=dev), ref, dt, k, -1, largest)
+                check_topk(em.tensor(ref[:1], device=dev), ref[:1], dt, k, -1, largest)
             check_topk(em.tensor(ref.T.copy(), device=dev).transpose(0, 1), ref, dt, k, 1, True)
 
 

@@ -1,7 +1,7 @@
 // Top-k along one dim on CPU: per line, a bounded heap of the k best keys behind a threshold test on
 // blocks of 64 keys (a vector compare; few keys ever pass it), or nth_element when k is a large part of
-// the line; only the k chosen are sorted. Long lines are cut into fixed chunks, selected in parallel and
-// merged, so one vocab-sized row uses every thread and the result never depends on the thread count.
+// the line; only the k chosen are sorted. With fewer lines than threads, long lines are cut into fixed
+// chunks, selected in parallel and merged, so one vocab-sized row uses every thread.
 #include "cpu/topk.h"
 
 #include <algorithm>
@@ -144,7 +144,9 @@ void topk_lines(const T* in, const Layout& l, int64_t dim, int64_t k, bool large
     }
   };
   constexpr int64_t C = 16384;  // chunk length of long lines (fixed: results never depend on threads)
-  const int64_t nch = (k * 16 <= C && n >= 2 * C) ? (n + C - 1) / C : 1;
+  // Chunks only where there are fewer lines than threads (each chunk pays its own heap's warm-up); the
+  // selection is exact, so the result is the same either way.
+  const int64_t nch = (k * 16 <= C && n >= 2 * C && nlines < get_num_threads()) ? (n + C - 1) / C : 1;
   if (nch == 1) {
     parallel_for(nlines, std::max<int64_t>(1, 32768 / n), [&](int64_t b, int64_t e) {
       std::vector<K> buf;
