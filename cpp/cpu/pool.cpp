@@ -373,18 +373,29 @@ StoragePtr pool_bwd(const CpuStorage& s, PoolKind kind, const Layout& lg, const 
   const int64_t planes = g.n * g.c, hw = g.h * g.w, opl = g.oh * g.ow;
   // halves accumulate in float (overlapping windows add up) and round once
   const DType adt = std::is_same_v<A, T> ? s.dtype() : DType::F32;
-  auto dx = new_cpu(adt, planes * hw, /*zeroed=*/true);
+  // One window over each whole plane (a global average pool): every plane is one fill, nothing to zero.
+  const bool global = kind != PoolKind::Max && opl == 1 && ay.first[0] == 0 && ay.count[0] == g.h &&
+                      ax.first[0] == 0 && ax.count[0] == g.w;
+  auto dx = new_cpu(adt, planes * hw, /*zeroed=*/!global);
   const T* gp = s.data<T>() + lg.offset();
   const auto& st = lg.stride();
   const int64_t* ip = ids ? as_cpu(*ids).data<int64_t>() : nullptr;
   A* d = dx->data<A>();
-  parallel_for(planes, plane_grain(hw + opl * std::max<int64_t>(g.kw, 1)), [&](int64_t b, int64_t e) {
-    std::vector<A> tmp(g.w);
-    for (int64_t p = b; p < e; ++p) {
-      const Plane<T> gr{gp + (p / g.c) * st[0] + (p % g.c) * st[1], st[2], st[3]};
-      bwd_plane<T, A>(kind, gr, ip ? ip + p * opl : nullptr, g, ay, ax, d + p * hw, tmp.data());
-    }
-  });
+  if (global) {
+    const A div = g.divisor > 0 ? A(g.divisor) : A(ay.size[0] * ax.size[0]);
+    parallel_for(planes, plane_grain(hw), [&](int64_t b, int64_t e) {
+      for (int64_t p = b; p < e; ++p)
+        std::fill(d + p * hw, d + (p + 1) * hw, (A)load<T>(gp[(p / g.c) * st[0] + (p % g.c) * st[1]]) / div);
+    });
+  } else {
+    parallel_for(planes, plane_grain(hw + opl * std::max<int64_t>(g.kw, 1)), [&](int64_t b, int64_t e) {
+      std::vector<A> tmp(g.w);
+      for (int64_t p = b; p < e; ++p) {
+        const Plane<T> gr{gp + (p / g.c) * st[0] + (p % g.c) * st[1], st[2], st[3]};
+        bwd_plane<T, A>(kind, gr, ip ? ip + p * opl : nullptr, g, ay, ax, d + p * hw, tmp.data());
+      }
+    });
+  }
   if (adt == s.dtype()) return dx;
   return dx->to_dtype(Layout::contiguous({dx->numel()}), s.dtype());
 }
