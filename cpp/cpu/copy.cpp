@@ -17,7 +17,8 @@ namespace {
 template <typename E> bool copy_tiled(const E* in, const Layout& l, E* o, const Layout& dl) {
   const NdPlan<2> p = make_plan<2>(l.shape(), {&l, &dl});
   const int64_t nd = (int64_t)p.shape.size(), j = nd - 1;
-  if (nd < 2 || p.stride[1][j] != 1 || p.stride[0][j] == 1) return false;
+  // (a source run of stride 0, a broadcast, is a fill: the plain loop below does it)
+  if (nd < 2 || p.stride[1][j] != 1 || p.stride[0][j] == 1 || p.stride[0][j] == 0) return false;
   int64_t k = -1;  // the dim along which the source is contiguous
   for (int64_t d = 0; d < j; ++d)
     if (p.stride[0][d] == 1) k = d;
@@ -81,7 +82,10 @@ void CpuStorage::copy_into(const Layout& l, BackendStorage& dst_, const Layout& 
   case SZ: {                                                                        \
     const TY* s = reinterpret_cast<const TY*>(in) + off[0];                         \
     TY* d = reinterpret_cast<TY*>(o) + off[1];                                      \
-    for (int64_t i = 0; i < n; ++i) d[i * st[1]] = s[i * st[0]];                    \
+    if (st[0] == 0 && st[1] == 1) /* a broadcast run (an expanded gradient) */      \
+      std::fill(d, d + n, *s);                                                      \
+    else                                                                            \
+      for (int64_t i = 0; i < n; ++i) d[i * st[1]] = s[i * st[0]];                  \
     break;                                                                          \
   }
       EMBER_COPY_CASE(1, uint8_t)
