@@ -36,8 +36,6 @@ constexpr int kGroup = 16;  // the most lines scanned in lock-step
 // Sum/Prod of G lines that start at in[g] / out[g] (g < G) and step by is / os: every line's additions
 // stay in index order (the results are the one-line loop's), the G chains overlap.
 // `Cols`: the lines are consecutive elements (in + g, out + g), which the compiler turns into vectors.
-// Whole lines (not Cols) go through a tile of kTile positions x G lines, transposed in and out, so the
-// lock-step loop runs on G adjacent accumulators as in the Cols case.
 #if defined(__SSE2__)
 // float32 lines read and written contiguously, forward: 4x4 blocks transposed in registers, each column
 // of four lines one vector step of the four running values (the additions in index order, as above).
@@ -51,18 +49,18 @@ template <int G, bool Prod, bool Excl> void float_rows_sse(const float* const* i
   for (int64_t c0 = 0; c0 < n4; c0 += 64)
     for (int q = 0; q < G / 4; ++q)
       for (int64_t c = c0; c < std::min(n4, c0 + 64); c += 4) {
-      __m128 r[4];
-      for (int i = 0; i < 4; ++i) r[i] = _mm_loadu_ps(in[4 * q + i] + c);
-      _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
-      __m128 a = acc[q];
-      for (int j = 0; j < 4; ++j) {
-        const __m128 before = a;
-        a = Prod ? _mm_mul_ps(a, r[j]) : _mm_add_ps(a, r[j]);
-        r[j] = Excl ? before : a;
-      }
-      acc[q] = a;
-      _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
-      for (int i = 0; i < 4; ++i) _mm_storeu_ps(out[4 * q + i] + c, r[i]);
+        __m128 r[4];
+        for (int i = 0; i < 4; ++i) r[i] = _mm_loadu_ps(in[4 * q + i] + c);
+        _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
+        __m128 a = acc[q];
+        for (int j = 0; j < 4; ++j) {
+          const __m128 before = a;
+          a = Prod ? _mm_mul_ps(a, r[j]) : _mm_add_ps(a, r[j]);
+          r[j] = Excl ? before : a;
+        }
+        acc[q] = a;
+        _MM_TRANSPOSE4_PS(r[0], r[1], r[2], r[3]);
+        for (int i = 0; i < 4; ++i) _mm_storeu_ps(out[4 * q + i] + c, r[i]);
       }
   alignas(16) float lane[G];
   for (int q = 0; q < G / 4; ++q) _mm_store_ps(lane + 4 * q, acc[q]);
@@ -75,6 +73,8 @@ template <int G, bool Prod, bool Excl> void float_rows_sse(const float* const* i
 }
 #endif
 
+// Whole lines (not Cols) go through a tile of kTile positions x G lines, transposed in and out, so the
+// lock-step loop runs on G adjacent accumulators as in the Cols case.
 template <int G, typename T, typename O, typename A, bool Prod, bool Excl>
 void arith_tiled(const T* const* in, O* const* out, int64_t n, int64_t is, int64_t os, bool reverse) {
   using OA = typename Acc<O>::type;
