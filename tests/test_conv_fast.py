@@ -90,3 +90,66 @@ def test_conv_transpose2d_stride2_rows_match_torch(rng, device):
     kw = dict(stride=2, padding=1)
     compare(lambda x, w: em.nn.conv_transpose2d(x, w, **kw), lambda x, w: F.conv_transpose2d(x, w, **kw),
             [(2, 6, 9, 15), (6, 5, 4, 4)], em.float64, "transposed", rng, device, lo=-1, hi=1)
+
+
+# The packed float32 GEMM behind the tiled forward and input gradient: weight rows off the register
+# tile's height, column tiles ending mid-panel, contractions over several k blocks, groups, dilation,
+# bias, 1-D and transposed convs, every strided input kind.
+PACKED_CASES = {
+    "k blocks, rows off the tile": ("conv2d", [(2, 40, 15, 13), (13, 40, 3, 3), (13,)], dict(stride=2, padding=1)),
+    "three k blocks": ("conv2d", [(1, 64, 9, 10), (7, 64, 3, 3)], dict(stride=(2, 1), padding=1)),
+    "groups, dilation": ("conv2d", [(1, 12, 20, 17), (18, 6, 3, 3), (18,)],
+                         dict(padding=2, dilation=2, groups=2)),
+    "1-D, stride 2": ("conv1d", [(2, 24, 301), (50, 24, 5)], dict(stride=2, padding=2)),
+    "transposed, stride 2": ("conv_transpose2d", [(2, 33, 9, 7), (33, 10, 4, 4), (10,)], dict(stride=2, padding=1)),
+    "transposed 1-D": ("conv_transpose1d", [(1, 70, 40), (70, 9, 3)], dict(stride=3, padding=1)),
+}
+
+
+@pytest.mark.parametrize("kind", KINDS)
+@pytest.mark.parametrize("name", list(PACKED_CASES))
+def test_conv_packed_gemm_shapes_match_torch(name, kind, rng, device):
+    fn, shapes, kw = PACKED_CASES[name]
+    compare(lambda *a: getattr(em.nn, fn)(*a, **kw), lambda *a: getattr(F, fn)(*a, **kw), shapes, em.float32, kind,
+            rng, device, lo=-1, hi=1)
+
+
+PACKED_ISA_SCRIPT = """
+import sys
+import numpy as np
+import ember as em
+rng = np.random.default_rng(5)
+x = rng.uniform(-1, 1, (2, 40, 15, 13)).astype(np.float32)
+w = rng.uniform(-1, 1, (13, 40, 3, 3)).astype(np.float32)
+xv, wv = em.Var(x), em.Var(w)
+y = em.nn.conv2d(xv, wv, stride=2, padding=1)
+gy = rng.uniform(-1, 1, y.shape).astype(np.float32)
+g = (y * em.tensor(gy)).sum().backward()
+np.savez(sys.argv[1], y=y.numpy(), gx=g[xv].numpy(), gw=g[wv].numpy(), gy=gy, isa=em._C.isa())
+"""
+
+
+@pytest.mark.cpu_only("the packed GEMM is the CPU kernel; EMBER_ISA picks its register tile")
+def test_conv_packed_gemm_every_isa(tmp_path):
+    # each SIMD level's register tile (base 4x8, AVX2 6x16, AVX-512 8x32) the CPU can run, against torch
+    import os
+    import subprocess
+    import sys
+    seen = set()
+    for isa in ("base", "avx2", "avx512"):
+        out = tmp_path / f"{isa}.npz"
+        r = subprocess.run([sys.executable, "-c", PACKED_ISA_SCRIPT, str(out)], env=dict(os.environ, EMBER_ISA=isa),
+                           capture_output=True, text=True, timeout=120, check=False)
+        assert r.returncode == 0, r.stderr[-2000:]
+        got = np.load(out)
+        if str(got["isa"]) in seen:
+            continue  # the CPU lacks this level: EMBER_ISA fell back to one already checked
+        seen.add(str(got["isa"]))
+        rng = np.random.default_rng(5)
+        x = torch.tensor(rng.uniform(-1, 1, (2, 40, 15, 13)), requires_grad=True)
+        w = torch.tensor(rng.uniform(-1, 1, (13, 40, 3, 3)), requires_grad=True)
+        y = F.conv2d(x, w, stride=2, padding=1)
+        (y * torch.tensor(got["gy"].astype(np.float64))).sum().backward()
+        for name, want in (("y", y.detach()), ("gx", x.grad), ("gw", w.grad)):
+            np.testing.assert_allclose(got[name], want.numpy(), rtol=1e-4, atol=1e-4, err_msg=f"{isa} {name}")
+    assert "base" in seen

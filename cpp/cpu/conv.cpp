@@ -8,10 +8,37 @@
 
 #include "cpu/cpu_storage.h"
 #include "cpu/gemm.h"
+#include "cpu/packed_gemm.h"
 #include "cpu/parallel.h"
 #include "cpu/winograd.h"
 
 namespace ember::cpu {
+
+void pack_a(const float* a, int64_t lda, bool transposed, int64_t m, int64_t k, int mr, float* ap) {
+  for (int64_t i0 = 0; i0 < m; i0 += mr, ap += k * mr) {
+    const int64_t rows = std::min<int64_t>(mr, m - i0);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      float* d = ap + kk * mr;
+      if (transposed) {
+        std::memcpy(d, a + kk * lda + i0, (size_t)rows * sizeof(float));
+      } else {
+        for (int64_t r = 0; r < rows; ++r) d[r] = a[(i0 + r) * lda + kk];
+      }
+      std::fill(d + rows, d + mr, 0.0f);
+    }
+  }
+}
+
+void pack_b(const float* b, int64_t ldb, int64_t k, int64_t n, int nr, float* bp) {
+  for (int64_t j0 = 0; j0 < n; j0 += nr, bp += k * nr) {
+    const int64_t cols = std::min<int64_t>(nr, n - j0);
+    for (int64_t kk = 0; kk < k; ++kk) {
+      std::memcpy(bp + kk * nr, b + kk * ldb + j0, (size_t)cols * sizeof(float));
+      std::fill(bp + kk * nr + cols, bp + (kk + 1) * nr, 0.0f);
+    }
+  }
+}
+
 namespace {
 
 // The outputs o in [0, n_out) whose input index o * stride - pad + off lies in [0, n_in): one range,
@@ -107,7 +134,7 @@ template <typename T> StoragePtr col2im_typed(const T* col, const ConvGeom& g, D
 constexpr int64_t kTileBytes = int64_t(1) << 20;
 constexpr int64_t kMaxTile = 512;  // positions: wide enough for the GEMM, small enough to spread over the pool
 
-template <typename T> T* tile_scratch(size_t n) {
+template <typename T, int Slot = 0> T* tile_scratch(size_t n) {
   static thread_local std::vector<T> buf;
   if (buf.size() < n) buf.resize(n);
   return buf.data();
@@ -144,22 +171,34 @@ template <typename T> inline void scatter_add2(const T* __restrict src, int64_t 
   for (int64_t i = 0; i < n; ++i) dst[2 * i] += src[i];
 }
 
+// Copies one column row (n positions) into its slots of the B panels (nr columns each, k rows apart).
+template <int NR, typename T> void to_panels(const T* row, int64_t n, int64_t k, T* dst) {
+  int64_t j = 0;
+  for (; j + NR <= n; j += NR, dst += k * NR) std::memcpy(dst, row + j, NR * sizeof(T));
+  if (j < n) std::memcpy(dst, row + j, (size_t)(n - j) * sizeof(T));
+}
+
 // Column rows of channels [c0, c1) for positions [p0, p1) of one image (x through strides sc, sy, sx):
-// row (c, ki, kj) holds the input each window reads at (ki, kj), zero in the padding. col: rows x (p1-p0).
+// row kk = (c, ki, kj) holds the input each window reads at (ki, kj), zero in the padding. With nr =
+// p1 - p0 the rows form the plain (rows x positions) matrix; any other nr writes the packed GEMM's B
+// panels instead (cpu/packed_gemm.h), each row built whole first so its gathers run over whole rows.
 template <typename T>
 void im2col_tile(const T* xn, int64_t sc, int64_t sy, int64_t sx, const ConvGeom& g, int64_t c0, int64_t c1,
-                 int64_t p0, int64_t p1, T* col) {
-  const int64_t nb = p1 - p0, oy0 = p0 / g.ow, oy1 = (p1 - 1) / g.ow;
+                 int64_t p0, int64_t p1, int64_t nr, T* col) {
+  const int64_t nb = p1 - p0, rows = (c1 - c0) * g.kh * g.kw, oy0 = p0 / g.ow, oy1 = (p1 - 1) / g.ow;
+  T* tmp = nr != nb ? tile_scratch<T, 2>((size_t)nb) : nullptr;
+  int64_t kk = 0;
   for (int64_t c = c0; c < c1; ++c) {
     const T* xc = xn + c * sc;
     for (int64_t ki = 0; ki < g.kh; ++ki)
-      for (int64_t kj = 0; kj < g.kw; ++kj, col += nb) {
+      for (int64_t kj = 0; kj < g.kw; ++kj, ++kk) {
+        T* line = tmp ? tmp : col + kk * nb;
         int64_t ylo, yhi, xlo, xhi;
         valid_range(g.h, g.oh, g.sh, g.ph, ki * g.dh, ylo, yhi);
         valid_range(g.w, g.ow, g.sw, g.pw, kj * g.dw, xlo, xhi);
         for (int64_t oy = oy0; oy <= oy1; ++oy) {
           const RowSeg r = row_seg(oy, p0, p1, g.ow, xlo, xhi);
-          T* row = col + (oy * g.ow + r.oxa - p0);  // row[ox - oxa] is position (oy, ox)
+          T* row = line + (oy * g.ow + r.oxa - p0);  // row[ox - oxa] is position (oy, ox)
           if (oy < ylo || oy >= yhi) {
             std::fill(row, row + (r.oxe - r.oxa), T{});
             continue;
@@ -177,6 +216,14 @@ void im2col_tile(const T* xn, int64_t sc, int64_t sy, int64_t sx, const ConvGeom
             for (int64_t ox = r.lo; ox < r.hi; ++ox) *out++ = xc[base + ox * step];
           }
         }
+        if (!tmp) continue;
+        T* dst = col + kk * nr;
+        if (nr == 16) to_panels<16>(tmp, nb, rows, dst);
+        else if (nr == 32) to_panels<32>(tmp, nb, rows, dst);
+        else if (nr == 8) to_panels<8>(tmp, nb, rows, dst);
+        else
+          for (int64_t j = 0; j < nb; j += nr)
+            std::memcpy(dst + j * rows, tmp + j, (size_t)std::min(nr, nb - j) * sizeof(T));
       }
   }
 }
@@ -251,6 +298,30 @@ template <typename T> Op4<T> op4_planes(const CpuStorage& s, const Layout& l, DT
   return ok ? o : op4<T>(s, l, ct, true);
 }
 
+// conv2d forward in float32 through the packed GEMM: each group's weights packed once per call, each
+// tile's columns written straight into B panels, the bias loaded as C's starting value.
+void conv_fwd_packed(const Op4<float>& X, const float* W, const Op4<float>* B, const ConvGeom& g, int64_t groups,
+                     int64_t og, int64_t cg, float* yp) {
+  const PackedGemm& pg = packed_gemm();
+  const int64_t K = cg * g.kh * g.kw, L = g.oh * g.ow, c_out = og * groups, wpg = panels(og, pg.mr) * pg.mr * K;
+  std::vector<float> wp((size_t)(groups * wpg));
+  for (int64_t gi = 0; gi < groups; ++gi) pack_a(W + gi * og * K, K, false, og, K, pg.mr, wp.data() + gi * wpg);
+  int64_t nb = tile_positions(K, L, sizeof(float), g.n * groups);
+  nb = std::min(L, (nb + pg.nr - 1) / pg.nr * pg.nr);  // tiles of whole panels
+  const int64_t tiles = (L + nb - 1) / nb;
+  parallel_for(g.n * groups * tiles, 1, [&](int64_t lo, int64_t hi) {
+    float* col = tile_scratch<float>((size_t)(panels(nb, pg.nr) * pg.nr * K));
+    for (int64_t u = lo; u < hi; ++u) {
+      const int64_t n = u / (groups * tiles), gi = u / tiles % groups, p0 = u % tiles * nb, p1 = std::min(L, p0 + nb);
+      im2col_tile(X.p + n * X.st[0] + gi * cg * X.st[1], X.st[1], X.st[2], X.st[3], g, 0, cg, p0, p1, pg.nr, col);
+      float* yt = yp + (n * c_out + gi * og) * L + p0;
+      if (B)
+        for (int64_t o = 0; o < og; ++o) std::fill(yt + o * L, yt + o * L + (p1 - p0), B->p[(gi * og + o) * B->st[0]]);
+      pg.run(wp.data() + gi * wpg, col, og, p1 - p0, K, yt, L, B != nullptr);
+    }
+  });
+}
+
 template <typename T>
 StoragePtr conv_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage& w, const Layout& lw, const CpuStorage* b,
                     const Layout* lb, const ConvGeom& g, int64_t groups, DType ct) {
@@ -269,6 +340,10 @@ StoragePtr conv_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage& w, 
                        g.pw, g.oh, g.ow, b ? B1.p : nullptr, b ? B1.st[0] : 0, yp);
       return y;
     }
+    if (!direct && K > 0) {
+      conv_fwd_packed(X, W.p, b ? &B1 : nullptr, g, groups, og, cg, yp);
+      return y;
+    }
   }
   const int64_t nb = tile_positions(direct ? 0 : K, L, sizeof(T), g.n * groups), tiles = (L + nb - 1) / nb;
   (void)get_num_threads();  // the pool sets BLAS to one thread before any GEMM runs
@@ -283,7 +358,7 @@ StoragePtr conv_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage& w, 
       } else if (direct) {
         gemm_rowmajor(false, false, og, p1 - p0, K, W.p + gi * og * K, K, xn + p0, X.st[1], T(0), yt, L);
       } else {
-        im2col_tile(xn, X.st[1], X.st[2], X.st[3], g, 0, cg, p0, p1, col);
+        im2col_tile(xn, X.st[1], X.st[2], X.st[3], g, 0, cg, p0, p1, p1 - p0, col);
         gemm_rowmajor(false, false, og, p1 - p0, K, W.p + gi * og * K, K, col, p1 - p0, T(0), yt, L);
       }
       if (b)
@@ -322,9 +397,26 @@ StoragePtr conv_bwd_input(const CpuStorage& gy, const Layout& lg, const CpuStora
   const int64_t cbs = std::max<int64_t>(1, (cg + want - 1) / want), nblk = (cg + cbs - 1) / cbs;
   const int64_t nb = tile_positions(cbs * khw, L, sizeof(T), 1 << 20);
   T* dxp = dx->data<T>();
+  // float32 column tiles come from the packed GEMM: the rows of W_g^T of every channel block packed once,
+  // each tile of gy packed as it is used.
+  const PackedGemm& pg = packed_gemm();
+  const int64_t apb = panels(cbs * khw, pg.mr) * pg.mr * og;
+  std::vector<float> wpk;
+  if constexpr (std::is_same_v<T, float>) {
+    if (!direct) {
+      wpk.resize((size_t)(groups * nblk * apb));
+      for (int64_t gi = 0; gi < groups; ++gi)
+        for (int64_t bi = 0; bi < nblk; ++bi) {
+          const int64_t c0 = bi * cbs, c1 = std::min(cg, c0 + cbs);
+          pack_a(W.p + gi * og * cg * khw + c0 * khw, cg * khw, true, (c1 - c0) * khw, og, pg.mr,
+                 wpk.data() + (gi * nblk + bi) * apb);
+        }
+    }
+  }
   (void)get_num_threads();
   parallel_for(g.n * groups * nblk, 1, [&](int64_t lo, int64_t hi) {
     T* col = direct ? nullptr : tile_scratch<T>((size_t)(cbs * khw * nb));
+    float* gpk = wpk.empty() ? nullptr : tile_scratch<float, 1>((size_t)(panels(nb, pg.nr) * pg.nr * og));
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t n = u / (groups * nblk), gi = u / nblk % groups, c0 = u % nblk * cbs, c1 = std::min(cg, c0 + cbs);
       const T* gn = G.p + n * G.st[0] + gi * og * G.st[1];
@@ -336,7 +428,12 @@ StoragePtr conv_bwd_input(const CpuStorage& gy, const Layout& lg, const CpuStora
         if (direct) {
           gemm_rowmajor(true, false, rows, p1 - p0, og, wg, cg * khw, gn + p0, G.st[1], T(0), dxn + c0 * HW + p0, HW);
         } else {
-          gemm_rowmajor(true, false, rows, p1 - p0, og, wg, cg * khw, gn + p0, G.st[1], T(0), col, p1 - p0);
+          if constexpr (std::is_same_v<T, float>) {
+            pack_b(gn + p0, G.st[1], og, p1 - p0, pg.nr, gpk);
+            pg.run(wpk.data() + (u % (groups * nblk)) * apb, gpk, rows, p1 - p0, og, col, p1 - p0, false);
+          } else {
+            gemm_rowmajor(true, false, rows, p1 - p0, og, wg, cg * khw, gn + p0, G.st[1], T(0), col, p1 - p0);
+          }
           col2im_tile(col, g, c0, c1, p0, p1, dxn);
         }
       }
@@ -380,7 +477,7 @@ StoragePtr conv_bwd_weight(const CpuStorage& x, const Layout& lx, const CpuStora
           if (direct) {
             gemm_rowmajor(false, true, og, K, p1 - p0, gt, G.st[1], xn + p0, X.st[1], first ? T(0) : T(1), dwg, K);
           } else {
-            im2col_tile(xn, X.st[1], X.st[2], X.st[3], g, 0, cg, p0, p1, col);
+            im2col_tile(xn, X.st[1], X.st[2], X.st[3], g, 0, cg, p0, p1, p1 - p0, col);
             gemm_rowmajor(false, true, og, K, p1 - p0, gt, G.st[1], col, p1 - p0, first ? T(0) : T(1), dwg, K);
           }
         }

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "cpu/fused.h"
+#include "cpu/packed_gemm.h"
 
 namespace ember::cpu {
 
@@ -62,6 +63,21 @@ const FusedTable& fused_kernels() {
       default: register_fused_base(t); break;
     }
     return t;
+  }();
+  return table;
+}
+
+const PackedGemm& packed_gemm() {
+  static const PackedGemm table = [] {
+    PackedGemm g;
+    switch (active_isa()) {
+#if defined(EMBER_X86)
+      case Isa::Avx512: register_gemm_avx512(g); break;
+      case Isa::Avx2: register_gemm_avx2(g); break;
+#endif
+      default: register_gemm_base(g); break;
+    }
+    return g;
   }();
   return table;
 }

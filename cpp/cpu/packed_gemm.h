@@ -1,0 +1,29 @@
+// Packed float32 GEMM for the conv kernels: A (the weights) is packed once per call into row panels, B
+// (an im2col tile) is written by its producer straight into column panels, so no per-tile repacking.
+#pragma once
+#include <cstdint>
+
+namespace ember::cpu {
+
+// Panel layouts, both k-major and zero-padded past m / n:
+//   A panel i (rows i*mr .. i*mr+mr): ap[(i * k + kk) * mr + r] = A[i*mr + r][kk]
+//   B panel j (cols j*nr .. j*nr+nr): bp[(j * k + kk) * nr + c] = B[kk][j*nr + c]
+// run: C[r * ldc + c] = sum_kk A[r][kk] B[kk][c] for r < m, c < n, added to C's old value when `acc`.
+struct PackedGemm {
+  int mr = 1, nr = 1;
+  void (*run)(const float* ap, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc,
+              bool acc) = nullptr;
+};
+const PackedGemm& packed_gemm();  // this CPU's kernel (cpu/dispatch.cpp picks it)
+void register_gemm_base(PackedGemm& g);
+void register_gemm_avx2(PackedGemm& g);
+void register_gemm_avx512(PackedGemm& g);
+
+// Packs the m x k matrix A into ceil(m / mr) panels at ap: A[r][kk] = a[r * lda + kk], or with
+// `transposed` a[kk * lda + r].
+void pack_a(const float* a, int64_t lda, bool transposed, int64_t m, int64_t k, int mr, float* ap);
+// Packs the k x n matrix B[kk][c] = b[kk * ldb + c] into ceil(n / nr) panels at bp.
+void pack_b(const float* b, int64_t ldb, int64_t k, int64_t n, int nr, float* bp);
+inline int64_t panels(int64_t n, int nr) { return (n + nr - 1) / nr; }
+
+}  // namespace ember::cpu
