@@ -10,6 +10,7 @@
 
 #include "cpu/dispatch.h"
 #include "cpu/fused.h"
+#include "cpu/packed_gemm.h"
 #include "dtype.h"
 
 namespace isa_check {
@@ -120,6 +121,7 @@ struct Variant {
   const char* name;
   KernelTable k;
   FusedTable f;
+  PackedGemm g;
 };
 extern Variant *VA, *VB;
 
@@ -135,4 +137,5 @@ void test_softmax();  // harness_fused.cpp
 void test_norms();
 void test_act();
 void test_sdpa();     // harness_sdpa.cpp
+void test_gemm();     // harness_gemm.cpp
 }  // namespace isa_check

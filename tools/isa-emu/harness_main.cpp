@@ -1,9 +1,9 @@
 // ISA cross-check harness: runs two ISA variants of ember's kernel tables on identical inputs and compares them.
 //
-//   harness [A B] [--break FAMILY] [--only kernels|fused] [--quick] [--verbose] [seed=N]
+//   harness [A B] [--break FAMILY] [--only kernels|fused|gemm] [--quick] [--verbose] [seed=N]
 //     A B: base|avx2|avx512 (default: avx2 avx512 when the CPU has AVX-512 F/BW/VL/DQ, else base avx2)
 //     --break F: perturb the last element of B's first input in every case of family F (unary, binary,
-//                reduce, col, softmax, softmax_bwd, rms, rms_bwd, ln, ln_bwd, act, sdpa, sdpa_bwd): proves
+//                reduce, col, softmax, softmax_bwd, rms, rms_bwd, ln, ln_bwd, act, sdpa, sdpa_bwd, gemm): proves
 //                that a difference in F is reported.
 // Runs as /init (PID 1) under bochs too: then it powers the machine off after printing "EMU DONE".
 // Exit status: 0 = no mismatch, 1 = mismatches, 2 = a variant is unavailable on this CPU.
@@ -244,13 +244,13 @@ static bool cpu_has_avx2() {
 }
 static Variant* make_variant(const std::string& n) {
   Variant* v = new Variant();
-  if (n == "base") { v->name = "base"; register_kernels_base(v->k); register_fused_base(v->f); }
+  if (n == "base") { v->name = "base"; register_kernels_base(v->k); register_fused_base(v->f); register_gemm_base(v->g); }
   else if (n == "avx2") {
     if (!cpu_has_avx2()) { printf("this CPU has no AVX2\n"); return nullptr; }
-    v->name = "avx2"; register_kernels_avx2(v->k); register_fused_avx2(v->f);
+    v->name = "avx2"; register_kernels_avx2(v->k); register_fused_avx2(v->f); register_gemm_avx2(v->g);
   } else if (n == "avx512") {
     if (!cpu_has_avx512()) { printf("this CPU has no AVX-512 F/BW/VL/DQ\n"); return nullptr; }
-    v->name = "avx512"; register_kernels_avx512(v->k); register_fused_avx512(v->f);
+    v->name = "avx512"; register_kernels_avx512(v->k); register_fused_avx512(v->f); register_gemm_avx512(v->g);
   } else { printf("unknown variant %s\n", n.c_str()); return nullptr; }
   return v;
 }
@@ -315,6 +315,7 @@ int main(int argc, char** argv) {
     test_act();
     test_sdpa();
   }
+  if (want("gemm")) test_gemm();
   if (want("kernels")) {
     test_reduce();
     test_binary();

@@ -27,7 +27,7 @@ log "repo $REPO (commit $COMMIT$(git -C "$REPO" diff --quiet HEAD -- cpp 2>/dev/
 # --- build: the ISA objects exactly as CMake's ember_isa_variant() compiles them ----------------------
 # Per-ISA flags are read from CMakeLists.txt so they cannot drift; the rest is what a Release build adds
 # (CMAKE_CXX_STANDARD 17 with extensions, POSITION_INDEPENDENT_CODE, -O3 -DNDEBUG) plus the function's own options.
-CML=$REPO/CMakeLists.txt
+CML=$REPO/cpp/CMakeLists.txt
 isa_flags() { sed -n "s/^ *ember_isa_variant($1 \"\(.*\)\")$/\1/p" "$CML" | head -1; }
 grep -q 'target_compile_options(ember_isa_${name} PRIVATE ${_flags} -fno-math-errno -fno-trapping-math)' "$CML" \
   || { echo "run.sh: ember_isa_variant() in CMakeLists.txt changed; update the flags here" >&2; exit 1; }
@@ -37,14 +37,14 @@ if [ -z "${SKIP_BUILD:-}" ] || [ ! -x "$B/harness" ]; then
   rm -f "$B"/*.o "$B/harness"
   {
     for isa in base avx2 avx512; do
-      for tu in kernels fused; do
+      for tu in kernels fused gemm; do
         echo "g++ $COMMON $(isa_flags $isa) -DEMBER_ISA=$isa -c $REPO/cpp/cpu/${tu}_isa.cpp -o $B/${isa}_${tu}.o"
       done
     done
     # thread_scratch() (cpu/fused.h), used by fused_isa.cpp, lives in this baseline object
     echo "g++ $COMMON -c $REPO/cpp/cpu/scratch.cpp -o $B/scratch.o"
     # the harness: no ISA flags (it must run anywhere); -ffp-contract=off keeps its double references unfused
-    for h in main kernels fused sdpa; do
+    for h in main kernels fused sdpa gemm; do
       echo "g++ -O2 -std=gnu++17 -ffp-contract=off -I$REPO/cpp -I$HERE -c $HERE/harness_$h.cpp -o $B/harness_$h.o"
     done
   } > "$B/compile.txt"
@@ -52,7 +52,7 @@ if [ -z "${SKIP_BUILD:-}" ] || [ ! -x "$B/harness" ]; then
   tr '\n' '\0' < "$B/compile.txt" | xargs -0 -P "$JOBS" -I{} sh -c '{}' > "$B/compile.log" 2>&1 \
     || { cat "$B/compile.log" >&2; echo "run.sh: compile failed" >&2; exit 1; }
   # static, so the same binary runs as /init in the guest with no libraries there
-  g++ -static -o "$B/harness" "$B"/harness_*.o "$B"/{base,avx2,avx512}_{kernels,fused}.o "$B/scratch.o"
+  g++ -static -o "$B/harness" "$B"/harness_*.o "$B"/{base,avx2,avx512}_{kernels,fused,gemm}.o "$B/scratch.o"
   log "built $B/harness"
 fi
 H=$B/harness
@@ -74,7 +74,7 @@ if grep -q 'avx512(f,bw,vl,dq)=1' "$RES/native_base_avx2.txt"; then  # a dev mac
   [ "$n" = 0 ] || fail=1
   status+="native avx512-vs-avx2: $n mismatches; "
 fi
-FAMILIES="unary binary reduce col softmax softmax_bwd rms rms_bwd ln ln_bwd act sdpa sdpa_bwd"
+FAMILIES="unary binary reduce col softmax softmax_bwd rms rms_bwd ln ln_bwd act sdpa sdpa_bwd gemm"
 printf '%s\n' $FAMILIES | xargs -P "$JOBS" -I{} sh -c "'$H' base avx2 --break {} > '$RES/break_{}.txt' || true"
 caught=0
 for f in $FAMILIES; do
