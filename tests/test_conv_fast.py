@@ -106,9 +106,12 @@ PACKED_CASES = {
 }
 
 
+@pytest.mark.parametrize("gemm", ["packed", "blas"])
 @pytest.mark.parametrize("kind", KINDS)
 @pytest.mark.parametrize("name", list(PACKED_CASES))
-def test_conv_packed_gemm_shapes_match_torch(name, kind, rng, device):
+def test_conv_packed_gemm_shapes_match_torch(name, kind, gemm, rng, device, monkeypatch):
+    # EMBER_CONV_GEMM is read per call: both CPU paths run whatever the ISA's default (Metal ignores it)
+    monkeypatch.setenv("EMBER_CONV_GEMM", gemm)
     fn, shapes, kw = PACKED_CASES[name]
     compare(lambda *a: getattr(em.nn, fn)(*a, **kw), lambda *a: getattr(F, fn)(*a, **kw), shapes, em.float32, kind,
             rng, device, lo=-1, hi=1)
@@ -138,7 +141,8 @@ def test_conv_packed_gemm_every_isa(tmp_path):
     seen = set()
     for isa in ("base", "avx2", "avx512"):
         out = tmp_path / f"{isa}.npz"
-        r = subprocess.run([sys.executable, "-c", PACKED_ISA_SCRIPT, str(out)], env=dict(os.environ, EMBER_ISA=isa),
+        env = dict(os.environ, EMBER_ISA=isa, EMBER_CONV_GEMM="packed")
+        r = subprocess.run([sys.executable, "-c", PACKED_ISA_SCRIPT, str(out)], env=env,
                            capture_output=True, text=True, timeout=120, check=False)
         assert r.returncode == 0, r.stderr[-2000:]
         got = np.load(out)
@@ -153,3 +157,20 @@ def test_conv_packed_gemm_every_isa(tmp_path):
         for name, want in (("y", y.detach()), ("gx", x.grad), ("gw", w.grad)):
             np.testing.assert_allclose(got[name], want.numpy(), rtol=1e-4, atol=1e-4, err_msg=f"{isa} {name}")
     assert "base" in seen
+
+
+@pytest.mark.cpu_only("EMBER_CONV_GEMM picks a CPU path")
+def test_bogus_conv_gemm_env_warns():
+    import os
+    import subprocess
+    import sys
+
+    env = dict(os.environ, EMBER_CONV_GEMM="fast", PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", "import ember"], env=env,
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode != 0 and "[EMBER_CONV_GEMM] unknown value 'fast'" in r.stderr
+    for ok in ("packed", "blas"):
+        env["EMBER_CONV_GEMM"] = ok
+        r = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", "import ember"], env=env,
+                           capture_output=True, text=True, timeout=60, check=False)
+        assert r.returncode == 0, r.stderr

@@ -1,6 +1,7 @@
 // Convolution on CPU: im2col / col2im (unfold / fold), and conv2d's three directions as GEMMs over column
 // tiles built in cache (the whole column matrix is never formed), threaded over images x groups x tiles.
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <type_traits>
 
@@ -298,14 +299,31 @@ template <typename T> Op4<T> op4_planes(const CpuStorage& s, const Layout& l, DT
   return ok ? o : op4<T>(s, l, ct, true);
 }
 
+// Whether the float32 tiled paths take the packed GEMM (cpu/packed_gemm.h): EMBER_CONV_GEMM=packed|blas,
+// read per call so tests can run both, else this ISA's default.
+bool use_packed_gemm() {
+  const char* e = std::getenv("EMBER_CONV_GEMM");
+  if (e && !std::strcmp(e, "packed")) return true;
+  if (e && !std::strcmp(e, "blas")) return false;
+  return packed_gemm().preferred;
+}
+
 // conv2d forward in float32 through the packed GEMM: each group's weights packed once per call, each
 // tile's columns written straight into B panels, the bias loaded as C's starting value.
 void conv_fwd_packed(const Op4<float>& X, const float* W, const Op4<float>* B, const ConvGeom& g, int64_t groups,
                      int64_t og, int64_t cg, float* yp) {
   const PackedGemm& pg = packed_gemm();
   const int64_t K = cg * g.kh * g.kw, L = g.oh * g.ow, c_out = og * groups, wpg = panels(og, pg.mr) * pg.mr * K;
-  std::vector<float> wp((size_t)(groups * wpg));
-  for (int64_t gi = 0; gi < groups; ++gi) pack_a(W + gi * og * K, K, false, og, K, pg.mr, wp.data() + gi * wpg);
+  // The calling thread's scratch, packed by the pool one row panel per item: a fresh buffer per call
+  // would cost its page faults, and a serial pack would not scale with the threads.
+  float* wp = tile_scratch<float, 3>((size_t)(groups * wpg));
+  const int64_t mp = panels(og, pg.mr);
+  parallel_for(groups * mp, 4, [&](int64_t lo, int64_t hi) {
+    for (int64_t u = lo; u < hi; ++u) {
+      const int64_t gi = u / mp, i0 = u % mp * pg.mr;
+      pack_a(W + (gi * og + i0) * K, K, false, std::min<int64_t>(pg.mr, og - i0), K, pg.mr, wp + gi * wpg + i0 * K);
+    }
+  });
   int64_t nb = tile_positions(K, L, sizeof(float), g.n * groups);
   nb = std::min(L, (nb + pg.nr - 1) / pg.nr * pg.nr);  // tiles of whole panels
   const int64_t tiles = (L + nb - 1) / nb;
@@ -317,7 +335,7 @@ void conv_fwd_packed(const Op4<float>& X, const float* W, const Op4<float>* B, c
       float* yt = yp + (n * c_out + gi * og) * L + p0;
       if (B)
         for (int64_t o = 0; o < og; ++o) std::fill(yt + o * L, yt + o * L + (p1 - p0), B->p[(gi * og + o) * B->st[0]]);
-      pg.run(wp.data() + gi * wpg, col, og, p1 - p0, K, yt, L, B != nullptr);
+      pg.run(wp + gi * wpg, col, og, p1 - p0, K, yt, L, B != nullptr);
     }
   });
 }
@@ -340,7 +358,7 @@ StoragePtr conv_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage& w, 
                        g.pw, g.oh, g.ow, b ? B1.p : nullptr, b ? B1.st[0] : 0, yp);
       return y;
     }
-    if (!direct && K > 0) {
+    if (!direct && K > 0 && use_packed_gemm()) {
       conv_fwd_packed(X, W.p, b ? &B1 : nullptr, g, groups, og, cg, yp);
       return y;
     }
@@ -401,22 +419,26 @@ StoragePtr conv_bwd_input(const CpuStorage& gy, const Layout& lg, const CpuStora
   // each tile of gy packed as it is used.
   const PackedGemm& pg = packed_gemm();
   const int64_t apb = panels(cbs * khw, pg.mr) * pg.mr * og;
-  std::vector<float> wpk;
+  float* wpk = nullptr;  // as in conv_fwd_packed: the caller's scratch, packed one row panel per item
   if constexpr (std::is_same_v<T, float>) {
-    if (!direct) {
-      wpk.resize((size_t)(groups * nblk * apb));
-      for (int64_t gi = 0; gi < groups; ++gi)
-        for (int64_t bi = 0; bi < nblk; ++bi) {
-          const int64_t c0 = bi * cbs, c1 = std::min(cg, c0 + cbs);
-          pack_a(W.p + gi * og * cg * khw + c0 * khw, cg * khw, true, (c1 - c0) * khw, og, pg.mr,
-                 wpk.data() + (gi * nblk + bi) * apb);
+    if (!direct && use_packed_gemm()) {
+      wpk = tile_scratch<float, 3>((size_t)(groups * nblk * apb));
+      const int64_t mp = panels(cbs * khw, pg.mr);
+      parallel_for(groups * nblk * mp, 4, [&](int64_t lo, int64_t hi) {
+        for (int64_t u = lo; u < hi; ++u) {
+          const int64_t gb = u / mp, gi = gb / nblk, c0 = gb % nblk * cbs, i0 = u % mp * pg.mr;
+          const int64_t rows = (std::min(cg, c0 + cbs) - c0) * khw;
+          if (i0 < rows)
+            pack_a(W.p + gi * og * cg * khw + c0 * khw + i0, cg * khw, true, std::min<int64_t>(pg.mr, rows - i0), og,
+                   pg.mr, wpk + gb * apb + i0 * og);
         }
+      });
     }
   }
   (void)get_num_threads();
   parallel_for(g.n * groups * nblk, 1, [&](int64_t lo, int64_t hi) {
     T* col = direct ? nullptr : tile_scratch<T>((size_t)(cbs * khw * nb));
-    float* gpk = wpk.empty() ? nullptr : tile_scratch<float, 1>((size_t)(panels(nb, pg.nr) * pg.nr * og));
+    float* gpk = !wpk ? nullptr : tile_scratch<float, 1>((size_t)(panels(nb, pg.nr) * pg.nr * og));
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t n = u / (groups * nblk), gi = u / nblk % groups, c0 = u % nblk * cbs, c1 = std::min(cg, c0 + cbs);
       const T* gn = G.p + n * G.st[0] + gi * og * G.st[1];
@@ -428,12 +450,16 @@ StoragePtr conv_bwd_input(const CpuStorage& gy, const Layout& lg, const CpuStora
         if (direct) {
           gemm_rowmajor(true, false, rows, p1 - p0, og, wg, cg * khw, gn + p0, G.st[1], T(0), dxn + c0 * HW + p0, HW);
         } else {
+          bool packed = false;
           if constexpr (std::is_same_v<T, float>) {
-            pack_b(gn + p0, G.st[1], og, p1 - p0, pg.nr, gpk);
-            pg.run(wpk.data() + (u % (groups * nblk)) * apb, gpk, rows, p1 - p0, og, col, p1 - p0, false);
-          } else {
-            gemm_rowmajor(true, false, rows, p1 - p0, og, wg, cg * khw, gn + p0, G.st[1], T(0), col, p1 - p0);
+            if (wpk) {
+              pack_b(gn + p0, G.st[1], og, p1 - p0, pg.nr, gpk);
+              pg.run(wpk + (u % (groups * nblk)) * apb, gpk, rows, p1 - p0, og, col, p1 - p0, false);
+              packed = true;
+            }
           }
+          if (!packed)
+            gemm_rowmajor(true, false, rows, p1 - p0, og, wg, cg * khw, gn + p0, G.st[1], T(0), col, p1 - p0);
           col2im_tile(col, g, c0, c1, p0, p1, dxn);
         }
       }

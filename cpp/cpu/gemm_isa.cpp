@@ -36,9 +36,10 @@ typedef float V __attribute__((vector_size(16)));
 static inline V fma(V a, V b, V c) { return a * b + c; }
 #endif
 constexpr int kNV = 2, kNR = kNV * kW;
-// k is split into blocks of about this many: one B micro-panel (kc x nr) then stays in L1 while every
-// A panel of the block (m x kc, from L2) passes against it.
-constexpr int64_t kKC = 256;
+// k is split into blocks of about kKC and the rows into blocks of kMC (whole row panels): a B
+// micro-panel (kKC x nr) fits L1 and an A block (kMC x kKC) a quarter of a small L2.
+constexpr int64_t kKC = kW == 16 ? 192 : 256;
+constexpr int64_t kMC = 128 / kMR * kMR;
 
 static inline V vld(const float* p) {
   V v;
@@ -76,31 +77,31 @@ void run(const float* ap, const float* bp, int64_t m, int64_t n, int64_t k, floa
   const int64_t mp = panels(m, kMR), np = panels(n, kNR);
   const int64_t nkb = std::max<int64_t>(1, (k + kKC - 1) / kKC);
   alignas(64) float edge[kMR * kNR];
-  for (int64_t kb = 0; kb < nkb; ++kb) {
-    const int64_t k0 = k * kb / nkb, kc = k * (kb + 1) / nkb - k0;
-    const bool add = acc || kb > 0;
-    // The smaller of A's and B's blocks (m or n by kc) is swept by the inner loop: it stays in L2 while
-    // one micro-panel of the other stays in L1.
-    const bool b_inner = n < m;
-    const int64_t outer = b_inner ? mp : np, inner = b_inner ? np : mp;
-    for (int64_t po = 0; po < outer; ++po)
-      for (int64_t pi = 0; pi < inner; ++pi) {
-        const int64_t ip = b_inner ? po : pi, jp = b_inner ? pi : po;
-        const float* a = ap + (ip * k + k0) * kMR;
+  // Blocks of kMC rows by kc: one block of A stays in L2 while each B micro-panel (kc x nr, in L1) passes
+  // over all of its row panels; A's micro-panels stream from L2, the narrower of the two streams.
+  for (int64_t ib = 0; ib < mp; ib += kMC / kMR)
+    for (int64_t kb = 0; kb < nkb; ++kb) {
+      const int64_t k0 = k * kb / nkb, kc = k * (kb + 1) / nkb - k0;
+      const bool add = acc || kb > 0;
+      for (int64_t jp = 0; jp < np; ++jp) {
         const float* b = bp + (jp * k + k0) * kNR;
-        const int64_t mv = std::min<int64_t>(kMR, m - ip * kMR), nv = std::min<int64_t>(kNR, n - jp * kNR);
-        float* ct = c + ip * kMR * ldc + jp * kNR;
-        if (mv == kMR && nv == kNR) {
-          tile(kc, a, b, ct, ldc, add);
-          continue;
+        const int64_t nv = std::min<int64_t>(kNR, n - jp * kNR);
+        for (int64_t ip = ib; ip < std::min(mp, ib + kMC / kMR); ++ip) {
+          const float* a = ap + (ip * k + k0) * kMR;
+          const int64_t mv = std::min<int64_t>(kMR, m - ip * kMR);
+          float* ct = c + ip * kMR * ldc + jp * kNR;
+          if (mv == kMR && nv == kNR) {
+            tile(kc, a, b, ct, ldc, add);
+            continue;
+          }
+          // A ragged tile runs on a full-size copy, then only its valid part goes back.
+          if (add)
+            for (int64_t i = 0; i < mv; ++i) std::memcpy(edge + i * kNR, ct + i * ldc, (size_t)nv * sizeof(float));
+          tile(kc, a, b, edge, kNR, add);
+          for (int64_t i = 0; i < mv; ++i) std::memcpy(ct + i * ldc, edge + i * kNR, (size_t)nv * sizeof(float));
         }
-        // A ragged tile runs on a full-size copy, then only its valid part goes back.
-        if (add)
-          for (int64_t i = 0; i < mv; ++i) std::memcpy(edge + i * kNR, ct + i * ldc, (size_t)nv * sizeof(float));
-        tile(kc, a, b, edge, kNR, add);
-        for (int64_t i = 0; i < mv; ++i) std::memcpy(ct + i * ldc, edge + i * kNR, (size_t)nv * sizeof(float));
       }
-  }
+    }
 }
 
 }  // namespace
@@ -109,6 +110,7 @@ void EMBER_GCAT(register_gemm_, EMBER_ISA)(PackedGemm& g) {
   g.mr = kMR;
   g.nr = kNR;
   g.run = &run;
+  g.preferred = kW == 16;
 }
 
 }  // namespace ember::cpu

@@ -11,6 +11,9 @@ namespace ember::cpu {
 // run: C[r * ldc + c] = sum_kk A[r][kk] B[kk][c] for r < m, c < n, added to C's old value when `acc`.
 struct PackedGemm {
   int mr = 1, nr = 1;
+  // Whether the float32 convs take this GEMM by default (EMBER_CONV_GEMM=packed|blas overrides): on
+  // AVX2 OpenBLAS's own kernels with their packing were as fast, so only AVX-512 says yes.
+  bool preferred = false;
   void (*run)(const float* ap, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc,
               bool acc) = nullptr;
 };

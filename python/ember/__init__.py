@@ -22,6 +22,11 @@ if _env_os.environ.get("EMBER_ISA", "base") not in ("base", "avx2", "avx512"):
 
     _warnings.warn(f"[EMBER_ISA] unknown value {_env_os.environ['EMBER_ISA']!r} (expected base, avx2 or "
                    f"avx512): ignored, running {_C.isa()}", RuntimeWarning, stacklevel=2)
+if _env_os.environ.get("EMBER_CONV_GEMM", "blas") not in ("packed", "blas"):
+    import warnings as _warnings
+
+    _warnings.warn(f"[EMBER_CONV_GEMM] unknown value {_env_os.environ['EMBER_CONV_GEMM']!r} (expected packed or "
+                   "blas): ignored, the CPU's default applies", RuntimeWarning, stacklevel=2)
 from .args import int_arg as _int_arg  # noqa: E402
 from .backprop import GradStore, is_grad_enabled, no_grad
 from .dtypes import (
