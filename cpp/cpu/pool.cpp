@@ -13,6 +13,7 @@
 #include "cpu/cpu_storage.h"
 #include "cpu/gemm.h"
 #include "cpu/parallel.h"
+#include "cpu/row_sums.h"
 
 namespace ember::cpu {
 namespace {
@@ -274,18 +275,15 @@ inline bool global_window(const PoolGeom& g, const Axis& ay, const Axis& ax) {
   return g.oh == 1 && g.ow == 1 && ay.count[0] == g.h && ax.count[0] == g.w;
 }
 
-// Global average pooling of dense planes (plane stride ps >= h * w): the planes of each image are the rows
-// of one matrix, their sums one product with a column of ones (BLAS's vectorised kernel; a call per
-// 49-element plane cost more than its elements), threaded over blocks of planes, then divided.
+// Global average pooling of dense planes (plane stride ps >= h * w): each plane's sum (short rows, see
+// cpu/row_sums.h), threaded over blocks of planes, then divided.
 template <typename T>
 void global_avg(const T* x, int64_t ns, int64_t ps, const PoolGeom& g, T div, T* o) {
   const int64_t hw = g.h * g.w;
-  const std::vector<T> ones((size_t)hw, T(1));
-  (void)get_num_threads();  // the pool sets BLAS to one thread before any GEMM runs
-  parallel_for(g.n * g.c, std::max<int64_t>(64, 65536 / hw), [&](int64_t b, int64_t e) {
+  parallel_for(g.n * g.c, std::max<int64_t>(64, 65536 / std::max<int64_t>(1, hw)), [&](int64_t b, int64_t e) {
     for (int64_t p = b; p < e;) {
       const int64_t n = p / g.c, end = std::min(e, (n + 1) * g.c);
-      gemm_rowmajor(false, false, end - p, 1, hw, x + n * ns + (p - n * g.c) * ps, ps, ones.data(), 1, T(0), o + p, 1);
+      short_row_sums_dense(x + n * ns + (p - n * g.c) * ps, ps, end - p, hw, o + p, 1);
       for (int64_t q = p; q < end; ++q) o[q] = o[q] / div;
       p = end;
     }

@@ -10,6 +10,7 @@
 #include "cpu/dispatch.h"
 #include "cpu/gemm.h"
 #include "cpu/nditer.h"
+#include "cpu/row_sums.h"
 
 namespace ember::cpu {
 namespace {
@@ -100,20 +101,18 @@ template <typename P, typename F> std::vector<P> row_parts(int64_t nred, F&& par
 // for f32 that the prefetcher follows (256-column runs were too short for it).
 inline int64_t column_grain(int64_t nred) { return std::max<int64_t>(1024, kGrain / std::max<int64_t>(nred, 1)); }
 
-// Rows of at most this many elements sum as one matrix-vector product with ones (BLAS's vectorised
-// kernel); a call per row cost these rows more than their elements. Float lanes stay accurate there.
+// Rows of at most this many elements take short_row_sums_dense (cpu/row_sums.h) a block at a time; a
+// kernel call per row cost these rows more than their elements. Float lanes stay accurate there.
 constexpr int64_t kShortRow = 256;
 
-// Many short contiguous rows (a global average pool's (n, c) planes): each block of rows that
-// nd_for_each hands over is one GEMM with a column of ones, the blocks threaded.
+// Many short contiguous rows (a global average pool's (n, c) planes): the blocks of rows that
+// nd_for_each hands over, threaded.
 template <typename T>
 void short_row_sums(const T* in, const Layout& kept, const Layout& ol, int64_t nred, T* o) {
-  const std::vector<T> ones((size_t)nred, T(1));
-  (void)get_num_threads();  // the pool sets BLAS to one thread before any GEMM runs
   nd_for_each<2>(kept.shape(), {&kept, &ol}, std::max<int64_t>(64, kGrain / nred),
                  [&](const auto& off, const auto& st, int64_t n) {
-                   if (st[0] >= nred && st[1] >= 1) {
-                     gemm_rowmajor(false, false, n, 1, nred, in + off[0], st[0], ones.data(), 1, T(0), o + off[1], st[1]);
+                   if (st[0] >= nred) {
+                     short_row_sums_dense(in + off[0], st[0], n, nred, o + off[1], st[1]);
                      return;
                    }
                    const ReduceRowFn row = kernels().reduce_row[0][(int)DTypeOf<T>::value];
