@@ -28,6 +28,25 @@ static double unary_ref(int op, double x, double p0, double p1) {
     case UnaryOp::Affine: return x * p0 + p1;
     case UnaryOp::Powf: return std::pow(x, p0);
     case UnaryOp::Clamp: { const double m = x < p0 ? p0 : x; return m > p1 ? p1 : m; }  // min(max(x, lo), hi)
+    case UnaryOp::Log1p: return std::log1p(x);
+    case UnaryOp::Expm1: return std::expm1(x);
+    case UnaryOp::Rsqrt: return 1.0 / std::sqrt(x);
+    case UnaryOp::Log2: return std::log2(x);
+    case UnaryOp::Log10: return std::log10(x);
+    case UnaryOp::Tan: return std::tan(x);
+    case UnaryOp::Sinh: return std::sinh(x);
+    case UnaryOp::Cosh: return std::cosh(x);
+    case UnaryOp::Asin: return std::asin(x);
+    case UnaryOp::Acos: return std::acos(x);
+    case UnaryOp::Atan: return std::atan(x);
+    case UnaryOp::Trunc: return std::trunc(x);
+    case UnaryOp::Elu: return x > 0 ? x : p0 * std::expm1(x);
+    case UnaryOp::LeakyRelu: return x > 0 ? x : p0 * x;
+    case UnaryOp::Softplus: return p0 * x > p1 ? x : std::log1p(std::exp(p0 * x)) / p0;
+    case UnaryOp::Mish: return x * std::tanh(std::log1p(std::exp(x)));
+    case UnaryOp::Hardswish: return x * std::min(std::max(x + 3, 0.0), 6.0) / 6;
+    case UnaryOp::Hardsigmoid: return std::min(std::max(x + 3, 0.0), 6.0) / 6;
+    case UnaryOp::GeluTanh: return 0.5 * x * (1 + std::tanh(std::sqrt(2 / M_PI) * (x + 0.044715 * x * x * x)));
     default: return NAN;
   }
 }
@@ -39,6 +58,10 @@ static void unary_domain(int op, DType dt, double& lo, double& hi) {
     case UnaryOp::Recip: lo = 0.05, hi = 20; break;
     case UnaryOp::Sin: case UnaryOp::Cos: lo = -50, hi = 50; break;
     case UnaryOp::Sigmoid: case UnaryOp::Silu: lo = -40, hi = 40; break;
+    case UnaryOp::Log1p: lo = -0.9, hi = 100; break;
+    case UnaryOp::Rsqrt: case UnaryOp::Log2: case UnaryOp::Log10: lo = 1e-3, hi = 100; break;
+    case UnaryOp::Asin: case UnaryOp::Acos: lo = -1, hi = 1; break;
+    case UnaryOp::Tan: lo = -1.4, hi = 1.4; break;
     default: break;
   }
   if (dt == DType::F16 && (UnaryOp)op == UnaryOp::Exp) lo = -17, hi = 11;
@@ -66,7 +89,8 @@ static int64_t unary_int_ref(int op, DType dt, int64_t x, double p0, double p1) 
     case UnaryOp::Neg: return wrap_to(dt, -X);
     case UnaryOp::Relu: return X < 0 ? 0 : x;
     case UnaryOp::Sign: return wrap_to(dt, (X > 0) - (X < 0));
-    case UnaryOp::Ceil: case UnaryOp::Floor: case UnaryOp::Round: return x;
+    case UnaryOp::Ceil: case UnaryOp::Floor: case UnaryOp::Round: case UnaryOp::Trunc: return x;
+    case UnaryOp::BitNot: return wrap_to(dt, ~X);
     case UnaryOp::Affine:
       if (p0 == std::trunc(p0) && p1 == std::trunc(p1)) return wrap_to(dt, X * (__int128)p0 + (__int128)p1);
       return cast((double)x * p0 + p1);  // one double multiply and add (the harness builds with -ffp-contract=off)
@@ -119,6 +143,9 @@ void test_unary() {
         if (dt == DType::I64) params.push_back({1e14, -7});  // wraps past 2^63 in integer arithmetic
       }
       if (u == UnaryOp::Powf) params = {{2.5, 0}};
+      if (u == UnaryOp::Elu) params = {{1.0, 0}, {0.5, 0}};
+      if (u == UnaryOp::LeakyRelu) params = {{0.01, 0}};
+      if (u == UnaryOp::Softplus) params = {{1.0, 20}, {2.0, 10}};
       if (u == UnaryOp::Clamp) {
         if (isf(dt)) params = {{-2.5, 3.25}, {3.25, -2.5}};  // lo > hi: hi everywhere
         else params = {{3, 200}, {200, 3}, {-5, 100}, {5e9, 6e9}, {-6e9, -5e9}};  // bounds past u8/u32: saturate
@@ -162,7 +189,10 @@ void test_unary() {
               // tolerance in eps of the type, relative per element with a floor of 1 for bounded functions
               const bool bounded = u == UnaryOp::Sin || u == UnaryOp::Cos || u == UnaryOp::Tanh || u == UnaryOp::Erf ||
                                    u == UnaryOp::Gelu || u == UnaryOp::Silu || u == UnaryOp::Sigmoid ||
-                                   u == UnaryOp::Affine;  // affine: x*p0 + p1 cancels near 0 (no FMA on base)
+                                   u == UnaryOp::Affine ||  // affine: x*p0 + p1 cancels near 0 (no FMA on base)
+                                   u == UnaryOp::Atan || u == UnaryOp::Asin || u == UnaryOp::Acos ||
+                                   u == UnaryOp::Elu || u == UnaryOp::Mish || u == UnaryOp::Hardswish ||
+                                   u == UnaryOp::Hardsigmoid || u == UnaryOp::GeluTanh || u == UnaryOp::Softplus;
               const double tol = dt == DType::F32 ? 8 : 4;
               // relative error below the smallest normal is measured against it (subnormal outputs)
               const double tiny = dt == DType::F16 ? 6.103515625e-05 : dt == DType::F64 ? 2.2250738585072014e-308 : 1.1754944e-38;
