@@ -23,7 +23,7 @@ ACTS = {
     "mish": (lambda x: em.nn.mish(x), lambda x: F.mish(x)),
     "hardswish": (lambda x: em.nn.hardswish(x), lambda x: F.hardswish(x)),
     "hardsigmoid": (lambda x: em.nn.hardsigmoid(x), lambda x: F.hardsigmoid(x)),
-    "gelu_tanh": (lambda x: em.nn.functional.gelu(x, approximate="tanh"), lambda x: F.gelu(x, approximate="tanh")),
+    "gelu_tanh": (lambda x: em.nn.gelu(x, approximate="tanh"), lambda x: F.gelu(x, approximate="tanh")),
     "gelu": (lambda x: em.nn.functional.gelu(x), lambda x: F.gelu(x)),
 }
 

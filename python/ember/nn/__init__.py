@@ -1,7 +1,7 @@
 """ember.nn: fused ops (``ember.nn.ops``), layers, convolutions, pooling, normalization, attention,
 resampling, activation modules, losses and ``functional``."""
 from . import functional, ops
-from .act_fns import elu, hardsigmoid, hardswish, leaky_relu, mish, softplus
+from .act_fns import elu, gelu, hardsigmoid, hardswish, leaky_relu, mish, softplus
 from .activations import (
     ELU,
     GELU,
@@ -80,7 +80,7 @@ __all__ = [
     "RmsNorm", "Sequential", "SiLU", "Sigmoid", "Softplus", "Tanh", "TransformerBlock", "Upsample",
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "batch_norm",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "conv1d", "conv2d", "conv_transpose1d",
-    "conv_transpose2d", "cross_entropy", "elu", "fold", "functional", "group_norm", "hardsigmoid", "hardswish",
+    "conv_transpose2d", "cross_entropy", "elu", "fold", "functional", "gelu", "group_norm", "hardsigmoid", "hardswish",
     "huber_loss", "interpolate", "kl_div", "l1_loss", "leaky_relu", "max_pool1d", "max_pool2d", "mish",
     "mse_loss", "nll_loss", "ops", "smooth_l1_loss", "softplus", "swiglu", "unfold",
 ]
