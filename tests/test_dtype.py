@@ -255,3 +255,22 @@ def test_view_kinds_cast(dt, rng):
 
 def test_np_mapping_table_complete():
     assert set(NP) == {d.name for d in em.ALL_DTYPES}
+
+
+def test_ml_dtypes_loads_only_when_a_bfloat16_array_is_needed():
+    # importing ml_dtypes takes about a second: `import ember` must not pay it, bfloat16 numpy interop must
+    import os
+    import subprocess
+    import sys
+
+    code = ("import sys, ember as em\n"
+            "before = 'ml_dtypes' in sys.modules\n"
+            "a = em.tensor([1.5, -2.25], dtype=em.bfloat16).numpy()\n"
+            "import ml_dtypes\n"
+            "back = em.tensor(a)\n"
+            "print(before, a.dtype == ml_dtypes.bfloat16, back.dtype is em.bfloat16, back.tolist())\n")
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120,
+                       check=False)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.split() == ["False", "True", "True", "[1.5,", "-2.25]"]

@@ -4,14 +4,24 @@ from __future__ import annotations
 import builtins
 import operator
 
-import ml_dtypes as _ml_dtypes
 import numpy as np
 
 from . import _C
 from .errors import DeviceError, DTypeError, EmberTypeError
 
 # numpy has no bfloat16; ml_dtypes' is the one JAX and MLX use, so a bf16 tensor is such an array.
-_NP_BF16 = np.dtype(_ml_dtypes.bfloat16)
+_NP_BF16 = None
+
+
+def _np_bf16() -> np.dtype:
+    """``ml_dtypes.bfloat16`` as a numpy dtype, imported at first use (importing ml_dtypes takes about a
+    second, most of ``import ember``)."""
+    global _NP_BF16
+    if _NP_BF16 is None:
+        import ml_dtypes
+
+        _NP_BF16 = np.dtype(ml_dtypes.bfloat16)
+    return _NP_BF16
 
 
 class DType:
@@ -103,7 +113,7 @@ def from_numpy_dtype(npdt: np.dtype) -> DType:
     """The ember DType holding numpy dtype ``npdt`` (int8, int16 and uint16 widen to int64)."""
     if npdt in _NP_TO_EMBER:
         return _NP_TO_EMBER[npdt]
-    if npdt == _NP_BF16:
+    if npdt.name == "bfloat16" and npdt == _np_bf16():  # such an array means ml_dtypes is loaded already
         return bfloat16
     if npdt in _NP_WIDEN:
         return _NP_WIDEN[npdt]
@@ -113,7 +123,7 @@ def from_numpy_dtype(npdt: np.dtype) -> DType:
 def numpy_dtype(dt: DType):
     """The numpy dtype that holds ``dt`` exactly (``ml_dtypes.bfloat16`` for bfloat16)."""
     if dt is bfloat16:
-        return _NP_BF16
+        return _np_bf16()
     return np.dtype(dt.name)
 
 

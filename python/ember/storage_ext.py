@@ -10,8 +10,9 @@ from .errors import DTypeError, EmberValueError
 _BY_CODE = _dt.BY_CODE
 _KIND_NAMES = {v: k for k, v in _dt.Device._KINDS.items()}
 
-# numpy dtype -> ember dtype for the dtypes a storage holds exactly.
-_EXACT = {np.dtype(_dt.numpy_dtype(d)): d for d in _dt.ALL_DTYPES}
+# numpy dtype -> ember dtype for the dtypes a storage holds exactly (bfloat16 is found through
+# from_numpy_dtype, which imports ml_dtypes only when such an array shows up).
+_EXACT = {np.dtype(_dt.numpy_dtype(d)): d for d in _dt.ALL_DTYPES if d is not _dt.bfloat16}
 
 
 def _storage_dtype(self) -> _dt.DType:
