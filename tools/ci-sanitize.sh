@@ -2,7 +2,8 @@
 # CI: builds ember's extension with a sanitizer in its own build dir and runs tests under it; any
 # sanitizer report fails the job. Usage: tools/ci-sanitize.sh asan|tsan [extra pytest args]
 #   asan: ASan + UBSan (every object, the per-ISA kernels included) over the whole suite.
-#   tsan: TSan over the threaded and concurrency tests, with EMBER_NUM_THREADS=2.
+#   tsan: TSan over the threaded and concurrency tests, with EMBER_NUM_THREADS=2, then over a set of
+#         emulated-Metal tests with the kernels compiled under TSan as well.
 # Reports go to files (build/<kind>/reports), not stderr, so pytest's capture cannot hide them; the
 # job prints each one and exits 1. Needs gcc's libasan/libubsan/libtsan (Debian: part of gcc).
 set -euo pipefail
@@ -72,6 +73,17 @@ else
       tests/test_robustness.py::test_set_num_threads_extremes \
       tests/test_robustness.py::test_threads_concurrent_nested_no_crash_no_hang \
       tests/test_robustness.py::test_threads_in_process_share_results "$@" || status=$?
+  # The Metal kernels behind the fused ops (softmax, the norms, RoPE, the activation backwards, a small
+  # sdpa forward and decode), batch_norm and group_norm, run by the emulated-device tests with the
+  # kernels compiled under TSan too (EMBER_METAL_EMU_TSAN): a missing barrier or a racy threadgroup
+  # write is reported like a host race. tools/metal_tsan covers the reductions and the must-fail case.
+  LD_PRELOAD="$preload" \
+  TSAN_OPTIONS="log_path=$PWD/$reports/tsan:halt_on_error=0:report_signal_unsafe=0:suppressions=$PWD/tools/tsan.supp" \
+  EMBER_NUM_THREADS=2 EMBER_SANITIZED=1 PYTHONPATH="$pkg" EMBER_METAL=emulate EMBER_TEST_DEVICE=metal \
+  EMBER_METAL_EMU_TSAN=1 EMBER_METAL_CACHE="$PWD/$bdir/msl-cache" \
+    "$python" -m pytest -q -p no:cacheprovider tests/test_metal_fused.py tests/test_norm_layers.py \
+      -k "(test_metal_fused and (not sdpa or (small and float32))) or batch_norm_training_matches or group_norm_matches" \
+      || status=$?
 fi
 
 # A report is an error, a UBSan "runtime error", a failed internal check or a TSan warning. ASan's
