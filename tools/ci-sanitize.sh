@@ -61,12 +61,11 @@ if [ "$kind" = asan ]; then
   EMBER_SANITIZED=1 PYTHONPATH="$pkg" \
     "$python" -m pytest -q -p no:cacheprovider "${@:-tests}" || status=$?
 else
+  tsan_env=(env LD_PRELOAD="$preload" EMBER_NUM_THREADS=2 EMBER_SANITIZED=1 PYTHONPATH="$pkg"
+    TSAN_OPTIONS="log_path=$PWD/$reports/tsan:halt_on_error=0:report_signal_unsafe=0:suppressions=$PWD/tools/tsan.supp")
   # The tests that run ember from several threads at once, and the pool itself. Fork tests stay out:
   # TSan does not support a multi-threaded fork.
-  LD_PRELOAD="$preload" \
-  TSAN_OPTIONS="log_path=$PWD/$reports/tsan:halt_on_error=0:report_signal_unsafe=0:suppressions=$PWD/tools/tsan.supp" \
-  EMBER_NUM_THREADS=2 EMBER_SANITIZED=1 PYTHONPATH="$pkg" \
-    "$python" -m pytest -q -p no:cacheprovider tests/test_threads.py tests/test_concurrency.py \
+  "${tsan_env[@]}" "$python" -m pytest -q -p no:cacheprovider tests/test_threads.py tests/test_concurrency.py \
       tests/test_custom_op.py::test_four_threads_apply_custom_ops_at_once \
       tests/test_custom_op.py::test_inplace_target_is_per_thread \
       tests/test_index.py::test_index_add_and_scatter_add_are_bit_identical_on_any_thread_count \
@@ -77,10 +76,8 @@ else
   # sdpa forward and decode), batch_norm and group_norm, run by the emulated-device tests with the
   # kernels compiled under TSan too (EMBER_METAL_EMU_TSAN): a missing barrier or a racy threadgroup
   # write is reported like a host race. tools/metal_tsan covers the reductions and the must-fail case.
-  LD_PRELOAD="$preload" \
-  TSAN_OPTIONS="log_path=$PWD/$reports/tsan:halt_on_error=0:report_signal_unsafe=0:suppressions=$PWD/tools/tsan.supp" \
-  EMBER_NUM_THREADS=2 EMBER_SANITIZED=1 PYTHONPATH="$pkg" EMBER_METAL=emulate EMBER_TEST_DEVICE=metal \
-  EMBER_METAL_EMU_TSAN=1 EMBER_METAL_CACHE="$PWD/$bdir/msl-cache" \
+  "${tsan_env[@]}" EMBER_METAL=emulate EMBER_TEST_DEVICE=metal EMBER_METAL_EMU_TSAN=1 \
+    EMBER_METAL_CACHE="$PWD/$bdir/msl-cache" \
     "$python" -m pytest -q -p no:cacheprovider tests/test_metal_fused.py tests/test_norm_layers.py \
       -k "(test_metal_fused and (not sdpa or (small and float32))) or batch_norm_training_matches or group_norm_matches" \
       || status=$?
