@@ -35,8 +35,9 @@ kernel void batch_norm_stats(device const T* x [[buffer(0)]], device const float
                              device float* rstd [[buffer(4)]], device float* rm_out [[buffer(5)]],
                              device float* rv_out [[buffer(6)]], constant BatchNormArgs& a [[buffer(7)]],
                              uint2 tg [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-                             uint tpg [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+                             uint2 tpg2 [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
                              uint sg [[simdgroup_index_in_threadgroup]], uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg2.x;  // MSL: position attributes share one width
   threadgroup float part[32];
   const long ch = tg.y, m = a.n * a.s;
   if (!a.training) {
@@ -85,9 +86,10 @@ kernel void batch_norm_bwd_sums(device const T* x [[buffer(0)]], device const T*
                                 device const float* mean [[buffer(2)]], device const float* rstd [[buffer(3)]],
                                 device T* dw [[buffer(4)]], device T* db [[buffer(5)]], device float* sums [[buffer(6)]],
                                 constant BatchNormArgs& a [[buffer(7)]], uint2 tg [[threadgroup_position_in_grid]],
-                                uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
+                                uint tid [[thread_index_in_threadgroup]], uint2 tpg2 [[threads_per_threadgroup]],
                                 uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                                 uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg2.x;  // MSL: position attributes share one width
   threadgroup float part[32];
   const long ch = tg.y, m = a.n * a.s;
   const float mu = mean[ch];

@@ -27,9 +27,10 @@ kernel void group_norm_fwd(device const T* x [[buffer(0)]], device const T* w [[
                            device const T* b [[buffer(2)]], device T* y [[buffer(3)]],
                            device float* mean [[buffer(4)]], device float* rstd [[buffer(5)]],
                            constant GroupNormArgs& a [[buffer(6)]], uint2 tg [[threadgroup_position_in_grid]],
-                           uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
+                           uint tid [[thread_index_in_threadgroup]], uint2 tpg2 [[threads_per_threadgroup]],
                            uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                            uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg2.x;  // MSL: position attributes share one width
   threadgroup float part[32];
   const long row = tg.y, cg = a.c / a.groups, len = cg * a.s, c0 = (row % a.groups) * cg;
   device const T* xr = x + row * len;
@@ -61,9 +62,10 @@ kernel void group_norm_bwd_dx(device const T* x [[buffer(0)]], device const T* w
                               device const float* mean [[buffer(2)]], device const float* rstd [[buffer(3)]],
                               device const T* g [[buffer(4)]], device T* dx [[buffer(5)]],
                               constant GroupNormArgs& a [[buffer(6)]], uint2 tg [[threadgroup_position_in_grid]],
-                              uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
+                              uint tid [[thread_index_in_threadgroup]], uint2 tpg2 [[threads_per_threadgroup]],
                               uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                               uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg2.x;  // MSL: position attributes share one width
   threadgroup float part[32];
   const long row = tg.y, cg = a.c / a.groups, len = cg * a.s, c0 = (row % a.groups) * cg;
   device const T* xr = x + row * len;
@@ -90,9 +92,10 @@ kernel void group_norm_bwd_params(device const T* x [[buffer(0)]], device const 
                                   device const float* rstd [[buffer(2)]], device const T* g [[buffer(3)]],
                                   device T* dw [[buffer(4)]], device T* db [[buffer(5)]],
                                   constant GroupNormArgs& a [[buffer(6)]], uint2 tg [[threadgroup_position_in_grid]],
-                                  uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
+                                  uint tid [[thread_index_in_threadgroup]], uint2 tpg2 [[threads_per_threadgroup]],
                                   uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                                   uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg2.x;  // MSL: position attributes share one width
   threadgroup float part[32];
   const long ch = tg.y, grp = ch / (a.c / a.groups);
   float sw = 0.0f, sb = 0.0f;

@@ -30,7 +30,7 @@ template <> struct Acc<bfloat> { typedef float type; };
 template <typename T>
 kernel void matmul_tiled(device const T* a [[buffer(0)]], device const T* b [[buffer(1)]], device T* c [[buffer(2)]],
                          constant long* meta [[buffer(3)]], uint3 tg [[threadgroup_position_in_grid]],
-                         uint2 tpos [[thread_position_in_threadgroup]],
+                         uint3 tpos [[thread_position_in_threadgroup]],
                          uint tid [[thread_index_in_threadgroup]]) {
   typedef typename Acc<T>::type A;
   threadgroup A as[kTileA];  // as[p * BM + i]: the A tile, transposed so a thread's rows are adjacent
@@ -120,7 +120,7 @@ instantiate_matmul_dot(bfloat16, bfloat)
   template [[host_name("matmul_tiled_" #tname)]] [[kernel]] void matmul_tiled<T>(                             \
       device const T* a [[buffer(0)]], device const T* b [[buffer(1)]], device T* c [[buffer(2)]],           \
       constant long* meta [[buffer(3)]], uint3 tg [[threadgroup_position_in_grid]],                          \
-      uint2 tpos [[thread_position_in_threadgroup]], uint tid [[thread_index_in_threadgroup]]);
+      uint3 tpos [[thread_position_in_threadgroup]], uint tid [[thread_index_in_threadgroup]]);
 
 instantiate_matmul(float32, float)
 instantiate_matmul(float16, half)

@@ -47,25 +47,45 @@ template <class T> struct numeric_limits {
   static T quiet_NaN();
 };
 
-#define MSL_DECL1(NAME) template <class T> T NAME(T);
-#define MSL_DECL2(NAME) template <class T> T NAME(T, T);
-MSL_DECL1(exp) MSL_DECL1(exp2) MSL_DECL1(exp10) MSL_DECL1(log) MSL_DECL1(log2) MSL_DECL1(log10) MSL_DECL1(sin)
-MSL_DECL1(cos) MSL_DECL1(tan) MSL_DECL1(asin) MSL_DECL1(acos) MSL_DECL1(atan) MSL_DECL1(sinh) MSL_DECL1(cosh)
-MSL_DECL1(tanh) MSL_DECL1(asinh) MSL_DECL1(acosh) MSL_DECL1(atanh) MSL_DECL1(sqrt) MSL_DECL1(rsqrt) MSL_DECL1(fabs)
-MSL_DECL1(abs) MSL_DECL1(floor) MSL_DECL1(ceil) MSL_DECL1(round) MSL_DECL1(rint) MSL_DECL1(trunc) MSL_DECL1(fract)
-MSL_DECL1(sign) MSL_DECL1(popcount)
-MSL_DECL2(pow) MSL_DECL2(powr) MSL_DECL2(fmax) MSL_DECL2(fmin) MSL_DECL2(max) MSL_DECL2(min) MSL_DECL2(fmod)
-MSL_DECL2(atan2) MSL_DECL2(copysign) MSL_DECL2(step)
-#undef MSL_DECL1
-#undef MSL_DECL2
-template <class T> T clamp(T, T, T);
-template <class T> T fma(T, T, T);
-template <class T> T mix(T, T, T);
+// Math functions are declared for the types MSL 3.1 has them for, as plain overloads the way its headers
+// give them: a call with another type (exp(bfloat), exp(int), max(half, float)) finds none, or several.
+#define MSL_FLOATS(M, A) M(float, A) M(float2, A) M(float3, A) M(float4, A) M(half, A) M(half2, A) M(half3, A) M(half4, A)
+#define MSL_INTS_OF(M, A, T) M(T, A) M(T##2, A) M(T##3, A) M(T##4, A)
+#define MSL_INTS(M, A)                                                                                 \
+  MSL_INTS_OF(M, A, char) MSL_INTS_OF(M, A, uchar) MSL_INTS_OF(M, A, short) MSL_INTS_OF(M, A, ushort) \
+  MSL_INTS_OF(M, A, int) MSL_INTS_OF(M, A, uint) MSL_INTS_OF(M, A, long) MSL_INTS_OF(M, A, ulong)
+// bfloat converts to float silently, so its overloads are there, deleted: exp(bfloat) is an error.
+#define MSL_BFLOATS(M, A) M(bfloat, A) M(bfloat2, A) M(bfloat3, A) M(bfloat4, A)
+#define MSL_F1(T, NAME) T NAME(T);
+#define MSL_F2(T, NAME) T NAME(T, T);
+#define MSL_F3(T, NAME) T NAME(T, T, T);
+#define MSL_X1(T, NAME) T NAME(T) = delete;
+#define MSL_X2(T, NAME) T NAME(T, T) = delete;
+#define MSL_X3(T, NAME) T NAME(T, T, T) = delete;
+#define MSL_FLOAT1(NAME) MSL_FLOATS(MSL_F1, NAME) MSL_BFLOATS(MSL_X1, NAME)
+#define MSL_FLOAT2(NAME) MSL_FLOATS(MSL_F2, NAME) MSL_BFLOATS(MSL_X2, NAME)
+MSL_FLOAT1(exp) MSL_FLOAT1(exp2) MSL_FLOAT1(exp10) MSL_FLOAT1(log) MSL_FLOAT1(log2) MSL_FLOAT1(log10) MSL_FLOAT1(sin)
+MSL_FLOAT1(cos) MSL_FLOAT1(tan) MSL_FLOAT1(asin) MSL_FLOAT1(acos) MSL_FLOAT1(atan) MSL_FLOAT1(sinh) MSL_FLOAT1(cosh)
+MSL_FLOAT1(tanh) MSL_FLOAT1(asinh) MSL_FLOAT1(acosh) MSL_FLOAT1(atanh) MSL_FLOAT1(sqrt) MSL_FLOAT1(rsqrt)
+MSL_FLOAT1(fabs) MSL_FLOAT1(floor) MSL_FLOAT1(ceil) MSL_FLOAT1(round) MSL_FLOAT1(rint) MSL_FLOAT1(trunc)
+MSL_FLOAT1(fract) MSL_FLOAT1(sign)
+MSL_FLOAT2(pow) MSL_FLOAT2(powr) MSL_FLOAT2(fmax) MSL_FLOAT2(fmin) MSL_FLOAT2(fmod) MSL_FLOAT2(atan2)
+MSL_FLOAT2(copysign) MSL_FLOAT2(step)
+MSL_FLOATS(MSL_F3, fma) MSL_FLOATS(MSL_F3, mix) MSL_BFLOATS(MSL_X3, fma) MSL_BFLOATS(MSL_X3, mix)
+// abs, max, min and clamp take integers too; popcount only integers
+MSL_FLOAT1(abs) MSL_INTS(MSL_F1, abs) MSL_FLOAT2(max) MSL_INTS(MSL_F2, max)
+MSL_FLOAT2(min) MSL_INTS(MSL_F2, min) MSL_FLOATS(MSL_F3, clamp) MSL_BFLOATS(MSL_X3, clamp) MSL_INTS(MSL_F3, clamp)
+MSL_INTS(MSL_F1, popcount)
+#define MSL_PRED(T, NAME) bool NAME(T);
+#define MSL_PREDV(T, NAME) bool2 NAME(T##2); bool3 NAME(T##3); bool4 NAME(T##4);
+#define MSL_PREDICATE(NAME) MSL_PRED(float, NAME) MSL_PRED(half, NAME) MSL_PREDV(float, NAME) MSL_PREDV(half, NAME)
+MSL_PREDICATE(isnan) MSL_PREDICATE(isinf) MSL_PREDICATE(isfinite) MSL_PREDICATE(signbit)
+#undef MSL_PRED
+#undef MSL_PREDV
+#undef MSL_PREDICATE
+#undef MSL_FLOAT1
+#undef MSL_FLOAT2
 template <class T> T select(T, T, bool);
-template <class T> bool isnan(T);
-template <class T> bool isinf(T);
-template <class T> bool isfinite(T);
-template <class T> bool signbit(T);
 template <class T> bool all(T);
 template <class T> bool any(T);
 template <class V> auto dot(V a, V b) -> decltype(a.x * b.x);
@@ -83,15 +103,31 @@ enum class mem_flags : uint { mem_none = 0, mem_device = 1, mem_threadgroup = 2,
 mem_flags operator|(mem_flags, mem_flags);
 void threadgroup_barrier(mem_flags);
 void simdgroup_barrier(mem_flags);
-#define MSL_SIMD1(NAME) template <class T> T NAME(T);
-#define MSL_SIMD2(NAME) template <class T> T NAME(T, ushort);
-MSL_SIMD1(simd_sum) MSL_SIMD1(simd_product) MSL_SIMD1(simd_max) MSL_SIMD1(simd_min) MSL_SIMD1(simd_and)
-MSL_SIMD1(simd_or) MSL_SIMD1(simd_xor) MSL_SIMD1(simd_prefix_inclusive_sum) MSL_SIMD1(simd_prefix_exclusive_sum)
-MSL_SIMD1(simd_prefix_inclusive_product) MSL_SIMD1(simd_prefix_exclusive_product) MSL_SIMD1(simd_broadcast_first)
+// simdgroup functions: floats and integers (not bfloat in MSL 3.1); the bitwise ones integers only.
+#define MSL_S2(T, NAME) T NAME(T, ushort);
+#define MSL_XS2(T, NAME) T NAME(T, ushort) = delete;
+#define MSL_SIMD1(NAME) MSL_FLOATS(MSL_F1, NAME) MSL_INTS(MSL_F1, NAME) MSL_BFLOATS(MSL_X1, NAME)
+#define MSL_SIMD2(NAME) MSL_FLOATS(MSL_S2, NAME) MSL_INTS(MSL_S2, NAME) MSL_BFLOATS(MSL_XS2, NAME)
+MSL_SIMD1(simd_sum) MSL_SIMD1(simd_product) MSL_SIMD1(simd_max) MSL_SIMD1(simd_min)
+MSL_INTS(MSL_F1, simd_and) MSL_INTS(MSL_F1, simd_or) MSL_INTS(MSL_F1, simd_xor)
+MSL_SIMD1(simd_prefix_inclusive_sum) MSL_SIMD1(simd_prefix_exclusive_sum) MSL_SIMD1(simd_prefix_inclusive_product)
+MSL_SIMD1(simd_prefix_exclusive_product) MSL_SIMD1(simd_broadcast_first)
 MSL_SIMD2(simd_shuffle) MSL_SIMD2(simd_shuffle_down) MSL_SIMD2(simd_shuffle_up) MSL_SIMD2(simd_shuffle_xor)
 MSL_SIMD2(simd_broadcast)
 #undef MSL_SIMD1
 #undef MSL_SIMD2
+#undef MSL_S2
+#undef MSL_XS2
+#undef MSL_X1
+#undef MSL_X2
+#undef MSL_X3
+#undef MSL_BFLOATS
+#undef MSL_F1
+#undef MSL_F2
+#undef MSL_F3
+#undef MSL_FLOATS
+#undef MSL_INTS_OF
+#undef MSL_INTS
 struct simd_vote {
   using vote_t = uint64_t;
   explicit operator vote_t() const;

@@ -54,8 +54,9 @@ template <typename T>
 kernel void rms_norm_fwd(device const T* x [[buffer(0)]], device const T* w [[buffer(1)]], device T* y [[buffer(2)]],
                          device float* rstd [[buffer(3)]], constant NormArgs& a [[buffer(4)]],
                          uint2 tg [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-                         uint tpg [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+                         uint2 tpg2 [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
                          uint sg [[simdgroup_index_in_threadgroup]], uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg2.x;  // MSL: position attributes share one width
   threadgroup float part[32];
   const long row = tg.y, n = a.n, cs = a.x.cstride;
   device const T* xr = x + row_start(a.x, row);
@@ -79,9 +80,10 @@ kernel void layer_norm_fwd(device const T* x [[buffer(0)]], device const T* w [[
                            device const T* b [[buffer(2)]], device T* y [[buffer(3)]],
                            device float* mean [[buffer(4)]], device float* rstd [[buffer(5)]],
                            constant NormArgs& a [[buffer(6)]], uint2 tg [[threadgroup_position_in_grid]],
-                           uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
+                           uint tid [[thread_index_in_threadgroup]], uint2 tpg2 [[threads_per_threadgroup]],
                            uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                            uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg2.x;  // MSL: position attributes share one width
   threadgroup float part[32];
   const long row = tg.y, n = a.n, cs = a.x.cstride;
   device const T* xr = x + row_start(a.x, row);
@@ -112,8 +114,9 @@ kernel void rms_norm_bwd_dx(device const T* x [[buffer(0)]], device const T* w [
                             device const float* rstd [[buffer(2)]], device const T* g [[buffer(3)]],
                             device T* dx [[buffer(4)]], constant NormArgs& a [[buffer(5)]],
                             uint2 tg [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-                            uint tpg [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+                            uint2 tpg2 [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
                             uint sg [[simdgroup_index_in_threadgroup]], uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg2.x;  // MSL: position attributes share one width
   threadgroup float part[32];
   const long row = tg.y, n = a.n, cx = a.x.cstride, cg = a.g.cstride;
   device const T* xr = x + row_start(a.x, row);
@@ -136,9 +139,10 @@ kernel void layer_norm_bwd_dx(device const T* x [[buffer(0)]], device const T* w
                               device const float* mean [[buffer(2)]], device const float* rstd [[buffer(3)]],
                               device const T* g [[buffer(4)]], device T* dx [[buffer(5)]],
                               constant NormArgs& a [[buffer(6)]], uint2 tg [[threadgroup_position_in_grid]],
-                              uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
+                              uint tid [[thread_index_in_threadgroup]], uint2 tpg2 [[threads_per_threadgroup]],
                               uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                               uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg2.x;  // MSL: position attributes share one width
   threadgroup float part[32];
   const long row = tg.y, n = a.n, cx = a.x.cstride, cg = a.g.cstride;
   device const T* xr = x + row_start(a.x, row);

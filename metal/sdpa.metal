@@ -60,9 +60,10 @@ template <typename T, typename M>
 kernel void sdpa_fwd(device const T* q [[buffer(0)]], device const T* k [[buffer(1)]], device const T* v [[buffer(2)]],
                      device const M* mask [[buffer(3)]], device T* out [[buffer(4)]], device float* lse [[buffer(5)]],
                      constant SdpaArgs& a [[buffer(6)]], uint3 tg [[threadgroup_position_in_grid]],
-                     uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
+                     uint tid [[thread_index_in_threadgroup]], uint3 tpg3 [[threads_per_threadgroup]],
                      uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                      uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg3.x;  // MSL: position attributes share one width
   threadgroup float Ks[kTile];
   threadgroup float Vs[kTile];
   const long bh = tg.z, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hkv);
@@ -193,9 +194,10 @@ kernel void sdpa_decode(device const T* q [[buffer(0)]], device const T* k [[buf
                         device const T* v [[buffer(2)]], device const M* mask [[buffer(3)]],
                         device T* out [[buffer(4)]], device float* lse [[buffer(5)]],
                         constant SdpaArgs& a [[buffer(6)]], uint3 tg [[threadgroup_position_in_grid]],
-                        uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
+                        uint tid [[thread_index_in_threadgroup]], uint3 tpg3 [[threads_per_threadgroup]],
                         uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                         uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg3.x;  // MSL: position attributes share one width
   threadgroup float Ms[32];
   threadgroup float Ls[32];
   threadgroup float Os[kTile];
@@ -216,8 +218,9 @@ kernel void sdpa_decode_split(device const T* q [[buffer(0)]], device const T* k
                               device const T* v [[buffer(2)]], device const M* mask [[buffer(3)]],
                               device float* part [[buffer(4)]], constant SdpaArgs& a [[buffer(5)]],
                               uint3 tg [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-                              uint tpg [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+                              uint3 tpg3 [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
                               uint sg [[simdgroup_index_in_threadgroup]], uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg3.x;  // MSL: position attributes share one width
   threadgroup float Ms[32];
   threadgroup float Ls[32];
   threadgroup float Os[kTile];
@@ -238,7 +241,8 @@ template <typename T>
 kernel void sdpa_decode_merge(device const float* part [[buffer(0)]], device T* out [[buffer(1)]],
                               device float* lse [[buffer(2)]], constant SdpaArgs& a [[buffer(3)]],
                               uint3 tg [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-                              uint tpg [[threads_per_threadgroup]]) {
+                              uint3 tpg3 [[threads_per_threadgroup]]) {
+  const uint tpg = tpg3.x;  // MSL: position attributes share one width
   const long chunks = a.pad, row = long(tg.z) * a.Lq + tg.y, ld = a.Dv + 2;
   device const float* pr = part + row * chunks * ld;
   float mx = neg_inf();
@@ -277,9 +281,10 @@ kernel void sdpa_bwd_dq(device const T* q [[buffer(0)]], device const T* k [[buf
                         device const T* g [[buffer(4)]], device const float* lse [[buffer(5)]],
                         device const float* di [[buffer(6)]], device T* dq [[buffer(7)]],
                         constant SdpaArgs& a [[buffer(8)]], uint3 tg [[threadgroup_position_in_grid]],
-                        uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
+                        uint tid [[thread_index_in_threadgroup]], uint3 tpg3 [[threads_per_threadgroup]],
                         uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                         uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg3.x;  // MSL: position attributes share one width
   threadgroup float Ks[kTile];
   threadgroup float Vs[kTile];
   const long bh = tg.z, b = bh / a.H, h = bh % a.H, hk = h / (a.H / a.Hkv);
@@ -343,9 +348,10 @@ kernel void sdpa_bwd_dkv(device const T* q [[buffer(0)]], device const T* k [[bu
                          device const T* g [[buffer(4)]], device const float* lse [[buffer(5)]],
                          device const float* di [[buffer(6)]], device T* dk [[buffer(7)]], device T* dv [[buffer(8)]],
                          constant SdpaArgs& a [[buffer(9)]], uint3 tg [[threadgroup_position_in_grid]],
-                         uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
+                         uint tid [[thread_index_in_threadgroup]], uint3 tpg3 [[threads_per_threadgroup]],
                          uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                          uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg3.x;  // MSL: position attributes share one width
   threadgroup float Qs[kTile];
   threadgroup float Gs[kTile];
   threadgroup float L2s[kMaxTileRows];

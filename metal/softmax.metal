@@ -93,9 +93,10 @@ kernel void softmax_fwd_simd(device const T* x [[buffer(0)]], device T* y [[buff
 template <typename T, bool LOG>
 kernel void softmax_fwd_block(device const T* x [[buffer(0)]], device T* y [[buffer(1)]],
                               constant SoftmaxArgs& a [[buffer(2)]], uint2 tg [[threadgroup_position_in_grid]],
-                              uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
+                              uint tid [[thread_index_in_threadgroup]], uint2 tpg2 [[threads_per_threadgroup]],
                               uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                               uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg2.x;  // MSL: position attributes share one width
   threadgroup float part[32];
   const long row = tg.y, n = a.n, cs = a.a.cstride;
   const long base = row_start(a.a, row);
@@ -129,9 +130,10 @@ kernel void softmax_fwd_block(device const T* x [[buffer(0)]], device T* y [[buf
 template <typename T, bool LOG>
 kernel void softmax_fwd_looped(device const T* x [[buffer(0)]], device T* y [[buffer(1)]],
                                constant SoftmaxArgs& a [[buffer(2)]], uint2 tg [[threadgroup_position_in_grid]],
-                               uint tid [[thread_index_in_threadgroup]], uint tpg [[threads_per_threadgroup]],
+                               uint tid [[thread_index_in_threadgroup]], uint2 tpg2 [[threads_per_threadgroup]],
                                uint lane [[thread_index_in_simdgroup]], uint sg [[simdgroup_index_in_threadgroup]],
                                uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg2.x;  // MSL: position attributes share one width
   threadgroup float part[32];
   const long row = tg.y, n = a.n, cs = a.a.cstride;
   device const T* xr = x + row_start(a.a, row);
@@ -184,8 +186,9 @@ template <typename T, bool LOG>
 kernel void softmax_bwd_block(device const T* y [[buffer(0)]], device const T* g [[buffer(1)]],
                               device T* dx [[buffer(2)]], constant SoftmaxArgs& a [[buffer(3)]],
                               uint2 tg [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-                              uint tpg [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+                              uint2 tpg2 [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
                               uint sg [[simdgroup_index_in_threadgroup]], uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg2.x;  // MSL: position attributes share one width
   threadgroup float part[32];
   const long row = tg.y, n = a.n;
   const long by = row_start(a.a, row), bg = row_start(a.b, row);
@@ -209,8 +212,9 @@ template <typename T, bool LOG>
 kernel void softmax_bwd_looped(device const T* y [[buffer(0)]], device const T* g [[buffer(1)]],
                                device T* dx [[buffer(2)]], constant SoftmaxArgs& a [[buffer(3)]],
                                uint2 tg [[threadgroup_position_in_grid]], uint tid [[thread_index_in_threadgroup]],
-                               uint tpg [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
+                               uint2 tpg2 [[threads_per_threadgroup]], uint lane [[thread_index_in_simdgroup]],
                                uint sg [[simdgroup_index_in_threadgroup]], uint nsg [[simdgroups_per_threadgroup]]) {
+  const uint tpg = tpg2.x;  // MSL: position attributes share one width
   threadgroup float part[32];
   const long row = tg.y, n = a.n, cy = a.a.cstride, cg = a.b.cstride;
   device const T* yr = y + row_start(a.a, row);

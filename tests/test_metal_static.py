@@ -64,6 +64,47 @@ def test_lint_ignores_comments_and_strings():
     assert msl_check.lint("inc.metal", "#include <cmath>\n") == ["inc.metal:1: #include <cmath> (only Metal's own headers)"]
 
 
+def test_position_attributes_of_one_kernel_share_one_width():
+    assert msl_check.lint(FIXTURES / "position_widths.metal") == [
+        "position_widths.metal:5: the thread-position inputs of one kernel must all be scalars or vectors of one width "
+        "(uint2 [[threadgroup_position_in_grid]], uint [[threads_per_threadgroup]])",
+        "position_widths.metal:9: the thread-position inputs of one kernel must all be scalars or vectors of one width "
+        "(uint3 [[threadgroup_position_in_grid]], uint2 [[thread_position_in_threadgroup]])",
+    ]
+
+
+def test_math_and_simd_functions_exist_only_for_msl_types():
+    assert msl_check.compile_check(FIXTURES / "bfloat_math.metal") == [
+        "bfloat_math.metal:5: call to deleted function 'exp'",
+        "bfloat_math.metal:6: call to deleted function 'simd_sum'",
+    ]
+
+
+def test_narrowing_and_warnings_are_errors():
+    assert msl_check.compile_check(FIXTURES / "narrowing.metal") == [
+        "narrowing.metal:6: implicit conversion loses floating-point precision: 'const float' to 'half' (aka '_Float16')",
+        "narrowing.metal:7: implicit conversion loses floating-point precision: 'const float' to 'bfloat' (aka '__bf16')",
+        "narrowing.metal:9: unused variable 'unused'",
+    ]
+
+
+def test_the_language_is_cxx14():
+    assert msl_check.compile_check(FIXTURES / "cxx17.metal") == ["cxx17.metal:6: constexpr if is a C++17 extension"]
+
+
+def test_threadgroup_variables_only_in_a_kernel_and_uninitialised():
+    assert msl_check.lint(FIXTURES / "threadgroup_decl.metal") == [
+        "threadgroup_decl.metal:4: a threadgroup variable at program scope (declare it in the kernel)",
+        "threadgroup_decl.metal:7: a threadgroup variable cannot have an initialiser",
+        "threadgroup_decl.metal:8: a threadgroup variable cannot have an initialiser",
+    ]
+
+
+@pytest.mark.parametrize("path", sorted(FIXTURES.glob("*.metal")), ids=lambda p: p.name)
+def test_every_negative_fixture_fails_the_check(path):
+    assert msl_check.check(path) != []
+
+
 def test_recursion_is_found_in_the_call_graph():
     assert msl_check.compile_check(FIXTURES / "recursion.metal") == [
         "recursion.metal: recursion (fact -> fact) is not allowed in MSL",

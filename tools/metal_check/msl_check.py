@@ -1,5 +1,6 @@
-"""Static checks of MSL sources without a Mac: each file type-checks as clang C++ against metal/msl_static.h
-with Metal's address spaces kept distinct, and passes a lint for what MSL forbids.
+"""Static checks of MSL sources without a Mac: each file type-checks as clang C++14 (-Wall -Wextra -Werror)
+against metal/msl_static.h, with Metal's address spaces kept distinct and math / simd functions declared
+only for the types MSL has them for, and passes a lint for what MSL forbids.
 
 Usage: python tools/metal_check/msl_check.py [file.metal ...]   (default: every metal/*.metal)
 """
@@ -44,6 +45,62 @@ def strip_comments_and_strings(src):
     return re.sub(r'//[^\n]*|/\*.*?\*/|"(?:\\.|[^"\\\n])*"|\'(?:\\.|[^\'\\\n])*\'', blank, src, flags=re.S)
 
 
+# The thread-position family: MSL requires these inputs of one kernel to be all scalars or all vectors
+# of one width (Apple's compiler rejects the kernel, and with it every kernel of its file).
+POSITION_FAMILY = ("thread_position_in_grid", "threadgroup_position_in_grid", "thread_position_in_threadgroup",
+                   "threads_per_threadgroup", "threadgroups_per_grid", "threads_per_grid",
+                   "dispatch_threads_per_threadgroup", "grid_size")
+_POSITION = re.compile(r"\b([A-Za-z_]\w*?)([234]?)\s+(?:const\s+)?[A-Za-z_]\w*\s*\[\[\s*(" + "|".join(POSITION_FAMILY) +
+                       r")\s*\]\]")
+
+
+def _open_paren(text, pos):
+    """The index of the '(' whose parameter list holds text[pos]."""
+    depth = 0
+    for i in range(pos - 1, -1, -1):
+        if text[i] == ")":
+            depth += 1
+        elif text[i] == "(":
+            if depth == 0:
+                return i
+            depth -= 1
+    return -1
+
+
+def _position_widths(name, text):
+    lists = {}
+    for m in _POSITION.finditer(text):
+        lists.setdefault(_open_paren(text, m.start()), []).append(m)
+    out = []
+    for pos, ms in lists.items():
+        if len({m.group(2) or "1" for m in ms}) > 1:
+            line = text.count("\n", 0, pos) + 1
+            what = ", ".join(f"{m.group(1)}{m.group(2)} [[{m.group(3)}]]" for m in ms)
+            out.append(f"{name}:{line}: the thread-position inputs of one kernel must all be scalars or vectors "
+                       f"of one width ({what})")
+    return out
+
+
+def _threadgroup_decls(name, text):
+    """Threadgroup variables must be declared in a kernel's body, without an initialiser."""
+    out = []
+    for m in re.finditer(r"\bthreadgroup\b", text):
+        before = text[:m.start()].rstrip()
+        if before and before[-1] not in ";{}" and not before.endswith("static"):
+            continue  # a parameter, a cast or a pointer type, not a declaration
+        end = text.find(";", m.end())
+        decl = re.sub(r"\[[^\]]*\]", "[]", text[m.end():end])
+        if re.search(r"[*&]", decl.split("=")[0]):
+            continue  # a pointer or reference to threadgroup memory, itself a thread variable
+        line = text.count("\n", 0, m.start()) + 1
+        depth = before.count("{") - before.count("}")
+        if depth <= 0:
+            out.append(f"{name}:{line}: a threadgroup variable at program scope (declare it in the kernel)")
+        elif "=" in decl or "{" in decl:
+            out.append(f"{name}:{line}: a threadgroup variable cannot have an initialiser")
+    return out
+
+
 def lint(path, src=None):
     """What MSL forbids, found in the text: a list of "file:line: message"."""
     src = Path(path).read_text() if src is None else src
@@ -63,7 +120,7 @@ def lint(path, src=None):
         if m.group(1) not in ATTRIBUTES:
             line = text.count("\n", 0, m.start()) + 1
             problems.append(f"{name}:{line}: unknown attribute [[{m.group(1)}]]")
-    return problems
+    return problems + _position_widths(name, text) + _threadgroup_decls(name, text)
 
 
 def _stub_include_dir():
@@ -77,7 +134,7 @@ def preprocess(path):
     """The file after the C preprocessor (macros such as an instantiate() helper expanded, line markers kept)."""
     inc = _stub_include_dir()
     cxx = os.environ.get("CXX", "c++")
-    p = subprocess.run([cxx, "-E", "-x", "c++", "-std=c++17", "-D__METAL_VERSION__=310", "-I", str(inc), str(path)],
+    p = subprocess.run([cxx, "-E", "-x", "c++", "-std=c++14", "-D__METAL_VERSION__=310", "-I", str(inc), str(path)],
                        capture_output=True, text=True, timeout=120)
     for f in inc.iterdir():
         f.unlink()
@@ -89,8 +146,11 @@ def preprocess(path):
 
 def _clang_args():
     gcc_inc = subprocess.run(["gcc", "-print-file-name=include"], capture_output=True, text=True).stdout.strip()
-    return ["-x", "c++", "-std=c++17", "-fsyntax-only", "-include", str(METAL / "msl_static.h"),
-            "-isystem", gcc_inc, "-Wno-unknown-attributes"]
+    # MSL 3.1 is C++14 with Metal's restrictions; warnings are errors, as scripts/metal_smoke.sh compiles on
+    # a Mac, and an implicit float -> half / bfloat narrowing is one (MSL allows it; ember writes the cast).
+    return ["-x", "c++", "-std=c++14", "-fsyntax-only", "-include", str(METAL / "msl_static.h"),
+            "-isystem", gcc_inc, "-Wall", "-Wextra", "-Werror", "-Wimplicit-float-conversion",
+            "-Wno-unknown-attributes"]
 
 
 def _line_map(text):
