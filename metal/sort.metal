@@ -1,6 +1,6 @@
 // Sort along one dim, and topk's selection: every line is ordered as (key, index) pairs under a total order
 // (NaN largest, ties by index, so the result is stable). Lines whose power-of-two padding fits a
-// threadgroup's 32 KiB are bitonic-sorted there by `sort_block` (one threadgroup per line); longer lines go
+// threadgroup's memory (at most 24 KiB) are bitonic-sorted there by `sort_block` (one threadgroup per line); longer lines go
 // through device memory: `sort_init` pads them into scratch, one `sort_step` dispatch per bitonic (k, j)
 // stage, `sort_write`. `topk_block` selects the k first of a line without sorting it.
 #include <metal_stdlib>
@@ -227,12 +227,13 @@ kernel void topk_block(device const T* in [[buffer(0)]], device T* vals [[buffer
       constant long* meta [[buffer(3)]], uint2 tg [[threadgroup_position_in_grid]],                            \
       uint tid [[thread_index_in_threadgroup]], uint2 tpg [[threads_per_threadgroup]]);
 
-// B: the elements whose key and index fit 32 KiB of threadgroup memory (a power of two)
-instantiate_sort(float32, float, 4096)
-instantiate_sort(float16, half, 4096)
-instantiate_sort(bfloat16, bfloat, 4096)
+// B: a power of two of elements whose key and index fit 24 KiB of threadgroup memory, a margin under
+// Metal's 32 KiB (a pipeline's own threadgroup use counts against it too)
+instantiate_sort(float32, float, 2048)
+instantiate_sort(float16, half, 2048)
+instantiate_sort(bfloat16, bfloat, 2048)
 instantiate_sort(int64, long, 2048)
-instantiate_sort(uint32, uint, 4096)
+instantiate_sort(uint32, uint, 2048)
 instantiate_sort(uint8, uchar, 4096)
-instantiate_sort(int32, int, 4096)
+instantiate_sort(int32, int, 2048)
 instantiate_sort(bool, bool, 4096)

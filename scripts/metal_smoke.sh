@@ -10,7 +10,14 @@ if [ "$(uname -s)" != "Darwin" ]; then
 fi
 out=build/metal-smoke
 mkdir -p "$out"
-# Xcode 26 ships the Metal toolchain separately: xcodebuild -downloadComponent MetalToolchain
+# The kernels are compiled at run time by the OS (newLibrary), so only this script's first step needs the
+# Metal toolchain, which Xcode 26 ships as a separate component.
+if ! xcrun -sdk macosx --find metal >/dev/null 2>&1 || ! xcrun -sdk macosx metal --version >/dev/null 2>&1; then
+  echo "metal_smoke.sh: the Metal toolchain (xcrun -sdk macosx metal) is missing. Install Xcode (not only the" >&2
+  echo "Command Line Tools), then its Metal toolchain component:" >&2
+  echo "  xcodebuild -downloadComponent MetalToolchain    (Xcode 26 and later; earlier Xcode includes it)" >&2
+  exit 2
+fi
 xcrun -sdk macosx metal --version
 echo "== compiling every kernel with Apple's compiler"
 for f in metal/*.metal; do

@@ -80,8 +80,9 @@ constexpr size_t kHugeMin = size_t(4) << 20;
 constexpr size_t kHugePage = size_t(2) << 20;
 
 void* raw_alloc(size_t cls) {
-  if (cls < kHugeMin) return std::aligned_alloc(kAlign, cls);
   void* p = nullptr;
+  // posix_memalign, not std::aligned_alloc: macOS has the latter only from 10.15 (an x86-64 wheel targets older)
+  if (cls < kHugeMin) return posix_memalign(&p, kAlign, cls) == 0 ? p : nullptr;
   if (posix_memalign(&p, kHugePage, cls) != 0) return nullptr;
 #if defined(MADV_HUGEPAGE)
   madvise(p, cls, MADV_HUGEPAGE);  // advisory: ignored where THP is off

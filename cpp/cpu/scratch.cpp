@@ -18,8 +18,8 @@ void* thread_scratch(Scratch slot, size_t bytes) {
   Buf& b = bufs[(int)slot];
   if (b.cap < bytes) {
     const size_t cap = (std::max(bytes, 2 * b.cap) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, cap);
-    if (!p) throw std::bad_alloc();
+    void* p = nullptr;  // posix_memalign: std::aligned_alloc is macOS 10.15+ only
+    if (posix_memalign(&p, 64, cap) != 0) throw std::bad_alloc();
     std::memset(p, 0, cap);  // finite padding, as std::vector's growth gave (old contents are not kept)
     std::free(b.p);
     b.p = p;

@@ -17,6 +17,11 @@ struct BufferHandle {
   bool operator==(const BufferHandle& o) const { return p == o.p; }
   bool operator!=(const BufferHandle& o) const { return p != o.p; }
 };
+// A compiled source (MTLLibrary); its pipelines are made from it, one compile per source.
+struct LibraryHandle {
+  void* p = nullptr;
+  explicit operator bool() const { return p != nullptr; }
+};
 struct PipelineHandle {
   void* p = nullptr;
   explicit operator bool() const { return p != nullptr; }
@@ -74,7 +79,8 @@ class Adapter {
   virtual const char* kind() const = 0;  // "apple" or "emulator"
   virtual std::string device_name() const = 0;
   virtual uint64_t recommended_working_set_size() const = 0;
-  virtual uint32_t max_threads_per_threadgroup() const = 0;
+  virtual uint32_t max_threads_per_threadgroup() const = 0;  // the device's; a pipeline may allow fewer
+  virtual uint64_t max_threadgroup_memory() const = 0;       // bytes of threadgroup memory per group
 
   // Shared (CPU-visible) buffers. new_buffer throws ember::Error (Memory) when the device refuses.
   virtual BufferHandle new_buffer(size_t length) = 0;
@@ -83,12 +89,19 @@ class Adapter {
   virtual void* contents(BufferHandle buffer) = 0;
   virtual size_t length(BufferHandle buffer) = 0;
 
-  // Compiles `source` (MSL) and makes the pipeline of `function` with `constants`. Throws ember::Error
-  // carrying the compiler's log on a compile error, or naming the function when it is absent.
-  // Uncached: policy::PipelineCache sits above this call.
-  virtual PipelineHandle new_pipeline(const std::string& source, const std::string& label, const std::string& function,
+  // Compiles `source` (MSL 3.1) into a library. Throws ember::Error carrying the compiler's log on a
+  // compile error. Uncached: MetalDevice keeps one library per source (by its hash).
+  virtual LibraryHandle new_library(const std::string& source, const std::string& label) = 0;
+  virtual void release(LibraryHandle library) = 0;
+  // The pipeline of `function` in `library` with `constants`; throws naming the function when it is
+  // absent. Uncached: policy::PipelineCache sits above this call.
+  virtual PipelineHandle new_pipeline(LibraryHandle library, const std::string& function,
                                       const std::vector<FunctionConstant>& constants) = 0;
   virtual void release(PipelineHandle pipeline) = 0;
+  // The most threads one threadgroup of this pipeline may have (maxTotalThreadsPerThreadgroup: it can be
+  // below the device's limit, through register use or shader validation), and its SIMD width.
+  virtual uint32_t max_threads(PipelineHandle pipeline) const = 0;
+  virtual uint32_t execution_width(PipelineHandle pipeline) const = 0;
 
   virtual FenceHandle new_fence() = 0;
   virtual void release(FenceHandle fence) = 0;

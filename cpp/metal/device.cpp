@@ -91,6 +91,7 @@ MetalDevice::~MetalDevice() {
   } catch (...) {
   }
   pipelines_.clear([this](PipelineHandle p) { adapter_.release(p); });
+  libraries_.clear([this](LibraryHandle l) { adapter_.release(l); });
 }
 
 std::string MetalDevice::describe() const {
@@ -127,8 +128,10 @@ PipelineHandle MetalDevice::pipeline(const KernelSource& src, const std::string&
                                      const std::vector<FunctionConstant>& constants) {
   std::string key;
   for (const auto& c : constants) key += cat_str(c.index, ":", (int)c.type, ":", c.value, ";");
-  return pipelines_.get({src.hash, function, key},
-                        [&] { return adapter_.new_pipeline(src.text, src.label, function, constants); });
+  return pipelines_.get({src.hash, function, key}, [&] {
+    const LibraryHandle lib = libraries_.get({src.hash, "", ""}, [&] { return adapter_.new_library(src.text, src.label); });
+    return adapter_.new_pipeline(lib, function, constants);
+  });
 }
 
 void MetalDevice::encode(DispatchDesc&& d) {
@@ -232,7 +235,7 @@ DeviceStats MetalDevice::stats() const {
   std::lock_guard<std::mutex> lock(mu_);
   return {p.active_bytes, p.cached_bytes, p.peak_bytes, p.cache_limit, p.memory_limit, p.cached_buffers,
           p.hits, p.misses, dispatches_, hazards_.barriers(), fence_waits_, commits_, pipelines_.size(),
-          pipelines_.compiles()};
+          pipelines_.compiles(), libraries_.compiles()};
 }
 
 }  // namespace ember::metal

@@ -60,6 +60,7 @@ struct DispatchDesc {
 struct DeviceStats {
   size_t active_bytes, cached_bytes, peak_bytes, cache_limit, memory_limit, cached_buffers;
   uint64_t pool_hits, pool_misses, dispatches, barriers, fence_waits, commits, pipelines, pipeline_compiles;
+  uint64_t library_compiles;  // one per kernel source: its pipelines share the library
 };
 
 class MetalDevice {
@@ -91,6 +92,8 @@ class MetalDevice {
   // the source's hash, the function and the constants). Throws the compiler's log on an error.
   PipelineHandle pipeline(const KernelSource& src, const std::string& function,
                           const std::vector<FunctionConstant>& constants);
+  // The most threads per threadgroup `pipeline` allows (at most the device's limit).
+  uint32_t max_threads(PipelineHandle pipeline) const { return adapter_.max_threads(pipeline); }
 
   // Encodes one dispatch into the shared encoder: a memory barrier first when it reads or writes what
   // an earlier dispatch since the last barrier wrote (or writes what one read), and a wait on the fence
@@ -135,6 +138,7 @@ class MetalDevice {
   Adapter& adapter_;
   int index_;
   policy::BufferPool<BufferHandle> pool_;
+  policy::PipelineCache<LibraryHandle> libraries_;  // one per source (keyed by its hash alone)
   policy::PipelineCache<PipelineHandle> pipelines_;
 
   mutable std::mutex mu_;  // encoding, committing, waiting

@@ -145,11 +145,26 @@ Launch& Launch::threadgroup_memory(size_t bytes, uint32_t index) {
   return *this;
 }
 
-void Launch::dispatch(Dim3 grid, Dim3 group) {
-  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+PipelineHandle Launch::resolve() {
   std::sort(constants_.begin(), constants_.end(),
             [](const FunctionConstant& a, const FunctionConstant& b) { return a.index < b.index; });
-  d_.pipeline = dev_.pipeline(src_, d_.function, constants_);
+  return dev_.pipeline(src_, d_.function, constants_);
+}
+
+uint32_t Launch::max_threads() { return dev_.max_threads(resolve()); }
+
+uint32_t Launch::fit_threads(uint64_t want) {
+  const uint32_t m = max_threads();
+  return (uint32_t)std::clamp<uint64_t>(want / 32 * 32, 32, std::max<uint32_t>(m / 32 * 32, 32));
+}
+
+void Launch::dispatch(Dim3 grid, Dim3 group) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
+  d_.pipeline = resolve();
+  const uint64_t threads = (uint64_t)group.x * group.y * group.z;
+  const uint32_t limit = dev_.max_threads(d_.pipeline);
+  EMBER_CHECK(threads <= limit, Value, "[metal] ", d_.function, ": a threadgroup of ", threads,
+              " threads; its pipeline allows at most ", limit, " (the launcher must size groups from max_threads())");
   d_.grid = grid;
   d_.group = group;
   dev_.encode(std::move(d_));
@@ -159,8 +174,22 @@ void Launch::dispatch(Dim3 grid, Dim3 group) {
 void Launch::dispatch_1d(uint64_t threads, uint32_t group) {
   EMBER_CHECK(threads <= UINT32_MAX, Unsupported, "[metal] ", d_.function, ": a grid of ", threads,
               " threads; Metal kernels index with 32 bits");
-  group = std::min<uint32_t>({group, std::max<uint32_t>((uint32_t)threads, 1), dev_.adapter().max_threads_per_threadgroup()});
+  group = std::min<uint32_t>({group, std::max<uint32_t>((uint32_t)threads, 1), max_threads()});
   dispatch(Dim3{(uint32_t)threads, 1, 1}, Dim3{std::max<uint32_t>(group, 1), 1, 1});
+}
+
+void Launch::dispatch_grid(Dim3 grid, Dim3 want) {
+  const uint32_t limit = max_threads();
+  Dim3 g;
+  g.x = std::max<uint32_t>(1, std::min({want.x, grid.x, limit}));
+  g.y = std::max<uint32_t>(1, std::min({want.y, grid.y, limit / g.x}));
+  g.z = std::max<uint32_t>(1, std::min({want.z, grid.z, limit / (g.x * g.y)}));
+  dispatch(grid, g);
+}
+
+void Launch::dispatch_rows(uint32_t rows, uint32_t want) {
+  const uint32_t t = fit_threads(want);
+  dispatch(Dim3{t, rows, 1}, Dim3{t, 1, 1});
 }
 
 }  // namespace ember::metal

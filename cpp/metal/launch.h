@@ -79,14 +79,29 @@ class Launch {
   // Dynamic [[threadgroup(index)]] memory, in bytes.
   Launch& threadgroup_memory(size_t bytes, uint32_t index = 0);
 
+  // The most threads per threadgroup this kernel's pipeline allows (maxTotalThreadsPerThreadgroup: can
+  // be below the device's 1024), a multiple of 32. Launchers size their groups from it; it compiles the
+  // pipeline now (with the constants set so far) if it is not cached yet.
+  uint32_t max_threads();
+  // `want` threads rounded down to whole simdgroups, at least 32, at most max_threads().
+  uint32_t fit_threads(uint64_t want);
+
   // Encodes the dispatch: `grid` in threads (dispatchThreads: edge groups are partial). A grid with
-  // a zero size encodes nothing. The pipeline is compiled (or found in the cache) here.
+  // a zero size encodes nothing. The pipeline is compiled (or found in the cache) here. A group over
+  // the pipeline's limit is refused (a launcher that did not ask max_threads()).
   void dispatch(Dim3 grid, Dim3 threads_per_group);
-  // A 1-D grid of `threads` threads in groups of `group` (clamped to the grid and the device).
+  // A 1-D grid of `threads` threads in groups of `group` (clamped to the grid and the pipeline).
   void dispatch_1d(uint64_t threads, uint32_t group = 256);
+  // A grid whose kernel reads only its thread positions (any group shape works): groups of up to `want`
+  // (x first, then y), clamped to the grid and to the pipeline's limit.
+  void dispatch_grid(Dim3 grid, Dim3 want = Dim3{256, 1, 1});
+  // One threadgroup per row (grid (t, rows)): t = `want` threads, or fewer whole simdgroups where the
+  // pipeline allows fewer; for kernels that stride over a row by [[threads_per_threadgroup]].
+  void dispatch_rows(uint32_t rows, uint32_t want);
 
  private:
   Launch& buffer(const MetalStorage& s, int64_t elem_offset, bool read, bool write);
+  PipelineHandle resolve();
   DispatchDesc::Arg& slot();
   MetalDevice& dev_;
   const KernelSource& src_;

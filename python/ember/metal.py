@@ -69,7 +69,8 @@ def memory_stats(device=None) -> dict:
         ``peak`` (the most allocated at once), ``cache_limit``, ``memory_limit``, ``cached_buffers``,
         ``pool_hits`` / ``pool_misses`` (requests served from the cache / by a new buffer), and the
         encoder's ``dispatches``, ``barriers`` (within a command buffer), ``fence_waits`` (on a command buffer
-        still in flight), ``commits``, ``pipelines`` and ``pipeline_compiles``.
+        still in flight), ``commits``, ``pipelines``, ``pipeline_compiles`` and ``library_compiles`` (one
+        per kernel source: a source's pipelines share its compiled library).
 
     Raises:
         DeviceError: no such Metal device is available.

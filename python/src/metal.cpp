@@ -5,6 +5,7 @@
 #include "metal/embedded.h"
 #include "metal/emu/compiler.h"
 #include "metal/emu/rewrite.h"
+#include "metal/emu/runtime.h"
 
 namespace ember::bind {
 
@@ -72,7 +73,15 @@ void emu_run(const std::string& source, const std::string& function, const py::l
       arrays.push_back({arr, a.new_buffer(arr.data(), (size_t)arr.nbytes())});
       kinds[i] = 1;
     }
-    metal::PipelineHandle p = a.new_pipeline(source, label, function, cs);
+    metal::LibraryHandle lib = a.new_library(source, label);
+    metal::PipelineHandle p;
+    try {
+      p = a.new_pipeline(lib, function, cs);
+    } catch (...) {
+      a.release(lib);
+      throw;
+    }
+    a.release(lib);
     std::unique_ptr<metal::CommandBuffer> cb = a.new_command_buffer();
     {
       py::gil_scoped_release nogil;
@@ -128,6 +137,7 @@ void bind_metal(py::module_& m) {
     return d;
   });
   m.def("_metal_emu_cache_dir", &metal::emu::cache_dir);
+  m.def("_metal_emu_fibers", [] { return std::string(metal::emu::fiber_kind()); });
   m.def("_metal_rewrite", [](const std::string& src, const std::string& name, bool static_mode) {
     return metal::emu::rewrite_msl(src, name, static_mode ? metal::emu::RewriteMode::Static
                                                           : metal::emu::RewriteMode::Emulate).text;

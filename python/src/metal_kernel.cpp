@@ -66,10 +66,9 @@ void call(const UserKernel& k, const std::vector<StoragePtr>& inputs, const std:
                   "] is on ", v[i]->device().str(), ", another device than the first storage's");
   }
   const uint64_t threads = (uint64_t)group[0] * group[1] * group[2];
-  const uint32_t limit = dev.adapter().max_threads_per_threadgroup();
-  EMBER_CHECK(threads >= 1 && threads <= limit, Value, "[metal.Kernel] ", k.name, ": threads_per_threadgroup (",
-              group[0], ", ", group[1], ", ", group[2], ") holds ", threads, " threads; this device allows 1 to ",
-              limit);
+  EMBER_CHECK(threads >= 1 && threads <= dev.adapter().max_threads_per_threadgroup(), Value, "[metal.Kernel] ",
+              k.name, ": threads_per_threadgroup (", group[0], ", ", group[1], ", ", group[2], ") holds ", threads,
+              " threads; this device allows 1 to ", dev.adapter().max_threads_per_threadgroup());
   metal::Launch launch(dev, *k.src, k.name);
   for (const auto& c : k.constants) {
     switch (c.type) {
@@ -79,6 +78,10 @@ void call(const UserKernel& k, const std::vector<StoragePtr>& inputs, const std:
       case FunctionConstant::Type::Float: launch.constant(c.index, (float)c.value); break;
     }
   }
+  // The pipeline may allow fewer threads than the device (register use): its own limit decides.
+  const uint32_t limit = launch.max_threads();
+  EMBER_CHECK(threads <= limit, Value, "[metal.Kernel] ", k.name, ": threads_per_threadgroup (", group[0], ", ",
+              group[1], ", ", group[2], ") holds ", threads, " threads; this kernel's pipeline allows at most ", limit);
   for (const auto& s : inputs) launch.input(metal::as_metal(*s));
   // Outputs may also be read (an in-place op's operand): registered as read and write for hazards.
   for (const auto& s : outputs) launch.inout(metal::as_metal(*s));

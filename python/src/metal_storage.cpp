@@ -97,6 +97,7 @@ py::dict stats_dict(int index) {
   d["barriers"] = s.barriers, d["fence_waits"] = s.fence_waits, d["commits"] = s.commits;
   d["pipelines"] = s.pipelines;
   d["pipeline_compiles"] = s.pipeline_compiles;
+  d["library_compiles"] = s.library_compiles;
   return d;
 }
 

@@ -31,6 +31,24 @@ std::string ns_text(NS::Error* e) {
 
 MTL::Size size3(Dim3 d) { return MTL::Size(d.x, d.y, d.z); }
 
+// ember's kernels are MSL 3.1 (bfloat, C++14) and assume 32-wide simdgroups: every library is compiled
+// for exactly that language, and a device is refused unless this probe compiles and runs 32 wide.
+constexpr const char* kProbeSource = R"(#include <metal_stdlib>
+using namespace metal;
+kernel void ember_probe(device float* out [[buffer(0)]], uint i [[thread_position_in_grid]],
+                        uint w [[threads_per_simdgroup]]) {
+  const bfloat b = bfloat(float(w));
+  out[i] = simd_sum(float(b));
+}
+)";
+
+NS::SharedPtr<MTL::CompileOptions> compile_options() {
+  auto opts = NS::TransferPtr(MTL::CompileOptions::alloc()->init());
+  opts->setFastMathEnabled(false);  // the emulator computes IEEE results; keep the GPU to the same
+  opts->setLanguageVersion(MTL::LanguageVersion3_1);
+  return opts;
+}
+
 class AppleEncoder final : public Encoder {
  public:
   explicit AppleEncoder(MTL::ComputeCommandEncoder* e) : enc_(e) {}
@@ -107,6 +125,20 @@ class AppleAdapter final : public Adapter {
     EMBER_CHECK(device_.get() != nullptr, Device, "[metal] MTLCreateSystemDefaultDevice returned no device");
     queue_ = NS::TransferPtr(device_->newCommandQueue());
     EMBER_CHECK(queue_.get() != nullptr, Device, "[metal] the device gave no command queue");
+    const std::string name = device_->name()->utf8String();
+    EMBER_CHECK(device_->supportsFamily(MTL::GPUFamilyMetal3), Device, "[metal] ", name,
+                " does not support Metal 3 (ember's kernels need MSL 3.1)");
+    NS::Error* err = nullptr;
+    auto lib = NS::TransferPtr(
+        device_->newLibrary(NS::String::string(kProbeSource, NS::UTF8StringEncoding), compile_options().get(), &err));
+    EMBER_CHECK(lib.get() != nullptr, Device, "[metal] ", name,
+                ": this system cannot compile Metal Shading Language 3.1 (macOS 14 or later is needed): ", ns_text(err));
+    auto fn = NS::TransferPtr(lib->newFunction(NS::String::string("ember_probe", NS::UTF8StringEncoding)));
+    EMBER_CHECK(fn.get() != nullptr, Device, "[metal] ", name, ": the probe kernel is missing from its library");
+    auto probe = NS::TransferPtr(device_->newComputePipelineState(fn.get(), &err));
+    EMBER_CHECK(probe.get() != nullptr, Device, "[metal] ", name, ": the probe pipeline failed: ", ns_text(err));
+    EMBER_CHECK(probe->threadExecutionWidth() == 32, Device, "[metal] ", name, " runs simdgroups ",
+                probe->threadExecutionWidth(), " wide; ember's kernels need 32");
   }
   const char* kind() const override { return "apple"; }
   std::string device_name() const override {
@@ -115,6 +147,7 @@ class AppleAdapter final : public Adapter {
   }
   uint64_t recommended_working_set_size() const override { return device_->recommendedMaxWorkingSetSize(); }
   uint32_t max_threads_per_threadgroup() const override { return (uint32_t)device_->maxThreadsPerThreadgroup().width; }
+  uint64_t max_threadgroup_memory() const override { return device_->maxThreadgroupMemoryLength(); }
 
   BufferHandle new_buffer(size_t length) override {
     Pool pool;
@@ -134,15 +167,25 @@ class AppleAdapter final : public Adapter {
   void* contents(BufferHandle b) override { return static_cast<MTL::Buffer*>(b.p)->contents(); }
   size_t length(BufferHandle b) override { return static_cast<MTL::Buffer*>(b.p)->length(); }
 
-  PipelineHandle new_pipeline(const std::string& source, const std::string& label, const std::string& function,
+  LibraryHandle new_library(const std::string& source, const std::string& label) override {
+    Pool pool;
+    NS::Error* err = nullptr;
+    MTL::Library* lib =
+        device_->newLibrary(NS::String::string(source.c_str(), NS::UTF8StringEncoding), compile_options().get(), &err);
+    if (!lib) throw Error(ErrorKind::Value, "[metal] compiling " + label + " failed:\n" + ns_text(err));
+    lib->setLabel(NS::String::string(label.c_str(), NS::UTF8StringEncoding));  // for the pipelines' messages
+    return LibraryHandle{lib};
+  }
+  void release(LibraryHandle l) override {
+    if (l.p) static_cast<MTL::Library*>(l.p)->release();
+  }
+
+  PipelineHandle new_pipeline(LibraryHandle library, const std::string& function,
                               const std::vector<FunctionConstant>& constants) override {
     Pool pool;
     NS::Error* err = nullptr;
-    auto opts = NS::TransferPtr(MTL::CompileOptions::alloc()->init());
-    opts->setFastMathEnabled(false);  // the emulator computes IEEE results; keep the GPU to the same
-    auto lib = NS::TransferPtr(
-        device_->newLibrary(NS::String::string(source.c_str(), NS::UTF8StringEncoding), opts.get(), &err));
-    if (!lib) throw Error(ErrorKind::Value, "[metal] compiling " + label + " failed:\n" + ns_text(err));
+    MTL::Library* lib = static_cast<MTL::Library*>(library.p);
+    const std::string label = lib->label() ? lib->label()->utf8String() : "the library";
     auto values = NS::TransferPtr(MTL::FunctionConstantValues::alloc()->init());
     for (const FunctionConstant& c : constants) {
       union {
@@ -169,6 +212,12 @@ class AppleAdapter final : public Adapter {
   }
   void release(PipelineHandle p) override {
     if (p.p) static_cast<MTL::ComputePipelineState*>(p.p)->release();
+  }
+  uint32_t max_threads(PipelineHandle p) const override {
+    return (uint32_t)static_cast<MTL::ComputePipelineState*>(p.p)->maxTotalThreadsPerThreadgroup();
+  }
+  uint32_t execution_width(PipelineHandle p) const override {
+    return (uint32_t)static_cast<MTL::ComputePipelineState*>(p.p)->threadExecutionWidth();
   }
 
   FenceHandle new_fence() override {

@@ -20,10 +20,27 @@ struct EmuBuffer {
   size_t length;
 };
 
+struct EmuLibrary {
+  std::string source, label;  // compiled per set of function constants (they are macros here)
+};
+
 struct EmuPipeline {
   std::shared_ptr<const emu::Module> module;
   const msl_abi::Kernel* kernel;
+  uint32_t max_threads;  // this pipeline's maxTotalThreadsPerThreadgroup
 };
+
+// A GPU pipeline may allow fewer threads per group than the device (register use, shader validation):
+// EMBER_METAL_EMU_MAX_THREADS (32..1024, whole simdgroups) plays that, so every launcher must ask.
+uint32_t pipeline_thread_limit() {
+  const char* e = std::getenv("EMBER_METAL_EMU_MAX_THREADS");
+  if (!e || !*e) return emu::kMaxThreadsPerGroup;
+  char* end = nullptr;
+  const long v = std::strtol(e, &end, 10);
+  EMBER_CHECK(end != e && *end == '\0' && v >= 32 && v <= (long)emu::kMaxThreadsPerGroup && v % 32 == 0, Value,
+              "[metal] EMBER_METAL_EMU_MAX_THREADS=", e, ": a multiple of 32 from 32 to ", emu::kMaxThreadsPerGroup);
+  return (uint32_t)v;
+}
 
 std::string literal(const FunctionConstant& c) {
   char buf[64];
@@ -62,6 +79,11 @@ class EmuEncoder final : public Encoder {
   }
   void dispatch_threads(Dim3 grid, Dim3 group) override {
     EMBER_CHECK(pipeline_ != nullptr, Value, "[metal] dispatch_threads without a pipeline");
+    const uint64_t threads = (uint64_t)group.x * group.y * group.z;
+    // (past the device's 1024 the runtime's own message says so)
+    EMBER_CHECK(threads > emu::kMaxThreadsPerGroup || threads <= pipeline_->max_threads, Value, "[metal] kernel '", pipeline_->kernel->name,
+                "': a threadgroup of ", threads, " threads; this pipeline allows at most ", pipeline_->max_threads,
+                " (maxTotalThreadsPerThreadgroup)");
     Command c;
     c.launch.kernel = pipeline_->kernel;
     c.launch.label = pipeline_->module->label();
@@ -135,11 +157,13 @@ class EmuAdapter final : public Adapter {
   std::string device_name() const override { return "ember MSL emulator (CPU)"; }
   uint64_t recommended_working_set_size() const override { return 8ull << 30; }
   uint32_t max_threads_per_threadgroup() const override { return emu::kMaxThreadsPerGroup; }
+  uint64_t max_threadgroup_memory() const override { return emu::threadgroup_memory_limit(); }
 
   BufferHandle new_buffer(size_t length) override {
     // 16 KiB alignment, the page size of Apple silicon; zero-filled like a fresh MTLBuffer
     const size_t n = std::max<size_t>(length, 1);
-    void* p = std::aligned_alloc(16384, (n + 16383) / 16384 * 16384);
+    void* p = nullptr;  // posix_memalign: std::aligned_alloc is macOS 10.15+ only
+    if (posix_memalign(&p, 16384, (n + 16383) / 16384 * 16384) != 0) p = nullptr;
     EMBER_CHECK(p != nullptr, Memory, "[metal] cannot allocate a buffer of ", length, " bytes");
     std::memset(p, 0, n);
     return BufferHandle{new EmuBuffer{static_cast<char*>(p), length}};
@@ -158,8 +182,15 @@ class EmuAdapter final : public Adapter {
   void* contents(BufferHandle b) override { return static_cast<EmuBuffer*>(b.p)->data; }
   size_t length(BufferHandle b) override { return static_cast<EmuBuffer*>(b.p)->length; }
 
-  PipelineHandle new_pipeline(const std::string& source, const std::string& label, const std::string& function,
+  LibraryHandle new_library(const std::string& source, const std::string& label) override {
+    return LibraryHandle{new EmuLibrary{source, label}};
+  }
+  void release(LibraryHandle l) override { delete static_cast<EmuLibrary*>(l.p); }
+
+  PipelineHandle new_pipeline(LibraryHandle library, const std::string& function,
                               const std::vector<FunctionConstant>& constants) override {
+    const std::string& source = static_cast<EmuLibrary*>(library.p)->source;
+    const std::string& label = static_cast<EmuLibrary*>(library.p)->label;
     emu::CompileOptions opt;
     for (const auto& c : constants) opt.constants.emplace_back(c.index, literal(c));
     if (const char* t = std::getenv("EMBER_METAL_EMU_TSAN"); t && *t == '1') opt.tsan = true;
@@ -171,9 +202,11 @@ class EmuAdapter final : public Adapter {
       throw Error(ErrorKind::Value, "[metal] " + label + " defines no kernel '" + function + "' (it defines: " +
                                         (have.empty() ? std::string("none") : have) + ")");
     }
-    return PipelineHandle{new EmuPipeline{std::move(mod), k}};
+    return PipelineHandle{new EmuPipeline{std::move(mod), k, pipeline_thread_limit()}};
   }
   void release(PipelineHandle p) override { delete static_cast<EmuPipeline*>(p.p); }
+  uint32_t max_threads(PipelineHandle p) const override { return static_cast<EmuPipeline*>(p.p)->max_threads; }
+  uint32_t execution_width(PipelineHandle) const override { return msl_abi::kSimdWidth; }
 
   FenceHandle new_fence() override { return FenceHandle{new char(0)}; }
   void release(FenceHandle f) override { delete static_cast<char*>(f.p); }

@@ -1,6 +1,16 @@
 // The emulator's execution engine: threadgroups in parallel on ember's pool; within a group, one fiber per
 // thread (a small x86-64 context switch, ucontext elsewhere), run in a varying but deterministic order
 // between barriers, so a kernel that lacks a barrier reads stale threadgroup memory and fails its test.
+// macOS declares the ucontext routines only under _XOPEN_SOURCE (else <ucontext.h> stops with #error),
+// which hides MAP_ANONYMOUS / MAP_NORESERVE unless _DARWIN_C_SOURCE is set too; both before any header.
+#if defined(__APPLE__)
+#ifndef _XOPEN_SOURCE
+#define _XOPEN_SOURCE 700
+#endif
+#ifndef _DARWIN_C_SOURCE
+#define _DARWIN_C_SOURCE 1
+#endif
+#endif
 #include "metal/emu/runtime.h"
 
 #include <sys/mman.h>
@@ -8,6 +18,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <memory>
@@ -53,7 +64,8 @@ extern "C" void AnnotateIgnoreWritesEnd(const char* f, int l);
 #include <sanitizer/common_interface_defs.h>
 #endif
 
-#if defined(__x86_64__) && defined(__linux__)
+// EMBER_EMU_UCONTEXT forces the portable path (what arm64 macOS compiles) on x86-64 Linux too, so CI runs it.
+#if defined(__x86_64__) && defined(__linux__) && !defined(EMBER_EMU_UCONTEXT)
 #define EMU_ASM_SWITCH 1
 // ember_emu_switch(save, load): saves the callee-saved registers and the FP control words on the current
 // stack, stores the stack pointer in *save and resumes the context whose stack pointer is `load`.
@@ -99,6 +111,10 @@ ember_emu_trampoline:
 )");
 #else
 #include <ucontext.h>
+// The ucontext routines are deprecated on macOS (still present and working); this file is their only user.
+#if defined(__clang__)
+#pragma clang diagnostic ignored "-Wdeprecated-declarations"
+#endif
 #endif
 
 namespace ember::metal::emu {
@@ -197,7 +213,7 @@ struct Group {
   std::vector<uint64_t> param_off;
   // The arena holds the variables and, after each, a guard band (not counted against Metal's limit).
   alignas(64) char tg_mem[2 * kMaxThreadgroupMemory];
-  uint64_t tg_used = 0, tg_logical = 0;
+  uint64_t tg_used = 0, tg_logical = 0, tg_limit = kMaxThreadgroupMemory;
   bool failed = false;
   ErrorKind error_kind = ErrorKind::Value;
   std::string error;
@@ -372,10 +388,10 @@ void* api_tg_alloc(msl_abi::Thread* t, uint32_t site, uint64_t size, uint64_t al
   if (g.site_off[site] < 0) {
     const uint64_t off = (g.tg_used + align - 1) / align * align;
     const uint64_t logical = (g.tg_logical + align - 1) / align * align + size;
-    if (logical > kMaxThreadgroupMemory || off + size + kGuardBytes > sizeof(g.tg_mem)) {
+    if (logical > g.tg_limit || off + size + kGuardBytes > sizeof(g.tg_mem)) {
       EMU_IGNORE_END();
       throw std::runtime_error(cat_str("the kernel's threadgroup memory reaches ", logical,
-                                       " bytes; Metal allows ", kMaxThreadgroupMemory));
+                                       " bytes; Metal allows ", g.tg_limit));
     }
     g.site_off[site] = (int64_t)off;
     g.tg_logical = logical;
@@ -474,7 +490,7 @@ void check_guards(Group& g) {
       }
 }
 
-void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3]) {
+void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3], uint64_t tg_limit) {
   Group& g = w.group;
   g.launch = &L;
   g.failed = false;
@@ -512,6 +528,7 @@ void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3]) {
   g.param_off.resize(L.threadgroup_mem.size());
   g.guards.clear();
   g.tg_used = g.tg_logical = 0;
+  g.tg_limit = tg_limit;
   for (size_t n = 0; n < L.threadgroup_mem.size(); ++n) {
     const uint64_t len = (L.threadgroup_mem[n] + 15) / 16 * 16;
     g.param_off[n] = g.tg_used;
@@ -603,6 +620,24 @@ void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3]) {
 
 const msl_abi::Api* runtime_api() { return &kApi; }
 
+uint64_t threadgroup_memory_limit() {
+  const char* e = std::getenv("EMBER_METAL_EMU_TG_MEMORY");
+  if (!e || !*e) return kMaxThreadgroupMemory;
+  char* end = nullptr;
+  const long long v = std::strtoll(e, &end, 10);
+  EMBER_CHECK(end != e && *end == '\0' && v >= 1024 && v <= (long long)kMaxThreadgroupMemory, Value,
+              "[metal] EMBER_METAL_EMU_TG_MEMORY=", e, ": bytes from 1024 to ", kMaxThreadgroupMemory);
+  return (uint64_t)v;
+}
+
+const char* fiber_kind() {
+#ifdef EMU_ASM_SWITCH
+  return "asm";
+#else
+  return "ucontext";
+#endif
+}
+
 void run_launch(const Launch& L) {
   EMBER_CHECK(L.kernel != nullptr, Value, "[metal] dispatch without a pipeline");
   const std::string kn = cat_str("[metal] kernel '", L.kernel->name, "': ");
@@ -621,8 +656,8 @@ void run_launch(const Launch& L) {
   }
   uint64_t tg = 0;
   for (uint64_t m : L.threadgroup_mem) tg += (m + 15) / 16 * 16;
-  EMBER_CHECK(tg <= kMaxThreadgroupMemory, Value, kn, "threadgroup memory of ", tg, " bytes; Metal allows ",
-              kMaxThreadgroupMemory);
+  const uint64_t tg_limit = threadgroup_memory_limit();
+  EMBER_CHECK(tg <= tg_limit, Value, kn, "threadgroup memory of ", tg, " bytes; Metal allows ", tg_limit);
   uint32_t ng[3];
   uint64_t groups = 1;
   for (int d = 0; d < 3; ++d) {
@@ -638,7 +673,7 @@ void run_launch(const Launch& L) {
   cpu::parallel_for((int64_t)groups, 1, [&](int64_t b, int64_t e) {
     Worker& w = worker();
     for (int64_t gi = b; gi < e && !failed.load(std::memory_order_relaxed); ++gi) {
-      run_group(w, L, (uint64_t)gi, ng);
+      run_group(w, L, (uint64_t)gi, ng, tg_limit);
       if (w.group.failed) {
         std::lock_guard<std::mutex> lock(mu);
         if ((uint64_t)gi < err_group) {  // the lowest failing group, whichever worker saw it first

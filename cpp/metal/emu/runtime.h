@@ -11,6 +11,9 @@ namespace ember::metal::emu {
 
 constexpr uint32_t kMaxThreadsPerGroup = 1024;
 constexpr uint64_t kMaxThreadgroupMemory = 32768;
+// The threadgroup memory a group may use: kMaxThreadgroupMemory, or less through
+// EMBER_METAL_EMU_TG_MEMORY (bytes, 1024..32768), read at each dispatch.
+uint64_t threadgroup_memory_limit();
 
 struct Launch {
   const msl_abi::Kernel* kernel = nullptr;
@@ -26,5 +29,9 @@ struct Launch {
 void run_launch(const Launch& launch);
 
 const msl_abi::Api* runtime_api();
+
+// How a group's threads switch: "asm" (the x86-64 Linux context switch) or "ucontext" (everywhere else,
+// and on Linux when built with EMBER_METAL_EMU_UCONTEXT).
+const char* fiber_kind();
 
 }  // namespace ember::metal::emu

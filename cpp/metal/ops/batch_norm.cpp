@@ -92,7 +92,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const MetalStorage
       .output(*rm_out)
       .output(*rv_out)
       .scalar(a)
-      .dispatch({kThreads, checked_u32(c, op), 1}, {kThreads, 1, 1});
+      .dispatch_rows(checked_u32(c, op), kThreads);
   if (training && rm) {
     write_running(*rm_out, *rm, *lrm, c);
     write_running(*rv_out, *rv, *lrv, c);
@@ -140,7 +140,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const MetalStorage
       .output(*db)
       .output(*sums)
       .scalar(a)
-      .dispatch({kThreads, checked_u32(a.c, op), 1}, {kThreads, 1, 1});
+      .dispatch_rows(checked_u32(a.c, op), kThreads);
   Launch(dev, "batch_norm.metal", kname("batch_norm_bwd_dx_", x.dtype(), op))
       .input(xm)
       .input(gm)

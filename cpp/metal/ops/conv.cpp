@@ -28,7 +28,7 @@ StoragePtr im2col(const MetalStorage& s, const Layout& l, const ConvGeom& g) {
   // pure data movement: the kernel is chosen by the element's width
   Launch(dev, "conv.metal", "im2col_" + std::to_string(itemsize(s.dtype())))
       .input(s).output(*out).array(geom_meta(g, l.offset(), l.stride()))
-      .dispatch(Dim3{gx, gy, 1}, Dim3{std::min<uint32_t>(gx, 64), std::min<uint32_t>(gy, 4), 1});
+      .dispatch_grid(Dim3{gx, gy, 1}, Dim3{64, 4, 1});
   return out;
 }
 
@@ -43,7 +43,7 @@ StoragePtr col2im(const MetalStorage& s, const ConvGeom& g) {
   // each pixel gathers the column entries that read it: no two threads write one place
   Launch(dev, "conv.metal", std::string("col2im_") + tname)
       .input(s).output(*out).array(geom_meta(g, 0, Shape{0, 0, 0, 0}))
-      .dispatch(Dim3{gx, gy, 1}, Dim3{std::min<uint32_t>(gx, 64), std::min<uint32_t>(gy, 4), 1});
+      .dispatch_grid(Dim3{gx, gy, 1}, Dim3{64, 4, 1});
   return out;
 }
 

@@ -60,8 +60,14 @@ static_assert(sizeof(RowLayout) == 152 && sizeof(SoftmaxArgs) == 320 && sizeof(N
 constexpr int64_t kTile = 2048, kMaxTileRows = 64, kMaxHeadDim = 256;  // sdpa.metal
 constexpr int64_t kBlockPer = 8;                                       // softmax.metal's kPer
 
-uint32_t round_group(int64_t threads) {
-  return (uint32_t)std::clamp<int64_t>((threads + 31) / 32 * 32, 32, 1024);
+// `threads` rounded up to whole simdgroups, within the pipeline's limit (a multiple of 32).
+uint32_t round_group(int64_t threads, uint32_t limit) {
+  return (uint32_t)std::clamp<int64_t>((threads + 31) / 32 * 32, 32, std::max<uint32_t>(limit / 32 * 32, 32));
+}
+
+// The thread limit of `function` in `file` (its pipeline's maxTotalThreadsPerThreadgroup).
+uint32_t limit_of(MetalDevice& dev, const char* file, const std::string& function) {
+  return Launch(dev, file, function).max_threads();
 }
 
 // A dense copy of (s, l) when its rows need more outer dims than a RowLayout holds.
@@ -120,16 +126,23 @@ std::string kname(const char* base, DType dt, const char* op) { return std::stri
 // ================================ softmax ========================================================
 namespace {
 
-// Which softmax kernel a row length takes: a simdgroup per row (8 rows per group) up to 32 * kPer
-// elements, a threadgroup per row holding it in registers up to 1024 * kPer, else the looped one.
+// Which softmax kernel a row length takes: a simdgroup per row (up to 8 rows per group) up to 32 * kPer
+// elements, a threadgroup per row holding it in registers up to (the block pipeline's thread limit) *
+// kPer, else the looped one with as many threads as its pipeline allows (at most 1024).
 struct SoftmaxPlan {
   const char* kind;  // the kernel name's part: "simd_", "block_", "looped_"
   uint32_t tpg, groups;
 };
-SoftmaxPlan softmax_plan(int64_t n, int64_t rows, const char* op) {
-  if (n <= 32 * kBlockPer) return {"simd_", 256, checked_u32((rows + 7) / 8, op)};
-  if (n <= 1024 * kBlockPer) return {"block_", round_group((n + kBlockPer - 1) / kBlockPer), checked_u32(rows, op)};
-  return {"looped_", 1024, checked_u32(rows, op)};
+SoftmaxPlan softmax_plan(MetalDevice& dev, const std::string& base, DType dt, int64_t n, int64_t rows, const char* op) {
+  auto limit = [&](const char* kind) { return limit_of(dev, "softmax.metal", kname((base + kind).c_str(), dt, op)); };
+  if (n <= 32 * kBlockPer) {
+    const uint32_t t = round_group(256, limit("simd_"));
+    return {"simd_", t, checked_u32(ceil_div(rows, t / 32), op)};
+  }
+  const uint32_t block = limit("block_");
+  if (n <= (int64_t)block * kBlockPer)
+    return {"block_", round_group((n + kBlockPer - 1) / kBlockPer, block), checked_u32(rows, op)};
+  return {"looped_", round_group(1024, limit("looped_")), checked_u32(rows, op)};
 }
 
 }  // namespace
@@ -145,7 +158,7 @@ StoragePtr softmax_fwd(const MetalStorage& x, const Layout& l, bool log) {
   a.a = a.b = in.rl;
   a.n = n;
   a.rows = rows;
-  const SoftmaxPlan p = softmax_plan(n, rows, op);
+  const SoftmaxPlan p = softmax_plan(dev, std::string(op) + "_fwd_", x.dtype(), n, rows, op);
   Launch(dev, "softmax.metal", kname((std::string(op) + "_fwd_" + p.kind).c_str(), x.dtype(), op))
       .input(*in.s)
       .output(*y)
@@ -166,9 +179,9 @@ StoragePtr softmax_bwd(const MetalStorage& y, const Layout& l, const BackendStor
   a.b = rg.rl;
   a.n = n;
   a.rows = rows;
-  const SoftmaxPlan p = softmax_plan(n, rows, op);
-  const std::string base = std::string(log ? "log_softmax" : "softmax") + "_bwd_" + p.kind;
-  Launch(dev, "softmax.metal", kname(base.c_str(), y.dtype(), op))
+  const std::string base = std::string(log ? "log_softmax" : "softmax") + "_bwd_";
+  const SoftmaxPlan p = softmax_plan(dev, base, y.dtype(), n, rows, op);
+  Launch(dev, "softmax.metal", kname((base + p.kind).c_str(), y.dtype(), op))
       .input(*ry.s)
       .input(*rg.s)
       .output(*dx)
@@ -180,8 +193,10 @@ StoragePtr softmax_bwd(const MetalStorage& y, const Layout& l, const BackendStor
 // ================================ norms ==========================================================
 namespace {
 
-// Threads per row: about 4 elements each, whole simdgroups.
-uint32_t norm_group(int64_t n) { return round_group((n + 3) / 4); }
+// Threads per row: about 4 elements each, whole simdgroups, within `function`'s pipeline limit.
+uint32_t norm_group(MetalDevice& dev, const std::string& function, int64_t n) {
+  return round_group((n + 3) / 4, limit_of(dev, "norm.metal", function));
+}
 
 void set_param(const Layout* l, int64_t& off, int64_t& st) {
   off = l ? l->offset() : 0;
@@ -210,7 +225,7 @@ void norm_params(MetalDevice& dev, const char* op, const RowOperand& x, const Ro
       .output(*pw)
       .output(*pb)
       .scalar(a)
-      .dispatch({checked_u32(n, op), checked_u32(a.nchunks, op), 1}, {(uint32_t)std::min<int64_t>(n, 256), 1, 1});
+      .dispatch_grid({checked_u32(n, op), checked_u32(a.nchunks, op), 1});
   Launch(dev, "norm.metal", kname("norm_bwd_params_sum_", dt, op))
       .input(*pw)
       .input(*pb)
@@ -238,7 +253,7 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const MetalStorage& x, const Lay
   a.eps = (float)eps;
   a.has_w = w != nullptr;
   set_param(lw, a.w_off, a.w_st);
-  const uint32_t tpg = norm_group(n);
+  const uint32_t tpg = norm_group(dev, kname("rms_norm_fwd_", x.dtype(), op), n);
   // Without a weight the kernel reads none; x is bound in its place.
   Launch(dev, "norm.metal", kname("rms_norm_fwd_", x.dtype(), op))
       .input(*in.s)
@@ -267,7 +282,7 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const MetalStorage& x, const Lay
   a.has_w = w != nullptr;
   set_param(lw, a.w_off, a.w_st);
   if (l.numel() > 0) {
-    const uint32_t tpg = norm_group(n);
+    const uint32_t tpg = norm_group(dev, kname("rms_norm_bwd_dx_", x.dtype(), op), n);
     Launch(dev, "norm.metal", kname("rms_norm_bwd_dx_", x.dtype(), op))
         .input(*rx.s)
         .input(w ? as_metal(*w) : *rx.s)
@@ -301,7 +316,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const MetalStorage
   a.has_b = b != nullptr;
   set_param(lw, a.w_off, a.w_st);
   set_param(lb, a.b_off, a.b_st);
-  const uint32_t tpg = norm_group(n);
+  const uint32_t tpg = norm_group(dev, kname("layer_norm_fwd_", x.dtype(), op), n);
   // Without a weight or bias the kernel reads neither; x is bound in their place.
   Launch(dev, "norm.metal", kname("layer_norm_fwd_", x.dtype(), op))
       .input(*in.s)
@@ -337,7 +352,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const MetalStorage
   a.has_w = w != nullptr;
   set_param(lw, a.w_off, a.w_st);
   if (l.numel() > 0) {
-    const uint32_t tpg = norm_group(n);
+    const uint32_t tpg = norm_group(dev, kname("layer_norm_bwd_dx_", x.dtype(), op), n);
     Launch(dev, "norm.metal", kname("layer_norm_bwd_dx_", x.dtype(), op))
         .input(*rx.s)
         .input(w ? as_metal(*w) : *rx.s)
@@ -473,16 +488,19 @@ std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const MetalStorage& q, const SdpaArg
   const MetalStorage& mask = s.mask ? *s.mask : q;
   // A few queries over many keys: the decode kernel spreads the keys over the group's simdgroups.
   const bool decode = k.Lq <= 4;
-  const uint32_t nsg = decode ? (uint32_t)std::min<int64_t>(8, kTile / std::max<int64_t>(k.Dv, 1))
-                              : sdpa_simdgroups(k.Lq);
+  uint32_t nsg = decode ? (uint32_t)std::min<int64_t>(8, kTile / std::max<int64_t>(k.Dv, 1))
+                        : sdpa_simdgroups(k.Lq);
   // Few (query, head) pairs over a long cache would leave most of a GPU idle: the keys are split over
   // threadgroups too (chunks of at least 512 keys), and a second kernel merges them in chunk order.
   const int64_t chunks = decode && BH * k.Lq < 256 ? std::clamp<int64_t>(ceil_div(k.Lk, 512), 1, 32) : 1;
+  const std::string fn = chunks > 1 ? "sdpa_decode_split_" + s.suffix
+                                    : std::string(decode ? "sdpa_decode_" : "sdpa_fwd_") + s.suffix;
+  nsg = std::max<uint32_t>(1, std::min<uint32_t>(nsg, limit_of(dev, "sdpa.metal", fn) / 32));  // the pipeline's limit
   if (chunks > 1) {
     SdpaKArgs ks = k;
     ks.pad = (uint32_t)chunks;
     auto part = new_metal(dev, DType::F32, BH * k.Lq * chunks * (k.Dv + 2), op);
-    Launch(dev, "sdpa.metal", "sdpa_decode_split_" + s.suffix)
+    Launch(dev, "sdpa.metal", fn)
         .input(q)
         .input(as_metal(*a.k))
         .input(as_metal(*a.v))
@@ -499,7 +517,7 @@ std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const MetalStorage& q, const SdpaArg
     return {out, lse};
   }
   const uint32_t gy = decode ? checked_u32(k.Lq, op) : checked_u32((int64_t)ceil_div(k.Lq, nsg), op);
-  Launch(dev, "sdpa.metal", std::string(decode ? "sdpa_decode_" : "sdpa_fwd_") + s.suffix)
+  Launch(dev, "sdpa.metal", fn)
       .input(q)
       .input(as_metal(*a.k))
       .input(as_metal(*a.v))
@@ -537,7 +555,10 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const MetalStorage& q, c
       .output(*di)
       .scalar(k)
       .dispatch({32, checked_u32(k.Lq, op), checked_u32(BH, op)}, {32, 1, 1});
-  const uint32_t nq = sdpa_simdgroups(k.Lq), nk = sdpa_simdgroups(k.Lk);
+  const uint32_t nq = std::max<uint32_t>(
+      1, std::min<uint32_t>(sdpa_simdgroups(k.Lq), limit_of(dev, "sdpa.metal", "sdpa_bwd_dq_" + s.suffix) / 32));
+  const uint32_t nk = std::max<uint32_t>(
+      1, std::min<uint32_t>(sdpa_simdgroups(k.Lk), limit_of(dev, "sdpa.metal", "sdpa_bwd_dkv_" + s.suffix) / 32));
   Launch(dev, "sdpa.metal", "sdpa_bwd_dq_" + s.suffix)
       .input(q)
       .input(as_metal(*a.k))
@@ -603,7 +624,7 @@ StoragePtr rope(const MetalStorage& x, const Layout& l, const RopeArgs& a) {
       .input(a.freqs ? as_metal(*a.freqs) : *in.s)
       .output(*y)
       .scalar(k)
-      .dispatch({checked_u32(k.D - k.half, op), checked_u32(k.rows, op), 1}, {64, 1, 1});
+      .dispatch_grid({checked_u32(k.D - k.half, op), checked_u32(k.rows, op), 1}, {64, 1, 1});
   return y;
 }
 

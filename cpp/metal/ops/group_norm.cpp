@@ -57,7 +57,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const MetalStorage
       .output(*mean)
       .output(*rstd)
       .scalar(a)
-      .dispatch({kThreads, checked_u32(rows, op), 1}, {kThreads, 1, 1});
+      .dispatch_rows(checked_u32(rows, op), kThreads);
   return {y, mean, rstd};
 }
 
@@ -87,7 +87,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const MetalStorage
       .input(gm)
       .output(*dx)
       .scalar(a)
-      .dispatch({kThreads, checked_u32(a.n * groups, op), 1}, {kThreads, 1, 1});
+      .dispatch_rows(checked_u32(a.n * groups, op), kThreads);
   Launch(dev, "group_norm.metal", kname("group_norm_bwd_params_", x.dtype(), op))
       .input(xm)
       .input(as_metal(mean))
@@ -96,7 +96,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const MetalStorage
       .output(*dw)
       .output(*db)
       .scalar(a)
-      .dispatch({kThreads, checked_u32(a.c, op), 1}, {kThreads, 1, 1});
+      .dispatch_rows(checked_u32(a.c, op), kThreads);
   return {dx, dw, db};
 }
 

@@ -35,7 +35,7 @@ StoragePtr matmul(const MetalStorage& s, const Layout& l, const BackendStorage& 
     const uint32_t outs = checked_u32(nbatch * m * n, "matmul");
     Launch(dev, "matmul.metal", std::string("matmul_dot_") + tname)
         .input(s).input(rhs).output(*out).array(meta)
-        .dispatch(Dim3{32, outs, 1}, Dim3{32, std::min<uint32_t>(8, outs), 1});
+        .dispatch_grid(Dim3{32, outs, 1}, Dim3{32, 8, 1});
     return out;
   }
   // 64x64 output tiles, 16x16 threads each (matmul.metal's BM, BN, TG)

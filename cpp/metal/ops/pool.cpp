@@ -17,7 +17,6 @@ std::vector<int64_t> pool_meta(PoolKind kind, const PoolGeom& g, const Layout& l
   return m;
 }
 
-Dim3 group_of(uint32_t gx, uint32_t gy) { return Dim3{std::min<uint32_t>(gx, 64), std::min<uint32_t>(gy, 4), 1}; }
 
 }  // namespace
 
@@ -35,7 +34,7 @@ std::tuple<StoragePtr, StoragePtr> pool2d(const MetalStorage& s, PoolKind kind, 
   checked_u32(planes * pos, op);
   Launch(dev, "pool.metal", std::string("pool_fwd_") + tname)
       .input(s).output(*out).output(*ids).array(pool_meta(kind, g, l)).scalar<uint32_t>(with_indices ? 1 : 0)
-      .dispatch(Dim3{gx, gy, 1}, group_of(gx, gy));
+      .dispatch_grid(Dim3{gx, gy, 1}, Dim3{64, 4, 1});
   return {out, with_indices ? ids : nullptr};
 }
 
@@ -53,7 +52,7 @@ StoragePtr pool2d_bwd(const MetalStorage& s, PoolKind kind, const Layout& lg, co
   if (!ids) none = new_metal(dev, DType::I64, 1, op);  // the averages read no indices
   Launch(dev, "pool.metal", std::string("pool_bwd_") + tname)
       .input(s).input(ids ? as_metal(*ids) : *none).output(*dx).array(pool_meta(kind, g, lg))
-      .dispatch(Dim3{gx, gy, 1}, group_of(gx, gy));
+      .dispatch_grid(Dim3{gx, gy, 1}, Dim3{64, 4, 1});
   return dx;
 }
 

@@ -70,9 +70,13 @@ StoragePtr reduce(const MetalStorage& s, ReduceOp op, const Layout& l, const std
   meta.insert(meta.end(), K.strides.begin(), K.strides.end());
   meta.insert(meta.end(), R.shape.begin(), R.shape.end());
   meta.insert(meta.end(), R.strides.begin(), R.strides.end());
-  // Threadgroups stay at or under 512 threads: a pipeline may allow fewer than the device's 1024
-  // (register use), and the launch API cannot ask the pipeline for its limit.
-  const uint32_t max_threads = std::min<uint32_t>(512, dev.adapter().max_threads_per_threadgroup());
+  // Threadgroups stay at or under 512 threads, and under each pipeline's own limit (register use can
+  // put it below the device's 1024): a power of two of it.
+  auto limit = [&](Launch& k) {
+    uint32_t p = 32;
+    while (p * 2 <= std::min<uint32_t>(512, k.max_threads())) p *= 2;
+    return p;
+  };
   const uint32_t rows = checked_u32(nout, name);
   const std::string suffix = std::string(kop) + "_" + tname;
 
@@ -82,12 +86,12 @@ StoragePtr reduce(const MetalStorage& s, ReduceOp op, const Layout& l, const std
   const bool use_rows = nout == 1 || (nred > kShortRow && r_inner <= k_inner);
   if (!use_rows) {
     // columns: adjacent outputs on adjacent threads; up to 16 threads share an output's reduced elements
+    Launch k(dev, "reduce.metal", "reduce_cols_" + suffix);
+    const uint32_t max_threads = limit(k);
     uint32_t ty = 1;
     while (ty * 32 < max_threads && (int64_t)ty * 2 <= nred && (int64_t)ty * nout < 65536) ty *= 2;
     const uint32_t tx = std::min<uint32_t>({32, rows, max_threads / ty});
-    Launch(dev, "reduce.metal", "reduce_cols_" + suffix)
-        .input(s).output(*out).array(meta)
-        .dispatch(Dim3{rows, ty, 1}, Dim3{tx, ty, 1});
+    k.input(s).output(*out).array(meta).dispatch(Dim3{rows, ty, 1}, Dim3{tx, ty, 1});
     return out;
   }
   if (nout < kFewRows && nred >= 4 * kPartElems) {
@@ -96,21 +100,20 @@ StoragePtr reduce(const MetalStorage& s, ReduceOp op, const Layout& l, const std
     meta.push_back(parts);
     auto pv = new_metal(dev, state_dtype(op, dt), nout * parts, name);
     auto pi = new_metal(dev, DType::I64, nout * parts, name);
-    const uint32_t tx = std::min<uint32_t>(256, max_threads);
-    Launch(dev, "reduce.metal", "reduce_parts_" + suffix)
-        .input(s).output(*pv).output(*pi).array(meta)
-        .dispatch(Dim3{tx, checked_u32(nout * parts, name), 1}, Dim3{tx, 1, 1});
+    Launch k(dev, "reduce.metal", "reduce_parts_" + suffix);
+    const uint32_t tx = std::min<uint32_t>(256, limit(k));
+    k.input(s).output(*pv).output(*pi).array(meta).dispatch(Dim3{tx, checked_u32(nout * parts, name), 1}, Dim3{tx, 1, 1});
     Launch(dev, "reduce.metal", "reduce_finish_" + suffix)
         .input(*pv).input(*pi).output(*out).array(std::vector<int64_t>{parts, nout})
         .dispatch(Dim3{32, rows, 1}, Dim3{32, 1, 1});
     return out;
   }
   // one simdgroup per short row (8 rows per threadgroup); a wider looped threadgroup per long row
+  Launch k(dev, "reduce.metal", "reduce_rows_" + suffix);
+  const uint32_t max_threads = limit(k);
   const uint32_t tx = nred <= 256 ? 32 : pow2_at_least((uint64_t)(nred + 3) / 4, 32, max_threads);
-  const uint32_t ty = tx == 32 ? std::min<uint32_t>(8, rows) : 1;
-  Launch(dev, "reduce.metal", "reduce_rows_" + suffix)
-      .input(s).output(*out).array(meta)
-      .dispatch(Dim3{tx, rows, 1}, Dim3{tx, ty, 1});
+  const uint32_t ty = tx == 32 ? std::min<uint32_t>({8, rows, max_threads / 32}) : 1;
+  k.input(s).output(*out).array(meta).dispatch(Dim3{tx, rows, 1}, Dim3{tx, ty, 1});
   return out;
 }
 

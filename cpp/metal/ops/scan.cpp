@@ -34,7 +34,7 @@ std::tuple<StoragePtr, StoragePtr> scan(const MetalStorage& s, ScanOp op, const 
   const uint32_t lines = checked_u32(numel / n, name);
   Launch(dev, "scan.metal", std::string("scan_") + name + "_" + tname)
       .input(s).output(*out).output(*ids).array(meta).scalar<uint32_t>(lines)
-      .dispatch(Dim3{32, lines, 1}, Dim3{32, std::min<uint32_t>(8, lines), 1});
+      .dispatch_grid(Dim3{32, lines, 1}, Dim3{32, 8, 1});
   return {out, arith ? nullptr : ids};
 }
 

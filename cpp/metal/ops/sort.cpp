@@ -8,6 +8,18 @@
 #include "metal/ops/ops.h"
 
 namespace ember::metal::ops {
+namespace {
+
+// sort.metal's B per type: the elements whose key and index fit its threadgroup arrays (at most 24 KiB).
+int64_t block_elems(DType dt) { return dt == DType::U8 || dt == DType::Bool ? 4096 : 2048; }
+
+uint32_t pow2_floor(uint32_t v) {
+  uint32_t p = 1;
+  while (p * 2 <= v) p *= 2;
+  return p;
+}
+
+}  // namespace
 
 std::tuple<StoragePtr, StoragePtr> sort(const MetalStorage& s, const Layout& l, int64_t dim, bool descending,
                                         bool stable) {
@@ -37,14 +49,12 @@ std::tuple<StoragePtr, StoragePtr> sort(const MetalStorage& s, const Layout& l, 
   meta.insert(meta.end(), istr.begin(), istr.end());
   meta.insert(meta.end(), ostr.begin(), ostr.end());
   const uint32_t lines = checked_u32(numel / n, name);
-  const int64_t block = dt == DType::I64 ? 2048 : 4096;  // sort.metal's B per type
+  const int64_t block = block_elems(dt);
   const std::string t(tname);
   if (P <= block) {
-    const uint32_t max_threads = std::min<uint32_t>(1024, dev.adapter().max_threads_per_threadgroup());
-    const uint32_t tx = (uint32_t)std::clamp<int64_t>(P / 2, 1, max_threads);
-    Launch(dev, "sort.metal", "sort_block_" + t)
-        .input(s).output(*vals).output(*ids).array(meta)
-        .dispatch(Dim3{tx, lines, 1}, Dim3{tx, 1, 1});
+    Launch k(dev, "sort.metal", "sort_block_" + t);
+    const uint32_t tx = (uint32_t)std::clamp<int64_t>(P / 2, 1, pow2_floor(k.max_threads()));
+    k.input(s).output(*vals).output(*ids).array(meta).dispatch(Dim3{tx, lines, 1}, Dim3{tx, 1, 1});
     return {vals, ids};
   }
   const int64_t padded = P * (int64_t)lines;
@@ -53,17 +63,17 @@ std::tuple<StoragePtr, StoragePtr> sort(const MetalStorage& s, const Layout& l, 
   auto si = new_metal(dev, DType::U32, padded, name);
   Launch(dev, "sort.metal", "sort_init_" + t)
       .input(s).output(*sk).output(*si).array(meta)
-      .dispatch(Dim3{(uint32_t)P, lines, 1}, Dim3{256, 1, 1});
+      .dispatch_grid(Dim3{(uint32_t)P, lines, 1});
   for (uint32_t k = 2; k <= (uint64_t)P; k <<= 1) {
     for (uint32_t j = k >> 1; j > 0; j >>= 1) {
       Launch(dev, "sort.metal", "sort_step_" + t)
           .inout(*sk).inout(*si).array(meta).scalar<uint32_t>(k).scalar<uint32_t>(j)
-          .dispatch(Dim3{(uint32_t)(P / 2), lines, 1}, Dim3{256, 1, 1});
+          .dispatch_grid(Dim3{(uint32_t)(P / 2), lines, 1});
     }
   }
   Launch(dev, "sort.metal", "sort_write_" + t)
       .input(*sk).input(*si).output(*vals).output(*ids).array(meta)
-      .dispatch(Dim3{(uint32_t)n, lines, 1}, Dim3{256, 1, 1});
+      .dispatch_grid(Dim3{(uint32_t)n, lines, 1});
   return {vals, ids};
 }
 
@@ -91,7 +101,7 @@ std::tuple<StoragePtr, StoragePtr> topk(const MetalStorage& s, const Layout& l, 
   oshape[dim] = k;
   const int64_t lines = n == 0 ? 0 : l.numel() / n, onumel = lines * k;
   checked_u32(l.numel(), name);
-  const int64_t block = dt == DType::I64 ? 2048 : 4096;  // sort.metal's B per type
+  const int64_t block = block_elems(dt);
   const int64_t kp = pow2_at_least(std::max<int64_t>(k, 1));
   if (kp * 4 > block || k * 4 > n) {
     // k is a large part of the line (or of a threadgroup): sort the lines, keep their first k
@@ -121,11 +131,10 @@ std::tuple<StoragePtr, StoragePtr> topk(const MetalStorage& s, const Layout& l, 
   meta.insert(meta.end(), ostr.begin(), ostr.end());
   // threads: a power of two, their kp slots filling the threadgroup's memory, no more than the line needs
   uint32_t tx = 1;
-  const uint32_t max_threads = std::min<uint32_t>(1024, dev.adapter().max_threads_per_threadgroup());
+  Launch kl(dev, "sort.metal", "topk_block_" + t);
+  const uint32_t max_threads = kl.max_threads();  // the pipeline's own limit
   while ((int64_t)tx * 2 * kp <= block && tx * 2 <= max_threads && (int64_t)tx * kp < n) tx *= 2;
-  Launch(dev, "sort.metal", "topk_block_" + t)
-      .input(s).output(*vals).output(*ids).array(meta)
-      .dispatch(Dim3{tx, checked_u32(lines, name), 1}, Dim3{tx, 1, 1});
+  kl.input(s).output(*vals).output(*ids).array(meta).dispatch(Dim3{tx, checked_u32(lines, name), 1}, Dim3{tx, 1, 1});
   return {vals, ids};
 }
 
@@ -137,7 +146,7 @@ void check_weights(MetalDevice& dev, const MetalStorage& s, const std::vector<in
   std::memset(flags->host_ptr(), 0, ((size_t)rows + 1) * 4);  // a fresh buffer: no encoded work uses it yet
   Launch(dev, "random.metal", "multinomial_check_" + t)
       .input(s).inout(*flags).array(meta)
-      .dispatch(Dim3{n, rows, 1}, Dim3{std::min<uint32_t>(256, n), 1, 1});
+      .dispatch_grid(Dim3{n, rows, 1});
   dev.synchronize();
   const uint32_t* f = static_cast<const uint32_t*>(flags->host_ptr());
   EMBER_CHECK(f[0] == 0, Value, "[multinomial] probability tensor contains either inf, nan or element < 0");
@@ -163,7 +172,7 @@ StoragePtr multinomial(const MetalStorage& s, const Layout& l, int64_t num_sampl
     auto keys = new_metal(dev, DType::F32, rows * n, name);
     Launch(dev, "random.metal", "multinomial_keys_" + t)
         .input(s).output(*keys).array(meta).scalar<uint64_t>(seed).scalar<uint64_t>(counter)
-        .dispatch(Dim3{n32, rows32, 1}, Dim3{std::min<uint32_t>(256, n32), 1, 1});
+        .dispatch_grid(Dim3{n32, rows32, 1});
     auto [v, ids] = topk(*keys, Layout::contiguous({rows, n}), 1, num_samples, true);
     (void)v;
     return ids;
@@ -175,7 +184,7 @@ StoragePtr multinomial(const MetalStorage& s, const Layout& l, int64_t num_sampl
   const uint32_t S = checked_u32(num_samples, name);
   Launch(dev, "random.metal", "multinomial_search")
       .input(as_metal(*csum)).output(*out).array(meta).scalar<uint64_t>(seed).scalar<uint64_t>(counter)
-      .dispatch(Dim3{S, rows32, 1}, Dim3{std::min<uint32_t>(256, S), 1, 1});
+      .dispatch_grid(Dim3{S, rows32, 1});
   return out;
 }
 

@@ -36,7 +36,7 @@ StoragePtr launch(const MetalStorage& s, UpsampleMode mode, const Layout& l, con
                      axis_scale(mode, g.w, g.ow, g.sf_w, g.align_corners)};
   Launch(dev, "upsample.metal", std::string(fwd ? "upsample_fwd_" : "upsample_bwd_") + tname)
       .input(s).output(*out).array(up_meta(mode, g, l)).scalar(scale)
-      .dispatch(Dim3{gx, gy, 1}, Dim3{std::min<uint32_t>(gx, 64), std::min<uint32_t>(gy, 4), 1});
+      .dispatch_grid(Dim3{gx, gy, 1}, Dim3{64, 4, 1});
   return out;
 }
 
