@@ -163,19 +163,29 @@ def apply_op(op, *tensors):
     if not isinstance(op, CustomOp):
         raise EmberTypeError(f"[apply_op] expected an em.CustomOp instance, got {type(op).__name__}"
                              + (" (use x.apply_op1/2/3 for CustomOp1/2/3)" if hasattr(op, "_arity") else ""))
-    if not tensors:
-        raise EmberValueError(f"[{op.name}] apply_op needs at least one input tensor")
-    x = tensors[0]
-    if not isinstance(x, Tensor):
-        raise EmberTypeError(f"[{op.name}] input 0 must be a Tensor, got {type(x).__name__}")
-    if len(tensors) > 1:
+    if len(tensors) == 1:  # the common case, without a loop
+        x = tensors[0]
+        if not isinstance(x, Tensor):
+            raise EmberTypeError(f"[{op.name}] input 0 must be a Tensor, got {type(x).__name__}")
+        args = [(x._storage, x._layout)]
+    else:
+        if not tensors:
+            raise EmberValueError(f"[{op.name}] apply_op needs at least one input tensor")
+        x = tensors[0]
+        if not isinstance(x, Tensor):
+            raise EmberTypeError(f"[{op.name}] input 0 must be a Tensor, got {type(x).__name__}")
         _check_inputs(op, tensors)
-    args = [(t._storage, t._layout) for t in tensors]
+        args = [(t._storage, t._layout) for t in tensors]
     if op.mutates:
         res = _mutating_forward(op, tensors, args)
     else:
         s = x._storage
         res = (op.cpu_fwd if type(s) is CpuStorage else _fwd(op, s))(args)
+    if type(res) is list and len(res) == 1 and op.out_dtypes is None:
+        r = res[0]
+        if type(r) is tuple and len(r) == 2:  # one output, as apply_op1 checks it
+            out = _checked(op, r[0], r[1], None, tensors, "")
+            return out if op.non_differentiable else record(out, op.name, tensors, op, _rule_one)
     outs = _results(op, res, tensors)
     if len(outs) == 1:
         if op.non_differentiable:
