@@ -66,7 +66,7 @@ def test_chrome_trace_parses_and_nests(device, tmp_path):
                          for e in inner)
     # nesting: on one thread, events either contain one another or do not overlap
     spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in evs)
-    for (a0, a1), (b0, b1) in zip(spans, spans[1:]):
+    for (_a0, a1), (b0, b1) in zip(spans, spans[1:]):
         assert b0 >= a1 - 1e-3 or b1 <= a1 + 1e-3
 
 
