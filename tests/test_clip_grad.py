@@ -20,9 +20,9 @@ def _setup(scale, shapes=((4, 3), (7,), (2, 2, 2))):
     store = em.GradStore()
     for v, g in zip(ev, grads):
         store.insert(v, em.tensor(g))
-    tv = [torch.zeros(s, dtype=torch.float64, requires_grad=True) for s in shapes]
+    tv = [torch.zeros(s, dtype=torch.from_numpy(g).dtype, requires_grad=True) for s, g in zip(shapes, grads)]
     for v, g in zip(tv, grads):
-        v.grad = torch.tensor(g, dtype=torch.float64)
+        v.grad = torch.from_numpy(g.copy())
     return ev, store, tv
 
 

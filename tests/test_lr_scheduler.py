@@ -5,13 +5,15 @@ import torch
 
 import ember as em
 
+from conftest import TOL, WIDE, WIDE_NP
+
 TL = torch.optim.lr_scheduler
 EL = em.optim.lr_scheduler
 
 
 def _pair(opt_name="SGD", lrs=(0.1, 0.03), **kw):
     """An ember and a torch optimizer with one param group per lr."""
-    eg = [{"params": [em.Var(np.ones(2))], "lr": lr} for lr in lrs]
+    eg = [{"params": [em.Var(np.ones(2, np.float32))], "lr": lr} for lr in lrs]
     tg = [{"params": [torch.ones(2, requires_grad=True)], "lr": lr} for lr in lrs]
     return getattr(em.optim, opt_name)(eg, **kw), getattr(torch.optim, opt_name)(tg, **kw)
 
@@ -102,12 +104,12 @@ def test_resume_with_last_epoch_matches_torch():
 def test_schedule_drives_training():
     """An optimizer step uses the lr the schedule set: ember's params follow torch's."""
     rng = np.random.default_rng(0)
-    init = rng.standard_normal(5)
+    init = rng.standard_normal(5).astype(WIDE_NP)
     v, tv = em.Var(init), torch.tensor(init, requires_grad=True)
     eo, to = em.optim.SGD([v], lr=0.5, momentum=0.9), torch.optim.SGD([tv], lr=0.5, momentum=0.9)
     es, ts = EL.OneCycleLR(eo, max_lr=1.0, total_steps=20), TL.OneCycleLR(to, max_lr=1.0, total_steps=20)
     for _ in range(20):
-        g = rng.standard_normal(5)
+        g = rng.standard_normal(5).astype(WIDE_NP)
         store = em.GradStore()
         store.insert(v, em.tensor(g))
         eo.step(store)
@@ -115,7 +117,8 @@ def test_schedule_drives_training():
         to.step()
         es.step()
         ts.step()
-    np.testing.assert_allclose(v.numpy(), tv.detach().numpy(), rtol=1e-14, atol=1e-14)
+    tol = (1e-14, 1e-14) if WIDE is em.float64 else TOL[WIDE.name]
+    np.testing.assert_allclose(v.numpy(), tv.detach().numpy(), rtol=tol[0], atol=tol[1])
 
 
 @pytest.mark.parametrize("make,match", [

@@ -133,10 +133,10 @@ def test_state_dict_round_trip_resumes_identically(name, kw, tmp_path):
 
 
 def test_skips_non_variables_and_missing_gradients():
-    a, b, c = em.Var(np.ones((2, 2))), em.Var(np.ones(3)), em.tensor(np.ones(2))
+    a, b, c = em.Var(np.ones((2, 2), WIDE_NP)), em.Var(np.ones(3, WIDE_NP)), em.tensor(np.ones(2, WIDE_NP))
     view, storage = a[0], a.storage
     opt = em.optim.Adam([a, b, c], lr=0.5)
-    store = _store([(a, np.ones((2, 2))), (c, np.ones(2))])
+    store = _store([(a, np.ones((2, 2), WIDE_NP)), (c, np.ones(2, WIDE_NP))])
     opt.step(store)
     assert a.storage is storage
     assert view.numpy()[0] != 1.0  # a view taken before the step sees the update (written in place)
@@ -191,7 +191,7 @@ def test_step_and_load_errors():
     v = em.Var([1.0, 2.0])
     opt = em.optim.Adam([v])
     with pytest.raises(em.EmberError, match=r"^\[Adam\] gradient shape"):
-        opt.step(_store([(v, np.ones(3))]))
+        opt.step(_store([(v, np.ones(3, WIDE_NP))]))
     with pytest.raises(em.GradientsInStore, match=r"^\[Adam.step\] step needs the gradients"):
         opt.step()
     with pytest.raises(em.EmberError, match=r"^\[Adam\] step expects the GradStore"):

@@ -71,7 +71,7 @@ def test_dtypes_views_and_devices(tmp_path, dtype, device):
 
 
 def test_vars_shared_tensors_and_top_level_values(tmp_path):
-    w = em.Var(np.ones(3))
+    w = em.Var(np.ones(3, np.float32))
     t = em.tensor([1, 2])
     em.save({"w": w, "again": w, "t": [t, t]}, tmp_path / "s.safetensors")
     back = em.load(tmp_path / "s.safetensors")
