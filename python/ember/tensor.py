@@ -9,8 +9,8 @@ import numpy as np
 
 from . import _C
 from . import dtypes as _dt
-from .args import bool_arg, float_arg, i64_arg, int_arg
 from .argorder import bind
+from .args import bool_arg, float_arg, i64_arg, int_arg
 from .backprop import no_grad, record
 from .composite import CompositeOps
 from .dtypes import Device, DType
