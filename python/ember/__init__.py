@@ -101,6 +101,7 @@ Storage = _C.Storage
 CpuStorage = _C.CpuStorage
 
 from .custom_op import (  # noqa: E402  (also attaches apply_op*/inplace_op* to Tensor)
+    CustomOp,
     CustomOp1,
     CustomOp2,
     CustomOp3,
@@ -109,6 +110,9 @@ from .custom_op import (  # noqa: E402  (also attaches apply_op*/inplace_op* to 
     InplaceOp3,
     MetalStorage,
 )
+from .custom_op_n import apply_op  # noqa: E402
+from .checkpoint import checkpoint  # noqa: E402
+from . import profiler  # noqa: E402
 from . import tensor_docs as _tensor_docs  # noqa: E402
 
 _tensor_docs.apply(Tensor, Var)
@@ -154,7 +158,7 @@ from .dtypes import bool as bool  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
-    "ALL_DTYPES", "BackwardNotSupported", "CpuStorage", "CustomOp1", "CustomOp2", "CustomOp3", "DType",
+    "ALL_DTYPES", "BackwardNotSupported", "CpuStorage", "CustomOp", "CustomOp1", "CustomOp2", "CustomOp3", "DType",
     "DTypeError", "Device", "DeviceError", "EmberError", "EmberIOError", "EmberValueError", "GradStore", "IndexOutOfRange",
     "InplaceModifiedError", "InplaceOp1", "InplaceOp2", "InplaceOp3", "Layout", "MetalStorage", "OutOfMemory",
     "ShapeError", "Storage", "Tensor", "UnsupportedOp", "Var", "arange", "bfloat16", "cat", "cpu", "empty_cache",
@@ -178,5 +182,6 @@ __all__ = [
     "scatter", "scatter_reduce", "meshgrid", "pad", "roll",
     "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "logical_and", "logical_not", "logical_or",
     "logical_xor", "randint",
+    "apply_op", "checkpoint", "profiler",
     "models",
 ]
