@@ -322,7 +322,7 @@ def test_sort_topk_scan_values(rng, dt, kind):
 
 
 def test_long_int32_sort_goes_through_device_scratch(rng):
-    base = rand(rng, (2, 5000), em.int32)  # past a threadgroup's 4096 elements
+    base = rand(rng, (2, 5000), em.int32)  # past a threadgroup's sort block
     v, i = em.tensor(base, dtype=em.int32, device="metal").sort(1)
     np.testing.assert_array_equal(v.numpy(), np.sort(base, 1))
     np.testing.assert_array_equal(i.numpy(), np.argsort(base, 1, kind="stable"))

@@ -18,6 +18,13 @@ FLOATS = ("float32", "float16", "bfloat16")
 RTOL = {"float32": 2e-5, "float16": 2e-3, "bfloat16": 1.6e-2}
 
 
+@pytest.fixture(autouse=True)
+def _device_limits(monkeypatch):
+    # the kernels at the group sizes named here, up to the device's 1024 (CI's lower per-pipeline limit
+    # is for the launchers: test_metal_limits.py)
+    monkeypatch.delenv("EMBER_METAL_EMU_MAX_THREADS", raising=False)
+
+
 def run(file, name, args, grid, group):
     # the file's text from the tree, so a kernel runs before it is embedded in a build
     _C._metal_emu_run((ROOT / "metal" / file).read_text(), name, args, list(grid), list(group), label=file)
