@@ -9,6 +9,7 @@ import numpy as np
 
 from . import _C
 from . import dtypes as _dt
+from .argorder import bind
 from .args import bool_arg, float_arg, i64_arg, int_arg
 from .backprop import no_grad, record
 from .composite import CompositeOps
@@ -436,6 +437,10 @@ class Tensor(TorchNames, CompositeOps):
         if reverse:
             a, b = b, a
         code = BINARY[name]
+        if (name == "floor_divide" or name == "remainder") and not a._dtype.is_float and a._dtype is not _dt.bool \
+                and b.numel() \
+                and bool(b.eq(0).any().item()):  # as torch: an integer has no value for x // 0 (nor x % 0)
+            raise EmberValueError(f"[{name}] integer division by zero")
         s = _C.binary(code, a._storage, a._layout, b._storage, b._layout)
         shape = _broadcast_shape(a.shape, b.shape)
         if code in _CMP_CODES:  # bool masks (the storage says: a device may still give uint8 ones)
@@ -510,7 +515,20 @@ class Tensor(TorchNames, CompositeOps):
             # wrap at 256. (candle keeps u8 here, and its accuracy counts wrap.) The kernel adds the
             # narrow values into int64 where they lie, without an int64 copy of the input.
             op, dtype = REDUCE["sum_i64"], _dt.int64
-        s, l = _C.reduce(op, self._storage, self._layout, dims, keepdim)
+        lay, mult = self._layout, 1
+        if name != "argmax" and name != "argmin" and lay.numel() > 0:
+            # A broadcast (stride-0) reduced dim repeats one value: reduce a single copy of it in place
+            # (a sum then scales by the count), never the expanded view (2**31 elements of zeros(1)).
+            for d in dims:
+                if lay.stride[d] == 0 and lay.shape[d] > 1:
+                    mult *= lay.shape[d]
+                    lay = lay.narrow(d, 0, 1)
+        s, l = _C.reduce(op, self._storage, lay, dims, keepdim)
+        if mult != 1 and name == "sum":
+            with no_grad():
+                r = _wrap(s, l, dtype, self._device)
+                r = r.affine(float(mult), 0.0) if dtype.is_float else r * mult  # ints: exact, wrapping as int64 does
+            s, l = r._storage, r._layout
         if name in ("argmax", "argmin"):
             return _wrap(s, l, _dt.int64, self._device)
         return record(_wrap(s, l, dtype, self._device), name, (self,), (tuple(dims), keepdim))
@@ -560,20 +578,48 @@ class Tensor(TorchNames, CompositeOps):
             raise EmberTypeError(f"[matmul] unsupported operand type {type(other).__name__}")
         return tensor(other, dtype=self._dtype, device=self._device).matmul(self)
 
-    def index_select(self, indices, dim):
+    def index_select(self, *args, **kwargs):
+        a = bind("index_select", args, kwargs, ("indices", "dim"), ("dim", "indices"))
+        return self._index_select(a["indices"], a["dim"])
+
+    def _index_select(self, indices, dim):
         dim = _dim(dim, self.ndim, "index_select")
         ids = _as_index(indices, "index_select", self._device)
         s, l = _C.index_select(self._storage, self._layout, ids._storage, ids._layout, dim)
         return record(_wrap(s, l, self._dtype, self._device), "index_select", (self, ids), dim)
 
-    def gather(self, indices, dim):
+    def gather(self, *args, **kwargs):
+        a = bind("gather", args, kwargs, ("indices", "dim"), ("dim", "indices"))
+        return self._gather(a["indices"], a["dim"])
+
+    def _gather(self, indices, dim):
         dim = _dim(dim, self.ndim, "gather")
         ids = _as_index(indices, "gather", self._device)
         s, l = _C.gather(self._storage, self._layout, ids._storage, ids._layout, dim)
         return record(_wrap(s, l, self._dtype, self._device), "gather", (self, ids), dim)
 
-    def index_add(self, indices, source, dim):
-        """Out of place: a copy of self with source's slices added at indices along dim."""
+    def index_add(self, *args, alpha=1, **kwargs):
+        """Out of place: a copy of self with source's slices added at indices along dim.
+
+        Takes ember's order ``index_add(indices, source, dim)`` or torch's ``index_add(dim, index,
+        source, alpha=1)``, told apart by the argument types (torch's starts with the int dim).
+
+        Args:
+            *args: ``(indices, source, dim)`` or ``(dim, index, source)``.
+            alpha: ``source`` is multiplied by it first (torch's argument).
+            **kwargs: the same by name (``indices``/``index``, ``source``/``src``, ``dim``).
+
+        Raises:
+            EmberTypeError: arguments that fit neither order.
+        """
+        a = bind("index_add", args, kwargs, ("indices", "source", "dim"), ("dim", "indices", "source"))
+        source = a["source"]
+        if alpha != 1:
+            _check_tensor_arg(source, "index_add", "source")
+            source = source * alpha
+        return self._index_add(a["indices"], source, a["dim"])
+
+    def _index_add(self, indices, source, dim):
         dim = _dim(dim, self.ndim, "index_add")
         ids = _as_index(indices, "index_add", self._device)
         _check_tensor_arg(source, "index_add", "source")
@@ -581,8 +627,23 @@ class Tensor(TorchNames, CompositeOps):
                             source._storage, source._layout, dim)
         return record(_wrap(s, l, self._dtype, self._device), "index_add", (self, ids, source), dim)
 
-    def scatter_add(self, indices, source, dim):
-        """Out of place: a copy of self with source added at indices along dim (torch semantics)."""
+    def scatter_add(self, *args, **kwargs):
+        """Out of place: a copy of self with source added at indices along dim (torch semantics).
+
+        Takes ember's order ``scatter_add(indices, source, dim)`` or torch's ``scatter_add(dim, index,
+        src)``, told apart by the argument types (torch's starts with the int dim).
+
+        Args:
+            *args: ``(indices, source, dim)`` or ``(dim, index, src)``.
+            **kwargs: the same by name (``indices``/``index``, ``source``/``src``, ``dim``).
+
+        Raises:
+            EmberTypeError: arguments that fit neither order.
+        """
+        a = bind("scatter_add", args, kwargs, ("indices", "source", "dim"), ("dim", "indices", "source"))
+        return self._scatter_add(a["indices"], a["source"], a["dim"])
+
+    def _scatter_add(self, indices, source, dim):
         dim = _dim(dim, self.ndim, "scatter_add")
         ids = _as_index(indices, "scatter_add", self._device)
         _check_tensor_arg(source, "scatter_add", "source")
@@ -788,7 +849,8 @@ def _as_index(ids, op, device=None):
 # them from this module); imported last because creation.py builds Tensors, and tensor.py itself calls
 # tensor() and zeros_like() at run time.
 from .creation import (  # noqa: E402, F401, I001
-    arange, from_numpy, full, full_like, manual_seed, ones, ones_like, rand, randn, tensor, zeros, zeros_like,
+    _check_fits, arange, from_numpy, full, full_like, manual_seed, ones, ones_like, rand, randn, tensor, zeros,
+    zeros_like,
 )
 from .multi import cat, maximum, minimum, stack, where  # noqa: E402, F401, I001
 from .indexing import getitem, setitem  # noqa: E402, I001  (indexing.py builds on everything above)

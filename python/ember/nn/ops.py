@@ -1,8 +1,8 @@
 """Fused ops (docs/fused-ops.md): CustomOps over the C++ fused kernels (_C.fused), plus composite references.
 
 Each op's forward is one fused kernel. Its backward, during an ordinary ``backward()``, is one fused
-kernel too; under ``backward(create_graph=True)`` the same gradients are written with Tensor ops
-instead, so second-order derivatives work. Saved statistics (rstd, mean, logsumexp) live on the op
+kernel too; under ``backward(create_graph=True)`` the gradients are those of the op's ``reference``
+(its composite, in Tensor ops) recomputed from the saved inputs, so second-order derivatives work. Saved statistics (rstd, mean, logsumexp) live on the op
 instance, which the graph keeps. ``sdpa``'s ``mask`` is an attribute of the op, not an input: it
 never receives a gradient.
 """
@@ -10,18 +10,21 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import _C
 from ..args import bool_arg, float_arg, i64_arg, int_arg
 from ..backprop import is_grad_enabled, tracks
 from ..custom_op import CustomOp1, CustomOp2, CustomOp3
 from ..errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor import UNARY, Tensor, _contig, _dim, _wrap, arange, full, where
+from ..tensor import UNARY, Tensor, _contig, _dim, _wrap, arange, full, tensor, where
+from .rope_table import rope_i, rope_tables, rope_thd
 
 _F = _C.fused
 
 __all__ = [  # noqa: RUF022  (grouped: fused ops, then the composite references)
     "sigmoid", "silu", "gelu", "softmax", "softmax_last_dim", "log_softmax", "rms_norm", "layer_norm",
-    "sdpa", "rope", "softmax_slow", "log_softmax_slow", "rms_norm_slow", "layer_norm_slow", "sdpa_slow",
+    "sdpa", "rope", "rope_i", "rope_thd", "rope_tables", "softmax_slow", "log_softmax_slow", "rms_norm_slow", "layer_norm_slow", "sdpa_slow",
     "rope_slow",
 ]
 
@@ -60,34 +63,32 @@ class _Act(CustomOp1):
             a = res if self.kind == "sigmoid" else x  # sigmoid' is written in terms of its output
             st = getattr(_F, self.kind + "_bwd")(a._storage, a._layout, g._storage, g._layout)
             return _out(st, x.shape, x)
-        return g * self._dfdx(x, res)
+        return self.reference_grads([x], [g])[0]  # create_graph: differentiable
+
+
+def _sigmoid_ref(x):
+    return ((-x).exp() + 1.0).recip()
 
 
 class _Sigmoid(_Act):
     name = kind = "sigmoid"
 
-    @staticmethod
-    def _dfdx(x, y):
-        return y * (1.0 - y)
+    def reference(self, x):
+        return _sigmoid_ref(x)
 
 
 class _Silu(_Act):
     name = kind = "silu"
 
-    @staticmethod
-    def _dfdx(x, y):
-        s = sigmoid(x)
-        return s * (1.0 + x * (1.0 - s))
+    def reference(self, x):
+        return x * _sigmoid_ref(x)
 
 
 class _Gelu(_Act):
     name = kind = "gelu"
 
-    @staticmethod
-    def _dfdx(x, y):
-        cdf = (x * (1.0 / math.sqrt(2.0))).erf() * 0.5 + 0.5
-        pdf = (x * x * -0.5).exp() * (1.0 / math.sqrt(2.0 * math.pi))
-        return cdf + x * pdf
+    def reference(self, x):
+        return x * ((x * (1.0 / math.sqrt(2.0))).erf() * 0.5 + 0.5)
 
 
 def sigmoid(x: Tensor) -> Tensor:
@@ -152,9 +153,10 @@ class _Softmax(CustomOp1):
         if not is_grad_enabled():
             st = _F.softmax_bwd(y._storage, y._layout, g._storage, g._layout, self.log)
             return _out(st, x.shape, x)
-        if self.log:
-            return g - y.exp() * g.sum(-1, keepdim=True)
-        return y * (g - (g * y).sum(-1, keepdim=True))
+        return self.reference_grads([x], [g])[0]
+
+    def reference(self, x):
+        return log_softmax_slow(x, -1) if self.log else softmax_slow(x, -1)
 
 
 class _LogSoftmax(_Softmax):
@@ -249,11 +251,10 @@ class _RmsNorm(CustomOp2):
             dx, dw = _F.rms_norm_bwd(x._storage, x._layout, w._storage, w._layout, self.rstd, g._storage,
                                      g._layout)
             return _out(dx, x.shape, x), _out(dw, w.shape, w)
-        # Differentiable form: dx = r * (g*w - xhat * mean(g*w*xhat)), dw = sum(g * xhat).
-        r = ((x * x).mean(-1, keepdim=True) + self.eps).sqrt().recip()
-        xh = x * r
-        gw = g * w
-        return r * (gw - xh * (gw * xh).mean(-1, keepdim=True)), _sum_leading(g * xh)
+        return tuple(self.reference_grads([x, w], [g]))
+
+    def reference(self, x, w):
+        return rms_norm_slow(x, w, self.eps)
 
 
 class _RmsNormNoWeight(CustomOp1):
@@ -272,9 +273,10 @@ class _RmsNormNoWeight(CustomOp1):
         if not is_grad_enabled() and self.rstd is not None:
             dx, _ = _F.rms_norm_bwd(x._storage, x._layout, None, None, self.rstd, g._storage, g._layout)
             return _out(dx, x.shape, x)
-        r = ((x * x).mean(-1, keepdim=True) + self.eps).sqrt().recip()
-        xh = x * r
-        return r * (g - xh * (g * xh).mean(-1, keepdim=True))
+        return self.reference_grads([x], [g])[0]
+
+    def reference(self, x):
+        return x / ((x * x).mean(-1, keepdim=True) + self.eps).sqrt()
 
 
 def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-5) -> Tensor:
@@ -321,12 +323,10 @@ class _LayerNorm(CustomOp3):
             dx, dw, db = _F.layer_norm_bwd(x._storage, x._layout, w._storage, w._layout, self.mean, self.rstd,
                                            g._storage, g._layout)
             return _out(dx, x.shape, x), _out(dw, w.shape, w), _out(db, b.shape, b)
-        xc = x - x.mean(-1, keepdim=True)
-        r = ((xc * xc).mean(-1, keepdim=True) + self.eps).sqrt().recip()
-        xh = xc * r
-        gw = g * w
-        dx = r * (gw - gw.mean(-1, keepdim=True) - xh * (gw * xh).mean(-1, keepdim=True))
-        return dx, _sum_leading(g * xh), _sum_leading(g)
+        return tuple(self.reference_grads([x, w, b], [g]))
+
+    def reference(self, x, w, b):
+        return layer_norm_slow(x, w, b, self.eps)
 
 
 class _LayerNormOpt:
@@ -350,25 +350,25 @@ class _LayerNormOpt:
         y, self.mean, self.rstd = _F.layer_norm_fwd(xs, xl, ws, wl, bs, bl, self.eps)
         return y, xl.shape
 
-    def grads(self, x, w, g):
-        """(dx, dw or None, db): fused without create_graph, else in Tensor ops (differentiable)."""
-        if not is_grad_enabled() and self.rstd is not None:
-            dx, dw, db = _F.layer_norm_bwd(x._storage, x._layout, None if w is None else w._storage,
-                                           None if w is None else w._layout, self.mean, self.rstd,
-                                           g._storage, g._layout)
-            dx = _out(dx, x.shape, x)
-            dw = None if dw is None else _out(dw, w.shape, w)
-            if not self.has_b:
-                db = None
-            else:  # the kernel sums g for db only beside dw
-                db = _out(db, (x.shape[-1],), x) if db is not None else _sum_leading(g)
-            return dx, dw, db
+    def reference(self, x, *params):
         xc = x - x.mean(-1, keepdim=True)
-        r = ((xc * xc).mean(-1, keepdim=True) + self.eps).sqrt().recip()
-        xh = xc * r
-        gw = g if w is None else g * w
-        dx = r * (gw - gw.mean(-1, keepdim=True) - xh * (gw * xh).mean(-1, keepdim=True))
-        return dx, (None if w is None else _sum_leading(g * xh)), (_sum_leading(g) if self.has_b else None)
+        y = xc / ((xc * xc).mean(-1, keepdim=True) + self.eps).sqrt()
+        if self.has_w:
+            y = y * params[0]
+        return y + params[-1] if self.has_b else y
+
+    def grads(self, x, w, g):
+        """(dx, dw or None, db) from the fused kernel (create_graph goes through the reference)."""
+        dx, dw, db = _F.layer_norm_bwd(x._storage, x._layout, None if w is None else w._storage,
+                                       None if w is None else w._layout, self.mean, self.rstd,
+                                       g._storage, g._layout)
+        dx = _out(dx, x.shape, x)
+        dw = None if dw is None else _out(dw, w.shape, w)
+        if not self.has_b:
+            db = None
+        else:  # the kernel sums g for db only beside dw
+            db = _out(db, (x.shape[-1],), x) if db is not None else _sum_leading(g)
+        return dx, dw, db
 
 
 class _LayerNormX(_LayerNormOpt, CustomOp1):
@@ -378,6 +378,8 @@ class _LayerNormX(_LayerNormOpt, CustomOp1):
     metal_fwd = cuda_fwd = cpu_fwd
 
     def bwd(self, x, y, g):
+        if is_grad_enabled() or self.rstd is None:
+            return self.reference_grads([x], [g])[0]
         return self.grads(x, None, g)[0]
 
 
@@ -388,6 +390,8 @@ class _LayerNormXP(_LayerNormOpt, CustomOp2):
     metal_fwd = cuda_fwd = cpu_fwd
 
     def bwd(self, x, p, y, g):
+        if is_grad_enabled() or self.rstd is None:
+            return tuple(self.reference_grads([x, p], [g]))
         dx, dw, db = self.grads(x, p if self.has_w else None, g)
         return dx, (dw if self.has_w else db)
 
@@ -444,11 +448,21 @@ def _attn_scores(q, k, scale, causal, mask):
 def _attn_probs(q, k, scale, causal, mask):
     """softmax of _attn_scores (composite, differentiable in every input). A row whose keys are all
     masked gives zeros, as in the fused kernel, not the NaN of a softmax over -inf."""
-    s = _attn_scores(q, k, scale, causal, mask)
-    # causal alone leaves every query at least key 0 unless there are more queries than keys
-    if (mask is None and (not causal or q.shape[-2] <= k.shape[-2])) or s.shape[-1] == 0:
+    if not math.isfinite(scale):
+        # torch splits the scale between q and k, (q * sqrt(scale)) @ (k * sqrt(scale))^T: with an infinite
+        # or NaN scale that decides which scores are NaN and which +-inf, so do the same on every device
+        r = math.sqrt(abs(scale))
+        q, k, scale = q * (-r if scale < 0 else r), k * r, 1.0
+        s = _attn_scores(q, k, scale, causal, mask)
+    else:
+        s = _attn_scores(q, k, scale, causal, mask)
+        # causal alone leaves every query at least key 0 unless there are more queries than keys
+        if (mask is None and (not causal or q.shape[-2] <= k.shape[-2])) or s.shape[-1] == 0:
+            return softmax_last_dim(s)
+    if s.shape[-1] == 0:
         return softmax_last_dim(s)
-    live = s.max(-1, keepdim=True).detach().gt(full((), float("-inf"), dtype=s.dtype, device=s.device))
+    # a row is dead when all its scores are -inf (0, as the fused kernel); a NaN max keeps it live (NaN)
+    live = s.max(-1, keepdim=True).detach().ne(full((), float("-inf"), dtype=s.dtype, device=s.device))
     zero = full((), 0.0, dtype=s.dtype, device=s.device)
     return where(live, softmax_last_dim(where(live, s, zero)), zero)
 
@@ -460,14 +474,6 @@ def _repeat_kv(t: Tensor, q: Tensor) -> Tensor:
     group = q.shape[1] // t.shape[1]
     ids = arange(t.shape[1], device=t.device).reshape(t.shape[1], 1).broadcast_as((t.shape[1], group)).flatten()
     return t.index_select(ids, 1)
-
-
-def _sum_groups(g: Tensor, like: Tensor) -> Tensor:
-    """The gradient of _repeat_kv: each key/value head gets the sum over the query heads it serves."""
-    if g.shape[1] == like.shape[1]:
-        return g
-    B, H, L, D = g.shape
-    return g.reshape(B, like.shape[1], H // like.shape[1], L, D).sum(2)
 
 
 class _Sdpa(CustomOp3):
@@ -493,13 +499,10 @@ class _Sdpa(CustomOp3):
                                      out._storage, out._layout, self.lse, g._storage, g._layout,
                                      *self._mask_args(), self.scale, self.causal)
             return _out(dq, q.shape, q), _out(dk, k.shape, k), _out(dv, v.shape, v)
-        kr, vr = _repeat_kv(k, q), _repeat_kv(v, q)
-        p = _attn_probs(q, kr, self.scale, self.causal, self.mask)
-        dv = p.transpose(-2, -1) @ g
-        dp = g @ vr.transpose(-2, -1)
-        ds = p * (dp - (dp * p).sum(-1, keepdim=True))
-        dk = (ds.transpose(-2, -1) @ q) * self.scale
-        return (ds @ kr) * self.scale, _sum_groups(dk, k), _sum_groups(dv, v)
+        return tuple(self.reference_grads([q, k, v], [g]))
+
+    def reference(self, q, k, v):
+        return _attn_probs(q, _repeat_kv(k, q), self.scale, self.causal, self.mask) @ _repeat_kv(v, q)
 
 
 def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask: Tensor | None = None) -> Tensor:
@@ -509,7 +512,9 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
     (B, H, Lq, Lk)) is additive when float, a keep-mask when bool/uint8 (0 = masked out). A float mask
     that needs a gradient (a learned bias, as in T5 or ALiBi variants) gets one: then, as in torch, the
     attention runs as the composite (the L x L scores are built, the softmax is still fused). Fully
-    masked rows give 0.
+    masked rows give 0. NaN propagates as in torch: a NaN in a query, a key or the mask makes the rows
+    it reaches NaN (output and gradients); an infinite or NaN ``scale`` is split between q and k as
+    torch does (the composite), so the same scores become NaN or infinite.
 
     Args:
         q: queries (B, H, Lq, D).
@@ -519,7 +524,8 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
         causal: mask out keys after each query, aligned bottom-right as in a KV-cache step: query i of
             Lq sees keys 0 .. i + Lk - Lq (0 .. i when Lq == Lk; with Lq > Lk the first Lq - Lk queries
             see none and give 0).
-        mask: None, an additive float mask or a bool/uint8 keep-mask, broadcastable to (B, H, Lq, Lk).
+        mask: None, an additive float mask or a bool/uint8 keep-mask, broadcastable to (B, H, Lq, Lk): a
+            tensor, or a numpy array or list (put on the query's device, a float one in its dtype).
 
     Returns:
         Tensor: (B, H, Lq, Dv), differentiable with respect to ``q``, ``k``, ``v`` (and a float mask).
@@ -527,17 +533,25 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
     Raises:
         ShapeError: the shapes do not fit together.
         DTypeError: the dtypes differ or are not float.
+        EmberTypeError: ``causal`` is not a bool.
     """
     for t, nm in ((q, "query"), (k, "key"), (v, "value")):
         _check_tensor(t, "sdpa", nm)
     if mask is not None:
+        if isinstance(mask, (np.ndarray, list)):  # an array mask goes to the query's device (a float one in its dtype)
+            a = np.asarray(mask)
+            mask = tensor(a, dtype=q.dtype if a.dtype.kind == "f" else None, device=q.device)
         _check_tensor(mask, "sdpa", "mask")
         if mask.device != q.device:
             raise DeviceError(f"[sdpa] mask is on {mask.device}, query on {q.device}")
     if q.ndim not in (3, 4):
         raise ShapeError(f"[sdpa] expected query of shape (B, H, L, D) or (B, L, D), got {q.shape}")
     scale = 1.0 / math.sqrt(max(q.shape[-1], 1)) if scale is None else float_arg(scale, "sdpa", "scale")  # head dim 0: no 1/0
-    causal = bool(causal)
+    causal = bool_arg(causal, "sdpa", "causal")  # causal="no" is a mistake, not True
+    if not math.isfinite(scale):  # torch's NaN/inf pattern (see _attn_probs), not the fused kernels' rounding
+        _F.sdpa_check(q._storage, q._layout, k._storage, k._layout, v._storage, v._layout,
+                      *((None, None) if mask is None else (mask._storage, mask._layout)))  # the same errors
+        return _attn_probs(q, _repeat_kv(k, q), scale, causal, mask) @ _repeat_kv(v, q)
     if mask is not None and is_grad_enabled() and tracks(mask):
         # The fused kernels never hold dS = dL/dscores for the whole L x L, and that is the mask's gradient.
         _F.sdpa_check(q._storage, q._layout, k._storage, k._layout, v._storage, v._layout,
@@ -618,7 +632,9 @@ def rope(x: Tensor, dims: int, traditional: bool = False, base: float | None = 1
 
     Args:
         x: a float tensor (..., L, D), any strides and offset (f32, f16, bf16, f64).
-        dims: the number of features rotated (even, at most D).
+        dims: the number of features rotated (even, at most D). A Tensor here means candle's
+            ``rope(x, cos, sin)``: ``dims`` is the (L, n) / (B, L, n) cosine table and ``traditional`` the
+            sine table (see ``rope_tables``).
         traditional: the interleaved pair layout.
         base: the frequencies' base; ignored (may be None) when ``freqs`` is given.
         scale: multiplies the positions.
@@ -637,6 +653,11 @@ def rope(x: Tensor, dims: int, traditional: bool = False, base: float | None = 1
         DTypeError: ``x`` not float; a float ``offset`` tensor; ``freqs`` not float.
         DeviceError: ``offset`` or ``freqs`` on another device.
     """
+    if isinstance(dims, Tensor):  # candle's rope(x, cos, sin): the caller's angle tables
+        if not isinstance(traditional, Tensor):
+            raise EmberTypeError("[rope] with a cos table as the second argument, pass the sin table third: "
+                                 "rope(x, cos, sin)")
+        return rope_tables(x, dims, traditional)
     dims, traditional, base, scale, offset, offsets, freqs = _rope_args(x, dims, traditional, base, scale, offset,
                                                                         freqs)
     if freqs is not None and is_grad_enabled() and tracks(freqs):
