@@ -174,11 +174,13 @@ void Launch::dispatch(Dim3 grid, Dim3 group) {
 void Launch::dispatch_1d(uint64_t threads, uint32_t group) {
   EMBER_CHECK(threads <= UINT32_MAX, Unsupported, "[metal] ", d_.function, ": a grid of ", threads,
               " threads; Metal kernels index with 32 bits");
-  group = std::min<uint32_t>({group, std::max<uint32_t>((uint32_t)threads, 1), max_threads()});
+  if (threads == 0) return;  // encodes nothing (and compiles nothing)
+  group = std::min<uint32_t>({group, (uint32_t)threads, max_threads()});
   dispatch(Dim3{(uint32_t)threads, 1, 1}, Dim3{std::max<uint32_t>(group, 1), 1, 1});
 }
 
 void Launch::dispatch_grid(Dim3 grid, Dim3 want) {
+  if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
   const uint32_t limit = max_threads();
   Dim3 g;
   g.x = std::max<uint32_t>(1, std::min({want.x, grid.x, limit}));
@@ -188,6 +190,7 @@ void Launch::dispatch_grid(Dim3 grid, Dim3 want) {
 }
 
 void Launch::dispatch_rows(uint32_t rows, uint32_t want) {
+  if (rows == 0) return;
   const uint32_t t = fit_threads(want);
   dispatch(Dim3{t, rows, 1}, Dim3{t, 1, 1});
 }
