@@ -15,7 +15,8 @@ LINUX_ONLY = {
     r"\bMAP_(ANONYMOUS|NORESERVE|POPULATE|HUGETLB|LOCKED|GROWSDOWN|FIXED_NOREPLACE)\b":
         "MAP_ANONYMOUS / MAP_NORESERVE need _DARWIN_C_SOURCE beside _XOPEN_SOURCE; the others are Linux-only",
     r"\bstd::aligned_alloc\b|(?<![\w:])aligned_alloc\s*\(": "std::aligned_alloc is macOS 10.15+ only (use posix_memalign)",
-    r"\b__builtin_ia32_\w+|\b__builtin_cpu_(init|supports)\b": "x86-only builtins (arm64 macOS)",
+    r"\b__builtin_ia32_\w+|\b__builtin_cpu_(init|supports)\b|<cpuid\.h>|\b__get_cpuid\w*|\bxgetbv\b":
+        "x86-only builtins, cpuid and xgetbv (arm64 macOS)",
     r"\bpthread_\w+_np\b": "pthread *_np extensions differ between glibc and macOS",
     r"\b(sched_setaffinity|sched_getaffinity|sched_getcpu|gettid|prctl|epoll_\w+|eventfd|memfd_create|mremap|"
     r"malloc_usable_size|mallinfo2?|get_nprocs|sysinfo)\s*\(": "a Linux-only call",
@@ -28,9 +29,9 @@ LINUX_ONLY = {
 GUARDED = {
     ("cpp/metal/emu/runtime.cpp", r"\bMAP_(ANONYMOUS|NORESERVE|POPULATE|HUGETLB|LOCKED|GROWSDOWN|FIXED_NOREPLACE)\b"):
         "defines _XOPEN_SOURCE and _DARWIN_C_SOURCE on __APPLE__ before any header",
-    ("cpp/cpu/parallel.cpp", r"\b__builtin_ia32_\w+|\b__builtin_cpu_(init|supports)\b"):
+    ("cpp/cpu/parallel.cpp", r"\b__builtin_ia32_\w+|\b__builtin_cpu_(init|supports)\b|<cpuid\.h>|\b__get_cpuid\w*|\bxgetbv\b"):
         "inside #if defined(__x86_64__) || defined(__i386__)",
-    ("cpp/cpu/dispatch.cpp", r"\b__builtin_ia32_\w+|\b__builtin_cpu_(init|supports)\b"):
+    ("cpp/cpu/dispatch.cpp", r"\b__builtin_ia32_\w+|\b__builtin_cpu_(init|supports)\b|<cpuid\.h>|\b__get_cpuid\w*|\bxgetbv\b"):
         "inside #if defined(EMBER_X86), which CMake sets only for x86-64",
 }
 
@@ -60,9 +61,12 @@ def test_the_guards_are_there():
     parallel = (ROOT / "cpp/cpu/parallel.cpp").read_text()
     assert re.search(r"#if defined\(__x86_64__\) \|\| defined\(__i386__\)\s*\n\s*__builtin_ia32_pause", parallel)
     dispatch = (ROOT / "cpp/cpu/dispatch.cpp").read_text()
-    assert re.search(r"#if defined\(EMBER_X86\)\s*\n\s*__builtin_cpu_init", dispatch)
+    assert re.search(r"#if defined\(EMBER_X86\)\s*\n#include <cpuid.h>", dispatch)
+    assert re.search(r"#if defined\(EMBER_X86\)\s*\n// cpuid and xgetbv", dispatch)
     cmake = (ROOT / "cpp/CMakeLists.txt").read_text()
-    assert re.search(r'if\(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64\|AMD64\|amd64"\)[^$]*?EMBER_X86=1', cmake)
+    # EMBER_X86 is set inside the x86-64 branch (before its else())
+    assert re.search(r'if\(CMAKE_SYSTEM_PROCESSOR MATCHES "x86_64\|AMD64\|amd64"\)(?:(?!\nelse\(\)).)*EMBER_X86=1',
+                     cmake, re.S)
 
 
 def test_no_overloads_on_both_long_and_int64():
