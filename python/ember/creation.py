@@ -18,6 +18,7 @@ from .errors import (
     GradientsInStore,
     ShapeError,
 )
+from .generator import drawing
 from .tensor import Tensor, _check_tensor_arg, _full_storage, _shape_arg, _wrap
 
 
@@ -311,7 +312,7 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     return _wrap(s, _C.Layout.contiguous([n]), dtype, device)
 
 
-def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0, requires_grad=False):
+def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0, requires_grad=False, generator=None):
     """A new tensor of uniform random values in ``[lo, hi)``; ``em.manual_seed`` makes it reproducible.
 
     Args:
@@ -322,17 +323,19 @@ def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0, requires_grad=False):
         hi: the upper bound.
         requires_grad: must be False: ember marks what to differentiate by type (``em.Var``); True
             raises GradientsInStore saying so.
+        generator: an ``em.Generator`` to draw from instead of the global stream.
     """
     _no_requires_grad(requires_grad, "rand")
     shape = _shape_arg(shape, "rand")
     dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
     n = _checked_numel(shape, "rand")  # np.prod would wrap silently
     lo, hi = float_arg(lo, "rand", "lo"), float_arg(hi, "rand", "hi")
-    s = _C.rand_uniform(device.kind, device.index, dtype.code, n, lo, hi)
+    with drawing(generator, "rand"):
+        s = _C.rand_uniform(device.kind, device.index, dtype.code, n, lo, hi)
     return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
 
 
-def randn(*shape, dtype=None, device=None, mean=0.0, std=1.0, requires_grad=False):
+def randn(*shape, dtype=None, device=None, mean=0.0, std=1.0, requires_grad=False, generator=None):
     """A new tensor of normally distributed random values; ``em.manual_seed`` makes it reproducible.
 
     Args:
@@ -343,13 +346,15 @@ def randn(*shape, dtype=None, device=None, mean=0.0, std=1.0, requires_grad=Fals
         std: its standard deviation.
         requires_grad: must be False: ember marks what to differentiate by type (``em.Var``); True
             raises GradientsInStore saying so.
+        generator: an ``em.Generator`` to draw from instead of the global stream.
     """
     _no_requires_grad(requires_grad, "randn")
     shape = _shape_arg(shape, "randn")
     dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
     n = _checked_numel(shape, "randn")
     mean, std = float_arg(mean, "randn", "mean"), float_arg(std, "randn", "std")
-    s = _C.rand_normal(device.kind, device.index, dtype.code, n, mean, std)
+    with drawing(generator, "randn"):
+        s = _C.rand_normal(device.kind, device.index, dtype.code, n, mean, std)
     return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
 
 
@@ -358,7 +363,7 @@ _INT_RANGE = {"int64": (-(2**63), 2**63 - 1), "int32": (-(2**31), 2**31 - 1), "u
               "uint8": (0, 255), "bool": (0, 1)}
 
 
-def randint(*args, size=None, dtype=None, device=None, requires_grad=False):
+def randint(*args, size=None, dtype=None, device=None, requires_grad=False, generator=None):
     """A new tensor of integers drawn uniformly from ``[low, high)``, as ``torch.randint``;
     ``em.manual_seed`` makes it reproducible.
 
@@ -372,6 +377,7 @@ def randint(*args, size=None, dtype=None, device=None, requires_grad=False):
         dtype: the element type (default int64; int32, uint32, uint8, bool and the floats also work).
         device: where the tensor lives (default: the default device).
         requires_grad: must be False (integers never take gradients).
+        generator: an ``em.Generator`` to draw from instead of the global stream.
 
     Returns:
         Tensor: a new tensor of the given shape and dtype.
@@ -395,7 +401,7 @@ def randint(*args, size=None, dtype=None, device=None, requires_grad=False):
     if low < lo_ok or high - 1 > hi_ok:
         raise EmberValueError(f"[randint] [{low}, {high}) is outside the values {dtype.name} holds")
     shape = _shape_arg(tuple(size), "randint")
-    u = rand(*shape, dtype=_dt.float64, device=_dt.cpu, lo=float(low), hi=float(high))
+    u = rand(*shape, dtype=_dt.float64, device=_dt.cpu, lo=float(low), hi=float(high), generator=generator)
     return u.floor().to_dtype(dtype).to_device(device)
 
 

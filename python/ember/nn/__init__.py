@@ -1,11 +1,12 @@
 """ember.nn: fused ops (``ember.nn.ops``), layers, convolutions, pooling, normalization, attention,
 resampling, activation modules, losses and ``functional``."""
-from . import functional, ops
+from . import functional, init, ops
 from .act_fns import elu, gelu, hardsigmoid, hardswish, leaky_relu, mish, softplus
 from .activations import (
     ELU,
     GELU,
     Dropout,
+    Dropout2d,
     Hardsigmoid,
     Hardswish,
     Identity,
@@ -18,6 +19,7 @@ from .activations import (
     Tanh,
 )
 from .attention import KVCache, MultiHeadAttention, RoPE
+from .containers import Flatten, ModuleDict, ParameterDict, ParameterList, Unflatten
 from .conv import (
     Conv1d,
     Conv2d,
@@ -38,7 +40,6 @@ from .layers import (
     GatedMLP,
     LayerNorm,
     Linear,
-    Module,
     ModuleList,
     RmsNorm,
     Sequential,
@@ -56,6 +57,7 @@ from .losses import (
     nll_loss,
     smooth_l1_loss,
 )
+from .module import Module, Parameter
 from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, batch_norm, group_norm
 from .pooling import (
     AdaptiveAvgPool1d,
@@ -85,3 +87,5 @@ __all__ = [
     "mse_loss", "nll_loss", "ops", "smooth_l1_loss", "softplus", "swiglu", "unfold",
 ]
 __all__ += ["RoPE"]  # the rotary embedding layer (nn/attention.py)
+__all__ += ["Flatten", "ModuleDict", "Parameter", "ParameterDict", "ParameterList", "Unflatten"]  # nn/module.py, nn/containers.py
+__all__ += ["Dropout2d", "init"]
