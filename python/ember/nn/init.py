@@ -300,4 +300,4 @@ def orthogonal_(tensor, gain=1.0, generator=None):
     if rows < cols:
         q = q.T
     q = q * float_arg(gain, "orthogonal_", "gain")
-    return _write(tensor, _tensor(np.ascontiguousarray(q)), "orthogonal_")
+    return _write(tensor, _tensor(np.ascontiguousarray(q), device="cpu"), "orthogonal_")
