@@ -93,6 +93,7 @@ from .io import load_safetensors, save_safetensors  # noqa: E402
 from .memory import empty_cache, memory_stats, reset_peak_memory_stats, set_cache_limit  # noqa: E402
 from . import metal, nn, optim  # noqa: E402
 from . import testing  # noqa: E402
+from . import models  # noqa: E402
 
 Layout = _C.Layout
 Storage = _C.Storage
@@ -176,4 +177,5 @@ __all__ = [
     "scatter", "scatter_reduce", "meshgrid", "pad", "roll",
     "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "logical_and", "logical_not", "logical_or",
     "logical_xor", "randint",
+    "models",
 ]
