@@ -2,6 +2,30 @@
 resampling, activation modules, losses and ``functional``."""
 from . import functional, init, ops
 from .act_fns import elu, gelu, hardsigmoid, hardswish, leaky_relu, mish, softplus
+from .act_more import (
+    CELU,
+    GLU,
+    Hardshrink,
+    Hardtanh,
+    LogSigmoid,
+    PReLU,
+    ReLU6,
+    Softmin,
+    Softshrink,
+    Softsign,
+    Threshold,
+    celu,
+    glu,
+    hardshrink,
+    hardtanh,
+    logsigmoid,
+    prelu,
+    relu6,
+    softmin,
+    softshrink,
+    softsign,
+    threshold,
+)
 from .activations import (
     ELU,
     GELU,
@@ -89,3 +113,6 @@ __all__ = [
 __all__ += ["RoPE"]  # the rotary embedding layer (nn/attention.py)
 __all__ += ["Flatten", "ModuleDict", "Parameter", "ParameterDict", "ParameterList", "Unflatten"]  # nn/module.py, nn/containers.py
 __all__ += ["Dropout2d", "init"]
+__all__ += ["CELU", "GLU", "Hardshrink", "Hardtanh", "LogSigmoid", "PReLU", "ReLU6", "Softmin", "Softshrink",
+            "Softsign", "Threshold", "celu", "glu", "hardshrink", "hardtanh", "logsigmoid", "prelu", "relu6",
+            "softmin", "softshrink", "softsign", "threshold"]  # nn/act_more.py

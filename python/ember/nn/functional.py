@@ -8,6 +8,19 @@ from ..errors import DTypeError, EmberTypeError, EmberValueError, IndexOutOfRang
 from ..movement import pad
 from ..tensor import Tensor, tensor
 from .act_fns import elu, gelu, hardsigmoid, hardswish, leaky_relu, mish, softplus
+from .act_more import (
+    celu,
+    glu,
+    hardshrink,
+    hardtanh,
+    logsigmoid,
+    prelu,
+    relu6,
+    softmin,
+    softshrink,
+    softsign,
+    threshold,
+)
 from .conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d, fold, unfold
 from .interpolate import interpolate
 from .losses import (
@@ -33,6 +46,8 @@ from .pooling import (
 )
 
 __all__ = [
+    "celu", "glu", "hardshrink", "hardtanh", "logsigmoid", "prelu", "relu6", "softmin", "softshrink", "softsign",
+    "threshold",
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "batch_norm",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "conv1d", "conv2d", "conv_transpose1d",
     "conv_transpose2d", "cross_entropy", "dropout", "dropout2d", "elu", "fold", "gelu", "group_norm", "hardsigmoid",
