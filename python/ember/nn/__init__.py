@@ -56,6 +56,7 @@ from .conv import (
     fold,
     unfold,
 )
+from .instance_norm import InstanceNorm1d, InstanceNorm2d, instance_norm
 from .interpolate import Upsample, interpolate
 from .layers import (
     MLP,
@@ -116,3 +117,4 @@ __all__ += ["Dropout2d", "init"]
 __all__ += ["CELU", "GLU", "Hardshrink", "Hardtanh", "LogSigmoid", "PReLU", "ReLU6", "Softmin", "Softshrink",
             "Softsign", "Threshold", "celu", "glu", "hardshrink", "hardtanh", "logsigmoid", "prelu", "relu6",
             "softmin", "softshrink", "softsign", "threshold"]  # nn/act_more.py
+__all__ += ["InstanceNorm1d", "InstanceNorm2d", "instance_norm"]  # nn/instance_norm.py

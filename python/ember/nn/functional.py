@@ -22,6 +22,7 @@ from .act_more import (
     threshold,
 )
 from .conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d, fold, unfold
+from .instance_norm import instance_norm
 from .interpolate import interpolate
 from .losses import (
     binary_cross_entropy,
@@ -46,11 +47,12 @@ from .pooling import (
 )
 
 __all__ = [
+    "instance_norm", "dropout2d",
     "celu", "glu", "hardshrink", "hardtanh", "logsigmoid", "prelu", "relu6", "softmin", "softshrink", "softsign",
     "threshold",
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "batch_norm",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "conv1d", "conv2d", "conv_transpose1d",
-    "conv_transpose2d", "cross_entropy", "dropout", "dropout2d", "elu", "fold", "gelu", "group_norm", "hardsigmoid",
+    "conv_transpose2d", "cross_entropy", "dropout", "elu", "fold", "gelu", "group_norm", "hardsigmoid",
     "hardswish", "huber_loss", "interpolate", "kl_div", "l1_loss", "layer_norm", "leaky_relu", "log_softmax",
     "max_pool1d", "max_pool2d", "mish", "mse_loss", "nll_loss", "one_hot", "pad", "relu", "rms_norm", "sigmoid", "silu",
     "smooth_l1_loss", "softmax", "softplus", "tanh", "unfold",
