@@ -118,3 +118,13 @@ __all__ += ["CELU", "GLU", "Hardshrink", "Hardtanh", "LogSigmoid", "PReLU", "ReL
             "Softsign", "Threshold", "celu", "glu", "hardshrink", "hardtanh", "logsigmoid", "prelu", "relu6",
             "softmin", "softshrink", "softsign", "threshold"]  # nn/act_more.py
 __all__ += ["InstanceNorm1d", "InstanceNorm2d", "instance_norm"]  # nn/instance_norm.py
+from .transformer import (  # noqa: E402
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
+
+__all__ += ["Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
+            "TransformerEncoderLayer"]  # nn/transformer.py
