@@ -675,7 +675,14 @@ class Var(Tensor):
     def requires_grad_(self, requires_grad=True):
         """Freezes (False) or unfreezes (True) this parameter in place, as torch's flag: a frozen Var
         is no longer a variable (no gradient is computed for it, optimizers skip it) but stays this
-        object with this storage; True makes it a variable again. Returns self."""
+        object with this storage; True makes it a variable again. Returns self.
+
+        Args:
+            requires_grad: True (a variable) or False (a constant).
+
+        Raises:
+            DTypeError: True for a non-float tensor.
+        """
         if requires_grad and not self._dtype.is_float:
             raise DTypeError(f"[requires_grad_] only float tensors take gradients, got {self._dtype.name}")
         self.__class__ = Var if requires_grad else FrozenVar

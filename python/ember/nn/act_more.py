@@ -50,7 +50,12 @@ def _hardtanh(x, min_val, max_val, op):
 
 
 def relu6(x, inplace=False):
-    """``min(max(x, 0), 6)``, as ``torch.nn.functional.relu6`` (``hardtanh(x, 0, 6)``)."""
+    """``min(max(x, 0), 6)``, as ``torch.nn.functional.relu6`` (``hardtanh(x, 0, 6)``).
+
+    Args:
+        x: a float tensor.
+        inplace: torch's flag, accepted; ember returns a new tensor.
+    """
     return _hardtanh(x, 0.0, 6.0, "relu6")
 
 
@@ -95,6 +100,11 @@ def hardshrink(x, lambd=0.5):
 def celu(x, alpha=1.0, inplace=False):
     """``x`` for x > 0, ``alpha * (exp(x / alpha) - 1)`` otherwise, as ``torch.nn.functional.celu``
     (``alpha * elu(x / alpha)``: the fused elu kernel).
+
+    Args:
+        x: a float tensor.
+        alpha: the scale, not 0.
+        inplace: torch's flag, accepted; ember returns a new tensor.
 
     Raises:
         EmberValueError: alpha == 0.
@@ -176,7 +186,14 @@ def softmin(x, dim=None, dtype=None):
 
 
 def threshold(x, threshold, value, inplace=False):
-    """``x`` where ``x > threshold``, else ``value``, as ``torch.nn.functional.threshold``."""
+    """``x`` where ``x > threshold``, else ``value``, as ``torch.nn.functional.threshold``.
+
+    Args:
+        x: a float tensor.
+        threshold: the cut.
+        value: what replaces x at and below it.
+        inplace: torch's flag, accepted; ember returns a new tensor.
+    """
     _float(x, "threshold")
     t, v = float_arg(threshold, "threshold", "threshold"), float_arg(value, "threshold", "value")
     return where(x.gt(t), x, full((), v, dtype=x.dtype, device=x.device))
