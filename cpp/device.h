@@ -54,5 +54,9 @@ void manual_seed(uint64_t seed);
 void rng_install(uint64_t mixed_seed, uint64_t counter);
 uint64_t rng_uninstall();
 uint64_t rng_mix(uint64_t seed);
+// The generator's (seed, counter) without drawing, and setting both back (em.checkpoint replays a
+// recomputation's random draws with them, as torch's preserve_rng_state does).
+RngDraw rng_state();
+void set_rng_state(uint64_t seed, uint64_t counter);
 
 }  // namespace ember

@@ -137,5 +137,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("rng_install", [](uint64_t seed, uint64_t counter) { ember::rng_install(seed, counter); });
   m.def("rng_uninstall", []() { return ember::rng_uninstall(); });
   m.def("rng_mix", [](uint64_t s) { return ember::rng_mix(s); });
+  m.def("_rng_state", [] {
+    const ember::RngDraw r = ember::rng_state();
+    return py::make_tuple(r.seed, r.counter);
+  });
+  m.def("_set_rng_state", [](uint64_t seed, uint64_t counter) { ember::set_rng_state(seed, counter); },
+        py::arg("seed"), py::arg("counter"));
   m.def("isa", &ember::cpu::isa);
 }

@@ -1,6 +1,6 @@
 """ember.nn: fused ops (``ember.nn.ops``), layers, convolutions, pooling, normalization, attention,
 resampling, activation modules, losses and ``functional``."""
-from . import functional, init, ops
+from . import functional, init, ops, utils
 from .act_fns import elu, gelu, hardsigmoid, hardswish, leaky_relu, mish, softplus
 from .act_more import (
     CELU,
@@ -128,3 +128,4 @@ from .transformer import (  # noqa: E402
 
 __all__ += ["Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
             "TransformerEncoderLayer"]  # nn/transformer.py
+__all__ += ["utils"]  # gradient clipping (nn/utils.py)
