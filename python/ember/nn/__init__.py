@@ -129,3 +129,6 @@ from .transformer import (  # noqa: E402
 __all__ += ["Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
             "TransformerEncoderLayer"]  # nn/transformer.py
 __all__ += ["utils"]  # gradient clipping (nn/utils.py)
+from .rnn import GRU, LSTM, RNN  # noqa: E402
+
+__all__ += ["GRU", "LSTM", "RNN"]  # nn/rnn.py
