@@ -338,3 +338,15 @@ def test_layer_norm_args_like_torch(device, shape, affine, bias):
     got = _np(m(em.tensor(x, dtype=WIDE, device=device)))
     np.testing.assert_allclose(got, t(torch.tensor(x)).detach().numpy(), rtol=TOL[WIDE.name][0] * 10,
                                atol=TOL[WIDE.name][1] * 10)
+
+
+def test_frozen_parameters_survive_deepcopy_and_pickle():
+    import copy
+    import pickle
+
+    m = nn.Sequential(nn.Linear(3, 2), nn.Linear(2, 1))
+    m[0].requires_grad_(False)
+    for c in (copy.deepcopy(m), pickle.loads(pickle.dumps(m))):
+        assert len(c.parameters()) == 4
+        assert [p.is_variable for p in c.parameters()] == [False, False, True, True]
+        np.testing.assert_array_equal(c[0].weight.numpy(), m[0].weight.numpy())
