@@ -6,7 +6,7 @@ import warnings
 
 from ..args import float_arg, int_arg
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor import Tensor, Var, full, where
+from ..tensor import Tensor, Var, _dim, full, where
 from . import act_fns, ops
 from .module import Module
 
@@ -154,9 +154,7 @@ def glu(x, dim=-1):
     _float(x, "glu")
     if x.ndim == 0:
         raise ShapeError("[glu] expected at least 1 dim, got a scalar")
-    d = int_arg(dim, "glu", "dim")
-    from ..tensor import _dim
-    d = _dim(d, x.ndim, "glu")
+    d = _dim(int_arg(dim, "glu", "dim"), x.ndim, "glu")
     if x.shape[d] % 2:
         raise ShapeError(f"[glu] halving dim {dim} needs an even size, got {x.shape[d]}")
     h = x.shape[d] // 2
