@@ -232,10 +232,16 @@ void matmul_loop(const CpuStorage& A, const Layout& la, const CpuStorage& B, con
 // --- ember's packed GEMM (cpu/packed_gemm.h) as the float matmul ---
 
 // EMBER_MATMUL_GEMM=packed|blas, read per call so tests can run both; anything else (which ember's import
-// warns about) keeps the packed GEMM.
+// warns about) keeps the default: the packed GEMM on x86, BLAS (Accelerate on macOS) elsewhere.
 bool matmul_use_packed() {
   const char* e = std::getenv("EMBER_MATMUL_GEMM");
-  return !(e && !std::strcmp(e, "blas"));
+  if (e && !std::strcmp(e, "blas")) return false;
+  if (e && !std::strcmp(e, "packed")) return true;
+#if defined(EMBER_X86)
+  return true;
+#else
+  return false;
+#endif
 }
 
 template <typename S> constexpr int src_code() { return std::is_same_v<S, f16> ? 1 : std::is_same_v<S, bf16> ? 2 : 0; }

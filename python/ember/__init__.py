@@ -31,7 +31,7 @@ if _env_os.environ.get("EMBER_MATMUL_GEMM", "packed") not in ("packed", "blas"):
     import warnings as _warnings
 
     _warnings.warn(f"[EMBER_MATMUL_GEMM] unknown value {_env_os.environ['EMBER_MATMUL_GEMM']!r} (expected packed "
-                   "or blas): ignored, ember's packed GEMM runs", RuntimeWarning, stacklevel=2)
+                   "or blas): ignored, the CPU's default applies", RuntimeWarning, stacklevel=2)
 from .args import int_arg as _int_arg  # noqa: E402
 from .backprop import GradStore, is_grad_enabled, no_grad
 from .dtypes import (
