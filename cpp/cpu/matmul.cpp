@@ -345,6 +345,9 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
     sm = std::min(mp, (want + sn - 1) / sn);
   }
   sn = std::max(sn, std::min(np, (n + 511) / 512));  // a block's B (k x <= 512 columns) stays in L2 per k block
+  // and no block over about a millisecond: Ctrl-C is seen between blocks
+  while (sm < mp && 2 * ((mp + sm - 1) / sm) * mr * std::min(n, (np + sn - 1) / sn * nr) * k > (int64_t(1) << 27))
+    sm = std::min(mp, sm * 2);
   const int64_t rbp = (mp + sm - 1) / sm, cbp = (np + sn - 1) / sn;
   sm = (mp + rbp - 1) / rbp;
   sn = (np + cbp - 1) / cbp;
