@@ -387,9 +387,13 @@ inline uint64_t key(uint32_t fn, float a, float b) {
   x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
   return x ^ (x >> 31);
 }
-inline float within_1ulp(double exact, uint64_t k) {
+// Special cases stay exact, as the specification's edge-case rules have them: a zero, infinite or NaN
+// argument (exp2(0) = 1, atan(inf) rounded), and results equal to the argument (sin(x) = x for tiny x).
+inline float within_1ulp(double exact, uint64_t k, float x = 1.0f, float y = 1.0f, bool keep_exact = false) {
   const float f = (float)exact;
-  if (!__builtin_isfinite(f) || exact == 0.0) return f;
+  if (!__builtin_isfinite(f) || exact == 0.0 || f == x) return f;
+  if (keep_exact && (double)f == exact) return f;  // log2 at powers of two (ember relies on it)
+  if (x == 0.0f || y == 0.0f || !__builtin_isfinite(x) || !__builtin_isfinite(y)) return f;
   const float down = __builtin_nextafterf(f, -__builtin_inff()), up = __builtin_nextafterf(f, __builtin_inff());
   float r;
   if ((double)f == exact) r = k % 3 == 0 ? down : (k % 3 == 1 ? f : up);
@@ -397,10 +401,16 @@ inline float within_1ulp(double exact, uint64_t k) {
   else r = k % 2 ? f : down;
   return __builtin_isfinite(r) ? r : f;
 }
+// sin, cos and tanh stay within [-1, 1], as any implementation's do.
+inline float bounded(uint32_t fn, float r) {
+  if (fn == 7 || fn == 8 || fn == 15) return r > 1.0f ? 1.0f : (r < -1.0f ? -1.0f : r);
+  return r;
+}
 }  // namespace msl_gm
 namespace metal {
 #define MSL_TRANS1(NAME, ID, FEXPR, DEXPR) \
-  MSL_UNARY(NAME, ::msl_gm::within_1ulp([](double d) { return DEXPR; }((double)x), ::msl_gm::key(ID, x, 0.0f)))
+  MSL_UNARY(NAME, ::msl_gm::bounded(ID, ::msl_gm::within_1ulp([](double d) { return DEXPR; }((double)x), \
+                                                                ::msl_gm::key(ID, x, 0.0f), x, 1.0f, ID == 5)))
 #else
 #define MSL_TRANS1(NAME, ID, FEXPR, DEXPR) MSL_UNARY(NAME, FEXPR)
 #endif
@@ -455,8 +465,8 @@ template <class T, int N> inline vec<T, N> abs(const vec<T, N>& v) {
     return r;                                                                                \
   }
 #if defined(MSL_EMU_GPU_MATH)
-MSL_BINARY(pow, ::msl_gm::within_1ulp(__builtin_pow((double)x, (double)y), ::msl_gm::key(19, x, y)))
-MSL_BINARY(powr, ::msl_gm::within_1ulp(__builtin_pow((double)x, (double)y), ::msl_gm::key(19, x, y)))
+MSL_BINARY(pow, x == 1.0f ? 1.0f : ::msl_gm::within_1ulp(__builtin_pow((double)x, (double)y), ::msl_gm::key(19, x, y), x, y))
+MSL_BINARY(powr, x == 1.0f ? 1.0f : ::msl_gm::within_1ulp(__builtin_pow((double)x, (double)y), ::msl_gm::key(19, x, y), x, y))
 #else
 MSL_BINARY(pow, __builtin_powf(x, y))
 MSL_BINARY(powr, __builtin_powf(x, y))
@@ -465,7 +475,7 @@ MSL_BINARY(fmax, __builtin_fmaxf(x, y))
 MSL_BINARY(fmin, __builtin_fminf(x, y))
 MSL_BINARY(fmod, __builtin_fmodf(x, y))
 #if defined(MSL_EMU_GPU_MATH)
-MSL_BINARY(atan2, ::msl_gm::within_1ulp(__builtin_atan2((double)x, (double)y), ::msl_gm::key(20, x, y)))
+MSL_BINARY(atan2, ::msl_gm::within_1ulp(__builtin_atan2((double)x, (double)y), ::msl_gm::key(20, x, y), x, y))
 #else
 MSL_BINARY(atan2, __builtin_atan2f(x, y))
 #endif

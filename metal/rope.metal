@@ -26,7 +26,7 @@ struct RopeArgs {
   uint traditional;
   uint inverse;
   uint has_offsets;
-  uint has_freqs;
+  uint has_freqs;       // 0: from log2_base; 1: 1 / freqs[f_off + j * f_st]; 2: freqs[j] is inv_freq
 };
 
 inline long row_start(constant RowLayout& l, long r) {
@@ -55,8 +55,11 @@ kernel void rope(device const T* x [[buffer(0)]], device const long* offsets [[b
   }
   long pos = a.offset + r % a.L;
   if (a.has_offsets) pos += offsets[a.o_off + (r / a.per_batch) * a.o_st];
-  const float inv_freq = a.has_freqs ? 1.0f / freqs[a.f_off + j * a.f_st]
-                                     : exp2(-float(2 * j) / float(2 * a.half) * a.log2_base);
+  // has_freqs 2: the host's table of inv_freq (computed in double: a GPU's exp2 is only within 1 ulp, and
+  // at positions past 1e5 that ulp alone moves the angle by hundredths of a radian)
+  const float inv_freq = a.has_freqs == 2 ? freqs[j]
+                         : a.has_freqs   ? 1.0f / freqs[a.f_off + j * a.f_st]
+                                         : exp2(-float(2 * j) / float(2 * a.half) * a.log2_base);
   const float theta = float(pos) * a.scale * inv_freq;
   const float c = precise::cos(theta), s = a.inverse ? -precise::sin(theta) : precise::sin(theta);
   const long i1 = a.traditional ? 2 * j : j, i2 = a.traditional ? 2 * j + 1 : j + a.half;
