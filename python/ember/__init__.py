@@ -90,6 +90,7 @@ from .promotion import promote_types, result_type  # noqa: E402
 from .interop import from_dlpack  # noqa: E402  (also attaches Tensor.__dlpack__)
 from .io import load_safetensors, save_safetensors  # noqa: E402
 from .serialize import load, save  # noqa: E402
+from .einsum import einsum  # noqa: E402
 from .memory import empty_cache, memory_stats, reset_peak_memory_stats, set_cache_limit  # noqa: E402
 from . import metal, nn, optim  # noqa: E402
 from . import testing  # noqa: E402
@@ -164,7 +165,7 @@ __all__ = [
     "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "full_like", "get_num_threads", "int32", "int64",
     "is_grad_enabled", "load_safetensors", "manual_seed", "maximum", "memory_stats", "metal", "metal_is_available",
     "minimum", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randn", "reset_peak_memory_stats",
-    "save_safetensors", "set_cache_limit", "set_num_threads", "stack", "save", "load",
+    "save_safetensors", "set_cache_limit", "set_num_threads", "stack", "save", "load", "einsum",
     "tensor", "testing", "uint8", "uint32", "where", "zeros", "zeros_like",
     "DLPackCopyWarning", "EmberTypeError", "GradientsInStore", "NoGradientPath", "eye", "linspace", "promote_types", "result_type",
     # the functional namespace (sum, max, min, abs, round, pow, any, all are left out on purpose)

@@ -16,12 +16,13 @@ from ..backprop import is_grad_enabled, tracks
 from ..custom_op import CustomOp1, CustomOp2, CustomOp3
 from ..errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, ShapeError
 from ..tensor import UNARY, Tensor, _contig, _dim, _wrap, arange, full, where
+from .rope_table import rope_i, rope_tables, rope_thd
 
 _F = _C.fused
 
 __all__ = [  # noqa: RUF022  (grouped: fused ops, then the composite references)
     "sigmoid", "silu", "gelu", "softmax", "softmax_last_dim", "log_softmax", "rms_norm", "layer_norm",
-    "sdpa", "rope", "softmax_slow", "log_softmax_slow", "rms_norm_slow", "layer_norm_slow", "sdpa_slow",
+    "sdpa", "rope", "rope_i", "rope_thd", "rope_tables", "softmax_slow", "log_softmax_slow", "rms_norm_slow", "layer_norm_slow", "sdpa_slow",
     "rope_slow",
 ]
 
@@ -608,7 +609,9 @@ def rope(x: Tensor, dims: int, traditional: bool = False, base: float | None = 1
 
     Args:
         x: a float tensor (..., L, D), any strides and offset (f32, f16, bf16, f64).
-        dims: the number of features rotated (even, at most D).
+        dims: the number of features rotated (even, at most D). A Tensor here means candle's
+            ``rope(x, cos, sin)``: ``dims`` is the (L, n) / (B, L, n) cosine table and ``traditional`` the
+            sine table (see ``rope_tables``).
         traditional: the interleaved pair layout.
         base: the frequencies' base; ignored (may be None) when ``freqs`` is given.
         scale: multiplies the positions.
@@ -627,6 +630,11 @@ def rope(x: Tensor, dims: int, traditional: bool = False, base: float | None = 1
         DTypeError: ``x`` not float; a float ``offset`` tensor; ``freqs`` not float.
         DeviceError: ``offset`` or ``freqs`` on another device.
     """
+    if isinstance(dims, Tensor):  # candle's rope(x, cos, sin): the caller's angle tables
+        if not isinstance(traditional, Tensor):
+            raise EmberTypeError("[rope] with a cos table as the second argument, pass the sin table third: "
+                                 "rope(x, cos, sin)")
+        return rope_tables(x, dims, traditional)
     dims, traditional, base, scale, offset, offsets, freqs = _rope_args(x, dims, traditional, base, scale, offset,
                                                                         freqs)
     if freqs is not None and is_grad_enabled() and tracks(freqs):
