@@ -196,7 +196,16 @@ py::list emu_sequence(const std::string& source, const py::list& arrays, const p
       const std::string op = t[0].cast<std::string>();
       if (op == "dispatch") {
         const std::string fn = t[1].cast<std::string>();
-        if (!pipes.count(fn)) pipes[fn] = a.new_pipeline(source, label, fn, {});
+        if (!pipes.count(fn)) {
+          const metal::LibraryHandle lib = a.new_library(source, label);
+          try {
+            pipes[fn] = a.new_pipeline(lib, fn, {});
+          } catch (...) {
+            a.release(lib);
+            throw;
+          }
+          a.release(lib);
+        }
         metal::Encoder& enc = cb->compute_encoder();
         enc.set_pipeline(pipes[fn]);
         const py::list bind = t[2].cast<py::list>();
