@@ -86,6 +86,7 @@ from .tensor import (
 )
 
 from .creation import eye, linspace, randint  # noqa: E402
+from .generator import Generator  # noqa: E402
 from .promotion import promote_types, result_type  # noqa: E402
 from .interop import from_dlpack  # noqa: E402  (also attaches Tensor.__dlpack__)
 from .io import load_safetensors, save_safetensors  # noqa: E402
@@ -178,7 +179,7 @@ __all__ = [
     "transpose", "tril", "triu", "trunc", "unbind", "unsqueeze", "var", "square", "reciprocal", "affine",
     "powf", "get_default_device", "set_default_device",
     "argsort", "cummax", "cummin", "cumprod", "cumsum", "sort", "topk",
-    "multinomial",
+    "multinomial", "Generator",
     "scatter", "scatter_reduce", "meshgrid", "pad", "roll",
     "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "logical_and", "logical_not", "logical_or",
     "logical_xor", "randint",
