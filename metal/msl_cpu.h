@@ -195,6 +195,9 @@ MSL_VEC_NAMES(bool, bool)
 // ---------------------------------------------------------------------------------------------------
 // Bounds-checked device pointers (emulation only): every access checks the byte range against the
 // bound buffer and faults naming the buffer index and offset (the runtime adds the kernel's name).
+namespace metal {
+template <class T> struct atomic;
+}
 namespace msl {
 inline const msl_abi::Api* api = nullptr;  // set when the runtime loads the module
 
@@ -207,6 +210,27 @@ struct Fault : std::runtime_error {
               std::to_string(off) + " (" + std::to_string(n) + " bytes; the buffer has " + std::to_string(size) +
               ")");
 }
+
+// Threadgroup arrays are checked like device memory: `threadgroup float s[N]` becomes a tg_arr (same
+// layout) whose operator[] faults past the end; it converts to a plain pointer for everything else.
+[[noreturn]] __attribute__((noinline, cold)) inline void tg_bounds_fault(int64_t i, uint64_t n) {
+  throw Fault("out-of-bounds access to a threadgroup array at index " + std::to_string(i) + " (it has " +
+              std::to_string(n) + " elements)");
+}
+template <class T, size_t N> struct tg_arr {
+  T v[N];
+  template <class I, typename std::enable_if<std::is_integral<I>::value, int>::type = 0>
+  T& operator[](I i) {
+    if (__builtin_expect((uint64_t)(int64_t)i >= N, 0)) tg_bounds_fault((int64_t)i, N);
+    return v[i];
+  }
+  operator T*() const { return const_cast<T*>(v); }
+};
+template <class T> struct tgwrap { using type = T; };
+template <class U, size_t N> struct tgwrap<U[N]> { using type = tg_arr<typename tgwrap<U>::type, N>; };
+// Arrays of atomics stay plain: the atomic functions take their pointer by value.
+template <class U, size_t N> struct tgwrap<metal::atomic<U>[N]> { using type = metal::atomic<U>[N]; };
+template <class T> using tgwrap_t = typename tgwrap<T>::type;
 
 template <class T> struct dptr {
   char* base = nullptr;

@@ -290,7 +290,8 @@ void Rewriter::threadgroup_var(int& k) {
     return;
   }
   const std::string type = source_text(k + 1, nm) + " " + source_text(bracket, e);
-  replace(k, e, "auto& " + t(nm) + " = *::msl::tg_decl<" + type + ">(" + std::to_string(tg_sites_++) + "u);");
+  replace(k, e, "auto& " + t(nm) + " = *::msl::tg_decl<::msl::tgwrap_t<" + type + ">>(" + std::to_string(tg_sites_++) +
+                    "u);");
   k = e;
 }
 
