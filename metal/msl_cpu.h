@@ -305,6 +305,41 @@ template <class T> struct binder<T&> {
   static constexpr uint32_t min_size = sizeof(T);
   static T& get(msl_abi::Thread* t, uint32_t n) { return bind_ref<T>(t, n); }
 };
+// A kernel parameter `device T& x [[buffer(n)]]` of a scalar or atomic T: reads and writes go to the
+// buffer, and `&x` is a checked pointer, so `(&x)[i]` is bounds-checked like any device pointer.
+template <class T> struct dref {
+  dptr<T> p;
+  T& get() const { return *p.at(0); }
+  operator T&() const { return get(); }
+  dptr<T> operator&() const { return p; }
+  dref& operator=(const dref& o) {
+    get() = o.get();
+    return *this;
+  }
+  template <class V> dref& operator=(const V& v) {
+    get() = v;
+    return *this;
+  }
+#define MSL_DREF_OP(OP) \
+  template <class V> dref& operator OP(const V& v) { get() OP v; return *this; }
+  MSL_DREF_OP(+=) MSL_DREF_OP(-=) MSL_DREF_OP(*=) MSL_DREF_OP(/=) MSL_DREF_OP(%=) MSL_DREF_OP(&=)
+  MSL_DREF_OP(|=) MSL_DREF_OP(^=) MSL_DREF_OP(<<=) MSL_DREF_OP(>>=)
+#undef MSL_DREF_OP
+  T& operator++() const { return ++get(); }
+  T& operator--() const { return --get(); }
+  T operator++(int) const { return get()++; }
+  T operator--(int) const { return get()--; }
+};
+template <class T> struct binder<dref<T>> {
+  static constexpr uint32_t min_size = sizeof(T);
+  static dref<T> get(msl_abi::Thread* t, uint32_t n) { return dref<T>{bind_ptr<T>(t, n)}; }
+};
+template <class T> struct dref_target : std::integral_constant<bool, std::is_arithmetic<T>::value> {};
+template <> struct dref_target<half> : std::true_type {};
+template <> struct dref_target<bfloat> : std::true_type {};
+template <class U> struct dref_target<metal::atomic<U>> : std::true_type {};
+// Structs and vectors stay plain references (their members must stay reachable with `.`).
+template <class T> using dref_t = typename std::conditional<dref_target<T>::value, dref<T>, T&>::type;
 inline const uint32_t simd_width_value[3] = {msl_abi::kSimdWidth, 1, 1};
 template <class T> inline T* tg_decl(uint32_t site) {
   return static_cast<T*>(api->tg_alloc(api->current(), site, sizeof(T), alignof(T)));

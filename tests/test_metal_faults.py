@@ -167,3 +167,27 @@ def test_threadgroup_accesses_past_an_array_are_errors(access, pattern, fine):
         run(src, [x, np.int32({fine}).tobytes()], 32)  # the same access in bounds
         still_works()
     """)
+
+
+REF = """
+kernel void k(device float& acc [[buffer(0)]], device atomic_uint& count [[buffer(1)]],
+              constant int& off [[buffer(2)]], uint i [[thread_position_in_grid]]) {
+  atomic_fetch_add_explicit(&count, 1u, memory_order_relaxed);
+  if (i == 3) { acc += 2.0f; acc = acc * 3.0f; (&acc)[off] += 1.0f; }
+}
+"""
+
+
+def test_indexing_through_the_address_of_a_device_reference_is_bounds_checked():
+    _python(f"""
+        src = {REF!r}
+        acc = np.ones(1, np.float32); count = np.zeros(1, np.uint32)
+        run(src, [acc, count, np.int32(0).tobytes()], 8)
+        assert acc.tolist() == [10.0] and count.tolist() == [8], (acc, count)
+        acc = np.ones(1, np.float32)
+        expect_error(src, [acc, count, np.int32(1000).tobytes()], 8,
+                     r"thread \\(3, 0, 0\\).*out-of-bounds access to buffer\\(0\\) at byte offset 4000",
+                     kind=IndexError)
+        expect_error(src, [acc, count, np.int32(-4).tobytes()], 8, r"at byte offset -16", kind=IndexError)
+        still_works()
+    """)

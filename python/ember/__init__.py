@@ -1,6 +1,5 @@
 """ember: a tensor library with a C++ core whose centre is custom operators."""
 # ruff: noqa: I001  (the import order is deliberate: BLAS is preloaded, then _C, then the modules that patch Tensor)
-import builtins as _builtins
 import os as _env_os
 import sys as _sys
 
