@@ -1,4 +1,4 @@
-"""Custom-op overhead: ember's apply_op1 beside torch.library.custom_op on a 4-element tensor.
+"""Custom-op overhead: ember's apply_op1 and apply_op beside torch.library.custom_op on a 4-element tensor.
 
     python bench/bench_custom_op.py [--reps R]
 
@@ -65,6 +65,16 @@ class Double(em.CustomOp1):
         return grad_res * 2.0
 
 
+class EmptyLikeN(em.CustomOp):
+    """The same trivial op through em.apply_op (the many-input, many-output API) with one output."""
+
+    name = "empty_like_n"
+
+    def cpu_fwd(self, inputs):
+        (storage, layout), = inputs
+        return [(em.CpuStorage.empty(storage.numel, storage.dtype), layout.shape)]
+
+
 @torch.library.custom_op("emberbench::empty_like", mutates_args=())
 def t_empty_like(x: torch.Tensor) -> torch.Tensor:
     return torch.empty_like(x)
@@ -87,10 +97,13 @@ def main():
     x4 = np.arange(4, dtype=np.float32)
     ex, tx = em.tensor(x4), torch.from_numpy(x4.copy())
     ev, tv = em.Var(x4), torch.from_numpy(x4.copy()).requires_grad_(True)
-    e_empty, e_double = EmptyLike(), Double()
+    e_empty, e_double, e_empty_n = EmptyLike(), Double(), EmptyLikeN()
     rows = [
         ("trivial op (empty_like), no grad", bench(
             {"ember": lambda: ex.apply_op1(e_empty), "torch": lambda: t_empty_like(tx)}, args.inner, args.reps)),
+        ("trivial op via em.apply_op (one output), no grad", bench(
+            {"ember": lambda: em.apply_op(e_empty_n, ex), "torch": lambda: t_empty_like(tx)}, args.inner,
+            args.reps)),
         ("x * 2 via numpy / torch, no grad", bench(
             {"ember": lambda: ex.apply_op1(e_double), "torch": lambda: t_double(tx)}, args.inner, args.reps)),
         ("x * 2, input tracks grad (recorded)", bench(

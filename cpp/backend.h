@@ -145,6 +145,10 @@ struct RopeArgs {
   double base = 10000.0, scale = 1.0;
   const BackendStorage *offsets = nullptr, *freqs = nullptr;  // optional
   Layout loffsets, lfreqs;
+  // Optional caller-supplied angles instead of positions and frequencies: a dense (nb, L, dims) table in
+  // the stats dtype whose row (b, l) holds dims/2 cosines then dims/2 sines; nb is 1 or dim 0 of x.
+  const BackendStorage* table = nullptr;
+  Layout ltable;
 };
 
 class BackendStorage : public std::enable_shared_from_this<BackendStorage> {

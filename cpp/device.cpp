@@ -72,4 +72,11 @@ void manual_seed(uint64_t seed) {
   g_counter.store(0);
 }
 
+RngDraw rng_state() { return {g_seed.load(), g_counter.load()}; }
+
+void set_rng_state(uint64_t seed, uint64_t counter) {
+  g_seed.store(seed);  // already mixed: it was read by rng_state
+  g_counter.store(counter);
+}
+
 }  // namespace ember

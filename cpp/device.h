@@ -49,5 +49,9 @@ struct RngDraw {
 };
 RngDraw rng_reserve(uint64_t n);
 void manual_seed(uint64_t seed);
+// The generator's (seed, counter) without drawing, and setting both back (em.checkpoint replays a
+// recomputation's random draws with them, as torch's preserve_rng_state does).
+RngDraw rng_state();
+void set_rng_state(uint64_t seed, uint64_t counter);
 
 }  // namespace ember

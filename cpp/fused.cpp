@@ -365,6 +365,22 @@ StoragePtr rope(const BackendStorage& x, const Layout& lx, const RopeArgs& a) {
                 a.dims / 2, ",), got ", shape_str(a.lfreqs.shape()));
     check_in_bounds(*a.freqs, a.lfreqs, op);
   }
+  if (a.table) {
+    check_same_device(x, *a.table, op);
+    const DType sdt = stats_dtype(x.dtype());
+    EMBER_CHECK(a.table->dtype() == sdt, DType, "[rope] the cos/sin table must be ", dtype_name(sdt), " for a ",
+                dtype_name(x.dtype()), " input, got ", dtype_name(a.table->dtype()));
+    EMBER_CHECK(!a.freqs && !a.offsets && a.offset == 0, Value,
+                "[rope] a cos/sin table takes neither freqs nor offsets: its rows are the positions");
+    const auto& ts = a.ltable.shape();
+    const int64_t L = lx.shape()[lx.ndim() - 2];
+    EMBER_CHECK(a.ltable.ndim() == 3 && ts[1] == L && ts[2] == a.dims &&
+                    (ts[0] == 1 || (lx.ndim() >= 3 && ts[0] == lx.shape()[0])),
+                Shape, "[rope] expected a cos/sin table of shape (1 or batch, ", L, ", ", a.dims, ") for input ",
+                shape_str(lx.shape()), ", got ", shape_str(ts));
+    EMBER_CHECK(a.ltable.is_contiguous(), Value, "[rope] the cos/sin table must be contiguous");
+    check_in_bounds(*a.table, a.ltable, op);
+  }
   return x.rope(lx, a);
 }
 

@@ -26,7 +26,7 @@ struct RopeArgs {
   uint traditional;
   uint inverse;
   uint has_offsets;
-  uint has_freqs;
+  uint has_freqs;        // 1: freqs given; 2: buffer 2 is a (cos | sin) table, row (r / per_batch, r % L)
 };
 
 inline long row_start(constant RowLayout& l, long r) {
@@ -53,12 +53,20 @@ kernel void rope(device const T* x [[buffer(0)]], device const long* offsets [[b
     yr[d] = xr[d * cs];
     return;
   }
-  long pos = a.offset + r % a.L;
-  if (a.has_offsets) pos += offsets[a.o_off + (r / a.per_batch) * a.o_st];
-  const float inv_freq = a.has_freqs ? 1.0f / freqs[a.f_off + j * a.f_st]
-                                     : exp2(-float(2 * j) / float(2 * a.half) * a.log2_base);
-  const float theta = float(pos) * a.scale * inv_freq;
-  const float c = precise::cos(theta), s = a.inverse ? -precise::sin(theta) : precise::sin(theta);
+  float c, s;
+  if (a.has_freqs == 2) {
+    device const float* t = freqs + a.f_off + ((r / a.per_batch) * a.L + r % a.L) * 2 * a.half;
+    c = t[j];
+    s = a.inverse ? -t[a.half + j] : t[a.half + j];
+  } else {
+    long pos = a.offset + r % a.L;
+    if (a.has_offsets) pos += offsets[a.o_off + (r / a.per_batch) * a.o_st];
+    const float inv_freq = a.has_freqs ? 1.0f / freqs[a.f_off + j * a.f_st]
+                                       : exp2(-float(2 * j) / float(2 * a.half) * a.log2_base);
+    const float theta = float(pos) * a.scale * inv_freq;
+    c = precise::cos(theta);
+    s = a.inverse ? -precise::sin(theta) : precise::sin(theta);
+  }
   const long i1 = a.traditional ? 2 * j : j, i2 = a.traditional ? 2 * j + 1 : j + a.half;
   const float u = float(xr[i1 * cs]), v = float(xr[i2 * cs]);
   yr[i1] = T(u * c - v * s);

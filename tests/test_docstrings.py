@@ -6,7 +6,8 @@ import pytest
 import ember as em
 
 # The public modules and the names each hands out (their __all__).
-MODULES = ["ember", "ember.nn", "ember.nn.ops", "ember.optim", "ember.testing"]
+MODULES = ["ember", "ember.nn", "ember.nn.ops", "ember.nn.utils", "ember.optim", "ember.optim.lr_scheduler",
+           "ember.testing", "ember.models"]
 # Classes whose public methods and properties users call directly.
 CLASSES = ["Tensor", "Var", "GradStore", "CustomOp1", "CustomOp2", "CustomOp3", "InplaceOp1", "InplaceOp2",
            "InplaceOp3", "Layout", "Storage", "CpuStorage", "DType", "Device"]

@@ -135,7 +135,7 @@ def test_named_parameters_accepted_and_errors():
     with pytest.raises(em.EmberError, match=r"^\[SGD\]"):
         em.optim.SGD([], lr=0.1)
     with pytest.raises(em.EmberError, match=r"^\[SGD\]"):
-        em.optim.SGD([em.ones(2)], lr=0.1)
+        em.optim.SGD([em.Var([1.0]) * 2.0], lr=0.1)  # not a leaf, as torch refuses
     with pytest.raises(em.EmberError, match=r"^\[SGD\]"):
         em.optim.SGD([em.Var([1.0])], lr=0.1, nesterov=True)
     with pytest.raises(em.EmberError, match=r"^\[AdamW\]"):

@@ -650,9 +650,41 @@ Sto rope(const CpuStorage& x, const Layout& lx, const RopeArgs& a) {
   auto y = new_cpu(dt, lx.numel());
   if (lx.numel() == 0) return y;
   const int64_t rows = lx.numel() / D;
-  // Per-batch offsets: row r belongs to batch r / per_batch.
+  const DType sdt = stats_dtype(dt);
+  const int64_t csz = (int64_t)itemsize(sdt), isz = (int64_t)itemsize(dt);
+  auto fn = fused_kernels().rope_row[fi(dt)];
+  Rows rx(x, lx);
+  char* yb = (char*)y->raw();
+  auto apply = [&](const char* tab, int64_t nb) {
+    const int64_t per_batch = rows / nb;  // row r belongs to batch r / per_batch
+    run_chunks(rows, D, max_chunks(), [&](int64_t r0, int64_t r1, int64_t) {
+      std::vector<char> t;
+      for (int64_t r = r0; r < r1; ++r) {
+        const char* cs = tab + ((r / per_batch) * L + r % L) * 2 * half * csz;
+        fn(rx.row(r, t), yb + r * D * isz, cs, cs + half * csz, half, D, a.traditional);
+      }
+    });
+  };
+  if (a.table) {  // the caller's angles; the inverse negates a copy's sines
+    const int64_t nb = a.ltable.shape()[0], n = nb * L * 2 * half;
+    const char* tab = (const char*)as_cpu(*a.table).raw() + a.ltable.offset() * csz;
+    if (!a.inverse) {
+      apply(tab, nb);
+      return y;
+    }
+    auto neg = new_cpu(sdt, std::max<int64_t>(1, n));
+    std::memcpy(neg->raw(), tab, (size_t)(n * csz));
+    for (int64_t row = 0; row < nb * L; ++row)
+      for (int64_t i = half; i < 2 * half; ++i) {
+        if (sdt == DType::F64) ((double*)neg->raw())[row * 2 * half + i] *= -1.0;
+        else ((float*)neg->raw())[row * 2 * half + i] *= -1.0f;
+      }
+    apply((const char*)neg->raw(), nb);
+    return y;
+  }
+  // Per-batch offsets: one table row block per batch.
   const bool batched = a.offsets && a.loffsets.numel() > 1;
-  const int64_t nb = batched ? lx.shape()[0] : 1, per_batch = rows / nb;
+  const int64_t nb = batched ? lx.shape()[0] : 1;
   std::vector<int64_t> pos0((size_t)nb, a.offset);
   if (a.offsets) {
     const int64_t* op = (const int64_t*)as_cpu(*a.offsets).raw() + a.loffsets.offset();
@@ -669,22 +701,11 @@ Sto rope(const CpuStorage& x, const Layout& lx, const RopeArgs& a) {
       inv_freq[i] = std::pow(a.base, -2.0 * (double)i / (double)a.dims);
     }
   }
-  const DType sdt = stats_dtype(dt);
-  const int64_t csz = (int64_t)itemsize(sdt), isz = (int64_t)itemsize(dt);
   auto tab_sto = new_cpu(sdt, std::max<int64_t>(1, nb * L * 2 * half));
   char* tab = (char*)tab_sto->raw();
   if (sdt == DType::F64) rope_table(inv_freq, pos0, L, a.scale, a.inverse, (double*)tab);
   else rope_table(inv_freq, pos0, L, a.scale, a.inverse, (float*)tab);
-  auto fn = fused_kernels().rope_row[fi(dt)];
-  Rows rx(x, lx);
-  char* yb = (char*)y->raw();
-  run_chunks(rows, D, max_chunks(), [&](int64_t r0, int64_t r1, int64_t) {
-    std::vector<char> t;
-    for (int64_t r = r0; r < r1; ++r) {
-      const char* cs = tab + ((r / per_batch) * L + r % L) * 2 * half * csz;
-      fn(rx.row(r, t), yb + r * D * isz, cs, cs + half * csz, half, D, a.traditional);
-    }
-  });
+  apply(tab, nb);
   return y;
 }
 

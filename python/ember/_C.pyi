@@ -222,7 +222,10 @@ class fused:
     def rope(x: Storage, lx: Layout, dims: int, traditional: bool = False, base: float = 10000.0, scale: float = 1.0,
              offset: int = 0, offsets: Optional[Storage] = None, loffsets: Optional[Layout] = None,
              freqs: Optional[Storage] = None, lfreqs: Optional[Layout] = None,
-             inverse: bool = False) -> Storage: ...  # inverse: rotate by -theta (the backward)
+             inverse: bool = False, table: Optional[Storage] = None,
+             ltable: Optional[Layout] = None) -> Storage: ...  # inverse: rotate by -theta (the backward);
+    # table: a caller's dense (1 or batch, L, dims) stats-dtype (cos | sin) rows instead of positions
+
 
 # The Metal device layer (python/src/metal_storage.cpp): MetalStorage and the device's controls.
 class MetalStorage(Storage):

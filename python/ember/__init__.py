@@ -88,15 +88,19 @@ from .creation import eye, linspace, randint  # noqa: E402
 from .promotion import promote_types, result_type  # noqa: E402
 from .interop import from_dlpack  # noqa: E402  (also attaches Tensor.__dlpack__)
 from .io import load_safetensors, save_safetensors  # noqa: E402
+from .serialize import load, save  # noqa: E402
+from .einsum import einsum  # noqa: E402
 from .memory import empty_cache, memory_stats, reset_peak_memory_stats, set_cache_limit  # noqa: E402
 from . import metal, nn, optim  # noqa: E402
 from . import testing  # noqa: E402
+from . import models  # noqa: E402
 
 Layout = _C.Layout
 Storage = _C.Storage
 CpuStorage = _C.CpuStorage
 
 from .custom_op import (  # noqa: E402  (also attaches apply_op*/inplace_op* to Tensor)
+    CustomOp,
     CustomOp1,
     CustomOp2,
     CustomOp3,
@@ -105,6 +109,9 @@ from .custom_op import (  # noqa: E402  (also attaches apply_op*/inplace_op* to 
     InplaceOp3,
     MetalStorage,
 )
+from .custom_op_n import apply_op  # noqa: E402
+from .checkpoint import checkpoint  # noqa: E402
+from . import profiler  # noqa: E402
 from . import tensor_docs as _tensor_docs  # noqa: E402
 
 _tensor_docs.apply(Tensor, Var)
@@ -156,14 +163,14 @@ from .dtypes import bool as bool  # noqa: E402
 __version__ = "0.1.0"
 
 __all__ = [
-    "ALL_DTYPES", "BackwardNotSupported", "CpuStorage", "CustomOp1", "CustomOp2", "CustomOp3", "DType",
+    "ALL_DTYPES", "BackwardNotSupported", "CpuStorage", "CustomOp", "CustomOp1", "CustomOp2", "CustomOp3", "DType",
     "DTypeError", "Device", "DeviceError", "EmberError", "EmberIOError", "EmberValueError", "GradStore", "IndexOutOfRange",
     "InplaceModifiedError", "InplaceOp1", "InplaceOp2", "InplaceOp3", "Layout", "MetalStorage", "OutOfMemory",
     "ShapeError", "Storage", "Tensor", "UnsupportedOp", "Var", "arange", "bfloat16", "cat", "cpu", "empty_cache",
     "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "full_like", "get_num_threads", "int32", "int64",
     "is_grad_enabled", "load_safetensors", "manual_seed", "maximum", "memory_stats", "metal", "metal_is_available",
     "minimum", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randn", "reset_peak_memory_stats",
-    "save_safetensors", "set_cache_limit", "set_num_threads", "stack",
+    "save_safetensors", "set_cache_limit", "set_num_threads", "stack", "save", "load", "einsum",
     "tensor", "testing", "uint8", "uint32", "where", "zeros", "zeros_like",
     "DLPackCopyWarning", "EmberTypeError", "GradientsInStore", "NoGradientPath", "eye", "linspace", "promote_types", "result_type",
     # the functional namespace (sum, max, min, abs, round, pow, any, all are left out on purpose)
@@ -180,4 +187,6 @@ __all__ = [
     "scatter", "scatter_reduce", "meshgrid", "pad", "roll",
     "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "logical_and", "logical_not", "logical_or",
     "logical_xor", "randint",
+    "apply_op", "checkpoint", "profiler",
+    "models",
 ]

@@ -20,7 +20,7 @@ from .errors import (
 )
 
 __all__ = [
-    "NO_BACKWARD", "GradStore", "Node", "backward", "is_grad_enabled", "needs_grad", "no_grad", "record",
+    "MULTI_OUTPUT", "NO_BACKWARD", "GradStore", "Node", "backward", "is_grad_enabled", "needs_grad", "no_grad", "record",
     "sorted_nodes", "tracks",
 ]
 
@@ -77,6 +77,19 @@ class _NoBackward:
 
 
 NO_BACKWARD = _NoBackward()
+
+
+class _MultiOutput:
+    """Marker rule of the nodes of a many-output em.CustomOp: ``node.saved`` is (shared outputs, index);
+    the walk gathers the gradients of every output before calling the op's bwd once."""
+
+    __slots__ = ()
+
+    def __repr__(self):
+        return "MULTI_OUTPUT"
+
+
+MULTI_OUTPUT = _MultiOutput()
 
 
 class Node:
@@ -418,6 +431,39 @@ def _custom_grads(node, out, g, rule):
     return res
 
 
+def _multi_counts(nodes):
+    """Per many-output op in ``nodes``: how many of its outputs the walk will reach, and a slot per
+    output for the gradients gathered so far."""
+    res = {}
+    for t in nodes:
+        node = t._op
+        if node.rule is MULTI_OUTPUT:
+            group = node.saved[0]
+            st = res.get(id(group))
+            if st is None:
+                res[id(group)] = [1, [None] * len(group.shells)]
+            else:
+                st[0] += 1
+    return res
+
+
+def _multi_rule(node, out, grads):
+    group = node.saved[0]
+    return group.op.bwd(list(node.inputs), group.outputs(), list(grads))
+
+
+def _check_multi_versions(node):
+    """As _check_versions for every input and every output of a many-output op."""
+    _check_versions(node, None, (None, False))
+    group = node.saved[0]
+    for i, (shell, ver) in enumerate(zip(group.shells, group.out_versions)):
+        if shell[0].version != ver:
+            raise InplaceModifiedError(
+                f"[backward] output {i} of {node.name} was modified in place (version {ver} -> "
+                f"{shell[0].version}) after it was saved; its gradient would be wrong. Clone it before "
+                f"modifying it.")
+
+
 def _inputs_used(node, out, used):
     """node's recorded inputs (see _as_recorded), noting in ``used`` the latest version each was read at."""
     res = _recorded_inputs(node, out, used.get(id(out)))
@@ -454,13 +500,25 @@ def backward(root, create_graph=False):
     _mode.enabled = bool(create_graph)
     _walk_state.leads = leads
     try:
+        multi = None  # id(shared outputs) -> [outputs still to come in `nodes`, their gradients]
         for t in nodes:
             e = pop(id(t), None)
-            if e is None:  # no gradient arrived (a bwd returned None): nothing to propagate
+            if e is None and t._op.rule is not MULTI_OUTPUT:  # no gradient arrived: nothing to propagate
                 continue
-            g = e[1]
+            g = None if e is None else e[1]
             node = t._op
             rule = node.rule
+            if rule is MULTI_OUTPUT:
+                if multi is None:
+                    multi = _multi_counts(nodes)
+                group, i = node.saved
+                st = multi[id(group)]
+                if g is not None:
+                    st[1][i] = g if st[1][i] is None else st[1][i] + g
+                st[0] -= 1
+                if st[0] or all(x is None for x in st[1]):
+                    continue  # the op's bwd runs once, when its last output in the walk is reached
+                g = st[1]
             if rule is None:
                 fn = table.get(node.name)
                 if fn is None:
@@ -486,7 +544,11 @@ def backward(root, create_graph=False):
                     f"[{node.name}] backward is not supported: this result was made by apply_op{n}_no_bwd, "
                     f"which records no backward rule; use apply_op{n} (it records the op's bwd) or "
                     f"detach() the inputs")
-            _check_versions(node, t, (None, True))
+            if rule is MULTI_OUTPUT:
+                _check_multi_versions(node)
+                rule = _multi_rule
+            else:
+                _check_versions(node, t, (None, True))
             for inp, gi in zip(node.inputs if not rebound else _inputs_used(node, t, used),
                                _custom_grads(node, t, g, rule)):
                 if gi is None or not wanted(inp):

@@ -54,8 +54,12 @@ class _OpBase:
     # or a callable taking the inputs' dtypes and returning one. A forward returning another
     # dtype is an error, which catches numpy's silent float64 promotion.
     out_dtype = None
+    # A custom op may define ``reference(self, *inputs)``: the same math in Tensor ops (slow). With
+    # no bwd, backward differentiates it; check_op compares the forward (and bwd) against it.
+    reference = None
     _arity = 0
     _has_bwd = False
+    _bwd_is_reference = False
 
     def __init_subclass__(cls, **kwargs):
         super().__init_subclass__(**kwargs)
@@ -64,10 +68,37 @@ class _OpBase:
         if not getattr(cls, "name", ""):
             cls.name = cls.__name__
         # Decided once per class (not per call): check_op skips the gradient check without a bwd.
+        # An op with a reference but no bwd gets one that differentiates the reference (reference.py).
+        has_ref = getattr(cls, "reference", None) is not None
+        own_bwd = getattr(cls, "bwd", _default_bwd)
+        if has_ref and (own_bwd is _default_bwd or getattr(own_bwd, "_from_reference", False)) and \
+                issubclass(cls, _CustomOpBase):
+            from .reference import bwd_from_reference
+
+            cls.bwd = bwd_from_reference(cls._arity)
+        cls._bwd_is_reference = getattr(cls.bwd, "_from_reference", False) if hasattr(cls, "bwd") else False
         cls._has_bwd = getattr(cls, "bwd", _default_bwd) is not _default_bwd
 
     def __repr__(self):
         return f"<{type(self).__name__} {self.name!r}>"
+
+    def reference_grads(self, inputs, grads):
+        """The gradients of ``reference`` at ``inputs`` for the output gradients ``grads`` (one per
+        output, None where none arrives): one Tensor | None per input. The reference is recomputed
+        from ``inputs`` and differentiated; under ``backward(create_graph=True)`` the result keeps its
+        graph. A ``bwd`` may call it for a path it has no kernel for (ember's fused ops do, for
+        second order).
+
+        Args:
+            inputs: the op's input tensors, as ``bwd`` received them.
+            grads: the gradients flowing into the outputs (a Tensor for a one-output op, or a list).
+
+        Returns:
+            list: one gradient (Tensor or None) per input.
+        """
+        from .reference import reference_grads
+
+        return reference_grads(self, list(inputs), grads)
 
     def cpu_fwd(self, *args):
         raise UnsupportedOp(f"[{self.name}] no cpu implementation for {self.name}")
@@ -148,6 +179,58 @@ class CustomOp3(_CustomOpBase):
     """
 
     _arity = 3
+
+
+class CustomOp(_CustomOpBase):
+    """Base class of an op with any number of inputs and outputs: ``outs = em.apply_op(op, *tensors)``.
+
+    * ``cpu_fwd(self, inputs) -> [(storage, shape), ...]``: ``inputs`` is a list with one
+      ``(storage, layout)`` pair per input; return one ``(storage, shape)`` per output, each a new
+      storage holding that output densely. ``metal_fwd`` / ``cuda_fwd`` take the same arguments.
+    * ``out_dtypes`` (class attribute): one entry per output, each as ``CustomOp1.out_dtype`` (None:
+      the first input's dtype; an ``em.DType``, its name, or a callable of the input dtypes). None
+      (the default) gives every output the first input's dtype.
+    * ``non_differentiable``: indices of the outputs that carry no gradient (integer indices, a mask):
+      they are returned unrecorded, and ``bwd`` gets None for them.
+    * ``mutates``: indices of the inputs the forward writes in place (their ``as_numpy`` views are
+      writable during the call). The writes bump each one's version counter, so a later backward
+      that needs the old values raises ``InplaceModifiedError``; a mutated input gets no gradient.
+      An op that mutates may return no output at all.
+    * ``bwd(self, inputs, outputs, grads) -> [Tensor | None, ...]``: tensors; ``grads[i]`` is None
+      where no gradient reaches output ``i``. Return one gradient (or None) per input.
+    * ``reference(self, *inputs)``: optional, the same math in Tensor ops. Without a ``bwd`` the
+      backward differentiates it (recomputed from the saved inputs); with both, ``check_op``
+      checks the forward and ``bwd`` against it.
+
+    Everything a forward returns is checked as for ``CustomOp1`` (kind, device, dtype, element
+    count, no memory shared with an input), and outputs must not share memory with each other.
+    ``em.apply_op`` returns a Tensor for one output and a tuple otherwise.
+
+    Example::
+
+        class SinCos(em.CustomOp):
+            name = "sincos"
+            def cpu_fwd(self, inputs):
+                (s, l), = inputs
+                x = s.as_numpy(l)
+                return [(em.CpuStorage.from_numpy(np.sin(x)), l.shape),
+                        (em.CpuStorage.from_numpy(np.cos(x)), l.shape)]
+            def bwd(self, inputs, outputs, grads):
+                (x,), (s, c), (gs, gc) = inputs, outputs, grads
+                g = 0
+                if gs is not None:
+                    g = g + gs * c
+                if gc is not None:
+                    g = g - gc * s
+                return [g]
+
+        s, c = em.apply_op(SinCos(), x)
+    """
+
+    out_dtypes = None
+    non_differentiable = ()
+    mutates = ()
+    _arity = -1  # any number
 
 
 class InplaceOp1(_OpBase):
@@ -249,22 +332,27 @@ def _output(op, res, tensors):
         except (TypeError, ValueError):
             raise EmberTypeError(
                 f"[{op.name}] a forward must return (storage, shape), got {type(res).__name__}") from None
+    return _checked(op, st, shape, op.out_dtype, tensors, "")
+
+
+def _checked(op, st, shape, want, tensors, which):
+    """One returned (storage, shape) checked against the inputs and the wanted dtype (None: the first
+    input's), wrapped as a tensor; ``which`` names the output in errors ("" for a one-output op)."""
     x = tensors[0]
     xs = x._storage
     if type(st) is not type(xs):
         if not isinstance(st, _C.Storage):
-            raise EmberTypeError(f"[{op.name}] forward returned a {type(st).__name__}, expected a storage")
-        raise DeviceError(f"[{op.name}] forward returned a {type(st).__name__} for inputs on {x._device}")
+            raise EmberTypeError(f"[{op.name}] forward returned a {type(st).__name__}{which}, expected a storage")
+        raise DeviceError(f"[{op.name}] forward returned a {type(st).__name__}{which} for inputs on {x._device}")
     if type(st) is not CpuStorage and st.device_index != x._device.index:
-        raise DeviceError(f"[{op.name}] forward returned a storage on {st.device}, inputs are on {x._device}")
-    want = op.out_dtype
+        raise DeviceError(f"[{op.name}] forward returned a storage{which} on {st.device}, inputs are on {x._device}")
     if want is None:
         want = x._dtype
     elif type(want) is not _dt.DType:
         want = _resolve_dtype(op, want, tensors)
     if st.dtype_code != want.code:
         raise DTypeError(
-            f"[{op.name}] forward returned a {_BY_CODE[st.dtype_code].name} storage, expected {want.name} "
+            f"[{op.name}] forward returned a {_BY_CODE[st.dtype_code].name} storage{which}, expected {want.name} "
             "(convert the result, or declare out_dtype on the op)")
     if type(shape) is not tuple or len(shape) > _MAX_RANK:
         shape = _shape_of(op, shape)
@@ -279,11 +367,11 @@ def _output(op, res, tensors):
         shape = _shape_of(op, shape)
     if st.numel != n:
         raise ShapeError(
-            f"[{op.name}] forward returned a storage of {st.numel} elements for shape {shape} ({n} elements)")
+            f"[{op.name}] forward returned a storage{which} of {st.numel} elements for shape {shape} ({n} elements)")
     for i, t in enumerate(tensors):
         if st.same_buffer(t._storage):
             raise EmberValueError(
-                f"[{op.name}] forward returned a storage that shares memory with input {i}; return a new "
+                f"[{op.name}] forward returned a storage{which} that shares memory with input {i}; return a new "
                 "storage (e.g. CpuStorage.from_numpy(result))")
     return _wrap(st, _contig(shape), want, x._device, None, shape)
 

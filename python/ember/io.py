@@ -13,7 +13,7 @@ import numpy as np
 
 from . import _C
 from . import dtypes as _dt
-from .errors import DTypeError, EmberIOError, EmberValueError
+from .errors import DTypeError, EmberIOError, EmberTypeError, EmberValueError
 from .tensor import Tensor, _wrap
 
 # Format: u64 little-endian header length N, N bytes of JSON (padded with spaces to a multiple of 8
@@ -41,11 +41,11 @@ def _raw_bytes(t: Tensor) -> np.ndarray:
 
 
 def _path(path, op):
-    """A filesystem path; a wrong type raises DTypeError here instead of a bare TypeError from open()."""
+    """A filesystem path; a wrong type raises EmberTypeError here instead of a bare TypeError from open()."""
     try:
         path = os.fspath(path)
     except TypeError:
-        raise DTypeError(f"[{op}] path must be a str or os.PathLike, got {type(path).__name__}") from None
+        raise EmberTypeError(f"[{op}] path must be a str or os.PathLike, got {type(path).__name__}") from None
     if ("\0" if isinstance(path, str) else b"\0") in path:
         raise EmberValueError(f"[{op}] path {path!r} contains a NUL byte")
     return path
@@ -54,22 +54,23 @@ def _path(path, op):
 def save_safetensors(tensors, path, metadata=None) -> None:
     """Writes ``{name: tensor}`` to ``path`` in the safetensors format (``metadata``: str -> str)."""
     if not isinstance(tensors, dict):
-        raise DTypeError(f"[save_safetensors] expected a dict of name -> Tensor, got {type(tensors).__name__}")
+        raise EmberTypeError(f"[save_safetensors] expected a dict of name -> Tensor, got {type(tensors).__name__} "
+                             "(em.save writes lists and nested structures)")
     path = _path(path, "save_safetensors")
     header, blobs, offset = {}, [], 0
     for name in tensors:  # before sorting: sorted() of mixed key types raises a bare TypeError
         if not isinstance(name, str) or name == "__metadata__":
             raise EmberValueError(f"[save_safetensors] invalid tensor name {name!r}")
     if metadata is not None and not isinstance(metadata, dict):
-        raise DTypeError(f"[save_safetensors] metadata must be a dict of str -> str, got {type(metadata).__name__}")
+        raise EmberTypeError(f"[save_safetensors] metadata must be a dict of str -> str, got {type(metadata).__name__}")
     if metadata:
         if not all(isinstance(k, str) and isinstance(v, str) for k, v in metadata.items()):
-            raise DTypeError("[save_safetensors] metadata keys and values must be strings")
+            raise EmberTypeError("[save_safetensors] metadata keys and values must be strings")
         header["__metadata__"] = dict(metadata)
     for name in sorted(tensors):
         t = tensors[name]
         if not isinstance(t, Tensor):
-            raise DTypeError(f"[save_safetensors] value for {name!r} is a {type(t).__name__}, not a Tensor")
+            raise EmberTypeError(f"[save_safetensors] value for {name!r} is a {type(t).__name__}, not a Tensor")
         raw = _raw_bytes(t)
         header[name] = {"dtype": _TO_CODE[t.dtype], "shape": list(t.shape),
                         "data_offsets": [offset, offset + raw.nbytes]}
@@ -154,7 +155,7 @@ def _read_header(buf: np.ndarray, path, op="load_safetensors"):
     return header, 8 + n
 
 
-def _entries(header, size, path):
+def _entries(header, size, path, op="load_safetensors"):
     """Checks every tensor entry against the data buffer of ``size`` bytes before anything is read:
     known dtype, exact integer shape within the rank bound, and byte ranges that tile the buffer from
     0 to its end without gaps or overlaps (the reference package's rules).
@@ -169,14 +170,14 @@ def _entries(header, size, path):
         try:
             code, shape, (begin, end) = info["dtype"], list(info["shape"]), info["data_offsets"]
         except (KeyError, TypeError, ValueError):
-            raise _refuse("load_safetensors", path, f"malformed entry for {name!r}") from None
+            raise _refuse(op, path, f"malformed entry for {name!r}") from None
         if isinstance(shape, list) and len(shape) > _MAX_RANK:
-            raise _refuse("load_safetensors", path, f"tensor {name!r} has {len(shape)} dims; at most {_MAX_RANK} "
+            raise _refuse(op, path, f"tensor {name!r} has {len(shape)} dims; at most {_MAX_RANK} "
                           "are supported")
         # Exact JSON integers only: int(1.5) would truncate, and a bool or string is no size at all.
         if (not isinstance(code, str) or not all(type(v) is int for v in (*shape, begin, end))
                 or any(d < 0 for d in shape)):
-            raise _refuse("load_safetensors", path, f"malformed entry for {name!r}: dtype {code!r}, "
+            raise _refuse(op, path, f"malformed entry for {name!r}: dtype {code!r}, "
                           f"shape {shape!r}, data_offsets {[begin, end]!r}")
         if code in _FROM_CODE:
             dt = _FROM_CODE[code]
@@ -184,22 +185,22 @@ def _entries(header, size, path):
         elif code in _WIDEN:
             npt, dt = np.dtype(_WIDEN[code][0]), _WIDEN[code][1]
         else:
-            raise DTypeError(f"[load_safetensors] tensor {name!r} has dtype {code}, which ember cannot hold")
+            raise DTypeError(f"[{op}] tensor {name!r} has dtype {code}, which ember cannot hold")
         if math.prod(max(d, 1) for d in shape) >= 2**63:
-            raise _refuse("load_safetensors", path, f"shape {tuple(shape)} of {name!r} is too large")
+            raise _refuse(op, path, f"shape {tuple(shape)} of {name!r} is too large")
         n = math.prod(shape)  # exact: np.prod wraps, and (2**32, 2**32) would pass for 0 bytes
         if not 0 <= begin <= end or end - begin != n * npt.itemsize:
-            raise _refuse("load_safetensors", path, f"data_offsets {[begin, end]} of {name!r} do not match "
+            raise _refuse(op, path, f"data_offsets {[begin, end]} of {name!r} do not match "
                           f"shape {tuple(shape)} and dtype {code}")
         out.append((name, dt, npt, shape, begin, end))
     at = 0
     for name, *_, begin, end in sorted(out, key=lambda e: (e[4], e[5])):
         if begin != at:
             what = "overlaps the tensor before it" if begin < at else f"leaves a gap at byte {at}"
-            raise _refuse("load_safetensors", path, f"data_offsets {[begin, end]} of {name!r} {what}")
+            raise _refuse(op, path, f"data_offsets {[begin, end]} of {name!r} {what}")
         at = end
     if at != size:
-        raise _refuse("load_safetensors", path, f"the tensors cover {at} bytes of a {size}-byte data buffer")
+        raise _refuse(op, path, f"the tensors cover {at} bytes of a {size}-byte data buffer")
     return out
 
 
@@ -220,15 +221,25 @@ def load_safetensors(path, device=None) -> dict:
         EmberIOError: the file cannot be opened or is not a regular file (a FIFO, a device, ...).
         EmberValueError: the header or an entry is malformed, byte ranges overlap, leave gaps or do not
             cover the data, or a tensor has more than 64 dims.
-        DTypeError: a dtype ember cannot hold, or a path of the wrong type.
+        DTypeError: a dtype ember cannot hold.
+        EmberTypeError: a path of the wrong type.
     """
-    path = _path(path, "load_safetensors")
+    return read_tensors(path, device, "load_safetensors")[0]
+
+
+def read_tensors(path, device, op):
+    """``load_safetensors``'s work, for it and ``em.load``: every check, then the tensors.
+
+    Returns:
+        ``({name: Tensor}, header)``; errors name ``op``.
+    """
+    path = _path(path, op)
     # Map the file instead of reading it: each tensor is copied out once, so peak memory stays ~1x.
-    buf = _map_file(path, "load_safetensors")
-    header, data_start = _read_header(buf, path)
+    buf = _map_file(path, op)
+    header, data_start = _read_header(buf, path, op)
     data = buf[data_start:]
     out = {}
-    for name, dt, npt, shape, begin, end in _entries(header, data.size, path):
+    for name, dt, npt, shape, begin, end in _entries(header, data.size, path, op):
         # Copy out of the file buffer: offsets in foreign files need not be aligned to the itemsize.
         arr = np.array(data[begin:end]).view(npt)
         if dt is _dt.bool:  # a foreign file's BOOL bytes may be any value: ember's bools are 0 or 1
@@ -238,7 +249,7 @@ def load_safetensors(path, device=None) -> dict:
         s = _C.CpuStorage._from_numpy_code(arr, dt.code)
         t = _wrap(s, _C.Layout.contiguous(shape), dt, _dt.cpu)
         out[name] = t.to_device(device)  # None: the default device
-    return out
+    return out, header
 
 
 def load_safetensors_metadata(path) -> dict:

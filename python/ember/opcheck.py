@@ -5,6 +5,7 @@ import numpy as np
 
 from . import _C
 from . import custom_op as _co
+from . import custom_op_n as _con
 from . import dtypes as _dt
 from .backprop import no_grad
 from .errors import EmberError, EmberTypeError, EmberValueError
@@ -60,16 +61,44 @@ def _flat_args(ts):
     return args
 
 
-def _run(op, ts):
-    """Forward + output validation without recording; an InplaceOp runs on a copy of its target
-    and that copy is the result."""
+def _mutated(op, n):
+    return sorted({int(i) % n for i in op.mutates}) if isinstance(op, _co.CustomOp) and op.mutates else []
+
+
+def _run_all(op, ts):
+    """Forward + output validation without recording, as a list of outputs. An in-place op runs on
+    copies of the inputs it writes, and those copies lead its results."""
     with no_grad():
         if isinstance(op, (_co.InplaceOp1, _co.InplaceOp2, _co.InplaceOp3)):
             target = ts[0].copy()
             _co._inplace(op, target, tuple(ts[1:]))
-            return target
+            return [target]
+        if isinstance(op, _co.CustomOp):
+            ts = list(ts)
+            mut = _mutated(op, len(ts))
+            for i in mut:
+                ts[i] = ts[i].copy()
+            args = [(t._storage, t._layout) for t in ts]
+            res = _con._mutating_forward(op, ts, args) if mut else _co._fwd(op, ts[0]._storage)(args)
+            return [ts[i] for i in mut] + _con._results(op, res, tuple(ts))
         res = _co._fwd(op, ts[0]._storage)(*_flat_args(ts))
-        return _co._output(op, res, tuple(ts))
+        return [_co._output(op, res, tuple(ts))]
+
+
+def _run(op, ts):
+    """The first output of _run_all (the result of a one-output op)."""
+    return _run_all(op, ts)[0]
+
+
+def _mismatch_all(got, want):
+    """None when every output agrees, else a description naming the first that differs."""
+    if len(got) != len(want):
+        return f"{len(got)} outputs vs {len(want)}"
+    for i, (g, w) in enumerate(zip(got, want)):
+        bad = _mismatch(_values(g), _values(w), w.dtype)
+        if bad is not None:
+            return bad if len(want) == 1 else f"output {i}: {bad}"
+    return None
 
 
 def _values(t):
@@ -145,7 +174,25 @@ def _check_forward(op, base, report, fail):
     try:
         if inplace:
             report.skipped.append(("aliasing", "an in-place op writes its target by design"))
-            ref = _run(op, base)
+            ref = _run_all(op, base)
+        elif isinstance(op, _co.CustomOp) and op.mutates:
+            report.skipped.append(("aliasing", "the op writes the inputs it mutates by design"))
+            ref = _run_all(op, base)
+        elif isinstance(op, _co.CustomOp):
+            with no_grad():
+                res = _co._fwd(op, base[0]._storage)([(t._storage, t._layout) for t in base])
+            sts = [r[0] for r in res if isinstance(r, tuple) and len(r) == 2] if isinstance(res, list) else []
+            for k, st in enumerate(sts):
+                for i, t in enumerate(base):
+                    if isinstance(st, _C.Storage) and (st is t._storage or st.same_buffer(t._storage)):
+                        fail("aliasing", f"output {k} shares memory with input {i}")
+                        return None
+                for j in range(k):
+                    if isinstance(st, _C.Storage) and isinstance(sts[j], _C.Storage) and st.same_buffer(sts[j]):
+                        fail("aliasing", f"outputs {j} and {k} share memory")
+                        return None
+            report.passed.append("aliasing")
+            ref = _con._results(op, res, tuple(base))
         else:
             with no_grad():
                 res = _co._fwd(op, base[0]._storage)(*_flat_args(base))
@@ -155,7 +202,7 @@ def _check_forward(op, base, report, fail):
                     fail("aliasing", f"the output shares memory with input {i}")
                     return None
             report.passed.append("aliasing")
-            ref = _co._output(op, res, tuple(base))
+            ref = [_co._output(op, res, tuple(base))]
     except Exception as e:  # noqa: BLE001  (any failure of the user's forward is a finding)
         fail("forward", f"on contiguous inputs it raised {_describe(e)}")
         return None
@@ -169,15 +216,14 @@ def _check_forward(op, base, report, fail):
 
 
 def _check_strided(op, base, ref, report, fail):
-    want = _values(ref)
     for name, ts in _variants(base):
         try:
             with np.errstate(all="ignore"):  # an op that reads the NaN filler would warn; we report it instead
-                got = _run(op, ts)
+                got = _run_all(op, ts)
         except Exception as e:  # noqa: BLE001
             fail("strided", f"with {name} inputs it raised {_describe(e)}")
             return
-        bad = _mismatch(_values(got), want, ref.dtype)
+        bad = _mismatch_all(got, ref)
         if bad is not None:
             fail("strided", f"with {name} inputs the output differs from the contiguous one: {bad}")
             return
@@ -214,49 +260,85 @@ def _check_dtypes(op, base, report, fail):
         report.passed.append("dtypes")
 
 
-def _loss(op, ts, w):
+def _diff_outputs(op, outs):
+    """Indices of the outputs a gradient can flow from (float, not declared non-differentiable)."""
+    nd = getattr(op, "non_differentiable", ())
+    return [k for k, o in enumerate(outs) if o.dtype.is_float and k not in nd]
+
+
+def _loss(op, ts, ws):
     with no_grad():
-        return float((_values(_run(op, ts)).astype(np.float64) * w).sum())
+        outs = _run_all(op, ts)
+        return float(sum((_values(outs[k]).astype(np.float64) * w).sum() for k, w in ws.items()))
 
 
-def _check_backward(op, base, report, fail, eps, atol, rtol, rng):
-    """bwd against central finite differences of sum(out * w) for random w, in float64 when the
-    op accepts it (else float32 with a coarser step and tolerance)."""
-    if not isinstance(op, (_co.CustomOp1, _co.CustomOp2, _co.CustomOp3)):
+def _apply(op, vs):
+    """Runs op recorded; the outputs as a list."""
+    if isinstance(op, _co.CustomOp):
+        res = _con.apply_op(op, *vs)
+        return [res] if isinstance(res, Tensor) else list(res)
+    return [getattr(vs[0], f"apply_op{len(vs)}")(*vs[1:], op)]
+
+
+def _analytic(op, ts, floats, ws):
+    """The recorded backward's gradient of sum(out_k * w_k) per float input (None where it gave none)."""
+    vs = [Var(t) if i in floats else t for i, t in enumerate(ts)]
+    outs = _apply(op, vs)
+    loss = None
+    for k, w in ws.items():
+        term = (outs[k] * tensor(w, dtype=outs[k].dtype, device=outs[k].device)).sum()
+        loss = term if loss is None else loss + term
+    grads = loss.backward()
+    return {i: grads.get(vs[i]) for i in floats}
+
+
+def _backward_setup(op, base, report, eps, atol, rtol, rng):
+    """(ts, floats, ws, dt, e, at, rt) for the gradient checks, or None (a skip noted in report)."""
+    if not isinstance(op, (_co.CustomOp1, _co.CustomOp2, _co.CustomOp3, _co.CustomOp)):
         report.skipped.append(("backward", "in-place ops record no backward"))
-        return
+        return None
+    if isinstance(op, _co.CustomOp) and op.mutates:
+        report.skipped.append(("backward", "the op mutates inputs (their gradients are not differentiated)"))
+        return None
     if not op._has_bwd:
         report.skipped.append(("backward", "the op defines no bwd"))
-        return
+        return None
     floats = [i for i, t in enumerate(base) if t.dtype.is_float]
     if not floats:
         report.skipped.append(("backward", "no float input"))
-        return
+        return None
     # the first dtype the op accepts; its step and tolerances are used after the loop
     for dt, e, at, rt in ((_dt.float64, eps, atol, rtol), (_dt.float32, 1e-3, 1e-2, 1e-2)):  # noqa: B007
         ts = [t.to_dtype(dt).copy().detach() if t.dtype.is_float else t for t in base]
         try:
-            out = _run(op, ts)
+            outs = _run_all(op, ts)
             break
         except EmberError:
             continue
     else:
         report.skipped.append(("backward", "the op accepts neither float64 nor float32"))
-        return
-    if not out.dtype.is_float:
-        report.skipped.append(("backward", f"the output is {out.dtype.name}, not a float"))
-        return
-    w = rng.standard_normal(out.shape)
-    vs = [Var(t) if i in floats else t for i, t in enumerate(ts)]
+        return None
+    diff = _diff_outputs(op, outs)
+    if not diff:
+        report.skipped.append(("backward", "no output is a differentiable float"))
+        return None
+    ws = {k: rng.standard_normal(outs[k].shape) for k in diff}
+    return ts, floats, ws, dt, e, at, rt
+
+
+def _check_backward(op, setup, report, fail, rng):
+    """bwd against central finite differences of sum_k sum(out_k * w_k) for random w_k (every
+    differentiable output, every float input), in float64 when the op accepts it (else float32
+    with a coarser step and tolerance)."""
+    ts, floats, ws, dt, e, at, rt = setup
     try:
-        res = getattr(vs[0], f"apply_op{len(vs)}")(*vs[1:], op)
-        grads = (res * tensor(w, dtype=res.dtype, device=res.device)).sum().backward()
-    except Exception as e:  # noqa: BLE001
-        fail("backward", f"backward raised {_describe(e)}")
+        grads = _analytic(op, ts, floats, ws)
+    except Exception as ex:  # noqa: BLE001
+        fail("backward", f"backward raised {_describe(ex)}")
         return
     worst = None
     for i in floats:
-        g = grads.get(vs[i])
+        g = grads[i]
         analytic = np.zeros(ts[i].shape) if g is None else _values(g).astype(np.float64)
         x = _values(ts[i]).astype(np.float64)
         flat = x.reshape(-1)
@@ -270,7 +352,7 @@ def _check_backward(op, base, report, fail, eps, atol, rtol, rng):
                 xp[j] += sign * e
                 tp = list(ts)
                 tp[i] = tensor(xp.reshape(x.shape), dtype=dt, device=ts[i].device)
-                num += sign * _loss(op, tp, w)
+                num += sign * _loss(op, tp, ws)
             num /= 2 * e
             got = analytic.reshape(-1)[j]
             err = abs(got - num) - (at + rt * abs(num))
@@ -285,34 +367,103 @@ def _check_backward(op, base, report, fail, eps, atol, rtol, rng):
     fail("backward", f"input {i} at {idx}: {what}, finite differences give {num:.6g} ({dt.name})")
 
 
+def _check_reference(op, base, ref, setup, report, fail):
+    """Forward against ``op.reference`` on the CPU and every other device the op has a forward for;
+    a hand-written ``bwd`` against the reference's gradients."""
+    if op.reference is None or ref is None:
+        return
+    bad = None
+    for dev in [_dt.cpu] + _devices_with_forward(op):
+        try:
+            ins = base if dev == _dt.cpu else _device_inputs(base, dev)
+            with no_grad():
+                want = op.reference(*ins)
+            want = [want] if isinstance(want, Tensor) else list(want)
+            got = ref if dev == _dt.cpu else _run_all(op, ins)
+            got = got[len(_mutated(op, len(base))):]  # a mutating op's written inputs lead its results
+            bad = _mismatch_all(got, want)
+        except Exception as e:  # noqa: BLE001
+            bad = f"raised {_describe(e)}"
+        if bad is not None:
+            fail("reference", f"on {dev} the forward differs from the reference: {bad}")
+            break
+    else:
+        report.passed.append("reference forward")
+    if setup is None or op._bwd_is_reference:
+        return
+    ts, floats, ws, dt, *_ = setup
+    try:
+        mine = _analytic(op, ts, floats, ws)
+        op.bwd = _ref_bwd(op)  # on the instance, for this one call
+        try:
+            theirs = _analytic(op, ts, floats, ws)
+        finally:
+            del op.bwd  # back to the class's bwd
+    except Exception as e:  # noqa: BLE001
+        fail("reference", f"the reference's gradients raised {_describe(e)}")
+        return
+    for i in floats:
+        a, b = mine[i], theirs[i]
+        if a is None and b is None:
+            continue
+        av = np.zeros(ts[i].shape) if a is None else _values(a)
+        bv = np.zeros(ts[i].shape) if b is None else _values(b)
+        bad = _mismatch(av, bv, dt)
+        if bad is not None:
+            fail("reference", f"bwd's gradient of input {i} differs from the reference's: {bad}")
+            return
+    report.passed.append("reference backward")
+
+
+def _ref_bwd(op):
+    """A bwd (in op's calling convention) computing the reference's gradients, set on the instance."""
+    from .reference import bwd_from_reference
+
+    return bwd_from_reference(op._arity).__get__(op)
+
+
+def _device_inputs(base, dev):
+    """base on ``dev``; a dtype the device lacks (float64 on Metal) goes as float32."""
+    ins = base
+    if any(not _C.device_supports(dev.kind, dev.index, t.dtype.code) for t in base):
+        ins = [t.to_dtype(_dt.float32) if t.dtype == _dt.float64 else t for t in base]
+    return [t.to_device(dev) for t in ins]
+
+
+def _devices_with_forward(op):
+    return [d for d in _other_devices()
+            if getattr(type(op), f"{d.type}_fwd") is not getattr(_co._OpBase, f"{d.type}_fwd")]
+
+
 def _other_devices():
     return [_dt.Device("metal", 0)] if _dt.metal_is_available() else []
 
 
-def _check_devices(op, base, ref, report, fail):
+def _check_devices(op, base, ref, setup, report, fail):
+    """Every output on every other device the op has a forward for agrees with the CPU's, and so do
+    the gradients of every float input (when the op has a backward)."""
     devs = _other_devices()
     if not devs:
         report.skipped.append(("devices", "no device other than cpu is available"))
         return
     # An op that defines no forward for a device makes no claim about it: nothing to compare.
-    mine = [d for d in devs if getattr(type(op), f"{d.type}_fwd") is not getattr(_co._OpBase, f"{d.type}_fwd")]
+    mine = _devices_with_forward(op)
     for d in devs:
         if d not in mine:
             report.devices[str(d)] = f"not compared: {op.name} has no {d.type}_fwd"
     if not mine:
         report.skipped.append(("devices", f"{op.name} defines no forward for a device other than cpu"))
         return
-    devs = mine
     ok = True
-    for dev in devs:
+    for dev in mine:
         # A dtype the device lacks (float64 on Metal) is compared in float32, on both sides.
-        ins, want_t = base, ref
         try:
-            if any(not _C.device_supports(dev.kind, dev.index, t.dtype.code) for t in base):
-                ins = [t.to_dtype(_dt.float32) if t.dtype == _dt.float64 else t for t in base]
-                want_t = _run(op, ins)
-            got = _run(op, [t.to_device(dev) for t in ins])
-            bad = _mismatch(_values(got), _values(want_t), want_t.dtype)
+            ins = _device_inputs(base, dev)
+            cpu_ins = [t.to_device(_dt.cpu) for t in ins]
+            want = ref if all(a.dtype == b.dtype for a, b in zip(cpu_ins, base)) else _run_all(op, cpu_ins)
+            bad = _mismatch_all(_run_all(op, ins), want)
+            if bad is None and setup is not None:
+                bad = _grads_on(op, cpu_ins, ins, setup)
         except Exception as e:  # noqa: BLE001
             bad = f"raised {_describe(e)}"
         report.devices[str(dev)] = "agrees with cpu" if bad is None else bad
@@ -323,17 +474,39 @@ def _check_devices(op, base, ref, report, fail):
         report.passed.append("devices")
 
 
+def _grads_on(op, cpu_ins, dev_ins, setup):
+    """None when the backward on the device gives the CPU's gradients, else what differs."""
+    floats, ws = setup[1], setup[2]
+    want = _analytic(op, cpu_ins, floats, ws)
+    got = _analytic(op, dev_ins, floats, ws)
+    for i in floats:
+        a, b = got[i], want[i]
+        if (a is None) != (b is None):
+            return f"the gradient of input {i} is {'missing' if a is None else 'present'} on the device only"
+        if a is not None:
+            bad = _mismatch(_values(a), _values(b), b.dtype)
+            if bad is not None:
+                return f"gradient of input {i}: {bad}"
+    return None
+
+
 # ----------------------------------------------------------------------------- entry point
 def check_op(op, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
     """Checks a custom op on ``inputs``: forward on contiguous vs strided/offset inputs agrees, the
     output shares no memory with an input (and inputs stay unchanged), unsupported dtypes raise an
     EmberError, ``bwd`` matches finite differences (float64), every available device the op defines
-    a forward for (``metal_fwd``) agrees with cpu. Returns a CheckOpReport when all pass, else raises CheckOpError listing each failure.
+    a forward for (``metal_fwd``) agrees with cpu (outputs and gradients). Returns a CheckOpReport
+    when all pass, else raises CheckOpError listing each failure.
+
+    An ``em.CustomOp`` is checked on every output (and no two outputs may share memory) and every
+    input's gradient, with ``sum_k sum(out_k * w_k)`` over its differentiable outputs. An op with a
+    ``reference`` has its forward compared with it on every device, and a hand-written ``bwd``
+    compared with the reference's gradients.
 
     A ``bwd`` that returns None where the true gradient is nonzero counts as a failure here.
 
     Args:
-        op: a CustomOp1/2/3 or InplaceOp1/2/3 instance.
+        op: a CustomOp, CustomOp1/2/3 or InplaceOp1/2/3 instance.
         inputs: one Tensor (or array) per input of the op.
         eps: the finite-difference step.
         atol: the absolute tolerance of the gradient check.
@@ -347,11 +520,14 @@ def check_op(op, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
         CheckOpError: one line per failed check.
         DTypeError: ``op`` is not a custom op.
     """
-    kinds = (_co.CustomOp1, _co.CustomOp2, _co.CustomOp3, _co.InplaceOp1, _co.InplaceOp2, _co.InplaceOp3)
+    kinds = (_co.CustomOp1, _co.CustomOp2, _co.CustomOp3, _co.CustomOp, _co.InplaceOp1, _co.InplaceOp2,
+             _co.InplaceOp3)
     if not isinstance(op, kinds):
-        raise EmberTypeError(f"[check_op] expected a CustomOp1/2/3 or InplaceOp1/2/3, got {type(op).__name__}")
-    if len(inputs) != op._arity:
-        raise EmberValueError(f"[check_op] {op.name} takes {op._arity} input(s), got {len(inputs)}")
+        raise EmberTypeError(f"[check_op] expected a CustomOp, CustomOp1/2/3 or InplaceOp1/2/3, got "
+                             f"{type(op).__name__}")
+    if (len(inputs) != op._arity) if op._arity > 0 else not inputs:
+        want = f"{op._arity} input(s)" if op._arity > 0 else "at least one input"
+        raise EmberValueError(f"[check_op] {op.name} takes {want}, got {len(inputs)}")
     with no_grad():
         # Built on the CPU whatever the default device (which may lack float64): the reference runs there.
         base = [(t if isinstance(t, Tensor) else tensor(t, device="cpu")).to_device("cpu").copy().detach()
@@ -362,12 +538,16 @@ def check_op(op, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
     def fail(check, detail):
         failures.append((check, detail))
 
+    rng = np.random.default_rng(seed)
     ref = _check_forward(op, base, report, fail)
+    setup = _backward_setup(op, base, report, eps, atol, rtol, rng)
     if ref is not None:
         _check_strided(op, base, ref, report, fail)
-        _check_devices(op, base, ref, report, fail)
+        _check_devices(op, base, ref, setup, report, fail)
     _check_dtypes(op, base, report, fail)
-    _check_backward(op, base, report, fail, eps, atol, rtol, np.random.default_rng(seed))
+    if setup is not None:
+        _check_backward(op, setup, report, fail, rng)
+    _check_reference(op, base, ref, setup, report, fail)
     if failures:
         raise CheckOpError(op.name, failures, report)
     return report

@@ -9,6 +9,7 @@ import numpy as np
 
 from . import _C
 from . import dtypes as _dt
+from .argorder import bind
 from .args import bool_arg, float_arg, i64_arg, int_arg
 from .backprop import no_grad, record
 from .composite import CompositeOps
@@ -560,20 +561,48 @@ class Tensor(TorchNames, CompositeOps):
             raise EmberTypeError(f"[matmul] unsupported operand type {type(other).__name__}")
         return tensor(other, dtype=self._dtype, device=self._device).matmul(self)
 
-    def index_select(self, indices, dim):
+    def index_select(self, *args, **kwargs):
+        a = bind("index_select", args, kwargs, ("indices", "dim"), ("dim", "indices"))
+        return self._index_select(a["indices"], a["dim"])
+
+    def _index_select(self, indices, dim):
         dim = _dim(dim, self.ndim, "index_select")
         ids = _as_index(indices, "index_select", self._device)
         s, l = _C.index_select(self._storage, self._layout, ids._storage, ids._layout, dim)
         return record(_wrap(s, l, self._dtype, self._device), "index_select", (self, ids), dim)
 
-    def gather(self, indices, dim):
+    def gather(self, *args, **kwargs):
+        a = bind("gather", args, kwargs, ("indices", "dim"), ("dim", "indices"))
+        return self._gather(a["indices"], a["dim"])
+
+    def _gather(self, indices, dim):
         dim = _dim(dim, self.ndim, "gather")
         ids = _as_index(indices, "gather", self._device)
         s, l = _C.gather(self._storage, self._layout, ids._storage, ids._layout, dim)
         return record(_wrap(s, l, self._dtype, self._device), "gather", (self, ids), dim)
 
-    def index_add(self, indices, source, dim):
-        """Out of place: a copy of self with source's slices added at indices along dim."""
+    def index_add(self, *args, alpha=1, **kwargs):
+        """Out of place: a copy of self with source's slices added at indices along dim.
+
+        Takes ember's order ``index_add(indices, source, dim)`` or torch's ``index_add(dim, index,
+        source, alpha=1)``, told apart by the argument types (torch's starts with the int dim).
+
+        Args:
+            *args: ``(indices, source, dim)`` or ``(dim, index, source)``.
+            alpha: ``source`` is multiplied by it first (torch's argument).
+            **kwargs: the same by name (``indices``/``index``, ``source``/``src``, ``dim``).
+
+        Raises:
+            EmberTypeError: arguments that fit neither order.
+        """
+        a = bind("index_add", args, kwargs, ("indices", "source", "dim"), ("dim", "indices", "source"))
+        source = a["source"]
+        if alpha != 1:
+            _check_tensor_arg(source, "index_add", "source")
+            source = source * alpha
+        return self._index_add(a["indices"], source, a["dim"])
+
+    def _index_add(self, indices, source, dim):
         dim = _dim(dim, self.ndim, "index_add")
         ids = _as_index(indices, "index_add", self._device)
         _check_tensor_arg(source, "index_add", "source")
@@ -581,8 +610,23 @@ class Tensor(TorchNames, CompositeOps):
                             source._storage, source._layout, dim)
         return record(_wrap(s, l, self._dtype, self._device), "index_add", (self, ids, source), dim)
 
-    def scatter_add(self, indices, source, dim):
-        """Out of place: a copy of self with source added at indices along dim (torch semantics)."""
+    def scatter_add(self, *args, **kwargs):
+        """Out of place: a copy of self with source added at indices along dim (torch semantics).
+
+        Takes ember's order ``scatter_add(indices, source, dim)`` or torch's ``scatter_add(dim, index,
+        src)``, told apart by the argument types (torch's starts with the int dim).
+
+        Args:
+            *args: ``(indices, source, dim)`` or ``(dim, index, src)``.
+            **kwargs: the same by name (``indices``/``index``, ``source``/``src``, ``dim``).
+
+        Raises:
+            EmberTypeError: arguments that fit neither order.
+        """
+        a = bind("scatter_add", args, kwargs, ("indices", "source", "dim"), ("dim", "indices", "source"))
+        return self._scatter_add(a["indices"], a["source"], a["dim"])
+
+    def _scatter_add(self, indices, source, dim):
         dim = _dim(dim, self.ndim, "scatter_add")
         ids = _as_index(indices, "scatter_add", self._device)
         _check_tensor_arg(source, "scatter_add", "source")

@@ -322,26 +322,36 @@ DOCS = {
             DTypeError: the dtypes differ or are not float.""",
     "index_select": """The slices at ``indices`` along ``dim`` (an embedding lookup).
 
+        Takes ember's order ``index_select(indices, dim)`` or torch's ``index_select(dim, index)``,
+        told apart by the argument types (torch's starts with the int dim); keywords too.
+
         Args:
-            indices: 1-D integer indices (a Tensor, list or array).
-            dim: the dim the indices select along.
+            *args: ``(indices, dim)`` or ``(dim, index)``: 1-D integer indices (a Tensor, list or
+                array) and the dim they select along.
+            **kwargs: the same by name (``indices`` or ``index``, ``dim``).
 
         Returns:
             Tensor: ``shape[dim]`` replaced by ``len(indices)``; differentiable with respect to ``self``.
 
         Raises:
-            IndexOutOfRange: an index is out of range.""",
+            IndexOutOfRange: an index is out of range.
+            EmberTypeError: arguments that fit neither order (the message shows both).""",
     "gather": """Picks ``self[..., indices[i, j, ...], ...]`` along ``dim``, as torch's ``gather``.
 
+        Takes ember's order ``gather(indices, dim)`` or torch's ``gather(dim, index)``, told apart by
+        the argument types (torch's starts with the int dim); keywords too.
+
         Args:
-            indices: integer indices with the same number of dims as ``self``.
-            dim: the dim the indices pick along.
+            *args: ``(indices, dim)`` or ``(dim, index)``: integer indices with the same number of dims
+                as ``self``, and the dim they pick along.
+            **kwargs: the same by name (``indices`` or ``index``, ``dim``).
 
         Returns:
             Tensor: the shape of ``indices``; differentiable with respect to ``self``.
 
         Raises:
-            IndexOutOfRange: an index is out of range.""",
+            IndexOutOfRange: an index is out of range.
+            EmberTypeError: arguments that fit neither order (the message shows both).""",
     # ------------------------------------------------------------------ in place
     "zero_set": """Sets every element the layout reaches to zero, in place (every view sees it).
 

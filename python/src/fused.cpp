@@ -108,7 +108,7 @@ void bind_fused(py::module_& m) {
   f.def(
       "rope",
       [](S x, L lx, int64_t dims, bool traditional, double base, double scale, int64_t offset, SP offsets,
-         const Layout* loffsets, SP freqs, const Layout* lfreqs, bool inverse) {
+         const Layout* loffsets, SP freqs, const Layout* lfreqs, bool inverse, SP table, const Layout* ltable) {
         ember::RopeArgs a;
         a.dims = dims, a.offset = offset, a.traditional = traditional, a.inverse = inverse;
         a.base = base, a.scale = scale;
@@ -120,12 +120,17 @@ void bind_fused(py::module_& m) {
           EMBER_CHECK(lfreqs, Value, "[rope] freqs given without a layout");
           a.freqs = freqs, a.lfreqs = *lfreqs;
         }
+        if (table) {
+          EMBER_CHECK(ltable, Value, "[rope] table given without a layout");
+          a.table = table, a.ltable = *ltable;
+        }
         return fz::rope(x, lx, a);
       },
       py::arg("x"), py::arg("lx"), py::arg("dims"), py::arg("traditional") = false, py::arg("base") = 10000.0,
       py::arg("scale") = 1.0, py::arg("offset") = 0, py::arg("offsets").none(true) = nullptr,
       py::arg("loffsets").none(true) = nullptr, py::arg("freqs").none(true) = nullptr,
-      py::arg("lfreqs").none(true) = nullptr, py::arg("inverse") = false, G());
+      py::arg("lfreqs").none(true) = nullptr, py::arg("inverse") = false, py::arg("table").none(true) = nullptr,
+      py::arg("ltable").none(true) = nullptr, G());
   f.def(
       "sdpa_check",
       [](S q, L lq, S k, L lk, S v, L lv, SP mask, const Layout* lmask) {

@@ -134,5 +134,11 @@ PYBIND11_MODULE(_C, m) {
   m.def("get_num_threads", &ember::cpu::get_num_threads);
   m.def("set_num_threads", &ember::cpu::set_num_threads, py::arg("n"));
   m.def("manual_seed", [](uint64_t s) { ember::manual_seed(s); });
+  m.def("_rng_state", [] {
+    const ember::RngDraw r = ember::rng_state();
+    return py::make_tuple(r.seed, r.counter);
+  });
+  m.def("_set_rng_state", [](uint64_t seed, uint64_t counter) { ember::set_rng_state(seed, counter); },
+        py::arg("seed"), py::arg("counter"));
   m.def("isa", &ember::cpu::isa);
 }

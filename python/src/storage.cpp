@@ -61,6 +61,15 @@ py::array view(const py::object& owner, const Layout& l, bool writable, const ch
 // The storage an in-place custom op is mutating on this thread: its as_numpy views default to
 // writable, every other storage's to read-only. Thread-local, so concurrent ops never interfere.
 thread_local const BackendStorage* t_inplace_target = nullptr;
+// The further storages a many-input em.CustomOp declares it mutates (mutates=(0, 2)), same rule.
+thread_local std::vector<const BackendStorage*> t_inplace_more;
+
+bool is_inplace_target(const BackendStorage* s) {
+  if (s == t_inplace_target) return true;
+  for (const BackendStorage* t : t_inplace_more)
+    if (t == s) return true;
+  return false;
+}
 
 // DLPack export callbacks as plain C functions. A consumer may call the deleter (or drop the capsule)
 // while a Python exception is pending, e.g. numpy refusing bfloat16: running Python code then (a
@@ -130,6 +139,16 @@ void bind_storage(py::module_& m) {
   m.def("_restore_inplace_target", [](uintptr_t prev) {
     t_inplace_target = reinterpret_cast<const BackendStorage*>(prev);
   });
+  // Adds storages to this thread's further in-place targets; returns the count before, which
+  // _pop_inplace_targets restores (the storages stay alive: the caller holds them during the call).
+  m.def("_push_inplace_targets", [](const std::vector<std::shared_ptr<BackendStorage>>& ss) {
+    const size_t before = t_inplace_more.size();
+    for (const auto& s : ss) t_inplace_more.push_back(s.get());
+    return before;
+  });
+  m.def("_pop_inplace_targets", [](size_t n) {
+    if (n < t_inplace_more.size()) t_inplace_more.resize(n);
+  });
 
   py::class_<CpuStorage, BackendStorage, std::shared_ptr<CpuStorage>>(m, "CpuStorage",
                                                                       "A storage in host memory (64-byte aligned). A custom op's cpu_fwd "
@@ -145,7 +164,7 @@ void bind_storage(py::module_& m) {
           "as_numpy",
           [](py::object self, const Layout& l, std::optional<bool> writable) {
             const auto& s = self.cast<const CpuStorage&>();
-            return view(self, l, writable.value_or(&s == t_inplace_target), "as_numpy");
+            return view(self, l, writable.value_or(is_inplace_target(&s)), "as_numpy");
           },
           py::arg("layout"), py::arg("writable") = py::none(),
           "Zero-copy strided view through a layout; read-only unless writable=True or this storage is "

@@ -596,11 +596,16 @@ StoragePtr rope(const MetalStorage& x, const Layout& l, const RopeArgs& a) {
     k.f_off = a.lfreqs.offset();
     k.f_st = a.lfreqs.stride()[0];
   }
+  if (a.table) {  // has_freqs 2: buffer 2 is the caller's (cos | sin) table, one row per (batch, position)
+    k.has_freqs = 2;
+    k.f_off = a.ltable.offset();
+    k.per_batch = k.rows / a.ltable.shape()[0];
+  }
   // Absent offsets / freqs are never read; x is bound in their place.
   Launch(dev, "rope.metal", kname("rope_", x.dtype(), op))
       .input(*in.s)
       .input(a.offsets ? as_metal(*a.offsets) : *in.s)
-      .input(a.freqs ? as_metal(*a.freqs) : *in.s)
+      .input(a.freqs ? as_metal(*a.freqs) : a.table ? as_metal(*a.table) : *in.s)
       .output(*y)
       .scalar(k)
       .dispatch({checked_u32(k.D - k.half, op), checked_u32(k.rows, op), 1}, {64, 1, 1});

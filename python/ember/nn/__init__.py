@@ -1,6 +1,6 @@
 """ember.nn: fused ops (``ember.nn.ops``), layers, convolutions, pooling, normalization, attention,
 resampling, activation modules, losses and ``functional``."""
-from . import functional, ops
+from . import functional, ops, utils
 from .act_fns import elu, gelu, hardsigmoid, hardswish, leaky_relu, mish, softplus
 from .activations import (
     ELU,
@@ -85,3 +85,4 @@ __all__ = [
     "mse_loss", "nll_loss", "ops", "smooth_l1_loss", "softplus", "swiglu", "unfold",
 ]
 __all__ += ["RoPE"]  # the rotary embedding layer (nn/attention.py)
+__all__ += ["utils"]  # gradient clipping (nn/utils.py)

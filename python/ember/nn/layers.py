@@ -433,7 +433,7 @@ class GatedMLP(Module):
 class TransformerBlock(Module):
     """Pre-norm block: x + attn(norm1(x)), then + mlp(norm2(x)). ``mlp`` defaults to a GatedMLP."""
 
-    def __init__(self, dim, n_heads, mlp=None, norm="rms", eps=1e-5, dtype=None, device=None):
+    def __init__(self, dim, n_heads, mlp=None, norm="rms", eps=1e-5, dtype=None, device=None, checkpoint=False):
         """Args:
             dim: the model width.
             n_heads: the number of attention heads.
@@ -442,8 +442,11 @@ class TransformerBlock(Module):
             eps: the norms' epsilon.
             dtype: the parameters' dtype (default float32).
             device: where the parameters live (default the CPU).
+            checkpoint: run the block through ``em.checkpoint`` in training: its activations are
+                recomputed in backward instead of kept (less memory, one more forward).
         """
         super().__init__()
+        self.checkpoint = bool(checkpoint)
         norms = {"rms": RmsNorm, "layer": LayerNorm}
         if norm not in norms:  # a bare KeyError before
             raise EmberValueError(f"[TransformerBlock] norm must be 'rms' or 'layer', got {norm!r}")
@@ -454,5 +457,12 @@ class TransformerBlock(Module):
         self.mlp = mlp if mlp is not None else GatedMLP(dim, 4 * dim, dtype=dtype, device=device)
 
     def forward(self, x):
+        if self.checkpoint:
+            from ..checkpoint import checkpoint
+
+            return checkpoint(self._block, x)
+        return self._block(x)
+
+    def _block(self, x):
         x = x + self.attn(self.norm1(x))
         return x + self.mlp(self.norm2(x))

@@ -1,8 +1,8 @@
 """Fused ops (docs/fused-ops.md): CustomOps over the C++ fused kernels (_C.fused), plus composite references.
 
 Each op's forward is one fused kernel. Its backward, during an ordinary ``backward()``, is one fused
-kernel too; under ``backward(create_graph=True)`` the same gradients are written with Tensor ops
-instead, so second-order derivatives work. Saved statistics (rstd, mean, logsumexp) live on the op
+kernel too; under ``backward(create_graph=True)`` the gradients are those of the op's ``reference``
+(its composite, in Tensor ops) recomputed from the saved inputs, so second-order derivatives work. Saved statistics (rstd, mean, logsumexp) live on the op
 instance, which the graph keeps. ``sdpa``'s ``mask`` is an attribute of the op, not an input: it
 never receives a gradient.
 """
@@ -16,12 +16,13 @@ from ..backprop import is_grad_enabled, tracks
 from ..custom_op import CustomOp1, CustomOp2, CustomOp3
 from ..errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, ShapeError
 from ..tensor import UNARY, Tensor, _contig, _dim, _wrap, arange, full, where
+from .rope_table import rope_i, rope_tables, rope_thd
 
 _F = _C.fused
 
 __all__ = [  # noqa: RUF022  (grouped: fused ops, then the composite references)
     "sigmoid", "silu", "gelu", "softmax", "softmax_last_dim", "log_softmax", "rms_norm", "layer_norm",
-    "sdpa", "rope", "softmax_slow", "log_softmax_slow", "rms_norm_slow", "layer_norm_slow", "sdpa_slow",
+    "sdpa", "rope", "rope_i", "rope_thd", "rope_tables", "softmax_slow", "log_softmax_slow", "rms_norm_slow", "layer_norm_slow", "sdpa_slow",
     "rope_slow",
 ]
 
@@ -60,34 +61,32 @@ class _Act(CustomOp1):
             a = res if self.kind == "sigmoid" else x  # sigmoid' is written in terms of its output
             st = getattr(_F, self.kind + "_bwd")(a._storage, a._layout, g._storage, g._layout)
             return _out(st, x.shape, x)
-        return g * self._dfdx(x, res)
+        return self.reference_grads([x], [g])[0]  # create_graph: differentiable
+
+
+def _sigmoid_ref(x):
+    return ((-x).exp() + 1.0).recip()
 
 
 class _Sigmoid(_Act):
     name = kind = "sigmoid"
 
-    @staticmethod
-    def _dfdx(x, y):
-        return y * (1.0 - y)
+    def reference(self, x):
+        return _sigmoid_ref(x)
 
 
 class _Silu(_Act):
     name = kind = "silu"
 
-    @staticmethod
-    def _dfdx(x, y):
-        s = sigmoid(x)
-        return s * (1.0 + x * (1.0 - s))
+    def reference(self, x):
+        return x * _sigmoid_ref(x)
 
 
 class _Gelu(_Act):
     name = kind = "gelu"
 
-    @staticmethod
-    def _dfdx(x, y):
-        cdf = (x * (1.0 / math.sqrt(2.0))).erf() * 0.5 + 0.5
-        pdf = (x * x * -0.5).exp() * (1.0 / math.sqrt(2.0 * math.pi))
-        return cdf + x * pdf
+    def reference(self, x):
+        return x * ((x * (1.0 / math.sqrt(2.0))).erf() * 0.5 + 0.5)
 
 
 def sigmoid(x: Tensor) -> Tensor:
@@ -152,9 +151,10 @@ class _Softmax(CustomOp1):
         if not is_grad_enabled():
             st = _F.softmax_bwd(y._storage, y._layout, g._storage, g._layout, self.log)
             return _out(st, x.shape, x)
-        if self.log:
-            return g - y.exp() * g.sum(-1, keepdim=True)
-        return y * (g - (g * y).sum(-1, keepdim=True))
+        return self.reference_grads([x], [g])[0]
+
+    def reference(self, x):
+        return log_softmax_slow(x, -1) if self.log else softmax_slow(x, -1)
 
 
 class _LogSoftmax(_Softmax):
@@ -249,11 +249,10 @@ class _RmsNorm(CustomOp2):
             dx, dw = _F.rms_norm_bwd(x._storage, x._layout, w._storage, w._layout, self.rstd, g._storage,
                                      g._layout)
             return _out(dx, x.shape, x), _out(dw, w.shape, w)
-        # Differentiable form: dx = r * (g*w - xhat * mean(g*w*xhat)), dw = sum(g * xhat).
-        r = ((x * x).mean(-1, keepdim=True) + self.eps).sqrt().recip()
-        xh = x * r
-        gw = g * w
-        return r * (gw - xh * (gw * xh).mean(-1, keepdim=True)), _sum_leading(g * xh)
+        return tuple(self.reference_grads([x, w], [g]))
+
+    def reference(self, x, w):
+        return rms_norm_slow(x, w, self.eps)
 
 
 class _RmsNormNoWeight(CustomOp1):
@@ -272,9 +271,10 @@ class _RmsNormNoWeight(CustomOp1):
         if not is_grad_enabled() and self.rstd is not None:
             dx, _ = _F.rms_norm_bwd(x._storage, x._layout, None, None, self.rstd, g._storage, g._layout)
             return _out(dx, x.shape, x)
-        r = ((x * x).mean(-1, keepdim=True) + self.eps).sqrt().recip()
-        xh = x * r
-        return r * (g - xh * (g * xh).mean(-1, keepdim=True))
+        return self.reference_grads([x], [g])[0]
+
+    def reference(self, x):
+        return x / ((x * x).mean(-1, keepdim=True) + self.eps).sqrt()
 
 
 def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-5) -> Tensor:
@@ -321,12 +321,10 @@ class _LayerNorm(CustomOp3):
             dx, dw, db = _F.layer_norm_bwd(x._storage, x._layout, w._storage, w._layout, self.mean, self.rstd,
                                            g._storage, g._layout)
             return _out(dx, x.shape, x), _out(dw, w.shape, w), _out(db, b.shape, b)
-        xc = x - x.mean(-1, keepdim=True)
-        r = ((xc * xc).mean(-1, keepdim=True) + self.eps).sqrt().recip()
-        xh = xc * r
-        gw = g * w
-        dx = r * (gw - gw.mean(-1, keepdim=True) - xh * (gw * xh).mean(-1, keepdim=True))
-        return dx, _sum_leading(g * xh), _sum_leading(g)
+        return tuple(self.reference_grads([x, w, b], [g]))
+
+    def reference(self, x, w, b):
+        return layer_norm_slow(x, w, b, self.eps)
 
 
 class _LayerNormOpt:
@@ -350,25 +348,25 @@ class _LayerNormOpt:
         y, self.mean, self.rstd = _F.layer_norm_fwd(xs, xl, ws, wl, bs, bl, self.eps)
         return y, xl.shape
 
-    def grads(self, x, w, g):
-        """(dx, dw or None, db): fused without create_graph, else in Tensor ops (differentiable)."""
-        if not is_grad_enabled() and self.rstd is not None:
-            dx, dw, db = _F.layer_norm_bwd(x._storage, x._layout, None if w is None else w._storage,
-                                           None if w is None else w._layout, self.mean, self.rstd,
-                                           g._storage, g._layout)
-            dx = _out(dx, x.shape, x)
-            dw = None if dw is None else _out(dw, w.shape, w)
-            if not self.has_b:
-                db = None
-            else:  # the kernel sums g for db only beside dw
-                db = _out(db, (x.shape[-1],), x) if db is not None else _sum_leading(g)
-            return dx, dw, db
+    def reference(self, x, *params):
         xc = x - x.mean(-1, keepdim=True)
-        r = ((xc * xc).mean(-1, keepdim=True) + self.eps).sqrt().recip()
-        xh = xc * r
-        gw = g if w is None else g * w
-        dx = r * (gw - gw.mean(-1, keepdim=True) - xh * (gw * xh).mean(-1, keepdim=True))
-        return dx, (None if w is None else _sum_leading(g * xh)), (_sum_leading(g) if self.has_b else None)
+        y = xc / ((xc * xc).mean(-1, keepdim=True) + self.eps).sqrt()
+        if self.has_w:
+            y = y * params[0]
+        return y + params[-1] if self.has_b else y
+
+    def grads(self, x, w, g):
+        """(dx, dw or None, db) from the fused kernel (create_graph goes through the reference)."""
+        dx, dw, db = _F.layer_norm_bwd(x._storage, x._layout, None if w is None else w._storage,
+                                       None if w is None else w._layout, self.mean, self.rstd,
+                                       g._storage, g._layout)
+        dx = _out(dx, x.shape, x)
+        dw = None if dw is None else _out(dw, w.shape, w)
+        if not self.has_b:
+            db = None
+        else:  # the kernel sums g for db only beside dw
+            db = _out(db, (x.shape[-1],), x) if db is not None else _sum_leading(g)
+        return dx, dw, db
 
 
 class _LayerNormX(_LayerNormOpt, CustomOp1):
@@ -378,6 +376,8 @@ class _LayerNormX(_LayerNormOpt, CustomOp1):
     metal_fwd = cuda_fwd = cpu_fwd
 
     def bwd(self, x, y, g):
+        if is_grad_enabled() or self.rstd is None:
+            return self.reference_grads([x], [g])[0]
         return self.grads(x, None, g)[0]
 
 
@@ -388,6 +388,8 @@ class _LayerNormXP(_LayerNormOpt, CustomOp2):
     metal_fwd = cuda_fwd = cpu_fwd
 
     def bwd(self, x, p, y, g):
+        if is_grad_enabled() or self.rstd is None:
+            return tuple(self.reference_grads([x, p], [g]))
         dx, dw, db = self.grads(x, p if self.has_w else None, g)
         return dx, (dw if self.has_w else db)
 
@@ -462,14 +464,6 @@ def _repeat_kv(t: Tensor, q: Tensor) -> Tensor:
     return t.index_select(ids, 1)
 
 
-def _sum_groups(g: Tensor, like: Tensor) -> Tensor:
-    """The gradient of _repeat_kv: each key/value head gets the sum over the query heads it serves."""
-    if g.shape[1] == like.shape[1]:
-        return g
-    B, H, L, D = g.shape
-    return g.reshape(B, like.shape[1], H // like.shape[1], L, D).sum(2)
-
-
 class _Sdpa(CustomOp3):
     name = "sdpa"
 
@@ -493,13 +487,10 @@ class _Sdpa(CustomOp3):
                                      out._storage, out._layout, self.lse, g._storage, g._layout,
                                      *self._mask_args(), self.scale, self.causal)
             return _out(dq, q.shape, q), _out(dk, k.shape, k), _out(dv, v.shape, v)
-        kr, vr = _repeat_kv(k, q), _repeat_kv(v, q)
-        p = _attn_probs(q, kr, self.scale, self.causal, self.mask)
-        dv = p.transpose(-2, -1) @ g
-        dp = g @ vr.transpose(-2, -1)
-        ds = p * (dp - (dp * p).sum(-1, keepdim=True))
-        dk = (ds.transpose(-2, -1) @ q) * self.scale
-        return (ds @ kr) * self.scale, _sum_groups(dk, k), _sum_groups(dv, v)
+        return tuple(self.reference_grads([q, k, v], [g]))
+
+    def reference(self, q, k, v):
+        return _attn_probs(q, _repeat_kv(k, q), self.scale, self.causal, self.mask) @ _repeat_kv(v, q)
 
 
 def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask: Tensor | None = None) -> Tensor:
@@ -618,7 +609,9 @@ def rope(x: Tensor, dims: int, traditional: bool = False, base: float | None = 1
 
     Args:
         x: a float tensor (..., L, D), any strides and offset (f32, f16, bf16, f64).
-        dims: the number of features rotated (even, at most D).
+        dims: the number of features rotated (even, at most D). A Tensor here means candle's
+            ``rope(x, cos, sin)``: ``dims`` is the (L, n) / (B, L, n) cosine table and ``traditional`` the
+            sine table (see ``rope_tables``).
         traditional: the interleaved pair layout.
         base: the frequencies' base; ignored (may be None) when ``freqs`` is given.
         scale: multiplies the positions.
@@ -637,6 +630,11 @@ def rope(x: Tensor, dims: int, traditional: bool = False, base: float | None = 1
         DTypeError: ``x`` not float; a float ``offset`` tensor; ``freqs`` not float.
         DeviceError: ``offset`` or ``freqs`` on another device.
     """
+    if isinstance(dims, Tensor):  # candle's rope(x, cos, sin): the caller's angle tables
+        if not isinstance(traditional, Tensor):
+            raise EmberTypeError("[rope] with a cos table as the second argument, pass the sin table third: "
+                                 "rope(x, cos, sin)")
+        return rope_tables(x, dims, traditional)
     dims, traditional, base, scale, offset, offsets, freqs = _rope_args(x, dims, traditional, base, scale, offset,
                                                                         freqs)
     if freqs is not None and is_grad_enabled() and tracks(freqs):
