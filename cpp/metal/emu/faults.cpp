@@ -6,10 +6,10 @@
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
-#include <ucontext.h>
 #include <unistd.h>
 #if defined(__linux__)
 #include <link.h>
+#include <ucontext.h>
 #endif
 
 #include <atomic>
@@ -207,7 +207,11 @@ void install() {
     sigaction(SIGFPE, &sa, &g_prev_fpe);
     sigaction(SIGSEGV, &sa, &g_prev_segv);
     sigaction(SIGBUS, &sa, &g_prev_bus);
-    g_wd_signal = SIGRTMIN + 6;
+#if defined(SIGRTMIN)
+    g_wd_signal = SIGRTMIN + 6;  // a real-time signal nobody else uses
+#else
+    g_wd_signal = SIGURG;  // ignored by default, should one arrive after the handler is gone
+#endif
     sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_NODEFER | SA_RESTART;
     sa.sa_sigaction = on_watchdog;
     sigaction(g_wd_signal, &sa, nullptr);
