@@ -64,7 +64,9 @@ kernel void rand_normal(device T* out [[buffer(0)]], constant ulong& seed [[buff
 // multinomial's meta: [0] element offset, [1] row stride, [2] column stride, [3] n (categories),
 // [4] S (draws per row).
 // Without replacement: the exponential key w / E of every weight, E = -log(1 - u) for the uniform of
-// counter + r * n + i (the CPU's stream); grid (n, rows). A zero weight keys 0: after every positive one.
+// counter + r * n + i (the CPU's stream), kept as log(w) - log(E): w / E overflows float for huge weights
+// (3e38 / 0.5), and ties at +inf would favour low indices; grid (n, rows). A zero weight keys -inf: after
+// every positive one.
 template <typename T>
 kernel void multinomial_keys(device const T* w [[buffer(0)]], device float* keys [[buffer(1)]],
                              constant long* meta [[buffer(2)]], constant ulong& seed [[buffer(3)]],
@@ -73,7 +75,7 @@ kernel void multinomial_keys(device const T* w [[buffer(0)]], device float* keys
   if (i >= n) return;
   const float wi = float(w[meta[0] + r * meta[1] + i * meta[2]]);
   const float e = -log(1.0f - unit(seed, base + ulong(r * n + i), 24));  // 0 only for u = 0: key +inf
-  keys[r * n + i] = wi > 0.0f ? wi / e : 0.0f;
+  keys[r * n + i] = wi > 0.0f ? log(wi) - log(e) : -numeric_limits<float>::infinity();
 }
 
 // With replacement: draw j of row r is the first category whose running sum (csum, contiguous rows)

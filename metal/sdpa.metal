@@ -35,6 +35,12 @@ inline float neg_inf() { return -numeric_limits<float>::infinity(); }
 // Causal: the keys [0, causal_end(a, i)) are visible to query i (bottom-right aligned).
 inline long causal_end(constant SdpaArgs& a, long i) { return max(long(0), min(a.Lk, i + 1 + a.Lk - a.Lq)); }
 
+// NaN scores (a NaN query, key or mask) make their row NaN, as in torch; only a row whose scores are all
+// -inf is fully masked (0). max() drops a NaN operand, so the running max takes the NaN explicitly.
+inline float nan_max(float a, float b) { return (a != a || b != b) ? a + b : max(a, b); }
+inline float inv_sum(float l) { return l > 0.0f ? 1.0f / l : (l == l ? 0.0f : l); }
+inline float row_lse(float m, float l) { return l > 0.0f ? (m + log2(l)) * kLn2 : (l == l ? neg_inf() : l); }
+
 // The base-2 score s of (b, h, i, j) after the mask; -inf when masked out.
 template <typename M>
 inline float masked(float s, device const M* mask, constant SdpaArgs& a, long b, long h, long i, long j) {
@@ -96,6 +102,7 @@ kernel void sdpa_fwd(device const T* q [[buffer(0)]], device const T* k [[buffer
       }
       const float s = masked(simd_sum(part), mask, a, b, h, i, kt + jj);
       if (s == neg_inf()) continue;  // adds nothing (and -inf - -inf would be NaN)
+      if (s != s) m = s;  // from here on p, l and the row are NaN
       float alpha = 1.0f, p = 1.0f;
       if (s > m) {
         alpha = exp2(m - s);
@@ -111,13 +118,13 @@ kernel void sdpa_fwd(device const T* q [[buffer(0)]], device const T* k [[buffer
     }
   }
   if (!live) return;
-  const float inv = l > 0.0f ? 1.0f / l : 0.0f;  // a fully masked row gives 0 and lse = -inf
+  const float inv = inv_sum(l);  // a fully masked row gives 0 and lse = -inf, a NaN row NaN
   device T* o = out + (bh * a.Lq + i) * Dv;
   for (int t = 0; t < kSlots; ++t) {
     const long d = lane + 32 * t;
     if (d < Dv) o[d] = T(acc[t] * inv);
   }
-  if (lane == 0) lse[bh * a.Lq + i] = l > 0.0f ? (m + log2(l)) * kLn2 : neg_inf();
+  if (lane == 0) lse[bh * a.Lq + i] = row_lse(m, l);
 }
 
 // Decode (few queries, many keys): one threadgroup per (query, key chunk); simdgroup sg takes keys
@@ -150,6 +157,7 @@ inline void decode_chunk(device const T* q, device const T* k, device const T* v
     }
     const float s = masked(simd_sum(part), mask, a, b, h, i, j);
     if (s == neg_inf()) continue;
+    if (s != s) m = s;  // a NaN score: the chunk's max, sum and P·V are NaN
     float alpha = 1.0f, p = 1.0f;
     if (s > m) {
       alpha = exp2(m - s);
@@ -173,7 +181,7 @@ inline void decode_chunk(device const T* q, device const T* k, device const T* v
   }
   threadgroup_barrier(mem_flags::mem_threadgroup);
   float mx = neg_inf();
-  for (uint s = 0; s < nsg; ++s) mx = max(mx, Ms[s]);
+  for (uint s = 0; s < nsg; ++s) mx = nan_max(mx, Ms[s]);
   float L = 0.0f;
   for (uint s = 0; s < nsg; ++s) L += Ms[s] == neg_inf() ? 0.0f : Ls[s] * exp2(Ms[s] - mx);
   // Merged in place into row 0 of Os: each thread owns its own columns d.
@@ -202,10 +210,10 @@ kernel void sdpa_decode(device const T* q [[buffer(0)]], device const T* k [[buf
   const long bh = tg.z, i = tg.y;
   float mx, L;
   decode_chunk(q, k, v, mask, a, bh, i, 0, a.Lk, tid, tpg, lane, sg, nsg, Ms, Ls, Os, mx, L);
-  const float inv = L > 0.0f ? 1.0f / L : 0.0f;  // a fully masked row gives 0 and lse = -inf
+  const float inv = inv_sum(L);  // a fully masked row gives 0 and lse = -inf, a NaN row NaN
   device T* o = out + (bh * a.Lq + i) * a.Dv;
   for (long d = tid; d < a.Dv; d += tpg) o[d] = T(Os[d] * inv);
-  if (tid == 0) lse[bh * a.Lq + i] = L > 0.0f ? (mx + log2(L)) * kLn2 : neg_inf();
+  if (tid == 0) lse[bh * a.Lq + i] = row_lse(mx, L);
 }
 
 // Decode with the keys split over a.pad chunks (threadgroups), for few (query, head) pairs over a long
@@ -242,17 +250,17 @@ kernel void sdpa_decode_merge(device const float* part [[buffer(0)]], device T* 
   const long chunks = a.pad, row = long(tg.z) * a.Lq + tg.y, ld = a.Dv + 2;
   device const float* pr = part + row * chunks * ld;
   float mx = neg_inf();
-  for (long c = 0; c < chunks; ++c) mx = max(mx, pr[c * ld]);
+  for (long c = 0; c < chunks; ++c) mx = nan_max(mx, pr[c * ld]);
   float L = 0.0f;
   for (long c = 0; c < chunks; ++c) L += pr[c * ld] == neg_inf() ? 0.0f : pr[c * ld + 1] * exp2(pr[c * ld] - mx);
-  const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+  const float inv = inv_sum(L);
   for (long d = tid; d < a.Dv; d += tpg) {
     float acc = 0.0f;
     for (long c = 0; c < chunks; ++c)
       if (pr[c * ld] != neg_inf()) acc += pr[c * ld + 2 + d] * exp2(pr[c * ld] - mx);
     out[row * a.Dv + d] = T(acc * inv);
   }
-  if (tid == 0) lse[row] = L > 0.0f ? (mx + log2(L)) * kLn2 : neg_inf();
+  if (tid == 0) lse[row] = row_lse(mx, L);
 }
 
 // Backward, pass 0: di[bh, i] = rowsum(dO * O). Grid (32, Lq, B * H), a simdgroup per row.

@@ -5,6 +5,9 @@ the device becomes the session's default device (``em.set_default_device``), so 
 makes without naming a device lands there, and the ``device`` fixture gives it to tests that name one.
 Tests marked ``@pytest.mark.cpu_only`` (a CPU-only feature: numpy zero-copy, DLPack, the thread
 pool, the ISA; see docs/design/testing.md) are deselected on other devices. The default is ``cpu``.
+``EMBER_TEST_DEFAULT_DEVICE=cpu`` beside it keeps em's default device on the CPU while the ``device``
+fixture still gives Metal (the mixed mode): lists, arrays and scalars in ops must follow their tensor
+operands, not the default device.
 """
 import os
 import random
@@ -19,6 +22,8 @@ import ember as em
 
 TEST_DEVICE = em.Device(os.environ.get("EMBER_TEST_DEVICE", "cpu").strip() or "cpu")
 ON_CPU = TEST_DEVICE.type == "cpu"
+# What device=None means during the session: the device under test unless the mixed mode names another.
+DEFAULT_DEVICE = em.Device(os.environ.get("EMBER_TEST_DEFAULT_DEVICE", "").strip() or str(TEST_DEVICE))
 
 
 def _supported(dts):
@@ -53,7 +58,7 @@ def pytest_configure(config):
     config.addinivalue_line("markers", "cpu_only(reason): the test checks a CPU-only feature; it runs only "
                             "when EMBER_TEST_DEVICE is cpu (docs/design/testing.md lists why each one is)")
     try:
-        em.set_default_device(TEST_DEVICE)
+        em.set_default_device(DEFAULT_DEVICE)
     except em.DeviceError as e:
         raise pytest.UsageError(f"EMBER_TEST_DEVICE={TEST_DEVICE}: {e} (for Metal off a Mac, set "
                                 "EMBER_METAL=emulate)") from None
@@ -71,7 +76,8 @@ def pytest_collection_modifyitems(config, items):
 
 
 def pytest_report_header(config):
-    return f"ember test device: {TEST_DEVICE} ({em._C.device_describe(TEST_DEVICE.kind, TEST_DEVICE.index)})"
+    return (f"ember test device: {TEST_DEVICE} ({em._C.device_describe(TEST_DEVICE.kind, TEST_DEVICE.index)}), "
+            f"default device: {DEFAULT_DEVICE}")
 
 
 @pytest.fixture
@@ -84,8 +90,8 @@ def device():
 def _restore_default_device():
     # A test that changes the default device must not move the tests after it.
     yield
-    if em.get_default_device() != TEST_DEVICE:
-        em.set_default_device(TEST_DEVICE)
+    if em.get_default_device() != DEFAULT_DEVICE:
+        em.set_default_device(DEFAULT_DEVICE)
 
 
 def seed_of(request):

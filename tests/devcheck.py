@@ -72,7 +72,7 @@ def _run(fn, inputs, consts, device, dt, weights_np):
 
 
 def gradcheck(fn, inputs, consts=(), eps=1e-6, atol=1e-5, rtol=1e-3, f32_tol=(2e-4, 2e-5)):
-    """Checks the gradients of ``fn(*inputs)`` on the default device.
+    """Checks the gradients of ``fn(*inputs)`` on the inputs' device (the default device for none).
 
     Args:
         fn: a function of the inputs returning a Tensor or a tuple of Tensors; on a device without
@@ -95,7 +95,8 @@ def gradcheck(fn, inputs, consts=(), eps=1e-6, atol=1e-5, rtol=1e-3, f32_tol=(2e
     if isinstance(inputs, em.Tensor):
         inputs = (inputs,)
     inputs = list(inputs)
-    device = em.get_default_device()
+    # the inputs' device (the device under test, also where the mixed mode leaves the CPU as the default)
+    device = next((t.device for t in inputs if isinstance(t, em.Tensor)), em.get_default_device())
     if has_f64(device):
         consts = [c.to_device(device) for c in consts]
         return em.testing.gradcheck(lambda *a: fn(*a, *consts), inputs, eps=eps, atol=atol, rtol=rtol)

@@ -41,12 +41,12 @@ def test_numpy_keeps_dtype_and_roundtrips(dt, rng):
     np.testing.assert_array_equal(f.numpy(), a)
 
 
-def test_numpy_scalar_and_widened_dtypes():
+def test_numpy_scalar_and_widened_dtypes(device):
     for a in (np.float64(1.5), np.array(2.0)):  # a numpy scalar keeps its dtype: float64 (refused without it)
         if WIDE is em.float64:
-            assert em.tensor(a).dtype is em.float64
+            assert em.tensor(a, device=device).dtype is em.float64
         else:
-            expect_error(lambda a=a: em.tensor(a), "tensor", em.DTypeError)
+            expect_error(lambda a=a: em.tensor(a, device=device), "tensor", em.DTypeError)
     assert em.tensor(np.arange(4, dtype=np.int32)).dtype is em.int32
     assert em.tensor(np.arange(4, dtype=np.int16)).dtype is em.int64
     assert em.tensor(np.array([True, False])).dtype is em.bool
@@ -131,9 +131,10 @@ def test_contiguous_returns_self_when_contiguous():
 
 
 def test_attributes(device):
-    t = em.zeros(2, 3)
+    t = em.zeros(2, 3, device=device)
     assert t.shape == (2, 3) and isinstance(t.shape, tuple) and t.ndim == 2 and t.numel() == 6
-    assert t.device == device == em.Device(str(device)) and t.device == str(device)  # the default device
+    assert t.device == device == em.Device(str(device)) and t.device == str(device)
+    assert em.zeros(2, 3).device == em.get_default_device()
     assert t.op is None and not t.is_variable
     assert isinstance(t.id, int) and t.id != em.zeros(2, 3).id
     assert isinstance(t.layout, em.Layout)
@@ -265,3 +266,56 @@ def test_python_number_protocols():
     assert [10, 20, 30][em.tensor(1)] == 20  # __index__ on an int tensor
     with pytest.raises(TypeError):
         [10, 20][em.tensor(1.0)]
+
+
+def test_bool_bytes_other_than_0_and_1_are_normalised(device):
+    raw = np.array([0, 1, 2, 255, 0, 7, 128, 0], np.uint8)
+    b = raw.view(np.bool_)  # a bool view of other bytes: numpy keeps them, ember's bools are 0 or 1
+    nz = raw != 0
+    for t, ref in [(em.tensor(b, device=device), nz), (em.from_numpy(b).to_device(device), nz),
+                   (em.tensor(b[::2], device=device), nz[::2]), (em.tensor(b.reshape(2, 4).T, device=device),
+                                                                 nz.reshape(2, 4).T)]:
+        got = t.numpy()
+        assert got.dtype == np.bool_ and got.view(np.uint8).max() <= 1
+        np.testing.assert_array_equal(got, ref)
+        n = int(ref.sum())
+        assert t.sum().item() == n and t.eq(True).sum().item() == n and em.where(t, 1, 0).sum().item() == n
+        np.testing.assert_array_equal(t.to_dtype(em.uint8).numpy(), ref.astype(np.uint8))
+
+
+@pytest.mark.parametrize("dt", [d for d in (em.int64, em.int32, em.uint32, em.uint8) if d in ALL], ids=lambda d: d.name)
+def test_randint_draws_integers_directly(dt, device):
+    lo, hi = {"int64": (-(2**62), 2**62 + 12345), "int32": (-(2**31), 2**31 - 1), "uint32": (0, 2**32 - 1),
+              "uint8": (0, 255)}[dt.name]
+    em.manual_seed(3)
+    a = em.randint(lo, hi, (4096,), dtype=dt, device=device)
+    assert a.dtype is dt and a.device == device
+    v = a.numpy().astype(object)
+    assert all(lo <= x < hi for x in v)
+    # every one of the low bits is random: each is set in about half the draws (a float64 draw quantised
+    # randint(0, 2**60) to multiples of 128, leaving its low 7 bits always 0)
+    bits = min(16, dt.itemsize * 8)
+    low = np.array([int(x - lo) for x in v], dtype=object)
+    for k in range(bits):
+        frac = sum((int(x) >> k) & 1 for x in low) / len(low)
+        assert 0.4 < frac < 0.6, (k, frac)
+    em.manual_seed(3)
+    np.testing.assert_array_equal(em.randint(lo, hi, (4096,), dtype=dt, device=device).numpy(), a.numpy())
+
+
+def test_randint_wide_ranges_are_exact_and_uniform(device):
+    em.manual_seed(11)
+    big = em.randint(0, 2**60, (4000,), device=device).numpy()
+    assert (big % 128 != 0).mean() > 0.9  # not quantised to a float64's 53 bits
+    full = em.randint(-(2**63), 2**63 - 1, (4000,), device=device).numpy()
+    assert (full < 0).mean() > 0.4 and (full > 0).mean() > 0.4 and (full % 2 == 1).mean() > 0.4
+    small = em.randint(3, 10, (70000,), device=device).numpy()
+    counts = np.bincount(small - 3, minlength=7) / small.size
+    assert small.min() == 3 and small.max() == 9 and np.abs(counts - 1 / 7).max() < 0.01
+    odd = em.randint(0, 3 * 2**61, (30000,), device=device).numpy()  # a span that is no power of two
+    thirds = np.bincount(odd // 2**61, minlength=3) / odd.size  # unbiased: each third a third
+    assert np.abs(thirds - 1 / 3).max() < 0.02
+    f = em.randint(-4, 4, (1000,), dtype=em.float32, device=device).numpy()
+    assert f.dtype == np.float32 and set(np.unique(f)) <= set(range(-4, 4)) and len(np.unique(f)) == 8
+    b = em.randint(0, 2, (1000,), dtype=em.bool, device=device).numpy()
+    assert 0.4 < b.mean() < 0.6

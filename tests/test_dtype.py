@@ -34,13 +34,13 @@ def test_dtype_attributes():
     assert em.float32 != em.float64
 
 
-def test_dtype_by_name_and_numpy_dtype():
+def test_dtype_by_name_and_numpy_dtype(device):
     assert em.zeros(2, dtype="float16").dtype is em.float16
     assert em.zeros(2, dtype=np.float16).dtype is em.float16
     if WIDE is em.float64:
         assert em.zeros(2, dtype=np.float64).dtype is em.float64
     else:  # the name resolves; the device refuses the dtype
-        expect_error(lambda: em.zeros(2, dtype=np.float64), "zeros", em.DTypeError)
+        expect_error(lambda: em.zeros(2, dtype=np.float64, device=device), "zeros", em.DTypeError)
     expect_error(lambda: em.zeros(2, dtype="complex64"), "dtype", em.DTypeError)
     expect_error(lambda: em.zeros(2, dtype="nonsense"), "dtype", TypeError)
     # None means "the default" only where an argument defaults to it; a cast needs a dtype

@@ -115,6 +115,8 @@ def test_list_of_operands_dtypes_and_ints():
                                                   r"sizes 2 and 3"),
     (lambda a: em.einsum("ij,ij", a, em.ones(3, 2)), em.ShapeError, r"^\[einsum\] subscript 'i' has sizes 2 and 3"),
     (lambda a: em.einsum("ij,jk", a, em.ones(2, 2)), em.ShapeError, r"^\[einsum\] subscript 'j' has sizes 3 and 2"),
+    (lambda a: em.einsum("...i,...i", em.ones(2, 3, 2), em.ones(3, 3, 2)), em.ShapeError,
+     r"^\[einsum\] ellipsis dim 0 has sizes 2 and 3"),
     (lambda a: em.einsum(5, a), em.EmberTypeError, r"^\[einsum\] equation must be a str"),
     (lambda a: em.einsum("ij", np.ones((2, 3))), em.EmberTypeError, r"^\[einsum\] operand 0 is a ndarray"),
     (lambda a: em.einsum(""), em.EmberValueError, r"^\[einsum\]"),

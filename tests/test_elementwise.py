@@ -336,17 +336,17 @@ def test_operand_from_numpy_and_list(rng):
     assert_close(out, a * 2)
 
 
-def test_float_array_operand_promotes_an_int_tensor():
+def test_float_array_operand_promotes_an_int_tensor(device):
     # an int tensor meeting float values becomes float, never truncates them: a numpy array counts as a
     # tensor of its dtype (float64 here), a list as em.tensor makes it (float32)
-    i = em.tensor([1, 2, 3])
+    i = em.tensor([1, 2, 3], device=device)
     if em.float64 not in FLOATS:  # the device lacks float64 (Metal): the promotion is an error, not a truncation
         with pytest.raises(em.DTypeError, match="float64"):
             i + np.array([0.5, 1.5, 2.5])
         assert (i * [0.5, 0.5, 0.5]).dtype == em.float32
         return
     for out in (i + np.array([0.5, 1.5, 2.5]), np.array([0.5, 1.5, 2.5]) + i,
-                em.where(em.tensor([1, 0, 1], dtype=em.uint8), i, np.array([9.5, 9.5, 9.5]))):
+                em.where(em.tensor([1, 0, 1], dtype=em.uint8, device=device), i, np.array([9.5, 9.5, 9.5]))):
         assert out.dtype == em.float64
     assert (i * [0.5, 0.5, 0.5]).dtype == em.float32
     np.testing.assert_array_equal((i + np.array([0.5, 1.5, 2.5])).numpy(), np.float64([1.5, 3.5, 5.5]))

@@ -326,3 +326,111 @@ def test_custom_op_and_file_refusals_are_value_or_type_errors(tmp_path):
     expect_error(lambda: em.load_safetensors(str(bad)), "load_safetensors", em.EmberValueError)
     bad.write_bytes(b"\x01")
     expect_error(lambda: em.load_safetensors(str(bad)), "load_safetensors", em.EmberValueError)
+
+
+# ----------------------------------------------------------------------------- issue 38 §5
+def test_conv_huge_geometry_is_an_op_error(device):
+    F = em.nn.functional
+    x, w = em.zeros(1, 2, 4, 4, device=device), em.zeros(2, 3, 3, 3, device=device)
+    for kw in (dict(dilation=2**62), dict(stride=2**62), dict(dilation=2**31)):  # a bare pybind TypeError before
+        expect_error(lambda kw=kw: F.conv_transpose2d(x, w, **kw), "conv_transpose2d", em.ShapeError)
+    expect_error(lambda: F.conv2d(x, em.zeros(3, 2, 3, 3, device=device), padding=2**62), "conv2d", em.ShapeError)
+
+
+def test_a_tensor_no_gradient_reached_names_it():
+    v, w = em.Var([1.0, 2.0]), em.Var([3.0, 4.0])
+    gs = (v * 2.0).sum().backward()
+    with pytest.raises(KeyError) as e:
+        gs[w]
+    msg = str(e.value)
+    assert "no gradient reached" in msg and "Var of shape (2,)" in msg and f"id {w.id}" in msg
+    assert gs.get(w) is None
+
+
+@pytest.mark.cpu_only(reason="custom ops written as cpu_fwd over CpuStorage.as_numpy")
+def test_custom_bwd_returning_nones():
+    class Both(em.CustomOp2):
+        name = "both_none"
+
+        def cpu_fwd(self, s1, l1, s2, l2):
+            return em.CpuStorage.from_numpy(s1.as_numpy(l1) + s2.as_numpy(l2)), l1.shape
+
+        def bwd(self, a, b, res, g):
+            return None, None
+
+    v, w = em.Var([1.0, 2.0, 3.0]), em.Var([1.0, 2.0, 3.0])
+    gs = v.apply_op2(w, Both()).sum().backward()
+    with pytest.raises(KeyError, match="no gradient reached the Var of shape"):
+        gs[v]
+
+
+@pytest.mark.cpu_only(reason="custom ops written as cpu_fwd over CpuStorage.as_numpy")
+def test_custom_bwd_returning_an_array():
+    class Arr(em.CustomOp1):
+        name = "numpy_grad"
+
+        def cpu_fwd(self, s, l):
+            return em.CpuStorage.from_numpy(s.as_numpy(l) * 2), l.shape
+
+        def bwd(self, a, res, g):
+            return g.numpy() * 2  # an array, not a Tensor: not "3 gradients"
+
+    v = em.Var([1.0, 2.0, 3.0])
+    e = expect_error(lambda: v.apply_op1(Arr()).sum().backward(), "numpy_grad", em.EmberTypeError)
+    assert "ndarray" in str(e) and "gradients" not in str(e)
+
+
+def test_sdpa_causal_must_be_a_bool(device):
+    from ember.nn import ops
+    q = em.zeros(1, 2, 3, 4, device=device)
+    for bad in ("no", "yes", 2, None):  # causal="no" was treated as causal
+        with pytest.raises(em.EmberError, match=r"^\[sdpa\] causal"):
+            ops.sdpa(q, q, q, causal=bad)
+
+
+def test_norm_eps_must_be_finite_and_not_negative(device):
+    F = em.nn.functional
+    x = em.ones(2, 4, 3, device=device)
+    for eps in (float("nan"), -1e-5, float("inf")):
+        expect_error(lambda eps=eps: F.group_norm(x, 2, eps=eps), "group_norm", em.EmberValueError)
+        expect_error(lambda eps=eps: em.nn.GroupNorm(2, 4, eps=eps, device=device)(x), "group_norm",
+                     em.EmberValueError)
+    F.group_norm(x, 2, eps=0.0)
+
+
+def test_batch_norm_momentum_in_0_1(device):
+    F = em.nn.functional
+    x = em.ones(2, 4, 3, device=device)
+    rm, rv = em.zeros(4, device=device), em.ones(4, device=device)
+    for m in (float("nan"), 2.0, -0.1):
+        expect_error(lambda m=m: F.batch_norm(x, rm, rv, training=True, momentum=m), "batch_norm", em.EmberValueError)
+    assert np.array_equal(rm.numpy(), np.zeros(4)) and np.array_equal(rv.numpy(), np.ones(4))  # untouched
+    F.batch_norm(x, rm, rv, training=True, momentum=1.0)  # the bounds themselves are fine
+    F.batch_norm(x, rm, rv, training=True, momentum=0.0)
+
+
+def test_batch_norm_running_stats_broadcast_or_var(device):
+    F = em.nn.functional
+    x = em.ones(2, 4, 3, device=device)
+    rm, rv = em.zeros(4, device=device), em.ones(4, device=device)
+    flat = em.zeros(1, device=device).broadcast_as((4,))  # one element for four channels' running mean
+    expect_error(lambda: F.batch_norm(x, flat, rv, training=True), "batch_norm", em.EmberValueError)
+    expect_error(lambda: F.batch_norm(x, rm, em.ones(1, device=device).broadcast_as((4,)), training=True),
+                 "batch_norm", em.EmberValueError)
+    expect_error(lambda: F.batch_norm(x, em.Var(rm), rv, training=True), "batch_norm", em.EmberTypeError)
+    expect_error(lambda: F.batch_norm(x, rm, em.Var(rv)), "batch_norm", em.EmberTypeError)
+    assert np.array_equal(rm.numpy(), np.zeros(4)) and np.array_equal(rv.numpy(), np.ones(4))  # untouched
+    F.batch_norm(x, flat, em.ones(1, device=device).broadcast_as((4,)))  # read only (eval): fine
+
+
+@pytest.mark.parametrize("dt", [em.int64, em.int32, em.uint8])
+def test_integer_division_by_zero_raises_as_torch(device, dt):
+    a = em.tensor(np.array([5, 7, 3]), dtype=dt, device=device)
+    b = em.tensor(np.array([2, 0, 1]), dtype=dt, device=device)
+    for fn, op in [(lambda: a // 0, "floor_divide"), (lambda: a % 0, "remainder"), (lambda: a // b, "floor_divide"),
+                   (lambda: a % b, "remainder"), (lambda: 6 // b, "floor_divide"), (lambda: a.remainder(b), "remainder"),
+                   (lambda: em.floor_divide(a, b.broadcast_as((2, 3))), "floor_divide")]:
+        expect_error(fn, op, em.EmberValueError)
+    assert (a // 2).numpy().tolist() == [2, 3, 1] and (a % a).numpy().tolist() == [0, 0, 0]
+    f = a.to_dtype(em.float32)
+    assert np.isinf((f // 0).numpy()).all()  # floats divide by zero as IEEE says, like torch

@@ -273,7 +273,7 @@ def test_sdpa_mask_gradient(dt, case):
 def test_sdpa_mask_gradient_fully_masked_rows_and_errors():
     rng = np.random.default_rng(5)
     def var(a):
-        return em.Var(em.tensor(a, dtype=WIDE))
+        return em.Var(em.tensor(a, dtype=WIDE, device=TEST_DEVICE))
 
     q, k, v = (var(rng.standard_normal((1, 2, 4, 3))) for _ in range(3))
     bias = rng.standard_normal((4, 4))
@@ -343,3 +343,56 @@ def test_errors():
         ops.sdpa(em.randn(1, 2, 3, 4), em.randn(1, 2, 3, 4), em.randn(1, 2, 3, 4), mask=em.randn(5, 3))
     with pytest.raises(em.EmberError, match=r"^\[sdpa\] "):
         ops.sdpa(em.randn(3, 4), em.randn(3, 4), em.randn(3, 4))
+
+
+def _sdpa_math(q, k, v, **kw):
+    """torch's reference attention (its math backend: NaN in, NaN out; the flash one drops a NaN query)."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    with sdpa_kernel(SDPBackend.MATH):
+        return torch.nn.functional.scaled_dot_product_attention(q, k, v, **kw)
+
+
+def _same_nans(got, want, what):
+    got, want = np.asarray(got, np.float64), np.asarray(want, np.float64)
+    np.testing.assert_array_equal(np.isnan(got), np.isnan(want), err_msg=f"NaN pattern of {what}")
+    ok = ~np.isnan(want)
+    np.testing.assert_allclose(got[ok], want[ok], rtol=1e-4, atol=1e-5, err_msg=what)
+
+
+@pytest.mark.parametrize("lq,lk", [(5, 7), (1, 300)])  # the tiled forward and the decode (split-key) path
+def test_sdpa_nan_propagates_as_torch(lq, lk):
+    rng = np.random.default_rng(7)
+    base = [rng.standard_normal((1, 2, n, 4)).astype(np.float32) for n in (lq, lk, lk)]
+
+    def case(q, k, v, mask=None, scale=None, causal=False):
+        tq, tk, tv = (torch.tensor(a, requires_grad=True) for a in (q, k, v))
+        ref = _sdpa_math(tq, tk, tv, attn_mask=None if mask is None else torch.tensor(mask), scale=scale,
+                         is_causal=causal)
+        (ref * ref).sum().backward()
+        eq, ek, ev = (em.Var(em.tensor(a, device=TEST_DEVICE)) for a in (q, k, v))
+        out = ops.sdpa(eq, ek, ev, scale=scale, causal=causal,
+                       mask=None if mask is None else em.tensor(mask, device=TEST_DEVICE))
+        gs = (out * out).sum().backward()
+        _same_nans(out.numpy(), ref.detach().numpy(), "output")
+        for name, e, t in (("dq", eq, tq), ("dk", ek, tk), ("dv", ev, tv)):
+            _same_nans(gs[e].numpy(), t.grad.numpy(), name)
+
+    q, k, v = base
+    k2 = k.copy()
+    k2[0, 0, lk // 2, 1] = np.nan  # a NaN key: every output of its head is NaN
+    case(q, k2, v)
+    q2 = q.copy()
+    q2[0, 1, lq - 1, 0] = np.nan  # a NaN query row: its output and its gradient are NaN
+    case(q2, k, v)
+    m = np.zeros((lq, lk), np.float32)
+    m[lq // 2, lk - 1] = np.nan  # a NaN in the mask: that query's row is NaN
+    case(q, k, v, mask=m)
+    case(q, k, v, mask=np.full((lq, lk), np.nan, np.float32))  # all NaN: never "fully masked" (0)
+    dead = np.zeros((lq, lk), np.float32)
+    dead[0] = -np.inf  # a fully masked row still gives 0, as in torch
+    case(q, k, v, mask=dead)
+    for scale in (float("inf"), -float("inf"), float("nan")):  # torch splits the scale between q and k
+        case(q, k, v, scale=scale)
+        if lq == lk or lq == 1:
+            case(q, k, v, scale=scale, causal=lq == lk)

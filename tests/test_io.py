@@ -1,6 +1,7 @@
 """Tests for safetensors IO (against the safetensors package) and DLPack interop (against torch)."""
 import gc
 import json
+import os
 import struct
 
 import numpy as np
@@ -195,3 +196,62 @@ def test_dlpack_errors():
         em.zeros(2).__dlpack__(stream=5)
     with pytest.raises(BufferError, match=r"^\[__dlpack__\]"):
         em.zeros(2).__dlpack__(dl_device=(2, 0))
+
+
+@pytest.mark.cpu_only  # DLPack imports are host memory
+def test_dlpack_bool_bytes_other_than_0_and_1_are_normalised():
+    raw = np.array([0, 1, 2, 255, 0, 7], np.uint8)
+    nz = raw != 0
+    for src, ref in [(raw.view(np.bool_), nz), (raw.view(np.bool_)[1::2], nz[1::2]),
+                     (torch.from_numpy(raw.copy()).view(torch.bool), nz)]:
+        t = em.from_dlpack(src)
+        got = t.numpy()
+        assert got.view(np.uint8).max() <= 1
+        np.testing.assert_array_equal(got, ref)
+        assert t.sum().item() == int(ref.sum()) and t.eq(True).sum().item() == int(ref.sum())
+    ok = np.array([True, False, True])  # clean 0/1 bytes are still shared, not copied
+    t = em.from_dlpack(ok)
+    ok[1] = True
+    assert t.numpy().tolist() == [True, True, True]
+
+
+def _save_many(path, k, n):
+    for _ in range(n):
+        em.save_safetensors({"a": em.full((4096,), float(k)), "b": em.full((3,), float(-k))}, path)
+
+
+@pytest.mark.parametrize("how", ["threads", "processes"])
+def test_concurrent_saves_to_one_path_each_publish_a_whole_file(tmp_path, how):
+    import multiprocessing
+    import threading
+
+    path = str(tmp_path / "c.safetensors")
+    if how == "threads":
+        errors = []
+
+        def work(k):
+            try:
+                _save_many(path, k, 15)
+            except Exception as e:  # noqa: BLE001 - any failure is reported below
+                errors.append(e)
+
+        workers = [threading.Thread(target=work, args=(k,)) for k in range(1, 5)]
+    else:
+        ctx = multiprocessing.get_context("fork")
+        workers = [ctx.Process(target=_save_many, args=(path, k, 15)) for k in range(1, 5)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(60)
+    if how == "threads":
+        assert not errors, errors
+    else:
+        assert all(w.exitcode == 0 for w in workers), [w.exitcode for w in workers]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["c.safetensors"]  # no temporary file left
+    got = em.load_safetensors(path)
+    a, b = np.unique(got["a"].numpy()), got["b"].numpy()
+    assert len(a) == 1 and a[0] in (1, 2, 3, 4) and (b == -a[0]).all()  # one checkpoint, never a mix
+    mode = (tmp_path / "c.safetensors").stat().st_mode & 0o777
+    umask = os.umask(0o022)
+    os.umask(umask)
+    assert mode == 0o666 & ~umask  # the permissions open() would give, not mkstemp's 0600

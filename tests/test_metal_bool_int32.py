@@ -29,8 +29,9 @@ def rand(rng, shape, dt, small=False):
     if dt is em.bool:
         return rng.random(shape) < 0.5
     if dt is em.int32:
-        if small:
-            return rng.integers(-9, 10, size=shape, dtype=np.int32)
+        if small:  # divisors: -1 among them, never 0 (an integer x // 0 raises, test_errors.py)
+            v = rng.integers(-9, 9, size=shape, dtype=np.int32)
+            return np.where(v >= 0, v + 1, v).astype(np.int32)
         return rng.integers(-(2**31), 2**31, size=shape, dtype=np.int64).astype(np.int32)
     if dt.is_float:
         return rng.uniform(-4, 4, size=shape).astype(np.float32)
@@ -130,15 +131,13 @@ def binop(name, a, b):
 @pytest.mark.parametrize("kind", VIEWS)
 def test_int32_binary_wraps_like_numpy(rng, kind):
     for name in INT32_BINARY:
-        small = name in ("floor_divide", "remainder")  # with zeros and -1 among the divisors
+        small = name in ("floor_divide", "remainder")  # with -1 among the divisors
         ma, ca, ra = view(rng, (3, 5), em.int32, kind, small)
         mb, cb, rb = view(rng, (3, 5), em.int32, "contiguous", small)
         with np.errstate(all="ignore"):
             ref = {"add": ra + rb, "sub": ra - rb, "mul": ra * rb, "maximum": np.maximum(ra, rb),
                    "minimum": np.minimum(ra, rb), "floor_divide": np.floor_divide(ra, rb),
                    "remainder": np.remainder(ra, rb)}[name]
-        if small:
-            ref = np.where(rb == 0, 0, ref)  # x // 0 and x % 0 are 0 for integers
         same(binop(name, ma, mb), binop(name, ca, cb), ref)
         same(binop(name, mb, ma), binop(name, cb, ca))  # the strided operand second
         same(binop(name, ma, mb[0, 0]), binop(name, ca, cb[0, 0]))  # a one-element operand
@@ -147,9 +146,14 @@ def test_int32_binary_wraps_like_numpy(rng, kind):
 def test_int32_division_edge_cases():
     lo = np.int32(-(2**31))
     a = em.tensor(np.array([lo, lo, 7, -7, 5]), dtype=em.int32, device="metal")
-    b = em.tensor(np.array([-1, 1, 0, 2, -3]), dtype=em.int32, device="metal")
-    np.testing.assert_array_equal((a // b).numpy(), np.array([lo, lo, 0, -4, -2], dtype=np.int32))
-    np.testing.assert_array_equal((a % b).numpy(), np.array([0, 0, 0, 1, -1], dtype=np.int32))
+    b = em.tensor(np.array([-1, 1, 3, 2, -3]), dtype=em.int32, device="metal")
+    np.testing.assert_array_equal((a // b).numpy(), np.array([lo, lo, 2, -4, -2], dtype=np.int32))
+    np.testing.assert_array_equal((a % b).numpy(), np.array([0, 0, 1, 1, -1], dtype=np.int32))
+    for bad in (0, em.tensor(np.array([1, 0, 1, 1, 1]), dtype=em.int32, device="metal")):  # as torch
+        with pytest.raises(em.EmberValueError, match=r"^\[floor_divide\] integer division by zero"):
+            a // bad
+        with pytest.raises(em.EmberValueError, match=r"^\[remainder\] integer division by zero"):
+            a % bad
 
 
 @pytest.mark.parametrize("dt", METAL_DTYPES, ids=lambda d: d.name)

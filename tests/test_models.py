@@ -266,3 +266,21 @@ def test_bad_input(tmp_path, llama_tied):
         model.generate([[1]], 2, temperature=-1.0)
     with pytest.raises(em.EmberValueError, match=r"top_p must be in \(0, 1\]"):
         model.generate([[1]], 2, temperature=1.0, top_p=0.0)
+
+
+@pytest.mark.parametrize("name,cls", [("llama_tied", em.models.Llama), ("gpt2", em.models.GPT2)])
+def test_checkpointed_layers_give_the_same_gradients(request, name, cls, rng):
+    path, ref = request.getfixturevalue(name)
+    ids = rng.integers(0, ref.config.vocab_size, (2, 10))
+    grads = []
+    for ckpt in (False, True):
+        model = cls.from_pretrained(path).train()
+        for m in model.modules():
+            if isinstance(m, em.nn.Dropout):
+                m.p = 0.0
+        model.checkpoint = ckpt
+        logits = model(ids)
+        g = em.nn.cross_entropy(logits.reshape(-1, logits.shape[-1]), em.tensor(ids.reshape(-1))).backward()
+        grads.append({n: g[p].numpy() for n, p in model.named_parameters()})
+    for n in grads[0]:
+        np.testing.assert_allclose(grads[1][n], grads[0][n], rtol=1e-5, atol=1e-7, err_msg=n)

@@ -139,3 +139,53 @@ def test_meshgrid_errors(device, monkeypatch):
         monkeypatch.setenv("EMBER_METAL", "emulate")  # a second device on any machine
     other = "metal" if device.type == "cpu" else "cpu"
     expect_error(lambda: em.meshgrid(a, em.zeros(3, device=other)), "meshgrid", em.DeviceError)
+
+
+@pytest.mark.parametrize("mode", ["circular", "replicate", "constant"])
+def test_pad_mixed_sign_amounts_match_torch(device, mode, rng):
+    # negative amounts crop: circular then wraps within the cropped input (torch), replicate reads torch's
+    # clamped source rows. Circular amounts past the cropped size read memory torch never wrote: refused.
+    compared = 0
+    for _ in range(300):
+        shape = (1, 2) + tuple(int(v) for v in rng.integers(1, 7, size=2))
+        x = rng.standard_normal(shape).astype(np.float32)
+        p = [int(v) for v in rng.integers(-4, 5, size=4)]
+        sizes = [shape[3] + p[0] + p[1], shape[2] + p[2] + p[3]]
+        cropped = [shape[3] - max(-p[0], 0) - max(-p[1], 0), shape[2] - max(-p[2], 0) - max(-p[3], 0)]
+        wraps = all(max(p[2 * i], p[2 * i + 1], 0) <= cropped[i] for i in range(2))
+        if min(sizes) < 0 or (mode != "replicate" and min(cropped) < 0) or (mode == "circular" and not wraps):
+            with pytest.raises(em.EmberError, match=r"^\[pad\]"):
+                em.pad(em.tensor(x, device=device), p, mode=mode)
+            continue
+        if mode != "constant" and min(sizes) == 0:  # torch refuses an empty result of these modes
+            continue
+        want = F.pad(torch.from_numpy(x), p, mode=mode).numpy()
+        got = em.pad(em.tensor(x, device=device), p, mode=mode)
+        np.testing.assert_array_equal(got.numpy(), want, err_msg=f"{mode} {shape} {p}")
+        compared += 1
+    assert compared > 40
+
+
+def test_pad_mixed_sign_circular_gradient(device):
+    x = em.Var(em.tensor(np.arange(12.0).reshape(1, 3, 4), dtype=WIDE, device=device))
+    assert gradcheck(lambda t: em.pad(t, (-1, 3), mode="circular") ** 2, (x,))
+    assert gradcheck(lambda t: em.pad(t, (4, -3, -1, 2), mode="replicate") ** 2, (x,))
+
+
+def test_pad_crop_past_the_dim_and_fill_out_of_range(device):
+    x = em.zeros(4, device=device)
+    expect_error(lambda: em.pad(x, (-5, 1)), "pad", em.EmberValueError)  # not [narrow]
+    expect_error(lambda: em.pad(x, (-3, -2)), "pad", em.EmberValueError)
+    assert em.pad(x, (-4, 1), value=2.0).numpy().tolist() == [2.0]  # torch: crop all, then pad
+    u = em.zeros(3, dtype=em.uint8, device=device)
+    for v in (300, -1, 256, 255.5, float("nan"), float("inf")):  # torch raises for these, never wraps to 44
+        expect_error(lambda v=v: em.pad(u, (1, 1), value=v), "pad", em.EmberValueError)
+    assert em.pad(u, (1, 0), value=255).numpy().tolist() == [255, 0, 0, 0]
+    assert em.pad(u, (1, 0), value=2.7).numpy().tolist() == [2, 0, 0, 0]  # truncated, as torch
+    i = em.zeros(2, dtype=em.int32, device=device)
+    expect_error(lambda: em.pad(i, (1, 0), value=2**31), "pad", em.EmberValueError)
+    assert em.pad(i, (1, 0), value=-(2**31)).numpy()[0] == -(2**31)
+    h = em.zeros(2, dtype=em.float16, device=device)
+    expect_error(lambda: em.pad(h, (1, 0), value=1e6), "pad", em.EmberValueError)
+    assert np.isinf(em.pad(h, (1, 0), value=float("inf")).numpy()[0])
+    assert em.pad(em.zeros(2, dtype=em.bool, device=device), (1, 0), value=300).numpy()[0]

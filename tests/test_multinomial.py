@@ -231,3 +231,18 @@ def test_strided_long_rows_draw_as_their_contiguous_copy(device, rng):
         a = em.multinomial(t, 200, replacement).numpy()
         em.manual_seed(12)
         np.testing.assert_array_equal(a, em.multinomial(c, 200, replacement).numpy())
+
+
+@pytest.mark.parametrize("dt", [d for d in (em.float32, em.float64) if d in FLOATS], ids=lambda d: d.name)
+def test_without_replacement_huge_weights_are_unbiased(device, dt):
+    # w / E overflows for weights near the dtype's max: ties at +inf drew index 0 first (0.61 / 0.27 / 0.12)
+    big = 3e38 if dt is em.float32 else 1.5e308
+    em.manual_seed(4)
+    rows = 6000
+    draws = em.multinomial(em.tensor(np.full((rows, 3), big, npdt(dt)), device=device), 3).numpy()
+    check_counts(draws[:, 0], [1 / 3] * 3)
+    check_counts(draws[:, 1], [1 / 3] * 3)
+    w = np.array([big, big / 2, big / 4], npdt(dt))  # unequal huge weights keep their ratios
+    first = em.multinomial(em.tensor(np.tile(w, (rows, 1)), device=device), 1).numpy()[:, 0]
+    r = w.astype(np.float64) / big  # (their sum overflows)
+    check_counts(first, r / r.sum())

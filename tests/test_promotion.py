@@ -120,15 +120,15 @@ def test_scalar_operands_follow_torch(a, scalar):
         np.testing.assert_allclose(out.numpy().astype(np.float64), ref.to(torch.float64).numpy(), rtol=1e-2)
 
 
-def test_issue_example_numpy_float64_operand():
-    t = em.tensor([1.0, 2.0, 3.0])
+def test_issue_example_numpy_float64_operand(device):
+    t = em.tensor([1.0, 2.0, 3.0], device=device)
     if WIDE is not em.float64:  # the result would be float64: the device refuses it, whichever side numpy is
-        for fn, op in ((lambda: t + np.ones(3), "add"), (lambda: t + em.tensor(np.ones(3)), "tensor"),
+        for fn, op in ((lambda: t + np.ones(3), "add"), (lambda: t + em.tensor(np.ones(3), device=device), "tensor"),
                        (lambda: np.ones(3) + t, "add")):
             expect_error(fn, op, em.DTypeError)  # named by the function the user called
         return
     assert (t + np.ones(3)).dtype is em.float64
-    assert (t + em.tensor(np.ones(3))).dtype is em.float64  # the same answer either way, no error
+    assert (t + em.tensor(np.ones(3), device=device)).dtype is em.float64  # the same answer either way, no error
     assert (np.ones(3) + t).dtype is em.float64
 
 

@@ -46,16 +46,16 @@ def test_setitem_gradients_match_torch(device, rng, idx, broadcast):
 
 def test_setitem_with_ember_masks_index_tensors_and_scalars(device, rng):
     x = rng.standard_normal((4, 6)).astype(WIDE_NP)
-    ex, tx = em.Var(em.tensor(x)), torch.tensor(x, requires_grad=True)
+    ex, tx = em.Var(em.tensor(x, device=device)), torch.tensor(x, requires_grad=True)
     h, th = ex.exp(), tx.exp()
     h = h * 1.0  # exp reads its result in backward: the writes go into a copy
     th = th * 1.0
     m = h.gt(1.0)
     h[m] = 0.5  # a scalar into a mask: x's gradient is zero there
     th[th > 1.0] = 0.5
-    w = em.Var(em.tensor(rng.standard_normal(3).astype(WIDE_NP)))
+    w = em.Var(em.tensor(rng.standard_normal(3).astype(WIDE_NP), device=device))
     tw = torch.tensor(w.numpy(), requires_grad=True)
-    h[em.tensor([0, 3, 0]), em.tensor([1, 2, 1])] = w  # repeated positions: the last write wins
+    h[em.tensor([0, 3, 0], device=device), em.tensor([1, 2, 1], device=device)] = w  # repeated positions: the last write wins
     th[torch.tensor([0, 3, 0]), torch.tensor([1, 2, 1])] = tw
     g = (h * h).sum().backward()
     (th * th).sum().backward()

@@ -87,7 +87,7 @@ def test_index_errors_name_the_dim_of_the_tensor():
 
 # ----------------------------------------------------------------------------- §3 names
 def test_to_takes_dtype_device_tensor_and_keywords(device):
-    t = em.tensor([1.5, 2.5])
+    t = em.tensor([1.5, 2.5], device=device)
     assert t.to(em.float16).dtype is em.float16 and t.to("float32").dtype is em.float32
     assert t.to(np.float16).dtype is em.float16
     assert t.to(str(device)) is t and t.to(device) is t and t.to(dtype=em.float32) is t
@@ -98,7 +98,7 @@ def test_to_takes_dtype_device_tensor_and_keywords(device):
     assert c is not t and not c.storage.same_buffer(t.storage)
     expect_error(lambda: t.to(em.float16, em.float32), "to", em.EmberValueError)
     expect_error(lambda: t.to(object()), "to", em.EmberValueError)
-    x = em.Var([1.0, 2.0])
+    x = em.Var([1.0, 2.0], device=device)
     for dt in {WIDE, em.float64 if F64 else em.float16}:  # a recorded cast, wider and (off the CPU) narrower
         gs = x.to(dt).sum().backward()
         assert gs[x].dtype is em.float32  # the gradient comes back in the input's dtype
@@ -106,8 +106,8 @@ def test_to_takes_dtype_device_tensor_and_keywords(device):
         expect_error(lambda: x.to(em.float64), "to_dtype", em.DTypeError)
 
 
-def test_dtype_shortcuts_and_layout_names():
-    t = em.tensor([[1.7, -2.7, 3.0]])
+def test_dtype_shortcuts_and_layout_names(device):
+    t = em.tensor([[1.7, -2.7, 3.0]], device=device)
     ref = torch.tensor([[1.7, -2.7, 3.0]])
     for name in ("float", "half", "bfloat16", "double", "long"):
         if name == "double" and not F64:  # the device has no float64: the shortcut refuses, as to_dtype does

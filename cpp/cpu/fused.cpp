@@ -439,7 +439,11 @@ void sdpa_decode(const SdpaParams& p, DType dt) {
           const int64_t bk = it / R, r = it % R, b = bk / p.Hkv, hk = bk % p.Hkv;
           const int64_t h = hk * group + r / p.Lq, i = r % p.Lq, row = (b * p.H + h) * p.Lq + i;
           double mx = -INFINITY;
-          for (int64_t c = 0; c < nch; ++c) mx = std::max(mx, (double)pp[((bk * nch + c) * R + r) * ld]);
+          for (int64_t c = 0; c < nch; ++c) {
+            const double m = (double)pp[((bk * nch + c) * R + r) * ld];
+            mx = m != m ? m : std::max(mx, m);  // a NaN chunk (NaN scores) makes the row NaN
+            if (mx != mx) break;
+          }
           double sum = 0;
           std::fill(o.begin(), o.end(), 0.0);
           if (mx != -INFINITY)
@@ -450,9 +454,10 @@ void sdpa_decode(const SdpaParams& p, DType dt) {
               sum += w * (double)src[1];
               for (int64_t d = 0; d < p.Dv; ++d) o[d] += w * (double)src[2 + d];
             }
-          const double inv = sum > 0 ? 1.0 / sum : 0.0;  // a fully masked row gives 0, lse = -inf
+          if (mx != mx) sum = mx;  // the NaN row: NaN output and lse
+          const double inv = sum > 0 ? 1.0 / sum : (sum == sum ? 0.0 : sum);  // fully masked rows give 0
           for (int64_t d = 0; d < p.Dv; ++d) out[row * p.Dv + d] = store<T>((typename Acc<T>::type)(o[d] * inv));
-          lse[row] = sum > 0 ? (C)((mx + std::log2(sum)) * 0.69314718055994530942) : (C)-INFINITY;
+          lse[row] = sum > 0 ? (C)((mx + std::log2(sum)) * 0.69314718055994530942) : (C)(sum == sum ? -INFINITY : sum);
         }
       });
     });

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "cpu/host_api.h"
 #include "cpu/parallel.h"
 #include "cpu/topk.h"
 #include "device.h"
@@ -107,7 +108,7 @@ inline bool float_block(const float* w, int64_t cs, double prev, double& next) {
   return bad == 0;
 }
 
-// Without replacement: the exponential-keys trick (w_i / E_i, the num_samples largest, in key order);
+// Without replacement: the exponential-keys trick (w_i / E_i as logs, the num_samples largest, in key order);
 // with replacement: inverse-CDF search of u * total in the row's running sum (double). Zero weights can
 // never be drawn with replacement; without it they come after every positive weight, in index order.
 template <typename T>
@@ -130,7 +131,9 @@ void multinomial_rows(const T* w, const Layout& l, int64_t S, bool repl, uint64_
           ok &= (wi >= 0) & (wi < kInf);  // a NaN fails both
           pos |= wi > 0;
           const double ei = -std::log1p(-unit(seed, base + (uint64_t)i));  // exponential(1), >= 0
-          buf[i] = wi > 0 ? wi / ei : 0.0;  // E = 0 gives +inf: drawn first, as its probability says
+          // log(w / E): w / E overflows for huge float64 weights, and ties at +inf favour low indices.
+          // E = 0 gives +inf: drawn first, as its probability says; a zero weight -inf: after the others
+          buf[i] = wi > 0 ? std::log(wi) - std::log(ei) : -kInf;
         }
         check_row(ok, pos);
         select_topk(buf.data(), n, S, true, o, nullptr, work);
@@ -205,6 +208,40 @@ StoragePtr CpuStorage::multinomial(const Layout& l, int64_t num_samples, bool re
   auto out = new_cpu(DType::I64, l.shape()[0] * num_samples);
   EMBER_DISPATCH_FLOAT(dtype_, multinomial_rows<T>(data<T>(), l, num_samples, replacement, seed, counter,
                                                    out->data<int64_t>()));
+  return out;
+}
+
+// Lemire's multiply-and-reject on 64-bit hashes: unbiased for every span up to 2^64. A rejected
+// element re-hashes its own value, so each element's draw depends on its index alone (any thread count).
+StoragePtr rand_int(DType dt, int64_t n, int64_t low, uint64_t span_m1) {
+  EMBER_CHECK(n >= 0, Value, "[randint] negative element count ", n);
+  EMBER_CHECK(dt == DType::I64 || dt == DType::I32 || dt == DType::U32 || dt == DType::U8 || dt == DType::Bool,
+              DType, "[randint] expected an integer dtype, got ", dtype_name(dt));
+  auto out = new_cpu(dt, n);
+  const RngDraw draw = rng_reserve((uint64_t)n + 1);
+  const uint64_t seed = draw.seed, base = draw.counter;
+  const uint64_t span = span_m1 + 1;  // 0 means 2^64: every 64-bit value
+  const uint64_t reject_below = span ? (0 - span) % span : 0;
+  auto value = [=](int64_t i) -> uint64_t {
+    uint64_t x = mix(seed ^ mix(base + (uint64_t)i));
+    if (!span) return (uint64_t)low + x;
+    unsigned __int128 m = (unsigned __int128)x * span;
+    while ((uint64_t)m < reject_below) {
+      x = mix(x ^ 0xd1b54a32d192ed03ULL);
+      m = (unsigned __int128)x * span;
+    }
+    return (uint64_t)low + (uint64_t)(m >> 64);  // wraps to the signed value two's complement gives
+  };
+  auto fill = [&](auto* o) {
+    using O = std::remove_pointer_t<decltype(o)>;
+    parallel_for(n, 1 << 14, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) o[i] = (O)value(i);
+    });
+  };
+  if (dt == DType::I64) fill(out->data<int64_t>());
+  else if (dt == DType::I32) fill(out->data<int32_t>());
+  else if (dt == DType::U32) fill(out->data<uint32_t>());
+  else fill(out->data<uint8_t>());  // uint8, and bool (its span is at most 2: values 0 and 1)
   return out;
 }
 

@@ -315,7 +315,11 @@ class GradStore:
         """The gradient of tensor ``t``; raises KeyError when the store holds none."""
         e = self._map.get(_key(t))
         if e is None:
-            raise KeyError(f"no gradient for tensor id {_key(t)}")
+            what = (f"tensor id {t}" if isinstance(t, int) else
+                    f"{'Var' if t.is_variable else 'tensor'} of shape {t.shape} and dtype {t.dtype.name} (id {t._id})")
+            raise KeyError(f"no gradient reached the {what}: the root does not depend on it, or every op on the "
+                           "way gave it none (a custom op's bwd returning None, an integer input); "
+                           "gs.get(t) returns None instead of raising")
         return e[1]
 
     def __contains__(self, t):
@@ -407,11 +411,10 @@ def _custom_grads(node, out, g, rule):
         return (None,) * n
     if hasattr(res, "_storage"):
         res = (res,)
-    try:
-        res = tuple(res)
-    except TypeError:  # a bwd returning 5 must name the op, not fail inside tuple()
+    if not isinstance(res, (tuple, list)):  # an array or other iterable is no list of gradients
         raise EmberTypeError(f"[{node.name}] bwd returned a {type(res).__name__}, expected a Tensor, None or a "
-                         "tuple of them") from None
+                             "tuple of them (wrap an array with em.tensor(arr, device=...))")
+    res = tuple(res)
     if len(res) != n:
         raise EmberValueError(f"[{node.name}] bwd returned {len(res)} gradients for {n} inputs")
     for i, (inp, gi) in enumerate(zip(node.inputs, res)):

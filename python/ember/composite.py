@@ -233,7 +233,7 @@ class CompositeOps:
         """
         t = _t()
         if not isinstance(mask, t.Tensor):
-            mask = t.tensor(mask)
+            mask = t.tensor(mask, device=self._device)  # a list or array goes where self is
         if mask.dtype is not _dt.bool and mask.dtype is not _dt.uint8:
             raise DTypeError(f"[masked_fill] mask must be bool (a comparison's result) or uint8, got {mask.dtype.name}")
         if t._broadcast_shape(mask.shape, self.shape) != self.shape or mask.ndim > self.ndim:

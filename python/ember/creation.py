@@ -16,8 +16,10 @@ from .errors import (
     EmberTypeError,
     EmberValueError,
     GradientsInStore,
+    OutOfMemory,
     ShapeError,
 )
+from .memory import _physical_memory
 from .tensor import Tensor, _check_tensor_arg, _full_storage, _shape_arg, _wrap
 
 
@@ -99,6 +101,8 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
                 raise DTypeError("[tensor] cannot build a tensor from ragged or non-numeric data")
     if not arr.dtype.isnative:  # byte-swapped data (e.g. read from a big-endian file): swap to native
         arr = arr.astype(arr.dtype.newbyteorder("="))
+    if arr.dtype == np.bool_:  # a bool array's bytes may be any value (a view of other data): ember's are 0 or 1
+        arr = arr.view(np.uint8) != 0
     src_dt = _dt.from_numpy_dtype(arr.dtype)
     target = _dt.to_dtype(dtype) if dtype is not None else src_dt
     _check_holds(device, target, "tensor")
@@ -131,6 +135,15 @@ def _checked_numel(shape, op):
     if big >= 2**63:
         raise ShapeError(f"[{op}] shape {shape} has more elements than an int64 can count")
     return n
+
+
+def _check_fits(nbytes, op):
+    """Refuses, before anything is allocated, a result larger than this machine's memory (a device's
+    memory included: Metal's is the host's), with an OutOfMemory naming ``op``."""
+    total = _physical_memory()
+    if total and nbytes > total:
+        raise OutOfMemory(f"[{op}] the result needs {nbytes} bytes ({nbytes / 2**30:.1f} GiB), more than this "
+                          f"machine's {total / 2**30:.1f} GiB of memory")
 
 
 def _alloc_full(shape, value, dtype, device, op="full"):
@@ -363,8 +376,9 @@ def randint(*args, size=None, dtype=None, device=None, requires_grad=False):
     ``em.manual_seed`` makes it reproducible.
 
     Called as ``randint(high, size)`` or ``randint(low, high, size)`` (``size`` may also be given by
-    keyword). Each value is ``floor(low + u * (high - low))`` for a float64 uniform ``u`` drawn on the
-    CPU, so ranges up to 2**53 wide are uniform.
+    keyword). The integers are drawn directly from 64-bit random values (without bias, for any range
+    up to 2**64 wide, every low bit random), on the CPU's generator, in the result's integer dtype;
+    the same seed gives the same values on every device.
 
     Args:
         *args: ``high`` or ``low, high`` (ints), then the shape as a tuple.
@@ -395,8 +409,12 @@ def randint(*args, size=None, dtype=None, device=None, requires_grad=False):
     if low < lo_ok or high - 1 > hi_ok:
         raise EmberValueError(f"[randint] [{low}, {high}) is outside the values {dtype.name} holds")
     shape = _shape_arg(tuple(size), "randint")
-    u = rand(*shape, dtype=_dt.float64, device=_dt.cpu, lo=float(low), hi=float(high))
-    return u.floor().to_dtype(dtype).to_device(device)
+    n = _checked_numel(shape, "randint")
+    draw = dtype if not dtype.is_float else _dt.int64  # floats: exact integers, then one rounding each
+    _check_fits(n * draw.itemsize, "randint")
+    s = _C.rand_int_host(draw.code, n, low, high - low - 1)
+    out = _wrap(s, _C.Layout.contiguous(list(shape)), draw, _dt.cpu)
+    return _tensor_to(out, dtype, device, "randint")
 
 
 def manual_seed(n: int):

@@ -58,6 +58,11 @@ def _diagonal(t, labels):
     return t, labels
 
 
+def _name(lab):
+    """A label for messages: a letter, or an ellipsis dim (an int internally)."""
+    return f"subscript {lab!r}" if isinstance(lab, str) else f"ellipsis dim {lab}"
+
+
 def _sum_out(t, labels, keep):
     """Sums over the labels of t not in ``keep``."""
     dims = tuple(d for d, lab in enumerate(labels) if lab not in keep)
@@ -82,10 +87,10 @@ def _contract(a, la, b, lb, keep):
                 a = a.sum(la.index(lab), keepdim=True)
                 sa[lab] = 1
             else:
-                raise ShapeError(f"[einsum] subscript {lab!r} has sizes {sa[lab]} and {sb[lab]}")
+                raise ShapeError(f"[einsum] {_name(lab)} has sizes {sa[lab]} and {sb[lab]}")
     for lab in batch:
         if sa[lab] != sb[lab] and 1 not in (sa[lab], sb[lab]):
-            raise ShapeError(f"[einsum] subscript {lab!r} has sizes {sa[lab]} and {sb[lab]}")
+            raise ShapeError(f"[einsum] {_name(lab)} has sizes {sa[lab]} and {sb[lab]}")
     only_a = [lab for lab in la if lab not in sb]
     only_b = [lab for lab in lb if lab not in sa]
     m = math.prod(sa[lab] for lab in only_a)

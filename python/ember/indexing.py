@@ -311,7 +311,7 @@ def _advanced_plan(t, adv, op):
         if n is not None and n != view.shape[d]:
             raise ShapeError(f"[{op}] mask of length {n} does not match dim {d} of size {view.shape[d]}")
     if len(arrays) == 1:
-        ids = _as_index(arrays[0], op)
+        ids = _as_index(arrays[0], op, t._device)
         return view, view, dims[0], ids.reshape(-1) if ids.ndim != 1 else ids, ids.shape
     arrs = []
     for a, d in zip(arrays, dims):

@@ -266,6 +266,11 @@ def from_dlpack(obj) -> Tensor:
     # misaligned buffer are undefined behaviour. Such data is copied.
     zero_copy = (key in _FROM_DL and not read_only and all(s >= 0 for s in strides) and numel > 0
                  and data % itemsize == 0)
+    if zero_copy and _FROM_DL[key] is _dt.bool:
+        # bool bytes other than 0 and 1 (a producer's view of other data) are copied, normalised to 0/1
+        raw = (C.c_uint8 * (hi + 1)).from_address(data)
+        view = np.lib.stride_tricks.as_strided(np.frombuffer(raw, dtype=np.uint8), shape, strides)
+        zero_copy = not (view > 1).any()
     if zero_copy:
         dt = _FROM_DL[key]
         storage = _C.CpuStorage._borrow(data, span, dt.code, owner)
@@ -288,5 +293,7 @@ def from_dlpack(obj) -> Tensor:
     if key in _WIDEN_NP:
         return tensor(arr, device=_dt.cpu)
     dt = _FROM_DL[key]
+    if dt is _dt.bool:
+        arr = arr != 0  # any nonzero byte is true, stored as 1
     s = _C.CpuStorage._from_numpy_code(arr.reshape(-1), dt.code)
     return _wrap(s, _C.Layout.contiguous(shape), dt, _dt.cpu)

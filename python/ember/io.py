@@ -8,6 +8,8 @@ import os
 import stat
 import struct
 import sys
+import tempfile
+import threading
 
 import numpy as np
 
@@ -78,9 +80,14 @@ def save_safetensors(tensors, path, metadata=None) -> None:
         offset += raw.nbytes
     text = json.dumps(header, separators=(",", ":")).encode("utf-8")
     text += b" " * (-len(text) % 8)
-    tmp = f"{path}.tmp{os.getpid()}" if isinstance(path, str) else path + b".tmp%d" % os.getpid()
+    # A unique temporary file beside the target, then an atomic rename: concurrent saves to one path
+    # (threads or processes) each publish a whole checkpoint, and a crash never leaves half of one.
+    folder, base = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(prefix=base + (b"." if isinstance(base, bytes) else "."),
+                               suffix=b".tmp" if isinstance(base, bytes) else ".tmp", dir=folder or None)
     try:
-        with open(tmp, "wb") as f:  # write then rename: a crash never leaves a half-written checkpoint
+        os.fchmod(fd, 0o666 & ~_umask())  # mkstemp's 0600: the permissions open() would have given
+        with os.fdopen(fd, "wb") as f:
             f.write(struct.pack("<Q", len(text)))
             f.write(text)
             for raw in blobs:
@@ -90,6 +97,26 @@ def save_safetensors(tensors, path, metadata=None) -> None:
         if os.path.exists(tmp):
             os.remove(tmp)
         raise
+
+
+_UMASK = []
+_UMASK_LOCK = threading.Lock()
+
+
+def _umask():
+    """The process's umask, read once (from /proc where it can be, without changing it)."""
+    with _UMASK_LOCK:
+        if not _UMASK:
+            try:
+                with open("/proc/self/status") as f:
+                    _UMASK.extend(int(ln.split()[1], 8) for ln in f if ln.startswith("Umask:"))
+            except OSError:
+                pass
+            if not _UMASK:
+                m = os.umask(0o022)
+                os.umask(m)
+                _UMASK.append(m)
+        return _UMASK[0]
 
 
 def _refuse(op, path, why, cls=EmberValueError):

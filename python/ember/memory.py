@@ -23,6 +23,15 @@ def _available_devices():
     return out
 
 
+def _physical_memory():
+    """This machine's physical memory in bytes (0 when the system does not say): no result larger than
+    it can ever be allocated, on the CPU or on a device sharing it (Apple silicon's Metal)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 0
+
+
 def _one_device(device):
     """``device`` as a Device, the CPU for None (raises DeviceError for an unknown one)."""
     return _dt.cpu if device is None else _dt.to_device(device)

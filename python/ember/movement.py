@@ -53,6 +53,8 @@ def pad(x, pad, mode="constant", value=0.0):
     ``"constant"`` fills with ``value`` (a negative amount crops); ``"reflect"`` mirrors without
     repeating the edge; ``"replicate"`` repeats the edge; ``"circular"`` wraps around. Any dim may be
     padded in any mode (torch limits the non-constant modes to the last 1-3 dims of 2-5-D inputs).
+    With mixed signs, as in torch, ``"circular"`` first crops and then wraps within the cropped dim;
+    ``"reflect"`` and ``"replicate"`` read the uncropped input's rows.
 
     Args:
         x: a tensor of any dtype the device holds.
@@ -67,7 +69,9 @@ def pad(x, pad, mode="constant", value=0.0):
     Raises:
         EmberTypeError: ``x`` is not a tensor, or pad/value have the wrong type.
         EmberValueError: an odd-length or too long ``pad``, an unknown mode, a reflect amount not below
-            the dim's size, a circular amount past it, or a padded result of negative size.
+            the dim's size, a circular amount past the (cropped) size, a crop past the dim, a padded
+            result of negative size, or a constant ``value`` x's dtype cannot hold (300 for uint8, as torch).
+        OutOfMemory: a result larger than this machine's memory, before anything is allocated.
         ShapeError: replicate/reflect/circular padding of an empty dim.
     """
     op = "pad"
@@ -83,33 +87,86 @@ def pad(x, pad, mode="constant", value=0.0):
     if mode == "constant" and (not isinstance(value, (numbers.Number, np.generic)) or isinstance(value, complex)):
         raise EmberTypeError(f"[{op}] value must be a number, got {type(value).__name__}")
     T = _t()
-    out = x
+    if mode == "constant":
+        _check_fill(value, x._dtype, op)
     # outer dims first and the last dim last: the earlier passes then move whole rows (one memcpy each)
     pairs = [(x.ndim - 1 - k, amounts[2 * k], amounts[2 * k + 1]) for k in range(len(amounts) // 2)]
-    for d, before, after in reversed(pairs):
-        n = out.shape[d]
+    shape = list(x.shape)
+    for d, before, after in pairs:  # every size is checked before anything is built or allocated
+        n = shape[d]
         if n + before + after < 0:
             raise EmberValueError(f"[{op}] padding ({before}, {after}) of dim {d} of size {n} leaves a negative size")
+        if mode in ("constant", "circular") and max(-before, 0) + max(-after, 0) > n:  # these crop first
+            raise EmberValueError(f"[{op}] padding ({before}, {after}) crops more than the size {n} of dim {d}")
+        shape[d] = n + before + after
+    numel = 1
+    for v in shape:
+        numel *= v
+    T._check_fits(numel * x._dtype.itemsize, op)
+    out = x
+    for d, before, after in reversed(pairs):
+        n = out.shape[d]
         if before == 0 and after == 0:
             continue
-        if mode == "constant":
-            lo, hi = max(-before, 0), max(-after, 0)  # negative amounts crop
+        if mode == "replicate":  # output j reads row clamp(j - before, 0, n - 1), torch's rule for any signs
+            start, stop = -before, n + after
+            if stop <= start:  # nothing left of the dim
+                out = out.narrow(d, 0, 0)
+                continue
+            if n == 0:
+                raise ShapeError(f"[{op}] {mode} padding needs a non-empty dim {d}")
+            parts, grown = [], list(out.shape)
+            for lo_j, hi_j, src in ((start, min(stop, 0), 0), (max(start, n), stop, n - 1)):
+                grown[d] = max(hi_j - lo_j, 0)
+                parts.append(out.narrow(d, src, 1).broadcast_as(tuple(grown)))
+            mid = out.narrow(d, min(max(start, 0), n), max(min(stop, n) - max(start, 0), 0))
+            out = T.cat([p for p in (parts[0], mid, parts[1]) if p.shape[d]], d)
+            continue
+        if mode != "reflect":  # negative amounts crop first; circular then wraps within the cropped dim
+            lo, hi = max(-before, 0), max(-after, 0)
             if lo or hi:
                 out = out.narrow(d, lo, n - lo - hi)
-            continue
+                n, before, after = n - lo - hi, max(before, 0), max(after, 0)
+            if mode == "constant" or (before == 0 and after == 0):
+                continue
         if n == 0:
             raise ShapeError(f"[{op}] {mode} padding needs a non-empty dim {d}")
-        if mode == "reflect" and max(before, after) >= n:
-            raise EmberValueError(f"[{op}] reflect padding ({before}, {after}) must be less than the size {n} of "
-                                  f"dim {d}")
+        if mode == "reflect":  # torch reflects about the uncropped input's edges, whatever the signs
+            if max(before, after) >= n:
+                raise EmberValueError(f"[{op}] reflect padding ({before}, {after}) must be less than the size {n} "
+                                      f"of dim {d}")
+            out = out.index_select(T.tensor(_source_rows(n, before, after, mode), device=x._device), d)
+            continue
         if mode == "circular" and max(before, after) > n:
             raise EmberValueError(f"[{op}] circular padding ({before}, {after}) must not exceed the size {n} of "
                                   f"dim {d}")
-        rows = T.tensor(_source_rows(n, before, after, mode), device=x._device)
-        out = out.index_select(rows, d)
+        # the last `before` and the first `after` rows of the cropped dim wrap around
+        head, tail = out.narrow(d, n - before, before), out.narrow(d, 0, after)
+        out = T.cat([p for p in (head, out, tail) if p.shape[d]], d)
     if mode == "constant":
         return _pad_constant(out, [(d, max(b, 0), max(a, 0)) for d, b, a in pairs], value)
     return out.contiguous() if out is x else out
+
+
+# The range of values each dtype holds: a constant pad's fill outside it is refused, as torch refuses it.
+_FILL_RANGE = {"uint8": (0, 255), "int32": (-(2**31), 2**31 - 1), "uint32": (0, 2**32 - 1),
+               "int64": (-(2**63), 2**63 - 1), "float16": 65504.0, "bfloat16": 3.3895313892515355e38,
+               "float32": 3.4028234663852886e38}
+
+
+def _check_fill(value, dtype, op):
+    """A constant pad's value must fit x's dtype (torch: "value cannot be converted ... without
+    overflow"); NaN and inf fit the float dtypes only, and any value fits bool."""
+    rng = _FILL_RANGE.get(dtype.name)
+    if rng is None:
+        return
+    v = float(value) if not isinstance(value, (numbers.Integral, np.integer)) else int(value)
+    if isinstance(rng, tuple):
+        ok = v == v and rng[0] <= v <= rng[1]  # NaN fails the first test, inf the second
+    else:
+        ok = v != v or abs(v) == float("inf") or abs(v) <= rng
+    if not ok:
+        raise EmberValueError(f"[{op}] value {value!r} cannot be converted to {dtype.name} without overflow")
 
 
 def _pad_constant(x, grow, value):

@@ -38,14 +38,16 @@ def where(cond, a, b):
         DTypeError: for an operand of an unsupported type.
         ShapeError: when the shapes do not broadcast.
     """
+    # lists, arrays and scalars go to the device of the tensor operands (the default device for none)
+    device = next((x._device for x in (cond, a, b) if isinstance(x, Tensor)), None)
     if not isinstance(cond, Tensor):  # a list / array condition, like numpy
-        cond = tensor(cond)
+        cond = tensor(cond, device=device)
     for x in (a, b):
         if not isinstance(x, (Tensor, np.ndarray, list, numbers.Real, np.bool_)):
             raise EmberTypeError(f"[where] unsupported operand type {type(x).__name__}")
     arrays = [x for x in (a, b) if isinstance(x, (Tensor, np.ndarray, list))]
     if arrays:
-        arrays = [tensor(x) if isinstance(x, list) else x for x in arrays]
+        arrays = [tensor(x, device=cond._device) if isinstance(x, list) else x for x in arrays]
         dt = result_type(*arrays, *[x for x in (a, b) if isinstance(x, (numbers.Real, np.bool_))])
     else:  # two scalars: torch's defaults (bool, int64 or float32, the widest of the two)
         dt = _scalar_dtype(max(_category_of_scalar(a), _category_of_scalar(b)))

@@ -437,6 +437,10 @@ class Tensor(TorchNames, CompositeOps):
         if reverse:
             a, b = b, a
         code = BINARY[name]
+        if (name == "floor_divide" or name == "remainder") and not a._dtype.is_float and a._dtype is not _dt.bool \
+                and b.numel() \
+                and bool(b.eq(0).any().item()):  # as torch: an integer has no value for x // 0 (nor x % 0)
+            raise EmberValueError(f"[{name}] integer division by zero")
         s = _C.binary(code, a._storage, a._layout, b._storage, b._layout)
         shape = _broadcast_shape(a.shape, b.shape)
         if code in _CMP_CODES:  # bool masks (the storage says: a device may still give uint8 ones)
@@ -511,7 +515,20 @@ class Tensor(TorchNames, CompositeOps):
             # wrap at 256. (candle keeps u8 here, and its accuracy counts wrap.) The kernel adds the
             # narrow values into int64 where they lie, without an int64 copy of the input.
             op, dtype = REDUCE["sum_i64"], _dt.int64
-        s, l = _C.reduce(op, self._storage, self._layout, dims, keepdim)
+        lay, mult = self._layout, 1
+        if name != "argmax" and name != "argmin" and lay.numel() > 0:
+            # A broadcast (stride-0) reduced dim repeats one value: reduce a single copy of it in place
+            # (a sum then scales by the count), never the expanded view (2**31 elements of zeros(1)).
+            for d in dims:
+                if lay.stride[d] == 0 and lay.shape[d] > 1:
+                    mult *= lay.shape[d]
+                    lay = lay.narrow(d, 0, 1)
+        s, l = _C.reduce(op, self._storage, lay, dims, keepdim)
+        if mult != 1 and name == "sum":
+            with no_grad():
+                r = _wrap(s, l, dtype, self._device)
+                r = r.affine(float(mult), 0.0) if dtype.is_float else r * mult  # ints: exact, wrapping as int64 does
+            s, l = r._storage, r._layout
         if name in ("argmax", "argmin"):
             return _wrap(s, l, _dt.int64, self._device)
         return record(_wrap(s, l, dtype, self._device), name, (self,), (tuple(dims), keepdim))
@@ -832,7 +849,8 @@ def _as_index(ids, op, device=None):
 # them from this module); imported last because creation.py builds Tensors, and tensor.py itself calls
 # tensor() and zeros_like() at run time.
 from .creation import (  # noqa: E402, F401, I001
-    arange, from_numpy, full, full_like, manual_seed, ones, ones_like, rand, randn, tensor, zeros, zeros_like,
+    _check_fits, arange, from_numpy, full, full_like, manual_seed, ones, ones_like, rand, randn, tensor, zeros,
+    zeros_like,
 )
 from .multi import cat, maximum, minimum, stack, where  # noqa: E402, F401, I001
 from .indexing import getitem, setitem  # noqa: E402, I001  (indexing.py builds on everything above)

@@ -42,6 +42,9 @@ void bind_ops(py::module_& m) {
   m.def("rand_normal", [](int kind, int index, int dt, int64_t n, double mean, double std) {
     return ember::rand_normal(to_device(kind, index), to_dtype(dt), n, mean, std);
   }, GilFree());
+  m.def("rand_int_host", [](int dt, int64_t n, int64_t low, uint64_t span_m1) -> StoragePtr {
+    return cpu::rand_int(to_dtype(dt), n, low, span_m1);
+  }, GilFree());
 
   // The two hottest entry points return only the storage (the facade knows the output shape and
   // caches contiguous layouts) and keep the GIL for tiny inputs, where releasing it costs more

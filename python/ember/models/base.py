@@ -1,6 +1,7 @@
 """The base of em.models' language models: construction from a config, from_pretrained, logits."""
 from __future__ import annotations
 
+from ..checkpoint import checkpoint as _checkpoint
 from ..dtypes import get_default_device, to_device, to_dtype
 from ..errors import EmberTypeError, EmberValueError, ShapeError
 from ..nn.layers import Embedding, Linear, Module
@@ -52,8 +53,16 @@ class CausalLM(Module, GenerationMixin):
 
     _required: tuple = ()
 
-    def __init__(self, config: dict, dtype=None, device=None, _init=True):
+    def __init__(self, config: dict, dtype=None, device=None, checkpoint=False, _init=True):
+        """Args:
+            config: the checkpoint's config, as a dict.
+            dtype: the parameters' dtype (default float32).
+            device: where they live (default: the default device).
+            checkpoint: in training, run each layer through ``em.checkpoint`` (its activations are
+                recomputed in backward instead of kept); also settable later as ``model.checkpoint``.
+        """
         super().__init__()
+        self.checkpoint = bool(checkpoint)
         if not isinstance(config, dict):
             raise EmberTypeError(f"[{type(self).__name__}] expected the config as a dict, got {type(config).__name__}")
         missing = [k for k in self._required if config.get(k) is None]
@@ -93,6 +102,12 @@ class CausalLM(Module, GenerationMixin):
         model = cls(cfg, dtype=dtype, device=device, _init=False)
         model.load_state_dict(state, strict=True)
         return model
+
+    def _run_layer(self, layer, x, *args):
+        """One decoder layer, through ``em.checkpoint`` when asked for and no cache is filled."""
+        if self.checkpoint and self.training and args[-1] is None:
+            return _checkpoint(layer, x, *args)
+        return layer(x, *args)
 
     @classmethod
     def _adapt_state(cls, state):

@@ -169,7 +169,7 @@ class GPT2(CausalLM):
         pos = arange(start, start + t, dtype="int64", device=ids.device)
         x = self.transformer.drop(self.transformer.wte(ids) + self.transformer.wpe(pos))
         for i, block in enumerate(self.transformer.h):
-            x = block(x, i, cache)
+            x = self._run_layer(block, x, i, cache)
         if cache is not None:
             cache.advance(t)
         if last_only:

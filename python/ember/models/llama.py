@@ -174,7 +174,7 @@ class Llama(CausalLM):
         x = self.model.embed_tokens(ids)
         freqs = self._rope_freqs(x)
         for i, layer in enumerate(self.model.layers):
-            x = layer(x, freqs, i, cache)
+            x = self._run_layer(layer, x, freqs, i, cache)
         if cache is not None:
             cache.advance(ids.shape[1])
         if last_only:

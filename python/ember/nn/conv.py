@@ -38,6 +38,16 @@ def _out_size(n, k, s, p_before, p_after, d, op):
     return size
 
 
+def _check_geom(geom, out_shape, op):
+    """Every size the kernels get, and the output's element count, must fit an int64: a dilation or
+    stride near 2**62 would otherwise overflow the binding's arguments (a bare TypeError)."""
+    count = 1
+    for v in out_shape:
+        count *= max(v, 1)
+    if count >= 2**63 or any(abs(v) >= 2**63 for v in geom):
+        raise ShapeError(f"[{op}] output {tuple(out_shape)} (or the kernel's reach) is too large to index with int64")
+
+
 class _Unfold(CustomOp1):
     """im2col as a differentiable op: its backward is fold with the same geometry."""
 
@@ -307,6 +317,7 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
     oh = _out_size(h, k[0], s[0], pt, pb, d[0], "conv2d")
     ow = _out_size(w, k[1], s[1], pl, pr, d[1], "conv2d")
     geom = (n, c, h, w, *k, *s, pt, pl, *d, oh, ow)
+    _check_geom(geom + (pb, pr), (n, weight.shape[0], oh, ow), "conv2d")
     if bias is None:
         out = x.apply_op2(weight, _Conv(geom, groups))
     else:
@@ -353,8 +364,10 @@ def conv_transpose2d(input, weight, bias=None, stride=1, padding=0, output_paddi
     wout = (w - 1) * s[1] - 2 * p[1] + d[1] * (k[1] - 1) + op_[1] + 1
     if hout < 1 or wout < 1:
         raise ShapeError(f"[{op}] padding {p} leaves no output for input ({h}, {w}) and kernel {k}")
+    geom = (n, c_out, hout, wout, *k, *s, *p, *d, h, w)
+    _check_geom(geom + (d[0] * (k[0] - 1), d[1] * (k[1] - 1)), (n, c_out, hout, wout), op)
     # The adjoint in x of the conv2d that maps (C_out, hout, wout) to x's (C_in, h, w) with this weight.
-    out = x.apply_op2(weight, _ConvInput((n, c_out, hout, wout, *k, *s, *p, *d, h, w), groups))
+    out = x.apply_op2(weight, _ConvInput(geom, groups))
     if bias is not None:
         out = out + bias.reshape(1, c_out, 1, 1)
     return out.squeeze(0) if added else out

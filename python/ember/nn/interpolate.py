@@ -13,7 +13,7 @@ from ..args import bool_arg
 from ..backprop import record
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
 from ..grad_rules import rule as _rule
-from ..tensor import Tensor, _wrap
+from ..tensor import Tensor, _check_fits, _wrap
 from .layers import Module
 
 __all__ = ["Upsample", "interpolate"]
@@ -112,6 +112,9 @@ def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corne
     if input.ndim == 3:
         out, sf = (1,) + out, (0.0,) + sf
     n, c, h, w = x.shape
+    # refused before anything is allocated: the result, and the kernel's per-axis source tables (two
+    # indices and two weights per output row and column), must fit this machine's memory
+    _check_fits(n * c * out[0] * out[1] * x.dtype.itemsize + 32 * (out[0] + out[1]), op)
     y = _upsample(x, code, (n, c, h, w, out[0], out[1]), sf, align)
     return y if input.ndim == 4 else y.squeeze(2)
 

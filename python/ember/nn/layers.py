@@ -271,7 +271,7 @@ class Embedding(Module):
 
     def forward(self, ids) -> Tensor:
         if not isinstance(ids, Tensor):
-            ids = tensor(ids)
+            ids = tensor(ids, device=self.weight.device)  # a list or array goes where the table is
         if ids.dtype.is_float:
             raise DTypeError(f"[Embedding] expected integer ids, got {ids.dtype.name}")
         out = self.weight.index_select(ids.reshape(-1), 0)

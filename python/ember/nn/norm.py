@@ -2,6 +2,8 @@
 (batch statistics while training, running statistics in eval), each one fused kernel forward and one backward."""
 from __future__ import annotations
 
+import math
+
 from .. import _C
 from ..args import bool_arg, float_arg, int_arg
 from ..backprop import is_grad_enabled, needs_grad
@@ -120,12 +122,13 @@ def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     Raises:
         ShapeError: C not divisible by num_groups, or a wrong parameter shape.
         DTypeError: non-float or mismatched dtypes.
-        EmberValueError: num_groups < 1.
+        EmberValueError: num_groups < 1, or an eps that is NaN, infinite or negative.
     """
     op = "group_norm"
     _float_input(input, op, 2)
     g = int_arg(num_groups, op, "num_groups")
     eps = float_arg(eps, op, "eps")
+    _check_eps(eps, op)
     c = input.shape[1]
     if g < 1:
         raise EmberValueError(f"[{op}] num_groups must be positive, got {g}")
@@ -151,7 +154,16 @@ def _stat(t, c, x, op, what):
         raise ShapeError(f"[{op}] expected {what} to be a float tensor of shape ({c},), got {t.shape} {t.dtype.name}")
     if t.device != x.device:
         raise DeviceError(f"[{op}] {what} is on {t.device}, input on {x.device}")
+    if t.is_variable:  # the kernel reads and writes it outside the graph: its gradient would be silently lost
+        raise EmberTypeError(f"[{op}] {what} must be a plain tensor (a buffer), not a Var; pass v.detach() or a "
+                             "tensor of its own")
     return t
+
+
+def _check_eps(eps, op):
+    """eps must be a finite number >= 0 (NaN or a negative one makes every output NaN)."""
+    if not (eps >= 0 and math.isfinite(eps)):
+        raise EmberValueError(f"[{op}] eps must be finite and >= 0, got {eps}")
 
 
 def _batch_norm_grads(x, w, g, mean, rstd, training, eps):
@@ -261,13 +273,19 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
         ShapeError: wrong parameter shapes.
         DTypeError: non-float or mismatched dtypes.
         ShapeError: a single value per channel while training.
-        EmberValueError: only one of the running statistics given.
+        EmberValueError: only one of the running statistics given, a momentum outside [0, 1] (or NaN), an
+            eps that is NaN, infinite or negative, or running statistics that are a broadcast (stride-0)
+            view while training.
+        EmberTypeError: running statistics that are a Var (they are buffers, written outside the graph).
     """
     op = "batch_norm"
     _float_input(input, op, 2)
     training = bool_arg(training, op, "training")
     momentum = float_arg(momentum, op, "momentum")
     eps = float_arg(eps, op, "eps")
+    if not 0.0 <= momentum <= 1.0:  # NaN fails too: a running average weighs its two terms in [0, 1]
+        raise EmberValueError(f"[{op}] momentum must be in [0, 1], got {momentum}")
+    _check_eps(eps, op)
     c = input.shape[1]
     _channel_param(weight, c, input, op, "weight")
     _channel_param(bias, c, input, op, "bias")
@@ -275,6 +293,10 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
     if (rm is None) != (rv is None):
         raise EmberValueError(f"[{op}] give both running_mean and running_var, or neither")
     use_batch = training or rm is None
+    for t, nm in ((rm, "running_mean"), (rv, "running_var")):
+        if use_batch and t is not None and c > 1 and t.stride(0) == 0:  # C channels would update one element
+            raise EmberValueError(f"[{op}] {nm} is a broadcast (stride-0) view: the running update needs one "
+                                  "element per channel; pass a contiguous tensor")
     if use_batch and input.numel() // max(c, 1) == 1:
         raise ShapeError(f"[{op}] expected more than 1 value per channel when training, got input {input.shape}")
     # Without running statistics the batch's are used, as torch, and nothing is kept.

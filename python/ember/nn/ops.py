@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from .. import _C
 from ..args import bool_arg, float_arg, i64_arg, int_arg
 from ..backprop import is_grad_enabled, tracks
 from ..custom_op import CustomOp1, CustomOp2, CustomOp3
 from ..errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor import UNARY, Tensor, _contig, _dim, _wrap, arange, full, where
+from ..tensor import UNARY, Tensor, _contig, _dim, _wrap, arange, full, tensor, where
 from .rope_table import rope_i, rope_tables, rope_thd
 
 _F = _C.fused
@@ -446,11 +448,21 @@ def _attn_scores(q, k, scale, causal, mask):
 def _attn_probs(q, k, scale, causal, mask):
     """softmax of _attn_scores (composite, differentiable in every input). A row whose keys are all
     masked gives zeros, as in the fused kernel, not the NaN of a softmax over -inf."""
-    s = _attn_scores(q, k, scale, causal, mask)
-    # causal alone leaves every query at least key 0 unless there are more queries than keys
-    if (mask is None and (not causal or q.shape[-2] <= k.shape[-2])) or s.shape[-1] == 0:
+    if not math.isfinite(scale):
+        # torch splits the scale between q and k, (q * sqrt(scale)) @ (k * sqrt(scale))^T: with an infinite
+        # or NaN scale that decides which scores are NaN and which +-inf, so do the same on every device
+        r = math.sqrt(abs(scale))
+        q, k, scale = q * (-r if scale < 0 else r), k * r, 1.0
+        s = _attn_scores(q, k, scale, causal, mask)
+    else:
+        s = _attn_scores(q, k, scale, causal, mask)
+        # causal alone leaves every query at least key 0 unless there are more queries than keys
+        if (mask is None and (not causal or q.shape[-2] <= k.shape[-2])) or s.shape[-1] == 0:
+            return softmax_last_dim(s)
+    if s.shape[-1] == 0:
         return softmax_last_dim(s)
-    live = s.max(-1, keepdim=True).detach().gt(full((), float("-inf"), dtype=s.dtype, device=s.device))
+    # a row is dead when all its scores are -inf (0, as the fused kernel); a NaN max keeps it live (NaN)
+    live = s.max(-1, keepdim=True).detach().ne(full((), float("-inf"), dtype=s.dtype, device=s.device))
     zero = full((), 0.0, dtype=s.dtype, device=s.device)
     return where(live, softmax_last_dim(where(live, s, zero)), zero)
 
@@ -500,7 +512,9 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
     (B, H, Lq, Lk)) is additive when float, a keep-mask when bool/uint8 (0 = masked out). A float mask
     that needs a gradient (a learned bias, as in T5 or ALiBi variants) gets one: then, as in torch, the
     attention runs as the composite (the L x L scores are built, the softmax is still fused). Fully
-    masked rows give 0.
+    masked rows give 0. NaN propagates as in torch: a NaN in a query, a key or the mask makes the rows
+    it reaches NaN (output and gradients); an infinite or NaN ``scale`` is split between q and k as
+    torch does (the composite), so the same scores become NaN or infinite.
 
     Args:
         q: queries (B, H, Lq, D).
@@ -510,7 +524,8 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
         causal: mask out keys after each query, aligned bottom-right as in a KV-cache step: query i of
             Lq sees keys 0 .. i + Lk - Lq (0 .. i when Lq == Lk; with Lq > Lk the first Lq - Lk queries
             see none and give 0).
-        mask: None, an additive float mask or a bool/uint8 keep-mask, broadcastable to (B, H, Lq, Lk).
+        mask: None, an additive float mask or a bool/uint8 keep-mask, broadcastable to (B, H, Lq, Lk): a
+            tensor, or a numpy array or list (put on the query's device, a float one in its dtype).
 
     Returns:
         Tensor: (B, H, Lq, Dv), differentiable with respect to ``q``, ``k``, ``v`` (and a float mask).
@@ -518,17 +533,25 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
     Raises:
         ShapeError: the shapes do not fit together.
         DTypeError: the dtypes differ or are not float.
+        EmberTypeError: ``causal`` is not a bool.
     """
     for t, nm in ((q, "query"), (k, "key"), (v, "value")):
         _check_tensor(t, "sdpa", nm)
     if mask is not None:
+        if isinstance(mask, (np.ndarray, list)):  # an array mask goes to the query's device (a float one in its dtype)
+            a = np.asarray(mask)
+            mask = tensor(a, dtype=q.dtype if a.dtype.kind == "f" else None, device=q.device)
         _check_tensor(mask, "sdpa", "mask")
         if mask.device != q.device:
             raise DeviceError(f"[sdpa] mask is on {mask.device}, query on {q.device}")
     if q.ndim not in (3, 4):
         raise ShapeError(f"[sdpa] expected query of shape (B, H, L, D) or (B, L, D), got {q.shape}")
     scale = 1.0 / math.sqrt(max(q.shape[-1], 1)) if scale is None else float_arg(scale, "sdpa", "scale")  # head dim 0: no 1/0
-    causal = bool(causal)
+    causal = bool_arg(causal, "sdpa", "causal")  # causal="no" is a mistake, not True
+    if not math.isfinite(scale):  # torch's NaN/inf pattern (see _attn_probs), not the fused kernels' rounding
+        _F.sdpa_check(q._storage, q._layout, k._storage, k._layout, v._storage, v._layout,
+                      *((None, None) if mask is None else (mask._storage, mask._layout)))  # the same errors
+        return _attn_probs(q, _repeat_kv(k, q), scale, causal, mask) @ _repeat_kv(v, q)
     if mask is not None and is_grad_enabled() and tracks(mask):
         # The fused kernels never hold dS = dL/dscores for the whole L x L, and that is the mask's gradient.
         _F.sdpa_check(q._storage, q._layout, k._storage, k._layout, v._storage, v._layout,

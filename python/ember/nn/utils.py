@@ -1,4 +1,4 @@
-"""em.nn.utils: gradient clipping (clip_grad_norm_, clip_grad_value_) on the GradStore backward returns."""
+"""em.nn.utils: gradient clipping (``clip_grad_norm_``, ``clip_grad_value_``) on the GradStore backward returns."""
 from __future__ import annotations
 
 import math
