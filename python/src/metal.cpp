@@ -118,15 +118,18 @@ void emu_run(const std::string& source, const std::string& function, const py::l
       arrays.push_back({arr, a.new_buffer(arr.data(), (size_t)arr.nbytes())});
       kinds[i] = 1;
     }
-    metal::LibraryHandle lib = a.new_library(source, label);
     metal::PipelineHandle p;
-    try {
-      p = a.new_pipeline(lib, function, cs);
-    } catch (...) {
+    {
+      py::gil_scoped_release nogil;  // a first use compiles (seconds): other Python threads go on meanwhile
+      metal::LibraryHandle lib = a.new_library(source, label);
+      try {
+        p = a.new_pipeline(lib, function, cs);
+      } catch (...) {
+        a.release(lib);
+        throw;
+      }
       a.release(lib);
-      throw;
     }
-    a.release(lib);
     std::unique_ptr<metal::CommandBuffer> cb = a.new_command_buffer();
     {
       py::gil_scoped_release nogil;
