@@ -195,6 +195,9 @@ MSL_VEC_NAMES(bool, bool)
 // ---------------------------------------------------------------------------------------------------
 // Bounds-checked device pointers (emulation only): every access checks the byte range against the
 // bound buffer and faults naming the buffer index and offset (the runtime adds the kernel's name).
+namespace metal {
+template <class T> struct atomic;
+}
 namespace msl {
 inline const msl_abi::Api* api = nullptr;  // set when the runtime loads the module
 
@@ -207,6 +210,27 @@ struct Fault : std::runtime_error {
               std::to_string(off) + " (" + std::to_string(n) + " bytes; the buffer has " + std::to_string(size) +
               ")");
 }
+
+// Threadgroup arrays are checked like device memory: `threadgroup float s[N]` becomes a tg_arr (same
+// layout) whose operator[] faults past the end; it converts to a plain pointer for everything else.
+[[noreturn]] __attribute__((noinline, cold)) inline void tg_bounds_fault(int64_t i, uint64_t n) {
+  throw Fault("out-of-bounds access to a threadgroup array at index " + std::to_string(i) + " (it has " +
+              std::to_string(n) + " elements)");
+}
+template <class T, size_t N> struct tg_arr {
+  T v[N];
+  template <class I, typename std::enable_if<std::is_integral<I>::value, int>::type = 0>
+  T& operator[](I i) {
+    if (__builtin_expect((uint64_t)(int64_t)i >= N, 0)) tg_bounds_fault((int64_t)i, N);
+    return v[i];
+  }
+  operator T*() const { return const_cast<T*>(v); }
+};
+template <class T> struct tgwrap { using type = T; };
+template <class U, size_t N> struct tgwrap<U[N]> { using type = tg_arr<typename tgwrap<U>::type, N>; };
+// Arrays of atomics stay plain: the atomic functions take their pointer by value.
+template <class U, size_t N> struct tgwrap<metal::atomic<U>[N]> { using type = metal::atomic<U>[N]; };
+template <class T> using tgwrap_t = typename tgwrap<T>::type;
 
 template <class T> struct dptr {
   char* base = nullptr;
@@ -281,6 +305,41 @@ template <class T> struct binder<T&> {
   static constexpr uint32_t min_size = sizeof(T);
   static T& get(msl_abi::Thread* t, uint32_t n) { return bind_ref<T>(t, n); }
 };
+// A kernel parameter `device T& x [[buffer(n)]]` of a scalar or atomic T: reads and writes go to the
+// buffer, and `&x` is a checked pointer, so `(&x)[i]` is bounds-checked like any device pointer.
+template <class T> struct dref {
+  dptr<T> p;
+  T& get() const { return *p.at(0); }
+  operator T&() const { return get(); }
+  dptr<T> operator&() const { return p; }
+  dref& operator=(const dref& o) {
+    get() = o.get();
+    return *this;
+  }
+  template <class V> dref& operator=(const V& v) {
+    get() = v;
+    return *this;
+  }
+#define MSL_DREF_OP(OP) \
+  template <class V> dref& operator OP(const V& v) { get() OP v; return *this; }
+  MSL_DREF_OP(+=) MSL_DREF_OP(-=) MSL_DREF_OP(*=) MSL_DREF_OP(/=) MSL_DREF_OP(%=) MSL_DREF_OP(&=)
+  MSL_DREF_OP(|=) MSL_DREF_OP(^=) MSL_DREF_OP(<<=) MSL_DREF_OP(>>=)
+#undef MSL_DREF_OP
+  T& operator++() const { return ++get(); }
+  T& operator--() const { return --get(); }
+  T operator++(int) const { return get()++; }
+  T operator--(int) const { return get()--; }
+};
+template <class T> struct binder<dref<T>> {
+  static constexpr uint32_t min_size = sizeof(T);
+  static dref<T> get(msl_abi::Thread* t, uint32_t n) { return dref<T>{bind_ptr<T>(t, n)}; }
+};
+template <class T> struct dref_target : std::integral_constant<bool, std::is_arithmetic<T>::value> {};
+template <> struct dref_target<half> : std::true_type {};
+template <> struct dref_target<bfloat> : std::true_type {};
+template <class U> struct dref_target<metal::atomic<U>> : std::true_type {};
+// Structs and vectors stay plain references (their members must stay reachable with `.`).
+template <class T> using dref_t = typename std::conditional<dref_target<T>::value, dref<T>, T&>::type;
 inline const uint32_t simd_width_value[3] = {msl_abi::kSimdWidth, 1, 1};
 template <class T> inline T* tg_decl(uint32_t site) {
   return static_cast<T*>(api->tg_alloc(api->current(), site, sizeof(T), alignof(T)));

@@ -149,6 +149,14 @@ kernel void tg_overrun(device float* out [[buffer(0)]], uint tid [[thread_index_
   out[tid] = small[tid % 16];
 }
 
+kernel void tg_overrun_ptr(device float* out [[buffer(0)]], uint tid [[thread_index_in_threadgroup]]) {
+  threadgroup float small[16];
+  threadgroup float* p = small;  // through a pointer: only the guard band after the variable sees it
+  p[tid] = 1.0f;
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  out[tid] = small[tid % 16];
+}
+
 kernel void early_return(device float* out [[buffer(0)]], uint tid [[thread_index_in_threadgroup]]) {
   if (tid == 3) return;
   threadgroup_barrier(mem_flags::mem_threadgroup);
@@ -371,7 +379,9 @@ def test_out_of_bounds_access_names_kernel_buffer_and_offset():
     ("unbound", r"\[metal\] kernel 'axpy': buffer\(1\) is not bound"),
     ("short", r"\[metal\] kernel 'axpy': buffer\(3\) has 2 bytes; the kernel reads 4"),
     ("tgmem", r"\[metal\] kernel 'big_threadgroup'.*threadgroup memory reaches 36000 bytes; Metal allows 32768"),
-    ("tgarray", r"\[metal\] kernel 'tg_overrun'.*wrote past the end of a threadgroup variable \(into the guard bytes"),
+    ("tgarray", r"\[metal\] kernel 'tg_overrun'.*thread \((\d+), 0, 0\): out-of-bounds access to a threadgroup array at "
+                r"index \1 \(it has 16 elements\)"),
+    ("tgptr", r"\[metal\] kernel 'tg_overrun_ptr'.*wrote past the end of a threadgroup variable \(into the guard bytes"),
     ("early", r"\[metal\] kernel 'early_return'.*threadgroup_barrier reached by 63 of the group's 64 threads"),
     ("missing", r"\[metal\] test_kernels.metal defines no kernel 'nope' \(it defines: axpy, positions, tg_sum_f32, tg_sum_f16, tg_sum_bf16"),
     ("grid", r"\[metal\] grid_threads takes 1 to 3 sizes"),
@@ -394,6 +404,8 @@ def test_bad_launches_raise_clear_errors(case, match):
             run("big_threadgroup", [y], [64], [64])
         elif case == "tgarray":
             run("tg_overrun", [y], [64], [64])
+        elif case == "tgptr":
+            run("tg_overrun_ptr", [y], [64], [64])
         elif case == "early":
             run("early_return", [y], [64], [64])
         elif case == "noncontig":

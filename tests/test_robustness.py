@@ -522,16 +522,17 @@ def test_dlpack_consumer_error_survives_our_deleter():
 def test_set_num_threads_extremes():
     before = em.get_num_threads()
     try:
-        for n in (0, -1, 1000, 1, 3):
+        for n in (1000, 1, 3):
             em.set_num_threads(n)
-            assert em.get_num_threads() == max(n, 1)
+            assert em.get_num_threads() == n
             assert em.ones(300_000).sum().item() == 300_000
-        # absurd counts are capped (no int overflow, no thousands of threads spawned then failing)
-        for n in (2**31 - 1, 2**40):
-            em.set_num_threads(n)
-            assert em.get_num_threads() == 1024
-        em.set_num_threads(-2**40)
-        assert em.get_num_threads() == 1
+        # absurd counts are refused before any thread starts, and the pool keeps its size (no int
+        # overflow, no thousands of threads spawned then failing)
+        for n in (0, -1, 1025, 10**6, 2**31 - 1, 2**40, -2**40, 2**64):
+            with pytest.raises(em.EmberValueError, match=r"^\[set_num_threads\] n must be between 1 and 1024"):
+                em.set_num_threads(n)
+            assert em.get_num_threads() == 3
+            assert em.ones(300_000).sum().item() == 300_000
     finally:
         em.set_num_threads(before)
 

@@ -24,8 +24,10 @@ def test_set_get_num_threads(restore_threads):
     for n in (1, 3, 2):
         em.set_num_threads(n)
         assert em.get_num_threads() == n
-    em.set_num_threads(0)  # clamped to one thread, never zero
-    assert em.get_num_threads() == 1
+    for bad in (0, -1, 1025):  # refused, the pool unchanged
+        with pytest.raises(em.EmberValueError, match=r"^\[set_num_threads\] n must be between 1 and 1024"):
+            em.set_num_threads(bad)
+        assert em.get_num_threads() == 2
 
 
 def test_env_var_sets_default():

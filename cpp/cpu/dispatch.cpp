@@ -7,17 +7,43 @@
 #include "cpu/fused.h"
 #include "cpu/packed_gemm.h"
 
+#if defined(EMBER_X86)
+#include <cpuid.h>
+#endif
+
 namespace ember::cpu {
+namespace {
+#if defined(EMBER_X86)
+// cpuid and xgetbv directly, not __builtin_cpu_supports: that needs compiler-rt's __cpu_model, which
+// not every toolchain can link into a shared object (zig's, for the release wheel, cannot).
+struct X86Features {
+  bool avx2_fma = false, avx512 = false;
+};
+X86Features x86_features() {
+  X86Features f;
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(1, &a, &b, &c, &d)) return f;
+  const bool fma = c & (1u << 12), osxsave = c & (1u << 27), f16c = c & (1u << 29);
+  if (!osxsave) return f;
+  unsigned lo = 0, hi = 0;
+  __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  const bool ymm = (lo & 0x6u) == 0x6u, zmm = (lo & 0xe6u) == 0xe6u;  // the OS saves these registers
+  if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return f;
+  f.avx2_fma = ymm && fma && f16c && (b & (1u << 5));
+  // AVX512 F (16), DQ (17), BW (30), VL (31)
+  f.avx512 = f.avx2_fma && zmm && (b & (1u << 16)) && (b & (1u << 17)) && (b & (1u << 30)) && (b & (1u << 31));
+  return f;
+}
+#endif
+}  // namespace
 
 Isa active_isa() {
   static const Isa isa = [] {
     Isa best = Isa::Base;
 #if defined(EMBER_X86)
-    __builtin_cpu_init();
-    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) best = Isa::Avx2;
-    if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-        __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq"))
-      best = Isa::Avx512;
+    const X86Features f = x86_features();
+    if (f.avx2_fma) best = Isa::Avx2;
+    if (f.avx512) best = Isa::Avx512;
 #endif
     if (const char* e = std::getenv("EMBER_ISA")) {
       Isa want = !std::strcmp(e, "base") ? Isa::Base : !std::strcmp(e, "avx2") ? Isa::Avx2 : Isa::Avx512;

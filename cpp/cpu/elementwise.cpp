@@ -8,6 +8,20 @@
 #include "cpu/nditer.h"
 
 namespace ember::cpu {
+namespace {
+// float -> int truncation (NaN / out of range are screened by the caller). A template so its body is
+// instantiated only for integer T: the cast's dispatch switch also expands it for f16/bf16, which
+// clang (unlike GCC) checks even inside the discarded `if constexpr` branch.
+template <typename T>
+T float_to_int(double v) {
+  if constexpr (std::is_integral_v<T>) {
+    if (v < 0 && std::is_unsigned_v<T>) return T{};
+    return std::is_unsigned_v<T> ? (T)(uint64_t)v : (T)(int64_t)v;
+  } else {
+    return T{};
+  }
+}
+}  // namespace
 
 StoragePtr CpuStorage::unary(UnaryOp op, const Layout& l, double p0, double p1) const {
   UnaryFn fn = kernels().unary[(int)op][(int)dtype_];
@@ -125,7 +139,7 @@ StoragePtr CpuStorage::to_dtype(const Layout& l, DType dt) const {
             for (int64_t i = 0; i < n; ++i) {
               double v = (double)src[i * st[0]];
               bool ok = v == v && v > -9.3e18 && v < 1.8e19;
-              dst[i] = ok ? (T)(v < 0 && std::is_unsigned_v<T> ? 0 : (std::is_unsigned_v<T> ? (T)(uint64_t)v : (T)(int64_t)v)) : (T)0;
+              dst[i] = ok ? float_to_int<T>(v) : T{};
             }
             return;
           }

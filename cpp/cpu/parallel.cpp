@@ -14,6 +14,7 @@
 #include <exception>
 #include <mutex>
 #include <pthread.h>
+#include <system_error>
 #include <thread>
 #include <vector>
 
@@ -300,6 +301,7 @@ Pool& pool() {
 }  // namespace
 
 void note_interrupt() { g_interrupts.fetch_add(1, std::memory_order_release); }
+uint64_t interrupt_count() { return g_interrupts.load(std::memory_order_acquire); }
 
 InterruptScope::InterruptScope() : prev_active_(t_watch), prev_since_(t_since) {
   t_watch = true;
@@ -314,10 +316,20 @@ int get_num_threads() { return pool().size(); }
 
 void set_num_threads(int n) {
   (void)g_atfork_registered;
-  n = std::min(std::max(1, n), kMaxThreads);
+  EMBER_CHECK(n >= 1 && n <= kMaxThreads, Value, "[set_num_threads] n must be between 1 and ", kMaxThreads,
+              ", got ", n);
   std::lock_guard<std::mutex> g(g_pool_mu);
+  Pool& p = pool_locked();
+  const int before = p.size();
+  try {
+    p.resize(n);
+  } catch (const std::system_error& e) {
+    // The system refused a thread (a process or memory limit): back to the size that worked.
+    p.resize(before);
+    throw Error(ErrorKind::Value, cat_str("[set_num_threads] cannot start ", n, " threads (", e.what(),
+                                          "); the pool keeps its ", before));
+  }
   g_size.store(n);
-  pool_locked().resize(n);
   blas_set_num_threads(n);
 }
 

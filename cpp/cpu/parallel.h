@@ -13,6 +13,7 @@ void set_num_threads(int n);  // also sets BLAS's thread count
 // checks for an interrupt noted since the scope began, between pieces of its chunks, and once one is
 // seen skips the rest and throws Error(Interrupted). Scopes nest; threads without one never stop.
 void note_interrupt();
+uint64_t interrupt_count();  // how many interrupts were noted so far (the MSL emulator's watchdog reads it)
 class InterruptScope {
  public:
   InterruptScope();

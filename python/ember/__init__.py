@@ -1,6 +1,5 @@
 """ember: a tensor library with a C++ core whose centre is custom operators."""
 # ruff: noqa: I001  (the import order is deliberate: BLAS is preloaded, then _C, then the modules that patch Tensor)
-import builtins as _builtins
 import os as _env_os
 import sys as _sys
 
@@ -122,10 +121,16 @@ def set_num_threads(n: int) -> None:
     """Sets the number of threads of ember's pool, which also runs BLAS (``EMBER_NUM_THREADS`` at start).
 
     Args:
-        n: the thread count, clamped to [1, 1024]. Results are bit-identical for any ``n``.
+        n: the thread count, from 1 to 1024. Results are bit-identical for any ``n``.
+
+    Raises:
+        EmberValueError: ``[set_num_threads]`` for a count outside [1, 1024], or when the system refuses
+            the threads; the pool then keeps its size.
     """
     n = _int_arg(n, "set_num_threads", "n")  # int() would truncate 1.5 and raise bare errors on "a" or nan
-    _C.set_num_threads(_builtins.max(0, _builtins.min(n, 2**31 - 1)))  # the core clamps to [1, 1024]; no int overflow
+    if not 1 <= n <= 1024:  # checked here: a Python int may not fit the core's int
+        raise EmberValueError(f"[set_num_threads] n must be between 1 and 1024, got {n}")
+    _C.set_num_threads(n)
 
 
 def get_num_threads() -> int:

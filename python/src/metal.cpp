@@ -72,7 +72,11 @@ void emu_run(const std::string& source, const std::string& function, const py::l
       arrays.push_back({arr, a.new_buffer(arr.data(), (size_t)arr.nbytes())});
       kinds[i] = 1;
     }
-    metal::PipelineHandle p = a.new_pipeline(source, label, function, cs);
+    metal::PipelineHandle p;
+    {
+      py::gil_scoped_release nogil;  // a first use compiles (seconds): other Python threads go on meanwhile
+      p = a.new_pipeline(source, label, function, cs);
+    }
     std::unique_ptr<metal::CommandBuffer> cb = a.new_command_buffer();
     {
       py::gil_scoped_release nogil;

@@ -2,58 +2,46 @@
 #include "metal/emu/compiler.h"
 
 #include <dlfcn.h>
-#include <fcntl.h>
-#include <spawn.h>
+#include <pthread.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
-#include <unistd.h>
 
 #include <atomic>
-#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
-#include <fstream>
 #include <map>
 #include <mutex>
-#include <sstream>
 
 #include "error.h"
+#include "kernel_cache.h"
 #include "metal/embedded.h"
+#include "metal/emu/faults.h"
 #include "metal/emu/rewrite.h"
 #include "metal/emu/runtime.h"
-
-extern char** environ;
+#include "sha256.h"
 
 namespace ember::metal::emu {
 namespace {
 
 // Bumped when the rewriter's output changes meaning, so stale cached modules are never loaded.
-constexpr const char* kRewriterVersion = "emu-rewrite-3";
+constexpr const char* kRewriterVersion = "emu-rewrite-4";
 
 // The headers a plain MSL source may include; the shim is force-included instead.
 const char* kStdHeaders[] = {"metal_stdlib", "metal_math", "metal_simdgroup", "metal_atomic", "metal_compute",
                              "metal_integer", "metal_common", "metal_relational", "metal_geometric",
                              "metal_numeric", "metal_types", "metal_pack", "metal_simdgroup_matrix"};
 
+// Guards g_modules only: never held while a kernel compiles (the cache serialises builds per key), and
+// taken across fork() so that a child never inherits it locked.
 std::mutex g_mu;
 std::map<std::string, std::shared_ptr<const Module>> g_modules;
 std::atomic<uint64_t> g_compiles{0}, g_disk_hits{0}, g_memory_hits{0};
+void fork_prepare() { g_mu.lock(); }
+void fork_parent() { g_mu.unlock(); }
+const int g_atfork = pthread_atfork(fork_prepare, fork_parent, fork_parent);
 
-std::string read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  std::stringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-void write_file(const std::string& path, const std::string& text) {
-  std::ofstream f(path, std::ios::binary);
-  f << text;
-  EMBER_CHECK(f.good(), Value, "[metal] cannot write ", path);
-}
-void mkdirs(const std::string& path) {
-  for (size_t i = 1; i <= path.size(); ++i)
-    if (i == path.size() || path[i] == '/') ::mkdir(path.substr(0, i).c_str(), 0755);
+kcache::Cache& cache() {
+  static auto* c = new kcache::Cache("msl-emu", "EMBER_METAL_CACHE", "metal");  // leaked: modules stay loaded
+  return *c;
 }
 
 const char* shim_text(const char* name) {
@@ -68,102 +56,66 @@ std::string compiler() {
   return "c++";
 }
 
-// Runs argv with stdout and stderr into `log_path`; returns the exit status (-1 if it could not start).
-int run(const std::vector<std::string>& argv, const std::string& log_path) {
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 1, log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  posix_spawn_file_actions_adddup2(&fa, 1, 2);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  std::vector<char*> args;
-  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
-  args.push_back(nullptr);
-  pid_t pid;
-  const int rc = posix_spawnp(&pid, args[0], &fa, nullptr, args.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
-  if (rc != 0) return -1;
-  int status = 0;
-  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+// Whether `cxx` takes `flag` (older clangs lack -fstack-clash-protection); asked once per compiler.
+bool takes_flag(const std::string& cxx, const std::string& flag) {
+  static std::mutex mu;
+  static std::map<std::string, bool> known;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (auto it = known.find(cxx + ' ' + flag); it != known.end()) return it->second;
   }
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-// The compiler's identity (its --version text), part of every cache key.
-const std::string& compiler_id() {
-  static const std::string id = [] {
-    const std::string log = cache_dir() + "/.cxx-version." + std::to_string(::getpid());
-    const int rc = run({compiler(), "--version"}, log);
-    std::string text = read_file(log);
-    ::unlink(log.c_str());
-    EMBER_CHECK(rc == 0, Value, "[metal] the emulator needs a C++ compiler: '", compiler(),
-                " --version' failed (set EMBER_METAL_CXX or CXX)");
-    return compiler() + "\n" + text;
-  }();
-  return id;
+  std::string out;
+  const bool ok = kcache::run_command({cxx, flag, "-fsyntax-only", "-x", "c++", "/dev/null"}, &out) == 0;
+  std::lock_guard<std::mutex> lock(mu);
+  known[cxx + ' ' + flag] = ok;
+  return ok;
 }
 
 std::string compile_fail(const std::string& label, const std::string& log) {
   return "[metal] compiling " + label + " failed:\n" + log;
 }
 
-// Builds the module for `source` into `so_path` (atomically: a temporary directory, then rename).
-void build(const std::string& source, const std::string& label, const CompileOptions& opt, const std::string& so_path) {
-  static std::atomic<int> counter{0};
-  const std::string dir = cache_dir() + "/tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
-  mkdirs(dir + "/inc");
-  write_file(dir + "/inc/msl_cpu.h", shim_text("msl_cpu.h"));
-  write_file(dir + "/inc/msl_abi.h", shim_text("msl_abi.h"));
-  write_file(dir + "/inc/ember_dtype.h", shim_text("dtype.h"));
-  for (const char* h : kStdHeaders) write_file(dir + "/inc/" + h, "");
+// Builds the module for `source` in `dir` (a private directory the cache made) into `out`.
+void build(const std::string& source, const std::string& label, const CompileOptions& opt, const std::string& dir,
+           const std::string& out) {
+  ::mkdir((dir + "/inc").c_str(), 0700);
+  kcache::write_new_file(dir + "/inc/msl_cpu.h", shim_text("msl_cpu.h"), "metal");
+  kcache::write_new_file(dir + "/inc/msl_abi.h", shim_text("msl_abi.h"), "metal");
+  kcache::write_new_file(dir + "/inc/ember_dtype.h", shim_text("dtype.h"), "metal");
+  for (const char* h : kStdHeaders) kcache::write_new_file(dir + "/inc/" + h, "", "metal");
   std::string src_name = label;
   for (char& c : src_name)
     if (c == '/' || c == ' ') c = '_';
-  write_file(dir + "/" + src_name, source);
+  if (src_name.empty() || src_name[0] == '.') src_name = "k" + src_name;
+  kcache::write_new_file(dir + "/" + src_name, source, "metal");
   const std::string cxx = compiler();
-  const std::string log = dir + "/log.txt";
-  auto cleanup = [&] {
-    const std::string cmd_files[] = {"inc/msl_cpu.h", "inc/msl_abi.h", "inc/ember_dtype.h", src_name, "pre.ii",
-                                     "kernel.cpp", "log.txt", "kernel.so"};
-    for (const auto& f : cmd_files) ::unlink((dir + "/" + f).c_str());
-    for (const char* h : kStdHeaders) ::unlink((dir + "/inc/" + h).c_str());
-    ::rmdir((dir + "/inc").c_str());
-    ::rmdir(dir.c_str());
-  };
+  std::string log;
   // 1. Preprocess (macros such as an instantiate() helper expand before the rewriter sees the kernels).
   std::vector<std::string> pre = {cxx, "-E", "-x", "c++", "-std=c++17", "-D__METAL_VERSION__=310", "-I", dir + "/inc",
                                   "-o", dir + "/pre.ii", dir + "/" + src_name};
-  if (run(pre, log) != 0) {
-    const std::string text = read_file(log);
-    cleanup();
-    throw Error(ErrorKind::Value, compile_fail(label, text));
-  }
-  RewriteResult rw;
-  try {
-    rw = rewrite_msl(read_file(dir + "/pre.ii"), label, RewriteMode::Emulate);
-  } catch (...) {
-    cleanup();
-    throw;
-  }
-  write_file(dir + "/kernel.cpp", rw.text);
+  if (kcache::run_command(pre, &log) != 0) throw Error(ErrorKind::Value, compile_fail(label, log));
+  std::string pre_text;
+  EMBER_CHECK(kcache::read_file_nofollow(dir + "/pre.ii", &pre_text), Value, "[metal] compiling ", label,
+              ": the preprocessor wrote no output");
+  RewriteResult rw = rewrite_msl(pre_text, label, RewriteMode::Emulate);
+  kcache::write_new_file(dir + "/kernel.cpp", rw.text, "metal");
   // 2. Compile the rewritten unit against the shim.
   std::vector<std::string> cc = {cxx, "-std=c++17", "-O2", "-fPIC", "-shared", "-w", "-fvisibility=hidden",
                                  "-D__METAL_VERSION__=310", "-I", dir + "/inc", "-include", dir + "/inc/msl_cpu.h"};
+  // A large per-thread array probes its stack page by page, so it meets the fiber's guard page (an
+  // error, faults.h) instead of stepping over it into other memory.
+  if (takes_flag(cxx, "-fstack-clash-protection")) cc.push_back("-fstack-clash-protection");
   if (opt.tsan) {
     cc.push_back("-fsanitize=thread");
     cc.push_back("-g");
   }
   for (const auto& [idx, value] : opt.constants) cc.push_back("-DMSL_FC_" + std::to_string(idx) + "=" + value);
-  cc.insert(cc.end(), {"-o", dir + "/kernel.so", dir + "/kernel.cpp"});
-  if (run(cc, log) != 0) {
-    std::string text = read_file(log);
+  cc.insert(cc.end(), {"-o", out, dir + "/kernel.cpp"});
+  if (kcache::run_command(cc, &log) != 0) {
     // the log names our temporary files; show the source's own name instead
-    for (size_t p; (p = text.find(dir + "/")) != std::string::npos;) text.erase(p, dir.size() + 1);
-    cleanup();
-    throw Error(ErrorKind::Value, compile_fail(label, text));
+    for (size_t p; (p = log.find(dir + "/")) != std::string::npos;) log.erase(p, dir.size() + 1);
+    throw Error(ErrorKind::Value, compile_fail(label, log));
   }
-  const bool ok = ::rename((dir + "/kernel.so").c_str(), so_path.c_str()) == 0;
-  cleanup();
-  EMBER_CHECK(ok, Value, "[metal] cannot store the compiled kernel in ", so_path, ": ", std::strerror(errno));
 }
 
 }  // namespace
@@ -186,23 +138,7 @@ std::string digest(const std::string& data) {
   return buf;
 }
 
-std::string cache_dir() {
-  static const std::string dir = [] {
-    std::string d;
-    if (const char* e = std::getenv("EMBER_METAL_CACHE"); e && *e) {
-      d = e;
-    } else if (const char* x = std::getenv("XDG_CACHE_HOME"); x && *x) {
-      d = std::string(x) + "/ember/msl-emu";
-    } else if (const char* h = std::getenv("HOME"); h && *h) {
-      d = std::string(h) + "/.cache/ember/msl-emu";
-    } else {
-      d = "/tmp/ember-msl-emu-" + std::to_string(::getuid());
-    }
-    mkdirs(d);
-    return d;
-  }();
-  return dir;
-}
+std::string cache_dir() { return cache().dir(); }
 
 Module::Module(void* handle, std::string label) : handle_(handle), label_(std::move(label)) {
   using Init = uint32_t (*)(const msl_abi::Api*);
@@ -228,27 +164,32 @@ std::vector<std::string> Module::names() const {
 
 std::shared_ptr<const Module> load_module(const std::string& source, const std::string& label,
                                           const CompileOptions& options) {
+  (void)g_atfork;
+  static const std::string shims = sha256_hex(std::string(shim_text("msl_cpu.h")) + '\0' + shim_text("msl_abi.h") +
+                                              '\0' + shim_text("dtype.h"));
+  const std::string cxx_id =
+      kcache::compiler_identity(compiler(), "metal", "the MSL emulator compiles kernels with it; set EMBER_METAL_CXX or CXX");
+  const std::string key = sha256_hex(std::string(kRewriterVersion) + '\0' + source + '\0' + shims + '\0' +
+                                     options.key() + '\0' + cxx_id);
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    if (auto it = g_modules.find(key); it != g_modules.end()) {
+      ++g_memory_hits;
+      return it->second;
+    }
+  }
+  const kcache::Cache::Loaded got = cache().load_so(key, [&](const std::string& dir, const std::string& out) {
+    build(source, label, options, dir, out);
+  });
+  (got.source == kcache::Cache::Loaded::Built ? g_compiles : got.source == kcache::Cache::Loaded::Disk ? g_disk_hits
+                                                                                                       : g_memory_hits)++;
   std::lock_guard<std::mutex> lock(g_mu);
-  const std::string key = digest(std::string(kRewriterVersion) + '\0' + source + '\0' + shim_text("msl_cpu.h") +
-                                 '\0' + shim_text("msl_abi.h") + '\0' + shim_text("dtype.h") + '\0' +
-                                 options.key() + '\0' + compiler_id());
-  if (auto it = g_modules.find(key); it != g_modules.end()) {
-    ++g_memory_hits;
-    return it->second;
+  auto [it, fresh] = g_modules.emplace(key, nullptr);
+  if (fresh) {
+    register_kernel_code(got.handle);
+    it->second = std::make_shared<const Module>(got.handle, label);
   }
-  const std::string so_path = cache_dir() + "/" + key + ".so";
-  struct stat st;
-  if (::stat(so_path.c_str(), &st) == 0) {
-    ++g_disk_hits;
-  } else {
-    build(source, label, options, so_path);
-    ++g_compiles;
-  }
-  void* h = ::dlopen(so_path.c_str(), RTLD_NOW | RTLD_LOCAL);
-  EMBER_CHECK(h != nullptr, Value, "[metal] cannot load the compiled kernel ", so_path, ": ", ::dlerror());
-  auto mod = std::make_shared<const Module>(h, label);
-  g_modules.emplace(key, mod);
-  return mod;
+  return it->second;
 }
 
 CompileStats compile_stats() { return {g_compiles.load(), g_disk_hits.load(), g_memory_hits.load()}; }

@@ -1,5 +1,5 @@
 // The emulator's kernel compiler: MSL source -> rewritten C++ -> shared object (system compiler), cached
-// on disk by a hash of (source, shim, options, compiler) and loaded with dlopen.
+// on disk (kernel_cache.h) by a hash of (source, shim, options, compiler) and loaded with dlopen.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -45,7 +45,8 @@ struct CompileStats {
 };
 CompileStats compile_stats();
 
-// $EMBER_METAL_CACHE, else $XDG_CACHE_HOME/ember/msl-emu, else ~/.cache/ember/msl-emu.
+// $EMBER_METAL_CACHE, else $XDG_CACHE_HOME/ember/msl-emu, else ~/.cache/ember/msl-emu, when it is safe
+// (kcache::Cache::dir()); else this process's private directory.
 std::string cache_dir();
 
 // 128-bit FNV-1a style digest, as 32 hex digits (cache keys; not cryptographic).

@@ -174,6 +174,11 @@ class Rewriter {
     fail(std::string("unbalanced '") + open + "'");
   }
   int attribute(int k);
+  bool in_kernel_params(int k) const {
+    for (const auto& [a, b] : kernel_params_)
+      if (k > a && k < b) return true;
+    return false;
+  }
   void address_space(int& k);
   void threadgroup_var(int& k);
   void literal(int k);
@@ -195,6 +200,7 @@ class Rewriter {
   RewriteMode mode_;
   std::vector<Attr> attrs_;
   std::vector<KernelSite> kernels_;
+  std::vector<std::pair<int, int>> kernel_params_;  // the parameter lists of kernels, (open, close)
   std::map<std::string, TemplateKernel> templates_;
   int template_start_ = -1;
   std::set<int> function_constants_;
@@ -244,6 +250,20 @@ void Rewriter::address_space(int& k) {
     k = j;
     return;
   }
+  if (t(j) == "&" && q == "device" && t(k - 1) != "const" && in_kernel_params(k)) {
+    // A kernel's `device T& x [[buffer(n)]]`: a checked reference for scalars and atomics (msl_cpu.h dref).
+    bool has_const = false;
+    std::string type;
+    for (int m = k + 1; m < j; ++m) {
+      has_const = has_const || t(m) == "const";
+      type += (type.empty() ? "" : " ") + t(m);
+    }
+    if (!has_const && mode_ == RewriteMode::Emulate) {
+      replace(k, j, "::msl::dref_t<" + type + ">");
+      k = j;
+      return;
+    }
+  }
   if (t(j) == "&" || t(j) == "&&") {
     replace(k, k, q == "constant" ? "const" : "");
     return;
@@ -290,7 +310,8 @@ void Rewriter::threadgroup_var(int& k) {
     return;
   }
   const std::string type = source_text(k + 1, nm) + " " + source_text(bracket, e);
-  replace(k, e, "auto& " + t(nm) + " = *::msl::tg_decl<" + type + ">(" + std::to_string(tg_sites_++) + "u);");
+  replace(k, e, "auto& " + t(nm) + " = *::msl::tg_decl<::msl::tgwrap_t<" + type + ">>(" + std::to_string(tg_sites_++) +
+                    "u);");
   k = e;
 }
 
@@ -325,6 +346,7 @@ void Rewriter::kernel_definition(int k, bool is_template, const std::string& hos
   // k is the `void`; then the name and the parameter list
   if (kind(k + 1) != Tk::Ident || t(k + 2) != "(") fail("cannot parse the kernel after 'kernel void'");
   const int close = match(k + 2, "(", ")");
+  kernel_params_.emplace_back(k + 2, close);
   if (is_template) {  // its kernels are the explicit instantiations; the wrapper is generated from here
     TemplateKernel tk{source_text(template_start_, template_end_ + 1), "", k + 2, close};
     int a = template_start_ + 2, angle = 0;
@@ -387,6 +409,7 @@ void Rewriter::instantiation(int& k) {
   }
   if (t(m) != "(") fail("cannot parse the instantiation of '" + fn + "'");
   const int close = match(m, "(", ")");
+  kernel_params_.emplace_back(m, close);
   if (host.empty()) host = fn;
   kernels_.push_back({host, call, m, close, targs.empty() ? "" : fn, targs});
   k = j;  // the parameter list is rewritten by the main loop like any other

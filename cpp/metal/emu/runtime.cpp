@@ -3,6 +3,7 @@
 // between barriers, so a kernel that lacks a barrier reads stale threadgroup memory and fails its test.
 #include "metal/emu/runtime.h"
 
+#include <pthread.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -16,6 +17,7 @@
 
 #include "cpu/parallel.h"
 #include "error.h"
+#include "metal/emu/faults.h"
 
 #if defined(__SANITIZE_THREAD__)
 #define EMU_TSAN 1
@@ -219,7 +221,23 @@ struct Worker {
   std::vector<Stack> stacks;
   Fiber sched;
   Group group;
+  FaultJump jump;
+  void* altstack = fault_thread_init();
+  const char* stack_lo = nullptr;  // this thread's own stack, where kernels without barriers run
+  const char* stack_hi = nullptr;
+  Worker() {
+#if defined(__linux__)
+    pthread_attr_t a;
+    void* addr = nullptr;
+    size_t size = 0;
+    if (pthread_getattr_np(pthread_self(), &a) == 0) {
+      if (pthread_attr_getstack(&a, &addr, &size) == 0) stack_lo = static_cast<char*>(addr), stack_hi = stack_lo + size;
+      pthread_attr_destroy(&a);
+    }
+#endif
+  }
   ~Worker() {
+    fault_thread_exit(altstack);
     const size_t page = (size_t)::sysconf(_SC_PAGESIZE);
     for (const Stack& s : stacks) {
 #ifdef EMU_ASAN
@@ -474,7 +492,7 @@ void check_guards(Group& g) {
       }
 }
 
-void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3]) {
+void run_group_body(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3]) {
   Group& g = w.group;
   g.launch = &L;
   g.failed = false;
@@ -584,7 +602,14 @@ void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3]) {
       void* fake = nullptr;
       __sanitizer_start_switch_fiber(&fake, w.stacks[i].base, w.stacks[i].size);
 #endif
+      fault_set_stack(w.stacks[i].base, w.stacks[i].base + w.stacks[i].size);
+#ifdef EMU_ASAN
+      w.jump.home_bottom = &g.asan_sched_bottom, w.jump.home_size = &g.asan_sched_size;
+#endif
+      w.jump.on_fiber = true;
       switch_to(w.sched, g.fibers[i]);
+      w.jump.on_fiber = false;
+      fault_set_stack(w.stack_lo, w.stack_hi);
 #ifdef EMU_ASAN
       __sanitizer_finish_switch_fiber(fake, nullptr, nullptr);
 #endif
@@ -597,6 +622,35 @@ void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3]) {
   __tsan_acquire(&g.done_sync);
   for (void* f : g.tsan_fibers) __tsan_destroy_fiber(f);
 #endif
+}
+
+// Runs one group with its faults armed (faults.h): SIGFPE, a stack overflow or the watchdog in the kernel
+// come back here by siglongjmp, abandoning the group's fibers (their stacks are reset by the next group)
+// and whatever run_group_body had allocated.
+void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3]) {
+  if (sigsetjmp(w.jump.env, 0) != 0) {
+    Group& g = w.group;
+    const msl_abi::Thread* t = t_cur;
+    t_cur = nullptr;
+    fault_set_stack(w.stack_lo, w.stack_hi);
+#ifdef EMU_ASAN
+    if (w.jump.on_fiber) __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
+#endif
+#ifdef EMU_TSAN
+    if (w.jump.on_fiber) __tsan_switch_to_fiber(g.tsan_sched, 0);
+#endif
+    w.jump.on_fiber = false;
+    const uint32_t i = t && t >= g.threads.data() && t < g.threads.data() + g.count ? (uint32_t)(t - g.threads.data()) : 0;
+    g.failed = false;  // the fault is what happened, whatever was noted before it
+    fail(g, i, w.jump.message, w.jump.kind);
+    return;
+  }
+  fault_set_stack(w.stack_lo, w.stack_hi);
+  fault_arm(&w.jump);
+  struct Disarm {
+    ~Disarm() { fault_disarm(); }
+  } disarm;
+  run_group_body(w, L, gi, ng);
 }
 
 }  // namespace
@@ -631,12 +685,17 @@ void run_launch(const Launch& L) {
     groups *= ng[d];
   }
   std::mutex mu;
+  const uint64_t start = now_ns(), interrupts = cpu::interrupt_count();
   std::atomic<bool> failed{false};
   uint64_t err_group = ~0ull;
   std::string err;
   ErrorKind err_kind = ErrorKind::Value;
   cpu::parallel_for((int64_t)groups, 1, [&](int64_t b, int64_t e) {
     Worker& w = worker();
+    watchdog_begin(start, interrupts);
+    struct End {
+      ~End() { watchdog_end(); }
+    } end;
     for (int64_t gi = b; gi < e && !failed.load(std::memory_order_relaxed); ++gi) {
       run_group(w, L, (uint64_t)gi, ng);
       if (w.group.failed) {
