@@ -61,7 +61,32 @@ DeviceBackend& device_backend(Device d, const char* op) {
 
 bool device_available(Device d) { return find_backend(d) != nullptr; }
 
+namespace {
+struct LocalGen {
+  bool on = false;
+  uint64_t seed = 0, counter = 0;
+};
+thread_local LocalGen tl_gen;
+}  // namespace
+
+void rng_install(uint64_t mixed_seed, uint64_t counter) {
+  EMBER_CHECK(!tl_gen.on, Value, "[Generator] a generator is already installed on this thread");
+  tl_gen = {true, mixed_seed, counter};
+}
+
+uint64_t rng_uninstall() {
+  tl_gen.on = false;
+  return tl_gen.counter;
+}
+
+uint64_t rng_mix(uint64_t seed) { return mix(seed); }
+
 RngDraw rng_reserve(uint64_t n) {
+  if (tl_gen.on) {  // an em.Generator's own stream: the draw sees the same (seed, counter) scheme
+    const RngDraw d{tl_gen.seed, tl_gen.counter};
+    tl_gen.counter += n;
+    return d;
+  }
   // The seed is read first: a draw racing manual_seed gets either stream, never a torn one.
   const uint64_t seed = g_seed.load();
   return {seed, g_counter.fetch_add(n)};

@@ -49,6 +49,11 @@ struct RngDraw {
 };
 RngDraw rng_reserve(uint64_t n);
 void manual_seed(uint64_t seed);
+// An em.Generator: while installed on a thread, that thread's draws come from (seed, counter) instead of
+// the global generator; rng_uninstall returns the advanced counter. rng_mix is manual_seed's seed mixing.
+void rng_install(uint64_t mixed_seed, uint64_t counter);
+uint64_t rng_uninstall();
+uint64_t rng_mix(uint64_t seed);
 // The generator's (seed, counter) without drawing, and setting both back (em.checkpoint replays a
 // recomputation's random draws with them, as torch's preserve_rng_state does).
 RngDraw rng_state();

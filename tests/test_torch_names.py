@@ -234,7 +234,7 @@ def test_torch_gradient_names_say_where_gradients_are():
     v = em.Var([1.0, 2.0])
     model = em.nn.Linear(2, 2)
     opt = em.optim.SGD(model.parameters(), lr=0.1)
-    calls = [lambda: v.grad, lambda: setattr(v, "requires_grad", True), lambda: v.requires_grad_(),
+    calls = [lambda: v.grad, lambda: setattr(v, "requires_grad", True), lambda: em.ones(2).requires_grad_(),
              lambda: v.retain_grad(), lambda: opt.zero_grad(), lambda: opt.step(), lambda: model.zero_grad(),
              lambda: em.tensor([1.0], requires_grad=True), lambda: em.zeros(2, requires_grad=True),
              lambda: em.randn(2, requires_grad=True)]
@@ -244,6 +244,8 @@ def test_torch_gradient_names_say_where_gradients_are():
         msg = str(ei.value)
         assert msg.startswith("[") and "backward()" in msg and ("g[" in msg or "opt.step(g)" in msg), msg
         assert isinstance(ei.value, AttributeError) and isinstance(ei.value, em.EmberError)
+    # on a Var (a parameter) requires_grad_ is torch's freeze switch, in place
+    assert v.requires_grad_(False) is v and not v.is_variable and v.requires_grad_().is_variable
     assert v.requires_grad and not em.tensor([1.0]).requires_grad and (v * 2).requires_grad
     assert em.Var([1.0], requires_grad=True).is_variable  # torch's spelling is accepted where it holds
     with pytest.raises(em.GradientsInStore, match=r"^\[Var\] .*em\.tensor"):

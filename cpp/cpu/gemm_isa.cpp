@@ -3,12 +3,14 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
 #include <immintrin.h>
 #endif
 
 #include "cpu/packed_gemm.h"
+#include "dtype.h"
 
 #ifndef EMBER_ISA
 #define EMBER_ISA base
@@ -38,7 +40,7 @@ static inline V fma(V a, V b, V c) { return a * b + c; }
 constexpr int kNV = 2, kNR = kNV * kW;
 // k is split into blocks of about kKC and the rows into blocks of kMC (whole row panels): a B
 // micro-panel (kKC x nr) fits L1 and an A block (kMC x kKC) a quarter of a small L2.
-constexpr int64_t kKC = kW == 16 ? 192 : 256;
+constexpr int64_t kKC = 256;
 constexpr int64_t kMC = 128 / kMR * kMR;
 
 static inline V vld(const float* p) {
@@ -48,27 +50,37 @@ static inline V vld(const float* p) {
 }
 static inline void vst(float* p, V v) { std::memcpy(p, &v, sizeof v); }
 
-// c (row stride ldc) = [c +] a_panel . b_panel over kc steps, the whole mr x nr tile.
-static void tile(int64_t kc, const float* __restrict a, const float* __restrict b, float* __restrict c, int64_t ldc,
-                 bool acc) {
-  V r[kMR][kNV];
+// c (row stride ldc) = [c +] a_panel . b over kc steps, a whole R x nr tile: a is an R-row panel (R floats
+// per k), b's rows (nr floats each) lie ldb apart (nr when packed; a row-major B read in place for thin
+// products). Every element is one FMA chain over k in order, whatever the tile or block around it.
+template <int R>
+static void tile(int64_t kc, const float* __restrict a, const float* __restrict b, int64_t ldb, float* __restrict c,
+                 int64_t ldc, bool acc, const float* cn) {
+  V r[R][kNV];
+#if defined(__SSE__)
+  // The next tile's C lines, so their misses overlap this tile's work (C often lies beyond L2).
+  for (int i = 0; i < R; ++i)
+    for (int j = 0; j < kNR; j += 16) _mm_prefetch((const char*)(cn + i * ldc + j), _MM_HINT_T0);
+#else
+  (void)cn;
+#endif
 #pragma GCC unroll 32
-  for (int i = 0; i < kMR; ++i)
+  for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < kNV; ++j) r[i][j] = acc ? vld(c + i * ldc + j * kW) : V{};
-  for (int64_t kk = 0; kk < kc; ++kk, a += kMR, b += kNR) {
+  for (int64_t kk = 0; kk < kc; ++kk, a += R, b += ldb) {
     V bv[kNV];
 #pragma GCC unroll 4
     for (int j = 0; j < kNV; ++j) bv[j] = vld(b + j * kW);
 #pragma GCC unroll 32
-    for (int i = 0; i < kMR; ++i) {
+    for (int i = 0; i < R; ++i) {
       const V ai = a[i] - V{};
 #pragma GCC unroll 4
       for (int j = 0; j < kNV; ++j) r[i][j] = fma(ai, bv[j], r[i][j]);
     }
   }
 #pragma GCC unroll 32
-  for (int i = 0; i < kMR; ++i)
+  for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < kNV; ++j) vst(c + i * ldc + j * kW, r[i][j]);
 }
@@ -83,25 +95,205 @@ void run(const float* ap, const float* bp, int64_t m, int64_t n, int64_t k, floa
     for (int64_t kb = 0; kb < nkb; ++kb) {
       const int64_t k0 = k * kb / nkb, kc = k * (kb + 1) / nkb - k0;
       const bool add = acc || kb > 0;
+      const int64_t ie = std::min(mp, ib + kMC / kMR);
       for (int64_t jp = 0; jp < np; ++jp) {
         const float* b = bp + (jp * k + k0) * kNR;
         const int64_t nv = std::min<int64_t>(kNR, n - jp * kNR);
-        for (int64_t ip = ib; ip < std::min(mp, ib + kMC / kMR); ++ip) {
+        for (int64_t ip = ib; ip < ie; ++ip) {
           const float* a = ap + (ip * k + k0) * kMR;
           const int64_t mv = std::min<int64_t>(kMR, m - ip * kMR);
           float* ct = c + ip * kMR * ldc + jp * kNR;
+          // the next tile: the next row panel, or the block's first one in the next column panel
+          const float* cn = ip + 1 < ie ? ct + kMR * ldc : jp + 1 < np ? c + ib * kMR * ldc + (jp + 1) * kNR : ct;
           if (mv == kMR && nv == kNR) {
-            tile(kc, a, b, ct, ldc, add);
+            tile<kMR>(kc, a, b, kNR, ct, ldc, add, cn);
             continue;
           }
           // A ragged tile runs on a full-size copy, then only its valid part goes back.
           if (add)
             for (int64_t i = 0; i < mv; ++i) std::memcpy(edge + i * kNR, ct + i * ldc, (size_t)nv * sizeof(float));
-          tile(kc, a, b, edge, kNR, add);
+          tile<kMR>(kc, a, b, kNR, edge, kNR, add, edge);
           for (int64_t i = 0; i < mv; ++i) std::memcpy(ct + i * ldc, edge + i * kNR, (size_t)nv * sizeof(float));
         }
       }
     }
+}
+
+// Thin products (few rows): C[:, j0:j1] = A B with B (k x n, row stride ldb, unit column stride) read in
+// place, A (m x k, row-major, lda) packed a group of rows at a time; rows in groups of kMR, 4, 2, 1.
+template <int R>
+static void thin_rows(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t n, int64_t j0, int64_t j1,
+                      int64_t k, float* c, int64_t ldc, float* ap, float* bedge) {
+  for (int64_t kk = 0; kk < k; ++kk)
+    for (int i = 0; i < R; ++i) ap[kk * R + i] = a[i * lda + kk];
+  alignas(64) float edge[R * kNR];
+  for (int64_t j = j0; j < j1; j += kNR) {
+    const int64_t nv = std::min<int64_t>(kNR, n - j);
+    if (nv == kNR) {
+      tile<R>(k, ap, b + j, ldb, c + j, ldc, false, c + std::min(j + kNR, j1 - 1));
+      continue;
+    }
+    // the ragged last columns: a zero-padded copy, so no read runs past B's end
+    for (int64_t kk = 0; kk < k; ++kk) {
+      std::memcpy(bedge + kk * kNR, b + kk * ldb + j, (size_t)nv * sizeof(float));
+      std::fill(bedge + kk * kNR + nv, bedge + (kk + 1) * kNR, 0.0f);
+    }
+    tile<R>(k, ap, bedge, kNR, edge, kNR, false, edge);
+    for (int i = 0; i < R; ++i) std::memcpy(c + i * ldc + j, edge + i * kNR, (size_t)nv * sizeof(float));
+  }
+}
+
+void thin(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t m, int64_t n, int64_t j0, int64_t j1,
+          int64_t k, float* c, int64_t ldc, float* scratch) {
+  float* bedge = scratch + kMR * k;  // scratch: (kMR + kNR) * k floats
+  for (int64_t i = 0; i < m;) {
+    const int64_t left = m - i;
+    const float* ai = a + i * lda;
+    float* ci = c + i * ldc;
+    if (left >= kMR) { thin_rows<kMR>(ai, lda, b, ldb, n, j0, j1, k, ci, ldc, scratch, bedge); i += kMR; }
+    else if (left >= 4) { thin_rows<4>(ai, lda, b, ldb, n, j0, j1, k, ci, ldc, scratch, bedge); i += 4; }
+    else if (left >= 2) { thin_rows<2>(ai, lda, b, ldb, n, j0, j1, k, ci, ldc, scratch, bedge); i += 2; }
+    else { thin_rows<1>(ai, lda, b, ldb, n, j0, j1, k, ci, ldc, scratch, bedge); i += 1; }
+  }
+}
+
+// Thin products with B^T row-major (x @ W.T, decode): C[i][j] = dot(A row i, Bt row j), both along k in
+// place, R rows by 4 columns of vector partial sums added across lanes at the end.
+template <int R>
+static void dot_rows(const float* a, int64_t lda, const float* bt, int64_t ldbt, int64_t j0, int64_t j1, int64_t k,
+                     float* c, int64_t ldc) {
+  constexpr int J = 4;
+  const int64_t kv = k / kW * kW;
+  for (int64_t j = j0; j < j1; j += J) {
+    const int nj = (int)std::min<int64_t>(J, j1 - j);
+    const float* bj[J];
+    for (int q = 0; q < J; ++q) bj[q] = bt + (j + std::min(q, nj - 1)) * ldbt;
+    V s[R][J];
+    for (int i = 0; i < R; ++i)
+      for (int q = 0; q < J; ++q) s[i][q] = V{};
+    for (int64_t kk = 0; kk < kv; kk += kW) {
+      V bv[J];
+#pragma GCC unroll 4
+      for (int q = 0; q < J; ++q) bv[q] = vld(bj[q] + kk);
+#pragma GCC unroll 8
+      for (int i = 0; i < R; ++i) {
+        const V av = vld(a + i * lda + kk);
+#pragma GCC unroll 4
+        for (int q = 0; q < J; ++q) s[i][q] = fma(av, bv[q], s[i][q]);
+      }
+    }
+    for (int i = 0; i < R; ++i)
+      for (int q = 0; q < nj; ++q) {
+        alignas(64) float t[kW];
+        vst(t, s[i][q]);
+        float sum = 0.0f;
+        for (int l = 0; l < kW; ++l) sum += t[l];
+        for (int64_t kk = kv; kk < k; ++kk) sum += a[i * lda + kk] * bj[q][kk];
+        c[i * ldc + j + q] = sum;
+      }
+  }
+}
+
+void thin_t(const float* a, int64_t lda, const float* bt, int64_t ldbt, int64_t m, int64_t j0, int64_t j1, int64_t k,
+            float* c, int64_t ldc) {
+  for (int64_t i = 0; i < m;) {
+    const int64_t left = m - i;
+    if (left >= 4) { dot_rows<4>(a + i * lda, lda, bt, ldbt, j0, j1, k, c + i * ldc, ldc); i += 4; }
+    else if (left >= 2) { dot_rows<2>(a + i * lda, lda, bt, ldbt, j0, j1, k, c + i * ldc, ldc); i += 2; }
+    else { dot_rows<1>(a + i * lda, lda, bt, ldbt, j0, j1, k, c + i * ldc, ldc); i += 1; }
+  }
+}
+
+// --- packing (cpu/packed_gemm.h: pack_lines) ---
+
+template <typename S> EMBER_INLINE float ld1(const S* p) { return load<S>(*p); }
+
+#if defined(__AVX2__)
+// 8 consecutive elements as floats (F16C for f16, a shift for bf16).
+template <typename S> EMBER_INLINE __m256 ld8(const S* p) {
+  if constexpr (std::is_same_v<S, float>) return _mm256_loadu_ps(p);
+  else if constexpr (std::is_same_v<S, f16>) return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i*)p));
+  else return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(_mm_loadu_si128((const __m128i*)p)), 16));
+}
+// v[q] becomes column q of the 8 x 8 block whose rows were v[0..7].
+EMBER_INLINE void transpose8(__m256* v) {
+  __m256 t[8], s[8];
+  for (int i = 0; i < 4; ++i) {
+    t[2 * i] = _mm256_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm256_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+  }
+  for (int h = 0; h < 2; ++h) {
+    __m256 a = t[4 * h], b = t[4 * h + 1], c = t[4 * h + 2], d = t[4 * h + 3];
+    s[4 * h] = _mm256_shuffle_ps(a, c, 0x44);
+    s[4 * h + 1] = _mm256_shuffle_ps(a, c, 0xee);
+    s[4 * h + 2] = _mm256_shuffle_ps(b, d, 0x44);
+    s[4 * h + 3] = _mm256_shuffle_ps(b, d, 0xee);
+  }
+  for (int q = 0; q < 4; ++q) {
+    v[q] = _mm256_permute2f128_ps(s[q], s[q + 4], 0x20);
+    v[q + 4] = _mm256_permute2f128_ps(s[q], s[q + 4], 0x31);
+  }
+}
+#endif
+
+// n consecutive source elements to floats.
+template <typename S> EMBER_INLINE void cvt_run(const S* src, int64_t n, float* d) {
+  int64_t i = 0;
+  if constexpr (std::is_same_v<S, float>) {
+    std::memcpy(d, src, (size_t)n * sizeof(float));
+    return;
+  }
+#if defined(__AVX2__)
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(d + i, ld8(src + i));
+#endif
+  for (; i < n; ++i) d[i] = ld1(src + i);
+}
+
+// d[kk * w + r] = line r's element kk (lines[r][kk * ks]) for r < nl, zero for nl <= r < w.
+template <typename S>
+void pack_lines_t(const S* const* lines, int nl, int64_t ks, int64_t k, int w, float* d) {
+  bool consecutive = true;  // line r starts r elements after line 0: each k step is one contiguous run
+  for (int r = 1; r < nl && consecutive; ++r) consecutive = lines[r] == lines[0] + r;
+  if (consecutive && (ks != 1 || nl == 1)) {
+    for (int64_t kk = 0; kk < k; ++kk) {
+      cvt_run(lines[0] + kk * ks, nl, d + kk * w);
+      std::fill(d + kk * w + nl, d + kk * w + w, 0.0f);
+    }
+    return;
+  }
+  int64_t k0 = 0;
+#if defined(__AVX2__)
+  if (ks == 1) {  // each line runs along k: 8 x 8 blocks transposed in registers
+    for (; k0 + 8 <= k; k0 += 8)
+      for (int r0 = 0; r0 < w; r0 += 8) {
+        __m256 v[8];
+        for (int q = 0; q < 8; ++q) v[q] = r0 + q < nl ? ld8(lines[r0 + q] + k0) : _mm256_setzero_ps();
+        transpose8(v);
+        if (r0 + 8 <= w) {
+          for (int q = 0; q < 8; ++q) _mm256_storeu_ps(d + (k0 + q) * w + r0, v[q]);
+        } else {
+          alignas(32) float t[8];
+          for (int q = 0; q < 8; ++q) {
+            _mm256_store_ps(t, v[q]);
+            std::memcpy(d + (k0 + q) * w + r0, t, (size_t)(w - r0) * sizeof(float));
+          }
+        }
+      }
+  }
+#endif
+  for (int64_t kk = k0; kk < k; ++kk) {
+    float* dk = d + kk * w;
+    for (int r = 0; r < nl; ++r) dk[r] = ld1(lines[r] + kk * ks);
+    std::fill(dk + nl, dk + w, 0.0f);
+  }
+}
+
+void pack_lines(const void* const* lines, int src, int nl, int64_t ks, int64_t k, int w, float* d) {
+  switch (src) {
+    case 1: pack_lines_t((const f16* const*)lines, nl, ks, k, w, d); break;
+    case 2: pack_lines_t((const bf16* const*)lines, nl, ks, k, w, d); break;
+    default: pack_lines_t((const float* const*)lines, nl, ks, k, w, d); break;
+  }
 }
 
 }  // namespace
@@ -110,6 +302,9 @@ void EMBER_GCAT(register_gemm_, EMBER_ISA)(PackedGemm& g) {
   g.mr = kMR;
   g.nr = kNR;
   g.run = &run;
+  g.pack = &pack_lines;
+  g.thin = &thin;
+  g.thin_t = &thin_t;
   g.preferred = kW == 16;
 }
 

@@ -4,6 +4,8 @@
 #include <algorithm>
 #include <atomic>
 #include <climits>
+#include <cstdlib>
+#include <cstring>
 #include <pthread.h>
 #include <thread>
 #include <type_traits>
@@ -12,6 +14,7 @@
 #include "cpu/cpu_storage.h"
 #include "cpu/gemm.h"
 #include "cpu/nditer.h"
+#include "cpu/packed_gemm.h"
 #include "cpu/parallel.h"
 
 #if defined(EMBER_ACCELERATE)
@@ -225,6 +228,140 @@ void matmul_loop(const CpuStorage& A, const Layout& la, const CpuStorage& B, con
                });
 }
 
+
+// --- ember's packed GEMM (cpu/packed_gemm.h) as the float matmul ---
+
+// EMBER_MATMUL_GEMM=packed|blas, read per call so tests can run both; anything else (which ember's import
+// warns about) keeps the default: the packed GEMM on x86, BLAS (Accelerate on macOS) elsewhere.
+bool matmul_use_packed() {
+  const char* e = std::getenv("EMBER_MATMUL_GEMM");
+  if (e && !std::strcmp(e, "blas")) return false;
+  if (e && !std::strcmp(e, "packed")) return true;
+#if defined(EMBER_X86)
+  return true;
+#else
+  return false;
+#endif
+}
+
+template <typename S> constexpr int src_code() { return std::is_same_v<S, f16> ? 1 : std::is_same_v<S, bf16> ? 2 : 0; }
+
+// C (contiguous, batch x m x n, float) = A @ B for f32 / f16 / bf16 operands of any strides: every
+// operand is packed straight from where it lies (converted to float on the way), then the C blocks run
+// on the pool. K is never split and every C element is one FMA chain over k in order, so the result is
+// the same bits for any thread count and any block split.
+template <typename S>
+void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, const Layout& lb, float* c) {
+  const PackedGemm& pg = packed_gemm();
+  const int mr = pg.mr, nr = pg.nr;
+  Mat ma = split(la), mb = split(lb);
+  const int64_t m = ma.rows, k = ma.cols, n = mb.cols;
+  if (m == 0 || n == 0) return;
+  std::vector<int64_t> oa = batch_offsets(ma.batch), ob = batch_offsets(mb.batch);
+  const int64_t nb = (int64_t)oa.size();
+  if (nb == 0) return;
+  if (k == 0) {
+    std::fill(c, c + nb * m * n, 0.0f);
+    return;
+  }
+  const bool a_shared = std::all_of(oa.begin(), oa.end(), [&](int64_t o) { return o == oa[0]; });
+  const bool b_shared = std::all_of(ob.begin(), ob.end(), [&](int64_t o) { return o == ob[0]; });
+  // B shared by every batch: the batches stack into one (nb * m) x n product, A's rows found per batch.
+  const bool fold = b_shared && nb > 1;
+  const int64_t M = fold ? nb * m : m, G = fold ? 1 : nb;
+  const int64_t mp = panels(M, mr), np = panels(n, nr);
+  const int64_t na = (a_shared && !fold) ? 1 : G, nbb = b_shared ? 1 : G;
+  const S* a0 = A.data<S>();
+  const S* b0 = B.data<S>();
+  const int64_t nt = get_num_threads();
+  if constexpr (std::is_same_v<S, float>) {
+    // Few rows: B read where it lies (row-major or transposed), only A's rows gathered; split along N.
+    const bool b_rows = mb.cs == 1, b_cols = mb.rs == 1 && mb.cs >= k;
+    if (M <= 16 && (b_rows || b_cols)) {
+      const bool a_direct = !fold && ma.cs == 1;
+      std::vector<float> acopy(a_direct ? 0 : G * M * k);
+      if (!a_direct)
+        for (int64_t g = 0; g < G; ++g)
+          for (int64_t row = 0; row < M; ++row) {
+            const int64_t bi = fold ? row / m : g, ri = fold ? row % m : row;
+            const float* src = a0 + oa[bi] + ri * ma.rs;
+            for (int64_t kk = 0; kk < k; ++kk) acopy[(g * M + row) * k + kk] = src[kk * ma.cs];
+          }
+      const int64_t lda = a_direct ? ma.rs : k;
+      const int64_t unit = b_rows ? nr : 4;  // columns per step of the kernel
+      int64_t cw = std::max<int64_t>(unit, (n + 4 * nt - 1) / (4 * nt));
+      cw = std::max<int64_t>(cw, 65536 / std::max<int64_t>(1, k * M));  // enough work per item
+      cw = (cw + unit - 1) / unit * unit;
+      const int64_t nc = (n + cw - 1) / cw;
+      parallel_for(G * nc, 1, [&](int64_t lo, int64_t hi) {
+        static thread_local std::vector<float> scratch;
+        if (b_rows && scratch.size() < (size_t)((mr + nr) * k)) scratch.resize((size_t)((mr + nr) * k));
+        for (int64_t u = lo; u < hi; ++u) {
+          const int64_t g = u / nc, j0 = u % nc * cw, j1 = std::min(n, j0 + cw);
+          const float* ag = a_direct ? a0 + oa[g] : acopy.data() + g * M * k;
+          const float* bg = b0 + ob[b_shared ? 0 : g];
+          float* cg = c + g * M * n;
+          if (b_rows) pg.thin(ag, lda, bg, mb.rs, M, n, j0, j1, k, cg, n, scratch.data());
+          else pg.thin_t(ag, lda, bg, mb.cs, M, j0, j1, k, cg, n);
+        }
+      });
+      return;
+    }
+  }
+  const int64_t asz = mp * mr * k, bsz = np * nr * k;
+  CpuStoragePtr buf = new_cpu(DType::F32, na * asz + nbb * bsz);
+  float* ap = buf->data<float>();
+  float* bp = ap + na * asz;
+  // Packing: one panel per item.
+  const int64_t pitems = na * mp + nbb * np;
+  parallel_for(pitems, std::max<int64_t>(1, 16384 / (k * std::max(mr, nr))), [&](int64_t lo, int64_t hi) {
+    const void* lines[64];
+    for (int64_t u = lo; u < hi; ++u) {
+      if (u < na * mp) {
+        const int64_t g = u / mp, i0 = u % mp * mr;
+        const int nl = (int)std::min<int64_t>(mr, M - i0);
+        for (int r = 0; r < nl; ++r) {
+          const int64_t row = i0 + r, bi = fold ? row / m : g, ri = fold ? row % m : row;
+          lines[r] = a0 + oa[bi] + ri * ma.rs;
+        }
+        pg.pack(lines, src_code<S>(), nl, ma.cs, k, mr, ap + g * asz + i0 * k);
+      } else {
+        const int64_t v = u - na * mp, g = v / np, j0 = v % np * nr;
+        const int nl = (int)std::min<int64_t>(nr, n - j0);
+        for (int r = 0; r < nl; ++r) lines[r] = b0 + ob[g] + (j0 + r) * mb.cs;
+        pg.pack(lines, src_code<S>(), nl, mb.rs, k, nr, bp + g * bsz + j0 * k);
+      }
+    }
+  });
+  // Blocks of C: a few per thread, split along M when tall and along N when wide.
+  const int64_t flops = M * n * k * G;
+  const int64_t want = flops < (int64_t(1) << 18) ? 1 : std::max<int64_t>(1, 4 * nt / G);
+  int64_t sm, sn;
+  if (M >= n) {
+    sm = std::min(mp, want);
+    sn = std::min(np, (want + sm - 1) / sm);
+  } else {
+    sn = std::min(np, want);
+    sm = std::min(mp, (want + sn - 1) / sn);
+  }
+  sn = std::max(sn, std::min(np, (n + 511) / 512));  // a block's B (k x <= 512 columns) stays in L2 per k block
+  // and no block over about a millisecond: Ctrl-C is seen between blocks
+  while (sm < mp && 2 * ((mp + sm - 1) / sm) * mr * std::min(n, (np + sn - 1) / sn * nr) * k > (int64_t(1) << 27))
+    sm = std::min(mp, sm * 2);
+  const int64_t rbp = (mp + sm - 1) / sm, cbp = (np + sn - 1) / sn;
+  sm = (mp + rbp - 1) / rbp;
+  sn = (np + cbp - 1) / cbp;
+  parallel_for(G * sm * sn, 1, [&](int64_t lo, int64_t hi) {
+    for (int64_t u = lo; u < hi; ++u) {
+      const int64_t g = u / (sm * sn), bi = u % (sm * sn) / sn, bj = u % sn;
+      const int64_t i0 = bi * rbp * mr, j0 = bj * cbp * nr;
+      const int64_t rows = std::min(rbp * mr, M - i0), cols = std::min(cbp * nr, n - j0);
+      pg.run(ap + (na == 1 ? 0 : g) * asz + i0 * k, bp + (nbb == 1 ? 0 : g) * bsz + j0 * k, rows, cols, k,
+             c + g * M * n + i0 * n + j0, n, false);
+    }
+  });
+}
+
 }  // namespace
 
 void gemm_rowmajor(bool ta, bool tb, int64_t m, int64_t n, int64_t k, const float* a, int64_t lda, const float* b,
@@ -250,10 +387,21 @@ StoragePtr CpuStorage::matmul(const Layout& l, const BackendStorage& rhs_, const
   os.push_back(rl.shape().back());
   const int64_t numel = shape_numel(os);
   switch (dtype_) {
-    case DType::F32: { auto out = new_cpu(dtype_, numel); matmul_blas<float>(*this, l, rhs, rl, *out); return out; }
+    case DType::F32: {
+      auto out = new_cpu(dtype_, numel);
+      if (matmul_use_packed()) matmul_packed<float>(*this, l, rhs, rl, out->data<float>());
+      else matmul_blas<float>(*this, l, rhs, rl, *out);
+      return out;
+    }
     case DType::F64: { auto out = new_cpu(dtype_, numel); matmul_blas<double>(*this, l, rhs, rl, *out); return out; }
     case DType::F16:
     case DType::BF16: {
+      if (matmul_use_packed()) {  // converted to float while packing, rounded once at the end
+        auto out = new_cpu(DType::F32, numel);
+        if (dtype_ == DType::F16) matmul_packed<f16>(*this, l, rhs, rl, out->data<float>());
+        else matmul_packed<bf16>(*this, l, rhs, rl, out->data<float>());
+        return out->to_dtype(Layout::contiguous(os), dtype_);
+      }
       // through f32: cast both operands (contiguous), multiply, round once
       StoragePtr a32 = to_dtype(l, DType::F32), b32 = rhs.to_dtype(rl, DType::F32);
       auto out = new_cpu(DType::F32, numel);

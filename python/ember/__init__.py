@@ -26,6 +26,11 @@ if _env_os.environ.get("EMBER_CONV_GEMM", "blas") not in ("packed", "blas"):
 
     _warnings.warn(f"[EMBER_CONV_GEMM] unknown value {_env_os.environ['EMBER_CONV_GEMM']!r} (expected packed or "
                    "blas): ignored, the CPU's default applies", RuntimeWarning, stacklevel=2)
+if _env_os.environ.get("EMBER_MATMUL_GEMM", "packed") not in ("packed", "blas"):
+    import warnings as _warnings
+
+    _warnings.warn(f"[EMBER_MATMUL_GEMM] unknown value {_env_os.environ['EMBER_MATMUL_GEMM']!r} (expected packed "
+                   "or blas): ignored, the CPU's default applies", RuntimeWarning, stacklevel=2)
 from .args import int_arg as _int_arg  # noqa: E402
 from .backprop import GradStore, is_grad_enabled, no_grad
 from .dtypes import (
@@ -85,6 +90,7 @@ from .tensor import (
 )
 
 from .creation import eye, linspace, randint  # noqa: E402
+from .generator import Generator  # noqa: E402
 from .promotion import promote_types, result_type  # noqa: E402
 from .interop import from_dlpack  # noqa: E402  (also attaches Tensor.__dlpack__)
 from .io import load_safetensors, save_safetensors  # noqa: E402
@@ -183,7 +189,7 @@ __all__ = [
     "transpose", "tril", "triu", "trunc", "unbind", "unsqueeze", "var", "square", "reciprocal", "affine",
     "powf", "get_default_device", "set_default_device",
     "argsort", "cummax", "cummin", "cumprod", "cumsum", "sort", "topk",
-    "multinomial",
+    "multinomial", "Generator",
     "scatter", "scatter_reduce", "meshgrid", "pad", "roll",
     "bitwise_and", "bitwise_not", "bitwise_or", "bitwise_xor", "logical_and", "logical_not", "logical_or",
     "logical_xor", "randint",

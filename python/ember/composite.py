@@ -265,13 +265,18 @@ class CompositeOps:
             DTypeError: for a non-float tensor.
             EmberValueError: for both unbiased and correction.
         """
+        return self._var("var", dim, unbiased, keepdim, correction)
+
+    def _var(self, op, dim, unbiased, keepdim, correction):
+        """var's body; ``op`` names the public op (var or std) in its errors."""
         if not self.dtype.is_float:
-            raise DTypeError(f"[var] expected a float dtype, got {self.dtype.name}")
+            raise DTypeError(f"[{op}] expected a float dtype, got {self.dtype.name}")
         if unbiased is not None and correction is not None:
-            raise EmberValueError("[var] give unbiased or correction, not both")
-        c = (1.0 if bool_arg(unbiased, "var", "unbiased") else 0.0) if unbiased is not None else (
-            1.0 if correction is None else float_arg(correction, "var", "correction"))
-        dims = _t()._dims(dim, self.ndim, "var")
+            raise EmberValueError(f"[{op}] give unbiased or correction, not both")
+        c = (1.0 if bool_arg(unbiased, op, "unbiased") else 0.0) if unbiased is not None else (
+            1.0 if correction is None else float_arg(correction, op, "correction"))
+        dims = _t()._dims(dim, self.ndim, op)
+        keepdim = bool_arg(keepdim, op, "keepdim")
         n = 1
         for d in dims:
             n *= self.shape[d]
@@ -294,7 +299,7 @@ class CompositeOps:
             DTypeError: for a non-float tensor.
             EmberValueError: for both unbiased and correction.
         """
-        return self.var(dim, unbiased, keepdim, correction=correction).sqrt()
+        return self._var("std", dim, unbiased, keepdim, correction).sqrt()
 
     def any(self, dim=None, keepdim=False):
         """Whether any element over dims is nonzero (NaN counts as true), as ``torch.any``.
@@ -309,7 +314,8 @@ class CompositeOps:
         Raises:
             IndexOutOfRange: for a dim out of range.
         """
-        return self.ne(0).sum(dim, keepdim).gt(0)
+        dims, keepdim = _t()._dims(dim, self.ndim, "any"), bool_arg(keepdim, "any", "keepdim")
+        return self.ne(0).sum(dims, keepdim).gt(0)
 
     def all(self, dim=None, keepdim=False):
         """Whether every element over dims is nonzero (NaN counts as true), as ``torch.all``.
@@ -324,7 +330,8 @@ class CompositeOps:
         Raises:
             IndexOutOfRange: for a dim out of range.
         """
-        return self.eq(0).sum(dim, keepdim).eq(0)
+        dims, keepdim = _t()._dims(dim, self.ndim, "all"), bool_arg(keepdim, "all", "keepdim")
+        return self.eq(0).sum(dims, keepdim).eq(0)
 
     def isnan(self):
         """Where the elements are NaN, as ``torch.isnan``.

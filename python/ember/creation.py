@@ -19,6 +19,7 @@ from .errors import (
     OutOfMemory,
     ShapeError,
 )
+from .generator import drawing
 from .memory import _physical_memory
 from .tensor import Tensor, _check_tensor_arg, _full_storage, _shape_arg, _wrap
 
@@ -324,7 +325,7 @@ def arange(start, end=None, step=1, dtype=None, device=None, requires_grad=False
     return _wrap(s, _C.Layout.contiguous([n]), dtype, device)
 
 
-def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0, requires_grad=False):
+def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0, requires_grad=False, generator=None):
     """A new tensor of uniform random values in ``[lo, hi)``; ``em.manual_seed`` makes it reproducible.
 
     Args:
@@ -335,17 +336,19 @@ def rand(*shape, dtype=None, device=None, lo=0.0, hi=1.0, requires_grad=False):
         hi: the upper bound.
         requires_grad: must be False: ember marks what to differentiate by type (``em.Var``); True
             raises GradientsInStore saying so.
+        generator: an ``em.Generator`` to draw from instead of the global stream.
     """
     _no_requires_grad(requires_grad, "rand")
     shape = _shape_arg(shape, "rand")
     dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
     n = _checked_numel(shape, "rand")  # np.prod would wrap silently
     lo, hi = float_arg(lo, "rand", "lo"), float_arg(hi, "rand", "hi")
-    s = _C.rand_uniform(device.kind, device.index, dtype.code, n, lo, hi)
+    with drawing(generator, "rand"):
+        s = _C.rand_uniform(device.kind, device.index, dtype.code, n, lo, hi)
     return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
 
 
-def randn(*shape, dtype=None, device=None, mean=0.0, std=1.0, requires_grad=False):
+def randn(*shape, dtype=None, device=None, mean=0.0, std=1.0, requires_grad=False, generator=None):
     """A new tensor of normally distributed random values; ``em.manual_seed`` makes it reproducible.
 
     Args:
@@ -356,13 +359,15 @@ def randn(*shape, dtype=None, device=None, mean=0.0, std=1.0, requires_grad=Fals
         std: its standard deviation.
         requires_grad: must be False: ember marks what to differentiate by type (``em.Var``); True
             raises GradientsInStore saying so.
+        generator: an ``em.Generator`` to draw from instead of the global stream.
     """
     _no_requires_grad(requires_grad, "randn")
     shape = _shape_arg(shape, "randn")
     dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
     n = _checked_numel(shape, "randn")
     mean, std = float_arg(mean, "randn", "mean"), float_arg(std, "randn", "std")
-    s = _C.rand_normal(device.kind, device.index, dtype.code, n, mean, std)
+    with drawing(generator, "randn"):
+        s = _C.rand_normal(device.kind, device.index, dtype.code, n, mean, std)
     return _wrap(s, _C.Layout.contiguous(list(shape)), dtype, device)
 
 
@@ -371,7 +376,7 @@ _INT_RANGE = {"int64": (-(2**63), 2**63 - 1), "int32": (-(2**31), 2**31 - 1), "u
               "uint8": (0, 255), "bool": (0, 1)}
 
 
-def randint(*args, size=None, dtype=None, device=None, requires_grad=False):
+def randint(*args, size=None, dtype=None, device=None, requires_grad=False, generator=None):
     """A new tensor of integers drawn uniformly from ``[low, high)``, as ``torch.randint``;
     ``em.manual_seed`` makes it reproducible.
 
@@ -386,6 +391,7 @@ def randint(*args, size=None, dtype=None, device=None, requires_grad=False):
         dtype: the element type (default int64; int32, uint32, uint8, bool and the floats also work).
         device: where the tensor lives (default: the default device).
         requires_grad: must be False (integers never take gradients).
+        generator: an ``em.Generator`` to draw from instead of the global stream.
 
     Returns:
         Tensor: a new tensor of the given shape and dtype.
@@ -412,7 +418,8 @@ def randint(*args, size=None, dtype=None, device=None, requires_grad=False):
     n = _checked_numel(shape, "randint")
     draw = dtype if not dtype.is_float else _dt.int64  # floats: exact integers, then one rounding each
     _check_fits(n * draw.itemsize, "randint")
-    s = _C.rand_int_host(draw.code, n, low, high - low - 1)
+    with drawing(generator, "randint"):
+        s = _C.rand_int_host(draw.code, n, low, high - low - 1)
     out = _wrap(s, _C.Layout.contiguous(list(shape)), draw, _dt.cpu)
     return _tensor_to(out, dtype, device, "randint")
 

@@ -61,20 +61,20 @@ def maximum(a, b):
 
     Args:
         a: a tensor, numpy array or Python scalar.
-        b: likewise; at least one of a and b is a tensor.
+        b: likewise (two Python scalars give a 0-d tensor, as ``em.add`` does).
 
     Returns:
         A new tensor; ties share the gradient evenly.
 
     Raises:
-        EmberTypeError: when neither operand is a tensor, or for an unsupported operand type.
+        EmberTypeError: for an unsupported operand type.
         ShapeError: when the shapes do not broadcast.
     """
     if isinstance(a, Tensor):
         return a.maximum(b)
-    if not isinstance(b, Tensor):
-        raise EmberTypeError(f"[maximum] expected a tensor operand, got {type(a).__name__} and {type(b).__name__}")
-    return b.maximum(a)
+    if isinstance(b, Tensor):
+        return b.maximum(a)
+    return _operand(a, "maximum").maximum(b)  # two scalars / arrays, as em.add(1, 2.0) takes them
 
 
 def minimum(a, b):
@@ -82,20 +82,27 @@ def minimum(a, b):
 
     Args:
         a: a tensor, numpy array or Python scalar.
-        b: likewise; at least one of a and b is a tensor.
+        b: likewise (two Python scalars give a 0-d tensor, as ``em.add`` does).
 
     Returns:
         A new tensor; ties share the gradient evenly.
 
     Raises:
-        EmberTypeError: when neither operand is a tensor, or for an unsupported operand type.
+        EmberTypeError: for an unsupported operand type.
         ShapeError: when the shapes do not broadcast.
     """
     if isinstance(a, Tensor):
         return a.minimum(b)
-    if not isinstance(b, Tensor):
-        raise EmberTypeError(f"[minimum] expected a tensor operand, got {type(a).__name__} and {type(b).__name__}")
-    return b.minimum(a)
+    if isinstance(b, Tensor):
+        return b.minimum(a)
+    return _operand(a, "minimum").minimum(b)  # two scalars / arrays, as em.add(1, 2.0) takes them
+
+
+def _operand(x, op):
+    """A non-tensor operand as a tensor (a Python int is int64, a float float32, as em.tensor makes them)."""
+    if not isinstance(x, (numbers.Number, np.ndarray, np.generic, list, tuple)):
+        raise EmberTypeError(f"[{op}] expected a tensor, array or Python scalar operand, got {type(x).__name__}")
+    return tensor(x)
 
 
 def _tensor_list(tensors, op):

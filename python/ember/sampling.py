@@ -9,6 +9,7 @@ from . import _C
 from . import dtypes as _dt
 from .args import bool_arg, int_arg
 from .errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
+from .generator import Generator, drawing
 
 
 def _t():
@@ -23,21 +24,21 @@ def multinomial(probs, num_samples, replacement=False, *, generator=None):
     ``num_samples`` largest keys ``w_i / E_i`` (``E_i`` exponential, one uniform draw per weight), in key
     order, so categories of weight 0 come only after every positive one. With replacement each draw is an
     inverse-CDF search of a uniform in the row's running sum (weight-0 categories are never drawn).
-    Draws come from ember's global generator: ``em.manual_seed(n)`` makes them reproducible.
+    Draws come from ember's global generator (``em.manual_seed(n)`` makes them reproducible) or ``generator``.
 
     Args:
         probs: a 1-D or 2-D float tensor of weights (rows of categories), on any device.
         num_samples: how many draws per row, ``>= 1`` (and ``<= probs.shape[-1]`` without replacement).
         replacement: whether a category may be drawn more than once in a row.
-        generator: accepted for torch's signature; must be None (ember has one global generator, seeded
-            by ``em.manual_seed``).
+        generator: an ``em.Generator`` to draw from instead of the global stream (seeded by
+            ``em.manual_seed``).
 
     Returns:
         An int64 tensor on probs' device: ``(num_samples,)`` for 1-D weights, ``(rows, num_samples)`` for 2-D.
 
     Raises:
         EmberTypeError: ``probs`` is not a tensor, ``num_samples`` is not an int, ``replacement`` is not a
-            bool, or ``generator`` is not None.
+            bool, or ``generator`` is not an ``em.Generator``.
         DTypeError: ``probs`` is not a float tensor.
         ShapeError: ``probs`` is not 1-D or 2-D.
         EmberValueError: ``num_samples <= 0``, ``num_samples`` exceeds the categories without replacement,
@@ -48,9 +49,8 @@ def multinomial(probs, num_samples, replacement=False, *, generator=None):
         raise EmberTypeError(f"[{op}] expected a Tensor, got {type(probs).__name__}")
     num_samples = int_arg(num_samples, op, "num_samples")
     replacement = bool_arg(replacement, op, "replacement")
-    if generator is not None:
-        raise EmberTypeError(f"[{op}] generator must be None: ember has one global generator, seeded by "
-                             "em.manual_seed")
+    if generator is not None and not isinstance(generator, Generator):
+        raise EmberTypeError(f"[{op}] generator must be an em.Generator or None, got {type(generator).__name__}")
     if not probs.dtype.is_float:
         raise DTypeError(f"[{op}] only supports floating-point weights, got {probs.dtype.name}")
     if probs.ndim not in (1, 2):
@@ -62,6 +62,7 @@ def multinomial(probs, num_samples, replacement=False, *, generator=None):
         raise EmberValueError(f"[{op}] cannot sample num_samples = {num_samples} > {n} categories without "
                               "replacement")
     # the weights' values (finite, >= 0, a positive one per row) are checked by the kernel as it reads them
-    s, layout = _C.multinomial(probs._storage, probs._layout, num_samples, replacement)
+    with drawing(generator, op):
+        s, layout = _C.multinomial(probs._storage, probs._layout, num_samples, replacement)
     return _t()._wrap(s, layout, _dt.int64, probs._device)
 

@@ -169,8 +169,8 @@ def cumsum(x, dim, exclusive=False, reverse=False):
 def cumprod(x, dim, exclusive=False, reverse=False):
     """Running products along ``dim``, as ``torch.cumprod`` (with ``exclusive`` and ``reverse`` forms).
 
-    The gradient is ``cumsum(g * out, reversed) / x``: exact where x has no zeros; at a zero of x it is
-    not finite (torch's exact handling of zeros is not done here).
+    The gradient is ``cumsum(g * out, reversed) / x`` before a line's first zero, the product of the other
+    elements (never a division) at that zero, and 0 after it, as torch and MLX give it.
 
     Args:
         x: a tensor.
@@ -241,4 +241,12 @@ def _cumprod_grad(n, out, g):
     x = n.inputs[0]
     # the product is recomputed from x rather than read from the result, which the caller may modify
     y = cumprod(x, dim, exclusive, reverse)
-    return (cumsum(g * y, dim, exclusive, not reverse) / x,)
+    # Before a line's first zero (in scan order) sum(g * y over later outputs) / x is exact; at the first
+    # zero the gradient is that sum with the zero taken as 1 (the product of the others, exact); after it 0.
+    zero = x.eq(0)
+    seen = cumsum(zero, dim, False, reverse)  # zeros up to and including each position, in scan order
+    before, first = seen.eq(0), zero & seen.eq(1)
+    w = _t().where
+    at_zero = cumsum(g * cumprod(w(first, 1.0, x), dim, exclusive, reverse), dim, exclusive, not reverse)
+    ahead = cumsum(g * y, dim, exclusive, not reverse) / w(before, x, 1.0)
+    return (w(before, ahead, w(first, at_zero, 0.0)),)

@@ -733,6 +733,30 @@ class Var(Tensor):
     def as_detached_tensor(self):
         return self.detach()
 
+    def requires_grad_(self, requires_grad=True):
+        """Freezes (False) or unfreezes (True) this parameter in place, as torch's flag: a frozen Var
+        is no longer a variable (no gradient is computed for it, optimizers skip it) but stays this
+        object with this storage; True makes it a variable again. Returns self.
+
+        Args:
+            requires_grad: True (a variable) or False (a constant).
+
+        Raises:
+            DTypeError: True for a non-float tensor.
+        """
+        if requires_grad and not self._dtype.is_float:
+            raise DTypeError(f"[requires_grad_] only float tensors take gradients, got {self._dtype.name}")
+        self.__class__ = Var if requires_grad else FrozenVar
+        return self
+
+
+class FrozenVar(Var):
+    """A Var whose gradient is switched off (``requires_grad_(False)``): a module still lists it as a
+    parameter, but ops treat it as a constant."""
+
+    __slots__ = ()
+    is_variable = False
+
 
 # --------------------------------------------------------------------- helpers
 def _shape_arg(shape, op):

@@ -26,6 +26,8 @@ _WHERE = ("ember keeps no gradients on tensors: backward() returns them in a Gra
 def _rebuild(arr, dtype_name, device, variable):
     """Unpickles a tensor: the values, then the device and variable-ness it had."""
     t = _t().tensor(arr, dtype=dtype_name, device=device)
+    if variable == "frozen":  # a parameter switched off with requires_grad_(False)
+        return _t().Var(t).requires_grad_(False)
     return _t().Var(t) if variable else t
 
 
@@ -402,12 +404,13 @@ class TorchNames:
     # ----------------------------------------------------------------- pickling and copies
     def __reduce__(self):
         # values, dtype, device and variable-ness travel; the graph (op) does not, as a detached copy
-        return (_rebuild, (self.numpy(), self._dtype.name, str(self._device), self.is_variable))
+        kind = self.is_variable or ("frozen" if isinstance(self, _t().Var) else False)
+        return (_rebuild, (self.numpy(), self._dtype.name, str(self._device), kind))
 
     def __deepcopy__(self, memo):
         s, l = _C.contiguous(self._storage, self._layout)
         t = _t()
-        out = t._wrap(s, l, self._dtype, self._device, type(self) if self.is_variable else None)
+        out = t._wrap(s, l, self._dtype, self._device, type(self) if isinstance(self, t.Var) else None)
         memo[id(self)] = out
         return out
 

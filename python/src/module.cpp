@@ -135,6 +135,9 @@ PYBIND11_MODULE(_C, m) {
   m.def("get_num_threads", &ember::cpu::get_num_threads);
   m.def("set_num_threads", &ember::cpu::set_num_threads, py::arg("n"));
   m.def("manual_seed", [](uint64_t s) { ember::manual_seed(s); });
+  m.def("rng_install", [](uint64_t seed, uint64_t counter) { ember::rng_install(seed, counter); });
+  m.def("rng_uninstall", []() { return ember::rng_uninstall(); });
+  m.def("rng_mix", [](uint64_t s) { return ember::rng_mix(s); });
   m.def("_rng_state", [] {
     const ember::RngDraw r = ember::rng_state();
     return py::make_tuple(r.seed, r.counter);

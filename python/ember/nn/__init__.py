@@ -1,11 +1,36 @@
 """ember.nn: fused ops (``ember.nn.ops``), layers, convolutions, pooling, normalization, attention,
 resampling, activation modules, losses and ``functional``."""
-from . import functional, ops, utils
+from . import functional, init, ops, utils
 from .act_fns import elu, gelu, hardsigmoid, hardswish, leaky_relu, mish, softplus
+from .act_more import (
+    CELU,
+    GLU,
+    Hardshrink,
+    Hardtanh,
+    LogSigmoid,
+    PReLU,
+    ReLU6,
+    Softmin,
+    Softshrink,
+    Softsign,
+    Threshold,
+    celu,
+    glu,
+    hardshrink,
+    hardtanh,
+    logsigmoid,
+    prelu,
+    relu6,
+    softmin,
+    softshrink,
+    softsign,
+    threshold,
+)
 from .activations import (
     ELU,
     GELU,
     Dropout,
+    Dropout2d,
     Hardsigmoid,
     Hardswish,
     Identity,
@@ -18,6 +43,7 @@ from .activations import (
     Tanh,
 )
 from .attention import KVCache, MultiHeadAttention, RoPE
+from .containers import Flatten, ModuleDict, ParameterDict, ParameterList, Unflatten
 from .conv import (
     Conv1d,
     Conv2d,
@@ -30,6 +56,7 @@ from .conv import (
     fold,
     unfold,
 )
+from .instance_norm import InstanceNorm1d, InstanceNorm2d, instance_norm
 from .interpolate import Upsample, interpolate
 from .layers import (
     MLP,
@@ -38,7 +65,6 @@ from .layers import (
     GatedMLP,
     LayerNorm,
     Linear,
-    Module,
     ModuleList,
     RmsNorm,
     Sequential,
@@ -56,6 +82,7 @@ from .losses import (
     nll_loss,
     smooth_l1_loss,
 )
+from .module import Module, Parameter
 from .norm import BatchNorm1d, BatchNorm2d, GroupNorm, batch_norm, group_norm
 from .pooling import (
     AdaptiveAvgPool1d,
@@ -85,4 +112,23 @@ __all__ = [
     "mse_loss", "nll_loss", "ops", "smooth_l1_loss", "softplus", "swiglu", "unfold",
 ]
 __all__ += ["RoPE"]  # the rotary embedding layer (nn/attention.py)
+__all__ += ["Flatten", "ModuleDict", "Parameter", "ParameterDict", "ParameterList", "Unflatten"]  # nn/module.py, nn/containers.py
+__all__ += ["Dropout2d", "init"]
+__all__ += ["CELU", "GLU", "Hardshrink", "Hardtanh", "LogSigmoid", "PReLU", "ReLU6", "Softmin", "Softshrink",
+            "Softsign", "Threshold", "celu", "glu", "hardshrink", "hardtanh", "logsigmoid", "prelu", "relu6",
+            "softmin", "softshrink", "softsign", "threshold"]  # nn/act_more.py
+__all__ += ["InstanceNorm1d", "InstanceNorm2d", "instance_norm"]  # nn/instance_norm.py
+from .transformer import (  # noqa: E402
+    Transformer,
+    TransformerDecoder,
+    TransformerDecoderLayer,
+    TransformerEncoder,
+    TransformerEncoderLayer,
+)
+
+__all__ += ["Transformer", "TransformerDecoder", "TransformerDecoderLayer", "TransformerEncoder",
+            "TransformerEncoderLayer"]  # nn/transformer.py
 __all__ += ["utils"]  # gradient clipping (nn/utils.py)
+from .rnn import GRU, LSTM, RNN  # noqa: E402
+
+__all__ += ["GRU", "LSTM", "RNN"]  # nn/rnn.py

@@ -10,7 +10,19 @@ from .layers import Module
 
 
 class ReLU(Module):
-    """max(x, 0) elementwise, as ``torch.nn.ReLU``. Calling it takes a tensor and returns a new one."""
+    """max(x, 0) elementwise, as ``torch.nn.ReLU``. Calling it takes a tensor and returns a new one.
+
+    Args:
+        inplace: torch's flag, accepted and shown in the repr; ember returns a new tensor either way
+            (the values are the same).
+    """
+
+    def __init__(self, inplace=False):
+        super().__init__()
+        self.inplace = bool(inplace)
+
+    def extra_repr(self):
+        return "inplace=True" if self.inplace else ""
 
     def forward(self, x):
         """Applies the activation.
@@ -142,13 +154,15 @@ class Dropout(Module):
 
     Args:
         p: the drop probability, in [0, 1].
+        inplace: torch's flag, accepted and shown in the repr; ember returns a new tensor either way.
 
     Raises:
         EmberValueError: for p outside [0, 1].
     """
 
-    def __init__(self, p=0.5):
+    def __init__(self, p=0.5, inplace=False):
         super().__init__()
+        self.inplace = bool(inplace)
         self.p = float_arg(p, "Dropout", "p")
         if not 0.0 <= self.p <= 1.0:
             raise EmberValueError(f"[Dropout] p must be in [0, 1], got {self.p}")
@@ -168,7 +182,34 @@ class Dropout(Module):
         return F.dropout(x, self.p, self.training)
 
     def extra_repr(self):
-        return f"p={self.p}"
+        return f"p={self.p}, inplace={self.inplace}"
+
+
+class Dropout2d(Dropout):
+    """Zeroes whole channels with probability p while training and scales the rest by 1 / (1 - p), as
+    ``torch.nn.Dropout2d`` (``F.dropout2d``): input (N, C, H, W) or (C, H, W).
+
+    Args:
+        p: the drop probability, in [0, 1].
+        inplace: torch's flag, accepted and shown in the repr; ember returns a new tensor either way.
+
+    Raises:
+        EmberValueError: for p outside [0, 1].
+    """
+
+    def forward(self, x):
+        """Applies channel dropout when training.
+
+        Args:
+            x: a float tensor (N, C, H, W) or (C, H, W).
+
+        Returns:
+            A new tensor with dropped channels zeroed and the rest scaled, or x itself in eval mode.
+
+        Raises:
+            ShapeError: for another rank.
+        """
+        return F.dropout2d(x, self.p, self.training)
 
 
 class _Pointwise(Module):

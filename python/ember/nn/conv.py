@@ -464,6 +464,26 @@ class _ConvNd(Module):
         self.weight = _uniform(shape, bound, dtype, device)
         self.bias = _uniform((out_channels,), bound, dtype, device) if bias else None
 
+    def extra_repr(self):
+        """torch's wording: ``3, 8, kernel_size=(3, 3), stride=(1, 1)``, then the non-default arguments."""
+        n = len(self.kernel_size)
+
+        def tup(v):
+            return v if isinstance(v, str) else tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
+
+        s = f"{self.in_channels}, {self.out_channels}, kernel_size={tup(self.kernel_size)}, stride={tup(self.stride)}"
+        if tup(self.padding) != (0,) * n:
+            s += f", padding={tup(self.padding)}"
+        if tup(self.dilation) != (1,) * n:
+            s += f", dilation={tup(self.dilation)}"
+        if tup(getattr(self, "output_padding", 0)) != (0,) * n:
+            s += f", output_padding={tup(self.output_padding)}"
+        if self.groups != 1:
+            s += f", groups={self.groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s
+
 
 class Conv2d(_ConvNd):
     """A 2-D convolution layer: ``conv2d(x, weight, bias, ...)`` with a learned (C_out, C_in/groups, kh, kw)

@@ -4,11 +4,25 @@ from __future__ import annotations
 
 from ..args import bool_arg, float_arg, int_arg
 from ..creation import arange, rand
-from ..errors import DTypeError, EmberTypeError, EmberValueError, IndexOutOfRange
+from ..errors import DTypeError, EmberTypeError, EmberValueError, IndexOutOfRange, ShapeError
 from ..movement import pad
 from ..tensor import Tensor, tensor
 from .act_fns import elu, gelu, hardsigmoid, hardswish, leaky_relu, mish, softplus
+from .act_more import (
+    celu,
+    glu,
+    hardshrink,
+    hardtanh,
+    logsigmoid,
+    prelu,
+    relu6,
+    softmin,
+    softshrink,
+    softsign,
+    threshold,
+)
 from .conv import conv1d, conv2d, conv_transpose1d, conv_transpose2d, fold, unfold
+from .instance_norm import instance_norm
 from .interpolate import interpolate
 from .losses import (
     binary_cross_entropy,
@@ -33,6 +47,9 @@ from .pooling import (
 )
 
 __all__ = [
+    "instance_norm", "dropout2d",
+    "celu", "glu", "hardshrink", "hardtanh", "logsigmoid", "prelu", "relu6", "softmin", "softshrink", "softsign",
+    "threshold",
     "adaptive_avg_pool1d", "adaptive_avg_pool2d", "avg_pool1d", "avg_pool2d", "batch_norm",
     "binary_cross_entropy", "binary_cross_entropy_with_logits", "conv1d", "conv2d", "conv_transpose1d",
     "conv_transpose2d", "cross_entropy", "dropout", "elu", "fold", "gelu", "group_norm", "hardsigmoid",
@@ -110,7 +127,18 @@ def one_hot(indices, num_classes=-1):
     return ids.unsqueeze(-1).eq(arange(n, device=ids.device)).long()
 
 
-def dropout(x, p=0.5, training=True):
+def _dropout_args(x, p, training, op):
+    if not isinstance(x, Tensor):
+        raise EmberTypeError(f"[{op}] expected a Tensor, got {type(x).__name__}")
+    if not x.dtype.is_float:
+        raise DTypeError(f"[{op}] expected a float tensor, got {x.dtype.name}")
+    p = float_arg(p, op, "p")
+    if not 0.0 <= p <= 1.0:
+        raise EmberValueError(f"[{op}] p must be in [0, 1], got {p}")
+    return p, bool_arg(training, op, "training")
+
+
+def dropout(x, p=0.5, training=True, inplace=False, *, generator=None):
     """Zeroes each element with probability p and scales the rest by 1 / (1 - p) when training, as
     ``torch.nn.functional.dropout``; the mask comes from ``em.rand`` (``em.manual_seed`` repeats it).
 
@@ -118,6 +146,8 @@ def dropout(x, p=0.5, training=True):
         x: a float tensor.
         p: the drop probability, in [0, 1].
         training: apply dropout (True) or return x unchanged (False).
+        inplace: torch's flag, accepted; ember returns a new tensor either way.
+        generator: an ``em.Generator`` to draw the mask from instead of the global stream.
 
     Returns:
         A new tensor (x itself when not training or p == 0), differentiable in x.
@@ -126,16 +156,42 @@ def dropout(x, p=0.5, training=True):
         DTypeError: for a non-float tensor.
         EmberValueError: for p outside [0, 1].
     """
-    if not isinstance(x, Tensor):
-        raise EmberTypeError(f"[dropout] expected a Tensor, got {type(x).__name__}")
-    if not x.dtype.is_float:
-        raise DTypeError(f"[dropout] expected a float tensor, got {x.dtype.name}")
-    p = float_arg(p, "dropout", "p")
-    if not 0.0 <= p <= 1.0:
-        raise EmberValueError(f"[dropout] p must be in [0, 1], got {p}")
-    if not bool_arg(training, "dropout", "training") or p == 0.0:
+    p, training = _dropout_args(x, p, training, "dropout")
+    if not training or p == 0.0:
         return x
     if p == 1.0:
         return x * 0.0
-    keep = rand(*x.shape, device=x.device).ge(p).to_dtype(x.dtype)
+    keep = rand(*x.shape, device=x.device, generator=generator).ge(p).to_dtype(x.dtype)
+    return x * keep.affine(1.0 / (1.0 - p), 0.0)
+
+
+def dropout2d(x, p=0.5, training=True, inplace=False, *, generator=None):
+    """Zeroes whole channels with probability p and scales the rest by 1 / (1 - p) when training, as
+    ``torch.nn.functional.dropout2d``: one draw per (sample, channel) of an (N, C, H, W) input, or per
+    channel of an unbatched (C, H, W) one.
+
+    Args:
+        x: a float tensor (N, C, H, W) or (C, H, W).
+        p: the drop probability, in [0, 1].
+        training: apply dropout (True) or return x unchanged (False).
+        inplace: torch's flag, accepted; ember returns a new tensor either way.
+        generator: an ``em.Generator`` to draw the mask from instead of the global stream.
+
+    Returns:
+        A new tensor (x itself when not training or p == 0), differentiable in x.
+
+    Raises:
+        ShapeError: x is not 3-D or 4-D.
+        DTypeError: for a non-float tensor.
+        EmberValueError: for p outside [0, 1].
+    """
+    p, training = _dropout_args(x, p, training, "dropout2d")
+    if x.ndim not in (3, 4):
+        raise ShapeError(f"[dropout2d] expected an input (N, C, H, W) or (C, H, W), got shape {x.shape}")
+    if not training or p == 0.0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    mask_shape = x.shape[:-2] + (1, 1)
+    keep = rand(*mask_shape, device=x.device, generator=generator).ge(p).to_dtype(x.dtype)
     return x * keep.affine(1.0 / (1.0 - p), 0.0)

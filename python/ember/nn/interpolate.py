@@ -150,4 +150,8 @@ class Upsample(Module):
                            self.recompute_scale_factor)
 
     def extra_repr(self):
-        return f"size={self.size}, scale_factor={self.scale_factor}, mode={self.mode!r}"
+        if self.scale_factor is not None:  # torch's wording: the scale (as floats) or else the size
+            sf = self.scale_factor
+            sf = tuple(float(v) for v in sf) if isinstance(sf, (tuple, list)) else float(sf)
+            return f"scale_factor={sf!r}, mode={self.mode!r}"
+        return f"size={self.size!r}, mode={self.mode!r}"

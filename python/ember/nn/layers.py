@@ -5,156 +5,10 @@ import math
 
 from ..args import float_arg, int_arg
 from ..dtypes import to_device, to_dtype
-from ..errors import DTypeError, EmberTypeError, EmberValueError, GradientsInStore, ShapeError
+from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
 from ..tensor import Tensor, Var, ones, rand, randn, tensor, zeros
 from . import ops
-
-
-class Module:
-    """Base class of layers. Attributes that are ``Var``s are parameters; attributes that are
-    modules (or lists/tuples of modules) are submodules, named like torch (``blocks.0.attn.qkv.weight``)."""
-
-    training = True  # class default, so subclasses work even without calling Module.__init__
-
-    def __init__(self):
-        self.training = True
-
-    def forward(self, *args, **kwargs):
-        raise NotImplementedError(f"[{type(self).__name__}] forward is not implemented")
-
-    def __call__(self, *args, **kwargs):
-        return self.forward(*args, **kwargs)
-
-    # ------------------------------------------------------------------ traversal
-    def _children(self):
-        """(name, child) for direct submodules, in attribute order; list entries are named by index."""
-        for name, value in vars(self).items():
-            if isinstance(value, Module):
-                yield name, value
-            elif isinstance(value, (list, tuple)) and value and all(isinstance(v, Module) for v in value):
-                for i, v in enumerate(value):
-                    yield f"{name}.{i}", v
-
-    def named_modules(self, prefix=""):
-        seen = set()
-        stack = [(prefix, self)]
-        while stack:  # iterative pre-order: deep models never hit the recursion limit
-            name, m = stack.pop()
-            if id(m) in seen:
-                continue
-            seen.add(id(m))
-            yield name, m
-            kids = [(f"{name}.{n}" if name else n, c) for n, c in m._children()]
-            stack.extend(reversed(kids))
-
-    def modules(self):
-        return [m for _, m in self.named_modules()]
-
-    def children(self):
-        return [m for _, m in self._children()]
-
-    def named_parameters(self, prefix=""):
-        """(name, Var) pairs with torch's dotted names; a parameter shared by two layers appears once."""
-        seen = set()
-        out = []
-        for mname, m in self.named_modules(prefix):
-            for pname, value in vars(m).items():
-                if isinstance(value, Var) and id(value) not in seen:
-                    seen.add(id(value))
-                    out.append((f"{mname}.{pname}" if mname else pname, value))
-        return out
-
-    def parameters(self):
-        return [p for _, p in self.named_parameters()]
-
-    def named_buffers(self, prefix=""):
-        """(name, tensor) pairs of the state that is not learned (BatchNorm's running statistics), the
-        names a module lists in ``_buffer_names``, dotted like parameters; None entries are left out."""
-        out = []
-        for mname, m in self.named_modules(prefix):
-            for bname in getattr(m, "_buffer_names", ()):
-                value = getattr(m, bname, None)
-                if isinstance(value, Tensor):
-                    out.append((f"{mname}.{bname}" if mname else bname, value))
-        return out
-
-    def buffers(self):
-        return [b for _, b in self.named_buffers()]
-
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())
-
-    # ------------------------------------------------------------------ state
-    def state_dict(self) -> dict:
-        """{name: tensor} sharing the parameters' storage (detached), ready for save_safetensors."""
-        state = {name: p.detach() for name, p in self.named_parameters()}
-        state.update((name, b.detach()) for name, b in self.named_buffers())
-        return state
-
-    def load_state_dict(self, state: dict, strict: bool = True):
-        """Writes values into the existing parameters (in place). Returns (missing, unexpected) keys;
-        with ``strict`` either being non-empty raises an EmberError."""
-        if not hasattr(state, "keys") or not hasattr(state, "__getitem__"):
-            raise EmberTypeError(f"[load_state_dict] expected a mapping of names to tensors, got {type(state).__name__}")
-        params = dict(self.named_parameters())
-        buffers = dict(self.named_buffers())
-        missing = [k for k in list(params) + list(buffers) if k not in state]
-        unexpected = [k for k in state if k not in params and k not in buffers]
-        if strict and (missing or unexpected):
-            raise EmberValueError(f"[load_state_dict] missing keys {missing}, unexpected keys {unexpected}")
-        for name, p in params.items():
-            if name not in state:
-                continue
-            value = state[name]
-            if not isinstance(value, Tensor):
-                value = tensor(value)
-            if value.shape != p.shape:
-                raise ShapeError(f"[load_state_dict] {name}: expected shape {p.shape}, got {value.shape}")
-            p.set(value.detach().to_dtype(p.dtype).to_device(p.device))
-        for name, b in buffers.items():
-            if name not in state:
-                continue
-            value = state[name]
-            if not isinstance(value, Tensor):
-                value = tensor(value)
-            if value.shape != b.shape:
-                raise ShapeError(f"[load_state_dict] {name}: expected shape {b.shape}, got {value.shape}")
-            value = value.detach().to_dtype(b.dtype).to_device(b.device)
-            if b.ndim:
-                b.slice_set(value, 0, 0)  # in place, so functional batch_norm callers holding it see it
-            else:  # a 0-d buffer (a batch count) cannot be sliced: its owner gets a new tensor
-                mname, _, bname = name.rpartition(".")
-                owner = dict(self.named_modules()).get(mname, self)
-                setattr(owner, bname, value.copy())
-        return missing, unexpected
-
-    def zero_grad(self, set_to_none=True):
-        """torch's gradient reset; ember accumulates no gradients on parameters.
-
-        Args:
-            set_to_none: ignored.
-
-        Raises:
-            GradientsInStore: always, saying where gradients are (``g = loss.backward()``).
-        """
-        raise GradientsInStore(f"[{type(self).__name__}.zero_grad] ember accumulates no gradients on parameters, "
-                               "so there is nothing to zero: g = loss.backward() returns them (g[p]), then "
-                               "opt.step(g), or opt.backward_step(loss) for both")
-
-    def train(self, mode: bool = True):
-        for _, m in self.named_modules():
-            m.training = bool(mode)
-        return self
-
-    def eval(self):
-        return self.train(False)
-
-    def __repr__(self):
-        kids = "".join(f"\n  ({n}): " + repr(c).replace("\n", "\n  ") for n, c in self._children())
-        return f"{type(self).__name__}({self.extra_repr()}{kids}{chr(10) if kids else ''})"
-
-    def extra_repr(self) -> str:
-        return ""
+from .module import Module, Parameter  # noqa: F401  (Module's home was here)
 
 
 class ModuleList(Module):
@@ -303,26 +157,49 @@ class RmsNorm(Module):
 
 
 class LayerNorm(Module):
-    """(x - mean) / sqrt(var + eps) * weight + bias over the last dim (ones / zeros at start)."""
+    """(x - mean) / sqrt(var + eps) * weight + bias over the last dims, as ``torch.nn.LayerNorm``
+    (weight starts at ones, bias at zeros); one fused kernel."""
 
-    def __init__(self, dim, eps=1e-5, dtype=None, device=None):
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, dtype=None, device=None):
         """Args:
-            dim: the size of the normalised (last) dim.
-            eps: added to the variance or mean square.
+            normalized_shape: the size of the normalised last dim, or a tuple of the last dims' sizes.
+            eps: added to the variance; must be positive (with 0 a constant row is 0 / 0).
+            elementwise_affine: learn a weight (and a bias, unless ``bias`` is False).
+            bias: learn a bias (with ``elementwise_affine``).
             dtype: the parameters' dtype (default float32).
             device: where the parameters live (default the CPU).
+
+        Raises:
+            EmberValueError: eps is not positive.
         """
         super().__init__()
-        self.dim, self.eps = int_arg(dim, "LayerNorm", "dim"), float_arg(eps, "LayerNorm", "eps")
+        shape = normalized_shape if isinstance(normalized_shape, (tuple, list)) else (normalized_shape,)
+        self.normalized_shape = tuple(_features(d, "LayerNorm", "normalized_shape") for d in shape)
+        if not self.normalized_shape:
+            raise ShapeError("[LayerNorm] normalized_shape must name at least one dim")
+        self.dim = math.prod(self.normalized_shape)
+        self.eps = ops._check_eps(eps, "layer_norm")
+        self.elementwise_affine = bool(elementwise_affine)
         dtype = to_dtype(dtype or "float32")
-        self.weight = Var(ones(self.dim, dtype=dtype, device=device))
-        self.bias = Var(zeros(self.dim, dtype=dtype, device=device))
+        self.weight = Var(ones(*self.normalized_shape, dtype=dtype, device=device)) if elementwise_affine else None
+        self.bias = Var(zeros(*self.normalized_shape, dtype=dtype, device=device)) \
+            if elementwise_affine and bias else None
 
     def forward(self, x):
-        return ops.layer_norm(x, self.weight, self.bias, self.eps)
+        n = len(self.normalized_shape)
+        if n == 1:
+            return ops.layer_norm(x, self.weight, self.bias, self.eps)
+        ops._check_tensor(x, "LayerNorm")
+        if x.shape[x.ndim - n:] != self.normalized_shape or x.ndim < n:
+            raise ShapeError(f"[LayerNorm] expected input (..., {', '.join(map(str, self.normalized_shape))}), "
+                             f"got {x.shape}")
+        flat = lambda t: None if t is None else t.reshape(self.dim)  # noqa: E731
+        y = ops.layer_norm(x.reshape(*x.shape[:x.ndim - n], self.dim), flat(self.weight), flat(self.bias), self.eps)
+        return y.reshape(x.shape)
 
     def extra_repr(self):
-        return f"{self.dim}, eps={self.eps}"
+        return (f"{self.normalized_shape}, eps={self.eps}, elementwise_affine={self.elementwise_affine}, "
+                f"bias={self.bias is not None}")
 
 
 class CausalSelfAttention(Module):

@@ -396,6 +396,15 @@ class _LayerNormXP(_LayerNormOpt, CustomOp2):
         return dx, (dw if self.has_w else db)
 
 
+def _check_eps(eps, op):
+    """A positive, finite epsilon: with 0 a constant row normalises to 0 / 0 = NaN everywhere."""
+    e = float_arg(eps, op, "eps")
+    if not 0.0 < e < math.inf:
+        raise EmberValueError(f"[{op}] eps must be positive and finite, got {e} (with eps = 0 a constant row "
+                              "divides 0 by 0)")
+    return e
+
+
 def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
     """``(x - mean) / sqrt(var + eps) * weight + bias`` over the last dim, as one fused kernel.
 
@@ -404,7 +413,7 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
         weight: the (D,) scale, or None for no scale.
         bias: the (D,) shift, or None for no shift. A missing parameter is never built as a tensor:
             the kernels take a null pointer, and it gets no gradient.
-        eps: added to the variance (the biased one, as torch).
+        eps: added to the variance (the biased one, as torch); positive.
 
     Returns:
         Tensor: same shape and dtype; differentiable with respect to ``x`` and each of ``weight`` and
@@ -413,8 +422,10 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
     Raises:
         ShapeError: ``weight`` or ``bias`` is not of shape (D,).
         DTypeError: the dtypes differ or are not float.
+        EmberValueError: ``eps`` is not positive.
     """
     _check_tensor(x, "layer_norm")
+    eps = _check_eps(eps, "layer_norm")
     if x.ndim == 0:
         raise ShapeError("[layer_norm] expected at least 1 dim, got a scalar")
     if weight is not None:

@@ -345,7 +345,8 @@ class MaxPool2d(Module):
                               self.return_indices)
 
     def extra_repr(self):
-        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}, "
+        stride = self.kernel_size if self.stride is None else self.stride  # torch stores the default
+        return (f"kernel_size={self.kernel_size}, stride={stride}, padding={self.padding}, "
                 f"dilation={self.dilation}, ceil_mode={self.ceil_mode}")
 
 
@@ -398,7 +399,8 @@ class AvgPool2d(Module):
                           self.divisor_override)
 
     def extra_repr(self):
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+        stride = self.kernel_size if self.stride is None else self.stride  # torch stores the default
+        return f"kernel_size={self.kernel_size}, stride={stride}, padding={self.padding}"
 
 
 class AvgPool1d(Module):
@@ -429,7 +431,11 @@ class AvgPool1d(Module):
         return avg_pool1d(x, self.kernel_size, self.stride, self.padding, self.ceil_mode, self.count_include_pad)
 
     def extra_repr(self):
-        return f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+        def one(v):  # torch's AvgPool1d keeps 1-tuples
+            return tuple(v) if isinstance(v, (tuple, list)) else (v,)
+
+        stride = self.kernel_size if self.stride is None else self.stride
+        return f"kernel_size={one(self.kernel_size)}, stride={one(stride)}, padding={one(self.padding)}"
 
 
 class AdaptiveAvgPool2d(Module):
