@@ -43,7 +43,7 @@ try:
 except (ImportError, RuntimeError, ValueError):  # pragma: no cover  (mlx missing or no CPU backend)
     mx = None
 
-SHAPES = [(4096, 4096), (32768, 128), (64, 65536)]
+SHAPES = [(4096, 4096), (32768, 128), (64, 65536), (32, 65536)]
 
 
 def _llc_bytes():

@@ -44,8 +44,59 @@ typedef unsigned long ulong;
     template <class B> NAME& operator*=(B b) { *this = NAME((float)*this * (float)b); return *this; }   \
     template <class B> NAME& operator/=(B b) { *this = NAME((float)*this / (float)b); return *this; }   \
   };
+#if defined(MSL_EMU_GPU_MATH)
+// GPU-math mode converts with code independent of ember's (cpp/dtype.h), so a bug there cannot hide by
+// being on both sides of a comparison: the compiler's _Float16 for half, and for bfloat a rounding
+// done in double arithmetic (rint at the value's last bit, ties to even) rather than on bits.
+namespace msl_gm {
+inline float round_bits(float f, int p, int emin, float maxv) {
+  if (f != f || __builtin_isinf(f) || f == 0.0f) return f;
+  int e = 0;
+  (void)__builtin_frexp((double)f, &e);          // |f| = m * 2^e, m in [0.5, 1)
+  const int q = (e < emin ? emin : e) - p;        // the exponent of the last kept bit (subnormals: fixed)
+  const double r = __builtin_ldexp(__builtin_rint(__builtin_ldexp((double)f, -q)), q);
+  if (__builtin_fabs(r) > (double)maxv) return f < 0 ? -__builtin_inff() : __builtin_inff();
+  return (float)r;
+}
+inline uint16_t f32_to_bf16(float f) {
+  uint32_t u;
+  if (f != f) {
+    __builtin_memcpy(&u, &f, 4);
+    return (uint16_t)(((u >> 16) & 0x8000u) | 0x7fc0u);
+  }
+  const float r = round_bits(f, 8, -125, 3.3895313892515355e38f);
+  __builtin_memcpy(&u, &r, 4);
+  return (uint16_t)(u >> 16);
+}
+inline float bf16_to_f32(uint16_t b) {
+  const uint32_t u = (uint32_t)b << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+#if defined(__FLT16_MAX__)
+inline uint16_t f32_to_f16(float f) {
+  const _Float16 h = (_Float16)f;
+  uint16_t b;
+  __builtin_memcpy(&b, &h, 2);
+  return b;
+}
+inline float f16_to_f32(uint16_t b) {
+  _Float16 h;
+  __builtin_memcpy(&h, &b, 2);
+  return (float)h;
+}
+#else
+inline uint16_t f32_to_f16(float f) { return ::ember::f32_to_f16(f); }
+inline float f16_to_f32(uint16_t b) { return ::ember::f16_to_f32(b); }
+#endif
+}  // namespace msl_gm
+MSL_SMALL_FLOAT(half, ::msl_gm::f16_to_f32, ::msl_gm::f32_to_f16)
+MSL_SMALL_FLOAT(bfloat, ::msl_gm::bf16_to_f32, ::msl_gm::f32_to_bf16)
+#else
 MSL_SMALL_FLOAT(half, ::ember::f16_to_f32, ::ember::f32_to_f16)
 MSL_SMALL_FLOAT(bfloat, ::ember::bf16_to_f32, ::ember::f32_to_bf16)
+#endif
 #undef MSL_SMALL_FLOAT
 
 namespace msl {
@@ -379,24 +430,68 @@ MSL_LIMITS(bfloat, 0x7f7f, 0x0080, 0xff7f, 0x3c00, 0x7f80, 0x7fc0)
     for (int i = 0; i < N; ++i) r[i] = NAME(v[i]);                                       \
     return r;                                                                            \
   }
-MSL_UNARY(exp, __builtin_expf(x))
-MSL_UNARY(exp2, __builtin_exp2f(x))
-MSL_UNARY(exp10, __builtin_powf(10.0f, x))
-MSL_UNARY(log, __builtin_logf(x))
-MSL_UNARY(log2, __builtin_log2f(x))
-MSL_UNARY(log10, __builtin_log10f(x))
-MSL_UNARY(sin, __builtin_sinf(x))
-MSL_UNARY(cos, __builtin_cosf(x))
-MSL_UNARY(tan, __builtin_tanf(x))
-MSL_UNARY(asin, __builtin_asinf(x))
-MSL_UNARY(acos, __builtin_acosf(x))
-MSL_UNARY(atan, __builtin_atanf(x))
-MSL_UNARY(sinh, __builtin_sinhf(x))
-MSL_UNARY(cosh, __builtin_coshf(x))
-MSL_UNARY(tanh, __builtin_tanhf(x))
-MSL_UNARY(asinh, __builtin_asinhf(x))
-MSL_UNARY(acosh, __builtin_acoshf(x))
-MSL_UNARY(atanh, __builtin_atanhf(x))
+#if defined(MSL_EMU_GPU_MATH)
+}  // namespace metal
+namespace msl_gm {
+// GPU-math mode: a transcendental returns any float within the MSL specification's bound for it with
+// fast math off (1 ulp for each function here): one of the floats on either side of the exact value
+// (the double result), or of its neighbours when the exact value is a float, picked by a hash of the
+// arguments (so exp2(3.0f) may give 8 - 2^-21, as a GPU may).
+inline uint64_t key(uint32_t fn, float a, float b) {
+  uint32_t ua, ub;
+  __builtin_memcpy(&ua, &a, 4);
+  __builtin_memcpy(&ub, &b, 4);
+  uint64_t x = ((uint64_t)ua << 32 | ub) ^ ((uint64_t)fn * 0x9e3779b97f4a7c15ull);
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+// Special cases stay exact, as the specification's edge-case rules have them: a zero, infinite or NaN
+// argument (exp2(0) = 1, atan(inf) rounded), and results equal to the argument (sin(x) = x for tiny x).
+inline float within_1ulp(double exact, uint64_t k, float x = 1.0f, float y = 1.0f, bool keep_exact = false) {
+  const float f = (float)exact;
+  if (!__builtin_isfinite(f) || exact == 0.0 || f == x) return f;
+  if (keep_exact && (double)f == exact) return f;  // log2 at powers of two (ember relies on it)
+  if (x == 0.0f || y == 0.0f || !__builtin_isfinite(x) || !__builtin_isfinite(y)) return f;
+  const float down = __builtin_nextafterf(f, -__builtin_inff()), up = __builtin_nextafterf(f, __builtin_inff());
+  float r;
+  if ((double)f == exact) r = k % 3 == 0 ? down : (k % 3 == 1 ? f : up);
+  else if ((double)f < exact) r = k % 2 ? f : up;
+  else r = k % 2 ? f : down;
+  return __builtin_isfinite(r) ? r : f;
+}
+// sin, cos and tanh stay within [-1, 1], as any implementation's do.
+inline float bounded(uint32_t fn, float r) {
+  if (fn == 7 || fn == 8 || fn == 15) return r > 1.0f ? 1.0f : (r < -1.0f ? -1.0f : r);
+  return r;
+}
+}  // namespace msl_gm
+namespace metal {
+#define MSL_TRANS1(NAME, ID, FEXPR, DEXPR) \
+  MSL_UNARY(NAME, ::msl_gm::bounded(ID, ::msl_gm::within_1ulp([](double d) { return DEXPR; }((double)x), \
+                                                                ::msl_gm::key(ID, x, 0.0f), x, 1.0f, ID == 5)))
+#else
+#define MSL_TRANS1(NAME, ID, FEXPR, DEXPR) MSL_UNARY(NAME, FEXPR)
+#endif
+MSL_TRANS1(exp, 1, __builtin_expf(x), __builtin_exp(d))
+MSL_TRANS1(exp2, 2, __builtin_exp2f(x), __builtin_exp2(d))
+MSL_TRANS1(exp10, 3, __builtin_powf(10.0f, x), __builtin_pow(10.0, d))
+MSL_TRANS1(log, 4, __builtin_logf(x), __builtin_log(d))
+MSL_TRANS1(log2, 5, __builtin_log2f(x), __builtin_log2(d))
+MSL_TRANS1(log10, 6, __builtin_log10f(x), __builtin_log10(d))
+MSL_TRANS1(sin, 7, __builtin_sinf(x), __builtin_sin(d))
+MSL_TRANS1(cos, 8, __builtin_cosf(x), __builtin_cos(d))
+MSL_TRANS1(tan, 9, __builtin_tanf(x), __builtin_tan(d))
+MSL_TRANS1(asin, 10, __builtin_asinf(x), __builtin_asin(d))
+MSL_TRANS1(acos, 11, __builtin_acosf(x), __builtin_acos(d))
+MSL_TRANS1(atan, 12, __builtin_atanf(x), __builtin_atan(d))
+MSL_TRANS1(sinh, 13, __builtin_sinhf(x), __builtin_sinh(d))
+MSL_TRANS1(cosh, 14, __builtin_coshf(x), __builtin_cosh(d))
+MSL_TRANS1(tanh, 15, __builtin_tanhf(x), __builtin_tanh(d))
+MSL_TRANS1(asinh, 16, __builtin_asinhf(x), __builtin_asinh(d))
+MSL_TRANS1(acosh, 17, __builtin_acoshf(x), __builtin_acosh(d))
+MSL_TRANS1(atanh, 18, __builtin_atanhf(x), __builtin_atanh(d))
+#undef MSL_TRANS1
 MSL_UNARY(sqrt, __builtin_sqrtf(x))
 MSL_UNARY(rsqrt, 1.0f / __builtin_sqrtf(x))
 MSL_UNARY(fabs, __builtin_fabsf(x))
@@ -428,12 +523,21 @@ template <class T, int N> inline vec<T, N> abs(const vec<T, N>& v) {
     for (int i = 0; i < N; ++i) r[i] = NAME(a[i], b[i]);                                     \
     return r;                                                                                \
   }
+#if defined(MSL_EMU_GPU_MATH)
+MSL_BINARY(pow, x == 1.0f ? 1.0f : ::msl_gm::within_1ulp(__builtin_pow((double)x, (double)y), ::msl_gm::key(19, x, y), x, y))
+MSL_BINARY(powr, x == 1.0f ? 1.0f : ::msl_gm::within_1ulp(__builtin_pow((double)x, (double)y), ::msl_gm::key(19, x, y), x, y))
+#else
 MSL_BINARY(pow, __builtin_powf(x, y))
 MSL_BINARY(powr, __builtin_powf(x, y))
+#endif
 MSL_BINARY(fmax, __builtin_fmaxf(x, y))
 MSL_BINARY(fmin, __builtin_fminf(x, y))
 MSL_BINARY(fmod, __builtin_fmodf(x, y))
+#if defined(MSL_EMU_GPU_MATH)
+MSL_BINARY(atan2, ::msl_gm::within_1ulp(__builtin_atan2((double)x, (double)y), ::msl_gm::key(20, x, y), x, y))
+#else
 MSL_BINARY(atan2, __builtin_atan2f(x, y))
+#endif
 MSL_BINARY(copysign, __builtin_copysignf(x, y))
 MSL_BINARY(step, y < x ? 0.0f : 1.0f)
 #undef MSL_BINARY

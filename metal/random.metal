@@ -13,7 +13,8 @@ inline ulong mix(ulong z) {
 // A uniform in [0, 1) with `bits` random bits, the CPU's unit(): exact in float for bits <= 24, so
 // the [0, 1) stream of float32 / float16 / bfloat16 is the CPU's bit for bit.
 inline float unit(ulong seed, ulong i, uint bits) {
-  return float(mix(seed ^ mix(i)) >> (64 - bits)) * exp2(-float(bits));
+  // 2^-bits built from its bits: a GPU's exp2 need not be exact (1 ulp with fast math off, more with it)
+  return float(mix(seed ^ mix(i)) >> (64 - bits)) * as_type<float>((127u - bits) << 23);
 }
 
 // The largest value of the type strictly below v (as the CPU's next_below), on the bit patterns.

@@ -26,7 +26,8 @@ struct RopeArgs {
   uint traditional;
   uint inverse;
   uint has_offsets;
-  uint has_freqs;        // 1: freqs given; 2: buffer 2 is a (cos | sin) table, row (r / per_batch, r % L)
+  uint has_freqs;        // 1: freqs given; 2: buffer 2 is a (cos | sin) table, row (r / per_batch, r % L);
+                         // 3: buffer 2 holds inv_freq[j], computed by the host
 };
 
 inline long row_start(constant RowLayout& l, long r) {
@@ -61,8 +62,11 @@ kernel void rope(device const T* x [[buffer(0)]], device const long* offsets [[b
   } else {
     long pos = a.offset + r % a.L;
     if (a.has_offsets) pos += offsets[a.o_off + (r / a.per_batch) * a.o_st];
-    const float inv_freq = a.has_freqs ? 1.0f / freqs[a.f_off + j * a.f_st]
-                                       : exp2(-float(2 * j) / float(2 * a.half) * a.log2_base);
+    // has_freqs 3: the host's inv_freq table (computed in double: a GPU's exp2 is only within 1 ulp, and
+    // at positions past 1e5 that ulp alone moves the angle by hundredths of a radian)
+    const float inv_freq = a.has_freqs == 3 ? freqs[j]
+                           : a.has_freqs   ? 1.0f / freqs[a.f_off + j * a.f_st]
+                                           : exp2(-float(2 * j) / float(2 * a.half) * a.log2_base);
     const float theta = float(pos) * a.scale * inv_freq;
     c = precise::cos(theta);
     s = a.inverse ? -precise::sin(theta) : precise::sin(theta);

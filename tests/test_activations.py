@@ -289,7 +289,8 @@ def test_softplus_float32_within_a_few_ulp_on_a_dense_grid(beta, threshold, devi
     bx = x.astype(np.float64) * beta
     ref = np.where(bx > threshold, x, (np.maximum(bx, 0) + np.log1p(np.exp(-np.abs(bx)))) / beta)
     r32 = ref.astype(np.float32)
-    assert (y[r32 == 0] == 0).all()
+    # where the reference rounds to 0, a GPU's 1-ulp exp may give the smallest denormal
+    assert (np.abs(y[r32 == 0]) <= np.spacing(np.float32(0))).all()
     nz = r32 != 0
     ulp = np.abs(y - ref)[nz] / np.spacing(np.abs(r32[nz])).astype(np.float64)
     assert ulp.max() <= 4, (ulp.max(), x[nz][np.argmax(ulp)])

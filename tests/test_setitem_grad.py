@@ -60,8 +60,9 @@ def test_setitem_with_ember_masks_index_tensors_and_scalars(device, rng):
     g = (h * h).sum().backward()
     (th * th).sum().backward()
     np.testing.assert_allclose(h.numpy(), th.detach().numpy())
-    np.testing.assert_allclose(g[ex].numpy(), tx.grad.numpy())
-    np.testing.assert_allclose(g[w].numpy(), tw.grad.numpy())
+    # g * h + g * h may contract to one fused multiply-add on a GPU: a rounding apart from torch's
+    np.testing.assert_allclose(g[ex].numpy(), tx.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(g[w].numpy(), tw.grad.numpy(), rtol=1e-6)
 
 
 def test_consumers_before_the_write_keep_the_old_values(device, rng):
@@ -79,8 +80,9 @@ def test_consumers_before_the_write_keep_the_old_values(device, rng):
     th[0] = 0.0
     g = (before.sum() + (h * h).sum()).backward()
     (tbefore.sum() + (th * th).sum()).backward()
-    np.testing.assert_allclose(g[ex].numpy(), tx.grad.numpy())
-    np.testing.assert_allclose(g[w].numpy(), tw.grad.numpy())
+    # g * h + g * h may contract to one fused multiply-add on a GPU: a rounding apart from torch's
+    np.testing.assert_allclose(g[ex].numpy(), tx.grad.numpy(), rtol=1e-6)
+    np.testing.assert_allclose(g[w].numpy(), tw.grad.numpy(), rtol=1e-6)
 
 
 def test_untracked_target_takes_a_tracked_value(device, rng):

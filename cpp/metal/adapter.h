@@ -47,6 +47,12 @@ class Encoder {
   virtual ~Encoder() = default;
   virtual void set_pipeline(PipelineHandle pipeline) = 0;
   virtual void set_buffer(BufferHandle buffer, size_t offset, uint32_t index) = 0;
+  // After set_buffer: the kernel may touch `length` bytes from the bound offset (the storage's logical
+  // end, not the pooled buffer's), and only reads them when `read_only`. The emulator checks both;
+  // Metal has no such notion, so the default ignores it.
+  virtual void set_buffer_extent(uint32_t index, size_t length, bool read_only) {
+    (void)index, (void)length, (void)read_only;
+  }
   virtual void set_bytes(const void* data, size_t length, uint32_t index) = 0;  // copied now
   virtual void set_threadgroup_memory(size_t length, uint32_t index) = 0;
   // grid in threads (dispatchThreads: edge threadgroups may be partial), threads per threadgroup.

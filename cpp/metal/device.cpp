@@ -161,6 +161,7 @@ void MetalDevice::encode(DispatchDesc&& d) {
     auto& a = d.args[i];
     if (a.kind == DispatchDesc::Arg::Kind::Buffer) {
       enc.set_buffer(a.buffer->handle, a.offset, (uint32_t)i);
+      enc.set_buffer_extent((uint32_t)i, a.length, a.read && !a.write);
       if (kept_.insert(a.buffer->handle.p).second) keep_.push_back(std::move(a.buffer));
     } else if (a.kind == DispatchDesc::Arg::Kind::Bytes) {
       enc.set_bytes(a.bytes.data(), a.bytes.size(), (uint32_t)i);

@@ -47,6 +47,7 @@ struct DispatchDesc {
     enum class Kind : uint8_t { Unbound, Buffer, Bytes } kind = Kind::Unbound;
     BufferRef buffer;  // Kind::Buffer
     size_t offset = 0;  // bytes into the buffer
+    size_t length = 0;  // bytes the kernel may touch from `offset` (to the storage's logical end)
     bool read = false, write = false;
     std::string bytes;  // Kind::Bytes: the value, copied at encoding (set_bytes)
   };

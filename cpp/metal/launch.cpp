@@ -84,12 +84,13 @@ Launch& Launch::buffer(const MetalStorage& s, int64_t elem_offset, bool read, bo
   EMBER_CHECK(&s.metal_device() == &dev_, Device, "[metal] ", d_.function, ": a buffer of ", s.device().str(),
               " bound on another device");
   const size_t off = s.byte_offset() + (size_t)elem_offset * itemsize(s.dtype());
-  EMBER_CHECK(elem_offset >= 0 && off <= s.buffer()->size, Index, "[metal] ", d_.function, ": offset of ",
-              elem_offset, " elements is outside the buffer");
+  EMBER_CHECK(elem_offset >= 0 && off <= s.byte_offset() + s.nbytes(), Index, "[metal] ", d_.function,
+              ": offset of ", elem_offset, " elements is outside the storage");
   auto& a = slot();
   a.kind = DispatchDesc::Arg::Kind::Buffer;
   a.buffer = s.buffer();
   a.offset = off;
+  a.length = s.byte_offset() + s.nbytes() - off;  // the pool's slack past the storage is not the kernel's
   a.read = read;
   a.write = write;
   return *this;

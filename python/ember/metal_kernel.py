@@ -68,6 +68,8 @@ class Kernel:
 
     Raises:
         EmberTypeError: ``source`` or ``name`` is not a str, or options are malformed.
+        EmberValueError: a function constant outside its type's range (an int outside int32) or a
+            float constant that is NaN or infinite (``[metal]``).
     """
 
     def __init__(self, source: str, name: str, options: dict | None = None):
@@ -84,7 +86,7 @@ class Kernel:
             if not isinstance(index, int) or index < 0 or kind is None:
                 raise EmberTypeError(f"[metal.Kernel] function constant {index!r}: {value!r} must be an index >= 0 "
                                      "and a bool, int or float")
-            consts.append((index, kind, float(value)))
+            consts.append((index, kind, value))  # ranges and finiteness are checked by _C (one parser)
         self.source, self.name, self.options = source, name, options
         self._k = _C._metal_kernel_new(source, name, f"{name}.metal", consts)
 

@@ -1,5 +1,9 @@
 // Bindings for the Metal layer: which backend exists, the embedded kernel sources, and private entry points
 // that run a kernel under the MSL emulator on numpy-backed buffers (tests and docs/metal.md use them).
+#include <cmath>
+#include <map>
+#include <memory>
+
 #include "common.h"
 #include "metal/adapter.h"
 #include "metal/embedded.h"
@@ -23,19 +27,56 @@ metal::Dim3 dim3(const std::vector<uint32_t>& v, const char* what) {
   return d;
 }
 
-FunctionConstant constant(const py::tuple& t) {
-  EMBER_CHECK(t.size() == 3, Value, "[metal] a constant is (index, type, value)");
+}  // namespace
+
+// The one reader of function constants (em.metal.Kernel's options and _metal_emu_run's list): an int must
+// fit the MSL type's range (it would otherwise wrap or become INT_MIN), a float must be finite (there is no
+// MSL literal for NaN or inf, and a double past float's range becomes one).
+FunctionConstant parse_function_constant(py::handle index, const std::string& type, py::handle value) {
   FunctionConstant c;
-  c.index = t[0].cast<uint32_t>();
-  const std::string ty = t[1].cast<std::string>();
-  if (ty == "bool") c.type = FunctionConstant::Type::Bool;
-  else if (ty == "int") c.type = FunctionConstant::Type::Int;
-  else if (ty == "uint") c.type = FunctionConstant::Type::UInt;
-  else if (ty == "float") c.type = FunctionConstant::Type::Float;
-  else throw Error(ErrorKind::Value, "[metal] constant type must be bool, int, uint or float, got " + ty);
-  c.value = t[2].cast<double>();
+  const py::object idx = py::reinterpret_borrow<py::object>(index);
+  EMBER_CHECK(py::isinstance<py::int_>(idx) && !py::isinstance<py::bool_>(idx) && idx.cast<long long>() >= 0 &&
+                  idx.cast<long long>() <= 0xffff,
+              Value, "[metal] a function constant's index must be an int in [0, 65535], got ", py::repr(idx).cast<std::string>());
+  c.index = idx.cast<uint32_t>();
+  const std::string shown = py::repr(value).cast<std::string>();
+  auto integer = [&](long long lo, long long hi) {
+    EMBER_CHECK(py::isinstance<py::int_>(value) ||
+                    (py::isinstance<py::float_>(value) && std::isfinite(value.cast<double>()) &&
+                     std::floor(value.cast<double>()) == value.cast<double>()),
+                Value, "[metal] function constant ", c.index, " of type ", type, ": ", shown, " is not an integer");
+    const py::int_ v = py::isinstance<py::int_>(value) ? py::reinterpret_borrow<py::int_>(value)
+                                                       : py::int_(py::reinterpret_borrow<py::object>(value));
+    const bool in = v >= py::int_(lo) && v <= py::int_(hi);
+    EMBER_CHECK(in, Value, "[metal] function constant ", c.index, " of type ", type, ": ", shown,
+                " is outside its range [", lo, ", ", hi, "]");
+    return (double)v.cast<long long>();
+  };
+  if (type == "bool") {
+    c.type = FunctionConstant::Type::Bool;
+    c.value = integer(0, 1);
+  } else if (type == "int") {
+    c.type = FunctionConstant::Type::Int;
+    c.value = integer(INT32_MIN, INT32_MAX);
+  } else if (type == "uint") {
+    c.type = FunctionConstant::Type::UInt;
+    c.value = integer(0, UINT32_MAX);
+  } else if (type == "float") {
+    c.type = FunctionConstant::Type::Float;
+    EMBER_CHECK(py::isinstance<py::float_>(value) || py::isinstance<py::int_>(value), Value, "[metal] function constant ",
+                c.index, " of type float: ", shown, " is not a number");
+    const double d = py::isinstance<py::int_>(value) ? py::float_(py::reinterpret_borrow<py::object>(value)).cast<double>()
+                                                     : value.cast<double>();
+    EMBER_CHECK(std::isfinite(d) && std::isfinite((float)d), Value, "[metal] function constant ", c.index,
+                " of type float: ", shown, " is not a finite float (Metal has no literal for NaN or inf)");
+    c.value = (float)d;
+  } else {
+    throw Error(ErrorKind::Value, "[metal] function constant type must be bool, int, uint or float, got " + type);
+  }
   return c;
 }
+
+namespace {
 
 // Compiles `source`, binds args[i] to [[buffer(i)]] (a writable C-contiguous numpy array: copied into a
 // device buffer and back after the run; bytes: set_bytes; None: unbound), dispatches once and waits.
@@ -44,7 +85,11 @@ void emu_run(const std::string& source, const std::string& function, const py::l
              const std::vector<uint64_t>& threadgroup_memory, const std::string& label) {
   metal::Adapter& a = metal::emulator_adapter();
   std::vector<FunctionConstant> cs;
-  for (const auto& c : constants) cs.push_back(constant(c.cast<py::tuple>()));
+  for (const auto& c : constants) {
+    const py::tuple t = c.cast<py::tuple>();
+    EMBER_CHECK(t.size() == 3, Value, "[metal] a constant is (index, type, value)");
+    cs.push_back(parse_function_constant(t[0], t[1].cast<std::string>(), t[2]));
+  }
   const metal::Dim3 g = dim3(grid, "grid_threads"), tg = dim3(group, "threads_per_threadgroup");
   struct Bound {
     py::array array;
@@ -102,6 +147,98 @@ void emu_run(const std::string& source, const std::string& function, const py::l
   release_all();
 }
 
+// Runs `steps` on numpy-backed buffers through the emulator's command buffers, as a backend would encode
+// them, without ember's hazard tracker (tests of the emulator's ordering): ("dispatch", function, [buffer
+// index or None per [[buffer(n)]]], grid, group), ("barrier",), ("commit",) (commits the open command
+// buffer; a new one opens), ("update_fence", k), ("wait_fence", k), ("read", b) (a host read of buffer b
+// now, before any wait). At the end the open buffer is committed, every buffer waited on in commit order
+// and the arrays receive the buffers' contents. Returns the host reads, as bytes.
+py::list emu_sequence(const std::string& source, const py::list& arrays, const py::list& steps,
+                      const std::string& label) {
+  metal::Adapter& a = metal::emulator_adapter();
+  std::vector<py::array> arr;
+  std::vector<metal::BufferHandle> bufs;
+  std::map<int64_t, metal::FenceHandle> fences;
+  std::map<std::string, metal::PipelineHandle> pipes;
+  std::vector<std::unique_ptr<metal::CommandBuffer>> cbs;
+  py::list reads;
+  auto cleanup = [&] {
+    for (auto& cb : cbs) {
+      try {
+        if (cb) cb->wait();
+      } catch (...) {
+      }
+    }
+    cbs.clear();
+    for (auto& [n, p] : pipes) a.release(p);
+    for (auto& [k, f] : fences) a.release(f);
+    for (auto& b : bufs) a.release(b);
+  };
+  try {
+    for (const auto& h : arrays) {
+      py::array x = py::reinterpret_borrow<py::array>(h);
+      EMBER_CHECK((x.flags() & py::array::c_style) && x.writeable(), Value, "[metal] arrays must be writable C-contiguous");
+      arr.push_back(x);
+      bufs.push_back(a.new_buffer(x.data(), (size_t)x.nbytes()));
+    }
+    std::unique_ptr<metal::CommandBuffer> cb = a.new_command_buffer();
+    auto fence = [&](int64_t k) {
+      auto it = fences.find(k);
+      return it != fences.end() ? it->second : (fences[k] = a.new_fence());
+    };
+    for (const auto& h : steps) {
+      const py::tuple t = h.cast<py::tuple>();
+      const std::string op = t[0].cast<std::string>();
+      if (op == "dispatch") {
+        const std::string fn = t[1].cast<std::string>();
+        if (!pipes.count(fn)) pipes[fn] = a.new_pipeline(source, label, fn, {});
+        metal::Encoder& enc = cb->compute_encoder();
+        enc.set_pipeline(pipes[fn]);
+        const py::list bind = t[2].cast<py::list>();
+        for (size_t i = 0; i < bind.size(); ++i)
+          if (!bind[i].is_none()) enc.set_buffer(bufs.at(bind[i].cast<size_t>()), 0, (uint32_t)i);
+        enc.dispatch_threads(dim3(t[3].cast<std::vector<uint32_t>>(), "grid_threads"),
+                             dim3(t[4].cast<std::vector<uint32_t>>(), "threads_per_threadgroup"));
+      } else if (op == "barrier") {
+        cb->compute_encoder().memory_barrier();
+      } else if (op == "update_fence") {
+        cb->compute_encoder().update_fence(fence(t[1].cast<int64_t>()));
+      } else if (op == "wait_fence") {
+        cb->compute_encoder().wait_for_fence(fence(t[1].cast<int64_t>()));
+      } else if (op == "commit") {
+        cb->commit();
+        cbs.push_back(std::move(cb));
+        cb = a.new_command_buffer();
+      } else if (op == "read") {
+        const size_t b = t[1].cast<size_t>();
+        reads.append(py::bytes(static_cast<const char*>(a.contents(bufs.at(b))), a.length(bufs.at(b))));
+      } else {
+        throw Error(ErrorKind::Value, "[metal] unknown step " + op);
+      }
+    }
+    cb->commit();
+    cbs.push_back(std::move(cb));
+    std::unique_ptr<Error> first;
+    {
+      py::gil_scoped_release nogil;
+      for (auto& c : cbs) {
+        try {
+          c->wait();
+        } catch (const Error& e) {
+          if (!first) first = std::make_unique<Error>(e);
+        }
+      }
+    }
+    for (size_t i = 0; i < arr.size(); ++i) std::memcpy(arr[i].mutable_data(), a.contents(bufs[i]), (size_t)arr[i].nbytes());
+    if (first) throw *first;
+  } catch (...) {
+    cleanup();
+    throw;
+  }
+  cleanup();
+  return reads;
+}
+
 }  // namespace
 
 void bind_metal(py::module_& m) {
@@ -123,6 +260,8 @@ void bind_metal(py::module_& m) {
   m.def("_metal_emu_run", &emu_run, py::arg("source"), py::arg("function"), py::arg("args"), py::arg("grid_threads"),
         py::arg("threads_per_threadgroup"), py::arg("constants") = py::list(),
         py::arg("threadgroup_memory") = std::vector<uint64_t>{}, py::arg("label") = "kernel.metal");
+  m.def("_metal_emu_sequence", &emu_sequence, py::arg("source"), py::arg("arrays"), py::arg("steps"),
+        py::arg("label") = "kernel.metal");
   m.def("_metal_emu_stats", [] {
     const auto s = metal::emu::compile_stats();
     py::dict d;

@@ -13,6 +13,10 @@
 #include "metal/launch.h"
 
 namespace ember::bind {
+
+// python/src/metal.cpp: the one reader of function constants.
+metal::FunctionConstant parse_function_constant(py::handle index, const std::string& type, py::handle value);
+
 namespace {
 
 using metal::FunctionConstant;
@@ -34,14 +38,6 @@ struct Counts {
 };
 std::mutex g_mu;
 std::map<int, Counts> g_counts;
-
-FunctionConstant::Type constant_type(const std::string& t) {
-  if (t == "bool") return FunctionConstant::Type::Bool;
-  if (t == "int") return FunctionConstant::Type::Int;
-  if (t == "uint") return FunctionConstant::Type::UInt;
-  if (t == "float") return FunctionConstant::Type::Float;
-  throw Error(ErrorKind::Value, "[metal.Kernel] function constant type must be bool, int, uint or float, got " + t);
-}
 
 metal::MetalStorage& metal_storage(const StoragePtr& s, const char* what, size_t i) {
   EMBER_CHECK(s != nullptr, Type, "[metal.Kernel] ", what, "[", i, "] is None");
@@ -84,7 +80,11 @@ void call(const UserKernel& k, const std::vector<StoragePtr>& inputs, const std:
   for (const auto& s : outputs) launch.inout(metal::as_metal(*s));
   for (const auto& b : scalars) launch.bytes(b.data(), b.size());
   const std::string key = k.src->hash + "\n" + k.name + "\n" + k.options_key;
+  // The outputs are written, as by storage.cpp's in-place entry points: their versions move before and
+  // after, so a graph that saved one of them raises InplaceModifiedError in backward.
+  for (const auto& s : outputs) s->bump_version();
   launch.dispatch({grid[0], grid[1], grid[2]}, {group[0], group[1], group[2]});
+  for (const auto& s : outputs) s->bump_version();
   // Counted once the dispatch is encoded: a compile error leaves nothing cached.
   std::lock_guard<std::mutex> lock(g_mu);
   Counts& c = g_counts[dev.device().index];
@@ -100,13 +100,17 @@ void bind_metal_kernel(py::module_& m) {
       .def_property_readonly("source_hash", [](const UserKernel& k) { return k.src->hash; },
                              "The digest of the source text (part of the pipeline cache key).");
   m.def("_metal_kernel_new", [](const std::string& source, const std::string& name, const std::string& label,
-                                const std::vector<std::tuple<uint32_t, std::string, double>>& constants) {
+                                const py::list& constants) {
     auto k = std::make_shared<UserKernel>();
     k->src = std::make_shared<metal::KernelSource>(source, label);
     k->name = name;
-    for (const auto& [index, type, value] : constants) {
-      k->constants.push_back({index, constant_type(type), value});
-      k->options_key += cat_str(index, ":", type, ":", value, ";");
+    for (const auto& item : constants) {
+      const py::tuple t = item.cast<py::tuple>();
+      EMBER_CHECK(t.size() == 3, Value, "[metal] a constant is (index, type, value)");
+      const std::string type = t[1].cast<std::string>();
+      const FunctionConstant c = parse_function_constant(t[0], type, t[2]);
+      k->constants.push_back(c);
+      k->options_key += cat_str(c.index, ":", type, ":", c.value, ";");
     }
     return k;
   }, py::arg("source"), py::arg("name"), py::arg("label"), py::arg("constants"));

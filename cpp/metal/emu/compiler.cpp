@@ -109,6 +109,13 @@ void build(const std::string& source, const std::string& label, const CompileOpt
     cc.push_back("-fsanitize=thread");
     cc.push_back("-g");
   }
+  if (opt.gpu_math) {
+    // FMA contraction as a GPU compiler may do it (-std=c++17 turns it off by default; x86-64 needs -mfma)
+    cc.insert(cc.end(), {"-DMSL_EMU_GPU_MATH=1", "-ffp-contract=fast"});
+#if defined(__x86_64__)
+    if (__builtin_cpu_supports("fma")) cc.push_back("-mfma");
+#endif
+  }
   for (const auto& [idx, value] : opt.constants) cc.push_back("-DMSL_FC_" + std::to_string(idx) + "=" + value);
   cc.insert(cc.end(), {"-o", out, dir + "/kernel.cpp"});
   if (kcache::run_command(cc, &log) != 0) {
@@ -122,6 +129,7 @@ void build(const std::string& source, const std::string& label, const CompileOpt
 
 std::string CompileOptions::key() const {
   std::string k = tsan ? "tsan;" : "plain;";
+  if (gpu_math) k += "gpumath;";
   for (const auto& [i, v] : constants) k += std::to_string(i) + "=" + v + ";";
   return k;
 }

@@ -15,6 +15,9 @@ struct CompileOptions {
   // Function constants: [[function_constant(index)]] -> a C++ literal of the declared type.
   std::vector<std::pair<uint32_t, std::string>> constants;
   bool tsan = false;  // instrument the kernel for ThreadSanitizer (the TSan job's runner sets it)
+  // GPU-math mode (EMBER_METAL_EMU_GPU_MATH=1): transcendentals anywhere within the MSL spec's bounds,
+  // a*b+c may contract to an FMA, half/bfloat converted by code independent of ember's (msl_cpu.h).
+  bool gpu_math = false;
   std::string key() const;
 };
 

@@ -681,7 +681,11 @@ void run_launch(const Launch& L) {
   uint64_t groups = 1;
   for (int d = 0; d < 3; ++d) {
     if (L.grid[d] == 0) return;
-    ng[d] = (L.grid[d] + L.group[d] - 1) / L.group[d];
+    // In 64 bits: a grid near 2^32 must not wrap to zero threadgroups (which would run nothing).
+    ng[d] = (uint32_t)(((uint64_t)L.grid[d] + L.group[d] - 1) / L.group[d]);
+    EMBER_CHECK(groups <= (uint64_t)INT64_MAX / ng[d], Value, kn, "a grid of (", L.grid[0], ", ", L.grid[1], ", ",
+                L.grid[2], ") threads in groups of (", L.group[0], ", ", L.group[1], ", ", L.group[2],
+                ") holds more than 2^63 threadgroups");
     groups *= ng[d];
   }
   std::mutex mu;

@@ -601,14 +601,20 @@ StoragePtr rope(const MetalStorage& x, const Layout& l, const RopeArgs& a) {
     k.f_off = a.ltable.offset();
     k.per_batch = k.rows / a.ltable.shape()[0];
   }
-  // Absent offsets / freqs are never read; x is bound in their place.
-  Launch(dev, "rope.metal", kname("rope_", x.dtype(), op))
-      .input(*in.s)
-      .input(a.offsets ? as_metal(*a.offsets) : *in.s)
-      .input(a.freqs ? as_metal(*a.freqs) : a.table ? as_metal(*a.table) : *in.s)
-      .output(*y)
-      .scalar(k)
-      .dispatch({checked_u32(k.D - k.half, op), checked_u32(k.rows, op), 1}, {64, 1, 1});
+  // Without freqs or a table, inv_freq comes from the host in double (has_freqs 3, by value, up to 1024 of
+  // them) rather than the kernel's float exp2. Absent offsets / freqs are never read; x is bound there.
+  std::vector<float> inv;
+  if (!a.freqs && !a.table && k.half <= 1024) {
+    inv.resize((size_t)std::max<int64_t>(k.half, 1));
+    for (int64_t j = 0; j < k.half; ++j)
+      inv[(size_t)j] = (float)std::exp2(-(double)(2 * j) / (double)(2 * k.half) * std::log2(a.base));
+    k.has_freqs = 3;
+  }
+  Launch launch(dev, "rope.metal", kname("rope_", x.dtype(), op));
+  launch.input(*in.s).input(a.offsets ? as_metal(*a.offsets) : *in.s);
+  if (!inv.empty()) launch.bytes(inv.data(), inv.size() * sizeof(float));
+  else launch.input(a.freqs ? as_metal(*a.freqs) : a.table ? as_metal(*a.table) : *in.s);
+  launch.output(*y).scalar(k).dispatch({checked_u32(k.D - k.half, op), checked_u32(k.rows, op), 1}, {64, 1, 1});
   return y;
 }
 
