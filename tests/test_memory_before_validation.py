@@ -19,15 +19,19 @@ CHILD = textwrap.dedent("""
     import ember as em
     dev = em.Device(sys.argv[1])
 
-    def vm_size():
-        with open("/proc/self/status") as f:
-            return next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmSize:"))
+    def vm_size():  # None off Linux: no address-space limit there, the peak is still measured
+        try:
+            with open("/proc/self/status") as f:
+                return next(int(ln.split()[1]) * 1024 for ln in f if ln.startswith("VmSize:"))
+        except OSError:
+            return None
 
-    def peak():
-        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    def peak():  # ru_maxrss is in KiB on Linux, in bytes on macOS
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * (1 if sys.platform == "darwin" else 1024)
 
     {setup}
-    resource.setrlimit(resource.RLIMIT_AS, (vm_size() + 3 * 2**30, resource.RLIM_INFINITY))
+    if vm_size() is not None:
+        resource.setrlimit(resource.RLIMIT_AS, (vm_size() + 3 * 2**30, resource.RLIM_INFINITY))
     before = peak()
     try:
         out = {action}

@@ -115,7 +115,7 @@ def test_one_finetuning_step_matches_torch_gradients(request, name, cls, rng, de
     ids = rng.integers(0, ref.config.vocab_size, (2, 12))
     targets = rng.integers(0, ref.config.vocab_size, (2, 12))
     logits = model(ids)
-    loss = em.nn.cross_entropy(logits.reshape(-1, logits.shape[-1]), em.tensor(targets.reshape(-1)))
+    loss = em.nn.cross_entropy(logits.reshape(-1, logits.shape[-1]), em.tensor(targets.reshape(-1), device=device))
     grads = loss.backward()
     ref.zero_grad()
     tl = torch.nn.functional.cross_entropy(ref(torch.from_numpy(ids)).logits.reshape(-1, logits.shape[-1]),

@@ -60,14 +60,15 @@ def test_round_trip_of_a_training_checkpoint(tmp_path, device):
 
 @pytest.mark.parametrize("dtype", FLOATS + INTS + [em.bool], ids=lambda d: d.name)
 def test_dtypes_views_and_devices(tmp_path, dtype, device):
-    base = em.tensor((np.arange(24) % 5).astype(NP[dtype.name]).reshape(4, 6))
-    views = [base, base.t(), base[1:3, ::2], em.tensor(np.zeros((0, 3), NP[dtype.name])), base[2, 3]]
+    base = em.tensor((np.arange(24) % 5).astype(NP[dtype.name]).reshape(4, 6), device=device)
+    views = [base, base.t(), base[1:3, ::2], em.tensor(np.zeros((0, 3), NP[dtype.name]), device=device), base[2, 3]]
     em.save({"v": views}, tmp_path / "d.safetensors")
     back = em.load(tmp_path / "d.safetensors", device="cpu")
     for a, b in zip(views, back["v"]):
         assert b.device == em.cpu and b.dtype == dtype and b.shape == a.shape
         np.testing.assert_array_equal(b.numpy(), a.numpy())
-    assert em.load(tmp_path / "d.safetensors")["v"][0].device == device  # default device
+    assert em.load(tmp_path / "d.safetensors")["v"][0].device == em.get_default_device()
+    assert em.load(tmp_path / "d.safetensors", device=device)["v"][0].device == device
 
 
 def test_vars_shared_tensors_and_top_level_values(tmp_path):

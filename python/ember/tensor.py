@@ -516,11 +516,12 @@ class Tensor(TorchNames, CompositeOps):
             # narrow values into int64 where they lie, without an int64 copy of the input.
             op, dtype = REDUCE["sum_i64"], _dt.int64
         lay, mult = self._layout, 1
-        if name != "argmax" and name != "argmin" and lay.numel() > 0:
+        st = lay.stride
+        if 0 in st and name != "argmax" and name != "argmin" and lay.numel() > 0:
             # A broadcast (stride-0) reduced dim repeats one value: reduce a single copy of it in place
             # (a sum then scales by the count), never the expanded view (2**31 elements of zeros(1)).
             for d in dims:
-                if lay.stride[d] == 0 and lay.shape[d] > 1:
+                if st[d] == 0 and lay.shape[d] > 1:
                     mult *= lay.shape[d]
                     lay = lay.narrow(d, 0, 1)
         s, l = _C.reduce(op, self._storage, lay, dims, keepdim)
