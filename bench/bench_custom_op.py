@@ -1,4 +1,5 @@
-"""Custom-op overhead: ember's apply_op1 and apply_op beside torch.library.custom_op on a 4-element tensor.
+"""Custom-op overhead: ember's apply_op1 and apply_op beside torch.library.custom_op on a 4-element tensor;
+then a softplus forward on 1M elements through numpy, em.cpu.Kernel (C++), and torch (builtin and load_inline).
 
     python bench/bench_custom_op.py [--reps R]
 
@@ -93,6 +94,80 @@ def _(x):
 t_double.register_autograd(lambda ctx, g: g * 2)
 
 
+# ----------------------------------------------------------------------------- C++ CPU kernels
+SOFTPLUS_CPP = r"""
+#include <cmath>
+void softplus(const ember::Args& a) {
+  const ember::Tensor& x = a.input(0);
+  float* y = a.output(0).ptr<float>();
+  const float* p = x.ptr<float>();
+  a.parallel_for(x.numel, 1 << 14, [&](int64_t b, int64_t e) {
+    if (x.contiguous()) {
+      for (int64_t i = b; i < e; ++i) y[i] = std::fmax(p[i], 0.f) + std::log1p(std::exp(-std::fabs(p[i])));
+    } else {
+      for (int64_t i = b; i < e; ++i) {
+        const float v = x.at<float>(i);
+        y[i] = std::fmax(v, 0.f) + std::log1p(std::exp(-std::fabs(v)));
+      }
+    }
+  });
+}
+"""
+SOFTPLUS_TORCH = r"""
+#include <torch/extension.h>
+torch::Tensor softplus(torch::Tensor x) {
+  auto xc = x.contiguous();
+  auto y = torch::empty_like(xc);
+  const float* p = xc.data_ptr<float>();
+  float* q = y.data_ptr<float>();
+  at::parallel_for(0, xc.numel(), 1 << 14, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) q[i] = std::fmax(p[i], 0.f) + std::log1p(std::exp(-std::fabs(p[i])));
+  });
+  return y;
+}
+"""
+
+
+class NumpySoftplus(em.CustomOp1):
+    """The numpy forward of examples/softplus.py."""
+
+    name = "softplus_np"
+
+    def cpu_fwd(self, storage, layout):
+        return em.CpuStorage.from_numpy(np.logaddexp(0, storage.as_numpy(layout))), layout.shape
+
+
+class CppSoftplus(em.CustomOp1):
+    """The same op with an em.cpu.Kernel forward (examples/cpp_softplus.py)."""
+
+    name = "softplus_cpp"
+    kernel = None
+
+    def cpu_fwd(self, storage, layout):
+        out = em.CpuStorage.empty(layout.numel(), storage.dtype)
+        self.kernel(inputs=[(storage, layout)], outputs=[out])
+        return out, layout.shape
+
+
+def cpp_rows(n, inner, reps):
+    """softplus on n float32 elements: numpy forward, em.cpu.Kernel forward, torch load_inline."""
+    CppSoftplus.kernel = em.cpu.Kernel(SOFTPLUS_CPP, "softplus", inputs=["float32"], outputs=["float32"]).compile()
+    xn = np.random.default_rng(0).standard_normal(n).astype(np.float32)
+    ex, tx = em.tensor(xn), torch.from_numpy(xn.copy())
+    cases = {"numpy": lambda: ex.apply_op1(NumpySoftplus()), "em.cpu.Kernel": lambda: ex.apply_op1(CppSoftplus()),
+             "torch builtin": lambda: torch.nn.functional.softplus(tx)}
+    note = ""
+    try:
+        from torch.utils.cpp_extension import load_inline
+
+        mod = load_inline("ember_bench_softplus", cpp_sources=SOFTPLUS_TORCH, functions=["softplus"],
+                          extra_cflags=["-O3"])
+        cases["torch load_inline"] = lambda: mod.softplus(tx)
+    except Exception as e:  # noqa: BLE001  (no ninja / compiler / headers: say so instead of failing)
+        note = f"torch load_inline could not build here: {type(e).__name__}: {str(e).splitlines()[0][:120]}"
+    return bench(cases, inner, reps), note
+
+
 def main():
     x4 = np.arange(4, dtype=np.float32)
     ex, tx = em.tensor(x4), torch.from_numpy(x4.copy())
@@ -115,6 +190,16 @@ def main():
     for name, r in rows:
         e_us, t_us = r["ember"] * 1e6, r["torch"] * 1e6
         print(f"| {name} | {e_us:.2f} | {t_us:.2f} | {t_us / e_us:.2f}x |")
+    n = 1 << 20
+    r, note = cpp_rows(n, max(1, args.inner // 400), args.reps)
+    print(f"\nsoftplus forward on {n} float32 elements ({em.get_num_threads()} threads), median of {args.reps} x "
+          f"{max(1, args.inner // 400)} calls\n")
+    print("| forward | time (ms) | numpy forward / this |")
+    print("|---|---:|---:|")
+    for lib, t in r.items():
+        print(f"| {lib} | {t * 1e3:.3f} | {r['numpy'] / t:.2f}x |")
+    if note:
+        print(f"\n{note}")
     # The target is about the trivial op: pure apply_op1 overhead, the rest is the op's own numpy work.
     e_us, t_us = rows[0][1]["ember"] * 1e6, rows[0][1]["torch"] * 1e6
     hit = e_us <= TARGET_US and e_us < t_us

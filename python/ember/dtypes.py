@@ -170,7 +170,20 @@ class Device:
         return self.type if self.type == "cpu" else f"{self.type}:{self.index}"
 
 
-cpu = Device("cpu")
+class _Cpu(Device):
+    """The CPU device (``em.cpu``); also the home of ``em.cpu.Kernel``, C++ CPU kernels from Python."""
+
+    __slots__ = ()
+
+    @property
+    def Kernel(self):  # noqa: N802  (a class, reached as em.cpu.Kernel)
+        """``em.cpu.Kernel(source, name, inputs, outputs, scalars, options)``: see ember.cpu_kernel.Kernel."""
+        from .cpu_kernel import Kernel
+
+        return Kernel
+
+
+cpu = _Cpu("cpu")
 _default_device = cpu  # what device=None means (em.set_default_device)
 
 

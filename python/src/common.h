@@ -35,6 +35,7 @@ using GilFree = py::call_guard<Interruptible, py::gil_scoped_release>;
 
 void bind_layout(py::module_& m);
 void bind_metal_kernel(py::module_& m);  // metal_kernel.cpp: em.metal.Kernel
+void bind_cpu_kernel(py::module_& m);    // cpu_kernel.cpp: em.cpu.Kernel
 void bind_storage(py::module_& m);
 void bind_ops(py::module_& m);
 void bind_metal(py::module_& m);

@@ -124,6 +124,7 @@ PYBIND11_MODULE(_C, m) {
   install_sigint_hook();
   ember::bind::bind_layout(m);
   ember::bind::bind_metal_kernel(m);
+  ember::bind::bind_cpu_kernel(m);
   ember::bind::bind_storage(m);
   ember::bind::bind_ops(m);
   bind_fused(m);
