@@ -33,6 +33,10 @@ GUARDED = {
         "inside #if defined(__x86_64__) || defined(__i386__)",
     ("cpp/cpu/dispatch.cpp", r"\b__builtin_ia32_\w+|\b__builtin_cpu_(init|supports)\b|<cpuid\.h>|\b__get_cpuid\w*|\bxgetbv\b"):
         "inside #if defined(EMBER_X86), which CMake sets only for x86-64",
+    ("cpp/metal/emu/runtime.cpp", r"\bpthread_\w+_np\b"): "pthread_getattr_np inside #if defined(__linux__)",
+    # macOS's <sys/mman.h> defines MAP_ANONYMOUS unless a strict POSIX level is asked for, as faults.cpp does not
+    ("cpp/metal/emu/faults.cpp", r"\bMAP_(ANONYMOUS|NORESERVE|POPULATE|HUGETLB|LOCKED|GROWSDOWN|FIXED_NOREPLACE)\b"):
+        "MAP_ANONYMOUS alone, without _XOPEN_SOURCE / _POSIX_C_SOURCE in the file",
 }
 
 
@@ -58,6 +62,10 @@ def test_the_guards_are_there():
     head = runtime[:first_include]
     assert re.search(r"#if defined\(__APPLE__\).*#define _XOPEN_SOURCE.*#define _DARWIN_C_SOURCE", head, re.S)
     assert "EMBER_EMU_UCONTEXT" in runtime  # CI forces the ucontext path on Linux (tools/metal_ucontext.sh)
+    assert re.search(r"#if defined\(__linux__\)\s*\n\s*pthread_attr_t a;[^#]*pthread_getattr_np", runtime)
+    faults = strip_comments((ROOT / "cpp/metal/emu/faults.cpp").read_text())
+    assert "_XOPEN_SOURCE" not in faults and "_POSIX_C_SOURCE" not in faults
+    assert re.findall(r"MAP_\w+", faults) and set(re.findall(r"MAP_\w+", faults)) <= {"MAP_PRIVATE", "MAP_ANONYMOUS", "MAP_FAILED"}
     parallel = (ROOT / "cpp/cpu/parallel.cpp").read_text()
     assert re.search(r"#if defined\(__x86_64__\) \|\| defined\(__i386__\)\s*\n\s*__builtin_ia32_pause", parallel)
     dispatch = (ROOT / "cpp/cpu/dispatch.cpp").read_text()

@@ -54,6 +54,15 @@ Isa active_isa() {
   return isa;
 }
 
+bool host_has_fma() {
+#if defined(EMBER_X86)
+  static const bool fma = x86_features().avx2_fma;
+  return fma;
+#else
+  return false;
+#endif
+}
+
 const char* isa_name(Isa isa) {
   switch (isa) {
     case Isa::Base: return "base";

@@ -10,6 +10,8 @@ namespace ember::cpu {
 enum class Isa : uint8_t { Base = 0, Avx2 = 1, Avx512 = 2 };
 Isa active_isa();  // best the CPU supports; EMBER_ISA=base|avx2|avx512 may lower it
 const char* isa_name(Isa isa);
+// Whether the host CPU (and OS) can run FMA code, whatever EMBER_ISA says (false off x86-64).
+bool host_has_fma();
 
 // out[i*os] = op(in[i*is]) for i < n (strides in elements; 1 is the fast path).
 using UnaryFn = void (*)(const void* in, int64_t is, void* out, int64_t os, int64_t n, double p0, double p1);

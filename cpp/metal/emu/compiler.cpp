@@ -11,6 +11,7 @@
 #include <map>
 #include <mutex>
 
+#include "cpu/dispatch.h"
 #include "error.h"
 #include "kernel_cache.h"
 #include "metal/embedded.h"
@@ -112,9 +113,7 @@ void build(const std::string& source, const std::string& label, const CompileOpt
   if (opt.gpu_math) {
     // FMA contraction as a GPU compiler may do it (-std=c++17 turns it off by default; x86-64 needs -mfma)
     cc.insert(cc.end(), {"-DMSL_EMU_GPU_MATH=1", "-ffp-contract=fast"});
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("fma")) cc.push_back("-mfma");
-#endif
+    if (cpu::host_has_fma()) cc.push_back("-mfma");  // cpuid, not __builtin_cpu_supports (see dispatch.cpp)
   }
   for (const auto& [idx, value] : opt.constants) cc.push_back("-DMSL_FC_" + std::to_string(idx) + "=" + value);
   cc.insert(cc.end(), {"-o", out, dir + "/kernel.cpp"});
