@@ -118,7 +118,7 @@ def celu(x, alpha=1.0, inplace=False):
 
 def logsigmoid(x):
     """``log(sigmoid(x)) = -softplus(-x)``, as ``torch.nn.functional.logsigmoid``, through the stable
-    fused softplus (no overflow for large |x|)."""
+    fused softplus (no overflow for large ``|x|``)."""
     _float(x, "logsigmoid")
     return -act_fns.softplus_stable(-x)
 
