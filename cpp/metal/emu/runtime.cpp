@@ -611,6 +611,9 @@ void run_group_body(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3
       const uint32_t i = order[k];
       if (g.state[i] != Ready) continue;
       t_cur = &g.threads[i];
+      // Before TSan is told of the switch: this write is the scheduler's, to its own thread's state.
+      fault_set_stack(w.stacks[i].base, w.stacks[i].base + w.stacks[i].size);
+      w.jump.on_fiber = true;
 #ifdef EMU_TSAN
       __tsan_switch_to_fiber(g.tsan_fibers[i], g.tsan_first[i] ? 0 : __tsan_switch_to_fiber_no_sync);
       g.tsan_first[i] = 0;
@@ -619,11 +622,9 @@ void run_group_body(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3
       void* fake = nullptr;
       __sanitizer_start_switch_fiber(&fake, w.stacks[i].base, w.stacks[i].size);
 #endif
-      fault_set_stack(w.stacks[i].base, w.stacks[i].base + w.stacks[i].size);
 #ifdef EMU_ASAN
       w.jump.home_bottom = &g.asan_sched_bottom, w.jump.home_size = &g.asan_sched_size;
 #endif
-      w.jump.on_fiber = true;
       switch_to(w.sched, g.fibers[i]);
       w.jump.on_fiber = false;
       fault_set_stack(w.stack_lo, w.stack_hi);
