@@ -140,7 +140,7 @@ print("adapted")
 
 def test_launchers_adapt_to_a_low_pipeline_limit():
     env = dict(os.environ, EMBER_METAL="emulate", EMBER_METAL_EMU_MAX_THREADS="64",
-               PYTHONPATH=str(ROOT / "python") + os.pathsep + os.environ.get("PYTHONPATH", ""))
+               PYTHONPATH=os.pathsep.join(sys.path))
     p = subprocess.run([sys.executable, "-c", ADAPT], env=env, capture_output=True, text=True, timeout=900)
     assert p.returncode == 0 and "adapted" in p.stdout, p.stderr[-3000:]
 
