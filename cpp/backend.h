@@ -131,6 +131,9 @@ struct SdpaArgs {
   Layout lq, lk, lv, lmask;
   double scale = 1.0;
   bool causal = false;
+  // Gemma 2's logit soft-capping: each scaled score s becomes softcap * tanh(s / softcap) before the
+  // mask and the softmax; 0 = off (checked finite and >= 0 by the entry point).
+  double softcap = 0.0;
 };
 
 // Rotary position embedding over x (..., L, D): feature pairs i < dims / 2 of the row at position

@@ -67,6 +67,8 @@ void dims4(const Layout& l, const char* what, int64_t sh[4]) {
 // The forward's checks; fills (B, H, Lq, Dv), the output's shape as 4 dims.
 void check_sdpa(const SdpaArgs& a, int64_t out4[4]) {
   EMBER_CHECK(a.q && a.k && a.v, Value, "[sdpa] query, key and value are required");
+  EMBER_CHECK(a.softcap == 0.0 || (std::isfinite(a.softcap) && a.softcap > 0.0), Value,
+              "[sdpa] softcap must be positive and finite (0 for none), got ", a.softcap);
   const BackendStorage &q = *a.q, &k = *a.k, &v = *a.v;
   check_float(q, "sdpa", "query");
   check_like(q, k, "sdpa", "key");

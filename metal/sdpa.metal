@@ -7,7 +7,8 @@
 // the query heads it serves, so grouped-query heads need no atomics). Causal aligned bottom-right (query
 // i sees keys j <= i + Lk - Lq, a KV-cache step's mask), an additive float or uint8 keep-mask with broadcast strides, H % Hkv == 0, head dims
 // up to 256, Lq != Lk; inputs with any strides and offset. Scores are kept in base 2 (log2(e) folded
-// into the scale), as in the CPU kernels.
+// into the scale), as in the CPU kernels. Optional soft-capping (Gemma 2): the scaled score s becomes
+// c * tanh(s / c) before the mask; Q is then scaled by scale / c and the cap applied to each dot product.
 #include <metal_stdlib>
 using namespace metal;
 
@@ -29,11 +30,28 @@ struct SdpaArgs {
   uint causal;
   uint mask_kind;  // 0 none, 1 keep-mask (uint8: 0 = masked out), 2 additive
   uint pad;        // sdpa_decode_split / merge: the number of key chunks
+  float softcap;   // 0: off
+  uint pad2;
 };
 
 inline float neg_inf() { return -numeric_limits<float>::infinity(); }
 // Causal: the keys [0, causal_end(a, i)) are visible to query i (bottom-right aligned).
 inline long causal_end(constant SdpaArgs& a, long i) { return max(long(0), min(a.Lk, i + 1 + a.Lk - a.Lq)); }
+
+// Q's factor: scale * log2(e) (base-2 scores), or scale / c with soft-capping (then `capped` gives the
+// base-2 score c * log2(e) * tanh(dot), with the cap's derivative 1 - tanh^2 in dth).
+inline float q_mul(constant SdpaArgs& a) { return a.softcap > 0.0f ? a.scale / a.softcap : a.scale * kLog2e; }
+inline float capped(float dot, constant SdpaArgs& a, thread float& dth) {
+  if (a.softcap <= 0.0f) {
+    dth = 1.0f;
+    return dot;
+  }
+  const float t = precise::tanh(dot);
+  dth = 1.0f - t * t;
+  return t * (a.softcap * kLog2e);
+}
+// dK's factor against Q * q_mul: scale / q_mul.
+inline float k_mul(constant SdpaArgs& a) { return a.softcap > 0.0f ? a.softcap : kLn2; }
 
 // NaN scores (a NaN query, key or mask) make their row NaN, as in torch; only a row whose scores are all
 // -inf is fully masked (0). max() drops a NaN operand, so the running max takes the NaN explicitly.
@@ -81,7 +99,7 @@ kernel void sdpa_fwd(device const T* q [[buffer(0)]], device const T* k [[buffer
   float qr[kSlots], acc[kSlots];
   for (int t = 0; t < kSlots; ++t) {
     const long d = lane + 32 * t;
-    qr[t] = live && d < D ? float(qp[d * a.sq[3]]) * (a.scale * kLog2e) : 0.0f;
+    qr[t] = live && d < D ? float(qp[d * a.sq[3]]) * q_mul(a) : 0.0f;
     acc[t] = 0.0f;
   }
   float m = neg_inf(), l = 0.0f;
@@ -101,7 +119,8 @@ kernel void sdpa_fwd(device const T* q [[buffer(0)]], device const T* k [[buffer
         const long d = lane + 32 * t;
         if (d < D) part += qr[t] * Ks[jj * D + d];
       }
-      const float s = masked(simd_sum(part), mask, a, b, h, i, kt + jj);
+      float dth;
+      const float s = masked(capped(simd_sum(part), a, dth), mask, a, b, h, i, kt + jj);
       if (s == neg_inf()) continue;  // adds nothing (and -inf - -inf would be NaN)
       if (s != s) m = s;  // from here on p, l and the row are NaN
       float alpha = 1.0f, p = 1.0f;
@@ -145,7 +164,7 @@ inline void decode_chunk(device const T* q, device const T* k, device const T* v
   float qr[kSlots], acc[kSlots];
   for (int t = 0; t < kSlots; ++t) {
     const long d = lane + 32 * t;
-    qr[t] = d < D ? float(qp[d * a.sq[3]]) * (a.scale * kLog2e) : 0.0f;
+    qr[t] = d < D ? float(qp[d * a.sq[3]]) * q_mul(a) : 0.0f;
     acc[t] = 0.0f;
   }
   float m = neg_inf(), l = 0.0f;
@@ -156,7 +175,8 @@ inline void decode_chunk(device const T* q, device const T* k, device const T* v
       const long d = lane + 32 * t;
       if (d < D) part += qr[t] * float(kp[j * a.sk[2] + d * a.sk[3]]);
     }
-    const float s = masked(simd_sum(part), mask, a, b, h, i, j);
+    float dth;
+    const float s = masked(capped(simd_sum(part), a, dth), mask, a, b, h, i, j);
     if (s == neg_inf()) continue;
     if (s != s) m = s;  // a NaN score: the chunk's max, sum and P·V are NaN
     float alpha = 1.0f, p = 1.0f;
@@ -281,8 +301,8 @@ kernel void sdpa_bwd_prep(device const T* o [[buffer(0)]], device const T* g [[b
   if (lane == 0) di[bh * a.Lq + i] = s;
 }
 
-// Backward, dQ: grid and tiles as the forward. P = exp2(S - lse2), dS = P * (dO V^T - di),
-// dQ = scale * dS K.
+// Backward, dQ: grid and tiles as the forward. P = exp2(S - lse2), dS = P * (dO V^T - di) (times
+// 1 - tanh^2 with soft-capping), dQ = scale * dS K.
 template <typename T, typename M>
 kernel void sdpa_bwd_dq(device const T* q [[buffer(0)]], device const T* k [[buffer(1)]],
                         device const T* v [[buffer(2)]], device const M* mask [[buffer(3)]],
@@ -305,7 +325,7 @@ kernel void sdpa_bwd_dq(device const T* q [[buffer(0)]], device const T* k [[buf
   float qr[kSlots], gr[kSlots], acc[kSlots];
   for (int t = 0; t < kSlots; ++t) {
     const long d = lane + 32 * t;
-    qr[t] = live && d < D ? float(qp[d * a.sq[3]]) * (a.scale * kLog2e) : 0.0f;
+    qr[t] = live && d < D ? float(qp[d * a.sq[3]]) * q_mul(a) : 0.0f;
     gr[t] = live && d < Dv ? float(gp[d * a.sg[3]]) : 0.0f;
     acc[t] = 0.0f;
   }
@@ -329,10 +349,11 @@ kernel void sdpa_bwd_dq(device const T* q [[buffer(0)]], device const T* k [[buf
         if (d < D) ps += qr[t] * Ks[jj * D + d];
         if (d < Dv) pd += gr[t] * Vs[jj * Dv + d];
       }
-      const float s = masked(simd_sum(ps), mask, a, b, h, i, kt + jj);
+      float dth;
+      const float s = masked(capped(simd_sum(ps), a, dth), mask, a, b, h, i, kt + jj);
       const float dp = simd_sum(pd);
       if (s == neg_inf()) continue;
-      const float p = exp2(s - l2), ds = p * (dp - di_i);
+      const float p = exp2(s - l2), ds = p * (dp - di_i) * dth;
       for (int t = 0; t < kSlots; ++t) {
         const long d = lane + 32 * t;
         if (d < D) acc[t] += ds * Ks[jj * D + d];
@@ -386,7 +407,7 @@ kernel void sdpa_bwd_dkv(device const T* q [[buffer(0)]], device const T* k [[bu
     for (long qt = qstart; qt < a.Lq; qt += a.tile) {
       const long nq = min(a.tile, a.Lq - qt);
       threadgroup_barrier(mem_flags::mem_threadgroup);
-      load_tile(Qs, qp, a.sq[2], a.sq[3], qt, nq, D, a.scale * kLog2e, tid, tpg);
+      load_tile(Qs, qp, a.sq[2], a.sq[3], qt, nq, D, q_mul(a), tid, tpg);
       load_tile(Gs, gp, a.sg[2], a.sg[3], qt, nq, Dv, 1.0f, tid, tpg);
       for (long r = tid; r < nq; r += tpg) {
         const float ls = lse[bh * a.Lq + qt + r];
@@ -405,10 +426,11 @@ kernel void sdpa_bwd_dkv(device const T* q [[buffer(0)]], device const T* k [[bu
           if (d < D) ps += Qs[r * D + d] * kr[t];
           if (d < Dv) pd += Gs[r * Dv + d] * vr[t];
         }
-        const float s = masked(simd_sum(ps), mask, a, b, h, i, j);
+        float dth;
+        const float s = masked(capped(simd_sum(ps), a, dth), mask, a, b, h, i, j);
         const float dp = simd_sum(pd);
         if (s == neg_inf()) continue;
-        const float p = exp2(s - L2s[r]), ds = p * (dp - Ds[r]);
+        const float p = exp2(s - L2s[r]), ds = p * (dp - Ds[r]) * dth;
         for (int t = 0; t < kSlots; ++t) {
           const long d = lane + 32 * t;
           if (d < Dv) dva[t] += p * Gs[r * Dv + d];
@@ -422,7 +444,7 @@ kernel void sdpa_bwd_dkv(device const T* q [[buffer(0)]], device const T* k [[bu
   device T* dvo = dv + (bhk * a.Lk + j) * Dv;
   for (int t = 0; t < kSlots; ++t) {
     const long d = lane + 32 * t;
-    if (d < D) dko[d] = T(dka[t] * kLn2);  // Q was scaled by scale * log2(e)
+    if (d < D) dko[d] = T(dka[t] * k_mul(a));  // Q was scaled by q_mul
     if (d < Dv) dvo[d] = T(dva[t]);
   }
 }

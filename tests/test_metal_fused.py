@@ -374,13 +374,13 @@ class Attn:
     """q, k, v (and an optional mask broadcast over heads) laid out for the kernels, with the float64
     copies the CPU reference gets."""
 
-    def __init__(self, rng, dtype, layout, B, H, Hkv, Lq, Lk, D, Dv, causal=False, mask=None, scale=None):
+    def __init__(self, rng, dtype, layout, B, H, Hkv, Lq, Lk, D, Dv, causal=False, mask=None, scale=None, softcap=0.0):
         dt = DTYPES[dtype]
         self.dtype, self.B, self.H, self.Hkv, self.Lq, self.Lk, self.D, self.Dv = dtype, B, H, Hkv, Lq, Lk, D, Dv
         self.q = Strided(rng, (B, H, Lq, D), dt, layout)
         self.k = Strided(rng, (B, Hkv, Lk, D), dt, layout)
         self.v = Strided(rng, (B, Hkv, Lk, Dv), dt, layout)
-        self.causal = causal
+        self.causal, self.softcap = causal, softcap
         self.scale = 1 / math.sqrt(D) if scale is None else scale
         self.mask_kind = mask
         if mask is None:
@@ -407,7 +407,8 @@ class Attn:
         longs = [self.B, self.H, self.Hkv, self.Lq, self.Lk, self.D, self.Dv, q.offset, k.offset, v.offset, m_off,
                  o_off, g_off, *q.strides, *k.strides, *v.strides, *sm, *so, *sg, tile]
         return (i64s(*longs) + np.float32(self.scale).tobytes()
-                + np.array([int(self.causal), kind, 0], np.uint32).tobytes())
+                + np.array([int(self.causal), kind, 0], np.uint32).tobytes()
+                + np.float32(self.softcap).tobytes() + np.zeros(1, np.uint32).tobytes())
 
     def mask_buf(self):
         return self.mask if self.mask is not None else np.zeros(1, np.uint8)
@@ -418,7 +419,8 @@ class Attn:
     def fn(self):
         mask = None if self.mask is None else em.tensor(self.mask.astype(np.float64) if self.mask.dtype != np.uint8
                                                         else self.mask, device=em.cpu)
-        return lambda q, k, v: em.nn.ops.sdpa(q, k, v, scale=self.scale, causal=self.causal, mask=mask)
+        cap = self.softcap or None
+        return lambda q, k, v: em.nn.ops.sdpa(q, k, v, scale=self.scale, causal=self.causal, mask=mask, softcap=cap)
 
     def tile(self):
         return min(K_TILE_ROWS, K_TILE // max(self.D, self.Dv))
@@ -465,6 +467,8 @@ def sdpa_ref_lse(at):
     """logsumexp of the masked, scaled scores in float64 (-inf for a fully masked row)."""
     q, k = at.q.f64, np.repeat(at.k.f64, at.H // at.Hkv, axis=1)
     s = q @ k.transpose(0, 1, 3, 2) * at.scale
+    if at.softcap:
+        s = at.softcap * np.tanh(s / at.softcap)
     if at.causal:
         s = np.where(np.tril(np.ones((at.Lq, at.Lk), bool), k=at.Lk - at.Lq), s, -np.inf)  # bottom-right
     if at.mask is not None:
@@ -525,6 +529,18 @@ def test_sdpa_backward(shape, dtype, layout, rng):
 @pytest.mark.parametrize("shape", ["small", "gqa"])
 def test_sdpa_backward_masks_and_causal(shape, causal, mask, rng):
     sdpa_backward_case(Attn(rng, "float32", "strided", *SDPA_SHAPES[shape], causal=causal, mask=mask), rng)
+
+
+@pytest.mark.parametrize("mask", [None, "keep", "add32"])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("shape", ["small", "gqa", "decode"])
+def test_sdpa_softcap_kernels(shape, causal, mask, rng):
+    # Gemma 2's soft-capping in every kernel (forward, decode, dQ, dK/dV); scale 1 puts most scores past
+    # the cap's knee (|s| ~ c), where tanh bends
+    at = Attn(rng, "float32", "strided", *SDPA_SHAPES[shape], causal=causal, mask=mask, scale=1.0, softcap=2.5)
+    check_sdpa_forward(at, "fwd")
+    check_sdpa_forward(at, "decode")
+    sdpa_backward_case(at, rng)
 
 
 def test_sdpa_forward_query_longer_than_keys_causal(rng):

@@ -381,7 +381,7 @@ void setup_mask(const StoLayout* mask, SdpaParams& p) {
 
 // Strides, shapes and input pointers (the shapes are checked by cpp/fused.cpp).
 void setup_sdpa(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk, const CpuStorage& v,
-                const Layout& lv, const StoLayout* mask, double scale, bool causal, SdpaParams& p) {
+                const Layout& lv, const StoLayout* mask, double scale, bool causal, double softcap, SdpaParams& p) {
   int64_t shq[4], shk[4], shv[4];
   dims4(lq, shq, p.sq);
   dims4(lk, shk, p.sk);
@@ -398,6 +398,7 @@ void setup_sdpa(const CpuStorage& q, const Layout& lq, const CpuStorage& k, cons
   p.k = (const char*)k.raw() + lk.offset() * isz;
   p.v = (const char*)v.raw() + lv.offset() * isz;
   p.scale = scale;
+  p.softcap = softcap;
   p.causal = causal;
   p.coff = p.Lk - p.Lq;
   setup_mask(mask, p);
@@ -516,9 +517,9 @@ void sum_row_parts(const void* parts_, int64_t outer, int64_t nsum, int64_t inne
 
 std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
                               const CpuStorage& v, const Layout& lv, const StoLayout* mask, double scale,
-                              bool causal) {
+                              bool causal, double softcap) {
   SdpaParams p;
-  setup_sdpa(q, lq, k, lk, v, lv, mask, scale, causal, p);
+  setup_sdpa(q, lq, k, lk, v, lv, mask, scale, causal, softcap, p);
   const int64_t BH = p.B * p.H;
   auto out = new_cpu(q.dtype(), BH * p.Lq * p.Dv);
   auto lse = new_cpu(stats_dtype(q.dtype()), BH * p.Lq);
@@ -551,9 +552,9 @@ std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuSt
 std::tuple<Sto, Sto, Sto> sdpa_bwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
                                    const CpuStorage& v, const Layout& lv, const CpuStorage& o, const Layout& lo,
                                    const CpuStorage& lse, const CpuStorage& g, const Layout& lg,
-                                   const StoLayout* mask, double scale, bool causal) {
+                                   const StoLayout* mask, double scale, bool causal, double softcap) {
   SdpaParams p;
-  setup_sdpa(q, lq, k, lk, v, lv, mask, scale, causal, p);
+  setup_sdpa(q, lq, k, lk, v, lv, mask, scale, causal, softcap, p);
   int64_t sho[4], shg[4];
   dims4(lo, sho, p.so);
   dims4(lg, shg, p.sg);
@@ -761,7 +762,8 @@ StoragePtr CpuStorage::act_bwd(ActKind kind, const Layout& l, const BackendStora
 }
 std::tuple<StoragePtr, StoragePtr> CpuStorage::sdpa_fwd(const SdpaArgs& a) const {
   auto m = sdpa_mask(a);
-  return cpu::sdpa_fwd(*this, a.lq, as_cpu(*a.k), a.lk, as_cpu(*a.v), a.lv, m ? &*m : nullptr, a.scale, a.causal);
+  return cpu::sdpa_fwd(*this, a.lq, as_cpu(*a.k), a.lk, as_cpu(*a.v), a.lv, m ? &*m : nullptr, a.scale, a.causal,
+                       a.softcap);
 }
 std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,
                                                                     const Layout& lo, const BackendStorage& lse,
@@ -769,7 +771,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::sdpa_bwd(const SdpaAr
                                                                     const Layout& lg) const {
   auto m = sdpa_mask(a);
   return cpu::sdpa_bwd(*this, a.lq, as_cpu(*a.k), a.lk, as_cpu(*a.v), a.lv, as_cpu(o), lo, as_cpu(lse), as_cpu(g),
-                       lg, m ? &*m : nullptr, a.scale, a.causal);
+                       lg, m ? &*m : nullptr, a.scale, a.causal, a.softcap);
 }
 
 }  // namespace ember::cpu

@@ -58,6 +58,8 @@ struct SdpaParams {
   DType mask_dtype = DType::F32;
   int64_t sm[4] = {};
   double scale = 1.0;
+  // Soft-capping (0 = off): scores are c * tanh(scale * q.k / c), with Q packed times scale / c.
+  double softcap = 0.0;
   // Causal: query i sees keys j <= i + coff (coff = Lk - Lq, the bottom-right alignment of a KV cache).
   bool causal = false;
   int64_t coff = 0;
@@ -143,10 +145,10 @@ Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorag
             double p1);
 std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
                               const CpuStorage& v, const Layout& lv, const StoLayout* mask, double scale,
-                              bool causal);
+                              bool causal, double softcap);
 std::tuple<Sto, Sto, Sto> sdpa_bwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
                                    const CpuStorage& v, const Layout& lv, const CpuStorage& o, const Layout& lo,
                                    const CpuStorage& lse, const CpuStorage& g, const Layout& lg,
-                                   const StoLayout* mask, double scale, bool causal);
+                                   const StoLayout* mask, double scale, bool causal, double softcap);
 
 }  // namespace ember::cpu

@@ -212,7 +212,7 @@ class fused:
     @staticmethod
     def sdpa_fwd(q: Storage, lq: Layout, k: Storage, lk: Layout, v: Storage, lv: Layout,
                  mask: Optional[Storage] = None, lmask: Optional[Layout] = None, scale: Optional[float] = None,
-                 causal: bool = False) -> Tuple[Storage, Storage]: ...
+                 causal: bool = False, softcap: float = 0.0) -> Tuple[Storage, Storage]: ...
     @staticmethod
     def sdpa_check(q: Storage, lq: Layout, k: Storage, lk: Layout, v: Storage, lv: Layout,
                    mask: Optional[Storage] = None, lmask: Optional[Layout] = None) -> None: ...
@@ -220,7 +220,7 @@ class fused:
     def sdpa_bwd(q: Storage, lq: Layout, k: Storage, lk: Layout, v: Storage, lv: Layout, o: Storage, lo: Layout,
                  lse: Storage, g: Storage, lg: Layout, mask: Optional[Storage] = None,
                  lmask: Optional[Layout] = None, scale: Optional[float] = None,
-                 causal: bool = False) -> Tuple[Storage, Storage, Storage]: ...
+                 causal: bool = False, softcap: float = 0.0) -> Tuple[Storage, Storage, Storage]: ...
     @staticmethod
     def rope(x: Storage, lx: Layout, dims: int, traditional: bool = False, base: float = 10000.0, scale: float = 1.0,
              offset: int = 0, offsets: Optional[Storage] = None, loffsets: Optional[Layout] = None,

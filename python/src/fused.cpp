@@ -21,7 +21,7 @@ double scale_arg(std::optional<double> scale, const Layout& lq) {
 // q, k, v and an optional mask: both the storage and its layout, or neither.
 SdpaArgs sdpa_args(const BackendStorage& q, const Layout& lq, const BackendStorage& k, const Layout& lk,
                    const BackendStorage& v, const Layout& lv, const BackendStorage* mask, const Layout* lmask,
-                   std::optional<double> scale, bool causal) {
+                   std::optional<double> scale, bool causal, double softcap = 0.0) {
   SdpaArgs a;
   a.q = &q, a.k = &k, a.v = &v;
   a.lq = lq, a.lk = lk, a.lv = lv;
@@ -32,6 +32,7 @@ SdpaArgs sdpa_args(const BackendStorage& q, const Layout& lq, const BackendStora
   }
   a.scale = scale_arg(scale, lq);
   a.causal = causal;
+  a.softcap = softcap;
   return a;
 }
 }  // namespace
@@ -99,12 +100,13 @@ void bind_fused(py::module_& m) {
   }
   f.def(
       "sdpa_fwd",
-      [](S q, L lq, S k, L lk, S v, L lv, SP mask, const Layout* lmask, std::optional<double> scale, bool causal) {
-        return fz::sdpa_fwd(sdpa_args(q, lq, k, lk, v, lv, mask, lmask, scale, causal));
+      [](S q, L lq, S k, L lk, S v, L lv, SP mask, const Layout* lmask, std::optional<double> scale, bool causal,
+         double softcap) {
+        return fz::sdpa_fwd(sdpa_args(q, lq, k, lk, v, lv, mask, lmask, scale, causal, softcap));
       },
       py::arg("q"), py::arg("lq"), py::arg("k"), py::arg("lk"), py::arg("v"), py::arg("lv"),
       py::arg("mask").none(true) = nullptr, py::arg("lmask").none(true) = nullptr,
-      py::arg("scale").none(true) = py::none(), py::arg("causal") = false, G());
+      py::arg("scale").none(true) = py::none(), py::arg("causal") = false, py::arg("softcap") = 0.0, G());
   f.def(
       "rope",
       [](S x, L lx, int64_t dims, bool traditional, double base, double scale, int64_t offset, SP offsets,
@@ -141,11 +143,11 @@ void bind_fused(py::module_& m) {
   f.def(
       "sdpa_bwd",
       [](S q, L lq, S k, L lk, S v, L lv, S o, L lo, S lse, S g, L lg, SP mask, const Layout* lmask,
-         std::optional<double> scale, bool causal) {
-        return fz::sdpa_bwd(sdpa_args(q, lq, k, lk, v, lv, mask, lmask, scale, causal), o, lo, lse, g, lg);
+         std::optional<double> scale, bool causal, double softcap) {
+        return fz::sdpa_bwd(sdpa_args(q, lq, k, lk, v, lv, mask, lmask, scale, causal, softcap), o, lo, lse, g, lg);
       },
       py::arg("q"), py::arg("lq"), py::arg("k"), py::arg("lk"), py::arg("v"), py::arg("lv"), py::arg("o"),
       py::arg("lo"), py::arg("lse"), py::arg("g"), py::arg("lg"), py::arg("mask").none(true) = nullptr,
       py::arg("lmask").none(true) = nullptr, py::arg("scale").none(true) = py::none(), py::arg("causal") = false,
-      G());
+      py::arg("softcap") = 0.0, G());
 }

@@ -42,6 +42,8 @@ struct SdpaKArgs {  // sdpa.metal's SdpaArgs
   int64_t tile = 1;
   float scale = 1;
   uint32_t causal = 0, mask_kind = 0, pad = 0;
+  float softcap = 0;  // 0: off
+  uint32_t pad2 = 0;
 };
 struct ActParams {  // act.metal's, for the activations with parameters
   float p0 = 0, p1 = 0;
@@ -54,7 +56,7 @@ struct RopeKArgs {  // rope.metal's RopeArgs
 };
 static_assert(sizeof(RopeKArgs) == 256, "argument blocks must match the kernels' structs");
 static_assert(sizeof(RowLayout) == 152 && sizeof(SoftmaxArgs) == 320 && sizeof(NormArgs) == 384 &&
-                  sizeof(ActArgs) == 224 && sizeof(SdpaKArgs) == 320,
+                  sizeof(ActArgs) == 224 && sizeof(SdpaKArgs) == 328,
               "argument blocks must match the kernels' structs");
 
 constexpr int64_t kTile = 2048, kMaxTileRows = 64, kMaxHeadDim = 256;  // sdpa.metal
@@ -450,6 +452,7 @@ SdpaSetup sdpa_setup(const SdpaArgs& a, const char* op) {
   k.k_off = a.lk.offset();
   k.v_off = a.lv.offset();
   k.scale = (float)a.scale;
+  k.softcap = (float)a.softcap;
   k.causal = a.causal;
   k.tile = std::min<int64_t>(kMaxTileRows, kTile / std::max<int64_t>({k.D, k.Dv, 1}));
   const DType qdt = a.q->dtype();

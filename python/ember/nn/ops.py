@@ -440,9 +440,11 @@ def layer_norm(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = No
 
 
 # ----------------------------------------------------------------------------- sdpa
-def _attn_scores(q, k, scale, causal, mask):
-    """Masked, scaled scores (composite) for the differentiable backward and the reference."""
+def _attn_scores(q, k, scale, causal, mask, softcap=None):
+    """Masked, scaled (and soft-capped) scores (composite) for the differentiable backward and the reference."""
     s = (q @ k.transpose(-2, -1)) * scale
+    if softcap is not None:  # Gemma 2: after the scale, before the mask
+        s = (s / softcap).tanh() * softcap
     if causal:  # aligned bottom-right (a KV-cache step): query i sees keys j <= i + Lk - Lq
         lq, lk = q.shape[-2], k.shape[-2]
         rows = arange(lq, device=q.device).reshape(lq, 1) + (lk - lq)
@@ -456,7 +458,7 @@ def _attn_scores(q, k, scale, causal, mask):
     return s
 
 
-def _attn_probs(q, k, scale, causal, mask):
+def _attn_probs(q, k, scale, causal, mask, softcap=None):
     """softmax of _attn_scores (composite, differentiable in every input). A row whose keys are all
     masked gives zeros, as in the fused kernel, not the NaN of a softmax over -inf."""
     if not math.isfinite(scale):
@@ -464,9 +466,9 @@ def _attn_probs(q, k, scale, causal, mask):
         # or NaN scale that decides which scores are NaN and which +-inf, so do the same on every device
         r = math.sqrt(abs(scale))
         q, k, scale = q * (-r if scale < 0 else r), k * r, 1.0
-        s = _attn_scores(q, k, scale, causal, mask)
+        s = _attn_scores(q, k, scale, causal, mask, softcap)
     else:
-        s = _attn_scores(q, k, scale, causal, mask)
+        s = _attn_scores(q, k, scale, causal, mask, softcap)
         # causal alone leaves every query at least key 0 unless there are more queries than keys
         if (mask is None and (not causal or q.shape[-2] <= k.shape[-2])) or s.shape[-1] == 0:
             return softmax_last_dim(s)
@@ -490,8 +492,8 @@ def _repeat_kv(t: Tensor, q: Tensor) -> Tensor:
 class _Sdpa(CustomOp3):
     name = "sdpa"
 
-    def __init__(self, scale, causal, mask):
-        self.scale, self.causal, self.mask = scale, causal, mask
+    def __init__(self, scale, causal, mask, softcap=None):
+        self.scale, self.causal, self.mask, self.softcap = scale, causal, mask, softcap
         self.lse = None
 
     def _mask_args(self):
@@ -499,7 +501,8 @@ class _Sdpa(CustomOp3):
         return (None, None) if m is None else (m._storage, m._layout)
 
     def cpu_fwd(self, qs, ql, ks, kl, vs, vl):
-        out, self.lse = _F.sdpa_fwd(qs, ql, ks, kl, vs, vl, *self._mask_args(), self.scale, self.causal)
+        out, self.lse = _F.sdpa_fwd(qs, ql, ks, kl, vs, vl, *self._mask_args(), self.scale, self.causal,
+                                    self.softcap or 0.0)
         return out, tuple(ql.shape[:-1]) + (vl.shape[-1],)
 
     metal_fwd = cuda_fwd = cpu_fwd
@@ -508,15 +511,28 @@ class _Sdpa(CustomOp3):
         if not is_grad_enabled() and self.lse is not None:
             dq, dk, dv = _F.sdpa_bwd(q._storage, q._layout, k._storage, k._layout, v._storage, v._layout,
                                      out._storage, out._layout, self.lse, g._storage, g._layout,
-                                     *self._mask_args(), self.scale, self.causal)
+                                     *self._mask_args(), self.scale, self.causal, self.softcap or 0.0)
             return _out(dq, q.shape, q), _out(dk, k.shape, k), _out(dv, v.shape, v)
         return tuple(self.reference_grads([q, k, v], [g]))
 
     def reference(self, q, k, v):
-        return _attn_probs(q, _repeat_kv(k, q), self.scale, self.causal, self.mask) @ _repeat_kv(v, q)
+        return _attn_probs(q, _repeat_kv(k, q), self.scale, self.causal, self.mask, self.softcap) @ _repeat_kv(v, q)
 
 
-def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask: Tensor | None = None) -> Tensor:
+def _softcap_arg(softcap):
+    """None (no capping) or a positive, finite float."""
+    if softcap is None:
+        return None
+    if isinstance(softcap, bool):  # softcap=True is a mistake, not 1.0
+        raise EmberTypeError("[sdpa] softcap must be a positive number or None, got bool")
+    c = float_arg(softcap, "sdpa", "softcap")
+    if not 0.0 < c < math.inf:
+        raise EmberValueError(f"[sdpa] softcap must be positive and finite (None for no capping), got {c}")
+    return c
+
+
+def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask: Tensor | None = None, *,
+         softcap: float | None = None) -> Tensor:
     """Attention over (B, H, L, D) (or (B, L, D)) tensors, flash-style: the L x L matrix is never
     built. ``k`` and ``v`` may have fewer heads than ``q`` when that number divides H (grouped-query
     attention: key/value head j serves query heads j*H/Hkv ..). ``mask`` (broadcastable to
@@ -525,7 +541,8 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
     attention runs as the composite (the L x L scores are built, the softmax is still fused). Fully
     masked rows give 0. NaN propagates as in torch: a NaN in a query, a key or the mask makes the rows
     it reaches NaN (output and gradients); an infinite or NaN ``scale`` is split between q and k as
-    torch does (the composite), so the same scores become NaN or infinite.
+    torch does (the composite), so the same scores become NaN or infinite. ``softcap`` is Gemma 2's
+    logit soft-capping, fused into the same kernels (forward and backward).
 
     Args:
         q: queries (B, H, Lq, D).
@@ -537,6 +554,10 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
             see none and give 0).
         mask: None, an additive float mask or a bool/uint8 keep-mask, broadcastable to (B, H, Lq, Lk): a
             tensor, or a numpy array or list (put on the query's device, a float one in its dtype).
+        softcap: None (off) or a positive finite ``c`` (keyword only): each scaled score ``s`` becomes
+            ``c * tanh(s / c)`` after the scale and before the mask, causal cut and softmax, in the order
+            of Hugging Face's Gemma 2 (``attn_logit_softcapping``, 50.0 there); flash-attn calls it
+            ``softcap`` too.
 
     Returns:
         Tensor: (B, H, Lq, Dv), differentiable with respect to ``q``, ``k``, ``v`` (and a float mask).
@@ -544,7 +565,8 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
     Raises:
         ShapeError: the shapes do not fit together.
         DTypeError: the dtypes differ or are not float.
-        EmberTypeError: ``causal`` is not a bool.
+        EmberTypeError: ``causal`` is not a bool; ``softcap`` is not a number.
+        EmberValueError: ``softcap`` is not positive and finite.
     """
     for t, nm in ((q, "query"), (k, "key"), (v, "value")):
         _check_tensor(t, "sdpa", nm)
@@ -559,16 +581,17 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
         raise ShapeError(f"[sdpa] expected query of shape (B, H, L, D) or (B, L, D), got {q.shape}")
     scale = 1.0 / math.sqrt(max(q.shape[-1], 1)) if scale is None else float_arg(scale, "sdpa", "scale")  # head dim 0: no 1/0
     causal = bool_arg(causal, "sdpa", "causal")  # causal="no" is a mistake, not True
+    softcap = _softcap_arg(softcap)
     if not math.isfinite(scale):  # torch's NaN/inf pattern (see _attn_probs), not the fused kernels' rounding
         _F.sdpa_check(q._storage, q._layout, k._storage, k._layout, v._storage, v._layout,
                       *((None, None) if mask is None else (mask._storage, mask._layout)))  # the same errors
-        return _attn_probs(q, _repeat_kv(k, q), scale, causal, mask) @ _repeat_kv(v, q)
+        return _attn_probs(q, _repeat_kv(k, q), scale, causal, mask, softcap) @ _repeat_kv(v, q)
     if mask is not None and is_grad_enabled() and tracks(mask):
         # The fused kernels never hold dS = dL/dscores for the whole L x L, and that is the mask's gradient.
         _F.sdpa_check(q._storage, q._layout, k._storage, k._layout, v._storage, v._layout,
                       mask._storage, mask._layout)  # the fused path's errors, word for word
-        return _attn_probs(q, _repeat_kv(k, q), scale, causal, mask) @ _repeat_kv(v, q)
-    return q.apply_op3(k, v, _Sdpa(scale, causal, mask))
+        return _attn_probs(q, _repeat_kv(k, q), scale, causal, mask, softcap) @ _repeat_kv(v, q)
+    return q.apply_op3(k, v, _Sdpa(scale, causal, mask, softcap))
 
 
 # ----------------------------------------------------------------------------- rope
@@ -747,8 +770,9 @@ def layer_norm_slow(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) 
     return xc / ((xc * xc).mean(-1, keepdim=True) + eps).sqrt() * weight + bias
 
 
-def sdpa_slow(q, k, v, scale=None, causal=False, mask=None):
-    """Composite reference for tests: ``sdpa(q, k, v, scale, causal, mask)`` with the whole L x L
-    score matrix built in Tensor ops."""
+def sdpa_slow(q, k, v, scale=None, causal=False, mask=None, softcap=None):
+    """Composite reference for tests: ``sdpa(q, k, v, scale, causal, mask, softcap=softcap)`` with the
+    whole L x L score matrix built in Tensor ops."""
     scale = 1.0 / math.sqrt(max(q.shape[-1], 1)) if scale is None else float(scale)
-    return softmax_slow(_attn_scores(q, _repeat_kv(k, q), scale, causal, mask), -1) @ _repeat_kv(v, q)
+    s = _attn_scores(q, _repeat_kv(k, q), scale, causal, mask, _softcap_arg(softcap))
+    return softmax_slow(s, -1) @ _repeat_kv(v, q)
