@@ -4,9 +4,11 @@ from __future__ import annotations
 from .. import _C
 from ..args import bool_arg, float_arg, int_arg
 from ..backprop import no_grad
+from ..creation import ones, tensor, zeros
 from ..dtypes import to_device, to_dtype
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor import Tensor, Var, ones, tensor, zeros
+from ..tensor_type import Tensor
+from ..variable import Var
 from .module import Module
 from .norm import batch_norm, group_norm
 
