@@ -30,6 +30,8 @@ def _bind():
             if name in owner:
                 raise RuntimeError(f"[Tensor] method {name!r} is defined by both {owner[name]} and {mod.__name__}")
             owner[name] = mod.__name__
+            if getattr(fn, "__name__", None) == "_" + name:  # sum, max, abs, ...: named _sum in their module
+                fn.__name__ = name                            # so as not to shadow the builtin there
             setattr(Tensor, name, fn)
     tensor_docs.apply(Tensor, Var)
 
