@@ -349,7 +349,7 @@ def isfinite(self):
         return self.eq(self)
     return (self - self).eq(0)
 
-def _isclose_method(self, other, rtol=1e-5, atol=1e-8, equal_nan=False):
+def _isclose(self, other, rtol=1e-5, atol=1e-8, equal_nan=False):
     """Elementwise closeness to other, as ``torch.isclose``.
 
     Args:
@@ -359,7 +359,7 @@ def _isclose_method(self, other, rtol=1e-5, atol=1e-8, equal_nan=False):
         equal_nan: whether two NaNs count as close.
 
     Returns:
-        A bool tensor, True where |self - other| <= atol + rtol * |other|.
+        A bool tensor, True where ``|self - other| <= atol + rtol * |other|``.
 
     Raises:
         EmberValueError: for a negative tolerance.
@@ -487,6 +487,6 @@ METHODS = {  # bound onto Tensor by tensor_methods.py
     "log1p": log1p, "expm1": expm1, "rsqrt": rsqrt, "log2": log2, "log10": log10, "tan": tan, "sinh": sinh,
     "cosh": cosh, "asin": asin, "acos": acos, "atan": atan, "trunc": trunc, "chunk": chunk, "split": split,
     "unbind": unbind, "tril": tril, "triu": triu, "masked_fill": masked_fill, "var": var, "_var": _var, "std": std,
-    "any": _any, "all": _all, "isnan": isnan, "isinf": isinf, "isfinite": isfinite, "isclose": _isclose_method,
+    "any": _any, "all": _all, "isnan": isnan, "isinf": isinf, "isfinite": isfinite, "isclose": _isclose,
     "allclose": allclose, "repeat": repeat, "tile": tile, "flip": flip,
 }
