@@ -273,6 +273,15 @@ void fault_set_stack(const char* lo, const char* hi) {
 }
 void fault_disarm() { t_jump = nullptr; }
 
+void fault_raise(ErrorKind kind, const char* message) {
+  FaultJump* j = t_jump;
+  if (!j) {  // kernels run only inside run_group, which arms the jump: this is a bug in the emulator
+    std::fprintf(stderr, "ember: an emulated kernel fault outside a dispatch: %s\n", message);
+    std::abort();
+  }
+  jump(j, kind, message);
+}
+
 void watchdog_begin(uint64_t launch_start_ns, uint64_t interrupts_at_start) {
   if (t_slot < 0) return;
   Slot& s = g_slots[t_slot];

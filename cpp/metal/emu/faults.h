@@ -32,6 +32,9 @@ void fault_thread_exit(void* altstack);
 void fault_arm(FaultJump* j);
 void fault_set_stack(const char* stack_lo, const char* stack_hi);
 void fault_disarm();
+// Ends the running group from kernel or runtime code on this thread as a fault does (the message is
+// copied); how a kernel module reports its faults (msl_abi::Api::fault), with no C++ exception.
+[[noreturn]] void fault_raise(ErrorKind kind, const char* message);
 
 // A launch's watchdog: from begin to end, this thread is stopped (its group fails) once the launch has
 // run for longer than $EMBER_METAL_EMU_WATCHDOG seconds (default 600; 0: never), or when Ctrl-C is noted.

@@ -19,12 +19,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <memory>
 #include <mutex>
-#include <stdexcept>
 
 #include "cpu/parallel.h"
 #include "error.h"
@@ -217,6 +216,7 @@ struct Group {
   alignas(64) char tg_mem[2 * kMaxThreadgroupMemory];
   uint64_t tg_used = 0, tg_logical = 0, tg_limit = kMaxThreadgroupMemory;
   bool failed = false;
+  bool ignoring = false;  // the scheduler's TSan ignore scope is open (a fault's jump skips its end)
   ErrorKind error_kind = ErrorKind::Value;
   std::string error;
   Fiber* sched = nullptr;
@@ -286,17 +286,6 @@ void fail(Group& g, uint32_t i, const std::string& msg, ErrorKind kind = ErrorKi
   g.error = where(g, i) + msg;
 }
 
-void record_exception(Group& g, uint32_t i) {
-  try {
-    throw;
-  } catch (const std::exception& e) {
-    const std::string m = e.what();
-    fail(g, i, m, m.rfind("out-of-bounds", 0) == 0 ? ErrorKind::Index : ErrorKind::Value);
-  } catch (...) {
-    fail(g, i, "the kernel threw an unknown exception");
-  }
-}
-
 // Hands control from fiber i back to its group's scheduler.
 void yield(Group& g, uint32_t i) {
   EMU_IGNORE_BEGIN();
@@ -327,13 +316,7 @@ void fiber_main(void* arg) {
 #ifdef EMU_ASAN
   __sanitizer_finish_switch_fiber(nullptr, &g.asan_sched_bottom, &g.asan_sched_size);
 #endif
-  try {
-    g.launch->kernel->entry(&g.threads[i]);
-  } catch (...) {
-    EMU_IGNORE_BEGIN();
-    record_exception(g, i);
-    EMU_IGNORE_END();
-  }
+  g.launch->kernel->entry(&g.threads[i]);  // never throws: a fault jumps back to run_group (msl_abi.h)
   EMU_IGNORE_BEGIN();
   g.state[i] = Done;
   EMU_IGNORE_END();
@@ -346,7 +329,7 @@ void fiber_main(void* arg) {
 
 Group& group_of(msl_abi::Thread* t) {
   Group& g = *static_cast<Group*>(t->group);
-  if (!g.fibered) throw std::runtime_error("barrier or simd op in a kernel the emulator runs without fibers");
+  if (!g.fibered) fault_raise(ErrorKind::Value, "barrier or simd op in a kernel the emulator runs without fibers");
   return g;
 }
 
@@ -408,8 +391,10 @@ void* api_tg_alloc(msl_abi::Thread* t, uint32_t site, uint64_t size, uint64_t al
     const uint64_t logical = (g.tg_logical + align - 1) / align * align + size;
     if (logical > g.tg_limit || off + size + kGuardBytes > sizeof(g.tg_mem)) {
       EMU_IGNORE_END();
-      throw std::runtime_error(cat_str("the kernel's threadgroup memory reaches ", logical,
-                                       " bytes; Metal allows ", g.tg_limit));
+      char m[160];
+      std::snprintf(m, sizeof m, "the kernel's threadgroup memory reaches %llu bytes; Metal allows %llu",
+                    (unsigned long long)logical, (unsigned long long)g.tg_limit);
+      fault_raise(ErrorKind::Value, m);  // no exception through the kernel's frames (msl_abi.h)
     }
     g.site_off[site] = (int64_t)off;
     g.tg_logical = logical;
@@ -425,14 +410,21 @@ void* api_tg_alloc(msl_abi::Thread* t, uint32_t site, uint64_t size, uint64_t al
 
 void* api_tg_param(msl_abi::Thread* t, uint32_t index, uint64_t* size) {
   Group& g = *static_cast<Group*>(t->group);
-  if (index >= g.param_off.size() || g.launch->threadgroup_mem[index] == 0)
-    throw std::runtime_error(cat_str("[[threadgroup(", index, ")]] has no memory set on the encoder"));
+  if (index >= g.param_off.size() || g.launch->threadgroup_mem[index] == 0) {
+    char m[96];
+    std::snprintf(m, sizeof m, "[[threadgroup(%u)]] has no memory set on the encoder", index);
+    fault_raise(ErrorKind::Value, m);
+  }
   *size = g.launch->threadgroup_mem[index];
   return g.tg_mem + g.param_off[index];
 }
 
+void api_fault(msl_abi::Thread*, uint32_t kind, const char* message) {
+  fault_raise(kind == msl_abi::kFaultIndex ? ErrorKind::Index : ErrorKind::Value, message);
+}
+
 const msl_abi::Api kApi = {msl_abi::kVersion, api_current, api_barrier, api_simd_begin, api_simd_end,
-                           api_tg_alloc, api_tg_param};
+                           api_tg_alloc, api_tg_param, api_fault};
 
 // ---- the scheduler ----------------------------------------------------------------------------------
 uint64_t mix(uint64_t x) {
@@ -559,11 +551,7 @@ void run_group_body(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3
   if (!g.fibered) {
     for (uint32_t i = 0; i < g.count && !g.failed; ++i) {
       t_cur = &g.threads[i];
-      try {
-        L.kernel->entry(&g.threads[i]);
-      } catch (...) {
-        record_exception(g, i);
-      }
+      L.kernel->entry(&g.threads[i]);
     }
     t_cur = nullptr;
     check_guards(g);
@@ -576,9 +564,10 @@ void run_group_body(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3
   // The scheduler's bookkeeping (and the stacks it reuses) is hidden from TSan, the kernel's accesses
   // (on the fibers, created above so that they do not inherit the ignoring) are not.
   struct IgnoreScope {
-    IgnoreScope() { EMU_IGNORE_BEGIN(); }
-    ~IgnoreScope() { EMU_IGNORE_END(); }
-  } ignore_scope;
+    bool& on;
+    explicit IgnoreScope(bool& o) : on(o) { EMU_IGNORE_BEGIN(), on = true; }
+    ~IgnoreScope() { on = false, EMU_IGNORE_END(); }
+  } ignore_scope(g.ignoring);
 #ifdef EMU_TSAN
   g.tsan_sched = __tsan_get_current_fiber();
   g.tsan_fibers.swap(new_fibers);
@@ -639,6 +628,7 @@ void run_group_body(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3
 #ifdef EMU_TSAN
   __tsan_acquire(&g.done_sync);
   for (void* f : g.tsan_fibers) __tsan_destroy_fiber(f);
+  g.tsan_fibers.clear();
 #endif
 }
 
@@ -656,7 +646,10 @@ void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3], ui
 #endif
 #ifdef EMU_TSAN
     if (w.jump.on_fiber) __tsan_switch_to_fiber(g.tsan_sched, 0);
+    for (void* f : g.tsan_fibers) __tsan_destroy_fiber(f);
+    g.tsan_fibers.clear();
 #endif
+    if (g.ignoring) g.ignoring = false, EMU_IGNORE_END();
     w.jump.on_fiber = false;
     const uint32_t i = t && t >= g.threads.data() && t < g.threads.data() + g.count ? (uint32_t)(t - g.threads.data()) : 0;
     g.failed = false;  // the fault is what happened, whatever was noted before it
