@@ -130,6 +130,22 @@ constexpr size_t kStackBytes = 64 * 1024;  // kernels keep small locals; a guard
 // kernel that writes past the end of a threadgroup array is reported, not left to corrupt memory.
 constexpr uint64_t kGuardBytes = 256;
 constexpr unsigned char kGuardByte = 0xa5;
+// A group's threadgroup memory (its variables and their guard bands) is a mapping of its own between
+// inaccessible pages, so a write far outside it through a pointer faults at once (a wild access)
+// instead of reaching the scheduler's state. Only address space: MAP_NORESERVE, PROT_NONE.
+constexpr size_t kArenaBytes = 2 * kMaxThreadgroupMemory;
+constexpr size_t kArenaGuard = size_t(1) << 20;
+
+char* map_arena() {
+  void* p = ::mmap(nullptr, kArenaBytes + 2 * kArenaGuard, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  EMBER_CHECK(p != MAP_FAILED, Memory, "[metal] cannot map threadgroup memory for the emulator");
+  char* a = static_cast<char*>(p) + kArenaGuard;
+  if (::mprotect(a, kArenaBytes, PROT_READ | PROT_WRITE) != 0) {
+    ::munmap(p, kArenaBytes + 2 * kArenaGuard);
+    throw Error(ErrorKind::Memory, "[metal] cannot map threadgroup memory for the emulator");
+  }
+  return a;
+}
 
 struct Fiber {
 #ifdef EMU_ASM_SWITCH
@@ -213,7 +229,7 @@ struct Group {
   std::vector<std::pair<uint64_t, uint64_t>> guards;  // (offset, bytes) of each variable's guard band
   std::vector<uint64_t> param_off;
   // The arena holds the variables and, after each, a guard band (not counted against Metal's limit).
-  alignas(64) char tg_mem[2 * kMaxThreadgroupMemory];
+  char* tg_mem = map_arena();
   uint64_t tg_used = 0, tg_logical = 0, tg_limit = kMaxThreadgroupMemory;
   bool failed = false;
   bool ignoring = false;  // the scheduler's TSan ignore scope is open (a fault's jump skips its end)
@@ -231,6 +247,10 @@ struct Group {
   char barrier_sync = 0, done_sync = 0;
   std::vector<char> simd_sync;
 #endif
+  Group() = default;
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  ~Group() { ::munmap(tg_mem - kArenaGuard, kArenaBytes + 2 * kArenaGuard); }
 };
 
 struct Worker {
@@ -389,7 +409,7 @@ void* api_tg_alloc(msl_abi::Thread* t, uint32_t site, uint64_t size, uint64_t al
   if (g.site_off[site] < 0) {
     const uint64_t off = (g.tg_used + align - 1) / align * align;
     const uint64_t logical = (g.tg_logical + align - 1) / align * align + size;
-    if (logical > g.tg_limit || off + size + kGuardBytes > sizeof(g.tg_mem)) {
+    if (logical > g.tg_limit || off + size + kGuardBytes > kArenaBytes) {
       EMU_IGNORE_END();
       char m[160];
       std::snprintf(m, sizeof m, "the kernel's threadgroup memory reaches %llu bytes; Metal allows %llu",
