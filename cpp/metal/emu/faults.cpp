@@ -32,6 +32,16 @@
 #ifdef EMU_ASAN
 #include <sanitizer/common_interface_defs.h>
 #endif
+#if defined(__SANITIZE_THREAD__)
+#define EMU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define EMU_TSAN 1
+#endif
+#endif
+#ifdef EMU_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
 
 namespace ember::metal::emu {
 namespace {
@@ -279,6 +289,12 @@ void fault_raise(ErrorKind kind, const char* message) {
     std::fprintf(stderr, "ember: an emulated kernel fault outside a dispatch: %s\n", message);
     std::abort();
   }
+#ifdef EMU_TSAN
+  if (j->on_fiber && j->tsan_home) {
+    __tsan_switch_to_fiber(j->tsan_home, 0);
+    j->tsan_home_now = true;
+  }
+#endif
   jump(j, kind, message);
 }
 

@@ -20,6 +20,10 @@ struct FaultJump {
   bool on_fiber = false;
   const void* const* home_bottom = nullptr;  // the scheduler's stack as ASan knows it (learned by a fiber)
   const size_t* home_size = nullptr;
+  // TSan: the scheduler's fiber, where sigsetjmp ran; fault_raise switches to it before its siglongjmp
+  // (TSan finds the jump buffer only there) and sets tsan_home_now.
+  void* tsan_home = nullptr;
+  bool tsan_home_now = false;
 };
 
 // Sets up this thread to run kernels (signal handlers once per process; an alternate signal stack for

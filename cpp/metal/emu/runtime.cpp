@@ -624,6 +624,7 @@ void run_group_body(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3
       fault_set_stack(w.stacks[i].base, w.stacks[i].base + w.stacks[i].size);
       w.jump.on_fiber = true;
 #ifdef EMU_TSAN
+      w.jump.tsan_home = g.tsan_sched;
       __tsan_switch_to_fiber(g.tsan_fibers[i], g.tsan_first[i] ? 0 : __tsan_switch_to_fiber_no_sync);
       g.tsan_first[i] = 0;
 #endif
@@ -665,7 +666,10 @@ void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3], ui
     if (w.jump.on_fiber) __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
 #endif
 #ifdef EMU_TSAN
-    if (w.jump.on_fiber) __tsan_switch_to_fiber(g.tsan_sched, 0);
+    if (w.jump.on_fiber && !w.jump.tsan_home_now) __tsan_switch_to_fiber(g.tsan_sched, 0);
+    w.jump.tsan_home_now = false;
+    // The abandoned fibers' accesses (their Thread records, say) happen before the next group's writes.
+    for (void* f : g.tsan_fibers) __tsan_switch_to_fiber(f, 0), __tsan_switch_to_fiber(g.tsan_sched, 0);
     for (void* f : g.tsan_fibers) __tsan_destroy_fiber(f);
     g.tsan_fibers.clear();
 #endif
