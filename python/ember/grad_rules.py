@@ -1,72 +1,32 @@
 """The backward rules: one short function per recorded op, written with ordinary Tensor ops so that
 second order works. Each takes (node, out, grad) and returns one gradient (or None) per input.
 
-Loaded by backprop on the first backward, once tensor.py is fully imported (no import cycle).
+Each registers itself in backprop.RULES through @rule; tensor_methods.py imports this module.
 """
 from __future__ import annotations
 
-import importlib
 import math
 
+from . import _C
 from . import backprop as _bp
-from .backprop import _READS_NOTHING, record
-
-# the module, not the ember.tensor() function that shadows it on the package
-_t = importlib.import_module(".tensor", __package__)
-
-RULES = {}
-# Which saved tensors a rule reads, for the in-place check: (input indices or None = all, reads out).
-# Rules that only need shapes read nothing, so harmless in-place edits there do not raise.
-USES = {}
-
-
-def rule(name, inputs=None, out=False):
-    """Registers fn as the rule of op ``name``; ``inputs``/``out`` say which values it reads."""
-
-    def deco(fn):
-        RULES[name] = fn
-        USES[name] = _READS_NOTHING if inputs == () and not out else (inputs, out)
-        return fn
-
-    return deco
-
-
-def wanted(t) -> bool:
-    """Whether an input should receive a gradient: a float tensor that leads to a variable
-    (backprop.needs_grad, torch's needs_input_grad), never the 0-d constants that tensor.py makes from
-    Python scalars (the user has no handle on them)."""
-    return t is not None and t._layout is not _SCALAR_LAYOUT and _bp.needs_grad(t)
-
-
-_SCALAR_LAYOUT = getattr(_t, "_SCALAR_LAYOUT", object())
-
-
-def ones_like(t):
-    return _t.ones_like(t)
+from .backprop import _READS_NOTHING, RULES, USES, record, rule, wanted  # noqa: F401  (the table, re-exported)
+from .creation import zeros
+from .indexing import _index_add_zeros, _scatter_add_zeros
+from .multi import where
+from .reduce import _sum_to
+from .tensor_type import _wrap
 
 
 def _zeros(shape, like):
-    return _t.zeros(shape, dtype=like._dtype, device=like._device)
-
-
-def _sum_to(g, shape):
-    """Sums a broadcast gradient back to an operand's shape (numpy broadcasting rules)."""
-    gs = g.shape
-    if gs == shape:
-        return g
-    lead = len(gs) - len(shape)
-    dims = list(range(lead)) + [lead + i for i, n in enumerate(shape) if n == 1 and gs[lead + i] != 1]
-    if dims:
-        g = g.sum(dims, keepdim=True)
-    return g.reshape(shape) if g.shape != shape else g
+    return zeros(shape, dtype=like._dtype, device=like._device)
 
 
 def _mask(cond, g):
     """g where cond holds, else 0 (differentiable in g, exact for inf/nan elsewhere)."""
-    return _t.where(cond, g, 0.0)
+    return where(cond, g, 0.0)
 
 
-_FUSED = getattr(_t._C, "fused", None)
+_FUSED = getattr(_C, "fused", None)
 
 
 def _fused_bwd(kind, a, g):
@@ -75,7 +35,7 @@ def _fused_bwd(kind, a, g):
     if _bp._mode.enabled or _FUSED is None or a._device.type != "cpu" or g._device.type != "cpu":
         return None
     s = getattr(_FUSED, kind + "_bwd")(a._storage, a._layout, g._storage, g._layout)
-    return _t._wrap(s, _t._C.Layout.contiguous(list(a.shape)), a._dtype, a._device)
+    return _wrap(s, _C.Layout.contiguous(list(a.shape)), a._dtype, a._device)
 
 
 def _scatter_view(g, shape, idx):
@@ -83,7 +43,7 @@ def _scatter_view(g, shape, idx):
     indexing); recorded as ``index_scatter`` so that second order goes back through indexing."""
     z = _zeros(shape, g)
     view = z[idx]
-    _t._C.copy_into(g._storage, g._layout, z._storage, view._layout, "index")
+    _C.copy_into(g._storage, g._layout, z._storage, view._layout, "index")
     return record(z, "index_scatter", (g,), idx)
 
 
@@ -382,9 +342,9 @@ def _pow(n, out, g):
     a, b = n.inputs
     ga = gb = None
     if wanted(a):  # b * a^(b-1), zero where b == 0 (torch's convention)
-        ga = _sum_to(_t.where(b.eq(0.0), 0.0, g * b * (a ** (b - 1.0))), a.shape)
+        ga = _sum_to(where(b.eq(0.0), 0.0, g * b * (a ** (b - 1.0))), a.shape)
     if wanted(b):  # a^b * log(a), zero where a == 0 and b >= 0 (torch's convention)
-        gb = _sum_to(_t.where(a.eq(0.0) * b.ge(0.0), 0.0, g * out * a.log()), b.shape)
+        gb = _sum_to(where(a.eq(0.0) * b.ge(0.0), 0.0, g * out * a.log()), b.shape)
     return ga, gb
 
 
@@ -444,8 +404,8 @@ def _matmul(n, out, g):
 @rule("where", (2,))
 def _where(n, out, g):
     a, b, cond = n.inputs
-    ga = _sum_to(_t.where(cond, g, 0.0), a.shape) if wanted(a) else None
-    gb = _sum_to(_t.where(cond, 0.0, g), b.shape) if wanted(b) else None
+    ga = _sum_to(where(cond, g, 0.0), a.shape) if wanted(a) else None
+    gb = _sum_to(where(cond, 0.0, g), b.shape) if wanted(b) else None
     return ga, gb, None
 
 
@@ -453,7 +413,7 @@ def _where(n, out, g):
 def _index_select(n, out, g):
     x, ids = n.inputs
     if not _bp.is_grad_enabled():  # first order: add straight into fresh zeros (an embedding table's
-        return (_t._index_add_zeros(x.shape, ids, g, n.saved), None)  # size is not copied once more)
+        return (_index_add_zeros(x.shape, ids, g, n.saved), None)  # size is not copied once more)
     return (_zeros(x.shape, g).index_add(ids, g, n.saved), None)
 
 
@@ -461,7 +421,7 @@ def _index_select(n, out, g):
 def _gather(n, out, g):
     x, ids = n.inputs
     if not _bp.is_grad_enabled():
-        return (_t._scatter_add_zeros(x.shape, ids, g, n.saved), None)
+        return (_scatter_add_zeros(x.shape, ids, g, n.saved), None)
     return (_zeros(x.shape, g).scatter_add(ids, g, n.saved), None)
 
 
