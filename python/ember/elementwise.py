@@ -2,17 +2,21 @@
 promotion (add, ..., pow, comparisons) and the Python operators that reach them."""
 from __future__ import annotations
 
+import math
 import numbers
 
 from . import _C
 from . import dtypes as _dt
 from .args import float_arg
-from .backprop import record
+from .backprop import record, rule, wanted
 from .creation import full
 from .errors import EmberValueError
+from .grad_rules import _fused_bwd, _mask
 from .multi import maximum as _maximum
 from .multi import minimum as _minimum
+from .multi import where
 from .operands import _operands, _true_div_operands
+from .reduce import _sum_to
 from .tensor_type import (
     _CMP_CODES,
     _PRUNED,
@@ -158,6 +162,250 @@ __lt__ = lt
 __le__ = le
 __gt__ = gt
 __ge__ = ge
+
+
+# ----------------------------------------------------------------------------- backward rules
+# ----- unary
+@rule("exp", (), out=True)
+def _exp_bwd(n, out, g):
+    return (g * out,)
+
+
+@rule("log", (0,))
+def _log_bwd(n, out, g):
+    return (g / n.inputs[0],)
+
+
+@rule("sin", (0,))
+def _sin_bwd(n, out, g):
+    return (g * n.inputs[0].cos(),)
+
+
+@rule("cos", (0,))
+def _cos_bwd(n, out, g):
+    return (g * n.inputs[0].sin().neg(),)
+
+
+@rule("tanh", (), out=True)
+def _tanh_bwd(n, out, g):
+    return (g * out.sqr().affine(-1.0, 1.0),)
+
+
+@rule("sqrt", (), out=True)
+def _sqrt_bwd(n, out, g):
+    return (g / out.affine(2.0, 0.0),)
+
+
+@rule("sqr", (0,))
+def _sqr_bwd(n, out, g):
+    return (g * n.inputs[0].affine(2.0, 0.0),)
+
+
+@rule("abs", (0,))
+def _abs_bwd(n, out, g):
+    return (g * n.inputs[0].sign(),)  # sign(0) = 0: abs'(0) = 0, like torch
+
+
+@rule("neg", ())
+def _neg_bwd(n, out, g):
+    return (g.neg(),)
+
+
+@rule("recip", (), out=True)
+def _recip_bwd(n, out, g):
+    return (g * out.sqr().neg(),)
+
+
+@rule("relu", (0,))
+def _relu_bwd(n, out, g):
+    return (_mask(n.inputs[0].gt(0.0), g),)  # relu'(0) = 0, like torch
+
+
+_INV_SQRT2 = 1.0 / math.sqrt(2.0)
+_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+_TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
+
+
+@rule("gelu", (0,))
+def _gelu_bwd(n, out, g):
+    x = n.inputs[0]  # exact gelu: x * Phi(x); derivative Phi(x) + x * phi(x)
+    fast = _fused_bwd("gelu", x, g)
+    if fast is not None:
+        return (fast,)
+    cdf = x.affine(_INV_SQRT2, 0.0).erf().affine(0.5, 0.5)
+    pdf = x.sqr().affine(-0.5, 0.0).exp().affine(_INV_SQRT_2PI, 0.0)
+    return (g * (cdf + x * pdf),)
+
+
+@rule("silu", (0,))
+def _silu_bwd(n, out, g):
+    x = n.inputs[0]
+    fast = _fused_bwd("silu", x, g)
+    if fast is not None:
+        return (fast,)
+    s = x.sigmoid()  # silu' = s * (1 + x * (1 - s))
+    return (g * (s * (x * s.affine(-1.0, 1.0)).affine(1.0, 1.0)),)
+
+
+@rule("erf", (0,))
+def _erf_bwd(n, out, g):
+    return (g * n.inputs[0].sqr().affine(-1.0, 0.0).exp().affine(_TWO_OVER_SQRT_PI, 0.0),)
+
+
+@rule("sigmoid", (), out=True)
+def _sigmoid_bwd(n, out, g):
+    fast = _fused_bwd("sigmoid", out, g)
+    if fast is not None:
+        return (fast,)
+    return (g * (out * out.affine(-1.0, 1.0)),)
+
+
+@rule("affine", ())
+def _affine_bwd(n, out, g):
+    return (g.affine(n.saved[0], 0.0),)
+
+
+@rule("powf", (0,))
+def _powf_bwd(n, out, g):
+    e = n.saved
+    if e == 0.0:
+        return (g.affine(0.0, 0.0),)
+    if e == 1.0:
+        return (g,)
+    return (g * n.inputs[0].powf(e - 1.0).affine(e, 0.0),)
+
+
+@rule("clamp", (0,))
+def _clamp_bwd(n, out, g):
+    lo, hi = n.saved
+    x = n.inputs[0]
+    return (_mask(x.ge(lo) * x.le(hi), g),)  # inclusive bounds pass the gradient, like torch
+
+
+@rule("log1p", (0,))
+def _log1p_bwd(n, out, g):
+    return (g / n.inputs[0].affine(1.0, 1.0),)
+
+
+@rule("expm1", (), out=True)
+def _expm1_bwd(n, out, g):
+    return (g * out.affine(1.0, 1.0),)
+
+
+@rule("rsqrt", (), out=True)
+def _rsqrt_bwd(n, out, g):
+    return (g * (out * out.sqr()).affine(-0.5, 0.0),)  # d/dx x^(-1/2) = -x^(-3/2) / 2
+
+
+@rule("log2", (0,))
+def _log2_bwd(n, out, g):
+    return (g / n.inputs[0].affine(math.log(2.0), 0.0),)
+
+
+@rule("log10", (0,))
+def _log10_bwd(n, out, g):
+    return (g / n.inputs[0].affine(math.log(10.0), 0.0),)
+
+
+@rule("tan", (), out=True)
+def _tan_bwd(n, out, g):
+    return (g * out.sqr().affine(1.0, 1.0),)
+
+
+@rule("sinh", (0,))
+def _sinh_bwd(n, out, g):
+    return (g * n.inputs[0].cosh(),)
+
+
+@rule("cosh", (0,))
+def _cosh_bwd(n, out, g):
+    return (g * n.inputs[0].sinh(),)
+
+
+@rule("asin", (0,))
+def _asin_bwd(n, out, g):
+    return (g * n.inputs[0].sqr().affine(-1.0, 1.0).rsqrt(),)
+
+
+@rule("acos", (0,))
+def _acos_bwd(n, out, g):
+    return (g * n.inputs[0].sqr().affine(-1.0, 1.0).rsqrt().neg(),)
+
+
+@rule("atan", (0,))
+def _atan_bwd(n, out, g):
+    return (g / n.inputs[0].sqr().affine(1.0, 1.0),)
+
+
+# ----- binary (numpy broadcasting)
+@rule("add", ())
+def _add_bwd(n, out, g):
+    a, b = n.inputs
+    return (_sum_to(g, a.shape) if wanted(a) else None, _sum_to(g, b.shape) if wanted(b) else None)
+
+
+@rule("sub", ())
+def _sub_bwd(n, out, g):
+    a, b = n.inputs
+    return (_sum_to(g, a.shape) if wanted(a) else None, _sum_to(g.neg(), b.shape) if wanted(b) else None)
+
+
+@rule("mul", (0, 1))
+def _mul_bwd(n, out, g):
+    a, b = n.inputs
+    return (_sum_to(g * b, a.shape) if wanted(a) else None, _sum_to(g * a, b.shape) if wanted(b) else None)
+
+
+@rule("div", (0, 1))
+def _div_bwd(n, out, g):
+    a, b = n.inputs
+    ga = _sum_to(g / b, a.shape) if wanted(a) else None
+    gb = _sum_to((g * a / b.sqr()).neg(), b.shape) if wanted(b) else None
+    return ga, gb
+
+
+@rule("remainder", (0, 1))
+def _remainder_bwd(n, out, g):
+    # a % b = a - b * floor(a / b): d/da = 1, d/db = -floor(a / b) (floor's own gradient is zero)
+    a, b = n.inputs
+    ga = _sum_to(g, a.shape) if wanted(a) else None
+    gb = _sum_to(g * (a // b).neg(), b.shape) if wanted(b) else None
+    return ga, gb
+
+
+def _minmax_weights(a, b, first_wins):
+    """Weight of a's side: 1 where a wins, 0.5 on ties (the gradient is shared evenly), else 0."""
+    win = a.gt(b) if first_wins else a.lt(b)
+    dt = a._dtype
+    return win.to_dtype(dt) + a.eq(b).to_dtype(dt).affine(0.5, 0.0)
+
+
+def _minmax(n, g, first_wins):
+    a, b = n.inputs
+    ga = g * _minmax_weights(a, b, first_wins)
+    gb = g - ga
+    return (_sum_to(ga, a.shape) if wanted(a) else None, _sum_to(gb, b.shape) if wanted(b) else None)
+
+
+@rule("maximum", (0, 1))
+def _maximum_bwd(n, out, g):
+    return _minmax(n, g, True)
+
+
+@rule("minimum", (0, 1))
+def _minimum_bwd(n, out, g):
+    return _minmax(n, g, False)
+
+
+@rule("pow", (0, 1), out=True)
+def _pow_bwd(n, out, g):
+    a, b = n.inputs
+    ga = gb = None
+    if wanted(a):  # b * a^(b-1), zero where b == 0 (torch's convention)
+        ga = _sum_to(where(b.eq(0.0), 0.0, g * b * (a ** (b - 1.0))), a.shape)
+    if wanted(b):  # a^b * log(a), zero where a == 0 and b >= 0 (torch's convention)
+        gb = _sum_to(where(a.eq(0.0) * b.ge(0.0), 0.0, g * out * a.log()), b.shape)
+    return ga, gb
 
 
 METHODS = {  # bound onto Tensor by tensor_methods.py

@@ -9,14 +9,16 @@ import numbers
 import numpy as np
 
 from . import _C
+from . import backprop as _bp
 from . import dtypes as _dt
 from .argorder import bind
 from .args import float_arg, i64_arg
-from .backprop import SETITEM, _rebinds, is_grad_enabled, no_grad, record, tracks
+from .backprop import SETITEM, _rebinds, is_grad_enabled, no_grad, record, rule, tracks, wanted
 from .backprop import rule as _rule
 from .backprop import wanted as _wanted
 from .creation import full, tensor
 from .errors import EmberError, EmberValueError, IndexOutOfRange, ShapeError, UnsupportedOp
+from .grad_rules import _scatter_view, _zeros
 from .multi import where
 from .operands import _as_index
 from .reduce import _sum_to
@@ -492,6 +494,65 @@ def _getitem(self, idx):
 
 def _setitem(self, idx, value):
     setitem(self, idx, value)
+
+
+# ----------------------------------------------------------------------------- backward rules
+@rule("index", ())
+def _index_bwd(n, out, g):
+    return (_scatter_view(g, n.inputs[0].shape, n.saved),)
+
+
+@rule("index_scatter", ())
+def _index_scatter_bwd(n, out, g):
+    return (g[n.saved],)
+
+
+# ----- selection and indexing
+@rule("where", (2,))
+def _where_bwd(n, out, g):
+    a, b, cond = n.inputs
+    ga = _sum_to(where(cond, g, 0.0), a.shape) if wanted(a) else None
+    gb = _sum_to(where(cond, 0.0, g), b.shape) if wanted(b) else None
+    return ga, gb, None
+
+
+@rule("index_select", (1,))
+def _index_select_bwd(n, out, g):
+    x, ids = n.inputs
+    if not _bp.is_grad_enabled():  # first order: add straight into fresh zeros (an embedding table's
+        return (_index_add_zeros(x.shape, ids, g, n.saved), None)  # size is not copied once more)
+    return (_zeros(x.shape, g).index_add(ids, g, n.saved), None)
+
+
+@rule("gather", (1,))
+def _gather_bwd(n, out, g):
+    x, ids = n.inputs
+    if not _bp.is_grad_enabled():
+        return (_scatter_add_zeros(x.shape, ids, g, n.saved), None)
+    return (_zeros(x.shape, g).scatter_add(ids, g, n.saved), None)
+
+
+@rule("index_add", (1,))
+def _index_add_bwd(n, out, g):
+    x, ids, src = n.inputs
+    return (g if wanted(x) else None, None, g.index_select(ids, n.saved) if wanted(src) else None)
+
+
+@rule("scatter_add", (1,))
+def _scatter_add_bwd(n, out, g):
+    x, ids, src = n.inputs
+    # the core requires src.shape == ids.shape, so gathering back gives src's shape
+    return (g if wanted(x) else None, None, g.gather(ids, n.saved) if wanted(src) else None)
+
+
+@rule("cat", ())
+def _cat_bwd(n, out, g):
+    dim, sizes = n.saved
+    res, off = [], 0
+    for t, k in zip(n.inputs, sizes):
+        res.append(g.narrow(dim, off, k) if wanted(t) else None)
+        off += k
+    return tuple(res)
 
 
 METHODS = {  # bound onto Tensor by tensor_methods.py

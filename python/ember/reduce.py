@@ -6,7 +6,7 @@ import numpy as np
 from . import _C
 from . import dtypes as _dt
 from .args import bool_arg
-from .backprop import no_grad, record
+from .backprop import RULES, USES, no_grad, record, rule, wanted
 from .creation import tensor, zeros_like
 from .errors import DTypeError, EmberTypeError
 from .multi import where
@@ -96,6 +96,59 @@ def _sum_to(g, shape):
     if dims:
         g = g.sum(dims, keepdim=True)
     return g.reshape(shape) if g.shape != shape else g
+
+
+# ----------------------------------------------------------------------------- backward rules
+# ----- reductions
+def _keep_shape(shape, dims):
+    return tuple(1 if i in dims else s for i, s in enumerate(shape))
+
+
+@rule("sum", ())
+def _sum_bwd(n, out, g):
+    dims, keepdim = n.saved
+    shape = n.inputs[0].shape
+    if not keepdim:
+        g = g.reshape(_keep_shape(shape, dims))
+    return (g.broadcast_as(shape) if g.shape != shape else g,)
+
+
+def _extremum_bwd(n, out, g):
+    """max/min: the gradient goes to the elements equal to the result, split evenly among ties."""
+    x = n.inputs[0]
+    dims, keepdim = n.saved
+    if not keepdim:
+        ks = _keep_shape(x.shape, dims)
+        g, out = g.reshape(ks), out.reshape(ks)
+    hit = x.eq(out).to_dtype(x._dtype)
+    return (hit * (g / hit.sum(dims, keepdim=True)),)
+
+
+RULES["max"] = RULES["min"] = _extremum_bwd
+USES["max"] = USES["min"] = ((0,), True)
+
+
+# ----- matmul
+@rule("matmul", (0, 1))
+def _matmul_bwd(n, out, g):
+    a, b = n.inputs
+    # 1-D operands become (1, k) / (k, 1) matrices; the dims matmul dropped come back in g
+    a2 = a.unsqueeze(0) if a.ndim == 1 else a
+    b2 = b.unsqueeze(1) if b.ndim == 1 else b
+    if b.ndim == 1:
+        g = g.unsqueeze(-1)
+    if a.ndim == 1:
+        g = g.unsqueeze(-2)
+    ga = gb = None
+    if wanted(a):
+        ga = _sum_to(g.matmul(b2.transpose(-1, -2)), a2.shape)
+        if a.ndim == 1:
+            ga = ga.reshape(a.shape)
+    if wanted(b):
+        gb = _sum_to(a2.transpose(-1, -2).matmul(g), b2.shape)
+        if b.ndim == 1:
+            gb = gb.reshape(b.shape)
+    return ga, gb
 
 
 METHODS = {  # bound onto Tensor by tensor_methods.py

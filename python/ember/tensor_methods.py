@@ -7,7 +7,6 @@ from . import (
     composite,
     custom_op,
     elementwise,
-    grad_rules,  # noqa: F401  (registers the backward rules in backprop.RULES)
     indexing,
     interop,
     reduce,

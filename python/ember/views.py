@@ -5,8 +5,10 @@ from __future__ import annotations
 from . import _C
 from . import dtypes as _dt
 from .args import i64_arg
-from .backprop import record
+from .backprop import record, rule
 from .errors import ShapeError
+from .grad_rules import _scatter_view
+from .reduce import _sum_to
 from .tensor_type import Tensor, _dim, _shape_arg, _wrap
 
 
@@ -139,6 +141,55 @@ def flatten(self, start_dim=0, end_dim=-1):
 def flatten_all(self):
     return self.reshape(-1)
 
+
+
+# ----------------------------------------------------------------------------- backward rules
+# ----- views and copies
+@rule("copy", ())
+def _copy_bwd(n, out, g):
+    return (g,)
+
+
+@rule("to_dtype", ())
+def _to_dtype_bwd(n, out, g):
+    return (g.to_dtype(n.saved),)
+
+
+@rule("to_device", ())
+def _to_device_bwd(n, out, g):
+    return (g.to_device(n.saved),)
+
+
+@rule("transpose", ())
+def _transpose_bwd(n, out, g):
+    return (g.transpose(*n.saved),)
+
+
+@rule("permute", ())
+def _permute_bwd(n, out, g):
+    inv = [0] * len(n.saved)
+    for i, d in enumerate(n.saved):
+        inv[d] = i
+    return (g.permute(inv),)
+
+
+@rule("narrow", ())
+def _narrow_bwd(n, out, g):
+    dim, start, length = n.saved
+    shape = n.inputs[0].shape
+    if start == 0 and length == shape[dim]:
+        return (g,)
+    return (_scatter_view(g, shape, (slice(None),) * dim + (slice(start, start + length),)),)
+
+
+@rule("reshape", ())
+def _reshape_bwd(n, out, g):
+    return (g.reshape(n.saved),)
+
+
+@rule("broadcast_as", ())
+def _broadcast_as_bwd(n, out, g):
+    return (_sum_to(g, n.saved),)
 
 
 METHODS = {  # bound onto Tensor by tensor_methods.py
