@@ -95,6 +95,7 @@ class CpuStorage final : public BackendStorage {
                                                           const BackendStorage& g, const Layout& lg) const override;
   // cpu/fused.cpp
   StoragePtr rope(const Layout& l, const RopeArgs& a) const override;
+  void optim_step(const OptimArgs& a) override;
   // cpu/sort.cpp
   std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending, bool stable) const override;
   // cpu/scan.cpp

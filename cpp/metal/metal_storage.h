@@ -97,6 +97,7 @@ class MetalStorage final : public BackendStorage {
                                                           const Layout& lo, const BackendStorage& lse,
                                                           const BackendStorage& g, const Layout& lg) const override;
   StoragePtr rope(const Layout& l, const RopeArgs& a) const override;
+  void optim_step(const OptimArgs& a) override;
   std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending, bool stable) const override;
   std::tuple<StoragePtr, StoragePtr> scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
                                           bool reverse) const override;
