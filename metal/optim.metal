@@ -17,6 +17,14 @@ struct OptimArgs {
 constant constexpr uint kMaximize = 1, kWeightDecay = 2, kMomentum = 4, kNesterov = 8, kFirst = 16,
                         kDecoupled = 32, kAmsgrad = 64, kCentered = 128;
 
+// d + q where d is a product torch rounds on its own (a separate mul_ kernel). A GPU compiler may contract a
+// product whose only use is an add into an FMA; the NaN test is a second use that keeps d rounded (and
+// changes nothing: a NaN d makes the sum NaN).
+inline float opt_add_rounded(float d, float q) {
+  const float r = d + q;
+  return isnan(d) ? d : r;
+}
+
 // torch's lerp(a, b, w): fma(w, b - a, a) for |w| < 0.5, else fma(w - 1, b - a, b).
 inline float opt_lerp(float a, float b, float w, uint small) {
   return small ? fma(w, b - a, a) : fma(w - 1.0f, b - a, b);
@@ -48,8 +56,7 @@ kernel void adam_step_float32(device float* p [[buffer(0)]], device const float*
   float pi = p[i];
   if (a.flags & kWeightDecay) {
     if (a.flags & kDecoupled) {
-      const float decayed = pi * a.s[0];
-      pi = decayed;
+      pi = pi * a.s[0];
     } else {
       gi = fma(pi, a.s[0], gi);
     }
@@ -66,7 +73,7 @@ kernel void adam_step_float32(device float* p [[buffer(0)]], device const float*
   const float q = precise::sqrt(vi) / a.s[4];
   const float den = q + a.s[5];
   const float step = a.s[6] * mi;
-  p[i] = pi + step / den;
+  p[i] = opt_add_rounded(pi, step / den);
 }
 
 // s: wd, alpha, 1 - alpha, eps, momentum, -lr. sq, ga, buf: square_avg, grad_avg (centered), momentum_buffer.
@@ -89,8 +96,7 @@ kernel void rmsprop_step_float32(device float* p [[buffer(0)]], device const flo
   }
   avg = avg + a.s[3];
   if (a.flags & kMomentum) {
-    const float decayed = buf[i] * a.s[4];
-    const float b = decayed + gi / avg;
+    const float b = opt_add_rounded(buf[i] * a.s[4], gi / avg);
     buf[i] = b;
     p[i] = fma(b, a.s[5], p[i]);
   } else {

@@ -57,18 +57,18 @@ def _data(shapes, steps, dt, seed):
     return inits, grads
 
 
-def _store(pairs):
+def _store(pairs, device=None):
     g = em.GradStore()
     for v, a in pairs:
-        g.insert(v, em.tensor(a))
+        g.insert(v, em.tensor(a, device=device))
     return g
 
 
-def _ember_run(name, kw, inits, grads, groups=None):
-    ev = [em.Var(a) for a in inits]
+def _ember_run(name, kw, inits, grads, groups=None, device=None):
+    ev = [em.Var(a, device=device) for a in inits]
     opt = getattr(em.optim, name)(groups(ev) if groups else ev, **kw)
     for gs in grads:
-        opt.step(_store(zip(ev, gs)))
+        opt.step(_store(zip(ev, gs), device))
     return [v.numpy() for v in ev], opt
 
 
@@ -103,7 +103,7 @@ def _assert_state_equal(opt, topt):
 def test_bitwise_equal_to_torch_single_tensor_path(name, kw, dt, device):
     """12 steps on four tensors: parameters and every state tensor equal torch's bit for bit."""
     inits, grads = _data(SHAPES, 12, dt, seed=0)
-    got, opt = _ember_run(name, kw, inits, grads)
+    got, opt = _ember_run(name, kw, inits, grads, device=device)
     assert all(p.device == device for g in opt.param_groups for p in g["params"])
     want, topt = _torch_run(name, kw, inits, grads)
     for e, w in zip(got, want):
@@ -143,13 +143,13 @@ def test_close_to_unmodified_torch(name, kw):
 
 
 @pytest.mark.parametrize("name", ["SGD", "Adam", "AdamW", "RMSprop"])
-def test_param_groups_with_own_options(name):
+def test_param_groups_with_own_options(name, device):
     def groups(p):
         return [{"params": [p[0]], "lr": 0.02, "weight_decay": 0.0}, {"params": [p[1], p[2]], "weight_decay": 0.2}]
 
     kw = {"lr": 0.05, "momentum": 0.9} if name in ("SGD", "RMSprop") else {"lr": 0.03}
     inits, grads = _data([(4, 3), (6,), (17,)], 6, WIDE, seed=7)
-    got, opt = _ember_run(name, kw, inits, grads, groups)
+    got, opt = _ember_run(name, kw, inits, grads, groups, device)
     assert [g["lr"] for g in opt.param_groups] == [0.02, kw["lr"]]
     assert [g["weight_decay"] for g in opt.param_groups] == [0.0, 0.2]
     want, topt = _torch_run(name, kw, inits, grads, groups)
@@ -159,10 +159,10 @@ def test_param_groups_with_own_options(name):
 
 
 @pytest.mark.parametrize("name,kw", [CASES[3], CASES[9], CASES[11], CASES[15]], ids=["SGD", "Adam", "AdamW", "RMSprop"])
-def test_large_tensor_split_across_threads(name, kw):
+def test_large_tensor_split_across_threads(name, kw, device):
     """200,003 elements: the pool splits the step into chunks; every element still equals torch's."""
     inits, grads = _data([(200_003,)], 3, WIDE, seed=8)
-    got, _ = _ember_run(name, kw, inits, grads)
+    got, _ = _ember_run(name, kw, inits, grads, device=device)
     want, _ = _torch_run(name, kw, inits, grads)
     np.testing.assert_array_equal(got[0], want[0])
 
