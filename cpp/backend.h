@@ -113,6 +113,15 @@ struct UpsampleGeom {
   bool align_corners;
 };
 
+// Fused recurrent cells: everything after the two gate GEMMs (see cpp/fused.h's rnn_cell_fwd). The gate
+// counts are torch's: LSTM 4 (i, f, g, o), GRU 3 (r, z, n), Elman RNN 1 (tanh or relu).
+enum class RnnCell : uint8_t { Lstm, Gru, RnnTanh, RnnRelu, Count };
+inline int64_t rnn_gates(RnnCell k) { return k == RnnCell::Lstm ? 4 : k == RnnCell::Gru ? 3 : 1; }
+// Columns per row of the forward's saved workspace (stats dtype): LSTM the activated gates i, f, g, o;
+// GRU r, z, n and W_hn h + b_hn; RNN the output h'.
+inline int64_t rnn_ws_width(RnnCell k, int64_t hidden) { return (k == RnnCell::Lstm || k == RnnCell::Gru ? 4 : 1) * hidden; }
+inline const char* rnn_cell_name(RnnCell k) { return k == RnnCell::Lstm ? "lstm_cell" : k == RnnCell::Gru ? "gru_cell" : "rnn_cell"; }
+
 class BackendStorage;
 using StoragePtr = std::shared_ptr<BackendStorage>;
 
@@ -333,6 +342,20 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
                                                                   const Layout& lo, const BackendStorage& lse,
                                                                   const BackendStorage& g,
                                                                   const Layout& lg) const = 0;
+  // Recurrent cell forward (cpp/fused.h): this = xg (N, G) through l; hg (N, G); b (G,) optional; s = c
+  // (LSTM) or h (GRU), (N, H), null for RNN. Returns (h', c' (LSTM, else null), workspace (N, W)).
+  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_fwd(RnnCell kind, const Layout& l,
+                                                                      const BackendStorage& hg, const Layout& lhg,
+                                                                      const BackendStorage* b, const Layout* lb,
+                                                                      const BackendStorage* s,
+                                                                      const Layout* ls) const = 0;
+  // Its backward: this = dh (N, H) through l; ws: the forward's workspace (dense); s as the forward's; dc
+  // (N, H) for LSTM. Returns (dxg, dhg (GRU, else null: equal to dxg), ds (dc or the direct dh), or null).
+  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_bwd(RnnCell kind, const Layout& l,
+                                                                      const BackendStorage& ws, const Layout& lws,
+                                                                      const BackendStorage* s, const Layout* ls,
+                                                                      const BackendStorage* dc,
+                                                                      const Layout* ldc) const = 0;
   // Rotary position embedding of this through l (see RopeArgs): a new dense storage of l's shape.
   virtual StoragePtr rope(const Layout& l, const RopeArgs& a) const = 0;
   // One optimizer step on this = *a.p (see OptimArgs), writing p and the state buffers in place.

@@ -79,4 +79,20 @@ void optim_step(OptimKind kind, uint32_t flags, const std::vector<double>& scala
                 const Layout& lp, const BackendStorage& g, const Layout& lg, BackendStorage* const st[3],
                 const Layout* const lst[3]);
 
+// Recurrent cells (cpp/fused_rnn.cpp): xg = x W_ih^T + b_ih and hg = h W_hh^T, (N, gates * H), rows
+// with unit column stride; b = b_hh (gates * H,) optional; s = c (LSTM, needed), h (GRU, needed), null
+// for RNN. LSTM: i, f, o = sigmoid, g = tanh of xg + hg + b, c' = f c + i g, h' = o tanh(c'). GRU:
+// r, z = sigmoid(xg + hg + b), n = tanh(xn + r (hn + bn)), h' = (1 - z) n + z h. RNN: h' = tanh or
+// relu(xg + hg + b). Returns (h', c' or null, ws: the workspace (N, rnn_ws_width) in the stats dtype).
+std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_fwd(RnnCell kind, const BackendStorage& xg, const Layout& lxg,
+                                                            const BackendStorage& hg, const Layout& lhg,
+                                                            const BackendStorage* b, const Layout* lb,
+                                                            const BackendStorage* s, const Layout* ls);
+// dh: h''s gradient (N, H); dc: c''s (LSTM, needed). Returns (dxg, dhg or null (= dxg), ds: dc (LSTM),
+// the direct dh (GRU), null (RNN)): the gradients of the gate pre-activations and of the state.
+std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_bwd(RnnCell kind, const BackendStorage& ws, const Layout& lws,
+                                                            const BackendStorage* s, const Layout* ls,
+                                                            const BackendStorage& dh, const Layout& ldh,
+                                                            const BackendStorage* dc, const Layout* ldc);
+
 }  // namespace ember::fused

@@ -86,6 +86,7 @@ def run_script(body, timeout=180, prelude=""):
 # SIGINT lands `delay` s into an op of about a second or more; the op must stop within 0.1 s of it
 # (0.5 s under a sanitizer, which slows each chunk).
 INTERRUPT = """
+signal.signal(signal.SIGINT, signal.default_int_handler)  # a parent started in the background ignores SIGINT
 limit = 0.5 if os.environ.get("EMBER_SANITIZED") else 0.1
 def interrupted_after(fn, delay=0.2):
     threading.Timer(delay, lambda: os.kill(os.getpid(), signal.SIGINT)).start()

@@ -15,7 +15,8 @@ import ember as em
 PYDIR = str(Path(em.__file__).resolve().parents[1])
 
 PRELUDE = textwrap.dedent("""
-    import sys, numpy as np, ember as em
+    import signal, sys, numpy as np, ember as em
+    signal.signal(signal.SIGINT, signal.default_int_handler)  # a parent started in the background ignores SIGINT
     HEAD = '#include <metal_stdlib>\\nusing namespace metal;\\n'
     def run(src, args, n, group=None, fn='k'):
         em._C._metal_emu_run(HEAD + src, fn, args, [n], [group or n])

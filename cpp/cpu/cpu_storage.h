@@ -96,6 +96,15 @@ class CpuStorage final : public BackendStorage {
   // cpu/fused.cpp
   StoragePtr rope(const Layout& l, const RopeArgs& a) const override;
   void optim_step(const OptimArgs& a) override;
+  // cpu/rnn_cell.cpp
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_fwd(RnnCell kind, const Layout& l, const BackendStorage& hg,
+                                                              const Layout& lhg, const BackendStorage* b,
+                                                              const Layout* lb, const BackendStorage* s,
+                                                              const Layout* ls) const override;
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_bwd(RnnCell kind, const Layout& l, const BackendStorage& ws,
+                                                              const Layout& lws, const BackendStorage* s,
+                                                              const Layout* ls, const BackendStorage* dc,
+                                                              const Layout* ldc) const override;
   // cpu/sort.cpp
   std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending, bool stable) const override;
   // cpu/scan.cpp

@@ -91,6 +91,12 @@ inline int64_t sdpa_decode_ld(int64_t Dv) { return Dv + 2; }
 // (stats type; sn already negated for the inverse), the rest copied.
 using RopeRowFn = void (*)(const void* x, void* y, const void* cs, const void* sn, int64_t half, int64_t D,
                            bool traditional);
+// Recurrent cells, one batch row of H hidden units (cpu/fused_rnn.inc): xg, hg, s, the outputs and dh/dc
+// rows in T; b (G values) and the workspace ws in the stats type; absent operands are null.
+using RnnRowFwdFn = void (*)(RnnCell kind, const void* xg, const void* hg, const void* b, const void* s, void* h,
+                             void* c, void* ws, int64_t H);
+using RnnRowBwdFn = void (*)(RnnCell kind, const void* ws, const void* s, const void* dh, const void* dc, void* dxg,
+                             void* dhg, void* ds, int64_t H);
 // Row length of a dq_part buffer: D padded to 32 elements (a multiple of the register tile's width at
 // every ISA and dtype).
 inline int64_t sdpa_dq_ld(int64_t D) { return (D + 31) / 32 * 32; }
@@ -117,6 +123,8 @@ struct FusedTable {
   SdpaDecodeFn sdpa_decode[4] = {};
   RopeRowFn rope_row[4] = {};
   OptimFn optim[4] = {};  // f32 and f64 only
+  RnnRowFwdFn rnn_fwd[4] = {};
+  RnnRowBwdFn rnn_bwd[4] = {};
 };
 const FusedTable& fused_kernels();
 void register_fused_base(FusedTable& t);
@@ -151,6 +159,12 @@ void optim_step(const OptimArgs& a);
 // a = y for Sigmoid, x otherwise.
 Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg, double p0,
             double p1);
+// Recurrent cells (cpu/rnn_cell.cpp).
+std::tuple<Sto, Sto, Sto> rnn_cell_fwd(RnnCell kind, const CpuStorage& xg, const Layout& lxg, const CpuStorage& hg,
+                                       const Layout& lhg, const CpuStorage* b, const Layout* lb, const CpuStorage* s,
+                                       const Layout* ls);
+std::tuple<Sto, Sto, Sto> rnn_cell_bwd(RnnCell kind, const CpuStorage& dh, const Layout& ldh, const CpuStorage& ws,
+                                       const Layout& lws, const CpuStorage* s, const Layout* ls, const CpuStorage* dc, const Layout* ldc);
 std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
                               const CpuStorage& v, const Layout& lv, const StoLayout* mask, double scale,
                               bool causal);

@@ -458,6 +458,7 @@ static void act_bwd_k(const void* a_, const void* g_, void* dx_, int64_t n, doub
 
 #include "cpu/fused_attn.inc"
 #include "cpu/fused_rope.inc"
+#include "cpu/fused_rnn.inc"
 
 template <typename T> void register_dtype(FusedTable& t) {
   constexpr int d = (int)DTypeOf<T>::value;
@@ -481,6 +482,8 @@ template <typename T> void register_dtype(FusedTable& t) {
   t.sdpa_bwd[d] = &sdpa_bwd_item<T>;
   t.sdpa_decode[d] = &sdpa_decode_item<T>;
   t.rope_row[d] = &rope_row_k<T>;
+  t.rnn_fwd[d] = &rnn_fwd_row<T>;
+  t.rnn_bwd[d] = &rnn_bwd_row<T>;
 }
 
 }  // namespace

@@ -98,6 +98,14 @@ class MetalStorage final : public BackendStorage {
                                                           const BackendStorage& g, const Layout& lg) const override;
   StoragePtr rope(const Layout& l, const RopeArgs& a) const override;
   void optim_step(const OptimArgs& a) override;
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_fwd(RnnCell kind, const Layout& l, const BackendStorage& hg,
+                                                              const Layout& lhg, const BackendStorage* b,
+                                                              const Layout* lb, const BackendStorage* s,
+                                                              const Layout* ls) const override;
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_bwd(RnnCell kind, const Layout& l, const BackendStorage& ws,
+                                                              const Layout& lws, const BackendStorage* s,
+                                                              const Layout* ls, const BackendStorage* dc,
+                                                              const Layout* ldc) const override;
   std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending, bool stable) const override;
   std::tuple<StoragePtr, StoragePtr> scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
                                           bool reverse) const override;

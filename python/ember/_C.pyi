@@ -228,6 +228,17 @@ class fused:
              inverse: bool = False, table: Optional[Storage] = None,
              ltable: Optional[Layout] = None) -> Storage: ...  # inverse: rotate by -theta (the backward);
     # table: a caller's dense (1 or batch, L, dims) stats-dtype (cos | sin) rows instead of positions
+    # recurrent cells, kind "lstm" | "gru" | "rnn_tanh" | "rnn_relu": xg, hg (N, gates * H) with unit column
+    # stride, b = b_hh (gates * H,), s = c (lstm) / h (gru) / None; returns (h', c' or None, workspace)
+    @staticmethod
+    def rnn_cell_fwd(kind: str, xg: Storage, lxg: Layout, hg: Storage, lhg: Layout, b: Optional[Storage] = None,
+                     lb: Optional[Layout] = None, s: Optional[Storage] = None,
+                     ls: Optional[Layout] = None) -> Tuple[Storage, Optional[Storage], Storage]: ...
+    # dh, dc: the grads of h' and c' (lstm); returns (dxg, dhg (gru; else None: equal to dxg), ds or None)
+    @staticmethod
+    def rnn_cell_bwd(kind: str, ws: Storage, lws: Layout, s: Optional[Storage], ls: Optional[Layout], dh: Storage,
+                     ldh: Layout, dc: Optional[Storage] = None,
+                     ldc: Optional[Layout] = None) -> Tuple[Storage, Optional[Storage], Optional[Storage]]: ...
 
 
 # The Metal device layer (python/src/metal_storage.cpp): MetalStorage and the device's controls.

@@ -1,6 +1,7 @@
 // Bindings for the fused ops on any device: _C.fused.<op>(storage, layout, ...) -> new dense storage(s),
 // through the checked entry points of cpp/fused.h.
 #include <cmath>
+#include <string>
 
 #include "common.h"
 #include "fused.h"
@@ -33,6 +34,14 @@ SdpaArgs sdpa_args(const BackendStorage& q, const Layout& lq, const BackendStora
   a.scale = scale_arg(scale, lq);
   a.causal = causal;
   return a;
+}
+ember::RnnCell rnn_kind(const std::string& k) {
+  if (k == "lstm") return ember::RnnCell::Lstm;
+  if (k == "gru") return ember::RnnCell::Gru;
+  if (k == "rnn_tanh") return ember::RnnCell::RnnTanh;
+  EMBER_CHECK(k == "rnn_relu", Value, "[rnn_cell] kind must be 'lstm', 'gru', 'rnn_tanh' or 'rnn_relu', got '", k,
+              "'");
+  return ember::RnnCell::RnnRelu;
 }
 }  // namespace
 
@@ -131,6 +140,21 @@ void bind_fused(py::module_& m) {
       py::arg("loffsets").none(true) = nullptr, py::arg("freqs").none(true) = nullptr,
       py::arg("lfreqs").none(true) = nullptr, py::arg("inverse") = false, py::arg("table").none(true) = nullptr,
       py::arg("ltable").none(true) = nullptr, G());
+  // Recurrent cells: kind "lstm", "gru", "rnn_tanh" or "rnn_relu" (cpp/fused.h's rnn_cell_fwd / _bwd).
+  f.def(
+      "rnn_cell_fwd",
+      [](const std::string& kind, S xg, L lxg, S hg, L lhg, SP b, const Layout* lb, SP s, const Layout* ls) {
+        return fz::rnn_cell_fwd(rnn_kind(kind), xg, lxg, hg, lhg, b, lb, s, ls);
+      },
+      py::arg("kind"), py::arg("xg"), py::arg("lxg"), py::arg("hg"), py::arg("lhg"), py::arg("b").none(true) = nullptr,
+      py::arg("lb").none(true) = nullptr, py::arg("s").none(true) = nullptr, py::arg("ls").none(true) = nullptr, G());
+  f.def(
+      "rnn_cell_bwd",
+      [](const std::string& kind, S ws, L lws, SP s, const Layout* ls, S dh, L ldh, SP dc, const Layout* ldc) {
+        return fz::rnn_cell_bwd(rnn_kind(kind), ws, lws, s, ls, dh, ldh, dc, ldc);
+      },
+      py::arg("kind"), py::arg("ws"), py::arg("lws"), py::arg("s").none(true), py::arg("ls").none(true), py::arg("dh"),
+      py::arg("ldh"), py::arg("dc").none(true) = nullptr, py::arg("ldc").none(true) = nullptr, G());
   f.def(
       "sdpa_check",
       [](S q, L lq, S k, L lk, S v, L lv, SP mask, const Layout* lmask) {

@@ -2,13 +2,11 @@
 from __future__ import annotations
 
 from .. import _C
-from ..args import bool_arg, float_arg, int_arg
+from ..args import bool_arg, float_arg
 from ..backprop import no_grad
-from ..dtypes import to_device, to_dtype
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor import Tensor, Var, ones, tensor, zeros
-from .module import Module
-from .norm import batch_norm, group_norm
+from ..tensor import Tensor
+from .norm import _RunningStatsNorm, batch_norm, group_norm
 
 __all__ = ["InstanceNorm1d", "InstanceNorm2d", "instance_norm"]
 
@@ -81,34 +79,15 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
     return out
 
 
-class _InstanceNorm(Module):
-    """The state of an instance norm layer: optional affine parameters and optional running statistics
-    (buffers, under torch's names)."""
+class _InstanceNorm(_RunningStatsNorm):
+    """The state of an instance norm layer: optional affine parameters and optional running statistics."""
 
-    _buffer_names = ("running_mean", "running_var", "num_batches_tracked")
     _rank = 3
 
     def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=False, track_running_stats=False, device=None,
                  dtype=None):
         super().__init__()
-        name = type(self).__name__
-        self.num_features = int_arg(num_features, name, "num_features")
-        if self.num_features < 1:
-            raise ShapeError(f"[{name}] num_features must be positive, got {self.num_features}")
-        self.eps = float_arg(eps, name, "eps")
-        self.momentum = None if momentum is None else float_arg(momentum, name, "momentum")
-        self.affine = bool_arg(affine, name, "affine")
-        self.track_running_stats = bool_arg(track_running_stats, name, "track_running_stats")
-        dtype, device = to_dtype(dtype or "float32"), to_device(device)
-        c = self.num_features
-        self.weight = Var(ones(c, dtype=dtype, device=device)) if self.affine else None
-        self.bias = Var(zeros(c, dtype=dtype, device=device)) if self.affine else None
-        if self.track_running_stats:
-            self.running_mean = zeros(c, dtype=dtype, device=device)
-            self.running_var = ones(c, dtype=dtype, device=device)
-            self.num_batches_tracked = tensor(0, device=device)  # kept for torch's state_dict; never counted
-        else:
-            self.running_mean = self.running_var = self.num_batches_tracked = None
+        self._init_state(num_features, eps, momentum, affine, track_running_stats, dtype, device)
 
     def forward(self, x):
         """Normalises each instance of ``x``; training with running statistics also updates them, and
@@ -137,10 +116,6 @@ class _InstanceNorm(Module):
         y = instance_norm(xb, self.running_mean, self.running_var, self.weight, self.bias, use_stats,
                           0.0 if self.momentum is None else self.momentum, self.eps)
         return y.squeeze(0) if unbatched else y
-
-    def extra_repr(self):
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"bias={self.affine}, track_running_stats={self.track_running_stats}")
 
 
 class InstanceNorm1d(_InstanceNorm):

@@ -353,16 +353,14 @@ class GroupNorm(Module):
         return f"{self.num_groups}, {self.num_channels}, eps={self.eps}, affine={self.affine}, bias={self.affine}"
 
 
-class _BatchNorm(Module):
-    """The state of a batch norm layer: affine parameters and running statistics (buffers: they are in
-    ``state_dict`` under torch's names, never in ``parameters()``)."""
+class _RunningStatsNorm(Module):
+    """The state batch and instance norm layers share: optional affine parameters (ones/zeros) and
+    optional running statistics (buffers under torch's names, in ``state_dict``, never in
+    ``parameters()``)."""
 
     _buffer_names = ("running_mean", "running_var", "num_batches_tracked")
-    _ranks = (2,)
 
-    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, dtype=None,
-                 device=None):
-        super().__init__()
+    def _init_state(self, num_features, eps, momentum, affine, track_running_stats, dtype, device):
         name = type(self).__name__
         self.num_features = int_arg(num_features, name, "num_features")
         if self.num_features < 1:
@@ -381,6 +379,21 @@ class _BatchNorm(Module):
             self.num_batches_tracked = tensor(0, device=device)
         else:
             self.running_mean = self.running_var = self.num_batches_tracked = None
+
+    def extra_repr(self):
+        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
+                f"bias={self.affine}, track_running_stats={self.track_running_stats}")
+
+
+class _BatchNorm(_RunningStatsNorm):
+    """The state of a batch norm layer: affine parameters and running statistics."""
+
+    _ranks = (2,)
+
+    def __init__(self, num_features, eps=1e-5, momentum=0.1, affine=True, track_running_stats=True, dtype=None,
+                 device=None):
+        super().__init__()
+        self._init_state(num_features, eps, momentum, affine, track_running_stats, dtype, device)
 
     def reset_running_stats(self):
         """Sets the running mean to 0, the running variance to 1 and the batch count to 0."""
@@ -424,10 +437,6 @@ class _BatchNorm(Module):
         return batch_norm(x, self.running_mean if self.track_running_stats else None,
                           self.running_var if self.track_running_stats else None, self.weight, self.bias,
                           use_batch, momentum, self.eps)
-
-    def extra_repr(self):
-        return (f"{self.num_features}, eps={self.eps}, momentum={self.momentum}, affine={self.affine}, "
-                f"bias={self.affine}, track_running_stats={self.track_running_stats}")
 
 
 class BatchNorm1d(_BatchNorm):

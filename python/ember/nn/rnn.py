@@ -1,5 +1,5 @@
 """RNN, LSTM and GRU as torch's (multi-layer, bidirectional, batch_first, inter-layer dropout, torch's parameter
-names), composite: one GEMM projects every step's input, then one GEMM and fused elementwise gates per step."""
+names): one GEMM projects every step's input, then per step one GEMM and one fused cell kernel (nn/rnn_cells.py)."""
 from __future__ import annotations
 
 import math
@@ -8,8 +8,8 @@ from ..args import bool_arg, float_arg, int_arg
 from ..dtypes import to_device, to_dtype
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
 from ..tensor import Tensor, Var, cat, rand, stack, zeros
-from . import ops
 from .module import Module
+from .rnn_cells import gru_cell, lstm_cell, rnn_cell
 
 __all__ = ["GRU", "LSTM", "RNN"]
 
@@ -91,6 +91,10 @@ class _RNNBase(Module):
         if s.shape != want:
             raise ShapeError(f"[{self._mode}] expected {what} of shape {want}, got {s.shape}")
         return s.unsqueeze(1) if unbatched else s
+
+    def _cell(self, xp, st, w_hh, b_hh):
+        """One step: the hidden GEMM, then the cell family's fused kernel; returns the new states."""
+        return self._fused(xp, st[0] @ w_hh.t(), st, b_hh)
 
     def _run(self, x, states):
         """x (L, N, in); states: a list of (D * layers, N, H) tensors. Returns (output, final states)."""
@@ -187,11 +191,8 @@ class RNN(_RNNBase):
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, 0, device,
                          dtype)
 
-    def _cell(self, xp, st, w_hh, b_hh):
-        z = xp + st[0] @ w_hh.t()
-        if b_hh is not None:
-            z = z + b_hh
-        return [z.tanh() if self.nonlinearity == "tanh" else z.relu()]
+    def _fused(self, xp, hg, st, b_hh):
+        return [rnn_cell(xp, hg, b_hh, self.nonlinearity)]
 
     def forward(self, input, hx=None):
         """Runs the sequence.
@@ -226,16 +227,8 @@ class LSTM(_RNNBase):
     _gates = 4
     _mode = "LSTM"
 
-    def _cell(self, xp, st, w_hh, b_hh):
-        h, c = st
-        z = xp + h @ w_hh.t()
-        if b_hh is not None:
-            z = z + b_hh
-        hs = self.hidden_size
-        i, f = ops.sigmoid(z.narrow(-1, 0, hs)), ops.sigmoid(z.narrow(-1, hs, hs))
-        g, o = z.narrow(-1, 2 * hs, hs).tanh(), ops.sigmoid(z.narrow(-1, 3 * hs, hs))
-        c = f * c + i * g
-        return [o * c.tanh(), c]
+    def _fused(self, xp, hg, st, b_hh):
+        return list(lstm_cell(xp, hg, st[1], b_hh))
 
     def forward(self, input, hx=None):
         """Runs the sequence.
@@ -274,16 +267,8 @@ class GRU(_RNNBase):
         super().__init__(input_size, hidden_size, num_layers, bias, batch_first, dropout, bidirectional, 0, device,
                          dtype)
 
-    def _cell(self, xp, st, w_hh, b_hh):
-        h = st[0]
-        hp = h @ w_hh.t()
-        if b_hh is not None:
-            hp = hp + b_hh
-        hs = self.hidden_size
-        r = ops.sigmoid(xp.narrow(-1, 0, hs) + hp.narrow(-1, 0, hs))
-        z = ops.sigmoid(xp.narrow(-1, hs, hs) + hp.narrow(-1, hs, hs))
-        n = (xp.narrow(-1, 2 * hs, hs) + r * hp.narrow(-1, 2 * hs, hs)).tanh()
-        return [n + z * (h - n)]
+    def _fused(self, xp, hg, st, b_hh):
+        return [gru_cell(xp, hg, st[0], b_hh)]
 
     def forward(self, input, hx=None):
         """Runs the sequence.

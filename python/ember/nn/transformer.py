@@ -32,10 +32,11 @@ def _activation(activation, op):
 
 
 class _Block(Module):
-    """What encoder and decoder layers share: the feed-forward block and the arguments' checks."""
+    """What encoder and decoder layers share: the arguments' checks, the modules in torch's order (self_attn,
+    multihead_attn for a decoder, the feed-forward block, the norms, the dropouts) and the blocks."""
 
-    def _setup(self, op, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first,
-               norm_first, bias, dtype, device):
+    def _setup(self, op, n_blocks, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
+               batch_first, norm_first, bias, dtype, device):
         d_model, nhead = int_arg(d_model, op, "d_model"), int_arg(nhead, op, "nhead")
         dff = int_arg(dim_feedforward, op, "dim_feedforward")
         if min(d_model, nhead, dff) < 1:
@@ -45,15 +46,24 @@ class _Block(Module):
         self.batch_first = bool_arg(batch_first, op, "batch_first")
         self.norm_first = bool_arg(norm_first, op, "norm_first")
         bias = bool_arg(bias, op, "bias")
+        act = _activation(activation, op)
         kw = dict(dtype=dtype, device=device)
         self.self_attn = MultiHeadAttention(d_model, nhead, dropout=p, bias=bias, batch_first=self.batch_first, **kw)
-        return d_model, nhead, dff, p, bias, kw
-
-    def _ff_modules(self, d_model, dff, p, activation, bias, kw, op):
+        if n_blocks == 3:  # a decoder's cross-attention
+            self.multihead_attn = MultiHeadAttention(d_model, nhead, dropout=p, bias=bias,
+                                                     batch_first=self.batch_first, **kw)
         self.linear1 = Linear(d_model, dff, bias=bias, **kw)
         self.dropout = Dropout(p)
         self.linear2 = Linear(dff, d_model, bias=bias, **kw)
-        self.activation = _activation(activation, op)
+        self.activation = act
+        for i in range(1, n_blocks + 1):
+            setattr(self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw))
+        for i in range(1, n_blocks + 1):
+            setattr(self, f"dropout{i}", Dropout(p))
+
+    def _sa_block(self, x, mask, kpm, is_causal):
+        y = self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=kpm, need_weights=False, is_causal=is_causal)[0]
+        return self.dropout1(y)
 
     def _ff_block(self, x, drop):
         return drop(self.linear2(self.dropout(self.activation(self.linear1(x)))))
@@ -88,18 +98,8 @@ class TransformerEncoderLayer(_Block):
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5,
                  batch_first=False, norm_first=False, bias=True, device=None, dtype=None):
         super().__init__()
-        op = "TransformerEncoderLayer"
-        d_model, _, dff, p, bias, kw = self._setup(op, d_model, nhead, dim_feedforward, dropout, activation,
-                                                   layer_norm_eps, batch_first, norm_first, bias, dtype, device)
-        self._ff_modules(d_model, dff, p, activation, bias, kw, op)
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.dropout1 = Dropout(p)
-        self.dropout2 = Dropout(p)
-
-    def _sa_block(self, x, mask, kpm, is_causal):
-        y = self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=kpm, need_weights=False, is_causal=is_causal)[0]
-        return self.dropout1(y)
+        self._setup("TransformerEncoderLayer", 2, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
+                    batch_first, norm_first, bias, dtype, device)
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal=False):
         """Runs the layer.
@@ -143,22 +143,8 @@ class TransformerDecoderLayer(_Block):
     def __init__(self, d_model, nhead, dim_feedforward=2048, dropout=0.1, activation="relu", layer_norm_eps=1e-5,
                  batch_first=False, norm_first=False, bias=True, device=None, dtype=None):
         super().__init__()
-        op = "TransformerDecoderLayer"
-        d_model, nhead, dff, p, bias, kw = self._setup(op, d_model, nhead, dim_feedforward, dropout, activation,
-                                                       layer_norm_eps, batch_first, norm_first, bias, dtype, device)
-        self.multihead_attn = MultiHeadAttention(d_model, nhead, dropout=p, bias=bias, batch_first=self.batch_first,
-                                                 **kw)
-        self._ff_modules(d_model, dff, p, activation, bias, kw, op)
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.norm3 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw)
-        self.dropout1 = Dropout(p)
-        self.dropout2 = Dropout(p)
-        self.dropout3 = Dropout(p)
-
-    def _sa_block(self, x, mask, kpm, is_causal):
-        y = self.self_attn(x, x, x, attn_mask=mask, key_padding_mask=kpm, need_weights=False, is_causal=is_causal)[0]
-        return self.dropout1(y)
+        self._setup("TransformerDecoderLayer", 3, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps,
+                    batch_first, norm_first, bias, dtype, device)
 
     def _mha_block(self, x, mem, mask, kpm, is_causal):
         y = self.multihead_attn(x, mem, mem, attn_mask=mask, key_padding_mask=kpm, need_weights=False,
