@@ -301,20 +301,6 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
                                                                         const BackendStorage& rstd,
                                                                         const BackendStorage& g,
                                                                         const Layout& lg) const = 0;
-  // Group norm: this = x (n, c, ...) through l, each (sample, group of c/groups channels) normalised
-  // over its channels and positions; w, b (c,) optional. Returns (y, mean, rstd), the stats (n, groups).
-  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const Layout& l, int64_t groups,
-                                                                        const BackendStorage* w, const Layout* lw,
-                                                                        const BackendStorage* b, const Layout* lb,
-                                                                        double eps) const = 0;
-  // g: y's gradient. Returns (dx, dw, db): dx in x's dtype; dw = sum(g * xhat), db = sum(g) per channel
-  // (c,), in x's dtype, computed whether or not w and b were given.
-  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const Layout& l, int64_t groups,
-                                                                        const BackendStorage* w, const Layout* lw,
-                                                                        const BackendStorage& mean,
-                                                                        const BackendStorage& rstd,
-                                                                        const BackendStorage& g,
-                                                                        const Layout& lg) const = 0;
   // Batch norm: this = x (n, c, ...) through l, each channel normalised over (n, positions); w, b (c,)
   // optional. training: with the batch's mean and biased variance, and rm / rv (c,), when given, updated
   // in place as r = (1 - momentum) r + momentum * stat with the unbiased variance (torch's rule); else

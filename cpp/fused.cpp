@@ -6,6 +6,8 @@
 #include <cmath>
 #include <string>
 
+#include "families/group_norm.h"
+#include "registry.h"
 #include "storage.h"
 
 namespace ember::fused {
@@ -203,7 +205,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const BackendStora
   check_in_bounds(x, lx, op);
   check_opt_param(x, w, lw, c, op, "weight");
   check_opt_param(x, b, lb, c, op, "bias");
-  return x.group_norm_fwd(lx, groups, w, w ? lw : nullptr, b, b ? lb : nullptr, eps);
+  return Kernels<GroupNormFwd>::of(x)(x, lx, groups, w, w ? lw : nullptr, b, b ? lb : nullptr, eps);
 }
 
 std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStorage& x, const Layout& lx,
@@ -222,7 +224,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStora
   check_stats(x, mean, n * groups, op, "mean and rstd", "(sample, group)");
   check_stats(x, rstd, n * groups, op, "mean and rstd", "(sample, group)");
   check_opt_param(x, w, lw, c, op, "weight");
-  return x.group_norm_bwd(lx, groups, w, w ? lw : nullptr, mean, rstd, g, lg);
+  return Kernels<GroupNormBwd>::of(x)(x, lx, groups, w, w ? lw : nullptr, mean, rstd, g, lg);
 }
 
 // The channels of a batch norm input (n, c, ...).

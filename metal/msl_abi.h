@@ -4,7 +4,7 @@
 
 namespace msl_abi {
 
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 constexpr uint32_t kSimdWidth = 32;
 constexpr uint32_t kSimdSlotBytes = 64;  // the largest value one lane hands to a simd_* op (a float4x4 row)
 
@@ -41,9 +41,16 @@ struct Api {
   uint64_t (*simd_end)(Thread*, uint32_t op);         // waits for the active lanes; returns their mask
   void* (*tg_alloc)(Thread*, uint32_t site, uint64_t size, uint64_t align);  // threadgroup variable
   void* (*tg_param)(Thread*, uint32_t index, uint64_t* size);              // [[threadgroup(n)]]
+  // Ends the calling thread's threadgroup with an error (`kind`: FaultKind; `message` is copied) and
+  // never returns. Faults cross the module boundary only this way, never as a C++ exception: a module
+  // built by the system compiler (libstdc++) may run in an extension built against another C++
+  // runtime (a release wheel's static libc++), which could not catch what the module throws.
+  void (*fault)(Thread*, uint32_t kind, const char* message);
 };
+enum FaultKind : uint32_t { kFaultValue = 0, kFaultIndex = 1 };
 
-// One kernel a module defines. `buffers` lists each [[buffer(n)]] index the kernel binds, with the
+// One kernel a module defines. `entry` never throws: the module catches whatever its code throws and
+// reports it through Api::fault. `buffers` lists each [[buffer(n)]] index the kernel binds, with the
 // least size it needs (sizeof(T) for a `constant T&`, 0 for a pointer), ended by index UINT32_MAX.
 struct BufferUse {
   uint32_t index;

@@ -8,9 +8,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include <exception>
 #include <limits>
-#include <stdexcept>
-#include <string>
 #include <type_traits>
 
 #if __has_include("ember_dtype.h")
@@ -252,21 +251,57 @@ template <class T> struct atomic;
 namespace msl {
 inline const msl_abi::Api* api = nullptr;  // set when the runtime loads the module
 
-struct Fault : std::runtime_error {
-  using std::runtime_error::runtime_error;
+// Faults leave the module through the runtime's Api::fault (a jump back to the group's scheduler), never
+// as a C++ exception (msl_abi.h says why); messages are built here without the C++ library.
+struct msg {
+  char b[256];
+  uint32_t n = 0;
+  msg& s(const char* p) {
+    while (*p && n + 1 < sizeof b) b[n++] = *p++;
+    b[n] = 0;
+    return *this;
+  }
+  msg& u(uint64_t v) {
+    char d[24];
+    int k = 0;
+    do d[k++] = (char)('0' + v % 10); while ((v /= 10) != 0);
+    while (k > 0 && n + 1 < sizeof b) b[n++] = d[--k];
+    b[n] = 0;
+    return *this;
+  }
+  msg& i(int64_t v) { return v < 0 ? s("-").u(0 - (uint64_t)v) : u((uint64_t)v); }
 };
+[[noreturn]] inline void fault(uint32_t kind, const char* m) {
+  api->fault(api->current(), kind, m);
+  __builtin_trap();  // Api::fault never returns
+}
 [[noreturn]] __attribute__((noinline, cold)) inline void bounds_fault(uint32_t index, int64_t off, uint64_t n,
                                                                      uint64_t size) {
-  throw Fault("out-of-bounds access to buffer(" + std::to_string(index) + ") at byte offset " +
-              std::to_string(off) + " (" + std::to_string(n) + " bytes; the buffer has " + std::to_string(size) +
-              ")");
+  msg m;
+  m.s("out-of-bounds access to buffer(").u(index).s(") at byte offset ").i(off).s(" (").u(n);
+  fault(msl_abi::kFaultIndex, m.s(" bytes; the buffer has ").u(size).s(")").b);
 }
 
 // Threadgroup arrays are checked like device memory: `threadgroup float s[N]` becomes a tg_arr (same
 // layout) whose operator[] faults past the end; it converts to a plain pointer for everything else.
 [[noreturn]] __attribute__((noinline, cold)) inline void tg_bounds_fault(int64_t i, uint64_t n) {
-  throw Fault("out-of-bounds access to a threadgroup array at index " + std::to_string(i) + " (it has " +
-              std::to_string(n) + " elements)");
+  msg m;
+  m.s("out-of-bounds access to a threadgroup array at index ").i(i).s(" (it has ").u(n);
+  fault(msl_abi::kFaultIndex, m.s(" elements)").b);
+}
+// The body of every kernel entry: whatever the kernel's own C++ throws is caught here, inside the
+// module, and reported as a fault, so no exception ever reaches the runtime.
+template <class F> inline void run_entry(F&& f) noexcept {
+  msg m;
+  m.s("the kernel threw a C++ exception");
+  try {
+    f();
+    return;
+  } catch (const std::exception& e) {
+    m.s(": ").s(e.what());
+  } catch (...) {
+  }
+  fault(msl_abi::kFaultValue, m.b);
 }
 template <class T, size_t N> struct tg_arr {
   T v[N];
@@ -385,6 +420,19 @@ template <class T> struct binder<dref<T>> {
   static constexpr uint32_t min_size = sizeof(T);
   static dref<T> get(msl_abi::Thread* t, uint32_t n) { return dref<T>{bind_ptr<T>(t, n)}; }
 };
+// `&x` of a kernel parameter `device T& x [[buffer(n)]]` or `constant T& x` (and `&x.member...`): the
+// rewriter turns it into ref_in(n, &x[, &x.member...]), a checked pointer into the binding, so
+// `(&x)[i]` is bounds-checked whatever T is (a scalar's dref already gives one).
+template <class T> inline dptr<T> ref_in(uint32_t, const dptr<T>& p) { return p; }
+template <class T> inline dptr<std::remove_const_t<T>> ref_in(uint32_t n, const void* base, T* p) {
+  using U = std::remove_const_t<T>;
+  const msl_abi::Buffer& b = api->current()->buffers[n];
+  const char* c = static_cast<const char*>(base);
+  if (c >= b.data && c < b.data + b.size) return dptr<U>(b.data, (const char*)p - b.data, b.size, n);
+  // not the binding: a local that shadows the parameter's name
+  return dptr<U>(reinterpret_cast<char*>(const_cast<U*>(p)), 0, ~0ull >> 2, ~0u);
+}
+template <class T> inline dptr<std::remove_const_t<T>> ref_in(uint32_t n, T* p) { return ref_in(n, p, p); }
 template <class T> struct dref_target : std::integral_constant<bool, std::is_arithmetic<T>::value> {};
 template <> struct dref_target<half> : std::true_type {};
 template <> struct dref_target<bfloat> : std::true_type {};

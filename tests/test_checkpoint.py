@@ -2,7 +2,7 @@
 import numpy as np
 
 import ember as em
-from ember.tensor import _wrap
+from ember.tensor_type import _wrap
 
 
 class Scale3(em.CustomOp):

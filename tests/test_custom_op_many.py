@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember.tensor import _wrap
+from ember.tensor_type import _wrap
 
 from conftest import expect_error, f64
 

@@ -6,7 +6,7 @@ import pytest
 import ember as em
 from ember import _C
 from ember.custom_op import _FWD_NAMES
-from ember.tensor import BINARY, REDUCE, UNARY, _contig, _wrap
+from ember.tensor_type import BINARY, REDUCE, UNARY, _contig, _wrap
 
 from conftest import expect_error, rand_np
 

@@ -23,7 +23,7 @@ def _metal(monkeypatch):
 
 
 def allocated():
-    return em.metal.memory_stats()["allocated"]
+    return em.metal.memory_stats()["allocated_bytes"]
 
 
 # ----------------------------------------------------------------------------- availability
@@ -201,38 +201,51 @@ def test_pool_reuses_freed_buffers_and_empties():
     em.metal.synchronize()
     em.metal.empty_cache()
     s0 = em.metal.memory_stats()
-    assert s0["cached"] == 0
+    assert s0["cached_bytes"] == 0
     t = em.zeros(1000, device="metal")  # 4000 bytes: the 4096-byte bucket
     s1 = em.metal.memory_stats()
-    assert s1["allocated"] >= s0["allocated"] + 4000
+    assert s1["allocated_bytes"] >= s0["allocated_bytes"] + 4000
     del t
     s2 = em.metal.memory_stats()
-    assert s2["cached"] >= 4000 and s2["allocated"] == s0["allocated"]
+    assert s2["cached_bytes"] >= 4000 and s2["allocated_bytes"] == s0["allocated_bytes"]
     u = em.zeros(900, device="metal")  # the same bucket: served from the cache
     s3 = em.metal.memory_stats()
-    assert s3["pool_hits"] == s2["pool_hits"] + 1 and s3["cached"] == s2["cached"] - 4096
+    assert s3["pool_hits"] == s2["pool_hits"] + 1 and s3["cached_bytes"] == s2["cached_bytes"] - 4096
     np.testing.assert_array_equal(u.numpy(), np.zeros(900, np.float32))  # zeroed although reused
     del u
     em.metal.empty_cache()
-    assert em.metal.memory_stats()["cached"] == 0
+    assert em.metal.memory_stats()["cached_bytes"] == 0
+
+
+def test_one_memory_api_for_every_device():
+    # em.metal.memory_stats carries em.memory_stats's four keys, with the same counts
+    keys = {"allocated_bytes", "cached_bytes", "peak_allocated_bytes", "cache_limit_bytes"}
+    em.metal.synchronize()
+    t = em.zeros(3000, device="metal")
+    generic, metal = em.memory_stats("metal"), em.metal.memory_stats()
+    assert set(generic) == keys and keys <= set(metal)
+    assert {k: metal[k] for k in keys} == generic and generic["allocated_bytes"] >= 12000
+    assert em.memory_stats()["devices"]["metal:0"] == generic
+    assert not {"allocated", "cached", "peak", "cache_limit", "memory_limit"} & set(metal)
+    del t
 
 
 def test_pool_peak_and_limits():
     em.metal.synchronize()
     em.metal.empty_cache()
     em.metal.reset_peak_memory_stats()
-    base = em.metal.memory_stats()["peak"]
+    base = em.metal.memory_stats()["peak_allocated_bytes"]
     t = em.zeros(1 << 16, device="metal")
-    assert em.metal.memory_stats()["peak"] >= base + (1 << 18)
+    assert em.metal.memory_stats()["peak_allocated_bytes"] >= base + (1 << 18)
     del t
     em.metal.reset_peak_memory_stats()
-    assert em.metal.memory_stats()["peak"] == em.metal.memory_stats()["allocated"]
-    old = em.metal.memory_stats()["cache_limit"]
+    assert em.metal.memory_stats()["peak_allocated_bytes"] == em.metal.memory_stats()["allocated_bytes"]
+    old = em.metal.memory_stats()["cache_limit_bytes"]
     try:
         em.metal.set_cache_limit(0)
         t = em.zeros(100, device="metal")
         del t
-        assert em.metal.memory_stats()["cached"] == 0  # nothing kept past a zero cache limit
+        assert em.metal.memory_stats()["cached_bytes"] == 0  # nothing kept past a zero cache limit
     finally:
         em.metal.set_cache_limit(old)
     expect_error(lambda: em.metal.set_cache_limit(-1), "set_cache_limit", em.EmberValueError)
@@ -240,9 +253,9 @@ def test_pool_peak_and_limits():
 
 def test_memory_limit_raises_out_of_memory():
     em.metal.synchronize()
-    old = em.metal.memory_stats()["memory_limit"]
+    old = em.metal.memory_stats()["memory_limit_bytes"]
     try:
-        em.metal.set_memory_limit(em.metal.memory_stats()["allocated"] + (1 << 20))
+        em.metal.set_memory_limit(em.metal.memory_stats()["allocated_bytes"] + (1 << 20))
         e = expect_error(lambda: em.zeros(1 << 20, device="metal"), "alloc", em.OutOfMemory)
         assert "out of memory" in str(e) and "metal:0" in str(e)
         expect_error(lambda: em.ones(1 << 20, device=em.cpu).to_device("metal"), "to_device", em.OutOfMemory)

@@ -380,8 +380,8 @@ def binary_check(op, dtype, out, want):
 def cpu_binary(op, a, b):
     """The same op on ember's CPU kernels (the specification; below the ops' true-division promotion and
     their refusal of an integer x // 0)."""
-    from ember.tensor import BINARY as codes
-    from ember.tensor import _broadcast_shape
+    from ember.tensor_type import BINARY as codes
+    from ember.tensor_type import _broadcast_shape
 
     ta, tb = em.tensor(a, device="cpu"), em.tensor(b, device="cpu")
     s = em._C.binary(codes[op], ta._storage, ta._layout, tb._storage, tb._layout)

@@ -9,7 +9,7 @@ from devcheck import gradcheck
 from nn_check import KINDS, compare
 
 import ember as em
-from ember.tensor import _wrap
+from ember.tensor_type import _wrap
 
 from conftest import FLOATS, WIDE, WIDE_NP, expect_error
 

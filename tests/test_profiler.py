@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember.tensor import _wrap
+from ember.tensor_type import _wrap
 
 
 class Double(em.CustomOp1):

@@ -4,7 +4,7 @@ import pytest
 
 import ember as em
 from ember import backprop
-from ember.tensor import _wrap
+from ember.tensor_type import _wrap
 
 from conftest import f64
 

@@ -1,5 +1,7 @@
 """The fused recurrent cells (lstm_cell, gru_cell, rnn_cell): forward and gradients against torch's LSTMCell /
 GRUCell / RNNCell and against the composite references, finite differences, every dtype, strides, errors."""
+import zlib
+
 import numpy as np
 import pytest
 import torch
@@ -93,7 +95,7 @@ def test_like_torch_cells(device, kind, bias):
 @pytest.mark.parametrize("dtype", FLOATS, ids=lambda d: d.name)
 def test_fused_matches_composite(device, kind, dtype):
     """Random shapes in every float dtype: the fused forward and backward against the composite's."""
-    rng = np.random.default_rng(abs(hash((kind, dtype.name))) % 2**32)
+    rng = np.random.default_rng(zlib.crc32(f"{kind}{dtype.name}".encode()))  # the same seed every run
     for _ in range(3):
         n, h = int(rng.integers(1, 9)), int(rng.integers(1, 40))
         ops = _operands(rng, kind, n, h, device, dtype)

@@ -117,7 +117,7 @@ LAYOUT_CASES = [
     ("unary_bad_code", S6 + "_C.unary(99, s, em.Layout.contiguous([6]))", "EmberValueError"),
     ("unary_negative_code", S6 + "_C.unary(-1, s, em.Layout.contiguous([6]))", "EmberValueError"),
     ("binary_bad_code", S6 + "l = em.Layout.contiguous([6])\n_C.binary(99, s, l, s, l)", "EmberValueError"),
-    ("binary_count_code", S6 + "from ember.tensor import BINARY\nl = em.Layout.contiguous([6])\n"
+    ("binary_count_code", S6 + "from ember.tensor_type import BINARY\nl = em.Layout.contiguous([6])\n"
      "_C.binary(len(BINARY), s, l, s, l)", "EmberValueError"),  # one past the last op
     ("reduce_bad_code", S6 + "_C.reduce(99, s, em.Layout.contiguous([6]), [0], False)", "EmberValueError"),
     ("layout_reshape_wrong_count", "em.Layout([2, 3], [3, 1], 0).reshape([7])", "ShapeError"),

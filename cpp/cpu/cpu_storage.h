@@ -41,21 +41,13 @@ class CpuStorage final : public BackendStorage {
                   const Layout& sl, int64_t dim) override;
   StoragePtr im2col(const Layout& l, const ConvGeom& g) const override;
   StoragePtr col2im(const ConvGeom& g) const override;
-  // cpu/conv.cpp (conv2d_*), cpu/group_norm.cpp (group_norm_*)
+  // cpu/conv.cpp (conv2d_*)
   StoragePtr conv2d_fwd(const Layout& l, const BackendStorage& w, const Layout& lw, const BackendStorage* b,
                         const Layout* lb, const ConvGeom& g, int64_t groups) const override;
   StoragePtr conv2d_bwd_input(const Layout& l, const BackendStorage& w, const Layout& lw, const ConvGeom& g,
                               int64_t groups) const override;
   StoragePtr conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg, const ConvGeom& g,
                                int64_t groups) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const Layout& l, int64_t groups,
-                                                                const BackendStorage* w, const Layout* lw,
-                                                                const BackendStorage* b, const Layout* lb,
-                                                                double eps) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const Layout& l, int64_t groups,
-                                                                const BackendStorage* w, const Layout* lw,
-                                                                const BackendStorage& mean, const BackendStorage& rstd,
-                                                                const BackendStorage& g, const Layout& lg) const override;
   // cpu/batch_norm.cpp
   std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const Layout& l, const BackendStorage* w,
                                                                 const Layout* lw, const BackendStorage* b,

@@ -7,6 +7,8 @@
 #include "cpu/cpu_storage.h"
 #include "cpu/norm_kernels.h"
 #include "cpu/parallel.h"
+#include "families/group_norm.h"
+#include "registry.h"
 
 namespace ember::cpu {
 namespace {
@@ -124,21 +126,30 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> bwd(const CpuStorage& x, const La
 
 const CpuStorage* opt(const BackendStorage* s) { return s ? &as_cpu(*s) : nullptr; }
 
-}  // namespace
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::group_norm_fwd(const Layout& l, int64_t groups,
-                                                                          const BackendStorage* w, const Layout* lw,
-                                                                          const BackendStorage* b, const Layout* lb,
-                                                                          double eps) const {
-  if (dtype_ == DType::F64) return fwd<double>(*this, l, groups, opt(w), lw, opt(b), lb, eps);
-  return fwd<float>(*this, l, groups, opt(w), lw, opt(b), lb, eps);
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const BackendStorage& xs, const Layout& l,
+                                                              int64_t groups, const BackendStorage* w,
+                                                              const Layout* lw, const BackendStorage* b,
+                                                              const Layout* lb, double eps) {
+  const CpuStorage& x = as_cpu(xs);
+  if (x.dtype() == DType::F64) return fwd<double>(x, l, groups, opt(w), lw, opt(b), lb, eps);
+  return fwd<float>(x, l, groups, opt(w), lw, opt(b), lb, eps);
 }
 
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::group_norm_bwd(
-    const Layout& l, int64_t groups, const BackendStorage* w, const Layout* lw, const BackendStorage& mean,
-    const BackendStorage& rstd, const BackendStorage& g, const Layout& lg) const {
-  if (dtype_ == DType::F64) return bwd<double>(*this, l, groups, opt(w), lw, as_cpu(mean), as_cpu(rstd), as_cpu(g), lg);
-  return bwd<float>(*this, l, groups, opt(w), lw, as_cpu(mean), as_cpu(rstd), as_cpu(g), lg);
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStorage& xs, const Layout& l,
+                                                              int64_t groups, const BackendStorage* w,
+                                                              const Layout* lw, const BackendStorage& mean,
+                                                              const BackendStorage& rstd, const BackendStorage& g,
+                                                              const Layout& lg) {
+  const CpuStorage& x = as_cpu(xs);
+  if (x.dtype() == DType::F64) return bwd<double>(x, l, groups, opt(w), lw, as_cpu(mean), as_cpu(rstd), as_cpu(g), lg);
+  return bwd<float>(x, l, groups, opt(w), lw, as_cpu(mean), as_cpu(rstd), as_cpu(g), lg);
+}
+
+}  // namespace
+
+void register_group_norm() {
+  Kernels<GroupNormFwd>::set(DeviceKind::Cpu, &group_norm_fwd);
+  Kernels<GroupNormBwd>::set(DeviceKind::Cpu, &group_norm_bwd);
 }
 
 }  // namespace ember::cpu

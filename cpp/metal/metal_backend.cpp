@@ -116,6 +116,11 @@ DeviceBackend* provider(int index) {
 
 }  // namespace
 
-void register_backend() { set_backend_provider(DeviceKind::Metal, &provider); }
+void register_kernels();  // metal/register_kernels.cpp
+
+void register_backend() {
+  set_backend_provider(DeviceKind::Metal, &provider);
+  register_kernels();
+}
 
 }  // namespace ember::metal

@@ -108,17 +108,6 @@ StoragePtr MetalStorage::conv2d_bwd_weight(const Layout& l, const BackendStorage
                                            const ConvGeom& g, int64_t groups) const {
   return ops::conv2d_bwd_weight(*this, l, gy, lg, g, groups);
 }
-std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::group_norm_fwd(const Layout& l, int64_t groups,
-                                                                            const BackendStorage* w, const Layout* lw,
-                                                                            const BackendStorage* b, const Layout* lb,
-                                                                            double eps) const {
-  return ops::group_norm_fwd(*this, l, groups, w, lw, b, lb, eps);
-}
-std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::group_norm_bwd(
-    const Layout& l, int64_t groups, const BackendStorage* w, const Layout* lw, const BackendStorage& mean,
-    const BackendStorage& rstd, const BackendStorage& g, const Layout& lg) const {
-  return ops::group_norm_bwd(*this, l, groups, w, lw, mean, rstd, g, lg);
-}
 std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::batch_norm_fwd(
     const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage* b, const Layout* lb,
     BackendStorage* rm, const Layout* lrm, BackendStorage* rv, const Layout* lrv, bool training, double momentum,

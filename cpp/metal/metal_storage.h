@@ -54,14 +54,6 @@ class MetalStorage final : public BackendStorage {
                               int64_t groups) const override;
   StoragePtr conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg, const ConvGeom& g,
                                int64_t groups) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const Layout& l, int64_t groups,
-                                                                const BackendStorage* w, const Layout* lw,
-                                                                const BackendStorage* b, const Layout* lb,
-                                                                double eps) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const Layout& l, int64_t groups,
-                                                                const BackendStorage* w, const Layout* lw,
-                                                                const BackendStorage& mean, const BackendStorage& rstd,
-                                                                const BackendStorage& g, const Layout& lg) const override;
   std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const Layout& l, const BackendStorage* w,
                                                                 const Layout* lw, const BackendStorage* b,
                                                                 const Layout* lb, BackendStorage* rm, const Layout* lrm,

@@ -1,5 +1,5 @@
 """ember: a tensor library with a C++ core whose centre is custom operators."""
-# ruff: noqa: I001  (the import order is deliberate: BLAS is preloaded, then _C, then the modules that patch Tensor)
+# ruff: noqa: I001  (the import order is deliberate: BLAS is preloaded, then _C, then Tensor and its methods)
 import os as _env_os
 import sys as _sys
 
@@ -67,32 +67,30 @@ from .errors import (
     ShapeError,
     UnsupportedOp,
 )
-from .tensor import (
-    Tensor,
-    Var,
+from .tensor_type import Tensor
+from .variable import Var
+from . import tensor_methods as _tensor_methods  # noqa: F401  binds Tensor's methods (one table per op module)
+from .creation import (
     arange,
-    cat,
     from_numpy,
     full,
     full_like,
     manual_seed,
-    maximum,
-    minimum,
     ones,
     ones_like,
     rand,
     randn,
-    stack,
     tensor,
-    where,
     zeros,
     zeros_like,
 )
+from .multi import cat, maximum, minimum, stack, where
 
-from .creation import eye, linspace, randint  # noqa: E402
+from .creation import eye, randint  # noqa: E402
+from .composite import linspace  # noqa: E402
 from .generator import Generator  # noqa: E402
 from .promotion import promote_types, result_type  # noqa: E402
-from .interop import from_dlpack  # noqa: E402  (also attaches Tensor.__dlpack__)
+from .interop import from_dlpack  # noqa: E402
 from .io import load_safetensors, save_safetensors  # noqa: E402
 from .serialize import load, save  # noqa: E402
 from .einsum import einsum  # noqa: E402
@@ -105,7 +103,7 @@ Layout = _C.Layout
 Storage = _C.Storage
 CpuStorage = _C.CpuStorage
 
-from .custom_op import (  # noqa: E402  (also attaches apply_op*/inplace_op* to Tensor)
+from .custom_op import (  # noqa: E402
     CustomOp,
     CustomOp1,
     CustomOp2,
@@ -118,9 +116,6 @@ from .custom_op import (  # noqa: E402  (also attaches apply_op*/inplace_op* to 
 from .custom_op_n import apply_op  # noqa: E402
 from .checkpoint import checkpoint  # noqa: E402
 from . import profiler  # noqa: E402
-from . import tensor_docs as _tensor_docs  # noqa: E402
-
-_tensor_docs.apply(Tensor, Var)
 
 
 def set_num_threads(n: int) -> None:

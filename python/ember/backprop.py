@@ -1,13 +1,14 @@
 """Autograd core: the recorded Node, grad mode (no_grad), the iterative backward walk and GradStore.
 
-Works only through the tensors it is handed (never imports tensor.py at import time), so there is no
-import cycle; the rule table (grad_rules.py) is loaded on the first backward.
+Holds the rule table (RULES, filled by @rule in grad_rules.py and the op modules); sits below every
+op module and imports only the tensor type and creation (to seed the walk with ones).
 """
 from __future__ import annotations
 
 import threading
 import weakref
 
+from .creation import ones_like
 from .errors import (
     BackwardNotSupported,
     DeviceError,
@@ -18,6 +19,7 @@ from .errors import (
     NoGradientPath,
     ShapeError,
 )
+from .tensor_type import _SCALAR_LAYOUT
 
 __all__ = [
     "MULTI_OUTPUT", "NO_BACKWARD", "GradStore", "Node", "backward", "is_grad_enabled", "needs_grad", "no_grad", "record",
@@ -371,18 +373,30 @@ class GradStore:
 
 
 # --------------------------------------------------------------------- backward
-_rules = None  # grad_rules module, loaded on first use (it needs tensor.py fully imported)
-
-
-def _load_rules():
-    global _rules
-    from . import grad_rules
-
-    _rules = grad_rules
-    return grad_rules
-
-
 _READS_NOTHING = ((), False)
+
+RULES = {}  # op name -> backward rule; filled by @rule in grad_rules.py (and indexing.py, ...)
+# Which saved tensors a rule reads, for the in-place check: (input indices or None = all, reads out).
+# Rules that only need shapes read nothing, so harmless in-place edits there do not raise.
+USES = {}
+
+
+def rule(name, inputs=None, out=False):
+    """Registers fn as the rule of op ``name``; ``inputs``/``out`` say which values it reads."""
+
+    def deco(fn):
+        RULES[name] = fn
+        USES[name] = _READS_NOTHING if inputs == () and not out else (inputs, out)
+        return fn
+
+    return deco
+
+
+def wanted(t) -> bool:
+    """Whether an input should receive a gradient: a float tensor that leads to a variable
+    (needs_grad, torch's needs_input_grad), never the 0-d constants that operands.py makes from
+    Python scalars (the user has no handle on them)."""
+    return t is not None and t._layout is not _SCALAR_LAYOUT and needs_grad(t)
 
 
 def _check_versions(node, out, uses):
@@ -481,7 +495,6 @@ def backward(root, create_graph=False):
     on, and only those: rules compute no gradient for an input that leads to no variable (needs_grad).
     With ``create_graph`` the gradients keep their graph (second order); otherwise the walk records
     nothing. Raises NoGradientPath when no variable is reachable."""
-    rules = _rules or _load_rules()
     store = GradStore()
     if not root._dtype.is_float:
         raise DTypeError(f"[backward] expected a float tensor, got {root._dtype.name}")
@@ -492,8 +505,8 @@ def backward(root, create_graph=False):
             f"[backward] this result depends on no variable (it was made {how}, or every path to a "
             "variable goes through an int or a non-differentiable op); wrap the inputs to differentiate "
             "in em.Var(t)")
-    table, uses_of, wanted = rules.RULES, rules.USES, rules.wanted
-    grads = {id(root): [root, rules.ones_like(root)]}  # id -> [tensor, grad]
+    table, uses_of = RULES, USES
+    grads = {id(root): [root, ones_like(root)]}  # id -> [tensor, grad]
     pop, get = grads.pop, grads.get
     # a graph that reads a rebound tensor resolves its inputs and notes when each was read (_inputs_used)
     ids = _rebinds.ids
@@ -581,3 +594,10 @@ def backward(root, create_graph=False):
             owners.add(id(g._storage))
             m[t._id] = (t, g)
     return store
+
+
+def _backward(self, create_graph=False):
+    return backward(self, create_graph=create_graph)
+
+
+METHODS = {"backward": _backward}  # bound onto Tensor by tensor_methods.py (its docstring: tensor_docs.py)

@@ -6,7 +6,8 @@ from .backprop import MULTI_OUTPUT, record
 from .custom_op_n import _record_many, _rule_one
 from .errors import EmberTypeError
 from .reference import _rebind, _stand_in
-from .tensor import Tensor, Var, _ids, _wrap
+from .tensor_type import Tensor, _ids, _wrap
+from .variable import Var
 
 __all__ = ["checkpoint"]
 

@@ -8,8 +8,9 @@ import threading
 import numpy as np
 
 from . import _C
-from . import dtypes as _dt
+from . import dtype_core as _dt
 from .errors import DTypeError, EmberTypeError, EmberValueError
+from .tensor_type import Tensor
 
 __all__ = ["Kernel"]
 
@@ -227,8 +228,6 @@ class Kernel:
 
 
 def _storage_layout(name, a, what, i):
-    from .tensor import Tensor
-
     if isinstance(a, Tensor):
         return a._storage, a._layout
     if isinstance(a, tuple) and len(a) == 2 and isinstance(a[1], _C.Layout):

@@ -20,8 +20,9 @@ from .errors import (
     ShapeError,
 )
 from .generator import drawing
+from .interop import from_dlpack
 from .memory import _physical_memory
-from .tensor import Tensor, _check_tensor_arg, _full_storage, _shape_arg, _wrap
+from .tensor_type import Tensor, _check_tensor_arg, _from_array, _shape_arg, _wrap
 
 
 def _no_requires_grad(flag, op):
@@ -81,8 +82,6 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
     arr = data if isinstance(data, np.ndarray) else None
     if arr is None:
         if hasattr(data, "__dlpack__") and not isinstance(data, (list, tuple)):
-            from .interop import from_dlpack  # numpy's DLPack import has no bfloat16
-
             with warnings.catch_warnings():  # em.tensor copies anyway: widening is no surprise here
                 warnings.simplefilter("ignore", DLPackCopyWarning)
                 src = from_dlpack(data)
@@ -107,13 +106,7 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
     src_dt = _dt.from_numpy_dtype(arr.dtype)
     target = _dt.to_dtype(dtype) if dtype is not None else src_dt
     _check_holds(device, target, "tensor")
-    npt = _dt.numpy_dtype(src_dt)
-    if npt is not None and arr.dtype != npt:
-        arr = arr.astype(npt)
-    if not arr.flags.c_contiguous:
-        arr = arr.copy(order="C")  # not np.ascontiguousarray: it turns a 0-d array into shape (1,)
-    s = _C.CpuStorage._from_numpy_code(arr.reshape(-1), src_dt.code)
-    out = _wrap(s, _C.Layout.contiguous(list(arr.shape)), src_dt, _dt.cpu)
+    out = _from_array(arr, src_dt, _dt.cpu)
     if target is not src_dt:
         out = out.to_dtype(target)
     return out.to_device(device)
@@ -122,6 +115,14 @@ def tensor(data, dtype=None, device=None, requires_grad=False) -> Tensor:
 def from_numpy(arr) -> Tensor:
     """A new tensor holding a copy of the numpy array ``arr`` in its dtype; the same as ``em.tensor(arr)``."""
     return tensor(arr)
+
+
+def _full_storage(device, dtype, n, value):
+    """n copies of value; integers beyond 2**53 skip the double the C++ fill takes, so no bit is lost."""
+    if not dtype.is_float and isinstance(value, numbers.Integral) and abs(int(value)) > 2**53:
+        arr = np.full(n, int(value) & 0xFFFFFFFFFFFFFFFF, dtype=np.uint64).view(np.int64)  # wraps like a C cast
+        return tensor(arr).to_dtype(dtype).to_device(device)._storage
+    return _C.full(device.kind, device.index, dtype.code, n, float(value))
 
 
 def _checked_numel(shape, op):
@@ -455,40 +456,3 @@ def eye(n, m=None, dtype=None, device=None):
     rows, cols = arange(n, device=device).reshape(n, 1), arange(m, device=device).reshape(1, m)
     return rows.eq(cols).to_dtype(dtype)
 
-
-def linspace(start, end, steps, dtype=None, device=None):
-    """``steps`` values evenly spaced from start to end inclusive, as ``torch.linspace`` (computed in
-    float64, the second half counted back from end, so both ends are exact).
-
-    Args:
-        start: the first value.
-        end: the last value.
-        steps: how many values, >= 0.
-        dtype: the dtype (default float32).
-        device: the device (default: the default device).
-
-    Returns:
-        A new 1-D tensor.
-
-    Raises:
-        EmberValueError: for negative steps or a non-finite bound.
-        DTypeError: for a non-number argument, or a dtype the device does not hold (float64 on Metal).
-    """
-    lo, hi = float_arg(start, "linspace", "start"), float_arg(end, "linspace", "end")
-    steps = int_arg(steps, "linspace", "steps")
-    if steps < 0:
-        raise EmberValueError(f"[linspace] steps must be >= 0, got {steps}")
-    if not (math.isfinite(lo) and math.isfinite(hi)):
-        raise EmberValueError(f"[linspace] start and end must be finite, got {lo} and {hi}")
-    dtype, device = _dt.to_dtype(dtype or _dt.float32), _dt.to_device(device)
-    _check_holds(device, dtype, "linspace")
-    # Computed in float64 on the CPU (a device may lack float64), then converted and moved.
-    if steps <= 1:
-        return full((steps,), lo, dtype=_dt.float64, device=_dt.cpu).to_dtype(dtype).to_device(device)
-    step = (hi - lo) / (steps - 1)
-    i = arange(steps, dtype=_dt.float64, device=_dt.cpu)
-    half = steps // 2
-    from .multi import where
-
-    out = where(i.lt(half), i.affine(step, lo), i.affine(-1.0, steps - 1.0).affine(-step, hi))  # end - j * step
-    return out.to_dtype(dtype).to_device(device)

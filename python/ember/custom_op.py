@@ -20,7 +20,8 @@ from .errors import (
     ShapeError,
     UnsupportedOp,
 )
-from .tensor import Tensor, _contig, _wrap
+from .reference import bwd_from_reference, reference_grads
+from .tensor_type import Tensor, _contig, _wrap
 
 CpuStorage = _C.CpuStorage
 _BY_CODE = _dt.BY_CODE
@@ -73,8 +74,6 @@ class _OpBase:
         own_bwd = getattr(cls, "bwd", _default_bwd)
         if has_ref and (own_bwd is _default_bwd or getattr(own_bwd, "_from_reference", False)) and \
                 issubclass(cls, _CustomOpBase):
-            from .reference import bwd_from_reference
-
             cls.bwd = bwd_from_reference(cls._arity)
         cls._bwd_is_reference = getattr(cls.bwd, "_from_reference", False) if hasattr(cls, "bwd") else False
         cls._has_bwd = getattr(cls, "bwd", _default_bwd) is not _default_bwd
@@ -96,8 +95,6 @@ class _OpBase:
         Returns:
             list: one gradient (Tensor or None) per input.
         """
-        from .reference import reference_grads
-
         return reference_grads(self, list(inputs), grads)
 
     def cpu_fwd(self, *args):
@@ -599,7 +596,6 @@ def inplace_op3(self, b, c, op):
     _inplace(op, self, (b, c))
 
 
-for _f in (apply_op1, apply_op2, apply_op3, apply_op1_no_bwd, apply_op2_no_bwd, apply_op3_no_bwd,
-           inplace_op1, inplace_op2, inplace_op3):
-    setattr(Tensor, _f.__name__, _f)
-del _f
+METHODS = {_f.__name__: _f for _f in (  # bound onto Tensor by tensor_methods.py
+    apply_op1, apply_op2, apply_op3, apply_op1_no_bwd, apply_op2_no_bwd, apply_op3_no_bwd,
+    inplace_op1, inplace_op2, inplace_op3)}

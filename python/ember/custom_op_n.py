@@ -7,7 +7,7 @@ from . import _C, backprop
 from .backprop import MULTI_OUTPUT, Node, record
 from .custom_op import CpuStorage, CustomOp, _check_inputs, _checked, _fwd, _modified_rule
 from .errors import EmberTypeError, EmberValueError, UnsupportedOp
-from .tensor import Tensor, _wrap
+from .tensor_type import Tensor, _wrap
 
 __all__ = ["apply_op"]
 
@@ -142,6 +142,9 @@ def _mutating_forward(op, tensors, args):
     return res
 
 
+_profile_hook = None  # set by em.profiler while it records: times each apply_op (em.apply_op is this function)
+
+
 def apply_op(op, *tensors):
     """Runs an ``em.CustomOp`` on any number of input tensors and records it for backward.
 
@@ -160,6 +163,12 @@ def apply_op(op, *tensors):
             ``CustomOp``), each naming the op.
         UnsupportedOp: the op has no forward for this device.
     """
+    if _profile_hook is not None:
+        return _profile_hook(op, tensors)
+    return _apply_op(op, *tensors)
+
+
+def _apply_op(op, *tensors):
     if not isinstance(op, CustomOp):
         raise EmberTypeError(f"[apply_op] expected an em.CustomOp instance, got {type(op).__name__}"
                              + (" (use x.apply_op1/2/3 for CustomOp1/2/3)" if hasattr(op, "_arity") else ""))

@@ -12,7 +12,7 @@ import math
 import os
 import tempfile
 import time
-from importlib import resources
+from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
@@ -133,7 +133,7 @@ class CharTransformer(nn.Module):
 
 
 def load_corpus() -> str:
-    return resources.files("ember").joinpath("data", "corpus.txt").read_text(encoding="utf-8")
+    return (Path(__file__).resolve().parent / "data" / "corpus.txt").read_text(encoding="utf-8")
 
 
 class CharData:

@@ -3,9 +3,10 @@ from __future__ import annotations
 
 import math
 
+from .creation import tensor
 from .errors import EmberTypeError, EmberValueError, ShapeError
 from .promotion import result_type
-from .tensor import Tensor, tensor
+from .tensor_type import Tensor
 
 __all__ = ["einsum"]
 

@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import softmax as _softmax
+from .composite import isclose as _isclose
+from .creation import tensor
 from .errors import EmberTypeError
-from .tensor import Tensor, tensor
+from .tensor_type import Tensor
 
 UNARY_NAMES = (
     "exp", "log", "sin", "cos", "tanh", "sqrt", "sqr", "abs", "neg", "recip", "relu", "gelu", "silu", "erf",
@@ -131,9 +134,7 @@ def softmax(x, dim=-1):
         DTypeError: for a non-float input.
         IndexOutOfRange: for a dim out of range.
     """
-    from .nn import ops
-
-    return ops.softmax(as_tensor(x, "softmax"), dim)
+    return _softmax.softmax(as_tensor(x, "softmax"), dim)
 
 
 def log_softmax(x, dim=-1):
@@ -150,9 +151,7 @@ def log_softmax(x, dim=-1):
         DTypeError: for a non-float input.
         IndexOutOfRange: for a dim out of range.
     """
-    from .nn import ops
-
-    return ops.log_softmax(as_tensor(x, "log_softmax"), dim)
+    return _softmax.log_softmax(as_tensor(x, "log_softmax"), dim)
 
 
 def clamp(x, min=None, max=None):  # noqa: A002  (torch's names)
@@ -334,8 +333,6 @@ def isclose(a, b, rtol=1e-5, atol=1e-8, equal_nan=False):
     Raises:
         ShapeError: when the shapes do not broadcast.
     """
-    from .composite import isclose as _isclose
-
     if not isinstance(a, Tensor) and not isinstance(b, Tensor):
         a = as_tensor(a, "isclose")
     return _isclose(a, b, rtol, atol, equal_nan)

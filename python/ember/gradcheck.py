@@ -4,8 +4,10 @@ from __future__ import annotations
 import numpy as np
 
 from .backprop import GradStore, no_grad
+from .creation import tensor
 from .errors import DTypeError, EmberError, EmberTypeError, NoGradientPath
-from .tensor import Tensor, Var, tensor
+from .tensor_type import Tensor
+from .variable import Var
 
 
 class GradcheckError(EmberError, AssertionError):

@@ -1,6 +1,7 @@
 """Tensor indexing: t[idx] reads (basic indices as views; masks and index arrays through
 index_select) and t[idx] = value writes (slice_set, elementwise select, index_copy), with torch's rules
-for where advanced indices' dims go; under autograd a write rebinds t to the written result. Tensor.__getitem__ / __setitem__ call getitem / setitem here."""
+for where advanced indices' dims go; under autograd a write rebinds t to the written result; and the
+index ops: index_select, gather, index_add, scatter_add, slice_set, fill_."""
 from __future__ import annotations
 
 import numbers
@@ -8,13 +9,20 @@ import numbers
 import numpy as np
 
 from . import _C
+from . import backprop as _bp
 from . import dtypes as _dt
-from .backprop import SETITEM, _rebinds, is_grad_enabled, no_grad, record, tracks
+from .argorder import bind
+from .args import float_arg, i64_arg
+from .backprop import SETITEM, _rebinds, is_grad_enabled, no_grad, record, rule, tracks, wanted
+from .backprop import rule as _rule
+from .backprop import wanted as _wanted
+from .creation import full, tensor
 from .errors import EmberError, EmberValueError, IndexOutOfRange, ShapeError, UnsupportedOp
-from .grad_rules import _sum_to
-from .grad_rules import rule as _rule
-from .grad_rules import wanted as _wanted
-from .tensor import Tensor, _as_index, _broadcast_shape, _index_np, _wrap, full, tensor, where
+from .grad_rules import _scatter_view, _zeros
+from .multi import where
+from .operands import _as_index
+from .reduce import _sum_to
+from .tensor_type import Tensor, _broadcast_shape, _check_tensor_arg, _dim, _index_np, _wrap
 
 
 def getitem(t, idx):
@@ -362,3 +370,194 @@ def _mask_array(mask, shape, op):
     m = mask.numpy() if isinstance(mask, Tensor) else np.asarray(mask)
     _check_mask_shape(m.shape, shape, op)
     return m
+
+
+# ----------------------------------------------------------------------------- index ops
+def _index_add_zeros(shape, ids, src, dim):
+    """zeros(shape).index_add(ids, src, dim) without copying the zeros; not recorded (backward rules)."""
+    s, l = _C.index_add_zeros(list(shape), ids._storage, ids._layout, src._storage, src._layout, dim)
+    return _wrap(s, l, src._dtype, src._device)
+
+
+def _scatter_add_zeros(shape, ids, src, dim):
+    """zeros(shape).scatter_add(ids, src, dim) without copying the zeros; not recorded."""
+    s, l = _C.scatter_add_zeros(list(shape), ids._storage, ids._layout, src._storage, src._layout, dim)
+    return _wrap(s, l, src._dtype, src._device)
+
+
+def index_select(self, *args, **kwargs):
+    a = bind("index_select", args, kwargs, ("indices", "dim"), ("dim", "indices"))
+    return self._index_select(a["indices"], a["dim"])
+
+def _index_select(self, indices, dim):
+    dim = _dim(dim, self.ndim, "index_select")
+    ids = _as_index(indices, "index_select", self._device)
+    s, l = _C.index_select(self._storage, self._layout, ids._storage, ids._layout, dim)
+    return record(_wrap(s, l, self._dtype, self._device), "index_select", (self, ids), dim)
+
+def gather(self, *args, **kwargs):
+    a = bind("gather", args, kwargs, ("indices", "dim"), ("dim", "indices"))
+    return self._gather(a["indices"], a["dim"])
+
+def _gather(self, indices, dim):
+    dim = _dim(dim, self.ndim, "gather")
+    ids = _as_index(indices, "gather", self._device)
+    s, l = _C.gather(self._storage, self._layout, ids._storage, ids._layout, dim)
+    return record(_wrap(s, l, self._dtype, self._device), "gather", (self, ids), dim)
+
+def index_add(self, *args, alpha=1, **kwargs):
+    """Out of place: a copy of self with source's slices added at indices along dim.
+
+    Takes ember's order ``index_add(indices, source, dim)`` or torch's ``index_add(dim, index,
+    source, alpha=1)``, told apart by the argument types (torch's starts with the int dim).
+
+    Args:
+        *args: ``(indices, source, dim)`` or ``(dim, index, source)``.
+        alpha: ``source`` is multiplied by it first (torch's argument).
+        **kwargs: the same by name (``indices``/``index``, ``source``/``src``, ``dim``).
+
+    Raises:
+        EmberTypeError: arguments that fit neither order.
+    """
+    a = bind("index_add", args, kwargs, ("indices", "source", "dim"), ("dim", "indices", "source"))
+    source = a["source"]
+    if alpha != 1:
+        _check_tensor_arg(source, "index_add", "source")
+        source = source * alpha
+    return self._index_add(a["indices"], source, a["dim"])
+
+def _index_add(self, indices, source, dim):
+    dim = _dim(dim, self.ndim, "index_add")
+    ids = _as_index(indices, "index_add", self._device)
+    _check_tensor_arg(source, "index_add", "source")
+    s, l = _C.index_add(self._storage, self._layout, ids._storage, ids._layout,
+                        source._storage, source._layout, dim)
+    return record(_wrap(s, l, self._dtype, self._device), "index_add", (self, ids, source), dim)
+
+def scatter_add(self, *args, **kwargs):
+    """Out of place: a copy of self with source added at indices along dim (torch semantics).
+
+    Takes ember's order ``scatter_add(indices, source, dim)`` or torch's ``scatter_add(dim, index,
+    src)``, told apart by the argument types (torch's starts with the int dim).
+
+    Args:
+        *args: ``(indices, source, dim)`` or ``(dim, index, src)``.
+        **kwargs: the same by name (``indices``/``index``, ``source``/``src``, ``dim``).
+
+    Raises:
+        EmberTypeError: arguments that fit neither order.
+    """
+    a = bind("scatter_add", args, kwargs, ("indices", "source", "dim"), ("dim", "indices", "source"))
+    return self._scatter_add(a["indices"], a["source"], a["dim"])
+
+def _scatter_add(self, indices, source, dim):
+    dim = _dim(dim, self.ndim, "scatter_add")
+    ids = _as_index(indices, "scatter_add", self._device)
+    _check_tensor_arg(source, "scatter_add", "source")
+    s, l = _C.scatter_add(self._storage, self._layout, ids._storage, ids._layout,
+                          source._storage, source._layout, dim)
+    return record(_wrap(s, l, self._dtype, self._device), "scatter_add", (self, ids, source), dim)
+
+def slice_set(self, src, dim, offset):
+    """Writes src into self at [offset, offset + src.shape[dim]) along dim; every view sees it."""
+    dim = _dim(dim, self.ndim, "slice_set")
+    if self.ndim == 0:  # normalize_dim accepted dim 0, but a scalar has no dim to slice
+        raise ShapeError("[slice_set] cannot slice_set into a 0-d tensor")
+    offset = i64_arg(offset, "slice_set", "offset")
+    if not isinstance(src, Tensor):  # lists / arrays, like Var.set
+        src = tensor(src, dtype=self._dtype, device=self._device)
+    if src.ndim != self.ndim:
+        raise ShapeError(f"[slice_set] src has shape {src.shape}, expected {self.ndim} dims like {self.shape}")
+    if offset < 0 or offset + src.shape[dim] > self.shape[dim]:
+        raise IndexOutOfRange(f"[slice_set] offset {offset} + length {src.shape[dim]} out of range for dim "
+                              f"{dim} of size {self.shape[dim]}")
+    dst = self._layout.narrow(dim, offset, src.shape[dim])
+    for d, st in zip(dst.shape, dst.stride):  # several elements share one address: the last write would win
+        if st == 0 and d > 1:
+            raise EmberValueError(f"[slice_set] cannot write into a broadcast (stride 0) view {self._layout!r}")
+    s_st, s_l = src._storage, src._layout
+    if s_st.same_buffer(self._storage):  # snapshot an aliasing source so the write reads old values
+        s_st, s_l = _C.contiguous(s_st, s_l)
+    _C.copy_into(s_st, s_l, self._storage, dst, "slice_set")
+
+def zero_set(self):
+    _C.fill(self._storage, self._layout, 0.0)
+
+def fill_(self, value):
+    _C.fill(self._storage, self._layout, float_arg(value, "fill_", "value"))
+    return self
+
+
+def _getitem(self, idx):
+    return getitem(self, idx)
+
+
+def _setitem(self, idx, value):
+    setitem(self, idx, value)
+
+
+# ----------------------------------------------------------------------------- backward rules
+@rule("index", ())
+def _index_bwd(n, out, g):
+    return (_scatter_view(g, n.inputs[0].shape, n.saved),)
+
+
+@rule("index_scatter", ())
+def _index_scatter_bwd(n, out, g):
+    return (g[n.saved],)
+
+
+# ----- selection and indexing
+@rule("where", (2,))
+def _where_bwd(n, out, g):
+    a, b, cond = n.inputs
+    ga = _sum_to(where(cond, g, 0.0), a.shape) if wanted(a) else None
+    gb = _sum_to(where(cond, 0.0, g), b.shape) if wanted(b) else None
+    return ga, gb, None
+
+
+@rule("index_select", (1,))
+def _index_select_bwd(n, out, g):
+    x, ids = n.inputs
+    if not _bp.is_grad_enabled():  # first order: add straight into fresh zeros (an embedding table's
+        return (_index_add_zeros(x.shape, ids, g, n.saved), None)  # size is not copied once more)
+    return (_zeros(x.shape, g).index_add(ids, g, n.saved), None)
+
+
+@rule("gather", (1,))
+def _gather_bwd(n, out, g):
+    x, ids = n.inputs
+    if not _bp.is_grad_enabled():
+        return (_scatter_add_zeros(x.shape, ids, g, n.saved), None)
+    return (_zeros(x.shape, g).scatter_add(ids, g, n.saved), None)
+
+
+@rule("index_add", (1,))
+def _index_add_bwd(n, out, g):
+    x, ids, src = n.inputs
+    return (g if wanted(x) else None, None, g.index_select(ids, n.saved) if wanted(src) else None)
+
+
+@rule("scatter_add", (1,))
+def _scatter_add_bwd(n, out, g):
+    x, ids, src = n.inputs
+    # the core requires src.shape == ids.shape, so gathering back gives src's shape
+    return (g if wanted(x) else None, None, g.gather(ids, n.saved) if wanted(src) else None)
+
+
+@rule("cat", ())
+def _cat_bwd(n, out, g):
+    dim, sizes = n.saved
+    res, off = [], 0
+    for t, k in zip(n.inputs, sizes):
+        res.append(g.narrow(dim, off, k) if wanted(t) else None)
+        off += k
+    return tuple(res)
+
+
+METHODS = {  # bound onto Tensor by tensor_methods.py
+    "__getitem__": _getitem, "__setitem__": _setitem,
+    "index_select": index_select, "_index_select": _index_select, "gather": gather, "_gather": _gather,
+    "index_add": index_add, "_index_add": _index_add, "scatter_add": scatter_add, "_scatter_add": _scatter_add,
+    "slice_set": slice_set, "zero_set": zero_set, "fill_": fill_,
+}

@@ -11,7 +11,7 @@ import numpy as np
 from . import _C
 from . import dtypes as _dt
 from .errors import DeviceError, DLPackCopyWarning, DTypeError, EmberValueError
-from .tensor import Tensor, _wrap, tensor
+from .tensor_type import Tensor, _from_array, _wrap
 
 # The DLPack C structs (dlpack.h v1.x), declared with ctypes. numpy's own exporter cannot carry
 # bfloat16, so ember builds and reads the capsules itself: one code path for every dtype.
@@ -145,8 +145,7 @@ def _dlpack_device(self: Tensor):
     raise BufferError(f"[__dlpack_device__] no DLPack device for {self.device}")
 
 
-Tensor.__dlpack__ = _dlpack
-Tensor.__dlpack_device__ = _dlpack_device
+METHODS = {"__dlpack__": _dlpack, "__dlpack_device__": _dlpack_device}  # bound onto Tensor by tensor_methods.py
 
 
 # ----------------------------------------------------------------------------- import
@@ -282,7 +281,8 @@ def from_dlpack(obj) -> Tensor:
                       DLPackCopyWarning, stacklevel=2)
     if numel == 0:
         npt = _WIDEN_NP.get(key) or _dt.numpy_dtype(_FROM_DL[key])
-        out = tensor(np.zeros(shape, dtype=npt), device=_dt.cpu)  # DLPack imports are host memory
+        zeros = np.zeros(shape, dtype=npt)
+        out = _from_array(zeros, _dt.from_numpy_dtype(zeros.dtype), _dt.cpu)  # DLPack imports are host memory
         return out.to_dtype(_FROM_DL[key]) if key in _FROM_DL else out
     npt = np.dtype(_WIDEN_NP[key]) if key in _WIDEN_NP else np.dtype(f"u{itemsize}")
     raw = (C.c_uint8 * ((hi - lo + 1) * itemsize)).from_address(data + lo * itemsize)
@@ -291,7 +291,7 @@ def from_dlpack(obj) -> Tensor:
     arr = arr.copy(order="C")  # not ascontiguousarray, which makes a 0-d array 1-d
     del owner  # the copy is made: release the producer's memory now
     if key in _WIDEN_NP:
-        return tensor(arr, device=_dt.cpu)
+        return _from_array(arr, _dt.from_numpy_dtype(arr.dtype), _dt.cpu)
     dt = _FROM_DL[key]
     if dt is _dt.bool:
         arr = arr != 0  # any nonzero byte is true, stored as 1

@@ -16,7 +16,7 @@ import numpy as np
 from . import _C
 from . import dtypes as _dt
 from .errors import DTypeError, EmberIOError, EmberTypeError, EmberValueError
-from .tensor import Tensor, _wrap
+from .tensor_type import Tensor, _wrap
 
 # Format: u64 little-endian header length N, N bytes of JSON (padded with spaces to a multiple of 8
 # so tensor data stays aligned), then one flat byte buffer that every data_offsets pair indexes.

@@ -58,6 +58,11 @@ def synchronize(device=None) -> None:
     _C._metal_synchronize(_index(device))
 
 
+# the pool's counters under em.memory_stats's names (the same on every device); the rest keep theirs
+_UNIFIED = {"allocated": "allocated_bytes", "cached": "cached_bytes", "peak": "peak_allocated_bytes",
+            "cache_limit": "cache_limit_bytes", "memory_limit": "memory_limit_bytes"}
+
+
 def memory_stats(device=None) -> dict:
     """What the Metal device's buffer pool holds, in bytes, and its encoder's counters.
 
@@ -65,17 +70,19 @@ def memory_stats(device=None) -> dict:
         device: the Metal device; None means metal:0.
 
     Returns:
-        A dict: ``allocated`` (in live storages), ``cached`` (freed buffers kept for reuse),
-        ``peak`` (the most allocated at once), ``cache_limit``, ``memory_limit``, ``cached_buffers``,
-        ``pool_hits`` / ``pool_misses`` (requests served from the cache / by a new buffer), and the
-        encoder's ``dispatches``, ``barriers`` (within a command buffer), ``fence_waits`` (on a command buffer
-        still in flight), ``commits``, ``pipelines``, ``pipeline_compiles`` and ``library_compiles`` (one
-        per kernel source: a source's pipelines share its compiled library).
+        A dict with ``em.memory_stats``'s four keys, the same on every device: ``allocated_bytes``
+        (in live storages), ``cached_bytes`` (freed buffers kept for reuse), ``peak_allocated_bytes``
+        (the most allocated at once), ``cache_limit_bytes``; then the pool's ``memory_limit_bytes``,
+        ``cached_buffers``, ``pool_hits`` / ``pool_misses`` (requests served from the cache / by a new
+        buffer), and the encoder's ``dispatches``, ``barriers`` (within a command buffer),
+        ``fence_waits`` (on a command buffer still in flight), ``commits``, ``pipelines``,
+        ``pipeline_compiles`` and ``library_compiles`` (one per kernel source: a source's pipelines
+        share its compiled library).
 
     Raises:
         DeviceError: no such Metal device is available.
     """
-    return dict(_C._metal_stats(_index(device)))
+    return {_UNIFIED.get(k, k): v for k, v in _C._metal_stats(_index(device)).items()}
 
 
 def empty_cache(device=None) -> None:
@@ -131,7 +138,7 @@ def set_memory_limit(nbytes: int, device=None) -> None:
 
 
 def reset_peak_memory_stats(device=None) -> None:
-    """Starts ``memory_stats()["peak"]`` again from what is allocated now.
+    """Starts ``memory_stats()["peak_allocated_bytes"]`` again from what is allocated now.
 
     Args:
         device: the Metal device; None means metal:0.

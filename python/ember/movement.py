@@ -4,25 +4,23 @@ views): no loop over elements, every device, differentiable."""
 from __future__ import annotations
 
 import numbers
-import sys
 
 import numpy as np
 
 from . import _C
 from .args import int_arg
-from .backprop import record
+from .backprop import record, rule
+from .creation import _check_fits, full, tensor, zeros
 from .errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, ShapeError
-from .grad_rules import rule
+from .multi import cat
+from .tensor_type import Tensor, _dim
 
 _MODES = ("constant", "reflect", "replicate", "circular")
 
 
-def _t():
-    return sys.modules["ember.tensor"]  # the module (the function ember.tensor shadows it on the package)
-
 
 def _check_tensor(x, op):
-    if not isinstance(x, _t().Tensor):
+    if not isinstance(x, Tensor):
         raise EmberTypeError(f"[{op}] expected a Tensor, got {type(x).__name__}")
 
 
@@ -86,7 +84,6 @@ def pad(x, pad, mode="constant", value=0.0):
         raise EmberValueError(f"[{op}] mode must be one of {list(_MODES)}, got {mode!r}")
     if mode == "constant" and (not isinstance(value, (numbers.Number, np.generic)) or isinstance(value, complex)):
         raise EmberTypeError(f"[{op}] value must be a number, got {type(value).__name__}")
-    T = _t()
     if mode == "constant":
         _check_fill(value, x._dtype, op)
     # outer dims first and the last dim last: the earlier passes then move whole rows (one memcpy each)
@@ -102,7 +99,7 @@ def pad(x, pad, mode="constant", value=0.0):
     numel = 1
     for v in shape:
         numel *= v
-    T._check_fits(numel * x._dtype.itemsize, op)
+    _check_fits(numel * x._dtype.itemsize, op)
     out = x
     for d, before, after in reversed(pairs):
         n = out.shape[d]
@@ -120,7 +117,7 @@ def pad(x, pad, mode="constant", value=0.0):
                 grown[d] = max(hi_j - lo_j, 0)
                 parts.append(out.narrow(d, src, 1).broadcast_as(tuple(grown)))
             mid = out.narrow(d, min(max(start, 0), n), max(min(stop, n) - max(start, 0), 0))
-            out = T.cat([p for p in (parts[0], mid, parts[1]) if p.shape[d]], d)
+            out = cat([p for p in (parts[0], mid, parts[1]) if p.shape[d]], d)
             continue
         if mode != "reflect":  # negative amounts crop first; circular then wraps within the cropped dim
             lo, hi = max(-before, 0), max(-after, 0)
@@ -135,14 +132,14 @@ def pad(x, pad, mode="constant", value=0.0):
             if max(before, after) >= n:
                 raise EmberValueError(f"[{op}] reflect padding ({before}, {after}) must be less than the size {n} "
                                       f"of dim {d}")
-            out = out.index_select(T.tensor(_source_rows(n, before, after, mode), device=x._device), d)
+            out = out.index_select(tensor(_source_rows(n, before, after, mode), device=x._device), d)
             continue
         if mode == "circular" and max(before, after) > n:
             raise EmberValueError(f"[{op}] circular padding ({before}, {after}) must not exceed the size {n} of "
                                   f"dim {d}")
         # the last `before` and the first `after` rows of the cropped dim wrap around
         head, tail = out.narrow(d, n - before, before), out.narrow(d, 0, after)
-        out = T.cat([p for p in (head, out, tail) if p.shape[d]], d)
+        out = cat([p for p in (head, out, tail) if p.shape[d]], d)
     if mode == "constant":
         return _pad_constant(out, [(d, max(b, 0), max(a, 0)) for d, b, a in pairs], value)
     return out.contiguous() if out is x else out
@@ -172,11 +169,10 @@ def _check_fill(value, dtype, op):
 def _pad_constant(x, grow, value):
     """x (already cropped) inside a tensor filled with value: one fill and one strided copy, recorded
     as pad_constant (its gradient is the window of g where x went)."""
-    T = _t()
     shape = list(x.shape)
     for d, b, a in grow:
         shape[d] += b + a
-    out = T.full(tuple(shape), value, dtype=x._dtype, device=x._device)
+    out = full(tuple(shape), value, dtype=x._dtype, device=x._device)
     window = [(d, b, x.shape[d]) for d, b, _ in grow]
     inner = out._layout
     for d, b, n in window:
@@ -211,7 +207,6 @@ def roll(x, shifts, dims=None):
     """
     op = "roll"
     _check_tensor(x, op)
-    T = _t()
     sh = _int_seq(shifts, op, "shifts")
     if dims is None:
         if len(sh) != 1:
@@ -220,7 +215,7 @@ def roll(x, shifts, dims=None):
     ds = _int_seq(dims, op, "dims")
     if len(ds) != len(sh):
         raise EmberValueError(f"[{op}] shifts and dims must have the same length, got {len(sh)} and {len(ds)}")
-    ds = tuple(T._dim(d, x.ndim, op) for d in ds)
+    ds = tuple(_dim(d, x.ndim, op) for d in ds)
     moves = {}  # torch applies a repeated dim's shifts one after the other: they add up
     for d, s in zip(ds, sh):
         moves[d] = moves.get(d, 0) + s
@@ -233,8 +228,7 @@ def roll(x, shifts, dims=None):
 def _roll(x, moves):
     """x rolled by moves {dim: shift in (0, size)}: the 2^k blocks of x copied once each into their
     places in a fresh tensor (one pass over the data for any number of dims), recorded as roll."""
-    T = _t()
-    out = T.zeros(x.shape, dtype=x._dtype, device=x._device)
+    out = zeros(x.shape, dtype=x._dtype, device=x._device)
     dims = sorted(moves)
     for corner in range(1 << len(dims)):
         src, dst = x._layout, out._layout

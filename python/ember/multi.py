@@ -8,9 +8,11 @@ import numpy as np
 
 from . import _C
 from .backprop import record
+from .creation import tensor
 from .errors import EmberTypeError, EmberValueError, ShapeError
+from .operands import _scalar
 from .promotion import _category_of_scalar, _scalar_dtype, promote_types, result_type
-from .tensor import Tensor, _check_tensor_arg, _dim, _scalar, _wrap, tensor
+from .tensor_type import Tensor, _check_tensor_arg, _dim, _wrap
 
 
 def _to_operand(x, dt, device):

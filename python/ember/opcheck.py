@@ -8,8 +8,11 @@ from . import custom_op as _co
 from . import custom_op_n as _con
 from . import dtypes as _dt
 from .backprop import no_grad
+from .creation import tensor
 from .errors import EmberError, EmberTypeError, EmberValueError
-from .tensor import Tensor, Var, _wrap, tensor
+from .reference import bwd_from_reference
+from .tensor_type import Tensor, _wrap
+from .variable import Var
 
 # strided-vs-contiguous agreement: the same math on the same values, so only reduction order may differ
 _TOL = {"float64": (1e-10, 1e-12), "float32": (1e-5, 1e-6), "float16": (1e-2, 1e-3), "bfloat16": (2e-2, 1e-2)}
@@ -417,8 +420,6 @@ def _check_reference(op, base, ref, setup, report, fail):
 
 def _ref_bwd(op):
     """A bwd (in op's calling convention) computing the reference's gradients, set on the instance."""
-    from .reference import bwd_from_reference
-
     return bwd_from_reference(op._arity).__get__(op)
 
 

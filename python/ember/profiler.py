@@ -6,9 +6,10 @@ import json
 import threading
 import time
 
-from . import _C, backprop
+from . import _C, backprop, custom_op_n, grad_rules
 from . import dtypes as _dt
 from .errors import EmberError, EmberValueError
+from .tensor_type import Tensor
 
 __all__ = ["profile"]
 
@@ -42,8 +43,6 @@ def _allocated():
 
 
 def _tensors(args):
-    from .tensor import Tensor
-
     for a in args:
         if isinstance(a, Tensor):
             yield a
@@ -138,9 +137,6 @@ class profile:
         setattr(owner, attr, wrapped)
 
     def _patch(self):
-        from . import custom_op_n, grad_rules
-        from .tensor import Tensor
-
         done = set()
         for cls in Tensor.__mro__:
             if cls is object:
@@ -151,21 +147,17 @@ class profile:
                 if attr.startswith("_") and attr not in _DUNDER_OPS:
                     continue
                 done.add(attr)
-                # patch on Tensor itself (shadowing a mixin's) so that restoring is one setattr each
+                # patch on Tensor itself so that restoring is one setattr each
                 self._patched_tensor(Tensor, attr, fn)
         prof = self
-        orig_apply = custom_op_n.apply_op
+        orig_apply = custom_op_n._apply_op
 
-        def apply_op(op, *tensors):
+        def apply_op_hook(op, tensors):
             return prof._run(getattr(op, "name", "apply_op"), "custom op", orig_apply, (op,) + tensors, {},
                              shapes_of=tensors)
 
-        apply_op.__doc__ = orig_apply.__doc__
-        import ember
-
-        for mod in (custom_op_n, ember):
-            self._patched.append((mod, "apply_op", mod.__dict__["apply_op"]))
-            mod.apply_op = apply_op
+        self._patched.append((vars(custom_op_n), "_profile_hook", None))
+        custom_op_n._profile_hook = apply_op_hook
         rules = grad_rules.RULES
         for name, rule in list(rules.items()):
             def wrapped_rule(node, out, g, _rule=rule, _name=name):
@@ -186,7 +178,7 @@ class profile:
         had = attr in Tensor.__dict__
         prev = Tensor.__dict__.get(attr)
         self._wrap_method(Tensor, attr, fn, attr.strip("_") if attr.startswith("__") else attr)
-        if not had:  # the last entry restores by deleting the shadow, not by re-setting the mixin's
+        if not had:  # an inherited method: the last entry restores by deleting the shadow
             self._patched[-1] = (Tensor, attr, None)
         else:
             self._patched[-1] = (Tensor, attr, prev)

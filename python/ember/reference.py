@@ -4,7 +4,8 @@ from __future__ import annotations
 from . import backprop
 from .backprop import Node
 from .errors import EmberTypeError, NoGradientPath
-from .tensor import Tensor, Var, _wrap
+from .tensor_type import Tensor, _wrap
+from .variable import Var
 
 __all__ = ["bwd_from_reference", "reference_grads", "vjp"]
 

@@ -3,17 +3,12 @@ kernel per device (exponential keys + topk selection without replacement, invers
 which also checks the weights' values as it reads them."""
 from __future__ import annotations
 
-import sys
-
 from . import _C
 from . import dtypes as _dt
 from .args import bool_arg, int_arg
 from .errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
 from .generator import Generator, drawing
-
-
-def _t():
-    return sys.modules["ember.tensor"]
+from .tensor_type import Tensor, _wrap
 
 
 def multinomial(probs, num_samples, replacement=False, *, generator=None):
@@ -45,7 +40,7 @@ def multinomial(probs, num_samples, replacement=False, *, generator=None):
             a weight is negative, inf or NaN, or a row's weights sum to 0.
     """
     op = "multinomial"
-    if not isinstance(probs, _t().Tensor):
+    if not isinstance(probs, Tensor):
         raise EmberTypeError(f"[{op}] expected a Tensor, got {type(probs).__name__}")
     num_samples = int_arg(num_samples, op, "num_samples")
     replacement = bool_arg(replacement, op, "replacement")
@@ -64,5 +59,5 @@ def multinomial(probs, num_samples, replacement=False, *, generator=None):
     # the weights' values (finite, >= 0, a positive one per row) are checked by the kernel as it reads them
     with drawing(generator, op):
         s, layout = _C.multinomial(probs._storage, probs._layout, num_samples, replacement)
-    return _t()._wrap(s, layout, _dt.int64, probs._device)
+    return _wrap(s, layout, _dt.int64, probs._device)
 

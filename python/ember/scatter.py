@@ -4,43 +4,41 @@ backward rules (torch's formulas) written with ember ops, so they are differenti
 from __future__ import annotations
 
 import numbers
-import sys
 
 import numpy as np
 
 from . import _C
 from .args import bool_arg
-from .backprop import record
+from .backprop import record, rule, wanted
+from .creation import full, ones, zeros
 from .errors import EmberTypeError, EmberValueError
-from .grad_rules import rule, wanted
+from .multi import where
+from .operands import _as_index
+from .tensor_type import Tensor, _dim, _wrap
 
 # ScatterOp's codes (cpp/backend.h): 0 is plain scatter
 _REDUCE = {"sum": 1, "prod": 2, "mean": 3, "amax": 4, "amin": 5}
 
 
-def _t():
-    return sys.modules["ember.tensor"]  # the module (the function ember.tensor shadows it on the package)
-
 
 def _scatter(x, dim, index, src, code, include_self, op):
     """The recorded op behind scatter / scatter_reduce: checks, fits src to the index, runs the kernel."""
-    T = _t()
-    if not isinstance(x, T.Tensor):
+    if not isinstance(x, Tensor):
         raise EmberTypeError(f"[{op}] expected a Tensor, got {type(x).__name__}")
-    dim = T._dim(dim, x.ndim, op)
-    ids = T._as_index(index, op, x._device)
-    if isinstance(src, T.Tensor):
+    dim = _dim(dim, x.ndim, op)
+    ids = _as_index(index, op, x._device)
+    if isinstance(src, Tensor):
         if src.ndim == ids.ndim and src.shape != ids.shape and all(a <= b for a, b in zip(ids.shape, src.shape)):
             # torch reads src only where the index has entries: a view of its leading block
             src = src[tuple(slice(0, n) for n in ids.shape)]
     elif isinstance(src, (numbers.Number, np.generic)) and not isinstance(src, complex):
-        src = T.full((), src, dtype=x._dtype, device=x._device).broadcast_as(ids.shape)
+        src = full((), src, dtype=x._dtype, device=x._device).broadcast_as(ids.shape)
     else:
         raise EmberTypeError(f"[{op}] src must be a Tensor or a number, got {type(src).__name__}")
     s, l = _C.scatter_reduce(code, x._storage, x._layout, ids._storage, ids._layout, src._storage, src._layout,
                              dim, include_self)
     name = "scatter" if code == 0 else "scatter_" + _NAMES[code]
-    return record(T._wrap(s, l, x._dtype, x._device), name, (x, ids, src), (dim, include_self))
+    return record(_wrap(s, l, x._dtype, x._device), name, (x, ids, src), (dim, include_self))
 
 
 _NAMES = {v: k for k, v in _REDUCE.items()}
@@ -112,7 +110,7 @@ def scatter_reduce(x, dim, index, src, reduce, include_self=True):
     code = _REDUCE.get(reduce) if isinstance(reduce, str) else None
     if code is None:
         raise EmberValueError(f"[scatter_reduce] reduce must be one of {sorted(_REDUCE)}, got {reduce!r}")
-    if not isinstance(src, _t().Tensor):
+    if not isinstance(src, Tensor):
         raise EmberTypeError(f"[scatter_reduce] src must be a Tensor, got {type(src).__name__}")
     include_self = bool_arg(include_self, "scatter_reduce", "include_self")
     return _scatter(x, dim, index, src, code, include_self, "scatter_reduce")
@@ -149,11 +147,10 @@ def _scatter_sum(n, out, g):
 def _scatter_mean(n, out, g):
     x, ids, src = n.inputs
     dim, include_self = n.saved
-    T = _t()
-    start = T.ones(x.shape, dtype=g._dtype, device=g._device) if include_self else \
-        T.zeros(x.shape, dtype=g._dtype, device=g._device)
-    count = start.scatter_add(ids, T.ones(ids.shape, dtype=g._dtype, device=g._device), dim)
-    gn = g / T.where(count.eq(0), 1.0, count)
+    start = ones(x.shape, dtype=g._dtype, device=g._device) if include_self else \
+        zeros(x.shape, dtype=g._dtype, device=g._device)
+    count = start.scatter_add(ids, ones(ids.shape, dtype=g._dtype, device=g._device), dim)
+    gn = g / where(count.eq(0), 1.0, count)
     gx = (gn if include_self else _written_zero(gn, ids, dim)) if wanted(x) else None
     return gx, None, gn.gather(ids, dim) if wanted(src) else None
 
@@ -182,19 +179,18 @@ def _scatter_prod(n, out, g):
     element that is its position's only zero gets the product of the others, computed without it."""
     x, ids, src = n.inputs
     dim, include_self = n.saved
-    T = _t()
     gx = gs = None
     if wanted(x):
-        x1 = T.where(x.eq(0), 1.0, x)
+        x1 = where(x.eq(0), 1.0, x)
         gx = g * scatter_reduce(x1, dim, ids, src, "prod", include_self) / x1
         gx = gx if include_self else _written_zero(gx, ids, dim)
     if wanted(src):
         zero = _as(src.eq(0), g)
-        zeros_there = T.zeros(x.shape, dtype=g._dtype, device=g._device).scatter_add(ids, zero, dim).gather(ids, dim)
+        zeros_there = zeros(x.shape, dtype=g._dtype, device=g._device).scatter_add(ids, zero, dim).gather(ids, dim)
         single_m = (zero * _as(zeros_there.eq(1), g)).ne(0)  # src's element is its position's only zero
-        without = scatter_reduce(x, dim, ids, T.where(single_m, 1.0, src), "prod", include_self)
-        gs = T.where(single_m, (g * without).gather(ids, dim),
-                     (g * out).gather(ids, dim) / T.where(zero.ne(0), 1.0, src))
+        without = scatter_reduce(x, dim, ids, where(single_m, 1.0, src), "prod", include_self)
+        gs = where(single_m, (g * without).gather(ids, dim),
+                     (g * out).gather(ids, dim) / where(zero.ne(0), 1.0, src))
     return gx, None, gs
 
 

@@ -6,7 +6,8 @@ import math
 
 from .errors import EmberTypeError, EmberValueError
 from .io import _path, _refuse, read_tensors, save_safetensors
-from .tensor import Tensor, Var
+from .tensor_type import Tensor
+from .variable import Var
 
 __all__ = ["load", "save"]
 

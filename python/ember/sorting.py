@@ -2,22 +2,18 @@
 a C++ kernel per device, differentiable (sort/topk/cummax/cummin through the indices they return)."""
 from __future__ import annotations
 
-import sys
-
 from . import _C
 from . import dtypes as _dt
 from .args import bool_arg, int_arg
 from .backprop import record
+from .backprop import rule as _rule
 from .errors import EmberTypeError, EmberValueError
-from .grad_rules import rule as _rule
-
-
-def _t():
-    return sys.modules["ember.tensor"]
+from .multi import where
+from .tensor_type import Tensor, _dim, _wrap
 
 
 def _check_tensor(x, op):
-    if not isinstance(x, _t().Tensor):
+    if not isinstance(x, Tensor):
         raise EmberTypeError(f"[{op}] expected a Tensor, got {type(x).__name__}")
 
 
@@ -30,9 +26,9 @@ def _sort(x, dim, descending, stable, op):
     if x.ndim == 0:  # a scalar is a line of one element; gather (and its backward) needs a dim
         v, i = _sort(x.reshape(1), dim, descending, stable, op)
         return v.reshape(()), i.reshape(())
-    dim = _t()._dim(dim, x.ndim, op)
+    dim = _dim(dim, x.ndim, op)
     vs, ids, layout = _C.sort(x._storage, x._layout, dim, descending, stable)
-    wrap = _t()._wrap
+    wrap = _wrap
     idx = wrap(ids, layout, _dt.int64, x._device)
     vals = record(wrap(vs, layout, x._dtype, x._device), "gather", (x, idx), dim)
     return vals, idx
@@ -110,7 +106,7 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
     k = int_arg(k, "topk", "k")
     largest = bool_arg(largest, "topk", "largest")
     bool_arg(sorted, "topk", "sorted")
-    d = _t()._dim(dim, x.ndim, "topk")
+    d = _dim(dim, x.ndim, "topk")
     n = 1 if x.ndim == 0 else x.shape[d]
     if not 0 <= k <= n:
         raise EmberValueError(f"[topk] k = {k} is out of range for a dim of size {n}")
@@ -118,7 +114,7 @@ def topk(x, k, dim=-1, largest=True, sorted=True):
         v, i = topk(x.reshape(1), 1, 0, largest)
         return v.reshape(()), i.reshape(())
     vs, ids, layout = _C.topk(x._storage, x._layout, d, k, largest)
-    wrap = _t()._wrap
+    wrap = _wrap
     idx = wrap(ids, layout, _dt.int64, x._device)
     return record(wrap(vs, layout, x._dtype, x._device), "gather", (x, idx), d), idx
 
@@ -131,9 +127,9 @@ def _scan(name, x, dim, exclusive, reverse):
     _check_tensor(x, name)
     exclusive = bool_arg(exclusive, name, "exclusive")
     reverse = bool_arg(reverse, name, "reverse")
-    d = _t()._dim(dim, x.ndim, name)
+    d = _dim(dim, x.ndim, name)
     vs, ids, layout = _C.scan(_SCAN[name], x._storage, x._layout, d, exclusive, reverse)
-    wrap = _t()._wrap
+    wrap = _wrap
     odt = x._dtype if x._dtype.is_float or name in ("cummax", "cummin") else _dt.int64
     if ids is None:
         return record(wrap(vs, layout, odt, x._device), name, (x,), (d, exclusive, reverse))
@@ -246,7 +242,7 @@ def _cumprod_grad(n, out, g):
     zero = x.eq(0)
     seen = cumsum(zero, dim, False, reverse)  # zeros up to and including each position, in scan order
     before, first = seen.eq(0), zero & seen.eq(1)
-    w = _t().where
+    w = where
     at_zero = cumsum(g * cumprod(w(first, 1.0, x), dim, exclusive, reverse), dim, exclusive, not reverse)
     ahead = cumsum(g * y, dim, exclusive, not reverse) / w(before, x, 1.0)
     return (w(before, ahead, w(first, at_zero, 0.0)),)

@@ -1,4 +1,4 @@
-"""Docstrings of the Tensor and Var methods, kept apart from tensor.py (as torch's _tensor_docs.py
+"""Docstrings of the Tensor and Var methods, kept apart from the op modules (as torch's _tensor_docs.py
 does) because most of those methods are one-line wrappers generated from the op tables.
 
 ``apply()`` attaches each text to the method that has none of its own; a method documented in

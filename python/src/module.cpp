@@ -5,6 +5,7 @@
 #include "common.h"
 #include "device.h"
 #include "dtype.h"
+#include "registry.h"
 #include "storage.h"
 
 namespace {
@@ -122,6 +123,7 @@ PYBIND11_MODULE(_C, m) {
   ember::bind::g_main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
   pthread_atfork(nullptr, nullptr, after_fork_child);
   install_sigint_hook();
+  ember::cpu::register_kernels();
   ember::bind::bind_layout(m);
   ember::bind::bind_metal_kernel(m);
   ember::bind::bind_cpu_kernel(m);

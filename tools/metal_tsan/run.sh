@@ -11,7 +11,7 @@ for k in metal/*.metal; do files="$files|$k"; done
 cmake -DROOT="$PWD" "-DFILES=$files" -DOUT="$out/metal_embedded.cpp" -P cmake/embed_sources.cmake
 ${CXX:-c++} -std=c++17 -O1 -g -fsanitize=thread -Wall -Wextra -Wno-unused-parameter -Icpp -Imetal \
   cpp/metal/emu/rewrite.cpp cpp/metal/emu/compiler.cpp cpp/metal/emu/runtime.cpp cpp/metal/emu/emu_adapter.cpp \
-  cpp/cpu/parallel.cpp "$out/metal_embedded.cpp" tools/metal_tsan/runner.cpp -o "$out/runner" -ldl -lpthread
+  cpp/metal/emu/faults.cpp cpp/kernel_cache.cpp cpp/sha256.cpp cpp/cpu/parallel.cpp "$out/metal_embedded.cpp" tools/metal_tsan/runner.cpp -o "$out/runner" -ldl -lpthread
 export EMBER_METAL_EMU_TSAN=1 EMBER_NUM_THREADS=2 EMBER_METAL_CACHE="${EMBER_METAL_CACHE:-$PWD/$out/cache}"
 export TSAN_OPTIONS="halt_on_error=0 exitcode=66 report_signal_unsafe=0"
 echo "== reduction kernels under TSan (must be clean)"
@@ -27,4 +27,8 @@ if [ "$rc" -ne 66 ] || ! grep -q "WARNING: ThreadSanitizer: data race" "$out/rac
   cat "$out/race.log"; echo "FAIL: TSan did not report the missing barrier (exit $rc)"; exit 1
 fi
 grep -m1 -A3 "WARNING: ThreadSanitizer: data race" "$out/race.log"
-echo "PASS: reductions clean, missing barrier reported"
+echo "== an out-of-bounds write on a fiber (an error, then the next dispatch runs; no report)"
+"$out/runner" fault > "$out/fault.log" 2>&1 || { cat "$out/fault.log"; echo "FAIL: the fault fixture"; exit 1; }
+cat "$out/fault.log"
+if grep -q "ThreadSanitizer" "$out/fault.log"; then echo "FAIL: TSan reported on the fault fixture"; exit 1; fi
+echo "PASS: reductions clean, missing barrier reported, fault reported"

@@ -1,6 +1,7 @@
 // The ThreadSanitizer job's runner: ember's reduction kernels (metal/reduce.metal) under the MSL emulator,
 // built with -fsanitize=thread together with the emulator, must run clean and match a reference; a
-// fixture without its barriers (`race`) must make TSan report the data race.
+// fixture without its barriers (`race`) must make TSan report the data race; a kernel's out-of-bounds
+// access on a fiber (`fault`) must come back as an error, and the next dispatch must run.
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -15,6 +16,7 @@
 
 namespace ember::cpu {
 void blas_set_num_threads(int) {}  // parallel.cpp's hook; no BLAS in this binary
+bool host_has_fma() { return false; }  // dispatch.cpp's; GPU-math mode is not used here
 }  // namespace ember::cpu
 
 namespace {
@@ -36,6 +38,21 @@ kernel void tree_sum_nobarrier(device const float* x [[buffer(0)]], device float
   if (tid == 0) out[row] = shared[0];
 }
 )";
+
+const char* kFault = R"(
+#include <metal_stdlib>
+using namespace metal;
+kernel void oob(device float* x [[buffer(0)]], constant uint& n [[buffer(1)]], uint i [[thread_position_in_grid]]) {
+  threadgroup float s[64];
+  s[i % 64] = x[i];
+  threadgroup_barrier(mem_flags::mem_threadgroup);
+  x[i * n] = s[63 - i % 64];
+}
+)";
+
+PipelineHandle pipeline(Adapter& a, const char* src, const char* label, const std::string& name) {
+  return a.new_pipeline(a.new_library(src, label), name, {});
+}
 
 struct Run {
   PipelineHandle p;
@@ -78,7 +95,7 @@ int clean() {
       BufferHandle in = a.new_buffer(x.data(), x.size() * 4), out = a.new_buffer(rows * 4),
                    mb = a.new_buffer(meta.data(), meta.size() * 8);
       const std::string name = std::string(sh.cols_kernel ? "reduce_cols_" : "reduce_rows_") + op + "_float32";
-      PipelineHandle p = a.new_pipeline(src, "reduce.metal", name, {});
+      PipelineHandle p = pipeline(a, src, "reduce.metal", name);
       if (sh.cols_kernel) dispatch(a, p, {in, out, mb}, {}, {rows, sh.ty, 1}, {sh.tx, sh.ty, 1});
       else dispatch(a, p, {in, out, mb}, {}, {sh.tx, rows, 1}, {sh.tx, sh.ty, 1});
       const float* got = static_cast<const float*>(a.contents(out));
@@ -107,9 +124,30 @@ int race() {
   Adapter& a = emulator_adapter();
   std::vector<float> x(8 * 64, 1.0f);
   BufferHandle in = a.new_buffer(x.data(), x.size() * 4), out = a.new_buffer(8 * 4);
-  PipelineHandle p = a.new_pipeline(kRace, "race_fixture.metal", "tree_sum_nobarrier", {});
+  PipelineHandle p = pipeline(a, kRace, "race_fixture.metal", "tree_sum_nobarrier");
   dispatch(a, p, {in, out}, {}, {8 * 64, 1, 1}, {64, 1, 1});
   std::printf("race fixture ran (its results are meaningless)\n");
+  return 0;
+}
+
+int fault() {
+  Adapter& a = emulator_adapter();
+  std::vector<float> x(256, 1.0f);
+  BufferHandle buf = a.new_buffer(x.data(), x.size() * 4);
+  PipelineHandle p = pipeline(a, kFault, "fault_fixture.metal", "oob");
+  try {
+    dispatch(a, p, {buf}, {1000}, {256, 1, 1}, {64, 1, 1});
+    std::printf("FAIL: no error for an out-of-bounds write\n");
+    return 1;
+  } catch (const ember::Error& e) {
+    if (!std::strstr(e.what(), "out-of-bounds access to buffer(0)")) {
+      std::printf("FAIL: unexpected error: %s\n", e.what());
+      return 1;
+    }
+    std::printf("fault reported: %s\n", e.what());
+  }
+  dispatch(a, p, {buf}, {1}, {256, 1, 1}, {64, 1, 1});
+  std::printf("the next dispatch ran\n");
   return 0;
 }
 
@@ -118,7 +156,7 @@ int race() {
 int main(int argc, char** argv) {
   const std::string mode = argc > 1 ? argv[1] : "clean";
   try {
-    return mode == "race" ? race() : clean();
+    return mode == "race" ? race() : mode == "fault" ? fault() : clean();
   } catch (const ember::Error& e) {
     std::printf("ember error: %s\n", e.what());
     return 2;

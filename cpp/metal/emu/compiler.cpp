@@ -24,7 +24,7 @@ namespace ember::metal::emu {
 namespace {
 
 // Bumped when the rewriter's output changes meaning, so stale cached modules are never loaded.
-constexpr const char* kRewriterVersion = "emu-rewrite-4";
+constexpr const char* kRewriterVersion = "emu-rewrite-5";
 
 // The headers a plain MSL source may include; the shim is force-included instead.
 const char* kStdHeaders[] = {"metal_stdlib", "metal_math", "metal_simdgroup", "metal_atomic", "metal_compute",

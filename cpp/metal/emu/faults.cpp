@@ -32,6 +32,16 @@
 #ifdef EMU_ASAN
 #include <sanitizer/common_interface_defs.h>
 #endif
+#if defined(__SANITIZE_THREAD__)
+#define EMU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define EMU_TSAN 1
+#endif
+#endif
+#ifdef EMU_TSAN
+#include <sanitizer/tsan_interface.h>
+#endif
 
 namespace ember::metal::emu {
 namespace {
@@ -272,6 +282,21 @@ void fault_set_stack(const char* lo, const char* hi) {
   t_stack_hi = hi;
 }
 void fault_disarm() { t_jump = nullptr; }
+
+void fault_raise(ErrorKind kind, const char* message) {
+  FaultJump* j = t_jump;
+  if (!j) {  // kernels run only inside run_group, which arms the jump: this is a bug in the emulator
+    std::fprintf(stderr, "ember: an emulated kernel fault outside a dispatch: %s\n", message);
+    std::abort();
+  }
+#ifdef EMU_TSAN
+  if (j->on_fiber && j->tsan_home) {
+    __tsan_switch_to_fiber(j->tsan_home, 0);
+    j->tsan_home_now = true;
+  }
+#endif
+  jump(j, kind, message);
+}
 
 void watchdog_begin(uint64_t launch_start_ns, uint64_t interrupts_at_start) {
   if (t_slot < 0) return;

@@ -20,6 +20,10 @@ struct FaultJump {
   bool on_fiber = false;
   const void* const* home_bottom = nullptr;  // the scheduler's stack as ASan knows it (learned by a fiber)
   const size_t* home_size = nullptr;
+  // TSan: the scheduler's fiber, where sigsetjmp ran; fault_raise switches to it before its siglongjmp
+  // (TSan finds the jump buffer only there) and sets tsan_home_now.
+  void* tsan_home = nullptr;
+  bool tsan_home_now = false;
 };
 
 // Sets up this thread to run kernels (signal handlers once per process; an alternate signal stack for
@@ -32,6 +36,9 @@ void fault_thread_exit(void* altstack);
 void fault_arm(FaultJump* j);
 void fault_set_stack(const char* stack_lo, const char* stack_hi);
 void fault_disarm();
+// Ends the running group from kernel or runtime code on this thread as a fault does (the message is
+// copied); how a kernel module reports its faults (msl_abi::Api::fault), with no C++ exception.
+[[noreturn]] void fault_raise(ErrorKind kind, const char* message);
 
 // A launch's watchdog: from begin to end, this thread is stopped (its group fails) once the launch has
 // run for longer than $EMBER_METAL_EMU_WATCHDOG seconds (default 600; 0: never), or when Ctrl-C is noted.

@@ -184,6 +184,8 @@ class Rewriter {
   void literal(int k);
   void swizzle(int k);
   void kernel_definition(int k, bool is_template, const std::string& host_name);
+  void note_ref_params(int open, int close);
+  void ref_address(int k);
   void instantiation(int& k);
   std::vector<Param> params(const KernelSite& ks) const;
   std::string wrappers(bool uses_sync) const;
@@ -204,6 +206,13 @@ class Rewriter {
   std::map<std::string, TemplateKernel> templates_;
   int template_start_ = -1;
   std::set<int> function_constants_;
+  // The kernels' `device T& x [[buffer(n)]]` / `constant T& x` parameters, by body: name -> n.
+  struct RefScope {
+    int begin, end;  // the body's braces
+    std::map<std::string, unsigned long> buffer;
+  };
+  std::vector<RefScope> ref_scopes_;
+  std::map<int, std::string> after_;  // text emitted after a raw token (closes what ref_address opened)
   int depth_ = 0;
   int template_end_ = -2;  // index of the '>' that closed the last `template <...>`
   int tg_sites_ = 0;
@@ -347,6 +356,7 @@ void Rewriter::kernel_definition(int k, bool is_template, const std::string& hos
   if (kind(k + 1) != Tk::Ident || t(k + 2) != "(") fail("cannot parse the kernel after 'kernel void'");
   const int close = match(k + 2, "(", ")");
   kernel_params_.emplace_back(k + 2, close);
+  note_ref_params(k + 2, close);
   if (is_template) {  // its kernels are the explicit instantiations; the wrapper is generated from here
     TemplateKernel tk{source_text(template_start_, template_end_ + 1), "", k + 2, close};
     int a = template_start_ + 2, angle = 0;
@@ -368,6 +378,61 @@ void Rewriter::kernel_definition(int k, bool is_template, const std::string& hos
     return;
   }
   kernels_.push_back({host_name.empty() ? t(k + 1) : host_name, t(k + 1), k + 2, close});
+}
+
+// Records the reference parameters bound to buffers of the kernel whose parameter list is (open, close),
+// for ref_address in its body.
+void Rewriter::note_ref_params(int open, int close) {
+  if (mode_ != RewriteMode::Emulate || t(close + 1) != "{") return;
+  RefScope rs{close + 1, match(close + 1, "{", "}"), {}};
+  int a = open + 1, paren = 0, angle = 0;
+  for (int k = open + 1; k <= close; ++k) {
+    const std::string& s = t(k);
+    if (s == "(") ++paren;
+    if (s == ")") --paren;
+    if (s == "<") ++angle;
+    if (s == ">") --angle;
+    if (k != close && !(s == "," && paren == 0 && angle <= 0)) continue;
+    bool space = false, ref = false, ptr = false;
+    std::string name, buf;
+    for (int m = a; m < k; ++m) {
+      if (t(m) == "[" && t(m + 1) == "[") {
+        if (t(m + 2) == "buffer" && t(m + 3) == "(" && t(m + 5) == ")" &&
+            t(m + 4).find_first_not_of("0123456789") == std::string::npos)
+          buf = t(m + 4);
+        break;
+      }
+      space = space || t(m) == "device" || t(m) == "constant";
+      ref = ref || t(m) == "&";
+      ptr = ptr || t(m) == "*";
+      if (kind(m) == Tk::Ident) name = t(m);
+    }
+    if (space && ref && !ptr && !name.empty() && !buf.empty() && buf.size() < 10) rs.buffer[name] = std::stoul(buf);
+    a = k + 1;
+  }
+  if (!rs.buffer.empty()) ref_scopes_.push_back(rs);
+}
+
+// `&x`, `&x.m[i]...` of such a parameter x in its kernel's body: a checked pointer into x's binding
+// (msl_cpu.h ref_in), so `(&x)[i]` is bounds-checked like any device pointer.
+void Rewriter::ref_address(int k) {
+  const RefScope* rs = nullptr;
+  for (const RefScope& r : ref_scopes_)
+    if (k > r.begin && k < r.end) rs = &r;
+  if (!rs || kind(k + 1) != Tk::Ident || !rs->buffer.count(t(k + 1))) return;
+  const std::string& p = t(k - 1);  // a binary & follows an operand
+  if (kind(k - 1) == Tk::Number || kind(k - 1) == Tk::Str || p == ")" || p == "]") return;
+  if (kind(k - 1) == Tk::Ident && p != "return" && p != "case") return;
+  int e = k + 1;
+  for (;;) {
+    if (t(e + 1) == "." && kind(e + 2) == Tk::Ident && t(e + 3) != "(") e += 2;
+    else if (t(e + 1) == "[") e = match(e + 1, "[", "]");
+    else break;
+  }
+  if (t(e + 1) == "(" || t(e + 1) == "->" || t(e + 1) == "::") return;  // not the address of a plain lvalue
+  const std::string n = std::to_string(rs->buffer.at(t(k + 1))) + "u, ";
+  replace(k, k, "::msl::ref_in(" + n + (e == k + 1 ? "&" : "&" + t(k + 1) + ", &"));
+  after_[sig_[e]] += ")";
 }
 
 // `template [[host_name("x")]] [[kernel]] void fn<T>(params);` names one instantiation as a kernel.
@@ -481,11 +546,15 @@ RewriteResult Rewriter::run() {
     }
     if (kd == Tk::Ident && t(k - 1) == "." && mode_ == RewriteMode::Emulate) swizzle(k);
     if (kd == Tk::Number) literal(k);
+    if (s == "&" && mode_ == RewriteMode::Emulate) ref_address(k);
   }
   if (mode_ == RewriteMode::Emulate) {
     out_.push_back(wrappers(res.uses_sync));
   }
-  for (const auto& s : out_) res.text += s;
+  for (size_t r = 0; r < out_.size(); ++r) {
+    res.text += out_[r];
+    if (auto it = after_.find((int)r); it != after_.end()) res.text += it->second;
+  }
   for (const auto& ks : kernels_) res.kernels.push_back(ks.host_name);
   return res;
 }
@@ -575,8 +644,8 @@ std::string Rewriter::wrappers(bool uses_sync) const {
     const TemplateKernel& tk = templates_.at(ks.fn);
     std::string args, bufs;
     bind(KernelSite{ks.fn, ks.fn, tk.open, tk.close, "", ""}, args, bufs);
-    w += tk.header + " static void msl_wrap_" + ks.fn + "(msl_abi::Thread* t) { (void)t; " + ks.fn + "<" +
-         tk.names + ">(" + args + "); }\n";
+    w += tk.header + " static void msl_wrap_" + ks.fn + "(msl_abi::Thread* t) { (void)t; ::msl::run_entry([&] { " +
+         ks.fn + "<" + tk.names + ">(" + args + "); }); }\n";
     w += tk.header + " static const msl_abi::BufferUse* msl_bufs_" + ks.fn +
          "() { static const msl_abi::BufferUse b[] = {" + bufs + "{0xffffffffu, 0}}; return b; }\n";
   }
@@ -593,7 +662,8 @@ std::string Rewriter::wrappers(bool uses_sync) const {
     if (ks.open < 0) fail("kernel '" + ks.host_name + "': its template '" + ks.fn + "' is not defined in this source");
     std::string args, bufs;
     bind(ks, args, bufs);
-    w += "static void msl_entry_" + id + "(msl_abi::Thread* t) { (void)t; " + ks.call + "(" + args + "); }\n";
+    w += "static void msl_entry_" + id + "(msl_abi::Thread* t) { (void)t; ::msl::run_entry([&] { " + ks.call + "(" +
+         args + "); }); }\n";
     w += "static const msl_abi::BufferUse msl_bufs_" + id + "[] = {" + bufs + "{0xffffffffu, 0}};\n";
     table += "  {\"" + ks.host_name + "\", msl_entry_" + id + ", msl_bufs_" + id + ", " + sync + "},\n";
   }

@@ -19,12 +19,11 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <exception>
 #include <memory>
 #include <mutex>
-#include <stdexcept>
 
 #include "cpu/parallel.h"
 #include "error.h"
@@ -131,6 +130,22 @@ constexpr size_t kStackBytes = 64 * 1024;  // kernels keep small locals; a guard
 // kernel that writes past the end of a threadgroup array is reported, not left to corrupt memory.
 constexpr uint64_t kGuardBytes = 256;
 constexpr unsigned char kGuardByte = 0xa5;
+// A group's threadgroup memory (its variables and their guard bands) is a mapping of its own between
+// inaccessible pages, so a write far outside it through a pointer faults at once (a wild access)
+// instead of reaching the scheduler's state. Only address space: MAP_NORESERVE, PROT_NONE.
+constexpr size_t kArenaBytes = 2 * kMaxThreadgroupMemory;
+constexpr size_t kArenaGuard = size_t(1) << 20;
+
+char* map_arena() {
+  void* p = ::mmap(nullptr, kArenaBytes + 2 * kArenaGuard, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+  EMBER_CHECK(p != MAP_FAILED, Memory, "[metal] cannot map threadgroup memory for the emulator");
+  char* a = static_cast<char*>(p) + kArenaGuard;
+  if (::mprotect(a, kArenaBytes, PROT_READ | PROT_WRITE) != 0) {
+    ::munmap(p, kArenaBytes + 2 * kArenaGuard);
+    throw Error(ErrorKind::Memory, "[metal] cannot map threadgroup memory for the emulator");
+  }
+  return a;
+}
 
 struct Fiber {
 #ifdef EMU_ASM_SWITCH
@@ -214,9 +229,10 @@ struct Group {
   std::vector<std::pair<uint64_t, uint64_t>> guards;  // (offset, bytes) of each variable's guard band
   std::vector<uint64_t> param_off;
   // The arena holds the variables and, after each, a guard band (not counted against Metal's limit).
-  alignas(64) char tg_mem[2 * kMaxThreadgroupMemory];
+  char* tg_mem = map_arena();
   uint64_t tg_used = 0, tg_logical = 0, tg_limit = kMaxThreadgroupMemory;
   bool failed = false;
+  bool ignoring = false;  // the scheduler's TSan ignore scope is open (a fault's jump skips its end)
   ErrorKind error_kind = ErrorKind::Value;
   std::string error;
   Fiber* sched = nullptr;
@@ -231,6 +247,10 @@ struct Group {
   char barrier_sync = 0, done_sync = 0;
   std::vector<char> simd_sync;
 #endif
+  Group() = default;
+  Group(const Group&) = delete;
+  Group& operator=(const Group&) = delete;
+  ~Group() { ::munmap(tg_mem - kArenaGuard, kArenaBytes + 2 * kArenaGuard); }
 };
 
 struct Worker {
@@ -286,17 +306,6 @@ void fail(Group& g, uint32_t i, const std::string& msg, ErrorKind kind = ErrorKi
   g.error = where(g, i) + msg;
 }
 
-void record_exception(Group& g, uint32_t i) {
-  try {
-    throw;
-  } catch (const std::exception& e) {
-    const std::string m = e.what();
-    fail(g, i, m, m.rfind("out-of-bounds", 0) == 0 ? ErrorKind::Index : ErrorKind::Value);
-  } catch (...) {
-    fail(g, i, "the kernel threw an unknown exception");
-  }
-}
-
 // Hands control from fiber i back to its group's scheduler.
 void yield(Group& g, uint32_t i) {
   EMU_IGNORE_BEGIN();
@@ -327,13 +336,7 @@ void fiber_main(void* arg) {
 #ifdef EMU_ASAN
   __sanitizer_finish_switch_fiber(nullptr, &g.asan_sched_bottom, &g.asan_sched_size);
 #endif
-  try {
-    g.launch->kernel->entry(&g.threads[i]);
-  } catch (...) {
-    EMU_IGNORE_BEGIN();
-    record_exception(g, i);
-    EMU_IGNORE_END();
-  }
+  g.launch->kernel->entry(&g.threads[i]);  // never throws: a fault jumps back to run_group (msl_abi.h)
   EMU_IGNORE_BEGIN();
   g.state[i] = Done;
   EMU_IGNORE_END();
@@ -346,7 +349,7 @@ void fiber_main(void* arg) {
 
 Group& group_of(msl_abi::Thread* t) {
   Group& g = *static_cast<Group*>(t->group);
-  if (!g.fibered) throw std::runtime_error("barrier or simd op in a kernel the emulator runs without fibers");
+  if (!g.fibered) fault_raise(ErrorKind::Value, "barrier or simd op in a kernel the emulator runs without fibers");
   return g;
 }
 
@@ -406,10 +409,12 @@ void* api_tg_alloc(msl_abi::Thread* t, uint32_t site, uint64_t size, uint64_t al
   if (g.site_off[site] < 0) {
     const uint64_t off = (g.tg_used + align - 1) / align * align;
     const uint64_t logical = (g.tg_logical + align - 1) / align * align + size;
-    if (logical > g.tg_limit || off + size + kGuardBytes > sizeof(g.tg_mem)) {
+    if (logical > g.tg_limit || off + size + kGuardBytes > kArenaBytes) {
       EMU_IGNORE_END();
-      throw std::runtime_error(cat_str("the kernel's threadgroup memory reaches ", logical,
-                                       " bytes; Metal allows ", g.tg_limit));
+      char m[160];
+      std::snprintf(m, sizeof m, "the kernel's threadgroup memory reaches %llu bytes; Metal allows %llu",
+                    (unsigned long long)logical, (unsigned long long)g.tg_limit);
+      fault_raise(ErrorKind::Value, m);  // no exception through the kernel's frames (msl_abi.h)
     }
     g.site_off[site] = (int64_t)off;
     g.tg_logical = logical;
@@ -425,14 +430,21 @@ void* api_tg_alloc(msl_abi::Thread* t, uint32_t site, uint64_t size, uint64_t al
 
 void* api_tg_param(msl_abi::Thread* t, uint32_t index, uint64_t* size) {
   Group& g = *static_cast<Group*>(t->group);
-  if (index >= g.param_off.size() || g.launch->threadgroup_mem[index] == 0)
-    throw std::runtime_error(cat_str("[[threadgroup(", index, ")]] has no memory set on the encoder"));
+  if (index >= g.param_off.size() || g.launch->threadgroup_mem[index] == 0) {
+    char m[96];
+    std::snprintf(m, sizeof m, "[[threadgroup(%u)]] has no memory set on the encoder", index);
+    fault_raise(ErrorKind::Value, m);
+  }
   *size = g.launch->threadgroup_mem[index];
   return g.tg_mem + g.param_off[index];
 }
 
+void api_fault(msl_abi::Thread*, uint32_t kind, const char* message) {
+  fault_raise(kind == msl_abi::kFaultIndex ? ErrorKind::Index : ErrorKind::Value, message);
+}
+
 const msl_abi::Api kApi = {msl_abi::kVersion, api_current, api_barrier, api_simd_begin, api_simd_end,
-                           api_tg_alloc, api_tg_param};
+                           api_tg_alloc, api_tg_param, api_fault};
 
 // ---- the scheduler ----------------------------------------------------------------------------------
 uint64_t mix(uint64_t x) {
@@ -559,11 +571,7 @@ void run_group_body(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3
   if (!g.fibered) {
     for (uint32_t i = 0; i < g.count && !g.failed; ++i) {
       t_cur = &g.threads[i];
-      try {
-        L.kernel->entry(&g.threads[i]);
-      } catch (...) {
-        record_exception(g, i);
-      }
+      L.kernel->entry(&g.threads[i]);
     }
     t_cur = nullptr;
     check_guards(g);
@@ -576,9 +584,10 @@ void run_group_body(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3
   // The scheduler's bookkeeping (and the stacks it reuses) is hidden from TSan, the kernel's accesses
   // (on the fibers, created above so that they do not inherit the ignoring) are not.
   struct IgnoreScope {
-    IgnoreScope() { EMU_IGNORE_BEGIN(); }
-    ~IgnoreScope() { EMU_IGNORE_END(); }
-  } ignore_scope;
+    bool& on;
+    explicit IgnoreScope(bool& o) : on(o) { EMU_IGNORE_BEGIN(), on = true; }
+    ~IgnoreScope() { on = false, EMU_IGNORE_END(); }
+  } ignore_scope(g.ignoring);
 #ifdef EMU_TSAN
   g.tsan_sched = __tsan_get_current_fiber();
   g.tsan_fibers.swap(new_fibers);
@@ -615,6 +624,7 @@ void run_group_body(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3
       fault_set_stack(w.stacks[i].base, w.stacks[i].base + w.stacks[i].size);
       w.jump.on_fiber = true;
 #ifdef EMU_TSAN
+      w.jump.tsan_home = g.tsan_sched;
       __tsan_switch_to_fiber(g.tsan_fibers[i], g.tsan_first[i] ? 0 : __tsan_switch_to_fiber_no_sync);
       g.tsan_first[i] = 0;
 #endif
@@ -639,6 +649,7 @@ void run_group_body(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3
 #ifdef EMU_TSAN
   __tsan_acquire(&g.done_sync);
   for (void* f : g.tsan_fibers) __tsan_destroy_fiber(f);
+  g.tsan_fibers.clear();
 #endif
 }
 
@@ -655,8 +666,14 @@ void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3], ui
     if (w.jump.on_fiber) __sanitizer_finish_switch_fiber(nullptr, nullptr, nullptr);
 #endif
 #ifdef EMU_TSAN
-    if (w.jump.on_fiber) __tsan_switch_to_fiber(g.tsan_sched, 0);
+    if (w.jump.on_fiber && !w.jump.tsan_home_now) __tsan_switch_to_fiber(g.tsan_sched, 0);
+    w.jump.tsan_home_now = false;
+    // The abandoned fibers' accesses (their Thread records, say) happen before the next group's writes.
+    for (void* f : g.tsan_fibers) __tsan_switch_to_fiber(f, 0), __tsan_switch_to_fiber(g.tsan_sched, 0);
+    for (void* f : g.tsan_fibers) __tsan_destroy_fiber(f);
+    g.tsan_fibers.clear();
 #endif
+    if (g.ignoring) g.ignoring = false, EMU_IGNORE_END();
     w.jump.on_fiber = false;
     const uint32_t i = t && t >= g.threads.data() && t < g.threads.data() + g.count ? (uint32_t)(t - g.threads.data()) : 0;
     g.failed = false;  // the fault is what happened, whatever was noted before it

@@ -2,8 +2,10 @@
 // is copied once), statistics in float per (sample, group), dw / db per channel.
 #include <string>
 
+#include "families/group_norm.h"
 #include "metal/launch.h"
 #include "metal/ops/ops.h"
+#include "registry.h"
 
 namespace ember::metal::ops {
 namespace {
@@ -33,12 +35,12 @@ GroupNormArgs args_of(const Layout& l, int64_t groups, const Layout* lw, const L
 
 std::string kname(const char* base, DType dt, const char* op) { return std::string(base) + type_suffix(dt, op); }
 
-}  // namespace
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const MetalStorage& x, const Layout& l, int64_t groups,
-                                                              const BackendStorage* w, const Layout* lw,
-                                                              const BackendStorage* b, const Layout* lb, double eps) {
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const BackendStorage& xs, const Layout& l,
+                                                              int64_t groups, const BackendStorage* w,
+                                                              const Layout* lw, const BackendStorage* b,
+                                                              const Layout* lb, double eps) {
   const char* op = "group_norm";
+  const MetalStorage& x = as_metal(xs);
   MetalDevice& dev = x.metal_device();
   const GroupNormArgs a = args_of(l, groups, w ? lw : nullptr, b ? lb : nullptr, eps);
   const int64_t rows = a.n * groups;
@@ -61,11 +63,13 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const MetalStorage
   return {y, mean, rstd};
 }
 
-std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const MetalStorage& x, const Layout& l, int64_t groups,
-                                                              const BackendStorage* w, const Layout* lw,
-                                                              const BackendStorage& mean, const BackendStorage& rstd,
-                                                              const BackendStorage& g, const Layout& lg) {
+std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStorage& xs, const Layout& l,
+                                                              int64_t groups, const BackendStorage* w,
+                                                              const Layout* lw, const BackendStorage& mean,
+                                                              const BackendStorage& rstd, const BackendStorage& g,
+                                                              const Layout& lg) {
   const char* op = "group_norm_bwd";
+  const MetalStorage& x = as_metal(xs);
   MetalDevice& dev = x.metal_device();
   const GroupNormArgs a = args_of(l, groups, w ? lw : nullptr, nullptr, 0.0);
   auto dx = new_metal(dev, x.dtype(), l.numel(), op);
@@ -98,6 +102,13 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const MetalStorage
       .scalar(a)
       .dispatch_rows(checked_u32(a.c, op), kThreads);
   return {dx, dw, db};
+}
+
+}  // namespace
+
+void register_group_norm() {
+  Kernels<GroupNormFwd>::set(DeviceKind::Metal, &group_norm_fwd);
+  Kernels<GroupNormBwd>::set(DeviceKind::Metal, &group_norm_bwd);
 }
 
 }  // namespace ember::metal::ops

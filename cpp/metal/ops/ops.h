@@ -53,15 +53,6 @@ StoragePtr conv2d_bwd_input(const MetalStorage& gy, const Layout& l, const Backe
 StoragePtr conv2d_bwd_weight(const MetalStorage& x, const Layout& l, const BackendStorage& gy, const Layout& lg,
                              const ConvGeom& g, int64_t groups);
 
-// group_norm.cpp (metal/group_norm.metal)
-std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const MetalStorage& x, const Layout& l, int64_t groups,
-                                                              const BackendStorage* w, const Layout* lw,
-                                                              const BackendStorage* b, const Layout* lb, double eps);
-std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const MetalStorage& x, const Layout& l, int64_t groups,
-                                                              const BackendStorage* w, const Layout* lw,
-                                                              const BackendStorage& mean, const BackendStorage& rstd,
-                                                              const BackendStorage& g, const Layout& lg);
-
 // batch_norm.cpp (metal/batch_norm.metal)
 std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const MetalStorage& x, const Layout& l,
                                                               const BackendStorage* w, const Layout* lw,

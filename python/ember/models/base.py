@@ -2,10 +2,12 @@
 from __future__ import annotations
 
 from ..checkpoint import checkpoint as _checkpoint
+from ..creation import randn, tensor, zeros
 from ..dtypes import get_default_device, to_device, to_dtype
 from ..errors import EmberTypeError, EmberValueError, ShapeError
 from ..nn.layers import Embedding, Linear, Module
-from ..tensor import Tensor, Var, randn, tensor, zeros
+from ..tensor_type import Tensor
+from ..variable import Var
 from .checkpoint import read_config, read_state
 from .generation import GenerationMixin
 

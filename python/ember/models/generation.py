@@ -3,11 +3,12 @@ from __future__ import annotations
 
 from ..args import float_arg, int_arg
 from ..backprop import no_grad
+from ..creation import full, tensor, zeros
 from ..errors import EmberTypeError, EmberValueError, ShapeError
-from ..multi import cat
+from ..multi import cat, where
 from ..nn import ops
 from ..sampling import multinomial
-from ..tensor import Tensor, full, tensor, where, zeros
+from ..tensor_type import Tensor
 
 __all__ = ["StaticCache", "GenerationMixin", "sample_next"]
 

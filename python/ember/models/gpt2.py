@@ -2,12 +2,13 @@
 layout (in, out) and checkpoint names."""
 from __future__ import annotations
 
+from ..creation import arange, zeros
 from ..errors import EmberValueError, ShapeError
 from ..nn import ops
 from ..nn.act_fns import gelu
 from ..nn.activations import Dropout
 from ..nn.layers import LayerNorm, Module
-from ..tensor import Var, arange, zeros
+from ..variable import Var
 from .base import CausalLM, make_embedding, make_linear, make_param
 from .generation import StaticCache
 

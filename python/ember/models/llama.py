@@ -6,10 +6,10 @@ import math
 
 import numpy as np
 
+from ..creation import tensor
 from ..errors import EmberValueError, ShapeError
 from ..nn import ops
 from ..nn.layers import Module, RmsNorm
-from ..tensor import tensor
 from .base import CausalLM, config_get, make_embedding, make_linear
 from .generation import StaticCache
 

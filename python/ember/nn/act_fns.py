@@ -10,7 +10,8 @@ from ..args import float_arg
 from ..backprop import is_grad_enabled
 from ..custom_op import CustomOp1
 from ..errors import DTypeError, EmberTypeError, EmberValueError
-from ..tensor import UNARY, Tensor, where
+from ..multi import where
+from ..tensor_type import UNARY, Tensor
 from . import ops
 
 __all__ = ["elu", "gelu", "hardsigmoid", "hardswish", "leaky_relu", "mish", "softplus"]

@@ -5,8 +5,11 @@ from __future__ import annotations
 import warnings
 
 from ..args import float_arg, int_arg
+from ..creation import full
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor import Tensor, Var, _dim, full, where
+from ..multi import where
+from ..tensor_type import Tensor, _dim
+from ..variable import Var
 from . import act_fns, ops
 from .module import Module
 

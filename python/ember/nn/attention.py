@@ -7,11 +7,14 @@ import math
 import numpy as np
 
 from ..args import bool_arg, float_arg, int_arg
+from ..creation import arange, full, rand, tensor, zeros
 from ..dtypes import to_device, to_dtype
 from ..errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..multi import cat
-from ..tensor import Tensor, Var, arange, full, rand, tensor, where, zeros
+from ..multi import cat, where
+from ..tensor_type import Tensor
+from ..variable import Var
 from . import ops
+from .functional import dropout
 from .layers import Linear, Module
 
 __all__ = ["KVCache", "MultiHeadAttention", "RoPE"]
@@ -284,8 +287,6 @@ class MultiHeadAttention(Module):
             if need_weights:
                 weights = p.mean(1) if bool_arg(average_attn_weights, op, "average_attn_weights") else p
             if drop > 0.0:
-                from .functional import dropout  # late: functional imports the nn modules' files
-
                 p = dropout(p, drop, True)
             y = p @ v
         else:

@@ -3,7 +3,8 @@ from __future__ import annotations
 
 from ..args import int_arg
 from ..errors import EmberTypeError, EmberValueError, IndexOutOfRange, ShapeError
-from ..tensor import Tensor, Var, _dim
+from ..tensor_type import Tensor, _dim
+from ..variable import Var
 from . import ops
 from .module import Module, Parameter, _check_name
 

@@ -11,7 +11,7 @@ from ..backprop import needs_grad
 from ..custom_op import CustomOp1, CustomOp2, CustomOp3
 from ..dtypes import to_device, to_dtype
 from ..errors import DeviceError, DTypeError, EmberValueError, ShapeError
-from ..tensor import Tensor
+from ..tensor_type import Tensor
 from .layers import Module, _uniform
 
 __all__ = [

@@ -3,10 +3,10 @@ dropout, the losses, pooling, interpolate, ...), so that ``import ember.nn.funct
 from __future__ import annotations
 
 from ..args import bool_arg, float_arg, int_arg
-from ..creation import arange, rand
+from ..creation import arange, rand, tensor
 from ..errors import DTypeError, EmberTypeError, EmberValueError, IndexOutOfRange, ShapeError
 from ..movement import pad
-from ..tensor import Tensor, tensor
+from ..tensor_type import Tensor
 from .act_fns import elu, gelu, hardsigmoid, hardswish, leaky_relu, mish, softplus
 from .act_more import (
     celu,

@@ -12,11 +12,12 @@ from .. import _C
 from ..args import float_arg
 from ..backprop import no_grad
 from ..creation import eye as _eye
+from ..creation import full as _full
 from ..creation import rand, randn
+from ..creation import tensor as _tensor
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor import Tensor, where
-from ..tensor import full as _full
-from ..tensor import tensor as _tensor
+from ..multi import where
+from ..tensor_type import Tensor
 
 __all__ = [
     "calculate_gain", "constant_", "eye_", "kaiming_normal_", "kaiming_uniform_", "normal_", "ones_",

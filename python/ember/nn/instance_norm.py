@@ -5,7 +5,7 @@ from .. import _C
 from ..args import bool_arg, float_arg
 from ..backprop import no_grad
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor import Tensor
+from ..tensor_type import Tensor
 from .norm import _RunningStatsNorm, batch_norm, group_norm
 
 __all__ = ["InstanceNorm1d", "InstanceNorm2d", "instance_norm"]

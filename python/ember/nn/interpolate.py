@@ -11,9 +11,10 @@ import numbers
 from .. import _C
 from ..args import bool_arg
 from ..backprop import record
+from ..backprop import rule as _rule
+from ..creation import _check_fits
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..grad_rules import rule as _rule
-from ..tensor import Tensor, _check_fits, _wrap
+from ..tensor_type import Tensor, _wrap
 from .layers import Module
 
 __all__ = ["Upsample", "interpolate"]

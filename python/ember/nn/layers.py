@@ -4,9 +4,12 @@ from __future__ import annotations
 import math
 
 from ..args import float_arg, int_arg
+from ..checkpoint import checkpoint
+from ..creation import ones, rand, randn, tensor, zeros
 from ..dtypes import to_device, to_dtype
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor import Tensor, Var, ones, rand, randn, tensor, zeros
+from ..tensor_type import Tensor
+from ..variable import Var
 from . import ops
 from .module import Module, Parameter  # noqa: F401  (Module's home was here)
 
@@ -335,8 +338,6 @@ class TransformerBlock(Module):
 
     def forward(self, x):
         if self.checkpoint:
-            from ..checkpoint import checkpoint
-
             return checkpoint(self._block, x)
         return self._block(x)
 

@@ -5,8 +5,10 @@ is the LAST dim (torch's dim 1; the same for the usual (N, C) logits)."""
 from __future__ import annotations
 
 from ..args import float_arg
+from ..creation import tensor
 from ..errors import DeviceError, DTypeError, EmberValueError, IndexOutOfRange, ShapeError
-from ..tensor import Tensor, tensor, where
+from ..multi import where
+from ..tensor_type import Tensor
 from . import ops
 from .act_fns import softplus_stable
 

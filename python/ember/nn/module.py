@@ -3,8 +3,10 @@ from __future__ import annotations
 
 from .. import dtypes as _dt
 from ..backprop import no_grad
+from ..creation import tensor
 from ..errors import DTypeError, EmberTypeError, EmberValueError, GradientsInStore, ShapeError
-from ..tensor import Tensor, Var, tensor
+from ..tensor_type import Tensor
+from ..variable import Var
 
 __all__ = ["Module", "Parameter"]
 

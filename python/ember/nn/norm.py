@@ -7,10 +7,12 @@ import math
 from .. import _C
 from ..args import bool_arg, float_arg, int_arg
 from ..backprop import is_grad_enabled, needs_grad
+from ..creation import full, ones, tensor, zeros
 from ..custom_op import CustomOp1, CustomOp3
 from ..dtypes import to_device, to_dtype
 from ..errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor import Tensor, Var, _contig, _wrap, full, ones, tensor, zeros
+from ..tensor_type import Tensor, _contig, _wrap
+from ..variable import Var
 from .layers import Module
 from .ops import _out
 

@@ -15,9 +15,12 @@ import numpy as np
 from .. import _C
 from ..args import bool_arg, float_arg, i64_arg, int_arg
 from ..backprop import is_grad_enabled, tracks
+from ..creation import arange, full, tensor
 from ..custom_op import CustomOp1, CustomOp2, CustomOp3
 from ..errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor import UNARY, Tensor, _contig, _dim, _wrap, arange, full, tensor, where
+from ..multi import cat, stack, where
+from ..softmax import _Softmax, log_softmax, log_softmax_slow, softmax, softmax_last_dim, softmax_slow  # noqa: F401  (re-exported)
+from ..tensor_type import UNARY, Tensor, _contig, _wrap
 from .rope_table import rope_i, rope_tables, rope_thd
 
 _F = _C.fused
@@ -137,90 +140,6 @@ def gelu(x: Tensor) -> Tensor:
     """
     _check_tensor(x, "gelu")
     return x.apply_op1(_Gelu())
-
-
-# ----------------------------------------------------------------------------- softmax
-class _Softmax(CustomOp1):
-    name = "softmax_last_dim"
-    log = False
-
-    def cpu_fwd(self, storage, layout):
-        return _F.softmax_fwd(storage, layout, self.log), layout.shape
-
-    metal_fwd = cuda_fwd = cpu_fwd
-
-    def bwd(self, x, y, g):
-        if not is_grad_enabled():
-            st = _F.softmax_bwd(y._storage, y._layout, g._storage, g._layout, self.log)
-            return _out(st, x.shape, x)
-        return self.reference_grads([x], [g])[0]
-
-    def reference(self, x):
-        return log_softmax_slow(x, -1) if self.log else softmax_slow(x, -1)
-
-
-class _LogSoftmax(_Softmax):
-    name = "log_softmax_last_dim"
-    log = True
-
-
-def _last_dim_apply(x, dim, op_cls, name):
-    """Runs a last-dim kernel over ``dim`` through a transposed view (no copy)."""
-    _check_tensor(x, name)
-    if x.ndim == 0:
-        raise ShapeError(f"[{name}] expected at least 1 dim, got a scalar")
-    d = _dim(dim, x.ndim, name)
-    if d == x.ndim - 1:
-        return x.apply_op1(op_cls())
-    return x.transpose(d, -1).apply_op1(op_cls()).transpose(d, -1)
-
-
-def softmax_last_dim(x: Tensor) -> Tensor:
-    """``softmax(x, -1)``, candle's name: the softmax over the last dim, one fused kernel.
-
-    Args:
-        x: a float tensor.
-
-    Returns:
-        Tensor: same shape and dtype; differentiable.
-    """
-    return _last_dim_apply(x, -1, _Softmax, "softmax")
-
-
-def softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """``exp(x) / sum(exp(x))`` over ``dim``, as one fused kernel (f16/bf16 accumulate in f32).
-
-    Args:
-        x: a float tensor (f32, f16, bf16, f64; any strides and offset).
-        dim: the dim to normalise over (negative counts from the end).
-
-    Returns:
-        Tensor: same shape and dtype; differentiable (the backward is one fused kernel; under
-        ``create_graph=True`` a composite, so second derivatives work).
-
-    Raises:
-        DTypeError: ``x`` is not a float tensor.
-        IndexOutOfRange: ``dim`` is out of range.
-    """
-    return _last_dim_apply(x, dim, _Softmax, "softmax")
-
-
-def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
-    """``x - logsumexp(x)`` over ``dim``, as one fused kernel.
-
-    Args:
-        x: a float tensor (f32, f16, bf16, f64; any strides and offset).
-        dim: the dim to normalise over (negative counts from the end).
-
-    Returns:
-        Tensor: same shape and dtype; differentiable (the backward is one fused kernel; under
-        ``create_graph=True`` a composite, so second derivatives work).
-
-    Raises:
-        DTypeError: ``x`` is not a float tensor.
-        IndexOutOfRange: ``dim`` is out of range.
-    """
-    return _last_dim_apply(x, dim, _LogSoftmax, "log_softmax")
 
 
 # ----------------------------------------------------------------------------- rms_norm
@@ -692,7 +611,6 @@ def rope_slow(x, dims, traditional=False, base=10000.0, scale=1.0, offset=0, fre
     Raises:
         EmberValueError, ShapeError, DTypeError, DeviceError: as ``rope``.
     """
-    from ..multi import cat, stack  # late: multi imports tensor, as this module does
 
     dims, traditional, base, scale, offset, offsets, freqs = _rope_args(x, dims, traditional, base, scale, offset,
                                                                         freqs)
@@ -724,18 +642,6 @@ def rope_slow(x, dims, traditional=False, base=10000.0, scale=1.0, offset=0, fre
 
 
 # ----------------------------------------------------------------------------- composite references
-def softmax_slow(x: Tensor, dim: int = -1) -> Tensor:
-    """Composite reference for tests: ``exp(x - max) / sum(exp(x - max))`` over ``dim``, in Tensor ops."""
-    m = x.max(dim, keepdim=True).detach()
-    e = (x - m).exp()
-    return e / e.sum(dim, keepdim=True)
-
-
-def log_softmax_slow(x: Tensor, dim: int = -1) -> Tensor:
-    """Composite reference for tests: ``x - logsumexp(x)`` over ``dim``, in Tensor ops."""
-    return x - x.logsumexp(dim, keepdim=True)
-
-
 def rms_norm_slow(x: Tensor, weight: Tensor, eps: float = 1e-5) -> Tensor:
     """Composite reference for tests: ``rms_norm(x, weight, eps)`` in Tensor ops."""
     return x / ((x * x).mean(-1, keepdim=True) + eps).sqrt() * weight

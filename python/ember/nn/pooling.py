@@ -14,9 +14,9 @@ from .. import _C
 from .. import dtypes as _dt
 from ..args import bool_arg
 from ..backprop import is_grad_enabled, record, tracks
+from ..backprop import rule as _rule
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..grad_rules import rule as _rule
-from ..tensor import Tensor, _wrap
+from ..tensor_type import Tensor, _wrap
 from .layers import Module
 
 __all__ = [

@@ -5,9 +5,13 @@ from __future__ import annotations
 import math
 
 from ..args import bool_arg, float_arg, int_arg
+from ..creation import rand, zeros
 from ..dtypes import to_device, to_dtype
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor import Tensor, Var, cat, rand, stack, zeros
+from ..multi import cat, stack
+from ..tensor_type import Tensor
+from ..variable import Var
+from .functional import dropout
 from .module import Module
 from .rnn_cells import gru_cell, lstm_cell, rnn_cell
 
@@ -98,8 +102,6 @@ class _RNNBase(Module):
 
     def _run(self, x, states):
         """x (L, N, in); states: a list of (D * layers, N, H) tensors. Returns (output, final states)."""
-        from .functional import dropout
-
         dirs = 2 if self.bidirectional else 1
         finals = [[] for _ in states]
         for layer in range(self.num_layers):

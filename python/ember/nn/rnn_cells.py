@@ -4,10 +4,11 @@ from __future__ import annotations
 
 from .. import _C
 from ..backprop import is_grad_enabled
+from ..creation import zeros
 from ..custom_op import CustomOp
 from ..custom_op_n import apply_op
 from ..errors import EmberTypeError, EmberValueError
-from ..tensor import Tensor, _contig, _wrap, zeros
+from ..tensor_type import Tensor, _contig, _wrap
 from . import ops
 
 _F = _C.fused

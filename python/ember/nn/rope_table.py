@@ -7,7 +7,7 @@ from ..backprop import is_grad_enabled, tracks
 from ..custom_op import CustomOp1
 from ..errors import DeviceError, DTypeError, EmberTypeError, ShapeError
 from ..multi import cat, stack
-from ..tensor import Tensor, _contig, _wrap
+from ..tensor_type import Tensor, _contig, _wrap
 
 __all__ = ["rope_tables", "rope_i", "rope_thd"]
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 import copy
 
 from ..args import bool_arg, float_arg, int_arg
+from ..creation import arange, full
 from ..errors import EmberTypeError, EmberValueError, ShapeError
-from ..tensor import Tensor, arange, full, where
-from . import ops
+from ..multi import where
+from ..tensor_type import Tensor
+from . import init, ops
 from .activations import Dropout
 from .attention import MultiHeadAttention
 from .layers import LayerNorm, Linear, ModuleList
@@ -299,8 +301,6 @@ class Transformer(Module):
             self.decoder = TransformerDecoder(layer, num_decoder_layers,
                                               LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **kw))
         self.d_model, self.nhead, self.batch_first = int(d_model), int(nhead), bool(batch_first)
-        from . import init
-
         for p in self.parameters():
             if p.ndim > 1:
                 init.xavier_uniform_(p)

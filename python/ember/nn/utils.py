@@ -5,9 +5,10 @@ import math
 
 from ..args import float_arg
 from ..backprop import GradStore, no_grad
+from ..creation import tensor
 from ..errors import EmberTypeError, EmberValueError
 from ..multi import stack
-from ..tensor import Tensor, tensor
+from ..tensor_type import Tensor
 
 __all__ = ["clip_grad_norm_", "clip_grad_value_", "get_total_norm"]
 

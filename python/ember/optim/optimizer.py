@@ -4,7 +4,7 @@ from __future__ import annotations
 from ..args import float_arg
 from ..backprop import no_grad
 from ..errors import DTypeError, EmberTypeError, EmberValueError, GradientsInStore, ShapeError
-from ..tensor import Tensor
+from ..tensor_type import Tensor
 
 __all__ = ["Optimizer"]
 

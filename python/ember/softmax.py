@@ -1,0 +1,117 @@
+"""The fused softmax and log_softmax (one kernel each way, on every device) as custom ops, with their
+composite references; below Tensor's methods (x.softmax) and nn.ops, which re-exports them."""
+from __future__ import annotations
+
+from . import _C
+from .backprop import is_grad_enabled
+from .custom_op import CustomOp1
+from .errors import EmberTypeError, ShapeError
+from .tensor_type import Tensor, _contig, _dim, _wrap
+
+_F = _C.fused
+
+
+def _out(storage, shape, like: Tensor) -> Tensor:
+    """A plain (unrecorded) tensor over a new dense storage, typed and placed like ``like``."""
+    shape = tuple(shape)
+    return _wrap(storage, _contig(shape), like._dtype, like._device, None, shape)
+
+
+def _check_tensor(x, op, what="input"):
+    if not isinstance(x, Tensor):
+        raise EmberTypeError(f"[{op}] expected a Tensor {what}, got {type(x).__name__}")
+
+
+class _Softmax(CustomOp1):
+    name = "softmax_last_dim"
+    log = False
+
+    def cpu_fwd(self, storage, layout):
+        return _F.softmax_fwd(storage, layout, self.log), layout.shape
+
+    metal_fwd = cuda_fwd = cpu_fwd
+
+    def bwd(self, x, y, g):
+        if not is_grad_enabled():
+            st = _F.softmax_bwd(y._storage, y._layout, g._storage, g._layout, self.log)
+            return _out(st, x.shape, x)
+        return self.reference_grads([x], [g])[0]
+
+    def reference(self, x):
+        return log_softmax_slow(x, -1) if self.log else softmax_slow(x, -1)
+
+
+class _LogSoftmax(_Softmax):
+    name = "log_softmax_last_dim"
+    log = True
+
+
+def _last_dim_apply(x, dim, op_cls, name):
+    """Runs a last-dim kernel over ``dim`` through a transposed view (no copy)."""
+    _check_tensor(x, name)
+    if x.ndim == 0:
+        raise ShapeError(f"[{name}] expected at least 1 dim, got a scalar")
+    d = _dim(dim, x.ndim, name)
+    if d == x.ndim - 1:
+        return x.apply_op1(op_cls())
+    return x.transpose(d, -1).apply_op1(op_cls()).transpose(d, -1)
+
+
+def softmax_last_dim(x: Tensor) -> Tensor:
+    """``softmax(x, -1)``, candle's name: the softmax over the last dim, one fused kernel.
+
+    Args:
+        x: a float tensor.
+
+    Returns:
+        Tensor: same shape and dtype; differentiable.
+    """
+    return _last_dim_apply(x, -1, _Softmax, "softmax")
+
+
+def softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """``exp(x) / sum(exp(x))`` over ``dim``, as one fused kernel (f16/bf16 accumulate in f32).
+
+    Args:
+        x: a float tensor (f32, f16, bf16, f64; any strides and offset).
+        dim: the dim to normalise over (negative counts from the end).
+
+    Returns:
+        Tensor: same shape and dtype; differentiable (the backward is one fused kernel; under
+        ``create_graph=True`` a composite, so second derivatives work).
+
+    Raises:
+        DTypeError: ``x`` is not a float tensor.
+        IndexOutOfRange: ``dim`` is out of range.
+    """
+    return _last_dim_apply(x, dim, _Softmax, "softmax")
+
+
+def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
+    """``x - logsumexp(x)`` over ``dim``, as one fused kernel.
+
+    Args:
+        x: a float tensor (f32, f16, bf16, f64; any strides and offset).
+        dim: the dim to normalise over (negative counts from the end).
+
+    Returns:
+        Tensor: same shape and dtype; differentiable (the backward is one fused kernel; under
+        ``create_graph=True`` a composite, so second derivatives work).
+
+    Raises:
+        DTypeError: ``x`` is not a float tensor.
+        IndexOutOfRange: ``dim`` is out of range.
+    """
+    return _last_dim_apply(x, dim, _LogSoftmax, "log_softmax")
+
+
+def softmax_slow(x: Tensor, dim: int = -1) -> Tensor:
+    """Composite reference for tests: ``exp(x - max) / sum(exp(x - max))`` over ``dim``, in Tensor ops."""
+    m = x.max(dim, keepdim=True).detach()
+    e = (x - m).exp()
+    return e / e.sum(dim, keepdim=True)
+
+
+def log_softmax_slow(x: Tensor, dim: int = -1) -> Tensor:
+    """Composite reference for tests: ``x - logsumexp(x)`` over ``dim``, in Tensor ops."""
+    return x - x.logsumexp(dim, keepdim=True)
