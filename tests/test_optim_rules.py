@@ -5,7 +5,7 @@ import torch
 from torch.overrides import TorchFunctionMode
 
 import ember as em
-from ember.tensor import _wrap
+from ember.tensor_type import _wrap
 
 from conftest import FLOATS, WIDE, WIDE_NP
 
