@@ -145,6 +145,35 @@ struct SdpaArgs {
   double softcap = 0.0;
 };
 
+// One optimizer step, in place (cpp/fused.h optim_step): torch.optim's single-tensor update rules fused
+// into one pass. param, grad and the state buffers are dense and contiguous from their offsets (n
+// elements each, one dtype). Scalars arrive as torch's Python code computes them in double; kernels
+// round each to the dtype first, as torch's kernels do with a Scalar argument.
+enum class OptimKind : uint8_t { Sgd = 0, Adam = 1, RmsProp = 2, Count = 3 };
+enum OptimFlag : uint32_t {
+  kOptMaximize = 1,   // every kind: the gradient is negated first
+  kOptWeightDecay = 2,  // g += wd * p (Adam: only without kOptDecoupled)
+  kOptMomentum = 4,   // Sgd, RmsProp: a momentum buffer (s0 for Sgd, s2 for RmsProp)
+  kOptNesterov = 8,   // Sgd
+  kOptFirst = 16,     // Sgd: the momentum buffer starts as the gradient
+  kOptDecoupled = 32,  // Adam: AdamW's p *= 1 - lr * wd
+  kOptAmsgrad = 64,   // Adam: s2 keeps the running max of s1
+  kOptCentered = 128,  // RmsProp: s1 keeps the gradient average
+};
+struct OptimArgs {
+  OptimKind kind = OptimKind::Sgd;
+  uint32_t flags = 0;
+  int64_t n = 0;
+  // Sgd: wd, momentum, 1 - dampening, -lr. Adam: wd (or 1 - lr * wd when decoupled), 1 - beta1, beta2,
+  // 1 - beta2, sqrt(1 - beta2^t), eps, -lr / (1 - beta1^t). RmsProp: wd, alpha, 1 - alpha, eps, momentum, -lr.
+  double s[8] = {};
+  BackendStorage* p = nullptr;  // the storage the method is called on
+  const BackendStorage* g = nullptr;
+  BackendStorage* st[3] = {};  // Sgd: momentum buffer; Adam: exp_avg, exp_avg_sq, max_exp_avg_sq;
+                               // RmsProp: square_avg, grad_avg, momentum_buffer (null when unused)
+  int64_t off_p = 0, off_g = 0, off_st[3] = {};  // element offsets
+};
+
 // Rotary position embedding over x (..., L, D): feature pairs i < dims / 2 of the row at position
 // t = offset + l (l: the row's index along dim -2; offset: `offset`, plus offsets[b] for the row's
 // batch b = index along dim 0 when given) are rotated by theta = t * scale * inv_freq[i], inv_freq[i] =
@@ -318,6 +347,8 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
                                                                       const Layout* ldc) const = 0;
   // Rotary position embedding of this through l (see RopeArgs): a new dense storage of l's shape.
   virtual StoragePtr rope(const Layout& l, const RopeArgs& a) const = 0;
+  // One optimizer step on this = *a.p (see OptimArgs), writing p and the state buffers in place.
+  virtual void optim_step(const OptimArgs& a) = 0;
   // Sorts every line along `dim` (0 <= dim < ndim, checked by the entry point): returns (values,
   // int64 indices into the line), contiguous of l's shape. NaN sorts as the largest value; equal keys
   // keep index order when `stable` (backends may always do so).

@@ -388,4 +388,56 @@ StoragePtr rope(const BackendStorage& x, const Layout& lx, const RopeArgs& a) {
   return x.rope(lx, a);
 }
 
+void optim_step(OptimKind kind, uint32_t flags, const std::vector<double>& scalars, BackendStorage& p,
+                const Layout& lp, const BackendStorage& g, const Layout& lg, BackendStorage* const st[3],
+                const Layout* const lst[3]) {
+  const char* op = "optim_step";
+  EMBER_CHECK(kind < OptimKind::Count, Value, "[", op, "] unknown optimizer kind ", (int)kind);
+  EMBER_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::F64, DType, "[", op,
+              "] fused updates take float32 or float64 parameters, got ", dtype_name(p.dtype()));
+  EMBER_CHECK(scalars.size() <= 8, Value, "[", op, "] at most 8 scalars, got ", scalars.size());
+  // Which state buffers each kind reads and writes, by its flags.
+  bool need[3] = {false, false, false};
+  if (kind == OptimKind::Sgd) {
+    need[0] = flags & kOptMomentum;
+  } else if (kind == OptimKind::Adam) {
+    need[0] = need[1] = true;
+    need[2] = flags & kOptAmsgrad;
+  } else {
+    need[0] = true;
+    need[1] = flags & kOptCentered;
+    need[2] = flags & kOptMomentum;
+  }
+  OptimArgs a;
+  a.kind = kind;
+  a.flags = flags;
+  a.n = lp.numel();
+  for (size_t i = 0; i < scalars.size(); ++i) a.s[i] = scalars[i];
+  auto dense = [&](const BackendStorage& s, const Layout& l, const char* what) {
+    check_like(p, s, op, what);
+    EMBER_CHECK(l.is_contiguous() && l.numel() == a.n, Shape, "[", op, "] ", what, " must be contiguous with ",
+                a.n, " elements, got shape ", shape_str(l.shape()));
+    check_in_bounds(s, l, op);
+  };
+  dense(p, lp, "param");
+  dense(g, lg, "grad");
+  a.p = &p, a.g = &g;
+  a.off_p = lp.offset(), a.off_g = lg.offset();
+  std::vector<const BackendStorage*> written = {&p};
+  for (int i = 0; i < 3; ++i) {
+    if (!need[i]) continue;
+    EMBER_CHECK(st[i] && lst[i], Value, "[", op, "] state buffer ", i, " is missing");
+    dense(*st[i], *lst[i], "state buffer");
+    for (const BackendStorage* w : written)
+      EMBER_CHECK(!st[i]->same_buffer(*w), Value, "[", op, "] the parameter and state buffers must not share memory");
+    written.push_back(st[i]);
+    a.st[i] = st[i], a.off_st[i] = lst[i]->offset();
+  }
+  for (const BackendStorage* w : written)
+    EMBER_CHECK(!g.same_buffer(*w), Value, "[", op, "] the gradient must not share memory with what the step writes");
+  for (const BackendStorage* w : written) const_cast<BackendStorage*>(w)->bump_version();
+  if (a.n) p.optim_step(a);
+  for (const BackendStorage* w : written) const_cast<BackendStorage*>(w)->bump_version();
+}
+
 }  // namespace ember::fused

@@ -71,6 +71,14 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const
 // Rotary position embedding of x (..., L, D) (see RopeArgs in backend.h); checks dims, the offsets and freqs.
 StoragePtr rope(const BackendStorage& x, const Layout& lx, const RopeArgs& a);
 
+// One fused optimizer step (see OptimArgs in backend.h), in place. p, g and the states (null where
+// the kind and flags use none) must be float32/float64 (what the device holds), of one dtype and
+// device, dense and contiguous with p's numel, and the written buffers must not share memory with each
+// other or with g. Bumps the version of p and of every state before and after the write.
+void optim_step(OptimKind kind, uint32_t flags, const std::vector<double>& scalars, BackendStorage& p,
+                const Layout& lp, const BackendStorage& g, const Layout& lg, BackendStorage* const st[3],
+                const Layout* const lst[3]);
+
 // Recurrent cells (cpp/fused_rnn.cpp): xg = x W_ih^T + b_ih and hg = h W_hh^T, (N, gates * H), rows
 // with unit column stride; b = b_hh (gates * H,) optional; s = c (LSTM, needed), h (GRU, needed), null
 // for RNN. LSTM: i, f, o = sigmoid, g = tanh of xg + hg + b, c' = f c + i g, h' = o tanh(c'). GRU:

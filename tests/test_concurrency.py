@@ -72,7 +72,10 @@ def test_get_num_threads_is_consistent_under_resizes(restore_threads):
 
 def run_script(body, timeout=180, prelude=""):
     """Runs `prelude` then `body` in a fresh interpreter; returns its stdout."""
-    code = ("import os, signal, sys, threading, time\nimport numpy as np\nimport ember as em\n"
+    # Python's SIGINT handler goes in before ember chains its hook onto it (a parent started in the
+    # background passes SIGINT ignored; setting it after the import would replace ember's hook).
+    code = ("import os, signal, sys, threading, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+            "import numpy as np\nimport ember as em\n"
             + textwrap.dedent(prelude) + textwrap.dedent(body))
     try:
         out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=timeout,
@@ -86,7 +89,6 @@ def run_script(body, timeout=180, prelude=""):
 # SIGINT lands `delay` s into an op of about a second or more; the op must stop within 0.1 s of it
 # (0.5 s under a sanitizer, which slows each chunk).
 INTERRUPT = """
-signal.signal(signal.SIGINT, signal.default_int_handler)  # a parent started in the background ignores SIGINT
 limit = 0.5 if os.environ.get("EMBER_SANITIZED") else 0.1
 def interrupted_after(fn, delay=0.2):
     threading.Timer(delay, lambda: os.kill(os.getpid(), signal.SIGINT)).start()

@@ -17,8 +17,11 @@ import ember as em
 PYDIR = str(Path(em.__file__).resolve().parents[1])
 
 PRELUDE = textwrap.dedent("""
-    import signal, sys, numpy as np, ember as em
-    signal.signal(signal.SIGINT, signal.default_int_handler)  # a parent started in the background ignores SIGINT
+    import signal, sys
+    # before ember chains its SIGINT hook onto Python's (a parent started in the background passes SIGINT
+    # ignored; setting it after the import would replace ember's hook)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    import numpy as np, ember as em
     HEAD = '#include <metal_stdlib>\\nusing namespace metal;\\n'
     def run(src, args, n, group=None, fn='k'):
         em._C._metal_emu_run(HEAD + src, fn, args, [n], [group or n])

@@ -87,6 +87,7 @@ class CpuStorage final : public BackendStorage {
                                                           const BackendStorage& g, const Layout& lg) const override;
   // cpu/fused.cpp
   StoragePtr rope(const Layout& l, const RopeArgs& a) const override;
+  void optim_step(const OptimArgs& a) override;
   // cpu/rnn_cell.cpp
   std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_fwd(RnnCell kind, const Layout& l, const BackendStorage& hg,
                                                               const Layout& lhg, const BackendStorage* b,

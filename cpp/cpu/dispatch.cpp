@@ -92,10 +92,10 @@ const FusedTable& fused_kernels() {
     FusedTable t;
     switch (active_isa()) {
 #if defined(EMBER_X86)
-      case Isa::Avx512: register_fused_avx512(t); break;
-      case Isa::Avx2: register_fused_avx2(t); break;
+      case Isa::Avx512: register_fused_avx512(t), register_fused_optim_avx512(t); break;
+      case Isa::Avx2: register_fused_avx2(t), register_fused_optim_avx2(t); break;
 #endif
-      default: register_fused_base(t); break;
+      default: register_fused_base(t), register_fused_optim_base(t); break;
     }
     return t;
   }();

@@ -650,6 +650,20 @@ void rope_table(const std::vector<double>& inv_freq, const std::vector<int64_t>&
 
 }  // namespace
 
+void optim_step(const OptimArgs& a) {
+  const OptimFn fn = fused_kernels().optim[fi(a.p->dtype())];
+  const int64_t isz = (int64_t)itemsize(a.p->dtype());
+  auto at = [&](const BackendStorage* s, int64_t off) { return s ? (char*)as_cpu(*s).raw() + off * isz : nullptr; };
+  char* p = at(a.p, a.off_p);
+  const char* g = at(a.g, a.off_g);
+  char* st[3] = {at(a.st[0], a.off_st[0]), at(a.st[1], a.off_st[1]), at(a.st[2], a.off_st[2])};
+  // Elements are independent, so any split gives the same bits.
+  parallel_for(a.n, 1 << 15, [&](int64_t b, int64_t e) {
+    auto sh = [&](char* q) { return q ? q + b * isz : nullptr; };
+    fn(a.kind, a.flags, a.s, sh(p), g + b * isz, sh(st[0]), sh(st[1]), sh(st[2]), e - b);
+  });
+}
+
 Sto rope(const CpuStorage& x, const Layout& lx, const RopeArgs& a) {
   const DType dt = x.dtype();
   const int64_t nd = lx.ndim(), D = lx.shape()[nd - 1], L = lx.shape()[nd - 2], half = a.dims / 2;
@@ -756,6 +770,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::layer_norm_bwd(const 
   return r;
 }
 StoragePtr CpuStorage::rope(const Layout& l, const RopeArgs& a) const { return cpu::rope(*this, l, a); }
+void CpuStorage::optim_step(const OptimArgs& a) { cpu::optim_step(a); }
 StoragePtr CpuStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg,
                                double p0, double p1) const {
   return cpu::act_bwd(kind, *this, l, as_cpu(g), lg, p0, p1);

@@ -103,7 +103,12 @@ using RnnRowBwdFn = void (*)(RnnCell kind, const void* ws, const void* s, const 
 // every ISA and dtype).
 inline int64_t sdpa_dq_ld(int64_t D) { return (D + 31) / 32 * 32; }
 
-// Filled per ISA by fused_isa.cpp; indexed by (int)DType for the four float dtypes.
+// One optimizer step over n elements at p, g and the state buffers (see OptimArgs in backend.h; flags
+// and scalars as there); element i reads and writes index i only.
+using OptimFn = void (*)(OptimKind kind, uint32_t flags, const double* s, void* p, const void* g, void* s0, void* s1,
+                         void* s2, int64_t n);
+
+// Filled per ISA by fused_isa.cpp (optim by optim_isa.cpp); indexed by (int)DType for the four float dtypes.
 struct FusedTable {
   SoftmaxFwdFn softmax_fwd[4] = {};
   SoftmaxBwdFn softmax_bwd[4] = {};
@@ -119,6 +124,7 @@ struct FusedTable {
   SdpaBwdFn sdpa_bwd[4] = {};
   SdpaDecodeFn sdpa_decode[4] = {};
   RopeRowFn rope_row[4] = {};
+  OptimFn optim[4] = {};  // f32 and f64 only
   RnnRowFwdFn rnn_fwd[4] = {};
   RnnRowBwdFn rnn_bwd[4] = {};
 };
@@ -126,6 +132,9 @@ const FusedTable& fused_kernels();
 void register_fused_base(FusedTable& t);
 void register_fused_avx2(FusedTable& t);
 void register_fused_avx512(FusedTable& t);
+void register_fused_optim_base(FusedTable& t);
+void register_fused_optim_avx2(FusedTable& t);
+void register_fused_optim_avx512(FusedTable& t);
 
 // ---- the CPU implementations behind CpuStorage's fused methods (outputs are new dense storages).
 // Arguments arrive checked by the entry points in cpp/fused.cpp.
@@ -148,6 +157,7 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, 
                                          const Layout* lw, const CpuStorage& mean, const CpuStorage& rstd,
                                          const CpuStorage& g, const Layout& lg);
 Sto rope(const CpuStorage& x, const Layout& lx, const RopeArgs& a);
+void optim_step(const OptimArgs& a);
 // a = y for Sigmoid, x otherwise.
 Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg, double p0,
             double p1);

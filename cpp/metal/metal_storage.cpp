@@ -169,6 +169,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::sdpa_bwd(const Sdpa
   return ops::sdpa_bwd(*this, a, o, lo, lse, g, lg);
 }
 StoragePtr MetalStorage::rope(const Layout& l, const RopeArgs& a) const { return ops::rope(*this, l, a); }
+void MetalStorage::optim_step(const OptimArgs& a) { ops::optim_step(*this, a); }
 
 std::tuple<StoragePtr, StoragePtr> MetalStorage::sort(const Layout& l, int64_t dim, bool descending,
                                                       bool stable) const {

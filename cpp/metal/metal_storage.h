@@ -89,6 +89,7 @@ class MetalStorage final : public BackendStorage {
                                                           const Layout& lo, const BackendStorage& lse,
                                                           const BackendStorage& g, const Layout& lg) const override;
   StoragePtr rope(const Layout& l, const RopeArgs& a) const override;
+  void optim_step(const OptimArgs& a) override;
   std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_fwd(RnnCell kind, const Layout& l, const BackendStorage& hg,
                                                               const Layout& lhg, const BackendStorage* b,
                                                               const Layout* lb, const BackendStorage* s,

@@ -174,4 +174,20 @@ void bind_fused(py::module_& m) {
       py::arg("lo"), py::arg("lse"), py::arg("g"), py::arg("lg"), py::arg("mask").none(true) = nullptr,
       py::arg("lmask").none(true) = nullptr, py::arg("scale").none(true) = py::none(), py::arg("causal") = false,
       py::arg("softcap") = 0.0, G());
+  f.def(
+      "optim_step",
+      [](int kind, uint32_t flags, const std::vector<double>& scalars, BackendStorage& p, L lp, S g, L lg,
+         BackendStorage* s0, const Layout* l0, BackendStorage* s1, const Layout* l1, BackendStorage* s2,
+         const Layout* l2) {
+        EMBER_CHECK(kind >= 0 && kind < (int)ember::OptimKind::Count, Value, "[optim_step] unknown optimizer kind ",
+                    kind);
+        BackendStorage* const st[3] = {s0, s1, s2};
+        const Layout* const lst[3] = {l0, l1, l2};
+        fz::optim_step((ember::OptimKind)kind, flags, scalars, p, lp, g, lg, st, lst);
+      },
+      "One fused optimizer step in place (kind 0 SGD, 1 Adam/AdamW, 2 RMSprop; OptimArgs in cpp/backend.h).",
+      py::arg("kind"), py::arg("flags"), py::arg("scalars"), py::arg("p"), py::arg("lp"), py::arg("g"), py::arg("lg"),
+      py::arg("s0").none(true) = nullptr, py::arg("l0").none(true) = nullptr, py::arg("s1").none(true) = nullptr,
+      py::arg("l1").none(true) = nullptr, py::arg("s2").none(true) = nullptr, py::arg("l2").none(true) = nullptr,
+      G());
 }

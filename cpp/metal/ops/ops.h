@@ -99,6 +99,9 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const MetalStorage& s, c
                                                         const Layout& lg);
 StoragePtr rope(const MetalStorage& s, const Layout& l, const RopeArgs& a);
 
+// optim.cpp: one fused optimizer step in place (OptimArgs, backend.h), float32.
+void optim_step(MetalStorage& p, const OptimArgs& a);
+
 // sort.cpp
 std::tuple<StoragePtr, StoragePtr> sort(const MetalStorage& s, const Layout& l, int64_t dim, bool descending,
                                         bool stable);

@@ -18,8 +18,8 @@ class Optimizer:
     update from the GradStore that ``loss.backward()`` returns; ``backward_step(loss)`` does both.
     Parameters without a gradient in the store, and parameters that are not variables at the time of
     the step (a module frozen with ``requires_grad_(False)``), are left untouched, as torch leaves a
-    parameter whose ``grad`` is None. Every update is a handful of whole-tensor ops written into the
-    parameter's storage, so views of it and modules holding it see the new values.
+    parameter whose ``grad`` is None. Every update is written into the parameter's storage, so views
+    of it and modules holding it see the new values.
 
     Args:
         params: the parameters, as above.
@@ -167,7 +167,9 @@ class Optimizer:
                     if g.device != p.device:
                         g = g.to_device(p.device)
                     st = self.state.get(id(p), {})
-                    p.set(self._update(p.detach(), g, st, group))
+                    new = self._update(p.detach(), g, st, group)
+                    if new is not None:  # the composed path's result; the fused kernels write p in place
+                        p.set(new)
                     if st:  # as torch: no entry for a parameter whose rule keeps no state (plain SGD)
                         self.state[id(p)] = st
 
