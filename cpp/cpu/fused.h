@@ -40,7 +40,7 @@ using ActBwdFn = void (*)(const void* a, const void* g, void* dx, int64_t n, dou
 // purpose: a std::vector in an AVX2/AVX-512 object instantiates vector's out-of-line members there,
 // and the linker keeps one copy of them for the whole library, which could then run AVX-512 code on a
 // CPU without it. (`tools/dev-build.sh` checks that the ISA objects define no such shared symbols.)
-enum class Scratch { SoftmaxRows, NormParams, RmsCoefs, LnMeans, SdpaFwd, SdpaBwd, SdpaDecode, Count };
+enum class Scratch { SoftmaxRows, NormParams, RmsCoefs, LnMeans, SdpaFwd, SdpaBwd, SdpaDecode, RnnCell, Count };
 void* thread_scratch(Scratch slot, size_t bytes);
 template <typename C> C* scratch_of(Scratch slot, int64_t n) {
   return static_cast<C*>(thread_scratch(slot, (size_t)n * sizeof(C)));
