@@ -123,6 +123,18 @@ class _RNNBase(Module):
                 x = dropout(x, self.dropout, True)
         return x, [stack(f, 0) for f in finals]
 
+    def forward(self, input, hx=None):
+        """Runs the sequence.
+
+        Args:
+            input: (L, N, input_size) ((N, L, input_size) with batch_first), or (L, input_size).
+            hx: the initial hidden state (D * num_layers, N, H), default zeros.
+
+        Returns:
+            tuple: (output (L, N, D * H), h_n (D * num_layers, N, H)).
+        """
+        return self._forward(input, hx, 1)
+
     def _forward(self, input, hx, n_states):
         op = self._mode
         if not isinstance(input, Tensor):
@@ -196,18 +208,6 @@ class RNN(_RNNBase):
     def _fused(self, xp, hg, st, b_hh):
         return [rnn_cell(xp, hg, b_hh, self.nonlinearity)]
 
-    def forward(self, input, hx=None):
-        """Runs the sequence.
-
-        Args:
-            input: (L, N, input_size) ((N, L, input_size) with batch_first), or (L, input_size).
-            hx: the initial hidden state (D * num_layers, N, H), default zeros.
-
-        Returns:
-            tuple: (output (L, N, D * H), h_n (D * num_layers, N, H)).
-        """
-        return self._forward(input, hx, 1)
-
 
 class LSTM(_RNNBase):
     """A long short-term memory network, as ``torch.nn.LSTM``: gates i, f, g, o (in that order in the
@@ -271,15 +271,3 @@ class GRU(_RNNBase):
 
     def _fused(self, xp, hg, st, b_hh):
         return [gru_cell(xp, hg, st[0], b_hh)]
-
-    def forward(self, input, hx=None):
-        """Runs the sequence.
-
-        Args:
-            input: (L, N, input_size) ((N, L, input_size) with batch_first), or (L, input_size).
-            hx: the initial hidden state (D * num_layers, N, H), default zeros.
-
-        Returns:
-            tuple: (output (L, N, D * H), h_n (D * num_layers, N, H)).
-        """
-        return self._forward(input, hx, 1)
