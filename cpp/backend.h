@@ -144,6 +144,15 @@ struct SdpaArgs {
   // mask and the softmax; 0 = off (checked finite and >= 0 by the entry point).
   double softcap = 0.0;
 };
+// The geometry of one attention call, computed once by the seam (cpp/fused.cpp, which has checked the
+// shapes) and passed to every backend: each operand seen as 4-D (B, H, L, D) (a 3-D one with H = 1 and
+// stride 0 there), strides in elements per dim. Query head h reads key/value head h / (H / Hkv)
+// (grouped-query attention). The mask's strides are 0 on the dims it broadcasts over (B, H, Lq, Lk).
+struct SdpaGeom {
+  int64_t B = 0, H = 0, Hkv = 0, Lq = 0, Lk = 0, D = 0, Dv = 0;
+  int64_t sq[4] = {}, sk[4] = {}, sv[4] = {}, sm[4] = {};
+  int64_t so[4] = {}, sg[4] = {};  // the backward's out and its gradient (B, H, Lq, Dv); zeros in the forward
+};
 
 // One optimizer step, in place (cpp/fused.h optim_step): torch.optim's single-tensor update rules fused
 // into one pass. param, grad and the state buffers are dense and contiguous from their offsets (n
@@ -281,74 +290,6 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   virtual StoragePtr upsample(UpsampleMode mode, const Layout& l, const UpsampleGeom& g) const = 0;
   virtual StoragePtr upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const = 0;
 
-  // ---- fused kernels. Called on x's (q's) storage; every other operand is on the same device and
-  // every check is done by the entry points in fused.cpp. Outputs are new dense storages in the input
-  // dtype; saved statistics (rstd, mean, lse) are in the stats dtype: F32 for f32/f16/bf16, F64 for f64.
-  virtual StoragePtr softmax_fwd(const Layout& l, bool log) const = 0;
-  // this = y, the forward's output.
-  virtual StoragePtr softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const = 0;
-  // w optional (ones). Returns (y, rstd).
-  virtual std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw,
-                                                          double eps) const = 0;
-  // Returns (dx, dw); dw is nullptr when w is absent.
-  virtual std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw,
-                                                          const BackendStorage& rstd, const BackendStorage& g,
-                                                          const Layout& lg) const = 0;
-  // w, b optional (ones / zeros). Returns (y, mean, rstd).
-  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const Layout& l, const BackendStorage* w,
-                                                                        const Layout* lw, const BackendStorage* b,
-                                                                        const Layout* lb, double eps) const = 0;
-  // Returns (dx, dw, db); dw and db are nullptr when w is absent.
-  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const Layout& l, const BackendStorage* w,
-                                                                        const Layout* lw, const BackendStorage& mean,
-                                                                        const BackendStorage& rstd,
-                                                                        const BackendStorage& g,
-                                                                        const Layout& lg) const = 0;
-  // Batch norm: this = x (n, c, ...) through l, each channel normalised over (n, positions); w, b (c,)
-  // optional. training: with the batch's mean and biased variance, and rm / rv (c,), when given, updated
-  // in place as r = (1 - momentum) r + momentum * stat with the unbiased variance (torch's rule); else
-  // with rm / rv (both given). Returns (y, mean, rstd), the statistics used (c,) in the stats dtype.
-  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const Layout& l, const BackendStorage* w,
-                                                                        const Layout* lw, const BackendStorage* b,
-                                                                        const Layout* lb, BackendStorage* rm,
-                                                                        const Layout* lrm, BackendStorage* rv,
-                                                                        const Layout* lrv, bool training,
-                                                                        double momentum, double eps) const = 0;
-  // g: y's gradient; mean, rstd: the forward's. Returns (dx, dw, db) in x's dtype: dx through the batch
-  // statistics when `training`, else g * w * rstd; dw = sum(g * xhat), db = sum(g) per channel (c,).
-  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const Layout& l, const BackendStorage* w,
-                                                                        const Layout* lw, const BackendStorage& mean,
-                                                                        const BackendStorage& rstd,
-                                                                        const BackendStorage& g, const Layout& lg,
-                                                                        bool training) const = 0;
-  // dx = g * f'(a); this = a (see ActKind); p0, p1: the forward's parameters (ignored by the first three).
-  virtual StoragePtr act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg, double p0,
-                             double p1) const = 0;
-  // this = *a.q. Returns (out, lse).
-  virtual std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a) const = 0;
-  // this = *a.q; o, lse: the forward's outputs; g: out's gradient. Returns (dq, dk, dv).
-  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,
-                                                                  const Layout& lo, const BackendStorage& lse,
-                                                                  const BackendStorage& g,
-                                                                  const Layout& lg) const = 0;
-  // Recurrent cell forward (cpp/fused.h): this = xg (N, G) through l; hg (N, G); b (G,) optional; s = c
-  // (LSTM) or h (GRU), (N, H), null for RNN. Returns (h', c' (LSTM, else null), workspace (N, W)).
-  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_fwd(RnnCell kind, const Layout& l,
-                                                                      const BackendStorage& hg, const Layout& lhg,
-                                                                      const BackendStorage* b, const Layout* lb,
-                                                                      const BackendStorage* s,
-                                                                      const Layout* ls) const = 0;
-  // Its backward: this = dh (N, H) through l; ws: the forward's workspace (dense); s as the forward's; dc
-  // (N, H) for LSTM. Returns (dxg, dhg (GRU, else null: equal to dxg), ds (dc or the direct dh), or null).
-  virtual std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_bwd(RnnCell kind, const Layout& l,
-                                                                      const BackendStorage& ws, const Layout& lws,
-                                                                      const BackendStorage* s, const Layout* ls,
-                                                                      const BackendStorage* dc,
-                                                                      const Layout* ldc) const = 0;
-  // Rotary position embedding of this through l (see RopeArgs): a new dense storage of l's shape.
-  virtual StoragePtr rope(const Layout& l, const RopeArgs& a) const = 0;
-  // One optimizer step on this = *a.p (see OptimArgs), writing p and the state buffers in place.
-  virtual void optim_step(const OptimArgs& a) = 0;
   // Sorts every line along `dim` (0 <= dim < ndim, checked by the entry point): returns (values,
   // int64 indices into the line), contiguous of l's shape. NaN sorts as the largest value; equal keys
   // keep index order when `stable` (backends may always do so).

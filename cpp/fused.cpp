@@ -1,12 +1,21 @@
 // Fused ops' entry points: every argument check the backends rely on (one error class, "[op]" messages),
-// then the fused method of the backend that holds x (q). No backend re-checks.
+// then the kernel registered for x's (q's) device (registry.h, cpp/families/). No backend re-checks; the
+// shared geometry (SdpaGeom) is computed here once.
 #include "fused.h"
 
 #include <climits>
 #include <cmath>
 #include <string>
 
+#include "families/act_bwd.h"
+#include "families/batch_norm.h"
 #include "families/group_norm.h"
+#include "families/layer_norm.h"
+#include "families/optim.h"
+#include "families/rms_norm.h"
+#include "families/rope.h"
+#include "families/sdpa.h"
+#include "families/softmax.h"
 #include "registry.h"
 #include "storage.h"
 
@@ -58,16 +67,19 @@ void check_stats(const BackendStorage& x, const BackendStorage& s, int64_t rows,
               dtype_name(sdt), " per ", per);
 }
 
-// (B, H, L, D) of a 3-D (B, L, D) or 4-D layout (H = 1 for 3-D).
-void dims4(const Layout& l, const char* what, int64_t sh[4]) {
+// The shape (B, H, L, D) and strides of a 3-D (B, L, D) or 4-D layout (H = 1, stride 0 for 3-D).
+void dims4(const Layout& l, const char* what, int64_t sh[4], int64_t st[4]) {
   EMBER_CHECK(l.ndim() == 3 || l.ndim() == 4, Shape, "[sdpa] expected ", what,
               " of shape (B, H, L, D) or (B, L, D), got ", shape_str(l.shape()));
   const int64_t off = 4 - l.ndim();
-  for (int i = 0; i < 4; ++i) sh[i] = i < off ? 1 : l.shape()[i - off];
+  for (int i = 0; i < 4; ++i) {
+    sh[i] = i < off ? 1 : l.shape()[i - off];
+    st[i] = i < off ? 0 : l.stride()[i - off];
+  }
 }
 
-// The forward's checks; fills (B, H, Lq, Dv), the output's shape as 4 dims.
-void check_sdpa(const SdpaArgs& a, int64_t out4[4]) {
+// The forward's checks; returns the geometry every backend reads (the output is (B, H, Lq, Dv)).
+SdpaGeom check_sdpa(const SdpaArgs& a) {
   EMBER_CHECK(a.q && a.k && a.v, Value, "[sdpa] query, key and value are required");
   EMBER_CHECK(a.softcap == 0.0 || (std::isfinite(a.softcap) && a.softcap > 0.0), Value,
               "[sdpa] softcap must be positive and finite (0 for none), got ", a.softcap);
@@ -78,10 +90,11 @@ void check_sdpa(const SdpaArgs& a, int64_t out4[4]) {
   check_in_bounds(q, a.lq, "sdpa");
   check_in_bounds(k, a.lk, "sdpa");
   check_in_bounds(v, a.lv, "sdpa");
+  SdpaGeom geo;
   int64_t shq[4], shk[4], shv[4];
-  dims4(a.lq, "query", shq);
-  dims4(a.lk, "key", shk);
-  dims4(a.lv, "value", shv);
+  dims4(a.lq, "query", shq, geo.sq);
+  dims4(a.lk, "key", shk, geo.sk);
+  dims4(a.lv, "value", shv, geo.sv);
   // k and v may have fewer heads than q when they divide it (grouped-query attention).
   EMBER_CHECK(a.lq.ndim() == a.lk.ndim() && a.lq.ndim() == a.lv.ndim() && shq[0] == shk[0] && shk[1] > 0 &&
                   shq[1] % shk[1] == 0 && shk[0] == shv[0] && shk[1] == shv[1] && shk[2] == shv[2] &&
@@ -89,8 +102,9 @@ void check_sdpa(const SdpaArgs& a, int64_t out4[4]) {
               Shape, "[sdpa] incompatible shapes q ", shape_str(a.lq.shape()), ", k ", shape_str(a.lk.shape()),
               ", v ", shape_str(a.lv.shape()),
               " (k and v need the same batch, the same heads, a head count dividing q's, and k the head dim of q)");
-  out4[0] = shq[0], out4[1] = shq[1], out4[2] = shq[2], out4[3] = shv[3];
-  if (!a.mask) return;
+  geo.B = shq[0], geo.H = shq[1], geo.Hkv = shk[1], geo.Lq = shq[2], geo.Lk = shk[2], geo.D = shq[3];
+  geo.Dv = shv[3];
+  if (!a.mask) return geo;
   const Layout& l = a.lmask;
   const DType dt = a.mask->dtype();
   check_same_device(q, *a.mask, "sdpa");
@@ -104,7 +118,9 @@ void check_sdpa(const SdpaArgs& a, int64_t out4[4]) {
     const int64_t sz = i < off ? 1 : l.shape()[i - off];
     EMBER_CHECK(sz == 1 || sz == target[i], Shape, "[sdpa] mask of shape ", shape_str(l.shape()),
                 " cannot be broadcast to ", shape_str({target[0], target[1], target[2], target[3]}));
+    geo.sm[i] = sz == 1 ? 0 : l.stride()[i - off];
   }
+  return geo;
 }
 
 }  // namespace
@@ -113,7 +129,7 @@ StoragePtr softmax_fwd(const BackendStorage& x, const Layout& lx, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
   check_float(x, op, "input");
   check_in_bounds(x, lx, op);
-  return x.softmax_fwd(lx, log);
+  return Kernels<SoftmaxFwd>::of(x)(x, lx, log);
 }
 
 StoragePtr softmax_bwd(const BackendStorage& y, const Layout& ly, const BackendStorage& g, const Layout& lg,
@@ -124,7 +140,7 @@ StoragePtr softmax_bwd(const BackendStorage& y, const Layout& ly, const BackendS
   check_grad_shape(ly, lg, op);
   check_in_bounds(y, ly, op);
   check_in_bounds(g, lg, op);
-  return y.softmax_bwd(ly, g, lg, log);
+  return Kernels<SoftmaxBwd>::of(y)(y, ly, g, lg, log);
 }
 
 std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& x, const Layout& lx, const BackendStorage* w,
@@ -135,7 +151,7 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& x, const L
   EMBER_CHECK(lx.ndim() >= 1, Shape, "[rms_norm] expected at least 1 dim, got a scalar");
   check_in_bounds(x, lx, op);
   check_opt_param(x, w, lw, last_dim(lx), op, "weight");
-  return x.rms_norm_fwd(lx, w, w ? lw : nullptr, eps);
+  return Kernels<RmsNormFwd>::of(x)(x, lx, w, w ? lw : nullptr, eps);
 }
 
 std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& x, const Layout& lx, const BackendStorage* w,
@@ -151,7 +167,7 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& x, const L
   check_in_bounds(g, lg, op);
   check_stats(x, rstd, rows_of(lx), op, "rstd", "row");
   check_opt_param(x, w, lw, last_dim(lx), op, "weight");
-  return x.rms_norm_bwd(lx, w, w ? lw : nullptr, rstd, g, lg);
+  return Kernels<RmsNormBwd>::of(x)(x, lx, w, w ? lw : nullptr, rstd, g, lg);
 }
 
 std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStorage& x, const Layout& lx,
@@ -165,7 +181,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStora
   check_in_bounds(x, lx, op);
   check_opt_param(x, w, lw, last_dim(lx), op, "weight");
   check_opt_param(x, b, lb, last_dim(lx), op, "bias");
-  return x.layer_norm_fwd(lx, w, w ? lw : nullptr, b, b ? lb : nullptr, eps);
+  return Kernels<LayerNormFwd>::of(x)(x, lx, w, w ? lw : nullptr, b, b ? lb : nullptr, eps);
 }
 
 std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStorage& x, const Layout& lx,
@@ -183,7 +199,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStora
   check_stats(x, mean, rows_of(lx), op, "mean and rstd", "row");
   check_stats(x, rstd, rows_of(lx), op, "mean and rstd", "row");
   check_opt_param(x, w, lw, last_dim(lx), op, "weight");
-  return x.layer_norm_bwd(lx, w, w ? lw : nullptr, mean, rstd, g, lg);
+  return Kernels<LayerNormBwd>::of(x)(x, lx, w, w ? lw : nullptr, mean, rstd, g, lg);
 }
 
 // (n, c) of a group norm input, with groups dividing c.
@@ -267,12 +283,13 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const BackendStora
     EMBER_CHECK(count != 1, Shape, "[", op, "] expected more than 1 value per channel when training, got input ",
                 shape_str(lx.shape()));
   }
-  if (!(training && rm)) return x.batch_norm_fwd(lx, w, w ? lw : nullptr, b, b ? lb : nullptr, rm, lrm, rv, lrv,
-                                                  training, momentum, eps);
+  const BatchNormFwd::Fn fwd = Kernels<BatchNormFwd>::of(x);
+  if (!(training && rm))
+    return fwd(x, lx, w, w ? lw : nullptr, b, b ? lb : nullptr, rm, lrm, rv, lrv, training, momentum, eps);
   // The running statistics are written in place: bumped before and after, as storage.cpp's writes.
   rm->bump_version();
   rv->bump_version();
-  auto out = x.batch_norm_fwd(lx, w, w ? lw : nullptr, b, b ? lb : nullptr, rm, lrm, rv, lrv, training, momentum, eps);
+  auto out = fwd(x, lx, w, w ? lw : nullptr, b, b ? lb : nullptr, rm, lrm, rv, lrv, training, momentum, eps);
   rm->bump_version();
   rv->bump_version();
   return out;
@@ -294,7 +311,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const BackendStora
   check_stats(x, mean, c, op, "mean and rstd", "channel");
   check_stats(x, rstd, c, op, "mean and rstd", "channel");
   check_opt_param(x, w, lw, c, op, "weight");
-  return x.batch_norm_bwd(lx, w, w ? lw : nullptr, mean, rstd, g, lg, training);
+  return Kernels<BatchNormBwd>::of(x)(x, lx, w, w ? lw : nullptr, mean, rstd, g, lg, training);
 }
 
 StoragePtr act_bwd(ActKind kind, const BackendStorage& a, const Layout& la, const BackendStorage& g,
@@ -306,38 +323,34 @@ StoragePtr act_bwd(ActKind kind, const BackendStorage& a, const Layout& la, cons
   check_grad_shape(la, lg, op.c_str());
   check_in_bounds(a, la, op.c_str());
   check_in_bounds(g, lg, op.c_str());
-  return a.act_bwd(kind, la, g, lg, p0, p1);
+  return Kernels<ActBwd>::of(a)(a, la, g, lg, kind, p0, p1);
 }
 
-void sdpa_check(const SdpaArgs& a) {
-  int64_t out4[4];
-  check_sdpa(a, out4);
-}
+void sdpa_check(const SdpaArgs& a) { check_sdpa(a); }
 
 std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a) {
-  int64_t out4[4];
-  check_sdpa(a, out4);
-  return a.q->sdpa_fwd(a);
+  const SdpaGeom geo = check_sdpa(a);
+  return Kernels<SdpaFwd>::of(*a.q)(a, geo);
 }
 
 std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const BackendStorage& o, const Layout& lo,
                                                         const BackendStorage& lse, const BackendStorage& g,
                                                         const Layout& lg) {
-  int64_t want[4];
-  check_sdpa(a, want);
+  SdpaGeom geo = check_sdpa(a);
+  const int64_t want[4] = {geo.B, geo.H, geo.Lq, geo.Dv};
   const BackendStorage& q = *a.q;
   check_like(q, o, "sdpa_bwd", "out");
   check_like(q, g, "sdpa_bwd", "grad");
   check_in_bounds(o, lo, "sdpa_bwd");
   check_in_bounds(g, lg, "sdpa_bwd");
   int64_t sho[4], shg[4];
-  dims4(lo, "out", sho);
-  dims4(lg, "grad", shg);
+  dims4(lo, "out", sho, geo.so);
+  dims4(lg, "grad", shg, geo.sg);
   for (int i = 0; i < 4; ++i)
     EMBER_CHECK(sho[i] == want[i] && shg[i] == want[i], Shape, "[sdpa_bwd] out/grad shapes ", shape_str(lo.shape()),
                 ", ", shape_str(lg.shape()), " do not match the attention output");
   check_stats(q, lse, want[0] * want[1] * want[2], "sdpa_bwd", "lse", "query row");
-  return q.sdpa_bwd(a, o, lo, lse, g, lg);
+  return Kernels<SdpaBwd>::of(q)(a, geo, o, lo, lse, g, lg);
 }
 
 StoragePtr rope(const BackendStorage& x, const Layout& lx, const RopeArgs& a) {
@@ -385,7 +398,7 @@ StoragePtr rope(const BackendStorage& x, const Layout& lx, const RopeArgs& a) {
     EMBER_CHECK(a.ltable.is_contiguous(), Value, "[rope] the cos/sin table must be contiguous");
     check_in_bounds(*a.table, a.ltable, op);
   }
-  return x.rope(lx, a);
+  return Kernels<Rope>::of(x)(x, lx, a);
 }
 
 void optim_step(OptimKind kind, uint32_t flags, const std::vector<double>& scalars, BackendStorage& p,
@@ -435,8 +448,9 @@ void optim_step(OptimKind kind, uint32_t flags, const std::vector<double>& scala
   }
   for (const BackendStorage* w : written)
     EMBER_CHECK(!g.same_buffer(*w), Value, "[", op, "] the gradient must not share memory with what the step writes");
+  const OptimStep::Fn step = Kernels<OptimStep>::of(p);
   for (const BackendStorage* w : written) const_cast<BackendStorage*>(w)->bump_version();
-  if (a.n) p.optim_step(a);
+  if (a.n) step(a);
   for (const BackendStorage* w : written) const_cast<BackendStorage*>(w)->bump_version();
 }
 

@@ -1,5 +1,5 @@
 // Fused ops' entry points for every device: the argument checks (dtypes, shapes, the mask's broadcast,
-// same device, bounds), then the backend's fused method on x's (q's) storage.
+// same device, bounds), then the kernel registered for x's (q's) device (registry.h, cpp/families/).
 #pragma once
 #include <tuple>
 

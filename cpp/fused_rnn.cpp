@@ -1,8 +1,10 @@
 // Fused recurrent cells' entry points: every check the backends rely on (dtypes, shapes, devices,
-// bounds, unit column strides), then the backend's rnn_cell_fwd / rnn_cell_bwd. No backend re-checks.
+// bounds, unit column strides), then the kernels registered as RnnCellFwd / RnnCellBwd. No backend re-checks.
 #include <string>
 
+#include "families/rnn_cell.h"
 #include "fused.h"
+#include "registry.h"
 #include "storage.h"
 
 namespace ember::fused {
@@ -56,7 +58,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_fwd(RnnCell kind, const 
   } else {
     EMBER_CHECK(!s, Value, "[", op, "] takes no previous state (the hidden state enters through the hidden gates)");
   }
-  return xg.rnn_cell_fwd(kind, lxg, hg, lhg, b, b ? lb : nullptr, s, s ? ls : nullptr);
+  return Kernels<RnnCellFwd>::of(xg)(xg, lxg, kind, hg, lhg, b, b ? lb : nullptr, s, s ? ls : nullptr);
 }
 
 std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_bwd(RnnCell kind, const BackendStorage& ws, const Layout& lws,
@@ -88,7 +90,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_bwd(RnnCell kind, const 
   } else {
     EMBER_CHECK(!dc, Value, "[", op, "] takes no cell grad");
   }
-  return dh.rnn_cell_bwd(kind, ldh, ws, lws, s, s ? ls : nullptr, dc, dc ? ldc : nullptr);
+  return Kernels<RnnCellBwd>::of(dh)(dh, ldh, kind, ws, lws, s, s ? ls : nullptr, dc, dc ? ldc : nullptr);
 }
 
 }  // namespace ember::fused

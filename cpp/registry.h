@@ -7,8 +7,8 @@
 
 namespace ember {
 
-// A family is a struct with `static constexpr const char* kName` and `using Fn = <function pointer>`
-// whose first parameter is the operand that picks the device (const BackendStorage&). Backends fill the
+// A family is a struct with `static constexpr const char* kName` and `using Fn = <function pointer>`,
+// whose first parameter is, or holds, the operand that picks the device (x; SdpaArgs' q). Backends fill the
 // table at import (cpu::register_kernels, metal::register_backend); a device without an entry raises
 // Unsupported naming the op and the device, so a backend can grow family by family.
 template <class Family>

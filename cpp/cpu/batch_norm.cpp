@@ -9,6 +9,8 @@
 #include "cpu/cpu_storage.h"
 #include "cpu/norm_kernels.h"
 #include "cpu/parallel.h"
+#include "families/batch_norm.h"
+#include "registry.h"
 
 namespace ember::cpu {
 namespace {
@@ -358,24 +360,32 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> bwd(const CpuStorage& x, const La
   return finish();
 }
 
-}  // namespace
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::batch_norm_fwd(
-    const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage* b, const Layout* lb,
-    BackendStorage* rm, const Layout* lrm, BackendStorage* rv, const Layout* lrv, bool training, double momentum,
-    double eps) const {
-  if (dtype_ == DType::F64) return fwd<double>(*this, l, w, lw, b, lb, rm, lrm, rv, lrv, training, momentum, eps);
-  return fwd<float>(*this, l, w, lw, b, lb, rm, lrm, rv, lrv, training, momentum, eps);
+std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const BackendStorage& xs, const Layout& l,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage* b, const Layout* lb,
+                                                              BackendStorage* rm, const Layout* lrm,
+                                                              BackendStorage* rv, const Layout* lrv, bool training,
+                                                              double momentum, double eps) {
+  const CpuStorage& x = as_cpu(xs);
+  if (x.dtype() == DType::F64) return fwd<double>(x, l, w, lw, b, lb, rm, lrm, rv, lrv, training, momentum, eps);
+  return fwd<float>(x, l, w, lw, b, lb, rm, lrm, rv, lrv, training, momentum, eps);
 }
 
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::batch_norm_bwd(const Layout& l, const BackendStorage* w,
-                                                                          const Layout* lw, const BackendStorage& mean,
-                                                                          const BackendStorage& rstd,
-                                                                          const BackendStorage& g, const Layout& lg,
-                                                                          bool training) const {
-  if (dtype_ == DType::F64)
-    return bwd<double>(*this, l, w, lw, as_cpu(mean), as_cpu(rstd), as_cpu(g), lg, training);
-  return bwd<float>(*this, l, w, lw, as_cpu(mean), as_cpu(rstd), as_cpu(g), lg, training);
+std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const BackendStorage& xs, const Layout& l,
+                                                              const BackendStorage* w, const Layout* lw,
+                                                              const BackendStorage& mean, const BackendStorage& rstd,
+                                                              const BackendStorage& g, const Layout& lg,
+                                                              bool training) {
+  const CpuStorage& x = as_cpu(xs);
+  if (x.dtype() == DType::F64) return bwd<double>(x, l, w, lw, as_cpu(mean), as_cpu(rstd), as_cpu(g), lg, training);
+  return bwd<float>(x, l, w, lw, as_cpu(mean), as_cpu(rstd), as_cpu(g), lg, training);
+}
+
+}  // namespace
+
+void register_batch_norm() {
+  Kernels<BatchNormFwd>::set(DeviceKind::Cpu, &batch_norm_fwd);
+  Kernels<BatchNormBwd>::set(DeviceKind::Cpu, &batch_norm_bwd);
 }
 
 }  // namespace ember::cpu

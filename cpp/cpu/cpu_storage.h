@@ -48,55 +48,12 @@ class CpuStorage final : public BackendStorage {
                               int64_t groups) const override;
   StoragePtr conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg, const ConvGeom& g,
                                int64_t groups) const override;
-  // cpu/batch_norm.cpp
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const Layout& l, const BackendStorage* w,
-                                                                const Layout* lw, const BackendStorage* b,
-                                                                const Layout* lb, BackendStorage* rm, const Layout* lrm,
-                                                                BackendStorage* rv, const Layout* lrv, bool training,
-                                                                double momentum, double eps) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const Layout& l, const BackendStorage* w,
-                                                                const Layout* lw, const BackendStorage& mean,
-                                                                const BackendStorage& rstd, const BackendStorage& g,
-                                                                const Layout& lg, bool training) const override;
   // cpu/pool.cpp, cpu/upsample.cpp
   std::tuple<StoragePtr, StoragePtr> pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
                                             bool with_indices) const override;
   StoragePtr pool2d_bwd(PoolKind kind, const Layout& lg, const BackendStorage* ids, const PoolGeom& g) const override;
   StoragePtr upsample(UpsampleMode mode, const Layout& l, const UpsampleGeom& g) const override;
   StoragePtr upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const override;
-  // Fused kernels (cpu/fused.cpp).
-  StoragePtr softmax_fwd(const Layout& l, bool log) const override;
-  StoragePtr softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const override;
-  std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw,
-                                                  double eps) const override;
-  std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw,
-                                                  const BackendStorage& rstd, const BackendStorage& g,
-                                                  const Layout& lg) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const Layout& l, const BackendStorage* w,
-                                                                const Layout* lw, const BackendStorage* b,
-                                                                const Layout* lb, double eps) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const Layout& l, const BackendStorage* w,
-                                                                const Layout* lw, const BackendStorage& mean,
-                                                                const BackendStorage& rstd, const BackendStorage& g,
-                                                                const Layout& lg) const override;
-  StoragePtr act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg, double p0,
-                     double p1) const override;
-  std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,
-                                                          const Layout& lo, const BackendStorage& lse,
-                                                          const BackendStorage& g, const Layout& lg) const override;
-  // cpu/fused.cpp
-  StoragePtr rope(const Layout& l, const RopeArgs& a) const override;
-  void optim_step(const OptimArgs& a) override;
-  // cpu/rnn_cell.cpp
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_fwd(RnnCell kind, const Layout& l, const BackendStorage& hg,
-                                                              const Layout& lhg, const BackendStorage* b,
-                                                              const Layout* lb, const BackendStorage* s,
-                                                              const Layout* ls) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_bwd(RnnCell kind, const Layout& l, const BackendStorage& ws,
-                                                              const Layout& lws, const BackendStorage* s,
-                                                              const Layout* ls, const BackendStorage* dc,
-                                                              const Layout* ldc) const override;
   // cpu/sort.cpp
   std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending, bool stable) const override;
   // cpu/scan.cpp

@@ -11,6 +11,14 @@
 
 #include "cpu/nditer.h"
 #include "cpu/parallel.h"
+#include "families/act_bwd.h"
+#include "families/layer_norm.h"
+#include "families/optim.h"
+#include "families/rms_norm.h"
+#include "families/rope.h"
+#include "families/sdpa.h"
+#include "families/softmax.h"
+#include "registry.h"
 
 namespace ember::cpu {
 namespace {
@@ -110,7 +118,8 @@ bool stream_output(const Sto& out) { return (int64_t)(out->numel() * itemsize(ou
 }  // namespace
 
 // ================================ softmax ========================================================
-Sto softmax_fwd(const CpuStorage& x, const Layout& lx, bool log) {
+Sto softmax_fwd(const BackendStorage& xs, const Layout& lx, bool log) {
+  const CpuStorage& x = as_cpu(xs);
   Rows rx(x, lx);
   auto y = new_cpu(x.dtype(), lx.numel());
   if (lx.numel() == 0) return y;
@@ -126,7 +135,8 @@ Sto softmax_fwd(const CpuStorage& x, const Layout& lx, bool log) {
   return y;
 }
 
-Sto softmax_bwd(const CpuStorage& y, const Layout& ly, const CpuStorage& g, const Layout& lg, bool log) {
+Sto softmax_bwd(const BackendStorage& ys, const Layout& ly, const BackendStorage& gs, const Layout& lg, bool log) {
+  const CpuStorage &y = as_cpu(ys), &g = as_cpu(gs);
   Rows ry(y, ly), rg(g, lg);
   auto dx = new_cpu(y.dtype(), ly.numel());
   if (ly.numel() == 0) return dx;
@@ -147,9 +157,9 @@ Sto softmax_bwd(const CpuStorage& y, const Layout& ly, const CpuStorage& g, cons
 // ================================ rms_norm =======================================================
 namespace {
 // Weight/bias pointers for the norms; a missing one becomes a row of ones/zeros (n values, not a tensor).
-const void* ln_param(const CpuStorage* s, const Layout* l, int64_t n, DType dt, double fillv,
+const void* ln_param(const BackendStorage* s, const Layout* l, int64_t n, DType dt, double fillv,
                      std::vector<char>& tmp) {
-  if (s) return param_ptr(*s, *l, tmp);
+  if (s) return param_ptr(as_cpu(*s), *l, tmp);
   tmp.resize(n * itemsize(dt));
   EMBER_DISPATCH_FLOAT(dt, {
     T* p = (T*)tmp.data();
@@ -159,8 +169,9 @@ const void* ln_param(const CpuStorage* s, const Layout* l, int64_t n, DType dt, 
 }
 }  // namespace
 
-std::tuple<Sto, Sto> rms_norm_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w, const Layout* lw,
-                                  double eps) {
+std::tuple<Sto, Sto> rms_norm_fwd(const BackendStorage& xs, const Layout& lx, const BackendStorage* w,
+                                  const Layout* lw, double eps) {
+  const CpuStorage& x = as_cpu(xs);
   Rows rx(x, lx);
   const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype()), ssz = (int64_t)itemsize(stats_dtype(x.dtype()));
   std::vector<char> wt;
@@ -181,8 +192,10 @@ std::tuple<Sto, Sto> rms_norm_fwd(const CpuStorage& x, const Layout& lx, const C
   return {y, rstd};
 }
 
-std::tuple<Sto, Sto> rms_norm_bwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w, const Layout* lw,
-                                  const CpuStorage& rstd, const CpuStorage& g, const Layout& lg) {
+std::tuple<Sto, Sto> rms_norm_bwd(const BackendStorage& xs, const Layout& lx, const BackendStorage* w,
+                                  const Layout* lw, const BackendStorage& rstds, const BackendStorage& gs,
+                                  const Layout& lg) {
+  const CpuStorage &x = as_cpu(xs), &rstd = as_cpu(rstds), &g = as_cpu(gs);
   Rows rx(x, lx), rg(g, lg);
   const DType sdt = stats_dtype(x.dtype());
   const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype()), ssz = (int64_t)itemsize(sdt);
@@ -219,8 +232,9 @@ std::tuple<Sto, Sto> rms_norm_bwd(const CpuStorage& x, const Layout& lx, const C
 
 // ================================ layer_norm =====================================================
 
-std::tuple<Sto, Sto, Sto> layer_norm_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w,
-                                         const Layout* lw, const CpuStorage* b, const Layout* lb, double eps) {
+std::tuple<Sto, Sto, Sto> layer_norm_fwd(const BackendStorage& xs, const Layout& lx, const BackendStorage* w,
+                                         const Layout* lw, const BackendStorage* b, const Layout* lb, double eps) {
+  const CpuStorage& x = as_cpu(xs);
   Rows rx(x, lx);
   const DType sdt = stats_dtype(x.dtype());
   const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype()), ssz = (int64_t)itemsize(sdt);
@@ -247,9 +261,10 @@ std::tuple<Sto, Sto, Sto> layer_norm_fwd(const CpuStorage& x, const Layout& lx, 
   return {y, mean, rstd};
 }
 
-std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w,
-                                         const Layout* lw, const CpuStorage& mean, const CpuStorage& rstd,
-                                         const CpuStorage& g, const Layout& lg) {
+std::tuple<Sto, Sto, Sto> layer_norm_bwd(const BackendStorage& xs, const Layout& lx, const BackendStorage* w,
+                                         const Layout* lw, const BackendStorage& means,
+                                         const BackendStorage& rstds, const BackendStorage& gs, const Layout& lg) {
+  const CpuStorage &x = as_cpu(xs), &mean = as_cpu(means), &rstd = as_cpu(rstds), &g = as_cpu(gs);
   Rows rx(x, lx), rg(g, lg);
   const DType sdt = stats_dtype(x.dtype());
   const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype()), ssz = (int64_t)itemsize(sdt);
@@ -282,6 +297,7 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, 
         fn(rx.row(r, t1), n, wp, mb + r * ssz, sb + r * ssz, rg.row(r, t2), n, ob + r * n * isz, aw, ab, 1, n, nt);
     });
   if (nc == 0) std::memset(pw, 0, n * ssz), std::memset(pb, 0, n * ssz);
+  if (!w) return {dx, nullptr, nullptr};
   reduce_partials(pw, std::max<int64_t>(nc, 1), n, x.dtype(), dw->raw());
   reduce_partials(pb, std::max<int64_t>(nc, 1), n, x.dtype(), db->raw());
   return {dx, dw, db};
@@ -307,8 +323,9 @@ const void* gather_run(const char* base, int64_t at, int64_t st, int64_t isz, in
 }
 }  // namespace
 
-Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg, double p0,
-            double p1) {
+Sto act_bwd(const BackendStorage& as_, const Layout& la, const BackendStorage& gs, const Layout& lg, ActKind kind,
+            double p0, double p1) {
+  const CpuStorage &a = as_cpu(as_), &g = as_cpu(gs);
   const FusedTable& t = fused_kernels();
   const int d = fi(a.dtype());
   EltBwdFn efn = nullptr;
@@ -356,52 +373,24 @@ Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorag
 // ================================ sdpa ===========================================================
 namespace {
 
-// Shape and strides of a 3-D (B, L, D) or 4-D (B, H, L, D) layout as 4 dims (H = 1 for 3-D).
-void dims4(const Layout& l, int64_t sh[4], int64_t st[4]) {
-  const int64_t off = 4 - l.ndim();
-  for (int i = 0; i < 4; ++i) {
-    sh[i] = i < off ? 1 : l.shape()[i - off];
-    st[i] = i < off ? 0 : l.stride()[i - off];
-  }
-}
-
-// The mask's strides over (B, H, Lq, Lk), 0 where it broadcasts.
-void setup_mask(const StoLayout* mask, SdpaParams& p) {
-  if (!mask || !mask->s) return;
-  const Layout& l = mask->l;
-  const DType dt = mask->s->dtype();
-  const int64_t off = 4 - l.ndim();
-  for (int i = 0; i < 4; ++i) {
-    const int64_t sz = i < off ? 1 : l.shape()[i - off], st = i < off ? 0 : l.stride()[i - off];
-    p.sm[i] = sz == 1 ? 0 : st;
-  }
-  p.mask = (const char*)mask->s->raw() + l.offset() * (int64_t)itemsize(dt);
-  p.mask_dtype = dt;
-}
-
-// Strides, shapes and input pointers (the shapes are checked by cpp/fused.cpp).
-void setup_sdpa(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk, const CpuStorage& v,
-                const Layout& lv, const StoLayout* mask, double scale, bool causal, double softcap, SdpaParams& p) {
-  int64_t shq[4], shk[4], shv[4];
-  dims4(lq, shq, p.sq);
-  dims4(lk, shk, p.sk);
-  dims4(lv, shv, p.sv);
-  p.B = shq[0];
-  p.H = shq[1];
-  p.Hkv = shk[1];
-  p.Lq = shq[2];
-  p.Lk = shk[2];
-  p.D = shq[3];
-  p.Dv = shv[3];
-  const size_t isz = itemsize(q.dtype());
-  p.q = (const char*)q.raw() + lq.offset() * isz;
-  p.k = (const char*)k.raw() + lk.offset() * isz;
-  p.v = (const char*)v.raw() + lv.offset() * isz;
-  p.scale = scale;
-  p.softcap = softcap;
-  p.causal = causal;
+// SdpaParams from the seam's geometry (cpp/fused.cpp) and the operands' data.
+void setup_sdpa(const SdpaArgs& a, const SdpaGeom& g, SdpaParams& p) {
+  p.B = g.B, p.H = g.H, p.Hkv = g.Hkv, p.Lq = g.Lq, p.Lk = g.Lk, p.D = g.D, p.Dv = g.Dv;
+  std::copy(g.sq, g.sq + 4, p.sq);
+  std::copy(g.sk, g.sk + 4, p.sk);
+  std::copy(g.sv, g.sv + 4, p.sv);
+  const size_t isz = itemsize(a.q->dtype());
+  p.q = (const char*)as_cpu(*a.q).raw() + a.lq.offset() * isz;
+  p.k = (const char*)as_cpu(*a.k).raw() + a.lk.offset() * isz;
+  p.v = (const char*)as_cpu(*a.v).raw() + a.lv.offset() * isz;
+  p.scale = a.scale;
+  p.softcap = a.softcap;
+  p.causal = a.causal;
   p.coff = p.Lk - p.Lq;
-  setup_mask(mask, p);
+  if (!a.mask) return;
+  std::copy(g.sm, g.sm + 4, p.sm);
+  p.mask = (const char*)as_cpu(*a.mask).raw() + a.lmask.offset() * (int64_t)itemsize(a.mask->dtype());
+  p.mask_dtype = a.mask->dtype();
 }
 
 // The decode path (SdpaDecodeFn) serves up to this many query rows per key/value head; beyond, the
@@ -515,11 +504,10 @@ void sum_row_parts(const void* parts_, int64_t outer, int64_t nsum, int64_t inne
 
 }  // namespace
 
-std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
-                              const CpuStorage& v, const Layout& lv, const StoLayout* mask, double scale,
-                              bool causal, double softcap) {
+std::tuple<Sto, Sto> sdpa_fwd(const SdpaArgs& a, const SdpaGeom& geo) {
+  const CpuStorage& q = as_cpu(*a.q);
   SdpaParams p;
-  setup_sdpa(q, lq, k, lk, v, lv, mask, scale, causal, softcap, p);
+  setup_sdpa(a, geo, p);
   const int64_t BH = p.B * p.H;
   auto out = new_cpu(q.dtype(), BH * p.Lq * p.Dv);
   auto lse = new_cpu(stats_dtype(q.dtype()), BH * p.Lq);
@@ -549,15 +537,14 @@ std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuSt
   return {out, lse};
 }
 
-std::tuple<Sto, Sto, Sto> sdpa_bwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
-                                   const CpuStorage& v, const Layout& lv, const CpuStorage& o, const Layout& lo,
-                                   const CpuStorage& lse, const CpuStorage& g, const Layout& lg,
-                                   const StoLayout* mask, double scale, bool causal, double softcap) {
+std::tuple<Sto, Sto, Sto> sdpa_bwd(const SdpaArgs& a, const SdpaGeom& geo, const BackendStorage& os,
+                                   const Layout& lo, const BackendStorage& lses, const BackendStorage& gs,
+                                   const Layout& lg) {
+  const CpuStorage &q = as_cpu(*a.q), &o = as_cpu(os), &lse = as_cpu(lses), &g = as_cpu(gs);
   SdpaParams p;
-  setup_sdpa(q, lq, k, lk, v, lv, mask, scale, causal, softcap, p);
-  int64_t sho[4], shg[4];
-  dims4(lo, sho, p.so);
-  dims4(lg, shg, p.sg);
+  setup_sdpa(a, geo, p);
+  std::copy(geo.so, geo.so + 4, p.so);
+  std::copy(geo.sg, geo.sg + 4, p.sg);
   const int64_t BH = p.B * p.H;
   const size_t isz = itemsize(q.dtype());
   p.o = (const char*)o.raw() + lo.offset() * isz;
@@ -664,7 +651,8 @@ void optim_step(const OptimArgs& a) {
   });
 }
 
-Sto rope(const CpuStorage& x, const Layout& lx, const RopeArgs& a) {
+Sto rope(const BackendStorage& xs, const Layout& lx, const RopeArgs& a) {
+  const CpuStorage& x = as_cpu(xs);
   const DType dt = x.dtype();
   const int64_t nd = lx.ndim(), D = lx.shape()[nd - 1], L = lx.shape()[nd - 2], half = a.dims / 2;
   auto y = new_cpu(dt, lx.numel());
@@ -729,64 +717,19 @@ Sto rope(const CpuStorage& x, const Layout& lx, const RopeArgs& a) {
   return y;
 }
 
-}  // namespace ember::cpu
-
-// ================================ the backend trait's fused methods ==============================
-namespace ember::cpu {
-namespace {
-std::optional<StoLayout> sdpa_mask(const SdpaArgs& a) {
-  if (!a.mask) return std::nullopt;
-  return StoLayout{&as_cpu(*a.mask), a.lmask};
-}
-const CpuStorage* opt_cpu(const BackendStorage* s) { return s ? &as_cpu(*s) : nullptr; }
-}  // namespace
-
-StoragePtr CpuStorage::softmax_fwd(const Layout& l, bool log) const { return cpu::softmax_fwd(*this, l, log); }
-StoragePtr CpuStorage::softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const {
-  return cpu::softmax_bwd(*this, l, as_cpu(g), lg, log);
-}
-std::tuple<StoragePtr, StoragePtr> CpuStorage::rms_norm_fwd(const Layout& l, const BackendStorage* w,
-                                                            const Layout* lw, double eps) const {
-  return cpu::rms_norm_fwd(*this, l, opt_cpu(w), lw, eps);
-}
-std::tuple<StoragePtr, StoragePtr> CpuStorage::rms_norm_bwd(const Layout& l, const BackendStorage* w,
-                                                            const Layout* lw, const BackendStorage& rstd,
-                                                            const BackendStorage& g, const Layout& lg) const {
-  return cpu::rms_norm_bwd(*this, l, opt_cpu(w), lw, as_cpu(rstd), as_cpu(g), lg);
-}
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::layer_norm_fwd(const Layout& l, const BackendStorage* w,
-                                                                          const Layout* lw, const BackendStorage* b,
-                                                                          const Layout* lb, double eps) const {
-  return cpu::layer_norm_fwd(*this, l, opt_cpu(w), lw, opt_cpu(b), lb, eps);
-}
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::layer_norm_bwd(const Layout& l, const BackendStorage* w,
-                                                                          const Layout* lw,
-                                                                          const BackendStorage& mean,
-                                                                          const BackendStorage& rstd,
-                                                                          const BackendStorage& g,
-                                                                          const Layout& lg) const {
-  auto r = cpu::layer_norm_bwd(*this, l, opt_cpu(w), lw, as_cpu(mean), as_cpu(rstd), as_cpu(g), lg);
-  if (!w) return {std::get<0>(r), nullptr, nullptr};
-  return r;
-}
-StoragePtr CpuStorage::rope(const Layout& l, const RopeArgs& a) const { return cpu::rope(*this, l, a); }
-void CpuStorage::optim_step(const OptimArgs& a) { cpu::optim_step(a); }
-StoragePtr CpuStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg,
-                               double p0, double p1) const {
-  return cpu::act_bwd(kind, *this, l, as_cpu(g), lg, p0, p1);
-}
-std::tuple<StoragePtr, StoragePtr> CpuStorage::sdpa_fwd(const SdpaArgs& a) const {
-  auto m = sdpa_mask(a);
-  return cpu::sdpa_fwd(*this, a.lq, as_cpu(*a.k), a.lk, as_cpu(*a.v), a.lv, m ? &*m : nullptr, a.scale, a.causal,
-                       a.softcap);
-}
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,
-                                                                    const Layout& lo, const BackendStorage& lse,
-                                                                    const BackendStorage& g,
-                                                                    const Layout& lg) const {
-  auto m = sdpa_mask(a);
-  return cpu::sdpa_bwd(*this, a.lq, as_cpu(*a.k), a.lk, as_cpu(*a.v), a.lv, as_cpu(o), lo, as_cpu(lse), as_cpu(g),
-                       lg, m ? &*m : nullptr, a.scale, a.causal, a.softcap);
+// ================================ the registry's entries =========================================
+void register_fused() {
+  Kernels<SoftmaxFwd>::set(DeviceKind::Cpu, &softmax_fwd);
+  Kernels<SoftmaxBwd>::set(DeviceKind::Cpu, &softmax_bwd);
+  Kernels<RmsNormFwd>::set(DeviceKind::Cpu, &rms_norm_fwd);
+  Kernels<RmsNormBwd>::set(DeviceKind::Cpu, &rms_norm_bwd);
+  Kernels<LayerNormFwd>::set(DeviceKind::Cpu, &layer_norm_fwd);
+  Kernels<LayerNormBwd>::set(DeviceKind::Cpu, &layer_norm_bwd);
+  Kernels<ActBwd>::set(DeviceKind::Cpu, &act_bwd);
+  Kernels<SdpaFwd>::set(DeviceKind::Cpu, &sdpa_fwd);
+  Kernels<SdpaBwd>::set(DeviceKind::Cpu, &sdpa_bwd);
+  Kernels<Rope>::set(DeviceKind::Cpu, &rope);
+  Kernels<OptimStep>::set(DeviceKind::Cpu, &optim_step);
 }
 
 }  // namespace ember::cpu

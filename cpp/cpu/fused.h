@@ -5,7 +5,6 @@
 // Saved statistics (rms/layer norm rstd and mean, sdpa logsumexp) use the "stats type": float for
 // f32/f16/bf16 inputs and double for f64, so f64 stays exact through the backward.
 #pragma once
-#include <optional>
 #include <tuple>
 
 #include "cpu/cpu_storage.h"
@@ -136,43 +135,6 @@ void register_fused_optim_base(FusedTable& t);
 void register_fused_optim_avx2(FusedTable& t);
 void register_fused_optim_avx512(FusedTable& t);
 
-// ---- the CPU implementations behind CpuStorage's fused methods (outputs are new dense storages).
-// Arguments arrive checked by the entry points in cpp/fused.cpp.
-using Sto = std::shared_ptr<BackendStorage>;
-struct StoLayout {
-  const CpuStorage* s = nullptr;
-  Layout l;
-};
-
-Sto softmax_fwd(const CpuStorage& x, const Layout& lx, bool log);
-Sto softmax_bwd(const CpuStorage& y, const Layout& ly, const CpuStorage& g, const Layout& lg, bool log);
-// w optional (ones); rms_norm_bwd's dw is nullptr without it.
-std::tuple<Sto, Sto> rms_norm_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w, const Layout* lw,
-                                  double eps);
-std::tuple<Sto, Sto> rms_norm_bwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w, const Layout* lw,
-                                  const CpuStorage& rstd, const CpuStorage& g, const Layout& lg);
-std::tuple<Sto, Sto, Sto> layer_norm_fwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w,
-                                         const Layout* lw, const CpuStorage* b, const Layout* lb, double eps);
-std::tuple<Sto, Sto, Sto> layer_norm_bwd(const CpuStorage& x, const Layout& lx, const CpuStorage* w,
-                                         const Layout* lw, const CpuStorage& mean, const CpuStorage& rstd,
-                                         const CpuStorage& g, const Layout& lg);
-Sto rope(const CpuStorage& x, const Layout& lx, const RopeArgs& a);
-void optim_step(const OptimArgs& a);
-// a = y for Sigmoid, x otherwise.
-Sto act_bwd(ActKind kind, const CpuStorage& a, const Layout& la, const CpuStorage& g, const Layout& lg, double p0,
-            double p1);
-// Recurrent cells (cpu/rnn_cell.cpp).
-std::tuple<Sto, Sto, Sto> rnn_cell_fwd(RnnCell kind, const CpuStorage& xg, const Layout& lxg, const CpuStorage& hg,
-                                       const Layout& lhg, const CpuStorage* b, const Layout* lb, const CpuStorage* s,
-                                       const Layout* ls);
-std::tuple<Sto, Sto, Sto> rnn_cell_bwd(RnnCell kind, const CpuStorage& dh, const Layout& ldh, const CpuStorage& ws,
-                                       const Layout& lws, const CpuStorage* s, const Layout* ls, const CpuStorage* dc, const Layout* ldc);
-std::tuple<Sto, Sto> sdpa_fwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
-                              const CpuStorage& v, const Layout& lv, const StoLayout* mask, double scale,
-                              bool causal, double softcap);
-std::tuple<Sto, Sto, Sto> sdpa_bwd(const CpuStorage& q, const Layout& lq, const CpuStorage& k, const Layout& lk,
-                                   const CpuStorage& v, const Layout& lv, const CpuStorage& o, const Layout& lo,
-                                   const CpuStorage& lse, const CpuStorage& g, const Layout& lg,
-                                   const StoLayout* mask, double scale, bool causal, double softcap);
+using Sto = std::shared_ptr<BackendStorage>;  // the host side's results (new dense storages)
 
 }  // namespace ember::cpu

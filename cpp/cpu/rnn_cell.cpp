@@ -5,6 +5,8 @@
 
 #include "cpu/fused.h"
 #include "cpu/parallel.h"
+#include "families/rnn_cell.h"
+#include "registry.h"
 
 namespace ember::cpu {
 namespace {
@@ -24,11 +26,11 @@ struct RowPtr {
 // Rows per task: enough hidden units that a task outweighs its scheduling (about 16k gate values).
 int64_t grain_rows(int64_t width) { return std::max<int64_t>(1, 16384 / std::max<int64_t>(width, 1)); }
 
-}  // namespace
-
-std::tuple<Sto, Sto, Sto> rnn_cell_fwd(RnnCell kind, const CpuStorage& xg, const Layout& lxg, const CpuStorage& hg,
-                                       const Layout& lhg, const CpuStorage* b, const Layout* lb, const CpuStorage* s,
-                                       const Layout* ls) {
+std::tuple<Sto, Sto, Sto> rnn_cell_fwd(const BackendStorage& xgs, const Layout& lxg, RnnCell kind,
+                                       const BackendStorage& hgs, const Layout& lhg, const BackendStorage* b,
+                                       const Layout* lb, const BackendStorage* ss, const Layout* ls) {
+  const CpuStorage &xg = as_cpu(xgs), &hg = as_cpu(hgs);
+  const CpuStorage* s = ss ? &as_cpu(*ss) : nullptr;
   const DType dt = xg.dtype(), sdt = stats_dtype(dt);
   const int64_t n = lxg.shape()[0], g = lxg.shape()[1], h = g / rnn_gates(kind), w = rnn_ws_width(kind, h);
   auto hn = new_cpu(dt, n * h);
@@ -52,8 +54,11 @@ std::tuple<Sto, Sto, Sto> rnn_cell_fwd(RnnCell kind, const CpuStorage& xg, const
   return {hn, cn, ws};
 }
 
-std::tuple<Sto, Sto, Sto> rnn_cell_bwd(RnnCell kind, const CpuStorage& dh, const Layout& ldh, const CpuStorage& ws,
-                                       const Layout& lws, const CpuStorage* s, const Layout* ls, const CpuStorage* dc, const Layout* ldc) {
+std::tuple<Sto, Sto, Sto> rnn_cell_bwd(const BackendStorage& dhs, const Layout& ldh, RnnCell kind,
+                                       const BackendStorage& wss, const Layout& lws, const BackendStorage* ss,
+                                       const Layout* ls, const BackendStorage* dcs, const Layout* ldc) {
+  const CpuStorage &dh = as_cpu(dhs), &ws = as_cpu(wss);
+  const CpuStorage *s = ss ? &as_cpu(*ss) : nullptr, *dc = dcs ? &as_cpu(*dcs) : nullptr;
   const DType dt = dh.dtype(), sdt = stats_dtype(dt);
   const int64_t n = ldh.shape()[0], h = ldh.shape()[1], g = rnn_gates(kind) * h, w = rnn_ws_width(kind, h);
   auto dxg = new_cpu(dt, n * g);
@@ -75,22 +80,11 @@ std::tuple<Sto, Sto, Sto> rnn_cell_bwd(RnnCell kind, const CpuStorage& dh, const
   return {dxg, dhg, ds};
 }
 
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::rnn_cell_fwd(RnnCell kind, const Layout& l,
-                                                                        const BackendStorage& hg, const Layout& lhg,
-                                                                        const BackendStorage* b, const Layout* lb,
-                                                                        const BackendStorage* s,
-                                                                        const Layout* ls) const {
-  return cpu::rnn_cell_fwd(kind, *this, l, as_cpu(hg), lhg, b ? &as_cpu(*b) : nullptr, lb,
-                           s ? &as_cpu(*s) : nullptr, ls);
-}
+}  // namespace
 
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CpuStorage::rnn_cell_bwd(RnnCell kind, const Layout& l,
-                                                                        const BackendStorage& ws, const Layout& lws,
-                                                                        const BackendStorage* s, const Layout* ls,
-                                                                        const BackendStorage* dc,
-                                                                        const Layout* ldc) const {
-  return cpu::rnn_cell_bwd(kind, *this, l, as_cpu(ws), lws, s ? &as_cpu(*s) : nullptr, ls, dc ? &as_cpu(*dc) : nullptr,
-                           ldc);
+void register_rnn_cell() {
+  Kernels<RnnCellFwd>::set(DeviceKind::Cpu, &rnn_cell_fwd);
+  Kernels<RnnCellBwd>::set(DeviceKind::Cpu, &rnn_cell_bwd);
 }
 
 }  // namespace ember::cpu

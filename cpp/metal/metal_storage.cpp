@@ -108,17 +108,6 @@ StoragePtr MetalStorage::conv2d_bwd_weight(const Layout& l, const BackendStorage
                                            const ConvGeom& g, int64_t groups) const {
   return ops::conv2d_bwd_weight(*this, l, gy, lg, g, groups);
 }
-std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::batch_norm_fwd(
-    const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage* b, const Layout* lb,
-    BackendStorage* rm, const Layout* lrm, BackendStorage* rv, const Layout* lrv, bool training, double momentum,
-    double eps) const {
-  return ops::batch_norm_fwd(*this, l, w, lw, b, lb, rm, lrm, rv, lrv, training, momentum, eps);
-}
-std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::batch_norm_bwd(
-    const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& mean,
-    const BackendStorage& rstd, const BackendStorage& g, const Layout& lg, bool training) const {
-  return ops::batch_norm_bwd(*this, l, w, lw, mean, rstd, g, lg, training);
-}
 std::tuple<StoragePtr, StoragePtr> MetalStorage::pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
                                                         bool with_indices) const {
   return ops::pool2d(*this, kind, l, g, with_indices);
@@ -133,43 +122,6 @@ StoragePtr MetalStorage::upsample(UpsampleMode mode, const Layout& l, const Upsa
 StoragePtr MetalStorage::upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const {
   return ops::upsample_bwd(*this, mode, lg, g);
 }
-
-StoragePtr MetalStorage::softmax_fwd(const Layout& l, bool log) const { return ops::softmax_fwd(*this, l, log); }
-StoragePtr MetalStorage::softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const {
-  return ops::softmax_bwd(*this, l, g, lg, log);
-}
-std::tuple<StoragePtr, StoragePtr> MetalStorage::rms_norm_fwd(const Layout& l, const BackendStorage* w,
-                                                              const Layout* lw, double eps) const {
-  return ops::rms_norm_fwd(*this, l, w, lw, eps);
-}
-std::tuple<StoragePtr, StoragePtr> MetalStorage::rms_norm_bwd(const Layout& l, const BackendStorage* w,
-                                                              const Layout* lw, const BackendStorage& rstd,
-                                                              const BackendStorage& g, const Layout& lg) const {
-  return ops::rms_norm_bwd(*this, l, w, lw, rstd, g, lg);
-}
-std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::layer_norm_fwd(const Layout& l, const BackendStorage* w,
-                                                                            const Layout* lw, const BackendStorage* b,
-                                                                            const Layout* lb, double eps) const {
-  return ops::layer_norm_fwd(*this, l, w, lw, b, lb, eps);
-}
-std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::layer_norm_bwd(
-    const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& mean,
-    const BackendStorage& rstd, const BackendStorage& g, const Layout& lg) const {
-  return ops::layer_norm_bwd(*this, l, w, lw, mean, rstd, g, lg);
-}
-StoragePtr MetalStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg,
-                                 double p0, double p1) const {
-  return ops::act_bwd(*this, kind, l, g, lg, p0, p1);
-}
-std::tuple<StoragePtr, StoragePtr> MetalStorage::sdpa_fwd(const SdpaArgs& a) const { return ops::sdpa_fwd(*this, a); }
-std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,
-                                                                      const Layout& lo, const BackendStorage& lse,
-                                                                      const BackendStorage& g,
-                                                                      const Layout& lg) const {
-  return ops::sdpa_bwd(*this, a, o, lo, lse, g, lg);
-}
-StoragePtr MetalStorage::rope(const Layout& l, const RopeArgs& a) const { return ops::rope(*this, l, a); }
-void MetalStorage::optim_step(const OptimArgs& a) { ops::optim_step(*this, a); }
 
 std::tuple<StoragePtr, StoragePtr> MetalStorage::sort(const Layout& l, int64_t dim, bool descending,
                                                       bool stable) const {

@@ -5,8 +5,10 @@
 #include <cmath>
 #include <string>
 
+#include "families/batch_norm.h"
 #include "metal/launch.h"
 #include "metal/ops/ops.h"
+#include "registry.h"
 
 namespace ember::metal::ops {
 namespace {
@@ -60,13 +62,14 @@ std::string kname(const char* base, DType dt, const char* op) { return std::stri
 
 }  // namespace
 
-std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const MetalStorage& x, const Layout& l,
+std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const BackendStorage& xs, const Layout& l,
                                                               const BackendStorage* w, const Layout* lw,
                                                               const BackendStorage* b, const Layout* lb,
                                                               BackendStorage* rm, const Layout* lrm, BackendStorage* rv,
                                                               const Layout* lrv, bool training, double momentum,
                                                               double eps) {
   const char* op = "batch_norm";
+  const MetalStorage& x = as_metal(xs);
   MetalDevice& dev = x.metal_device();
   const BatchNormArgs a = args_of(l, w ? lw : nullptr, b ? lb : nullptr, training, rm != nullptr, momentum, eps);
   const int64_t c = a.c, m = a.n * a.s;
@@ -111,12 +114,13 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const MetalStorage
   return {y, mean, rstd};
 }
 
-std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const MetalStorage& x, const Layout& l,
+std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const BackendStorage& xs, const Layout& l,
                                                               const BackendStorage* w, const Layout* lw,
                                                               const BackendStorage& mean, const BackendStorage& rstd,
                                                               const BackendStorage& g, const Layout& lg,
                                                               bool training) {
   const char* op = "batch_norm_bwd";
+  const MetalStorage& x = as_metal(xs);
   MetalDevice& dev = x.metal_device();
   const BatchNormArgs a = args_of(l, w ? lw : nullptr, nullptr, training, false, 0.0, 0.0);
   auto dx = new_metal(dev, x.dtype(), l.numel(), op);
@@ -152,6 +156,11 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const MetalStorage
       .scalar(a)
       .dispatch_1d(checked_u32(l.numel(), op));
   return {dx, dw, db};
+}
+
+void register_batch_norm() {
+  Kernels<BatchNormFwd>::set(DeviceKind::Metal, &batch_norm_fwd);
+  Kernels<BatchNormBwd>::set(DeviceKind::Metal, &batch_norm_bwd);
 }
 
 }  // namespace ember::metal::ops

@@ -8,8 +8,15 @@
 #include <string>
 #include <tuple>
 
+#include "families/act_bwd.h"
+#include "families/layer_norm.h"
+#include "families/rms_norm.h"
+#include "families/rope.h"
+#include "families/sdpa.h"
+#include "families/softmax.h"
 #include "metal/launch.h"
 #include "metal/ops/ops.h"
+#include "registry.h"
 
 namespace ember::metal::ops {
 namespace {
@@ -149,8 +156,9 @@ SoftmaxPlan softmax_plan(MetalDevice& dev, const std::string& base, DType dt, in
 
 }  // namespace
 
-StoragePtr softmax_fwd(const MetalStorage& x, const Layout& l, bool log) {
+StoragePtr softmax_fwd(const BackendStorage& xs, const Layout& l, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
+  const MetalStorage& x = as_metal(xs);
   MetalDevice& dev = x.metal_device();
   auto y = new_metal(dev, x.dtype(), l.numel(), op);
   const int64_t n = row_len(l), rows = row_count(l);
@@ -169,8 +177,10 @@ StoragePtr softmax_fwd(const MetalStorage& x, const Layout& l, bool log) {
   return y;
 }
 
-StoragePtr softmax_bwd(const MetalStorage& y, const Layout& l, const BackendStorage& g, const Layout& lg, bool log) {
+StoragePtr softmax_bwd(const BackendStorage& ys, const Layout& l, const BackendStorage& g, const Layout& lg,
+                       bool log) {
   const char* op = log ? "log_softmax_bwd" : "softmax_bwd";
+  const MetalStorage& y = as_metal(ys);
   MetalDevice& dev = y.metal_device();
   auto dx = new_metal(dev, y.dtype(), l.numel(), op);
   const int64_t n = row_len(l), rows = row_count(l);
@@ -239,9 +249,10 @@ void norm_params(MetalDevice& dev, const char* op, const RowOperand& x, const Ro
 
 }  // namespace
 
-std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const MetalStorage& x, const Layout& l, const BackendStorage* w,
+std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& xs, const Layout& l, const BackendStorage* w,
                                                 const Layout* lw, double eps) {
   const char* op = "rms_norm";
+  const MetalStorage& x = as_metal(xs);
   MetalDevice& dev = x.metal_device();
   const int64_t n = row_len(l), rows = row_count(l);
   auto y = new_metal(dev, x.dtype(), l.numel(), op);
@@ -267,10 +278,11 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const MetalStorage& x, const Lay
   return {y, rstd};
 }
 
-std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const MetalStorage& x, const Layout& l, const BackendStorage* w,
+std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& xs, const Layout& l, const BackendStorage* w,
                                                 const Layout* lw, const BackendStorage& rstd, const BackendStorage& g,
                                                 const Layout& lg) {
   const char* op = "rms_norm_bwd";
+  const MetalStorage& x = as_metal(xs);
   MetalDevice& dev = x.metal_device();
   const int64_t n = row_len(l), rows = row_count(l);
   auto dx = new_metal(dev, x.dtype(), l.numel(), op);
@@ -298,10 +310,11 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const MetalStorage& x, const Lay
   return {dx, dw};
 }
 
-std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const MetalStorage& x, const Layout& l,
+std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStorage& xs, const Layout& l,
                                                               const BackendStorage* w, const Layout* lw,
                                                               const BackendStorage* b, const Layout* lb, double eps) {
   const char* op = "layer_norm";
+  const MetalStorage& x = as_metal(xs);
   MetalDevice& dev = x.metal_device();
   const int64_t n = row_len(l), rows = row_count(l);
   auto y = new_metal(dev, x.dtype(), l.numel(), op);
@@ -332,11 +345,12 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const MetalStorage
   return {y, mean, rstd};
 }
 
-std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const MetalStorage& x, const Layout& l,
+std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStorage& xs, const Layout& l,
                                                               const BackendStorage* w, const Layout* lw,
                                                               const BackendStorage& mean, const BackendStorage& rstd,
                                                               const BackendStorage& g, const Layout& lg) {
   const char* op = "layer_norm_bwd";
+  const MetalStorage& x = as_metal(xs);
   MetalDevice& dev = x.metal_device();
   const int64_t n = row_len(l), rows = row_count(l);
   auto dx = new_metal(dev, x.dtype(), l.numel(), op);
@@ -370,9 +384,10 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const MetalStorage
 }
 
 // ================================ activations' backward ==========================================
-StoragePtr act_bwd(const MetalStorage& a, ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg,
+StoragePtr act_bwd(const BackendStorage& as_, const Layout& l, const BackendStorage& g, const Layout& lg, ActKind kind,
                    double p0, double p1) {
   const std::string op = std::string(act_name(kind)) + "_bwd";
+  const MetalStorage& a = as_metal(as_);
   MetalDevice& dev = a.metal_device();
   const int64_t n = l.numel();
   auto dx = new_metal(dev, a.dtype(), n, op.c_str());
@@ -417,35 +432,20 @@ StoragePtr act_bwd(const MetalStorage& a, ActKind kind, const Layout& l, const B
 // ================================ sdpa ===========================================================
 namespace {
 
-// A 3-D (B, L, D) or 4-D (B, H, L, D) layout as 4 dims (H = 1, stride 0 for 3-D).
-void dims4(const Layout& l, int64_t sh[4], int64_t st[4]) {
-  const int64_t off = 4 - l.ndim();
-  for (int i = 0; i < 4; ++i) {
-    sh[i] = i < off ? 1 : l.shape()[i - off];
-    st[i] = i < off ? 0 : l.stride()[i - off];
-  }
-}
-
 struct SdpaSetup {
   SdpaKArgs k;
   std::string suffix;  // "<dtype>_<mask dtype>"
   const MetalStorage* mask = nullptr;
 };
 
-SdpaSetup sdpa_setup(const SdpaArgs& a, const char* op) {
+// The kernels' argument block from the seam's geometry (cpp/fused.cpp).
+SdpaSetup sdpa_setup(const SdpaArgs& a, const SdpaGeom& g, const char* op) {
   SdpaSetup s;
   SdpaKArgs& k = s.k;
-  int64_t shq[4], shk[4], shv[4];
-  dims4(a.lq, shq, k.sq);
-  dims4(a.lk, shk, k.sk);
-  dims4(a.lv, shv, k.sv);
-  k.B = shq[0];
-  k.H = shq[1];
-  k.Hkv = shk[1];
-  k.Lq = shq[2];
-  k.Lk = shk[2];
-  k.D = shq[3];
-  k.Dv = shv[3];
+  k.B = g.B, k.H = g.H, k.Hkv = g.Hkv, k.Lq = g.Lq, k.Lk = g.Lk, k.D = g.D, k.Dv = g.Dv;
+  std::copy(g.sq, g.sq + 4, k.sq);
+  std::copy(g.sk, g.sk + 4, k.sk);
+  std::copy(g.sv, g.sv + 4, k.sv);
   EMBER_CHECK(k.D <= kMaxHeadDim && k.Dv <= kMaxHeadDim, Unsupported, "[", op, "] head dims up to ", kMaxHeadDim,
               " on metal, got ", k.D, " and ", k.Dv);
   k.q_off = a.lq.offset();
@@ -457,13 +457,8 @@ SdpaSetup sdpa_setup(const SdpaArgs& a, const char* op) {
   k.tile = std::min<int64_t>(kMaxTileRows, kTile / std::max<int64_t>({k.D, k.Dv, 1}));
   const DType qdt = a.q->dtype();
   if (a.mask) {
-    const Layout& lm = a.lmask;
-    const int64_t off = 4 - lm.ndim();
-    for (int i = 0; i < 4; ++i) {
-      const int64_t sz = i < off ? 1 : lm.shape()[i - off];
-      k.sm[i] = sz == 1 ? 0 : lm.stride()[i - off];
-    }
-    k.m_off = lm.offset();
+    std::copy(g.sm, g.sm + 4, k.sm);
+    k.m_off = a.lmask.offset();
     // a bool keep-mask is one byte 0/1 per element, as a uint8 one: it runs the uint8 variant
     const bool keep = a.mask->dtype() == DType::U8 || a.mask->dtype() == DType::Bool;
     k.mask_kind = keep ? 1 : 2;
@@ -479,10 +474,11 @@ uint32_t sdpa_simdgroups(int64_t rows) { return rows >= 32 ? 8 : 4; }
 
 }  // namespace
 
-std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const MetalStorage& q, const SdpaArgs& a) {
+std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a, const SdpaGeom& geo) {
   const char* op = "sdpa";
+  const MetalStorage& q = as_metal(*a.q);
   MetalDevice& dev = q.metal_device();
-  SdpaSetup s = sdpa_setup(a, op);
+  SdpaSetup s = sdpa_setup(a, geo, op);
   const SdpaKArgs& k = s.k;
   const int64_t BH = k.B * k.H;
   auto out = new_metal(dev, q.dtype(), BH * k.Lq * k.Dv, op);
@@ -532,17 +528,17 @@ std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const MetalStorage& q, const SdpaArg
   return {out, lse};
 }
 
-std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const MetalStorage& q, const SdpaArgs& a,
+std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const SdpaGeom& geo,
                                                         const BackendStorage& o, const Layout& lo,
                                                         const BackendStorage& lse, const BackendStorage& g,
                                                         const Layout& lg) {
   const char* op = "sdpa_bwd";
+  const MetalStorage& q = as_metal(*a.q);
   MetalDevice& dev = q.metal_device();
-  SdpaSetup s = sdpa_setup(a, op);
+  SdpaSetup s = sdpa_setup(a, geo, op);
   SdpaKArgs& k = s.k;
-  int64_t sh[4];
-  dims4(lo, sh, k.so);
-  dims4(lg, sh, k.sg);
+  std::copy(geo.so, geo.so + 4, k.so);
+  std::copy(geo.sg, geo.sg + 4, k.sg);
   k.o_off = lo.offset();
   k.g_off = lg.offset();
   const int64_t BH = k.B * k.H;
@@ -590,8 +586,9 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const MetalStorage& q, c
 }
 
 // ================================ rope ===========================================================
-StoragePtr rope(const MetalStorage& x, const Layout& l, const RopeArgs& a) {
+StoragePtr rope(const BackendStorage& xs, const Layout& l, const RopeArgs& a) {
   const char* op = "rope";
+  const MetalStorage& x = as_metal(xs);
   MetalDevice& dev = x.metal_device();
   auto y = new_metal(dev, x.dtype(), l.numel(), op);
   if (l.numel() == 0) return y;
@@ -640,6 +637,19 @@ StoragePtr rope(const MetalStorage& x, const Layout& l, const RopeArgs& a) {
   else launch.input(a.freqs ? as_metal(*a.freqs) : a.table ? as_metal(*a.table) : *in.s);
   launch.output(*y).scalar(k).dispatch_grid({checked_u32(k.D - k.half, op), checked_u32(k.rows, op), 1}, {64, 1, 1});
   return y;
+}
+
+void register_fused() {
+  Kernels<SoftmaxFwd>::set(DeviceKind::Metal, &softmax_fwd);
+  Kernels<SoftmaxBwd>::set(DeviceKind::Metal, &softmax_bwd);
+  Kernels<RmsNormFwd>::set(DeviceKind::Metal, &rms_norm_fwd);
+  Kernels<RmsNormBwd>::set(DeviceKind::Metal, &rms_norm_bwd);
+  Kernels<LayerNormFwd>::set(DeviceKind::Metal, &layer_norm_fwd);
+  Kernels<LayerNormBwd>::set(DeviceKind::Metal, &layer_norm_bwd);
+  Kernels<ActBwd>::set(DeviceKind::Metal, &act_bwd);
+  Kernels<SdpaFwd>::set(DeviceKind::Metal, &sdpa_fwd);
+  Kernels<SdpaBwd>::set(DeviceKind::Metal, &sdpa_bwd);
+  Kernels<Rope>::set(DeviceKind::Metal, &rope);
 }
 
 }  // namespace ember::metal::ops

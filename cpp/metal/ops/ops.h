@@ -53,19 +53,6 @@ StoragePtr conv2d_bwd_input(const MetalStorage& gy, const Layout& l, const Backe
 StoragePtr conv2d_bwd_weight(const MetalStorage& x, const Layout& l, const BackendStorage& gy, const Layout& lg,
                              const ConvGeom& g, int64_t groups);
 
-// batch_norm.cpp (metal/batch_norm.metal)
-std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const MetalStorage& x, const Layout& l,
-                                                              const BackendStorage* w, const Layout* lw,
-                                                              const BackendStorage* b, const Layout* lb,
-                                                              BackendStorage* rm, const Layout* lrm, BackendStorage* rv,
-                                                              const Layout* lrv, bool training, double momentum,
-                                                              double eps);
-std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const MetalStorage& x, const Layout& l,
-                                                              const BackendStorage* w, const Layout* lw,
-                                                              const BackendStorage& mean, const BackendStorage& rstd,
-                                                              const BackendStorage& g, const Layout& lg,
-                                                              bool training);
-
 // pool.cpp
 std::tuple<StoragePtr, StoragePtr> pool2d(const MetalStorage& s, PoolKind kind, const Layout& l, const PoolGeom& g,
                                           bool with_indices);
@@ -74,33 +61,6 @@ StoragePtr pool2d_bwd(const MetalStorage& s, PoolKind kind, const Layout& lg, co
 // upsample.cpp
 StoragePtr upsample(const MetalStorage& s, UpsampleMode mode, const Layout& l, const UpsampleGeom& g);
 StoragePtr upsample_bwd(const MetalStorage& s, UpsampleMode mode, const Layout& lg, const UpsampleGeom& g);
-
-// fused.cpp: the fused kernels (every check is done by the entry points in cpp/fused.cpp).
-StoragePtr softmax_fwd(const MetalStorage& s, const Layout& l, bool log);
-StoragePtr softmax_bwd(const MetalStorage& s, const Layout& l, const BackendStorage& g, const Layout& lg, bool log);
-std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const MetalStorage& s, const Layout& l, const BackendStorage* w,
-                                                const Layout* lw, double eps);
-std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const MetalStorage& s, const Layout& l, const BackendStorage* w,
-                                                const Layout* lw, const BackendStorage& rstd,
-                                                const BackendStorage& g, const Layout& lg);
-std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const MetalStorage& s, const Layout& l,
-                                                              const BackendStorage* w, const Layout* lw,
-                                                              const BackendStorage* b, const Layout* lb, double eps);
-std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const MetalStorage& s, const Layout& l,
-                                                              const BackendStorage* w, const Layout* lw,
-                                                              const BackendStorage& mean, const BackendStorage& rstd,
-                                                              const BackendStorage& g, const Layout& lg);
-StoragePtr act_bwd(const MetalStorage& s, ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg,
-                   double p0, double p1);
-std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const MetalStorage& s, const SdpaArgs& a);
-std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const MetalStorage& s, const SdpaArgs& a,
-                                                        const BackendStorage& o, const Layout& lo,
-                                                        const BackendStorage& lse, const BackendStorage& g,
-                                                        const Layout& lg);
-StoragePtr rope(const MetalStorage& s, const Layout& l, const RopeArgs& a);
-
-// optim.cpp: one fused optimizer step in place (OptimArgs, backend.h), float32.
-void optim_step(MetalStorage& p, const OptimArgs& a);
 
 // sort.cpp
 std::tuple<StoragePtr, StoragePtr> sort(const MetalStorage& s, const Layout& l, int64_t dim, bool descending,

@@ -3,8 +3,10 @@
 #include <cmath>
 #include <string>
 
+#include "families/optim.h"
 #include "metal/launch.h"
 #include "metal/ops/ops.h"
+#include "registry.h"
 
 namespace ember::metal::ops {
 namespace {
@@ -16,8 +18,9 @@ struct OptimKArgs {  // must match optim.metal's OptimArgs
 
 }  // namespace
 
-void optim_step(MetalStorage& p, const OptimArgs& a) {
+void optim_step(const OptimArgs& a) {
   const char* op = "optim_step";
+  MetalStorage& p = as_metal(*a.p);
   MetalDevice& dev = p.metal_device();
   const std::string suffix = type_suffix(p.dtype(), op);
   EMBER_CHECK(p.dtype() == DType::F32, DType, "[", op, "] fused updates on metal take float32, got ",
@@ -41,5 +44,7 @@ void optim_step(MetalStorage& p, const OptimArgs& a) {
   }
   l.scalar(k).dispatch_1d(k.n);
 }
+
+void register_optim() { Kernels<OptimStep>::set(DeviceKind::Metal, &optim_step); }
 
 }  // namespace ember::metal::ops

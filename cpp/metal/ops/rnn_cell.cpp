@@ -1,13 +1,15 @@
-// Metal launchers for the fused recurrent cells (metal/rnn_cell.metal), forward and backward, and the
-// MetalStorage methods behind them. The entry points (cpp/fused_rnn.cpp) have checked every operand;
+// Metal launchers for the fused recurrent cells (metal/rnn_cell.metal), forward and backward, registered
+// as RnnCellFwd / RnnCellBwd. The entry points (cpp/fused_rnn.cpp) have checked every operand;
 // 2-D operands are bound at their offsets and read at their row strides. The workspace is float32.
 #include <string>
 #include <tuple>
 
+#include "families/rnn_cell.h"
 #include "metal/launch.h"
 #include "metal/ops/ops.h"
+#include "registry.h"
 
-namespace ember::metal {
+namespace ember::metal::ops {
 namespace {
 
 struct RnnCellKArgs {  // rnn_cell.metal's RnnCellArgs
@@ -30,18 +32,17 @@ void dispatch(Launch& k, int64_t h, int64_t n, const char* op) {
   k.dispatch_grid({checked_u32(h, op), checked_u32(n, op), 1}, {64, 4, 1});
 }
 
-}  // namespace
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::rnn_cell_fwd(RnnCell kind, const Layout& l,
-                                                                          const BackendStorage& hg, const Layout& lhg,
-                                                                          const BackendStorage* b, const Layout* lb,
-                                                                          const BackendStorage* s,
-                                                                          const Layout* ls) const {
+std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_fwd(const BackendStorage& xg, const Layout& l, RnnCell kind,
+                                                            const BackendStorage& hg, const Layout& lhg,
+                                                            const BackendStorage* b, const Layout* lb,
+                                                            const BackendStorage* s, const Layout* ls) {
   const char* op = rnn_cell_name(kind);
-  MetalDevice& dev = metal_device();
+  const MetalStorage& x = as_metal(xg);
+  MetalDevice& dev = x.metal_device();
+  const DType dt = x.dtype();
   const int64_t n = l.shape()[0], g = l.shape()[1], h = g / rnn_gates(kind);
-  auto hn = new_metal(dev, dtype(), n * h, op);
-  auto cn = kind == RnnCell::Lstm ? new_metal(dev, dtype(), n * h, op) : nullptr;
+  auto hn = new_metal(dev, dt, n * h, op);
+  auto cn = kind == RnnCell::Lstm ? new_metal(dev, dt, n * h, op) : nullptr;
   auto ws = new_metal(dev, DType::F32, n * rnn_ws_width(kind, h), op);
   if (n == 0 || h == 0) return {hn, cn, ws};
   RnnCellKArgs a;
@@ -50,11 +51,11 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::rnn_cell_fwd(RnnCel
   a.has_b = b != nullptr;
   a.b_st = b ? lb->stride()[0] : 0;
   a.relu = kind == RnnCell::RnnRelu;
-  Launch k(dev, "rnn_cell.metal", kernel_name(kind, "fwd", dtype(), op));
+  Launch k(dev, "rnn_cell.metal", kernel_name(kind, "fwd", dt, op));
   // An absent bias is never read (has_b 0); the gates are bound in its place.
-  k.input(*this, l.offset()).input(as_metal(hg), lhg.offset());
+  k.input(x, l.offset()).input(as_metal(hg), lhg.offset());
   if (b) k.input(as_metal(*b), lb->offset());
-  else k.input(*this, l.offset());
+  else k.input(x, l.offset());
   if (s) k.input(as_metal(*s), ls->offset());
   k.output(*hn);
   if (cn) k.output(*cn);
@@ -63,27 +64,28 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::rnn_cell_fwd(RnnCel
   return {hn, cn, ws};
 }
 
-std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::rnn_cell_bwd(RnnCell kind, const Layout& l,
-                                                                          const BackendStorage& ws, const Layout& lws,
-                                                                          const BackendStorage* s, const Layout* ls,
-                                                                          const BackendStorage* dc,
-                                                                          const Layout* ldc) const {
+std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_bwd(const BackendStorage& dh, const Layout& l, RnnCell kind,
+                                                            const BackendStorage& ws, const Layout& lws,
+                                                            const BackendStorage* s, const Layout* ls,
+                                                            const BackendStorage* dc, const Layout* ldc) {
   const std::string ops_name = std::string(rnn_cell_name(kind)) + "_bwd";
   const char* op = ops_name.c_str();
-  MetalDevice& dev = metal_device();
+  const MetalStorage& x = as_metal(dh);
+  MetalDevice& dev = x.metal_device();
+  const DType dt = x.dtype();
   const int64_t n = l.shape()[0], h = l.shape()[1], g = rnn_gates(kind) * h;
-  auto dxg = new_metal(dev, dtype(), n * g, op);
-  auto dhg = kind == RnnCell::Gru ? new_metal(dev, dtype(), n * g, op) : nullptr;
-  auto ds = kind == RnnCell::Lstm || kind == RnnCell::Gru ? new_metal(dev, dtype(), n * h, op) : nullptr;
+  auto dxg = new_metal(dev, dt, n * g, op);
+  auto dhg = kind == RnnCell::Gru ? new_metal(dev, dt, n * g, op) : nullptr;
+  auto ds = kind == RnnCell::Lstm || kind == RnnCell::Gru ? new_metal(dev, dt, n * h, op) : nullptr;
   if (n == 0 || h == 0) return {dxg, dhg, ds};
   RnnCellKArgs a;
   a.rows = n, a.H = h;
   a.ld[0] = row_stride(ls), a.ld[1] = l.stride()[0], a.ld[2] = row_stride(ldc);
   a.relu = kind == RnnCell::RnnRelu;
-  Launch k(dev, "rnn_cell.metal", kernel_name(kind, "bwd", dtype(), op));
+  Launch k(dev, "rnn_cell.metal", kernel_name(kind, "bwd", dt, op));
   k.input(as_metal(ws), lws.offset());
   if (s) k.input(as_metal(*s), ls->offset());
-  k.input(*this, l.offset());
+  k.input(x, l.offset());
   if (dc) k.input(as_metal(*dc), ldc->offset());
   k.output(*dxg);
   if (dhg) k.output(*dhg);
@@ -93,4 +95,11 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::rnn_cell_bwd(RnnCel
   return {dxg, dhg, ds};
 }
 
-}  // namespace ember::metal
+}  // namespace
+
+void register_rnn_cell() {
+  Kernels<RnnCellFwd>::set(DeviceKind::Metal, &rnn_cell_fwd);
+  Kernels<RnnCellBwd>::set(DeviceKind::Metal, &rnn_cell_bwd);
+}
+
+}  // namespace ember::metal::ops
