@@ -3,16 +3,26 @@
 
 namespace ember::cpu {
 
-void register_group_norm();  // cpu/group_norm.cpp
-void register_batch_norm();  // cpu/batch_norm.cpp
-void register_fused();       // cpu/fused.cpp: softmax, rms_norm, layer_norm, act_bwd, sdpa, rope, optim_step
-void register_rnn_cell();    // cpu/rnn_cell.cpp
+void register_group_norm();      // cpu/group_norm.cpp
+void register_batch_norm();      // cpu/batch_norm.cpp
+void register_fused();           // cpu/fused.cpp: softmax, rms_norm, layer_norm, act_bwd, sdpa, rope, optim_step
+void register_rnn_cell();        // cpu/rnn_cell.cpp
+void register_sort();            // cpu/sort.cpp
+void register_topk();            // cpu/topk.cpp
+void register_scan();            // cpu/scan.cpp
+void register_multinomial();     // cpu/random.cpp
+void register_scatter_reduce();  // cpu/index.cpp
 
 void register_kernels() {
   register_group_norm();
   register_batch_norm();
   register_fused();
   register_rnn_cell();
+  register_sort();
+  register_topk();
+  register_scan();
+  register_multinomial();
+  register_scatter_reduce();
 }
 
 }  // namespace ember::cpu
