@@ -75,3 +75,69 @@ def test_softplus_composite_at_zero_and_far_out(device):
     np.testing.assert_allclose(gx.detach().numpy(), [0.5, 0.0, 1.0], atol=1e-7)
     g2 = gx.sum().backward()[x].numpy()
     np.testing.assert_allclose(g2, [0.25, 0.0, 0.0], atol=1e-7)
+
+
+def _cases(rng, dt, device):
+    """(name, fn, inputs): each fused op once per declared variant."""
+    def t(*shape, lo=-2.0, hi=2.0):
+        return em.Var(em.tensor(rng.uniform(lo, hi, size=shape).astype(npdt(dt)), device=device))
+
+    x, w, b = t(3, 5, 8), t(8), t(8)
+    q, k, v = t(2, 4, 6, 8), t(2, 2, 7, 8), t(2, 2, 7, 5)
+    cos = em.tensor(np.cos(rng.uniform(0, 3, (5, 3))).astype(npdt(dt)), device=device)
+    sin = em.tensor(np.sin(rng.uniform(0, 3, (5, 3))).astype(npdt(dt)), device=device)
+    gx, gw, gb = t(2, 6, 3, 2), t(6), t(6)
+    return [
+        ("softmax", lambda a: em.nn.ops.softmax(a), [x]),
+        ("log_softmax", lambda a: em.nn.ops.log_softmax(a), [x]),
+        ("rms_norm", lambda a, c: em.nn.ops.rms_norm(a, c, 1e-3), [x, w]),
+        ("rms_norm_no_weight", lambda a: em.nn.ops.rms_norm(a, None, 1e-3), [x]),
+        ("layer_norm", lambda a, c, d: em.nn.ops.layer_norm(a, c, d, 1e-3), [x, w, b]),
+        ("layer_norm_x", lambda a: em.nn.ops.layer_norm(a), [x]),
+        ("layer_norm_w", lambda a, c: em.nn.ops.layer_norm(a, c), [x, w]),
+        ("layer_norm_b", lambda a, d: em.nn.ops.layer_norm(a, None, d), [x, b]),
+        ("sdpa_gqa_causal", lambda a, c, d: em.nn.ops.sdpa(a, c, d, causal=True, softcap=5.0), [q, k, v]),
+        ("rope", lambda a: em.nn.ops.rope(a, 6, base=100.0, offset=3), [x]),
+        ("rope_traditional", lambda a: em.nn.ops.rope(a, 8, traditional=True), [x]),
+        ("rope_tables", lambda a: em.nn.ops.rope_tables(a, cos, sin), [x]),
+        ("rope_i", lambda a: em.nn.ops.rope_i(a, cos, sin), [x]),
+        ("group_norm", lambda a, c, d: em.nn.group_norm(a, 3, c, d), [gx, gw, gb]),
+        ("group_norm_plain", lambda a: em.nn.group_norm(a, 2), [gx]),
+        ("batch_norm_train", lambda a, c, d: em.nn.batch_norm(a, None, None, c, d, training=True), [gx, gw, gb]),
+        ("batch_norm_eval", lambda a: em.nn.batch_norm(
+            a, em.tensor(np.linspace(-1, 1, 6), device=device), em.tensor(np.linspace(0.5, 2, 6), device=device)),
+         [gx]),
+    ]
+
+
+@pytest.mark.parametrize("case", range(17))
+def test_each_fused_op_matches_its_composite_and_differentiates_it(case, rng, device):
+    """The op's one composite form (its reference) gives the fused forward, and the create_graph
+    gradient (the composite's) the fused backward kernel's."""
+    dt = wide(device)
+    name, fn, ins = _cases(rng, dt, device)[case]
+    y = fn(*ins)
+    op = y.op.saved
+    assert hasattr(op, "composite"), name
+    tol = dict(rtol=1e-9, atol=1e-10) if dt is em.float64 else dict(rtol=2e-4, atol=2e-5)
+    np.testing.assert_allclose(op.composite(*[i.detach() for i in ins]).numpy(), y.numpy(), **tol, err_msg=name)
+    g = em.tensor(np.random.default_rng(case).uniform(0.5, 1.5, y.shape).astype(npdt(dt)), device=device)
+    fast = (y * g).sum().backward()
+    slow = (fn(*ins) * g).sum().backward(create_graph=True)
+    for i in ins:
+        np.testing.assert_allclose(slow[i].detach().numpy(), fast[i].numpy(), **tol, err_msg=name)
+
+
+def test_public_references_are_the_composites(rng):
+    """rms_norm_slow / layer_norm_slow take the optional parameters the ops do."""
+    x = em.tensor(rng.standard_normal((4, 6)))
+    w = em.tensor(rng.standard_normal(6))
+    ops = em.nn.ops
+    for got, want in ((ops.rms_norm_slow(x, None, 1e-4), ops.rms_norm(x, None, 1e-4)),
+                      (ops.rms_norm_slow(x, w), ops.rms_norm(x, w)),
+                      (ops.layer_norm_slow(x, None, w), ops.layer_norm(x, None, w)),
+                      (ops.layer_norm_slow(x, w), ops.layer_norm(x, w)),
+                      (ops.layer_norm_slow(x), ops.layer_norm(x)),
+                      (ops.softmax_slow(x, 0), ops.softmax(x, 0)),
+                      (ops.log_softmax_slow(x, 0), ops.log_softmax(x, 0))):
+        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
