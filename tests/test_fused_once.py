@@ -105,7 +105,8 @@ def _cases(rng, dt, device):
         ("group_norm_plain", lambda a: em.nn.group_norm(a, 2), [gx]),
         ("batch_norm_train", lambda a, c, d: em.nn.batch_norm(a, None, None, c, d, training=True), [gx, gw, gb]),
         ("batch_norm_eval", lambda a: em.nn.batch_norm(
-            a, em.tensor(np.linspace(-1, 1, 6), device=device), em.tensor(np.linspace(0.5, 2, 6), device=device)),
+            a, em.tensor(np.linspace(-1, 1, 6).astype(npdt(dt)), device=device),
+            em.tensor(np.linspace(0.5, 2, 6).astype(npdt(dt)), device=device)),
          [gx]),
     ]
 
@@ -128,10 +129,12 @@ def test_each_fused_op_matches_its_composite_and_differentiates_it(case, rng, de
         np.testing.assert_allclose(slow[i].detach().numpy(), fast[i].numpy(), **tol, err_msg=name)
 
 
-def test_public_references_are_the_composites(rng):
+def test_public_references_are_the_composites(rng, device):
     """rms_norm_slow / layer_norm_slow take the optional parameters the ops do."""
-    x = em.tensor(rng.standard_normal((4, 6)))
-    w = em.tensor(rng.standard_normal(6))
+    dt = wide(device)
+    x = em.tensor(rng.standard_normal((4, 6)).astype(npdt(dt)), device=device)
+    w = em.tensor(rng.standard_normal(6).astype(npdt(dt)), device=device)
+    tol = dict(rtol=1e-12, atol=1e-12) if dt is em.float64 else dict(rtol=1e-5, atol=1e-6)
     ops = em.nn.ops
     for got, want in ((ops.rms_norm_slow(x, None, 1e-4), ops.rms_norm(x, None, 1e-4)),
                       (ops.rms_norm_slow(x, w), ops.rms_norm(x, w)),
@@ -140,4 +143,4 @@ def test_public_references_are_the_composites(rng):
                       (ops.layer_norm_slow(x), ops.layer_norm(x)),
                       (ops.softmax_slow(x, 0), ops.softmax(x, 0)),
                       (ops.log_softmax_slow(x, 0), ops.log_softmax(x, 0))):
-        np.testing.assert_allclose(got.numpy(), want.numpy(), rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(got.numpy(), want.numpy(), **tol)
