@@ -10,25 +10,6 @@
 
 namespace {
 
-// Maps an ErrorKind to the Python class defined in ember/errors.py (imported lazily).
-PyObject* error_class(ember::ErrorKind kind) {
-  // Leaked on purpose: a static py::object would be released after the interpreter is gone.
-  static PyObject* mod = py::module_::import("ember.errors").release().ptr();
-  const char* name = "EmberError";
-  switch (kind) {
-    case ember::ErrorKind::Shape: name = "ShapeError"; break;
-    case ember::ErrorKind::DType: name = "DTypeError"; break;
-    case ember::ErrorKind::Type: name = "EmberTypeError"; break;
-    case ember::ErrorKind::Device: name = "DeviceError"; break;
-    case ember::ErrorKind::Index: name = "IndexOutOfRange"; break;
-    case ember::ErrorKind::Unsupported: name = "UnsupportedOp"; break;
-    case ember::ErrorKind::Memory: name = "OutOfMemory"; break;
-    case ember::ErrorKind::Value: name = "EmberValueError"; break;
-    case ember::ErrorKind::Interrupted: name = "EmberError"; break;
-  }
-  return py::handle(mod).attr(name).ptr();
-}
-
 // SIGINT: Python's own C handler only sets a flag that its eval loop reads once the running kernel
 // returns. This one also tells the kernels (cpu::note_interrupt) and then runs Python's. Installed
 // only over a handler, not over SIG_DFL / SIG_IGN; a later signal.signal(SIGINT, ...) replaces it,
@@ -110,16 +91,7 @@ void bind_devices(py::module_& m) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "ember's C++ core (storage, layout, CPU kernels)";
-  py::register_exception_translator([](std::exception_ptr p) {
-    try {
-      if (p) std::rethrow_exception(p);
-    } catch (const ember::Error& e) {
-      // An op stopped by Ctrl-C: Python's handler raises KeyboardInterrupt (or whatever it does);
-      // if it raises nothing, the op still did not complete, which an EmberError says.
-      if (e.kind == ember::ErrorKind::Interrupted && PyErr_CheckSignals() != 0) return;
-      PyErr_SetString(error_class(e.kind), e.what());
-    }
-  });
+  ember::bind::register_error_translator(false);
   ember::bind::g_main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
   pthread_atfork(nullptr, nullptr, after_fork_child);
   install_sigint_hook();
@@ -130,7 +102,7 @@ PYBIND11_MODULE(_C, m) {
   ember::bind::bind_storage(m);
   ember::bind::bind_ops(m);
   bind_fused(m);
-  ember::bind::bind_metal(m);
+  ember::bind::bind_metal_storage(m);
 
   bind_codes(m);
   bind_devices(m);
