@@ -50,7 +50,8 @@ struct Interruptible {
 };
 using GilFree = py::call_guard<Interruptible, py::gil_scoped_release>;
 
-void register_error_translator(bool local);  // errors.cpp
+// module_init.cpp: the error translator, the SIGINT hook and the main thread, for _C and _C_testing.
+void init_module(bool testing);
 // function_constants.cpp: the one reader of Metal function constants. `items` holds (index, type, value) or
 // (index, value) tuples (the type from the value's: exactly bool, int or float).
 metal::FunctionConstant parse_function_constant(py::handle index, const std::string& type, py::handle value);

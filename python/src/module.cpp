@@ -1,7 +1,4 @@
 // ember._C: the pybind11 module. Bindings only; C++ errors become ember's Python exception classes.
-#include <pthread.h>
-#include <signal.h>
-
 #include "common.h"
 #include "device.h"
 #include "dtype.h"
@@ -9,29 +6,6 @@
 #include "storage.h"
 
 namespace {
-
-// SIGINT: Python's own C handler only sets a flag that its eval loop reads once the running kernel
-// returns. This one also tells the kernels (cpu::note_interrupt) and then runs Python's. Installed
-// only over a handler, not over SIG_DFL / SIG_IGN; a later signal.signal(SIGINT, ...) replaces it,
-// and kernels then finish before KeyboardInterrupt, as before.
-struct sigaction g_prev_sigint;
-void on_sigint(int sig, siginfo_t* info, void* ctx) {
-  // Python's first: once a kernel sees the interrupt, PyErr_CheckSignals (below) finds it pending.
-  if (g_prev_sigint.sa_flags & SA_SIGINFO) g_prev_sigint.sa_sigaction(sig, info, ctx);
-  else g_prev_sigint.sa_handler(sig);
-  ember::cpu::note_interrupt();
-}
-void install_sigint_hook() {
-  struct sigaction cur;
-  if (sigaction(SIGINT, nullptr, &cur) != 0) return;
-  if (!(cur.sa_flags & SA_SIGINFO) && (cur.sa_handler == SIG_DFL || cur.sa_handler == SIG_IGN)) return;
-  g_prev_sigint = cur;
-  struct sigaction mine = cur;
-  mine.sa_flags |= SA_SIGINFO;
-  mine.sa_sigaction = on_sigint;
-  sigaction(SIGINT, &mine, nullptr);
-}
-void after_fork_child() { ember::bind::g_main_thread = PyThread_get_thread_ident(); }
 
 // The codes Python's tables are derived from: names in enum order (the index is the code).
 void bind_codes(py::module_& m) {
@@ -91,10 +65,7 @@ void bind_devices(py::module_& m) {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "ember's C++ core (storage, layout, CPU kernels)";
-  ember::bind::register_error_translator(false);
-  ember::bind::g_main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
-  pthread_atfork(nullptr, nullptr, after_fork_child);
-  install_sigint_hook();
+  ember::bind::init_module(false);
   ember::cpu::register_kernels();
   ember::bind::bind_layout(m);
   ember::bind::bind_metal_kernel(m);

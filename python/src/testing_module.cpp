@@ -4,6 +4,6 @@
 
 PYBIND11_MODULE(_C_testing, m) {
   m.doc() = "ember's test-only hooks (the Metal emulator and policy classes); not part of ember's API";
-  ember::bind::register_error_translator(true);
+  ember::bind::init_module(true);
   ember::bind::bind_metal_testing(m);
 }
