@@ -7,6 +7,9 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import pytest
+
 import ember as em
 from ember import _C
 from ember import _C_testing as _T
@@ -61,3 +64,23 @@ def test_memory_stats_names_are_the_same_on_every_device(device):
         metal = em.metal.memory_stats(device)
         assert {k: metal[k] for k in one} == one  # the same four counts, under the same names
         assert not {"allocated", "cached", "peak", "cache_limit", "memory_limit"} & set(metal)
+
+
+@pytest.mark.parametrize("consts,kind,match", [
+    ({0: "1"}, em.EmberTypeError, r"^\[metal\.Kernel\] function constant 0: '1' must be an index >= 0 and a bool"),
+    ({-1: 1}, em.EmberTypeError, r"^\[metal\.Kernel\] function constant -1: 1 must be an index >= 0"),
+    ({0: np.int32(1)}, em.EmberTypeError, r"must be an index >= 0 and a bool, int or float"),
+    ({70000: 1}, em.EmberValueError, r"^\[metal\] a function constant's index must be an int in \[0, 65535\]"),
+    ({0: 2**31}, em.EmberValueError, r"^\[metal\] function constant 0 of type int: 2147483648 is outside"),
+])
+def test_kernel_constants_go_through_the_one_parser(consts, kind, match):
+    # nothing compiles when a Kernel is made: no Metal device is needed to reach the parser
+    with pytest.raises(kind, match=match):
+        em.metal.Kernel("kernel void k() {}", "k", {"constants": consts})
+    with pytest.raises(em.EmberValueError, match=r"^\[metal\] function constant 0 of type int: 2147483648"):
+        _T.metal_emu_run("kernel void k() {}", "k", [], [1], [1], constants=[(0, "int", 2**31)])
+
+
+def test_kernel_constants_of_each_type_are_accepted():
+    k = em.metal.Kernel("kernel void k() {}", "k", {"constants": {2: 1.5, 0: True, 1: -3}})
+    assert repr(k).startswith("em.metal.Kernel('k', source ")
