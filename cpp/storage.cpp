@@ -6,6 +6,12 @@
 #include <climits>
 #include <vector>
 
+#include "families/sampling.h"
+#include "families/scan.h"
+#include "families/scatter.h"
+#include "families/sort.h"
+#include "registry.h"
+
 namespace ember {
 
 std::string Device::str() const {
@@ -364,7 +370,7 @@ std::pair<StoragePtr, Layout> scatter_reduce(ScatterOp op, const BackendStorage&
     EMBER_CHECK(i == dim || il.shape()[i] <= l.shape()[i], Shape, "[", name, "] index ", shape_str(il.shape()),
                 " does not fit ", shape_str(l.shape()), " outside dim ", dim);
   auto [out, ol] = contiguous_copy(s, l);
-  out->scatter_reduce(op, ol, ids, il, src, sl, dim, include_self);
+  Kernels<ScatterReduce>::of(*out)(*out, op, ol, ids, il, src, sl, dim, include_self);
   return {out, ol};
 }
 
@@ -521,13 +527,16 @@ std::pair<StoragePtr, Layout> conv2d_bwd_weight(const BackendStorage& x, const L
   return {x.conv2d_bwd_weight(lx, gy, lg, g, groups), Layout::contiguous({c_out, g.c / groups, g.kh, g.kw})};
 }
 
+// A scalar is a line of one element (torch's rule), so the line kernels always see a dim.
+namespace {
+Layout with_a_dim(const Layout& l) { return l.ndim() == 0 ? Layout({1}, {1}, l.offset()) : l; }
+}  // namespace
+
 std::tuple<StoragePtr, StoragePtr, Layout> sort(const BackendStorage& s, const Layout& l, int64_t dim,
                                                 bool descending, bool stable) {
   check_in_bounds(s, l, "sort");
   dim = normalize_dim(dim, l.ndim(), "sort");
-  // a scalar sorts as a line of one element (torch's rule), so the backends always see a dim
-  const Layout line = l.ndim() == 0 ? Layout({1}, {1}, l.offset()) : l;
-  auto [vals, ids] = s.sort(line, dim, descending, stable);
+  auto [vals, ids] = Kernels<Sort>::of(s)(s, with_a_dim(l), dim, descending, stable);
   return {vals, ids, Layout::contiguous(l.shape())};
 }
 
@@ -539,8 +548,7 @@ std::tuple<StoragePtr, StoragePtr, Layout> scan(ScanOp op, const BackendStorage&
   dim = normalize_dim(dim, l.ndim(), name);
   EMBER_CHECK(!exclusive || op == ScanOp::Sum || op == ScanOp::Prod, Value, "[", name,
               "] has no exclusive form (the first position would have no index)");
-  const Layout line = l.ndim() == 0 ? Layout({1}, {1}, l.offset()) : l;
-  auto [vals, ids] = s.scan(op, line, dim, exclusive, reverse);
+  auto [vals, ids] = Kernels<Scan>::of(s)(s, op, with_a_dim(l), dim, exclusive, reverse);
   return {vals, ids, Layout::contiguous(l.shape())};
 }
 
@@ -548,13 +556,13 @@ std::tuple<StoragePtr, StoragePtr, Layout> topk(const BackendStorage& s, const L
                                                 bool largest) {
   check_in_bounds(s, l, "topk");
   dim = normalize_dim(dim, l.ndim(), "topk");
-  const Layout line = l.ndim() == 0 ? Layout({1}, {1}, l.offset()) : l;
+  const Layout line = with_a_dim(l);
   const int64_t n = line.shape()[dim];
   EMBER_CHECK(k >= 0 && k <= n, Value, "[topk] k = ", k, " is out of range for a dim of size ", n);
   if (l.ndim() == 0) k = 1;  // torch: a scalar's topk is the scalar, for k = 0 as well
   Shape out = l.shape();
   if (l.ndim() > 0) out[dim] = k;
-  auto [vals, ids] = s.topk(line, dim, k, largest);
+  auto [vals, ids] = Kernels<Topk>::of(s)(s, line, dim, k, largest);
   return {vals, ids, Layout::contiguous(out)};
 }
 
@@ -572,7 +580,7 @@ std::pair<StoragePtr, Layout> multinomial(const BackendStorage& s, const Layout&
   EMBER_CHECK(n > 0 || rows == 0, Value, "[multinomial] invalid distribution: a row has no categories");
   const Layout rl = l.ndim() == 2 ? l : Layout({1, n}, {0, l.stride()[0]}, l.offset());
   const RngDraw draw = rng_reserve((uint64_t)rows * (uint64_t)(replacement ? num_samples : n) + 1);
-  StoragePtr out = s.multinomial(rl, num_samples, replacement, draw.seed, draw.counter);
+  StoragePtr out = Kernels<Multinomial>::of(s)(s, rl, num_samples, replacement, draw.seed, draw.counter);
   return {out, l.ndim() == 2 ? Layout::contiguous({rows, num_samples}) : Layout::contiguous({num_samples})};
 }
 

@@ -97,19 +97,6 @@ class CpuStorage final : public BackendStorage {
                                                               const Layout& lws, const BackendStorage* s,
                                                               const Layout* ls, const BackendStorage* dc,
                                                               const Layout* ldc) const override;
-  // cpu/sort.cpp
-  std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending, bool stable) const override;
-  // cpu/scan.cpp
-  std::tuple<StoragePtr, StoragePtr> scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
-                                          bool reverse) const override;
-  // cpu/topk.cpp
-  std::tuple<StoragePtr, StoragePtr> topk(const Layout& l, int64_t dim, int64_t k, bool largest) const override;
-  // cpu/random.cpp
-  StoragePtr multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
-                         uint64_t counter) const override;
-  // cpu/index.cpp
-  void scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
-                      const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) override;
 
  private:
   void* data_ = nullptr;

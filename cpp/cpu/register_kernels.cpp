@@ -3,8 +3,20 @@
 
 namespace ember::cpu {
 
-void register_group_norm();  // cpu/group_norm.cpp
+void register_group_norm();      // cpu/group_norm.cpp
+void register_sort();            // cpu/sort.cpp
+void register_topk();            // cpu/topk.cpp
+void register_scan();            // cpu/scan.cpp
+void register_multinomial();     // cpu/random.cpp
+void register_scatter_reduce();  // cpu/index.cpp
 
-void register_kernels() { register_group_norm(); }
+void register_kernels() {
+  register_group_norm();
+  register_sort();
+  register_topk();
+  register_scan();
+  register_multinomial();
+  register_scatter_reduce();
+}
 
 }  // namespace ember::cpu

@@ -90,10 +90,6 @@ void MetalStorage::index_copy(const Layout& l, const BackendStorage& ids, const 
                               const Layout& sl, int64_t dim) {
   ops::index_copy(*this, l, ids, il, src, sl, dim);
 }
-void MetalStorage::scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
-                                  const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) {
-  ops::scatter_reduce(*this, op, l, ids, il, src, sl, dim, include_self);
-}
 StoragePtr MetalStorage::im2col(const Layout& l, const ConvGeom& g) const { return ops::im2col(*this, l, g); }
 StoragePtr MetalStorage::col2im(const ConvGeom& g) const { return ops::col2im(*this, g); }
 StoragePtr MetalStorage::conv2d_fwd(const Layout& l, const BackendStorage& w, const Layout& lw, const BackendStorage* b,
@@ -170,24 +166,5 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::sdpa_bwd(const Sdpa
 }
 StoragePtr MetalStorage::rope(const Layout& l, const RopeArgs& a) const { return ops::rope(*this, l, a); }
 void MetalStorage::optim_step(const OptimArgs& a) { ops::optim_step(*this, a); }
-
-std::tuple<StoragePtr, StoragePtr> MetalStorage::sort(const Layout& l, int64_t dim, bool descending,
-                                                      bool stable) const {
-  return ops::sort(*this, l, dim, descending, stable);
-}
-
-std::tuple<StoragePtr, StoragePtr> MetalStorage::scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
-                                                      bool reverse) const {
-  return ops::scan(*this, op, l, dim, exclusive, reverse);
-}
-
-std::tuple<StoragePtr, StoragePtr> MetalStorage::topk(const Layout& l, int64_t dim, int64_t k, bool largest) const {
-  return ops::topk(*this, l, dim, k, largest);
-}
-
-StoragePtr MetalStorage::multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
-                                     uint64_t counter) const {
-  return ops::multinomial(*this, l, num_samples, replacement, seed, counter);
-}
 
 }  // namespace ember::metal

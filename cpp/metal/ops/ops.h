@@ -39,8 +39,6 @@ void scatter_add(MetalStorage& s, const Layout& l, const BackendStorage& ids, co
                  const BackendStorage& src, const Layout& sl, int64_t dim);
 void index_copy(MetalStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
                 const BackendStorage& src, const Layout& sl, int64_t dim);
-void scatter_reduce(MetalStorage& s, ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
-                    const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self);
 
 // conv.cpp
 StoragePtr im2col(const MetalStorage& s, const Layout& l, const ConvGeom& g);
@@ -101,17 +99,5 @@ StoragePtr rope(const MetalStorage& s, const Layout& l, const RopeArgs& a);
 
 // optim.cpp: one fused optimizer step in place (OptimArgs, backend.h), float32.
 void optim_step(MetalStorage& p, const OptimArgs& a);
-
-// sort.cpp
-std::tuple<StoragePtr, StoragePtr> sort(const MetalStorage& s, const Layout& l, int64_t dim, bool descending,
-                                        bool stable);
-// scan.cpp
-std::tuple<StoragePtr, StoragePtr> scan(const MetalStorage& s, ScanOp op, const Layout& l, int64_t dim,
-                                        bool exclusive, bool reverse);
-// sort.cpp: topk's selection kernel
-std::tuple<StoragePtr, StoragePtr> topk(const MetalStorage& s, const Layout& l, int64_t dim, int64_t k, bool largest);
-// sort.cpp too: multinomial (metal/random.metal's keys and search kernels, then topk or the scan)
-StoragePtr multinomial(const MetalStorage& s, const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
-                       uint64_t counter);
 
 }  // namespace ember::metal::ops
