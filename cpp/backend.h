@@ -252,34 +252,6 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   // (a repeated index keeps the last slice): t[ids] = src. src does not share this buffer.
   virtual void index_copy(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src,
                           const Layout& sl, int64_t dim) = 0;
-  // Convolution windows as columns: this (n, c, h, w) through l -> (n, c*kh*kw, oh*ow), zeros where a
-  // window reaches into the padding (im2col, torch's unfold).
-  virtual StoragePtr im2col(const Layout& l, const ConvGeom& g) const = 0;
-  // The adjoint: this (n, c*kh*kw, oh*ow), contiguous, summed back into (n, c, h, w) (col2im, fold).
-  virtual StoragePtr col2im(const ConvGeom& g) const = 0;
-  // Convolution as one kernel per direction (groups split the channels; every operand float, same
-  // dtype, checked by storage.cpp). conv2d_fwd: this = x (n, c, h, w) through l, w (c_out, c/groups,
-  // kh, kw), b (c_out,) or null -> y (n, c_out, oh, ow). conv2d_bwd_input: this = gy (n, c_out, oh,
-  // ow) -> dx (n, c, h, w), the adjoint in x (also conv_transpose's forward). conv2d_bwd_weight:
-  // this = x, gy (n, c_out, oh, ow) -> dw (c_out, c/groups, kh, kw).
-  virtual StoragePtr conv2d_fwd(const Layout& l, const BackendStorage& w, const Layout& lw, const BackendStorage* b,
-                                const Layout* lb, const ConvGeom& g, int64_t groups) const = 0;
-  virtual StoragePtr conv2d_bwd_input(const Layout& l, const BackendStorage& w, const Layout& lw, const ConvGeom& g,
-                                      int64_t groups) const = 0;
-  virtual StoragePtr conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg, const ConvGeom& g,
-                                       int64_t groups) const = 0;
-  // Pooling (see PoolGeom): this (n, c, h, w) through l -> (values (n, c, oh, ow), Max's int64 indices
-  // when `with_indices`, else null).
-  virtual std::tuple<StoragePtr, StoragePtr> pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
-                                                    bool with_indices) const = 0;
-  // Its gradient: this = the output's gradient (n, c, oh, ow) through lg; ids: Max's indices (contiguous;
-  // one outside h*w adds nowhere), null otherwise. Returns dx (n, c, h, w).
-  virtual StoragePtr pool2d_bwd(PoolKind kind, const Layout& lg, const BackendStorage* ids,
-                                const PoolGeom& g) const = 0;
-  // Resampling (see UpsampleGeom): this (n, c, h, w) through l -> (n, c, oh, ow); the gradient: this =
-  // the output's gradient (n, c, oh, ow) through lg -> dx (n, c, h, w).
-  virtual StoragePtr upsample(UpsampleMode mode, const Layout& l, const UpsampleGeom& g) const = 0;
-  virtual StoragePtr upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const = 0;
 
   // ---- fused kernels. Called on x's (q's) storage; every other operand is on the same device and
   // every check is done by the entry points in fused.cpp. Outputs are new dense storages in the input

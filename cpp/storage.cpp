@@ -6,10 +6,13 @@
 #include <climits>
 #include <vector>
 
+#include "families/conv.h"
+#include "families/pool.h"
 #include "families/sampling.h"
 #include "families/scan.h"
 #include "families/scatter.h"
 #include "families/sort.h"
+#include "families/upsample.h"
 #include "registry.h"
 
 namespace ember {
@@ -449,7 +452,7 @@ std::pair<StoragePtr, Layout> im2col(const BackendStorage& s, const Layout& l, c
   EMBER_CHECK(l.shape() == Shape({g.n, g.c, g.h, g.w}), Shape, "[unfold] input ", shape_str(l.shape()),
               " does not match the geometry (", g.n, ", ", g.c, ", ", g.h, ", ", g.w, ")");
   check_conv_geom(g, "unfold");
-  return {s.im2col(l, g), Layout::contiguous({g.n, g.c * g.kh * g.kw, g.oh * g.ow})};
+  return {Kernels<Im2col>::of(s)(s, l, g), Layout::contiguous({g.n, g.c * g.kh * g.kw, g.oh * g.ow})};
 }
 
 std::pair<StoragePtr, Layout> col2im(const BackendStorage& s, const Layout& l, const ConvGeom& g) {
@@ -459,9 +462,9 @@ std::pair<StoragePtr, Layout> col2im(const BackendStorage& s, const Layout& l, c
               ", ", g.c * g.kh * g.kw, ", ", g.oh * g.ow, "), got ", shape_str(l.shape()));
   if (!l.is_contiguous() || l.offset() != 0 || s.numel() != l.numel()) {
     auto [c, cl] = contiguous_copy(s, l);
-    return {c->col2im(g), Layout::contiguous({g.n, g.c, g.h, g.w})};
+    return {Kernels<Col2im>::of(*c)(*c, g), Layout::contiguous({g.n, g.c, g.h, g.w})};
   }
-  return {s.col2im(g), Layout::contiguous({g.n, g.c, g.h, g.w})};
+  return {Kernels<Col2im>::of(s)(s, g), Layout::contiguous({g.n, g.c, g.h, g.w})};
 }
 
 namespace {
@@ -499,7 +502,8 @@ std::pair<StoragePtr, Layout> conv2d_fwd(const BackendStorage& x, const Layout& 
     EMBER_CHECK(lb, Value, "[conv2d] bias given without a layout");
     check_conv_operand(x, *b, *lb, {c_out}, op, "bias");
   }
-  return {x.conv2d_fwd(lx, w, lw, b, b ? lb : nullptr, g, groups), Layout::contiguous({g.n, c_out, g.oh, g.ow})};
+  return {Kernels<Conv2dFwd>::of(x)(x, lx, w, lw, b, b ? lb : nullptr, g, groups),
+          Layout::contiguous({g.n, c_out, g.oh, g.ow})};
 }
 
 std::pair<StoragePtr, Layout> conv2d_bwd_input(const BackendStorage& gy, const Layout& lg, const BackendStorage& w,
@@ -511,7 +515,7 @@ std::pair<StoragePtr, Layout> conv2d_bwd_input(const BackendStorage& gy, const L
   check_conv_groups(g, groups, c_out, op);
   check_conv_operand(gy, gy, lg, {g.n, c_out, g.oh, g.ow}, op, "grad");
   check_conv_operand(gy, w, lw, {c_out, g.c / groups, g.kh, g.kw}, op, "weight");
-  return {gy.conv2d_bwd_input(lg, w, lw, g, groups), Layout::contiguous({g.n, g.c, g.h, g.w})};
+  return {Kernels<Conv2dBwdInput>::of(gy)(gy, lg, w, lw, g, groups), Layout::contiguous({g.n, g.c, g.h, g.w})};
 }
 
 std::pair<StoragePtr, Layout> conv2d_bwd_weight(const BackendStorage& x, const Layout& lx, const BackendStorage& gy,
@@ -524,7 +528,8 @@ std::pair<StoragePtr, Layout> conv2d_bwd_weight(const BackendStorage& x, const L
   check_conv_operand(x, x, lx, {g.n, g.c, g.h, g.w}, op, "input");
   check_conv_operand(x, gy, lg, {g.n, c_out, g.oh, g.ow}, op, "grad");
   checked_numel({c_out, g.c / groups, g.kh, g.kw}, op);
-  return {x.conv2d_bwd_weight(lx, gy, lg, g, groups), Layout::contiguous({c_out, g.c / groups, g.kh, g.kw})};
+  return {Kernels<Conv2dBwdWeight>::of(x)(x, lx, gy, lg, g, groups),
+          Layout::contiguous({c_out, g.c / groups, g.kh, g.kw})};
 }
 
 // A scalar is a line of one element (torch's rule), so the line kernels always see a dim.
@@ -638,7 +643,7 @@ std::tuple<StoragePtr, StoragePtr, Layout> pool2d(PoolKind kind, const BackendSt
                                                   const PoolGeom& g, bool with_indices) {
   const char* op = check_pool_geom(kind, g);
   check_float_planes(s, l, {g.n, g.c, g.h, g.w}, op, "input");
-  auto [vals, ids] = s.pool2d(kind, l, g, with_indices && kind == PoolKind::Max);
+  auto [vals, ids] = Kernels<Pool2d>::of(s)(s, kind, l, g, with_indices && kind == PoolKind::Max);
   return {vals, ids, Layout::contiguous({g.n, g.c, g.oh, g.ow})};
 }
 
@@ -661,21 +666,21 @@ std::pair<StoragePtr, Layout> pool2d_bwd(PoolKind kind, const BackendStorage& g,
   } else {
     ids = nullptr;
   }
-  return {g.pool2d_bwd(kind, lg, ids, geom), Layout::contiguous({geom.n, geom.c, geom.h, geom.w})};
+  return {Kernels<Pool2dBwd>::of(g)(g, kind, lg, ids, geom), Layout::contiguous({geom.n, geom.c, geom.h, geom.w})};
 }
 
 std::pair<StoragePtr, Layout> upsample(UpsampleMode mode, const BackendStorage& s, const Layout& l,
                                        const UpsampleGeom& g) {
   check_upsample_geom(mode, g);
   check_float_planes(s, l, {g.n, g.c, g.h, g.w}, "interpolate", "input");
-  return {s.upsample(mode, l, g), Layout::contiguous({g.n, g.c, g.oh, g.ow})};
+  return {Kernels<Upsample>::of(s)(s, mode, l, g), Layout::contiguous({g.n, g.c, g.oh, g.ow})};
 }
 
 std::pair<StoragePtr, Layout> upsample_bwd(UpsampleMode mode, const BackendStorage& g, const Layout& lg,
                                            const UpsampleGeom& geom) {
   check_upsample_geom(mode, geom);
   check_float_planes(g, lg, {geom.n, geom.c, geom.oh, geom.ow}, "interpolate", "gradient");
-  return {g.upsample_bwd(mode, lg, geom), Layout::contiguous({geom.n, geom.c, geom.h, geom.w})};
+  return {Kernels<UpsampleBwd>::of(g)(g, mode, lg, geom), Layout::contiguous({geom.n, geom.c, geom.h, geom.w})};
 }
 
 }  // namespace ember

@@ -90,20 +90,6 @@ void MetalStorage::index_copy(const Layout& l, const BackendStorage& ids, const 
                               const Layout& sl, int64_t dim) {
   ops::index_copy(*this, l, ids, il, src, sl, dim);
 }
-StoragePtr MetalStorage::im2col(const Layout& l, const ConvGeom& g) const { return ops::im2col(*this, l, g); }
-StoragePtr MetalStorage::col2im(const ConvGeom& g) const { return ops::col2im(*this, g); }
-StoragePtr MetalStorage::conv2d_fwd(const Layout& l, const BackendStorage& w, const Layout& lw, const BackendStorage* b,
-                                    const Layout* lb, const ConvGeom& g, int64_t groups) const {
-  return ops::conv2d_fwd(*this, l, w, lw, b, lb, g, groups);
-}
-StoragePtr MetalStorage::conv2d_bwd_input(const Layout& l, const BackendStorage& w, const Layout& lw, const ConvGeom& g,
-                                          int64_t groups) const {
-  return ops::conv2d_bwd_input(*this, l, w, lw, g, groups);
-}
-StoragePtr MetalStorage::conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg,
-                                           const ConvGeom& g, int64_t groups) const {
-  return ops::conv2d_bwd_weight(*this, l, gy, lg, g, groups);
-}
 std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::batch_norm_fwd(
     const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage* b, const Layout* lb,
     BackendStorage* rm, const Layout* lrm, BackendStorage* rv, const Layout* lrv, bool training, double momentum,
@@ -114,20 +100,6 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::batch_norm_bwd(
     const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& mean,
     const BackendStorage& rstd, const BackendStorage& g, const Layout& lg, bool training) const {
   return ops::batch_norm_bwd(*this, l, w, lw, mean, rstd, g, lg, training);
-}
-std::tuple<StoragePtr, StoragePtr> MetalStorage::pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
-                                                        bool with_indices) const {
-  return ops::pool2d(*this, kind, l, g, with_indices);
-}
-StoragePtr MetalStorage::pool2d_bwd(PoolKind kind, const Layout& lg, const BackendStorage* ids,
-                                    const PoolGeom& g) const {
-  return ops::pool2d_bwd(*this, kind, lg, ids, g);
-}
-StoragePtr MetalStorage::upsample(UpsampleMode mode, const Layout& l, const UpsampleGeom& g) const {
-  return ops::upsample(*this, mode, l, g);
-}
-StoragePtr MetalStorage::upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const {
-  return ops::upsample_bwd(*this, mode, lg, g);
 }
 
 StoragePtr MetalStorage::softmax_fwd(const Layout& l, bool log) const { return ops::softmax_fwd(*this, l, log); }
