@@ -33,10 +33,10 @@ BufferRef pooled(MetalDevice& dev, size_t bytes, const char* op) {
 }  // namespace
 
 MetalStorage::MetalStorage(MetalDevice& dev, DType dtype, int64_t numel, const char* op)
-    : BackendStorage(dtype, dev.device(), numel), dev_(&dev), buf_(pooled(dev, checked_bytes(dtype, numel, op), op)) {}
+    : MetalStorageView(dtype, dev.device(), numel), dev_(&dev), buf_(pooled(dev, checked_bytes(dtype, numel, op), op)) {}
 
 MetalStorage::MetalStorage(MetalDevice& dev, DType dtype, int64_t numel, BufferRef buffer, size_t byte_offset)
-    : BackendStorage(dtype, dev.device(), numel), dev_(&dev), buf_(std::move(buffer)), offset_(byte_offset) {
+    : MetalStorageView(dtype, dev.device(), numel), dev_(&dev), buf_(std::move(buffer)), offset_(byte_offset) {
   EMBER_CHECK(byte_offset + checked_bytes(dtype, numel, "alloc") <= buf_->size, Index, "[alloc] ", numel,
               " elements of ", dtype_name(dtype), " at byte ", byte_offset, " do not fit a buffer of ", buf_->size,
               " bytes");

@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "backend.h"
+#include "metal/api.h"
 #include "metal/device.h"
 
 namespace ember::metal {
@@ -11,7 +12,7 @@ namespace ember::metal {
 // Throws "[op] float64 is not supported on metal" (DType) for F64: Metal has no 64-bit float.
 void check_metal_dtype(DType dt, const char* op);
 
-class MetalStorage final : public BackendStorage {
+class MetalStorage final : public MetalStorageView {
  public:
   // `numel` elements of `dtype` in a buffer from dev's pool (contents unspecified). Throws for F64.
   MetalStorage(MetalDevice& dev, DType dtype, int64_t numel, const char* op = "alloc");
@@ -22,8 +23,7 @@ class MetalStorage final : public BackendStorage {
 
   MetalDevice& metal_device() const { return *dev_; }
   const BufferRef& buffer() const { return buf_; }
-  size_t byte_offset() const { return offset_; }
-  size_t nbytes() const { return (size_t)numel_ * itemsize(dtype_); }
+  size_t byte_offset() const override { return offset_; }
   // The CPU view of the (shared) buffer at this storage's offset. Only valid to read after
   // metal_device().synchronize(), and to write when no encoded work uses the buffer.
   void* host_ptr() const { return static_cast<char*>(dev_->contents(*buf_)) + offset_; }
