@@ -9,6 +9,7 @@
 
 #include "families/act_bwd.h"
 #include "families/batch_norm.h"
+#include "families/cross_entropy.h"
 #include "families/group_norm.h"
 #include "families/layer_norm.h"
 #include "families/optim.h"
@@ -130,6 +131,48 @@ StoragePtr softmax_fwd(const BackendStorage& x, const Layout& lx, bool log) {
   check_float(x, op, "input");
   check_in_bounds(x, lx, op);
   return Kernels<SoftmaxFwd>::of(x)(x, lx, log);
+}
+
+namespace {
+// The checks both directions of cross_entropy make (x float, t integer class ids of x's leading shape, w (C,)).
+void ce_check(const CeArgs& a, const char* op) {
+  EMBER_CHECK(a.x && a.t, Value, "[", op, "] logits and targets are required");
+  check_float(*a.x, op, "logits tensor");
+  EMBER_CHECK(a.lx.ndim() >= 1, Shape, "[", op, "] expected logits (..., classes), got a scalar");
+  EMBER_CHECK(a.t->dtype() == DType::I64 || a.t->dtype() == DType::I32, DType, "[", op,
+              "] targets must be int64 or int32 class ids, got ", dtype_name(a.t->dtype()));
+  const Shape lead(a.lx.shape().begin(), a.lx.shape().end() - 1);
+  EMBER_CHECK(a.lt.shape() == lead, Shape, "[", op, "] logits ", shape_str(a.lx.shape()), " do not fit targets ",
+              shape_str(a.lt.shape()), " (expected logits (..., classes) and targets (...))");
+  check_same_device(*a.x, *a.t, op);
+  check_in_bounds(*a.x, a.lx, op);
+  check_in_bounds(*a.t, a.lt, op);
+  EMBER_CHECK(std::isfinite(a.eps) && a.eps >= 0.0 && a.eps <= 1.0, Value, "[", op,
+              "] label_smoothing must be in [0, 1], got ", a.eps);
+  if (a.w) {
+    EMBER_CHECK(a.w->dtype() == a.x->dtype(), DType, "[", op, "] weight has dtype ", dtype_name(a.w->dtype()),
+                ", expected ", dtype_name(a.x->dtype()));
+    check_param(*a.x, *a.w, a.lw, last_dim(a.lx), op, "weight");
+  }
+}
+}  // namespace
+
+std::tuple<StoragePtr, StoragePtr> cross_entropy_fwd(const CeArgs& a) {
+  ce_check(a, "cross_entropy");
+  return Kernels<CrossEntropyFwd>::of(*a.x)(a);
+}
+
+StoragePtr cross_entropy_bwd(const CeArgs& a, const BackendStorage& lse, const BackendStorage& g, const Layout& lg) {
+  const char* op = "cross_entropy_bwd";
+  ce_check(a, op);
+  check_like(*a.x, g, op, "grad");
+  check_grad_shape(a.lt, lg, op);
+  check_in_bounds(g, lg, op);
+  const int64_t rows = a.lt.numel();
+  EMBER_CHECK(lse.dtype() == stats_dtype(a.x->dtype()) && (int64_t)lse.numel() >= rows, Value, "[", op,
+              "] lse must be the forward's (", rows, " ", dtype_name(stats_dtype(a.x->dtype())), " values)");
+  check_same_device(*a.x, lse, op);
+  return Kernels<CrossEntropyBwd>::of(*a.x)(a, lse, g, lg);
 }
 
 StoragePtr softmax_bwd(const BackendStorage& y, const Layout& ly, const BackendStorage& g, const Layout& lg,

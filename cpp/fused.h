@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include "backend.h"
+#include "families/cross_entropy.h"
 
 namespace ember::fused {
 
@@ -67,6 +68,12 @@ std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a);
 std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const BackendStorage& o, const Layout& lo,
                                                         const BackendStorage& lse, const BackendStorage& g,
                                                         const Layout& lg);
+
+// Cross-entropy of logits a.x (..., C) at class ids a.t (...) (see CeArgs in families/cross_entropy.h).
+// Returns (loss (...) in x's dtype, lse in the stats dtype).
+std::tuple<StoragePtr, StoragePtr> cross_entropy_fwd(const CeArgs& a);
+// g: the loss's gradient (...), x's dtype; lse: the forward's. Returns dx, dense like x.
+StoragePtr cross_entropy_bwd(const CeArgs& a, const BackendStorage& lse, const BackendStorage& g, const Layout& lg);
 
 // Rotary position embedding of x (..., L, D) (see RopeArgs in backend.h); checks dims, the offsets and freqs.
 StoragePtr rope(const BackendStorage& x, const Layout& lx, const RopeArgs& a);

@@ -4,6 +4,7 @@
 #include "cpu/fused.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -12,6 +13,7 @@
 #include "cpu/nditer.h"
 #include "cpu/parallel.h"
 #include "families/act_bwd.h"
+#include "families/cross_entropy.h"
 #include "families/layer_norm.h"
 #include "families/optim.h"
 #include "families/rms_norm.h"
@@ -151,6 +153,155 @@ Sto softmax_bwd(const BackendStorage& ys, const Layout& ly, const BackendStorage
     std::vector<char> t1, t2;
     for (int64_t r = r0; r < r1; ++r) fn(ry.row(r, t1), n, rg.row(r, t2), n, ob + r * n * isz, 1, n, log, nt);
   });
+  return dx;
+}
+
+// ================================ cross_entropy ==================================================
+// Per row the ISA (log_)softmax kernel does the exp work (f16/bf16 rows widened to f32 first); the
+// loss and dx terms are then one pass over that row in the accumulation type.
+namespace {
+struct CeRows {
+  const CeArgs& a;
+  Rows rx;
+  std::vector<double> w;  // the class weights (empty: ones), read once
+  double sum_w = 0;
+  int64_t n;
+  std::atomic<int64_t> bad{INT64_MIN};  // a class id out of range, raised after the pool is done
+  explicit CeRows(const CeArgs& a_) : a(a_), rx(as_cpu(*a_.x), a_.lx), n(rx.n) {
+    if (a.w) {
+      std::vector<char> tmp;
+      const void* wp = param_ptr(as_cpu(*a.w), a.lw, tmp);
+      w.resize(n);
+      EMBER_DISPATCH_FLOAT(a.w->dtype(), { for (int64_t c = 0; c < n; ++c) w[c] = (double)load<T>(((const T*)wp)[c]); });
+      for (double v : w) sum_w += v;
+    } else {
+      sum_w = (double)n;
+    }
+  }
+  // Row r's class id, or INT64_MIN when it is ignored; a bad one is remembered and read as ignored.
+  int64_t target(int64_t r) {
+    int64_t o = a.lt.offset(), rr = r;
+    for (int64_t d = a.lt.ndim() - 1; d >= 0; --d) {
+      o += (rr % a.lt.shape()[d]) * a.lt.stride()[d];
+      rr /= a.lt.shape()[d];
+    }
+    const char* tb = (const char*)as_cpu(*a.t).raw();
+    const int64_t t = a.t->dtype() == DType::I64 ? ((const int64_t*)tb)[o] : ((const int32_t*)tb)[o];
+    if (t == a.ignore) return INT64_MIN;
+    if (t < 0 || t >= n) {
+      bad.store(t);
+      return INT64_MIN;
+    }
+    return t;
+  }
+  double wt(int64_t c) const { return w.empty() ? 1.0 : w[c]; }
+  void raise_bad(const char* op) const {
+    const int64_t t = bad.load();
+    EMBER_CHECK(t == INT64_MIN, Index, "[", op, "] target ", t, " out of range for ", n,
+                " classes (targets are class ids in [0, classes), or ignore_index)");
+  }
+  // Row r of x in the kernel type C (float for f16/bf16), through `tmp` when gathered or widened.
+  template <typename T, typename C> const C* row(int64_t r, std::vector<char>& g, std::vector<C>& wide) const {
+    const T* xr = (const T*)rx.row(r, g);
+    if constexpr (std::is_same_v<T, C>) {
+      return xr;
+    } else {
+      wide.resize(n);
+      for (int64_t c = 0; c < n; ++c) wide[c] = load<T>(xr[c]);
+      return wide.data();
+    }
+  }
+};
+}  // namespace
+
+std::tuple<Sto, Sto> cross_entropy_fwd(const CeArgs& a) {
+  CeRows ce(a);
+  const DType dt = a.x->dtype(), sdt = stats_dtype(dt);
+  const int64_t rows = a.lt.numel(), n = ce.n;
+  auto loss = new_cpu(dt, rows);
+  auto lse = new_cpu(sdt, rows);
+  if (rows == 0) return {loss, lse};
+  const double eps = a.eps;
+  EMBER_DISPATCH_FLOAT(dt, {
+    using C = typename Acc<T>::type;
+    const auto lsm = fused_kernels().softmax_fwd[fi(sdt)];
+    T* lo = (T*)loss->raw();
+    C* ls = (C*)lse->raw();
+    run_chunks(rows, n, max_chunks(), [&](int64_t r0, int64_t r1, int64_t) {
+      std::vector<char> g;
+      std::vector<C> wide, lp((size_t)std::max<int64_t>(n, 1));
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t t = ce.target(r);
+        if (n == 0) {  // no classes: torch's logsumexp of nothing is -inf
+          ls[r] = -INFINITY;
+          lo[r] = store<T>((C)0);
+          continue;
+        }
+        const C* xr = ce.template row<T, C>(r, g, wide);
+        lsm(xr, n, lp.data(), 1, n, true, false);  // lp = x - lse
+        int64_t m = 0;  // lse = x - lp at the largest lp (finite even where some x are -inf)
+        for (int64_t c = 1; c < n; ++c) m = lp[c] > lp[m] ? c : m;
+        ls[r] = xr[m] - lp[m];
+        if (t == INT64_MIN) {
+          lo[r] = store<T>((C)0);
+          continue;
+        }
+        double l = (1.0 - eps) * ce.wt(t) * -(double)lp[t];
+        if (eps != 0.0) {
+          C sm = 0;
+          if (ce.w.empty()) for (int64_t c = 0; c < n; ++c) sm -= lp[c];
+          else for (int64_t c = 0; c < n; ++c) sm -= (C)ce.w[c] * lp[c];
+          l += eps / (double)n * (double)sm;
+        }
+        lo[r] = store<T>((C)l);
+      }
+    });
+  });
+  ce.raise_bad("cross_entropy");
+  return {loss, lse};
+}
+
+Sto cross_entropy_bwd(const CeArgs& a, const BackendStorage&, const BackendStorage& gs, const Layout& lg) {
+  CeRows ce(a);
+  const DType dt = a.x->dtype(), sdt = stats_dtype(dt);
+  const int64_t rows = a.lt.numel(), n = ce.n;
+  auto dx = new_cpu(dt, a.lx.numel());
+  if (a.lx.numel() == 0) return dx;
+  const double eps = a.eps;
+  const CpuStorage& g = as_cpu(gs);
+  EMBER_DISPATCH_FLOAT(dt, {
+    using C = typename Acc<T>::type;
+    const auto sm = fused_kernels().softmax_fwd[fi(sdt)];
+    T* out = (T*)dx->raw();
+    const T* gb = (const T*)g.raw();
+    run_chunks(rows, n, max_chunks(), [&](int64_t r0, int64_t r1, int64_t) {
+      std::vector<char> tmp;
+      std::vector<C> wide, p((size_t)n);
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t t = ce.target(r);
+        T* o = out + r * n;
+        if (t == INT64_MIN) {
+          std::fill(o, o + n, store<T>((C)0));
+          continue;
+        }
+        int64_t go = lg.offset(), rr = r;  // the loss gradient's element for row r
+        for (int64_t d = lg.ndim() - 1; d >= 0; --d) {
+          go += (rr % lg.shape()[d]) * lg.stride()[d];
+          rr /= lg.shape()[d];
+        }
+        const C gr = load<T>(gb[go]);
+        // dx = g (p W - q): q = (1 - eps) w[t] one_hot(t) + eps / C w, W = sum q.
+        const C wq = (C)((1.0 - eps) * ce.wt(t)), us = (C)(eps / (double)n);
+        const C W = wq + us * (C)ce.sum_w, gW = gr * W, gu = gr * us;
+        sm(ce.template row<T, C>(r, tmp, wide), n, p.data(), 1, n, false, false);
+        if (ce.w.empty()) for (int64_t c = 0; c < n; ++c) p[c] = gW * p[c] - gu;
+        else for (int64_t c = 0; c < n; ++c) p[c] = gW * p[c] - gu * (C)ce.w[c];
+        p[t] -= gr * wq;
+        for (int64_t c = 0; c < n; ++c) o[c] = store<T>(p[c]);
+      }
+    });
+  });
+  ce.raise_bad("cross_entropy_bwd");
   return dx;
 }
 
@@ -721,6 +872,8 @@ Sto rope(const BackendStorage& xs, const Layout& lx, const RopeArgs& a) {
 void register_fused() {
   Kernels<SoftmaxFwd>::set(DeviceKind::Cpu, &softmax_fwd);
   Kernels<SoftmaxBwd>::set(DeviceKind::Cpu, &softmax_bwd);
+  Kernels<CrossEntropyFwd>::set(DeviceKind::Cpu, &cross_entropy_fwd);
+  Kernels<CrossEntropyBwd>::set(DeviceKind::Cpu, &cross_entropy_bwd);
   Kernels<RmsNormFwd>::set(DeviceKind::Cpu, &rms_norm_fwd);
   Kernels<RmsNormBwd>::set(DeviceKind::Cpu, &rms_norm_bwd);
   Kernels<LayerNormFwd>::set(DeviceKind::Cpu, &layer_norm_fwd);

@@ -149,6 +149,13 @@ class fused:
     @staticmethod
     def softmax_bwd(y: Storage, ly: Layout, g: Storage, lg: Layout, log: bool = False) -> Storage: ...
     @staticmethod
+    def cross_entropy_fwd(x: Storage, lx: Layout, t: Storage, lt: Layout, w: Optional[Storage], lw: Optional[Layout],
+                          ignore_index: int, label_smoothing: float) -> Tuple[Storage, Storage]: ...  # (loss, lse)
+    @staticmethod
+    def cross_entropy_bwd(x: Storage, lx: Layout, t: Storage, lt: Layout, w: Optional[Storage], lw: Optional[Layout],
+                          ignore_index: int, label_smoothing: float, lse: Storage, g: Storage,
+                          lg: Layout) -> Storage: ...
+    @staticmethod
     def rms_norm_fwd(x: Storage, lx: Layout, w: Optional[Storage], lw: Optional[Layout],
                      eps: float) -> Tuple[Storage, Storage]: ...
     @staticmethod

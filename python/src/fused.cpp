@@ -36,6 +36,20 @@ SdpaArgs sdpa_args(const BackendStorage& q, const Layout& lq, const BackendStora
   a.softcap = softcap;
   return a;
 }
+// Cross-entropy's operands: the weight's storage and layout both given, or neither.
+ember::CeArgs ce_args(const BackendStorage& x, const Layout& lx, const BackendStorage& t, const Layout& lt,
+                      const BackendStorage* w, const Layout* lw, int64_t ignore_index, double label_smoothing) {
+  ember::CeArgs a;
+  a.x = &x, a.t = &t, a.lx = lx, a.lt = lt;
+  if (w) {
+    EMBER_CHECK(lw, Value, "[cross_entropy] weight given without a layout");
+    a.w = w;
+    a.lw = *lw;
+  }
+  a.ignore = ignore_index;
+  a.eps = label_smoothing;
+  return a;
+}
 ember::RnnCell rnn_kind(const std::string& k) {
   if (k == "lstm") return ember::RnnCell::Lstm;
   if (k == "gru") return ember::RnnCell::Gru;
@@ -56,6 +70,19 @@ void bind_fused(py::module_& m) {
         py::arg("log") = false, G());
   f.def("softmax_bwd", [](S y, L ly, S g, L lg, bool log) { return fz::softmax_bwd(y, ly, g, lg, log); },
         py::arg("y"), py::arg("ly"), py::arg("g"), py::arg("lg"), py::arg("log") = false, G());
+  f.def(
+      "cross_entropy_fwd",
+      [](S x, L lx, S t, L lt, SP w, const Layout* lw, int64_t ignore_index, double label_smoothing) {
+        return fz::cross_entropy_fwd(ce_args(x, lx, t, lt, w, lw, ignore_index, label_smoothing));
+      },
+      py::arg("x"), py::arg("lx"), py::arg("t"), py::arg("lt"), py::arg("w").none(true), py::arg("lw").none(true),
+      py::arg("ignore_index"), py::arg("label_smoothing"), G());
+  f.def(
+      "cross_entropy_bwd",
+      [](S x, L lx, S t, L lt, SP w, const Layout* lw, int64_t ignore_index, double label_smoothing, S lse, S g,
+         L lg) { return fz::cross_entropy_bwd(ce_args(x, lx, t, lt, w, lw, ignore_index, label_smoothing), lse, g, lg); },
+      py::arg("x"), py::arg("lx"), py::arg("t"), py::arg("lt"), py::arg("w").none(true), py::arg("lw").none(true),
+      py::arg("ignore_index"), py::arg("label_smoothing"), py::arg("lse"), py::arg("g"), py::arg("lg"), G());
   f.def("rms_norm_fwd",
         [](S x, L lx, SP w, const Layout* lw, double eps) { return fz::rms_norm_fwd(x, lx, w, lw, eps); },
         py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("eps"), G());

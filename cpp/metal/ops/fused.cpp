@@ -13,6 +13,7 @@
 #include "families/rms_norm.h"
 #include "families/rope.h"
 #include "families/sdpa.h"
+#include "families/cross_entropy.h"
 #include "families/softmax.h"
 #include "metal/launch.h"
 #include "metal/ops/ops.h"
@@ -639,9 +640,99 @@ StoragePtr rope(const BackendStorage& xs, const Layout& l, const RopeArgs& a) {
   return y;
 }
 
+// ================================ cross_entropy ==================================================
+namespace {
+struct CeKArgs {  // cross_entropy.metal's CeArgs
+  RowLayout x;
+  int64_t n = 0, rows = 0, t_off = 0, g_off = 0, w_off = 0, w_st = 0, ignore = 0;
+  float eps = 0;
+  uint32_t has_w = 0, t_i32 = 0, pad = 0;
+};
+static_assert(sizeof(CeKArgs) == 224, "argument blocks must match the kernels' structs");
+
+// An operand read densely from its offset: in place when contiguous, else a dense copy.
+struct DenseOperand {
+  const MetalStorage* s;
+  MetalStoragePtr copy;
+  int64_t off;
+  DenseOperand(const MetalStorage& st, const Layout& l) : s(&st), off(l.offset()) {
+    if (l.is_contiguous()) return;
+    copy = dense_copy(st, l);
+    s = copy.get();
+    off = 0;
+  }
+};
+
+struct CeLaunch {
+  RowOperand x;
+  DenseOperand t;
+  CeKArgs k;
+  uint32_t tpg;
+  CeLaunch(MetalDevice& dev, const CeArgs& a, const char* fn, const char* op)
+      : x(as_metal(*a.x), a.lx), t(as_metal(*a.t), a.lt) {
+    k.x = x.rl;
+    k.n = row_len(a.lx);
+    k.rows = a.lt.numel();
+    k.t_off = t.off;
+    k.ignore = a.ignore;
+    k.eps = (float)a.eps;
+    k.t_i32 = a.t->dtype() == DType::I32;
+    k.has_w = a.w != nullptr;
+    set_param(a.w ? &a.lw : nullptr, k.w_off, k.w_st);
+    tpg = round_group(std::clamp<int64_t>(k.n, 32, 1024), limit_of(dev, "cross_entropy.metal", kname(fn, a.x->dtype(), op)));
+  }
+};
+}  // namespace
+
+std::tuple<StoragePtr, StoragePtr> cross_entropy_fwd(const CeArgs& a) {
+  const char* op = "cross_entropy";
+  const MetalStorage& x = as_metal(*a.x);
+  MetalDevice& dev = x.metal_device();
+  const int64_t rows = a.lt.numel();
+  auto loss = new_metal(dev, x.dtype(), rows, op);
+  auto lse = new_metal(dev, DType::F32, rows, op);
+  if (rows == 0) return {loss, lse};
+  CeLaunch c(dev, a, "ce_fwd_", op);
+  Launch(dev, "cross_entropy.metal", kname("ce_fwd_", x.dtype(), op))
+      .input(*c.x.s)
+      .input(*c.t.s)
+      .input(*c.t.s)
+      .input(a.w ? as_metal(*a.w) : x)
+      .output(*loss)
+      .output(*lse)
+      .scalar(c.k)
+      .dispatch({c.tpg, checked_u32(rows, op), 1}, {c.tpg, 1, 1});
+  return {loss, lse};
+}
+
+StoragePtr cross_entropy_bwd(const CeArgs& a, const BackendStorage& lse, const BackendStorage& gs, const Layout& lg) {
+  const char* op = "cross_entropy_bwd";
+  const MetalStorage& x = as_metal(*a.x);
+  MetalDevice& dev = x.metal_device();
+  auto dx = new_metal(dev, x.dtype(), a.lx.numel(), op);
+  const int64_t rows = a.lt.numel();
+  if (a.lx.numel() == 0) return dx;
+  CeLaunch c(dev, a, "ce_bwd_", op);
+  DenseOperand g(as_metal(gs), lg);
+  c.k.g_off = g.off;
+  Launch(dev, "cross_entropy.metal", kname("ce_bwd_", x.dtype(), op))
+      .input(*c.x.s)
+      .input(*c.t.s)
+      .input(*c.t.s)
+      .input(a.w ? as_metal(*a.w) : x)
+      .input(as_metal(lse))
+      .input(*g.s)
+      .output(*dx)
+      .scalar(c.k)
+      .dispatch({c.tpg, checked_u32(rows, op), 1}, {c.tpg, 1, 1});
+  return dx;
+}
+
 void register_fused() {
   Kernels<SoftmaxFwd>::set(DeviceKind::Metal, &softmax_fwd);
   Kernels<SoftmaxBwd>::set(DeviceKind::Metal, &softmax_bwd);
+  Kernels<CrossEntropyFwd>::set(DeviceKind::Metal, &cross_entropy_fwd);
+  Kernels<CrossEntropyBwd>::set(DeviceKind::Metal, &cross_entropy_bwd);
   Kernels<RmsNormFwd>::set(DeviceKind::Metal, &rms_norm_fwd);
   Kernels<RmsNormBwd>::set(DeviceKind::Metal, &rms_norm_bwd);
   Kernels<LayerNormFwd>::set(DeviceKind::Metal, &layer_norm_fwd);

@@ -4,9 +4,15 @@ and kl_div; each a composite of ember's kernels, differentiable in every float i
 is the LAST dim (torch's dim 1; the same for the usual (N, C) logits)."""
 from __future__ import annotations
 
+from .. import _C
 from ..args import float_arg
+from ..backprop import is_grad_enabled, tracks
 from ..creation import tensor
+from ..custom_op import CustomOp1
+from ..dtypes import int32, int64
 from ..errors import DeviceError, DTypeError, EmberValueError, IndexOutOfRange, ShapeError
+from ..fused_op import FusedOp
+from ..kernel_result import dense_like as _out
 from ..multi import where
 from ..tensor_type import Tensor
 from . import ops
@@ -84,17 +90,66 @@ def _class_targets(logp, targets, ignore_index, op):
     return targets, keep
 
 
-def _nll_terms(logp, targets, weight, ignore_index, op):
-    """(per-target -w[t] * logp[t], per-target weight w[t] * keep or None, keep or None)."""
-    targets, keep = _class_targets(logp, targets, ignore_index, op)
-    picked = logp.gather(targets.unsqueeze(-1), -1).squeeze(-1)
+def _target_weights(targets, keep, weight):
+    """Per-target weight w[t] * keep (keep alone without weights; None for neither)."""
     wt = keep
     if weight is not None:
         wt = weight.index_select(targets.reshape(-1), 0).reshape(*targets.shape)
         if keep is not None:
             wt = wt * keep
+    return wt
+
+
+def _nll_terms(logp, targets, weight, ignore_index, op):
+    """(per-target -w[t] * logp[t], per-target weight w[t] * keep or None, keep or None)."""
+    targets, keep = _class_targets(logp, targets, ignore_index, op)
+    return _picked(logp, targets, keep, weight)
+
+
+def _picked(logp, targets, keep, weight):
+    """_nll_terms after the target checks: targets already with ignored ids replaced, keep their mask."""
+    picked = logp.gather(targets.unsqueeze(-1), -1).squeeze(-1)
+    wt = _target_weights(targets, keep, weight)
     per = -picked if wt is None else -(picked * wt)
     return per, wt, keep
+
+
+class _CrossEntropy(FusedOp, CustomOp1):
+    """cross_entropy over class ids, per target (reduction "none"): one fused kernel each way on every
+    device; its composite (log_softmax, the picked and the smoothing terms) is the create_graph form."""
+
+    name = "cross_entropy"
+    saved = "lse"
+
+    def __init__(self, targets, fixed, keep, weight, ignore_index, eps):
+        self.targets, self.fixed, self.keep, self.weight = targets, fixed, keep, weight
+        self.ignore, self.eps = ignore_index, eps
+        self.lse = None
+
+    def _args(self):
+        t, w = self.targets, self.weight
+        return (t._storage, t._layout, None if w is None else w._storage, None if w is None else w._layout,
+                self.ignore, self.eps)
+
+    def cpu_fwd(self, storage, layout):
+        loss, self.lse = _C.fused.cross_entropy_fwd(storage, layout, *self._args())
+        return loss, tuple(layout.shape)[:-1]
+
+    def bwd_kernel(self, x, y, g):
+        return _out(_C.fused.cross_entropy_bwd(x._storage, x._layout, *self._args(), self.lse, g._storage,
+                                               g._layout), x.shape, x)
+
+    def composite(self, x):
+        logp = ops.log_softmax(x, -1)
+        w, keep = self.weight, self.keep
+        per, _, _ = _picked(logp, self.fixed, keep, w)
+        if not self.eps:
+            return per
+        # The uniform part: -sum_c w_c logp_c per target, masked like the nll part.
+        smooth = -((logp if w is None else logp * w).sum(-1))
+        if keep is not None:
+            smooth = smooth * keep
+        return per.affine(1.0 - self.eps, 0.0) + smooth.affine(self.eps / x.shape[-1], 0.0)
 
 
 def _mean_over(total, wt, count):
@@ -187,21 +242,18 @@ def cross_entropy(logits: Tensor, targets, reduction: str = "mean", ignore_index
         logp = ops.log_softmax(logits, -1)
         per = -((logp * t if w is None else logp * t * w).sum(-1))
         return _reduce(per, reduction)
-    logp = ops.log_softmax(logits, -1)
-    per, wt, keep = _nll_terms(logp, targets, w, ignore_index, op)
-    if eps:
-        # The uniform part: -sum_c w_c logp_c per target, masked and averaged like the nll part.
-        smooth = -((logp if w is None else logp * w).sum(-1))
-        if keep is not None:
-            smooth = smooth * keep
-        if reduction == "none":
-            return per.affine(1.0 - eps, 0.0) + smooth.affine(eps / n, 0.0)
-        total = per.sum().affine(1.0 - eps, 0.0) + smooth.sum().affine(eps / n, 0.0)
-    else:
-        if reduction == "none":
-            return per
-        total = per.sum()
-    return total if reduction == "sum" else _mean_over(total, wt, per.numel())
+    if not isinstance(targets, Tensor):
+        targets = tensor(targets, device=logits.device)
+    fixed, keep = _class_targets(logits, targets, ignore_index, op)
+    fused = (targets.dtype in (int64, int32) and targets.device == logits.device
+             and (ignore_index is None or (isinstance(ignore_index, int) and -(2 ** 63) <= ignore_index < 2 ** 63))
+             and not (w is not None and is_grad_enabled() and tracks(w)))  # the kernel has no dw
+    fn = _CrossEntropy(targets, fixed, keep, w, -(2 ** 63) if ignore_index is None else ignore_index, eps)
+    per = logits.apply_op1(fn) if fused else fn.composite(logits)
+    if reduction == "none":
+        return per
+    total = per.sum()
+    return total if reduction == "sum" else _mean_over(total, _target_weights(fixed, keep, w), per.numel())
 
 
 def mse_loss(pred: Tensor, target: Tensor, reduction: str = "mean") -> Tensor:
