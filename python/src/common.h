@@ -40,6 +40,7 @@ void bind_storage(py::module_& m);
 void bind_ops(py::module_& m);
 void bind_metal(py::module_& m);
 void bind_metal_policy(py::module_& m);
+void bind_cuda(py::module_& m);         // cuda.cpp: CudaStorage, em.cuda, em.cuda.Kernel
 
 }  // namespace ember::bind
 
