@@ -252,34 +252,6 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   // (a repeated index keeps the last slice): t[ids] = src. src does not share this buffer.
   virtual void index_copy(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src,
                           const Layout& sl, int64_t dim) = 0;
-  // Convolution windows as columns: this (n, c, h, w) through l -> (n, c*kh*kw, oh*ow), zeros where a
-  // window reaches into the padding (im2col, torch's unfold).
-  virtual StoragePtr im2col(const Layout& l, const ConvGeom& g) const = 0;
-  // The adjoint: this (n, c*kh*kw, oh*ow), contiguous, summed back into (n, c, h, w) (col2im, fold).
-  virtual StoragePtr col2im(const ConvGeom& g) const = 0;
-  // Convolution as one kernel per direction (groups split the channels; every operand float, same
-  // dtype, checked by storage.cpp). conv2d_fwd: this = x (n, c, h, w) through l, w (c_out, c/groups,
-  // kh, kw), b (c_out,) or null -> y (n, c_out, oh, ow). conv2d_bwd_input: this = gy (n, c_out, oh,
-  // ow) -> dx (n, c, h, w), the adjoint in x (also conv_transpose's forward). conv2d_bwd_weight:
-  // this = x, gy (n, c_out, oh, ow) -> dw (c_out, c/groups, kh, kw).
-  virtual StoragePtr conv2d_fwd(const Layout& l, const BackendStorage& w, const Layout& lw, const BackendStorage* b,
-                                const Layout* lb, const ConvGeom& g, int64_t groups) const = 0;
-  virtual StoragePtr conv2d_bwd_input(const Layout& l, const BackendStorage& w, const Layout& lw, const ConvGeom& g,
-                                      int64_t groups) const = 0;
-  virtual StoragePtr conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg, const ConvGeom& g,
-                                       int64_t groups) const = 0;
-  // Pooling (see PoolGeom): this (n, c, h, w) through l -> (values (n, c, oh, ow), Max's int64 indices
-  // when `with_indices`, else null).
-  virtual std::tuple<StoragePtr, StoragePtr> pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
-                                                    bool with_indices) const = 0;
-  // Its gradient: this = the output's gradient (n, c, oh, ow) through lg; ids: Max's indices (contiguous;
-  // one outside h*w adds nowhere), null otherwise. Returns dx (n, c, h, w).
-  virtual StoragePtr pool2d_bwd(PoolKind kind, const Layout& lg, const BackendStorage* ids,
-                                const PoolGeom& g) const = 0;
-  // Resampling (see UpsampleGeom): this (n, c, h, w) through l -> (n, c, oh, ow); the gradient: this =
-  // the output's gradient (n, c, oh, ow) through lg -> dx (n, c, h, w).
-  virtual StoragePtr upsample(UpsampleMode mode, const Layout& l, const UpsampleGeom& g) const = 0;
-  virtual StoragePtr upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const = 0;
 
   // ---- fused kernels. Called on x's (q's) storage; every other operand is on the same device and
   // every check is done by the entry points in fused.cpp. Outputs are new dense storages in the input
@@ -349,34 +321,6 @@ class BackendStorage : public std::enable_shared_from_this<BackendStorage> {
   virtual StoragePtr rope(const Layout& l, const RopeArgs& a) const = 0;
   // One optimizer step on this = *a.p (see OptimArgs), writing p and the state buffers in place.
   virtual void optim_step(const OptimArgs& a) = 0;
-  // Sorts every line along `dim` (0 <= dim < ndim, checked by the entry point): returns (values,
-  // int64 indices into the line), contiguous of l's shape. NaN sorts as the largest value; equal keys
-  // keep index order when `stable` (backends may always do so).
-  virtual std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending,
-                                                  bool stable) const = 0;
-  // Scans every line along `dim`: out[i] combines the line's elements up to i (before i when
-  // `exclusive`; from the end when `reverse`). Sum/Prod of integers return int64 (wrapping), else the
-  // input dtype; Max/Min (never exclusive) also return the int64 index of each running extreme (a
-  // NaN is taken and kept; ties move to the later position, torch's rule), null for Sum/Prod.
-  virtual std::tuple<StoragePtr, StoragePtr> scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
-                                                  bool reverse) const = 0;
-  // The first k elements of every line along `dim` in sort's order (largest first when `largest`; NaN is
-  // the largest value; equal keys in index order), selected without sorting the whole line: returns
-  // (values, int64 indices), contiguous of l's shape with dim of size k (0 <= k <= n, checked above).
-  virtual std::tuple<StoragePtr, StoragePtr> topk(const Layout& l, int64_t dim, int64_t k, bool largest) const = 0;
-  // num_samples category indices per row of the weights l (rows, n), already checked finite, non-negative
-  // and with a positive sum per row. Without replacement: the num_samples largest keys w_i / E_i in key
-  // order, E_i = -log(1 - u) for the uniform u of counter + r * n + i; with replacement: the category whose
-  // cumulative-sum interval holds u * sum for the uniform of counter + r * num_samples + j. int64 (rows, S).
-  virtual StoragePtr multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
-                                 uint64_t counter) const = 0;
-  // In place on this (a fresh dense copy, through l): for every position e of the indices' shape, the
-  // element at e with coords[dim] = ids[e] combines with src[e] (src through sl, of the indices' shape)
-  // by `op`, in index order along dim. Without `include_self` a position any index names starts from
-  // src alone; Mean divides by the count of elements combined (self included when include_self; floor
-  // division for integers). Lines along dim are independent: backends may split them across threads.
-  virtual void scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
-                              const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) = 0;
 
  protected:
   DType dtype_;

@@ -6,6 +6,15 @@
 #include <climits>
 #include <vector>
 
+#include "families/conv.h"
+#include "families/pool.h"
+#include "families/sampling.h"
+#include "families/scan.h"
+#include "families/scatter.h"
+#include "families/sort.h"
+#include "families/upsample.h"
+#include "registry.h"
+
 namespace ember {
 
 std::string Device::str() const {
@@ -364,7 +373,7 @@ std::pair<StoragePtr, Layout> scatter_reduce(ScatterOp op, const BackendStorage&
     EMBER_CHECK(i == dim || il.shape()[i] <= l.shape()[i], Shape, "[", name, "] index ", shape_str(il.shape()),
                 " does not fit ", shape_str(l.shape()), " outside dim ", dim);
   auto [out, ol] = contiguous_copy(s, l);
-  out->scatter_reduce(op, ol, ids, il, src, sl, dim, include_self);
+  Kernels<ScatterReduce>::of(*out)(*out, op, ol, ids, il, src, sl, dim, include_self);
   return {out, ol};
 }
 
@@ -443,7 +452,7 @@ std::pair<StoragePtr, Layout> im2col(const BackendStorage& s, const Layout& l, c
   EMBER_CHECK(l.shape() == Shape({g.n, g.c, g.h, g.w}), Shape, "[unfold] input ", shape_str(l.shape()),
               " does not match the geometry (", g.n, ", ", g.c, ", ", g.h, ", ", g.w, ")");
   check_conv_geom(g, "unfold");
-  return {s.im2col(l, g), Layout::contiguous({g.n, g.c * g.kh * g.kw, g.oh * g.ow})};
+  return {Kernels<Im2col>::of(s)(s, l, g), Layout::contiguous({g.n, g.c * g.kh * g.kw, g.oh * g.ow})};
 }
 
 std::pair<StoragePtr, Layout> col2im(const BackendStorage& s, const Layout& l, const ConvGeom& g) {
@@ -453,9 +462,9 @@ std::pair<StoragePtr, Layout> col2im(const BackendStorage& s, const Layout& l, c
               ", ", g.c * g.kh * g.kw, ", ", g.oh * g.ow, "), got ", shape_str(l.shape()));
   if (!l.is_contiguous() || l.offset() != 0 || s.numel() != l.numel()) {
     auto [c, cl] = contiguous_copy(s, l);
-    return {c->col2im(g), Layout::contiguous({g.n, g.c, g.h, g.w})};
+    return {Kernels<Col2im>::of(*c)(*c, g), Layout::contiguous({g.n, g.c, g.h, g.w})};
   }
-  return {s.col2im(g), Layout::contiguous({g.n, g.c, g.h, g.w})};
+  return {Kernels<Col2im>::of(s)(s, g), Layout::contiguous({g.n, g.c, g.h, g.w})};
 }
 
 namespace {
@@ -493,7 +502,8 @@ std::pair<StoragePtr, Layout> conv2d_fwd(const BackendStorage& x, const Layout& 
     EMBER_CHECK(lb, Value, "[conv2d] bias given without a layout");
     check_conv_operand(x, *b, *lb, {c_out}, op, "bias");
   }
-  return {x.conv2d_fwd(lx, w, lw, b, b ? lb : nullptr, g, groups), Layout::contiguous({g.n, c_out, g.oh, g.ow})};
+  return {Kernels<Conv2dFwd>::of(x)(x, lx, w, lw, b, b ? lb : nullptr, g, groups),
+          Layout::contiguous({g.n, c_out, g.oh, g.ow})};
 }
 
 std::pair<StoragePtr, Layout> conv2d_bwd_input(const BackendStorage& gy, const Layout& lg, const BackendStorage& w,
@@ -505,7 +515,7 @@ std::pair<StoragePtr, Layout> conv2d_bwd_input(const BackendStorage& gy, const L
   check_conv_groups(g, groups, c_out, op);
   check_conv_operand(gy, gy, lg, {g.n, c_out, g.oh, g.ow}, op, "grad");
   check_conv_operand(gy, w, lw, {c_out, g.c / groups, g.kh, g.kw}, op, "weight");
-  return {gy.conv2d_bwd_input(lg, w, lw, g, groups), Layout::contiguous({g.n, g.c, g.h, g.w})};
+  return {Kernels<Conv2dBwdInput>::of(gy)(gy, lg, w, lw, g, groups), Layout::contiguous({g.n, g.c, g.h, g.w})};
 }
 
 std::pair<StoragePtr, Layout> conv2d_bwd_weight(const BackendStorage& x, const Layout& lx, const BackendStorage& gy,
@@ -518,16 +528,20 @@ std::pair<StoragePtr, Layout> conv2d_bwd_weight(const BackendStorage& x, const L
   check_conv_operand(x, x, lx, {g.n, g.c, g.h, g.w}, op, "input");
   check_conv_operand(x, gy, lg, {g.n, c_out, g.oh, g.ow}, op, "grad");
   checked_numel({c_out, g.c / groups, g.kh, g.kw}, op);
-  return {x.conv2d_bwd_weight(lx, gy, lg, g, groups), Layout::contiguous({c_out, g.c / groups, g.kh, g.kw})};
+  return {Kernels<Conv2dBwdWeight>::of(x)(x, lx, gy, lg, g, groups),
+          Layout::contiguous({c_out, g.c / groups, g.kh, g.kw})};
 }
+
+// A scalar is a line of one element (torch's rule), so the line kernels always see a dim.
+namespace {
+Layout with_a_dim(const Layout& l) { return l.ndim() == 0 ? Layout({1}, {1}, l.offset()) : l; }
+}  // namespace
 
 std::tuple<StoragePtr, StoragePtr, Layout> sort(const BackendStorage& s, const Layout& l, int64_t dim,
                                                 bool descending, bool stable) {
   check_in_bounds(s, l, "sort");
   dim = normalize_dim(dim, l.ndim(), "sort");
-  // a scalar sorts as a line of one element (torch's rule), so the backends always see a dim
-  const Layout line = l.ndim() == 0 ? Layout({1}, {1}, l.offset()) : l;
-  auto [vals, ids] = s.sort(line, dim, descending, stable);
+  auto [vals, ids] = Kernels<Sort>::of(s)(s, with_a_dim(l), dim, descending, stable);
   return {vals, ids, Layout::contiguous(l.shape())};
 }
 
@@ -539,8 +553,7 @@ std::tuple<StoragePtr, StoragePtr, Layout> scan(ScanOp op, const BackendStorage&
   dim = normalize_dim(dim, l.ndim(), name);
   EMBER_CHECK(!exclusive || op == ScanOp::Sum || op == ScanOp::Prod, Value, "[", name,
               "] has no exclusive form (the first position would have no index)");
-  const Layout line = l.ndim() == 0 ? Layout({1}, {1}, l.offset()) : l;
-  auto [vals, ids] = s.scan(op, line, dim, exclusive, reverse);
+  auto [vals, ids] = Kernels<Scan>::of(s)(s, op, with_a_dim(l), dim, exclusive, reverse);
   return {vals, ids, Layout::contiguous(l.shape())};
 }
 
@@ -548,13 +561,13 @@ std::tuple<StoragePtr, StoragePtr, Layout> topk(const BackendStorage& s, const L
                                                 bool largest) {
   check_in_bounds(s, l, "topk");
   dim = normalize_dim(dim, l.ndim(), "topk");
-  const Layout line = l.ndim() == 0 ? Layout({1}, {1}, l.offset()) : l;
+  const Layout line = with_a_dim(l);
   const int64_t n = line.shape()[dim];
   EMBER_CHECK(k >= 0 && k <= n, Value, "[topk] k = ", k, " is out of range for a dim of size ", n);
   if (l.ndim() == 0) k = 1;  // torch: a scalar's topk is the scalar, for k = 0 as well
   Shape out = l.shape();
   if (l.ndim() > 0) out[dim] = k;
-  auto [vals, ids] = s.topk(line, dim, k, largest);
+  auto [vals, ids] = Kernels<Topk>::of(s)(s, line, dim, k, largest);
   return {vals, ids, Layout::contiguous(out)};
 }
 
@@ -572,7 +585,7 @@ std::pair<StoragePtr, Layout> multinomial(const BackendStorage& s, const Layout&
   EMBER_CHECK(n > 0 || rows == 0, Value, "[multinomial] invalid distribution: a row has no categories");
   const Layout rl = l.ndim() == 2 ? l : Layout({1, n}, {0, l.stride()[0]}, l.offset());
   const RngDraw draw = rng_reserve((uint64_t)rows * (uint64_t)(replacement ? num_samples : n) + 1);
-  StoragePtr out = s.multinomial(rl, num_samples, replacement, draw.seed, draw.counter);
+  StoragePtr out = Kernels<Multinomial>::of(s)(s, rl, num_samples, replacement, draw.seed, draw.counter);
   return {out, l.ndim() == 2 ? Layout::contiguous({rows, num_samples}) : Layout::contiguous({num_samples})};
 }
 
@@ -630,7 +643,7 @@ std::tuple<StoragePtr, StoragePtr, Layout> pool2d(PoolKind kind, const BackendSt
                                                   const PoolGeom& g, bool with_indices) {
   const char* op = check_pool_geom(kind, g);
   check_float_planes(s, l, {g.n, g.c, g.h, g.w}, op, "input");
-  auto [vals, ids] = s.pool2d(kind, l, g, with_indices && kind == PoolKind::Max);
+  auto [vals, ids] = Kernels<Pool2d>::of(s)(s, kind, l, g, with_indices && kind == PoolKind::Max);
   return {vals, ids, Layout::contiguous({g.n, g.c, g.oh, g.ow})};
 }
 
@@ -653,21 +666,21 @@ std::pair<StoragePtr, Layout> pool2d_bwd(PoolKind kind, const BackendStorage& g,
   } else {
     ids = nullptr;
   }
-  return {g.pool2d_bwd(kind, lg, ids, geom), Layout::contiguous({geom.n, geom.c, geom.h, geom.w})};
+  return {Kernels<Pool2dBwd>::of(g)(g, kind, lg, ids, geom), Layout::contiguous({geom.n, geom.c, geom.h, geom.w})};
 }
 
 std::pair<StoragePtr, Layout> upsample(UpsampleMode mode, const BackendStorage& s, const Layout& l,
                                        const UpsampleGeom& g) {
   check_upsample_geom(mode, g);
   check_float_planes(s, l, {g.n, g.c, g.h, g.w}, "interpolate", "input");
-  return {s.upsample(mode, l, g), Layout::contiguous({g.n, g.c, g.oh, g.ow})};
+  return {Kernels<Upsample>::of(s)(s, mode, l, g), Layout::contiguous({g.n, g.c, g.oh, g.ow})};
 }
 
 std::pair<StoragePtr, Layout> upsample_bwd(UpsampleMode mode, const BackendStorage& g, const Layout& lg,
                                            const UpsampleGeom& geom) {
   check_upsample_geom(mode, geom);
   check_float_planes(g, lg, {geom.n, geom.c, geom.oh, geom.ow}, "interpolate", "gradient");
-  return {g.upsample_bwd(mode, lg, geom), Layout::contiguous({geom.n, geom.c, geom.h, geom.w})};
+  return {Kernels<UpsampleBwd>::of(g)(g, mode, lg, geom), Layout::contiguous({geom.n, geom.c, geom.h, geom.w})};
 }
 
 }  // namespace ember

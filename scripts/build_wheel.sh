@@ -30,6 +30,12 @@ raw=$(ls "$work"/raw/ember-*.whl)
 "$py" -m auditwheel repair "$raw" --plat "manylinux_2_28_x86_64" --exclude "libscipy_openblas.so" -w "$dist"
 wheel=$(ls "$dist"/ember-*manylinux_2_28_x86_64*.whl | head -n 1)
 "$py" -m auditwheel show "$wheel"
+# Both extensions: _C, and _C_testing (the tests' hooks; CI runs the suite against the installed wheel).
+for mod in _C _C_testing; do
+  "$py" -c 'import sys, zipfile; sys.exit(not any(n.startswith("ember/" + sys.argv[2] + ".") and n.endswith(".so")
+                for n in zipfile.ZipFile(sys.argv[1]).namelist()))' "$wheel" "$mod" \
+    || { echo "build_wheel: $wheel has no ember/$mod extension" >&2; exit 1; }
+done
 
 # Smoke test: a fresh venv with the wheel and its dependencies; no compiler reachable (PATH, CXX).
 "$py" -m venv "$work/venv"

@@ -61,6 +61,9 @@ def main():
     if em.metal_is_available():
         m = em.randn(4, 16, device="metal")
         assert np.allclose(em.nn.ops.softmax(m, -1).numpy().sum(-1), 1.0, atol=1e-5), "Metal softmax"
+    # the tests' hooks ship beside _C (CI runs the suite against the installed wheel)
+    from ember import _C_testing
+    assert "axpy" in _C_testing.metal_rewrite(OOB.replace("oob", "axpy"), "smoke.metal"), "testing module"
     if os.environ.get("EMBER_METAL") == "emulate":
         emulated_fault()
     print("wheel smoke test ok: isa", em._C.isa(), "| metal", em.metal_is_available())

@@ -19,11 +19,12 @@ TRAILER = 64 + 64 + 16 + 8
 # A one-line kernel; %s makes each source (and so each cache entry) distinct.
 RUN = textwrap.dedent("""
     import numpy as np, ember as em
+    from ember import _C_testing as _T
     def run(add):
         src = ('kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) '
                '{ x[i] = x[i] * 2.0f + %s; }' % add)
         x = np.arange(4, dtype=np.float32)
-        em._C._metal_emu_run(src, 'k', [x], [4], [4])
+        _T.metal_emu_run(src, 'k', [x], [4], [4])
         return x.tolist()
 """)
 
@@ -46,8 +47,8 @@ def _python(code, env, timeout=300):
 CHECK = """
     assert run('1.0f') == [1.0, 3.0, 5.0, 7.0]
     assert run('2.0f') == [2.0, 4.0, 6.0, 8.0]
-    s = em._C._metal_emu_stats()
-    print(em._C._metal_emu_cache_dir())
+    s = _T.metal_emu_stats()
+    print(_T.metal_emu_cache_dir())
     print(s['compiles'], s['disk_hits'])
 """
 
@@ -138,7 +139,7 @@ def _one_kernel(tmp_path):
 
 RERUN = """
     assert run('1.0f') == [1.0, 3.0, 5.0, 7.0]
-    s = em._C._metal_emu_stats()
+    s = _T.metal_emu_stats()
     print(s['compiles'], s['disk_hits'])
 """
 
@@ -232,7 +233,7 @@ def test_threads_compiling_the_same_source_build_it_once(tmp_path):
         [t.start() for t in ts]
         [t.join() for t in ts]
         assert out == [[6.0, 8.0, 10.0, 12.0]] * 4, out
-        s = em._C._metal_emu_stats()
+        s = _T.metal_emu_stats()
         print(s['compiles'], s['disk_hits'], s['memory_hits'])
     """
     p = _python(code, _env(tmp_path, EMBER_METAL_CACHE=tmp_path / "cache"))

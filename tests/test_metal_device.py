@@ -281,8 +281,14 @@ kernel void past_end(device const float* x [[buffer(0)]], device float* y [[buff
 """
 
 
-def run(function, args, n):
-    _C._metal_dispatch(SRC, "test_device.metal", function, args, [n], [min(n, 64)])
+def run(function, args, n, source=SRC):
+    """One dispatch through em.metal.Kernel (the one user-kernel dispatcher): ("in", s) binds s as an input,
+    ("out" | "inout", s) as an output, a numpy value as a scalar; the kernels here declare them in that order."""
+    ins = [a[1] for a in args if isinstance(a, tuple) and a[0] == "in"]
+    outs = [a[1] for a in args if isinstance(a, tuple) and a[0] in ("out", "inout")]
+    scalars = [a for a in args if not isinstance(a, tuple)]
+    em.metal.Kernel(source, function)(inputs=ins, outputs=outs, scalars=scalars, grid_threads=n,
+                                      threads_per_threadgroup=min(n, 64))
 
 
 def test_dispatches_see_each_others_writes_without_synchronize():
@@ -290,10 +296,10 @@ def test_dispatches_see_each_others_writes_without_synchronize():
     x = em.arange(n, dtype=em.float32, device="metal")._storage
     y, z = em.MetalStorage.empty(n, em.float32), em.MetalStorage.empty(n, em.float32)
     before = em.metal.memory_stats()["barriers"]
-    run("scale", [("in", x), ("out", y), np.float32(2).tobytes()], n)  # y = 2x
+    run("scale", [("in", x), ("out", y), np.float32(2)], n)  # y = 2x
     run("add_one", [("inout", y)], n)                                   # RAW and WAW on y: a barrier
-    run("scale", [("in", y), ("out", z), np.float32(3).tobytes()], n)  # RAW on y: a barrier
-    run("scale", [("in", x), ("out", y), np.float32(5).tobytes()], n)  # WAR on y (z's read): a barrier
+    run("scale", [("in", y), ("out", z), np.float32(3)], n)  # RAW on y: a barrier
+    run("scale", [("in", x), ("out", y), np.float32(5)], n)  # WAR on y (z's read): a barrier
     after = em.metal.memory_stats()["barriers"]
     np.testing.assert_array_equal(z.numpy(), 3 * (2 * np.arange(n, dtype=np.float32) + 1))
     np.testing.assert_array_equal(y.numpy(), 5 * np.arange(n, dtype=np.float32))
@@ -308,7 +314,7 @@ def test_independent_dispatches_need_no_barrier():
     em.metal.synchronize()
     before = em.metal.memory_stats()["barriers"]
     for y in ys:
-        run("scale", [("in", x), ("out", y), np.float32(2).tobytes()], n)
+        run("scale", [("in", x), ("out", y), np.float32(2)], n)
     assert em.metal.memory_stats()["barriers"] == before
     for y in ys:
         np.testing.assert_array_equal(y.numpy(), 2 * np.arange(n, dtype=np.float32))
@@ -332,17 +338,17 @@ def test_compile_error_carries_the_log_and_nothing_runs():
     x = em.zeros(4, device="metal")._storage
     bad = "kernel void broken(device float* y [[buffer(0)]], uint i [[thread_position_in_grid]]) { y[i] = nope; }"
     with pytest.raises(em.EmberError) as ei:
-        _C._metal_dispatch(bad, "broken.metal", "broken", [("out", x)], [4], [4])
+        run("broken", [("out", x)], 4, source=bad)
     assert str(ei.value).startswith("[metal] compiling broken.metal failed") and "nope" in str(ei.value)
     with pytest.raises(em.EmberError, match=r"^\[metal\] .*defines no kernel 'absent'"):
-        _C._metal_dispatch(SRC, "test_device.metal", "absent", [("out", x)], [4], [4])
+        run("absent", [("out", x)], 4)
     em.metal.synchronize()
 
 
 def test_dispatch_rejects_storages_of_other_devices():
     c = em.zeros(4, device=em.cpu)._storage
-    with pytest.raises(em.DeviceError, match=r"^\[metal\] argument 0"):
-        _C._metal_dispatch(SRC, "test_device.metal", "add_one", [("inout", c)], [4], [4])
+    with pytest.raises(em.EmberTypeError, match=r"^\[metal\.Kernel\] outputs\[0\] is a CpuStorage"):
+        run("add_one", [("inout", c)], 4)
 
 
 def test_pipelines_are_cached_by_source_not_name():
@@ -350,12 +356,12 @@ def test_pipelines_are_cached_by_source_not_name():
     x = em.arange(n, dtype=em.float32, device="metal")._storage
     y = em.MetalStorage.empty(n, em.float32)
     other = SRC.replace("y[i] = a * x[i];", "y[i] = a * x[i] + 100.0f;")
-    run("scale", [("in", x), ("out", y), np.float32(1).tobytes()], n)
+    run("scale", [("in", x), ("out", y), np.float32(1)], n)
     p = em.metal.memory_stats()["pipelines"]
-    _C._metal_dispatch(other, "test_device.metal", "scale", [("in", x), ("out", y), np.float32(1).tobytes()], [n], [n])
+    run("scale", [("in", x), ("out", y), np.float32(1)], n, source=other)
     assert em.metal.memory_stats()["pipelines"] == p + 1  # same name and label, new source: a new pipeline
     np.testing.assert_array_equal(y.numpy(), np.arange(n, dtype=np.float32) + 100)
-    run("scale", [("in", x), ("out", y), np.float32(1).tobytes()], n)
+    run("scale", [("in", x), ("out", y), np.float32(1)], n)
     assert em.metal.memory_stats()["pipelines"] == p + 1
     np.testing.assert_array_equal(y.numpy(), np.arange(n, dtype=np.float32))
 
@@ -395,8 +401,7 @@ class Triple(em.CustomOp1):
         assert isinstance(storage, em.MetalStorage)
         x = _C.contiguous(storage, layout)[0]
         out = em.MetalStorage.empty(x.numel, x.dtype)
-        _C._metal_dispatch(SRC, "test_device.metal", "scale", [("in", x), ("out", out), np.float32(3).tobytes()],
-                           [x.numel], [min(x.numel, 64)])
+        run("scale", [("in", x), ("out", out), np.float32(3)], x.numel)
         return out, layout.shape
 
 

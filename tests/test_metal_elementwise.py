@@ -10,7 +10,7 @@ import pytest
 import torch
 
 import ember as em
-from ember import _C
+from ember import _C_testing as _T
 
 ROOT = Path(__file__).resolve().parents[1]
 FLOATS = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
@@ -24,7 +24,7 @@ FLOAT_EDGES = [np.inf, -np.inf, np.nan, -0.0, 0.0, 1.0, -1.0, 0.5, -2.5, 1e-30, 
 def run(file, name, args, grid, group):
     """Runs kernel `name` of metal/<file> (read from the tree, so no build is needed) under the emulator."""
     src = (ROOT / "metal" / file).read_text()
-    _C._metal_emu_run(src, name, args, [grid], [group], label=file)
+    _T.metal_emu_run(src, name, args, [grid], [group], label=file)
 
 
 def u32(v):

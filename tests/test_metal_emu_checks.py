@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember import _C
+from ember import _C_testing as _T
 
 PIPE = """
 #include <metal_stdlib>
@@ -38,13 +38,13 @@ def run_pipeline(between, monkeypatch, seed):
     monkeypatch.setenv("EMBER_METAL_EMU_SEED", str(seed))
     x = np.arange(N, dtype=np.float32)
     y, z = np.zeros(N, np.float32), np.zeros(N, np.float32)
-    _C._metal_emu_sequence(PIPE, [x, y, z], pipeline_steps(between))
+    _T.metal_emu_sequence(PIPE, [x, y, z], pipeline_steps(between))
     return z, (x + 1) * 2
 
 
 def test_commit_is_asynchronous_a_host_read_before_the_wait_sees_old_data():
     y = np.zeros(N, np.float32)
-    reads = _C._metal_emu_sequence(PIPE, [y], [("dispatch", "fill7", [0], [N], [32]), ("commit",), ("read", 0)])
+    reads = _T.metal_emu_sequence(PIPE, [y], [("dispatch", "fill7", [0], [N], [32]), ("commit",), ("read", 0)])
     assert np.frombuffer(reads[0], np.float32)[:N].tolist() == [0.0] * N  # committed, not yet run
     assert y.tolist() == [7.0] * N  # after the wait
 
@@ -208,7 +208,7 @@ def test_a_grid_near_2_pow_32_runs_threads(metal):
 def test_a_grid_of_more_threadgroups_than_can_be_counted_is_refused():
     y = np.zeros(1, np.uint32)
     with pytest.raises(em.EmberError, match=r"^\[metal\] kernel 'every_thread'.*more than 2\^63 threadgroups"):
-        _C._metal_emu_run(FIRST_THREAD, "every_thread", [y], [2**32 - 1] * 3, [1, 1, 1])
+        _T.metal_emu_run(FIRST_THREAD, "every_thread", [y], [2**32 - 1] * 3, [1, 1, 1])
 
 
 CONST = """
@@ -256,7 +256,7 @@ def test_bad_function_constants_are_refused_clearly(consts, match, metal):
 def test_the_emulator_hook_uses_the_same_parser(const, match):
     y = np.zeros(2, np.float32)
     with pytest.raises(em.EmberValueError, match=r"^\[metal\] .*" + re.escape(match)):
-        _C._metal_emu_run(CONST, "consts", [y], [1], [1], constants=[const, (1, "float", 0.5)])
+        _T.metal_emu_run(CONST, "consts", [y], [1], [1], constants=[const, (1, "float", 0.5)])
 
 
 MATH = """
@@ -291,11 +291,11 @@ def test_gpu_math_perturbs_transcendentals_within_one_ulp(monkeypatch):
     monkeypatch.delenv("EMBER_METAL_EMU_GPU_MATH", raising=False)  # CI's Metal run sets it
     x = np.arange(-20, 21, dtype=np.float32)
     plain = np.zeros_like(x)
-    _C._metal_emu_run(MATH, "pow2", [x, plain], [x.size], [x.size])
+    _T.metal_emu_run(MATH, "pow2", [x, plain], [x.size], [x.size])
     np.testing.assert_array_equal(plain, np.exp2(x))
     monkeypatch.setenv("EMBER_METAL_EMU_GPU_MATH", "1")
     gm = np.zeros_like(x)
-    _C._metal_emu_run(MATH, "pow2", [x, gm], [x.size], [x.size])
+    _T.metal_emu_run(MATH, "pow2", [x, gm], [x.size], [x.size])
     exact = np.exp2(x.astype(np.float64))
     ulp = np.spacing(np.abs(gm)).astype(np.float64)
     assert np.all(np.abs(gm - exact) <= ulp)  # the MSL bound: 1 ulp
@@ -306,10 +306,10 @@ def test_gpu_math_contracts_multiply_add(monkeypatch):
     monkeypatch.delenv("EMBER_METAL_EMU_GPU_MATH", raising=False)
     a = np.array([1 + 2**-12, 1 + 2**-12, -(1 + 2**-11)], np.float32)  # a*b rounds away 2^-24
     y = np.zeros(1, np.float32)
-    _C._metal_emu_run(MATH, "muladd", [a, y], [1], [1])
+    _T.metal_emu_run(MATH, "muladd", [a, y], [1], [1])
     assert y[0] == 0.0
     monkeypatch.setenv("EMBER_METAL_EMU_GPU_MATH", "1")
-    _C._metal_emu_run(MATH, "muladd", [a, y], [1], [1])
+    _T.metal_emu_run(MATH, "muladd", [a, y], [1], [1])
     assert y[0] == (2.0**-24 if host_has_fma() else 0.0)
 
 
@@ -325,7 +325,7 @@ def test_gpu_math_converts_half_and_bfloat_independently_and_correctly(monkeypat
     h = np.zeros(x.size, np.float16)
     b = np.zeros(x.size, np.uint16)
     back = np.zeros(2 * x.size, np.float32)
-    _C._metal_emu_run(MATH, "narrow", [x, h, b, back], [x.size], [256])
+    _T.metal_emu_run(MATH, "narrow", [x, h, b, back], [x.size], [256])
     with np.errstate(over="ignore"):  # past half's range numpy rounds to inf, as the kernel must
         want_h = x.astype(np.float16)
     np.testing.assert_array_equal(h.view(np.uint16), want_h.view(np.uint16))

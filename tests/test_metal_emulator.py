@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember import _C
+from ember import _C_testing as _T
 
 # One source holds most test kernels, so the suite compiles (and caches) a single module for them.
 SRC = r"""
@@ -198,7 +198,7 @@ def _device_limits(monkeypatch):
 
 
 def run(name, args, grid, group, **kw):
-    _C._metal_emu_run(SRC, name, args, list(grid), list(group), label="test_kernels.metal", **kw)
+    _T.metal_emu_run(SRC, name, args, list(grid), list(group), label="test_kernels.metal", **kw)
 
 
 def u32(v):
@@ -434,7 +434,7 @@ def test_compile_error_carries_the_compilers_log():
     bad = "#include <metal_stdlib>\nusing namespace metal;\nkernel void k(device float* x [[buffer(0)]],\n" \
           "              uint i [[thread_position_in_grid]]) {\n  x[i] = undeclared_name * 2.0f;\n}\n"
     with pytest.raises(em.EmberError) as e:
-        _C._metal_emu_run(bad, "k", [np.zeros(4, np.float32)], [4], [4], label="bad.metal")
+        _T.metal_emu_run(bad, "k", [np.zeros(4, np.float32)], [4], [4], label="bad.metal")
     msg = str(e.value)
     assert msg.startswith("[metal] compiling bad.metal failed:")
     assert "bad.metal:5" in msg and "undeclared_name" in msg
@@ -443,7 +443,7 @@ def test_compile_error_carries_the_compilers_log():
 def test_unbindable_parameter_is_an_error():
     src = "kernel void k(device float* x [[buffer(0)]], uint i) { x[i] = 1.0f; }\n"
     with pytest.raises(em.EmberError, match=r"parameter 'i' has no binding attribute"):
-        _C._metal_emu_run(src, "k", [np.zeros(4, np.float32)], [4], [4], label="unbound.metal")
+        _T.metal_emu_run(src, "k", [np.zeros(4, np.float32)], [4], [4], label="unbound.metal")
 
 
 FC_SRC = r"""
@@ -458,19 +458,20 @@ kernel void fc(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]
 def test_function_constants_specialise_the_pipeline():
     for mul, add in [(3, 0.25), (-2, 1.5)]:
         x = np.arange(8, dtype=np.float32)
-        _C._metal_emu_run(FC_SRC, "fc", [x], [8], [8], constants=[(0, "int", mul), (1, "float", add)], label="fc.metal")
+        _T.metal_emu_run(FC_SRC, "fc", [x], [8], [8], constants=[(0, "int", mul), (1, "float", add)], label="fc.metal")
         np.testing.assert_array_equal(x, np.arange(8, dtype=np.float32) * mul + np.float32(add))
     with pytest.raises(em.EmberError, match="function constant 1 has no value"):
-        _C._metal_emu_run(FC_SRC, "fc", [x], [8], [8], constants=[(0, "int", 1)], label="fc.metal")
+        _T.metal_emu_run(FC_SRC, "fc", [x], [8], [8], constants=[(0, "int", 1)], label="fc.metal")
 
 
 def test_disk_cache_is_keyed_by_source_and_reused_across_processes(tmp_path):
     code = (
         "import numpy as np, ember as em\n"
+        "from ember import _C_testing as _T\n"
         "src = 'kernel void k(device float* x [[buffer(0)]], uint i [[thread_position_in_grid]]) { x[i] += %s; }'\n"
         "x = np.zeros(4, np.float32)\n"
-        "em._C._metal_emu_run(src, 'k', [x], [4], [4])\n"
-        "s = em._C._metal_emu_stats()\n"
+        "_T.metal_emu_run(src, 'k', [x], [4], [4])\n"
+        "s = _T.metal_emu_stats()\n"
         "print(x[0], s['compiles'], s['disk_hits'])\n"
     )
     env = dict(os.environ, EMBER_METAL_CACHE=str(tmp_path))
@@ -490,6 +491,6 @@ def test_backend_reports_the_emulator_only_when_asked(monkeypatch):
     monkeypatch.setenv("EMBER_METAL", "emulate")
     assert em.metal.backend() == "emulator"
     monkeypatch.delenv("EMBER_METAL")
-    assert em.metal.backend() == ("apple" if _C._metal_apple_available() else None)
-    assert _C._metal_apple_built or not _C._metal_apple_available()
+    assert em.metal.backend() == ("apple" if _T.metal_apple_available() else None)
+    assert _T.metal_apple_built or not _T.metal_apple_available()
     assert em.metal_is_available() is (em.metal.backend() == "apple")  # the emulator does not claim a device yet

@@ -22,9 +22,10 @@ PRELUDE = textwrap.dedent("""
     # ignored; setting it after the import would replace ember's hook)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     import numpy as np, ember as em
+    from ember import _C_testing as _T
     HEAD = '#include <metal_stdlib>\\nusing namespace metal;\\n'
     def run(src, args, n, group=None, fn='k'):
-        em._C._metal_emu_run(HEAD + src, fn, args, [n], [group or n])
+        _T.metal_emu_run(HEAD + src, fn, args, [n], [group or n])
     def expect_error(src, args, n, pattern, group=None, kind=em.EmberError):
         import re
         try:

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember import _C
+from ember import _C_testing as _T
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DTYPES = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16}
@@ -25,7 +25,7 @@ def source(name):
 
 
 def run(file, name, args, grid, group, tg_mem=()):
-    _C._metal_emu_run(source(file), name, args, list(grid), list(group), threadgroup_memory=list(tg_mem),
+    _T.metal_emu_run(source(file), name, args, list(grid), list(group), threadgroup_memory=list(tg_mem),
                       label=file)
 
 

@@ -5,7 +5,6 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember import _C
 
 SCALE = """
 #include <metal_stdlib>
@@ -30,7 +29,7 @@ def storage_of(arr, metal):
 
 
 def stats():
-    return _C._metal_stats(0)
+    return em.metal.memory_stats()
 
 
 def test_kernel_binds_inputs_outputs_then_scalars(metal, rng):

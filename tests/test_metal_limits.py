@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember import _C
+from ember import _C_testing as _T
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -41,28 +41,28 @@ def test_emulator_refuses_a_group_over_the_pipeline_limit(monkeypatch):
     x, y = np.ones(256, np.float32), np.zeros(256, np.float32)
     with pytest.raises(em.EmberError, match=r"^\[metal\] kernel 'axpy': a threadgroup of 256 threads; this pipeline "
                                             r"allows at most 128 \(maxTotalThreadsPerThreadgroup\)"):
-        _C._metal_emu_run(AXPY, "axpy", [x, y], [256], [256])
-    _C._metal_emu_run(AXPY, "axpy", [x, y], [256], [128])
+        _T.metal_emu_run(AXPY, "axpy", [x, y], [256], [256])
+    _T.metal_emu_run(AXPY, "axpy", [x, y], [256], [128])
     np.testing.assert_array_equal(y, np.full(256, 2, np.float32))
     for bad in ("100", "0", "2048", "lots"):
         monkeypatch.setenv("EMBER_METAL_EMU_MAX_THREADS", bad)
         with pytest.raises(em.EmberError, match=r"EMBER_METAL_EMU_MAX_THREADS=.*a multiple of 32 from 32 to 1024"):
-            _C._metal_emu_run(AXPY, "axpy", [x, y], [32], [32])
+            _T.metal_emu_run(AXPY, "axpy", [x, y], [32], [32])
 
 
 def test_threadgroup_memory_limit_is_configurable(monkeypatch):
     y = np.arange(64, dtype=np.float32)
-    _C._metal_emu_run(AXPY, "big_tg", [y], [64], [64])  # 16 KiB: within Metal's 32
+    _T.metal_emu_run(AXPY, "big_tg", [y], [64], [64])  # 16 KiB: within Metal's 32
     np.testing.assert_array_equal(y, np.arange(63, -1, -1, dtype=np.float32))
     monkeypatch.setenv("EMBER_METAL_EMU_TG_MEMORY", "8192")
     with pytest.raises(em.EmberError, match=r"kernel 'big_tg'.*threadgroup memory reaches 16384 bytes; Metal allows 8192"):
-        _C._metal_emu_run(AXPY, "big_tg", [y], [64], [64])
+        _T.metal_emu_run(AXPY, "big_tg", [y], [64], [64])
     with pytest.raises(em.EmberError, match=r"^\[metal\] kernel 'big_tg': threadgroup memory of 12288 bytes; "
                                             r"Metal allows 8192"):
-        _C._metal_emu_run(AXPY, "big_tg", [y], [64], [64], threadgroup_memory=[12288])
+        _T.metal_emu_run(AXPY, "big_tg", [y], [64], [64], threadgroup_memory=[12288])
     monkeypatch.setenv("EMBER_METAL_EMU_TG_MEMORY", "65536")
     with pytest.raises(em.EmberError, match=r"EMBER_METAL_EMU_TG_MEMORY=65536: bytes from 1024 to 32768"):
-        _C._metal_emu_run(AXPY, "big_tg", [y], [64], [64])
+        _T.metal_emu_run(AXPY, "big_tg", [y], [64], [64])
 
 
 @pytest.mark.parametrize("dt", [em.float32, em.float16, em.bfloat16, em.int64, em.uint32, em.uint8, em.int32])
@@ -81,23 +81,23 @@ def test_sort_and_topk_keep_a_margin_under_32_kib(metal, monkeypatch, rng, dt):
 
 def test_one_library_per_source(metal):
     src = AXPY + f"// {os.getpid()} {id(metal)}: a source this session has not compiled\n"
-    before = _C._metal_stats(0)
+    before = em.metal.memory_stats()
     x = em.MetalStorage.empty(64, em.float32)
     y = em.MetalStorage.empty(64, em.float32)
     em.metal.Kernel(src, "axpy")(inputs=[x], outputs=[y], grid_threads=64, threads_per_threadgroup=64)
     em.metal.Kernel(src, "big_tg")(outputs=[y], grid_threads=64, threads_per_threadgroup=64)
     em.metal.Kernel(src, "axpy")(inputs=[x], outputs=[y], grid_threads=64, threads_per_threadgroup=32)
-    after = _C._metal_stats(0)
+    after = em.metal.memory_stats()
     assert after["pipeline_compiles"] - before["pipeline_compiles"] == 2
     assert after["library_compiles"] - before["library_compiles"] == 1
     # the embedded softmax.metal: its simd, block and looped kernels in two dtypes share one library
     xs = [em.randn(3, n, device=metal).to(dt) for dt in (em.float32, em.float16) for n in (40, 1500, 20000)]
     for x in xs:
         x.numpy()
-    before = _C._metal_stats(0)
+    before = em.metal.memory_stats()
     for x in xs:
         em.softmax(x, dim=-1).numpy()
-    after = _C._metal_stats(0)
+    after = em.metal.memory_stats()
     assert after["library_compiles"] - before["library_compiles"] <= 1
 
 
@@ -146,4 +146,4 @@ def test_launchers_adapt_to_a_low_pipeline_limit():
 
 
 def test_fiber_switch_is_reported():
-    assert _C._metal_emu_fibers() in ("asm", "ucontext")
+    assert _T.metal_emu_fibers() in ("asm", "ucontext")

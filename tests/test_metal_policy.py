@@ -1,13 +1,13 @@
 """The Metal device layer's policy classes (cpp/metal/policy/), plain C++ over integer handles through
-_C._metal_policy: buffer pool, hazard tracker, pipeline cache, commit policy."""
+ember._C_testing.metal_policy: buffer pool, hazard tracker, pipeline cache, commit policy."""
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import ember as em
-from ember import _C
+from ember import _C_testing as _T
 
-P = _C._metal_policy
+P = _T.metal_policy
 PAGE = 16384
 
 

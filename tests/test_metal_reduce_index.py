@@ -9,6 +9,7 @@ import torch
 
 import ember as em
 from ember import _C
+from ember import _C_testing as _T
 
 ROOT = Path(__file__).resolve().parents[1]
 NP = {"float32": np.float32, "float16": np.float16, "bfloat16": ml_dtypes.bfloat16, "int64": np.int64,
@@ -27,7 +28,7 @@ def _device_limits(monkeypatch):
 
 def run(file, name, args, grid, group):
     # the file's text from the tree, so a kernel runs before it is embedded in a build
-    _C._metal_emu_run((ROOT / "metal" / file).read_text(), name, args, list(grid), list(group), label=file)
+    _T.metal_emu_run((ROOT / "metal" / file).read_text(), name, args, list(grid), list(group), label=file)
 
 
 def randn(rng, shape, dtype):
@@ -496,5 +497,5 @@ kernel void share(device float* out [[buffer(0)]], uint tid [[thread_index_in_th
 }
 """
     out = np.zeros(32, np.float32)
-    _C._metal_emu_run(src, "share", [out], [32], [32], label="share.metal")
+    _T.metal_emu_run(src, "share", [out], [32], [32], label="share.metal")
     np.testing.assert_array_equal(out, (np.arange(32) + 1) % 32)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember import _C
+from ember import _C_testing as _T
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tools" / "metal_check"))
@@ -37,7 +37,7 @@ def test_address_spaces_are_kept_apart():
     # are one kind of pointer there: only the static check sees line 13
     src = (FIXTURES / "wrong_address_space.metal").read_text()
     with pytest.raises(em.EmberError) as e:
-        _C._metal_emu_run(src, "wrong_space", [np.zeros(64, np.float32)], [64], [64], label="wrong_space.metal")
+        _T.metal_emu_run(src, "wrong_space", [np.zeros(64, np.float32)], [64], [64], label="wrong_space.metal")
     assert "wrong_space.metal:12:" in str(e.value) and "wrong_space.metal:13:" not in str(e.value)
 
 

@@ -26,7 +26,7 @@ mkdir -p "$pkg"
 cp -r python/ember "$pkg/ember"
 rm -f "$pkg"/ember/_C*.so "$pkg"/ember/.tmp.*
 cp "$bdir"/python/src/_C*.so "$pkg/ember/"
-kind=$(PYTHONPATH="$pkg" "$python" -c "from ember import _C; print(_C._metal_emu_fibers())")
+kind=$(PYTHONPATH="$pkg" "$python" -c "from ember import _C_testing; print(_C_testing.metal_emu_fibers())")
 [ "$kind" = ucontext ] || { echo "metal_ucontext: the build switches fibers with '$kind', not ucontext" >&2; exit 1; }
 # The emulator's tests, and the fused kernels (barriers and simd ops in every group) on the emulated device.
 PYTHONPATH="$pkg" EMBER_METAL=emulate EMBER_METAL_CACHE="$PWD/$bdir/msl-cache" "$python" -m pytest -q -p no:cacheprovider \

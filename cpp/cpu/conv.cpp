@@ -12,6 +12,8 @@
 #include "cpu/packed_gemm.h"
 #include "cpu/parallel.h"
 #include "cpu/winograd.h"
+#include "families/conv.h"
+#include "registry.h"
 
 namespace ember::cpu {
 
@@ -527,61 +529,80 @@ StoragePtr rounded(StoragePtr r, DType dt) {
   if (r->dtype() == dt) return r;
   return r->to_dtype(Layout::contiguous({r->numel()}), dt);
 }
-}  // namespace
 
-StoragePtr CpuStorage::im2col(const Layout& l, const ConvGeom& g) const {
+StoragePtr im2col(const BackendStorage& x_, const Layout& l, const ConvGeom& g) {
+  const CpuStorage& x = as_cpu(x_);
+  const DType dt = x.dtype();
   StoragePtr out;
-  switch (itemsize(dtype_)) {  // pure data movement: the element's size is all that matters
-    case 1: out = im2col_typed<uint8_t>(*this, l, g, dtype_); break;
-    case 2: out = im2col_typed<uint16_t>(*this, l, g, dtype_); break;
-    case 4: out = im2col_typed<uint32_t>(*this, l, g, dtype_); break;
-    default: out = im2col_typed<uint64_t>(*this, l, g, dtype_); break;
+  switch (itemsize(dt)) {  // pure data movement: the element's size is all that matters
+    case 1: out = im2col_typed<uint8_t>(x, l, g, dt); break;
+    case 2: out = im2col_typed<uint16_t>(x, l, g, dt); break;
+    case 4: out = im2col_typed<uint32_t>(x, l, g, dt); break;
+    default: out = im2col_typed<uint64_t>(x, l, g, dt); break;
   }
   return out;
 }
 
-StoragePtr CpuStorage::col2im(const ConvGeom& g) const {
-  switch (dtype_) {
-    case DType::F32: return col2im_typed<float>(data<float>(), g, dtype_);
-    case DType::F64: return col2im_typed<double>(data<double>(), g, dtype_);
+StoragePtr col2im(const BackendStorage& cols_, const ConvGeom& g) {
+  const CpuStorage& cols = as_cpu(cols_);
+  const DType dt = cols.dtype();
+  switch (dt) {
+    case DType::F32: return col2im_typed<float>(cols.data<float>(), g, dt);
+    case DType::F64: return col2im_typed<double>(cols.data<double>(), g, dt);
     case DType::F16:
     case DType::BF16: {  // overlapping windows add up: sum in f32, round once
-      auto c32 = to_dtype(Layout::contiguous({numel_}), DType::F32);
+      auto c32 = cols.to_dtype(Layout::contiguous({cols.numel()}), DType::F32);
       auto x32 = col2im_typed<float>(as_cpu(*c32).data<float>(), g, DType::F32);
-      return x32->to_dtype(Layout::contiguous({x32->numel()}), dtype_);
+      return x32->to_dtype(Layout::contiguous({x32->numel()}), dt);
     }
-    case DType::I64: return col2im_typed<int64_t>(data<int64_t>(), g, dtype_);
-    case DType::U32: return col2im_typed<uint32_t>(data<uint32_t>(), g, dtype_);
-    case DType::U8: return col2im_typed<uint8_t>(data<uint8_t>(), g, dtype_);
-    case DType::I32: return col2im_typed<int32_t>(data<int32_t>(), g, dtype_);
+    case DType::I64: return col2im_typed<int64_t>(cols.data<int64_t>(), g, dt);
+    case DType::U32: return col2im_typed<uint32_t>(cols.data<uint32_t>(), g, dt);
+    case DType::U8: return col2im_typed<uint8_t>(cols.data<uint8_t>(), g, dt);
+    case DType::I32: return col2im_typed<int32_t>(cols.data<int32_t>(), g, dt);
     case DType::Bool: EMBER_CHECK(false, DType, "[conv_transpose2d] not supported for bool"); break;
   }
   return nullptr;
 }
 
-StoragePtr CpuStorage::conv2d_fwd(const Layout& l, const BackendStorage& w, const Layout& lw, const BackendStorage* b,
-                                  const Layout* lb, const ConvGeom& g, int64_t groups) const {
-  const DType ct = compute_type(dtype_);
+StoragePtr conv2d_fwd(const BackendStorage& x_, const Layout& l, const BackendStorage& w, const Layout& lw,
+                      const BackendStorage* b, const Layout* lb, const ConvGeom& g, int64_t groups) {
+  const CpuStorage& x = as_cpu(x_);
+  const DType dt = x.dtype();
+  const DType ct = compute_type(dt);
   const CpuStorage* bc = b ? &as_cpu(*b) : nullptr;
-  auto r = ct == DType::F64 ? conv_fwd<double>(*this, l, as_cpu(w), lw, bc, lb, g, groups, ct)
-                            : conv_fwd<float>(*this, l, as_cpu(w), lw, bc, lb, g, groups, ct);
-  return rounded(r, dtype_);
+  auto r = ct == DType::F64 ? conv_fwd<double>(x, l, as_cpu(w), lw, bc, lb, g, groups, ct)
+                            : conv_fwd<float>(x, l, as_cpu(w), lw, bc, lb, g, groups, ct);
+  return rounded(r, dt);
 }
 
-StoragePtr CpuStorage::conv2d_bwd_input(const Layout& l, const BackendStorage& w, const Layout& lw, const ConvGeom& g,
-                                        int64_t groups) const {
-  const DType ct = compute_type(dtype_);
-  auto r = ct == DType::F64 ? conv_bwd_input<double>(*this, l, as_cpu(w), lw, g, groups, ct)
-                            : conv_bwd_input<float>(*this, l, as_cpu(w), lw, g, groups, ct);
-  return rounded(r, dtype_);
+StoragePtr conv2d_bwd_input(const BackendStorage& gy_, const Layout& l, const BackendStorage& w, const Layout& lw,
+                            const ConvGeom& g, int64_t groups) {
+  const CpuStorage& gy = as_cpu(gy_);
+  const DType dt = gy.dtype();
+  const DType ct = compute_type(dt);
+  auto r = ct == DType::F64 ? conv_bwd_input<double>(gy, l, as_cpu(w), lw, g, groups, ct)
+                            : conv_bwd_input<float>(gy, l, as_cpu(w), lw, g, groups, ct);
+  return rounded(r, dt);
 }
 
-StoragePtr CpuStorage::conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg,
-                                         const ConvGeom& g, int64_t groups) const {
-  const DType ct = compute_type(dtype_);
-  auto r = ct == DType::F64 ? conv_bwd_weight<double>(*this, l, as_cpu(gy), lg, g, groups, ct)
-                            : conv_bwd_weight<float>(*this, l, as_cpu(gy), lg, g, groups, ct);
-  return rounded(r, dtype_);
+StoragePtr conv2d_bwd_weight(const BackendStorage& x_, const Layout& l, const BackendStorage& gy, const Layout& lg,
+                             const ConvGeom& g, int64_t groups) {
+  const CpuStorage& x = as_cpu(x_);
+  const DType dt = x.dtype();
+  const DType ct = compute_type(dt);
+  auto r = ct == DType::F64 ? conv_bwd_weight<double>(x, l, as_cpu(gy), lg, g, groups, ct)
+                            : conv_bwd_weight<float>(x, l, as_cpu(gy), lg, g, groups, ct);
+  return rounded(r, dt);
+}
+
+}  // namespace
+
+void register_conv() {
+  Kernels<Im2col>::set(DeviceKind::Cpu, &im2col);
+  Kernels<Col2im>::set(DeviceKind::Cpu, &col2im);
+  Kernels<Conv2dFwd>::set(DeviceKind::Cpu, &conv2d_fwd);
+  Kernels<Conv2dBwdInput>::set(DeviceKind::Cpu, &conv2d_bwd_input);
+  Kernels<Conv2dBwdWeight>::set(DeviceKind::Cpu, &conv2d_bwd_weight);
 }
 
 }  // namespace ember::cpu

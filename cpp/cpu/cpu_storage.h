@@ -39,15 +39,6 @@ class CpuStorage final : public BackendStorage {
                    const Layout& sl, int64_t dim) override;
   void index_copy(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src,
                   const Layout& sl, int64_t dim) override;
-  StoragePtr im2col(const Layout& l, const ConvGeom& g) const override;
-  StoragePtr col2im(const ConvGeom& g) const override;
-  // cpu/conv.cpp (conv2d_*)
-  StoragePtr conv2d_fwd(const Layout& l, const BackendStorage& w, const Layout& lw, const BackendStorage* b,
-                        const Layout* lb, const ConvGeom& g, int64_t groups) const override;
-  StoragePtr conv2d_bwd_input(const Layout& l, const BackendStorage& w, const Layout& lw, const ConvGeom& g,
-                              int64_t groups) const override;
-  StoragePtr conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg, const ConvGeom& g,
-                               int64_t groups) const override;
   // cpu/batch_norm.cpp
   std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const Layout& l, const BackendStorage* w,
                                                                 const Layout* lw, const BackendStorage* b,
@@ -58,12 +49,6 @@ class CpuStorage final : public BackendStorage {
                                                                 const Layout* lw, const BackendStorage& mean,
                                                                 const BackendStorage& rstd, const BackendStorage& g,
                                                                 const Layout& lg, bool training) const override;
-  // cpu/pool.cpp, cpu/upsample.cpp
-  std::tuple<StoragePtr, StoragePtr> pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
-                                            bool with_indices) const override;
-  StoragePtr pool2d_bwd(PoolKind kind, const Layout& lg, const BackendStorage* ids, const PoolGeom& g) const override;
-  StoragePtr upsample(UpsampleMode mode, const Layout& l, const UpsampleGeom& g) const override;
-  StoragePtr upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const override;
   // Fused kernels (cpu/fused.cpp).
   StoragePtr softmax_fwd(const Layout& l, bool log) const override;
   StoragePtr softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const override;
@@ -97,19 +82,6 @@ class CpuStorage final : public BackendStorage {
                                                               const Layout& lws, const BackendStorage* s,
                                                               const Layout* ls, const BackendStorage* dc,
                                                               const Layout* ldc) const override;
-  // cpu/sort.cpp
-  std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending, bool stable) const override;
-  // cpu/scan.cpp
-  std::tuple<StoragePtr, StoragePtr> scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
-                                          bool reverse) const override;
-  // cpu/topk.cpp
-  std::tuple<StoragePtr, StoragePtr> topk(const Layout& l, int64_t dim, int64_t k, bool largest) const override;
-  // cpu/random.cpp
-  StoragePtr multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
-                         uint64_t counter) const override;
-  // cpu/index.cpp
-  void scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
-                      const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) override;
 
  private:
   void* data_ = nullptr;

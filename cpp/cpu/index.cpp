@@ -11,6 +11,9 @@
 
 #include "cpu/cpu_storage.h"
 #include "cpu/nditer.h"
+#include "families/scatter.h"
+#include "lines.h"
+#include "registry.h"
 
 namespace ember::cpu {
 namespace {
@@ -267,17 +270,8 @@ void scatter_kernel(T* out, const Layout& ol, const Ids& ids, const T* src, cons
   std::vector<uint32_t> cnt(op == ScatterOp::Mean ? (size_t)ol.numel() : 0, 0u);
   T* o = out + ol.offset();
   const T* sp = src + sl.offset();
-  // base offsets (out, src) of column c in the general layout
-  auto bases = [&](int64_t c, int64_t& ob, int64_t& sb) {
-    ob = 0, sb = 0;
-    for (int64_t d = nd - 1; d >= 0; --d) {
-      if (d == dim) continue;
-      const int64_t i = c % ish[d];
-      c /= ish[d];
-      ob += i * ol.stride()[d];
-      sb += i * sl.stride()[d];
-    }
-  };
+  // base offsets (out, src) of column c in the general layout: line c of the indices' shape
+  const Lines cl = lines_along(ish, dim, ol.stride(), sl.stride());
   // A run of `len` adjacent columns starting at c0 whose out/src bases step by 1 (dense) or a single
   // column (general): three passes over its lines, each in index order.
   auto run = [&](int64_t c0, int64_t len, int64_t ob, int64_t sb, int64_t ostep, int64_t sstep) {
@@ -314,8 +308,8 @@ void scatter_kernel(T* out, const Layout& ol, const Ids& ids, const T* src, cons
       return;
     }
     for (int64_t c = c0; c < c1; ++c) {
-      int64_t ob, sb;
-      bases(c, ob, sb);
+      int64_t ob = 0, sb = 0;
+      cl.offsets(c, ob, sb);
       run(c, 1, ob, sb, 0, 0);
     }
   });
@@ -494,24 +488,32 @@ void CpuStorage::index_copy(const Layout& l, const BackendStorage& ids_, const L
   }
 }
 
-void CpuStorage::scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids_, const Layout& il,
-                                const BackendStorage& src_, const Layout& sl, int64_t dim, bool include_self) {
+namespace {
+
+void scatter_reduce(BackendStorage& out, ScatterOp op, const Layout& l, const BackendStorage& ids_, const Layout& il,
+                    const BackendStorage& src_, const Layout& sl, int64_t dim, bool include_self) {
+  CpuStorage& self = as_cpu(out);
+  const DType dt = self.dtype();
   const Ids ids(as_cpu(ids_), il, l.shape()[dim], op == ScatterOp::Set ? "scatter" : "scatter_reduce");
   const auto& src = as_cpu(src_);
-  if (dtype_ == DType::Bool) {  // as torch: sum is or (amax on 0/1 bytes), prod and amin are and, mean refused
+  if (dt == DType::Bool) {  // as torch: sum is or (amax on 0/1 bytes), prod and amin are and, mean refused
     EMBER_CHECK(op != ScatterOp::Mean, DType, "[scatter_reduce] mean not supported for bool");
     if (op == ScatterOp::Sum) op = ScatterOp::Max;
   }
   switch (op) {
-    case ScatterOp::Set: scatter_dispatch<ScatterOp::Set>(*this, l, ids, src, sl, il, dim, include_self); return;
-    case ScatterOp::Sum: scatter_dispatch<ScatterOp::Sum>(*this, l, ids, src, sl, il, dim, include_self); return;
-    case ScatterOp::Prod: scatter_dispatch<ScatterOp::Prod>(*this, l, ids, src, sl, il, dim, include_self); return;
-    case ScatterOp::Mean: scatter_dispatch<ScatterOp::Mean>(*this, l, ids, src, sl, il, dim, include_self); return;
-    case ScatterOp::Max: scatter_dispatch<ScatterOp::Max>(*this, l, ids, src, sl, il, dim, include_self); return;
-    case ScatterOp::Min: scatter_dispatch<ScatterOp::Min>(*this, l, ids, src, sl, il, dim, include_self); return;
+    case ScatterOp::Set: scatter_dispatch<ScatterOp::Set>(self, l, ids, src, sl, il, dim, include_self); return;
+    case ScatterOp::Sum: scatter_dispatch<ScatterOp::Sum>(self, l, ids, src, sl, il, dim, include_self); return;
+    case ScatterOp::Prod: scatter_dispatch<ScatterOp::Prod>(self, l, ids, src, sl, il, dim, include_self); return;
+    case ScatterOp::Mean: scatter_dispatch<ScatterOp::Mean>(self, l, ids, src, sl, il, dim, include_self); return;
+    case ScatterOp::Max: scatter_dispatch<ScatterOp::Max>(self, l, ids, src, sl, il, dim, include_self); return;
+    case ScatterOp::Min: scatter_dispatch<ScatterOp::Min>(self, l, ids, src, sl, il, dim, include_self); return;
     case ScatterOp::Count: break;
   }
   EMBER_CHECK(false, Value, "[scatter_reduce] unknown reduction ", (int)op);
 }
+
+}  // namespace
+
+void register_scatter_reduce() { Kernels<ScatterReduce>::set(DeviceKind::Cpu, &scatter_reduce); }
 
 }  // namespace ember::cpu

@@ -14,6 +14,8 @@
 #include "cpu/gemm.h"
 #include "cpu/parallel.h"
 #include "cpu/row_sums.h"
+#include "families/pool.h"
+#include "registry.h"
 
 namespace ember::cpu {
 namespace {
@@ -398,32 +400,42 @@ StoragePtr pool_bwd(const CpuStorage& s, PoolKind kind, const Layout& lg, const 
   return dx->to_dtype(Layout::contiguous({dx->numel()}), s.dtype());
 }
 
-}  // namespace
 
-std::tuple<StoragePtr, StoragePtr> CpuStorage::pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
-                                                      bool with_indices) const {
-  switch (dtype_) {
-    case DType::F32: return pool_fwd<float>(*this, kind, l, g, with_indices);
-    case DType::F64: return pool_fwd<double>(*this, kind, l, g, with_indices);
-    case DType::F16: return pool_fwd<f16>(*this, kind, l, g, with_indices);
-    case DType::BF16: return pool_fwd<bf16>(*this, kind, l, g, with_indices);
+std::tuple<StoragePtr, StoragePtr> pool2d(const BackendStorage& x_, PoolKind kind, const Layout& l, const PoolGeom& g,
+                                          bool with_indices) {
+  const CpuStorage& x = as_cpu(x_);
+  const DType dt = x.dtype();
+  switch (dt) {
+    case DType::F32: return pool_fwd<float>(x, kind, l, g, with_indices);
+    case DType::F64: return pool_fwd<double>(x, kind, l, g, with_indices);
+    case DType::F16: return pool_fwd<f16>(x, kind, l, g, with_indices);
+    case DType::BF16: return pool_fwd<bf16>(x, kind, l, g, with_indices);
     default: break;
   }
-  EMBER_CHECK(false, DType, "[", kPoolNames[(int)kind], "] expected a float tensor, got ", dtype_name(dtype_));
+  EMBER_CHECK(false, DType, "[", kPoolNames[(int)kind], "] expected a float tensor, got ", dtype_name(dt));
   return {};
 }
 
-StoragePtr CpuStorage::pool2d_bwd(PoolKind kind, const Layout& lg, const BackendStorage* ids,
-                                  const PoolGeom& g) const {
-  switch (dtype_) {
-    case DType::F32: return pool_bwd<float>(*this, kind, lg, ids, g);
-    case DType::F64: return pool_bwd<double>(*this, kind, lg, ids, g);
-    case DType::F16: return pool_bwd<f16>(*this, kind, lg, ids, g);
-    case DType::BF16: return pool_bwd<bf16>(*this, kind, lg, ids, g);
+StoragePtr pool2d_bwd(const BackendStorage& gy_, PoolKind kind, const Layout& lg, const BackendStorage* ids,
+                      const PoolGeom& g) {
+  const CpuStorage& gy = as_cpu(gy_);
+  const DType dt = gy.dtype();
+  switch (dt) {
+    case DType::F32: return pool_bwd<float>(gy, kind, lg, ids, g);
+    case DType::F64: return pool_bwd<double>(gy, kind, lg, ids, g);
+    case DType::F16: return pool_bwd<f16>(gy, kind, lg, ids, g);
+    case DType::BF16: return pool_bwd<bf16>(gy, kind, lg, ids, g);
     default: break;
   }
-  EMBER_CHECK(false, DType, "[", kPoolNames[(int)kind], "] expected a float gradient, got ", dtype_name(dtype_));
+  EMBER_CHECK(false, DType, "[", kPoolNames[(int)kind], "] expected a float gradient, got ", dtype_name(dt));
   return nullptr;
+}
+
+}  // namespace
+
+void register_pool() {
+  Kernels<Pool2d>::set(DeviceKind::Cpu, &pool2d);
+  Kernels<Pool2dBwd>::set(DeviceKind::Cpu, &pool2d_bwd);
 }
 
 }  // namespace ember::cpu

@@ -12,6 +12,8 @@
 #include "cpu/parallel.h"
 #include "cpu/topk.h"
 #include "device.h"
+#include "families/sampling.h"
+#include "registry.h"
 
 namespace ember::cpu {
 namespace {
@@ -201,15 +203,18 @@ void multinomial_rows(const T* w, const Layout& l, int64_t S, bool repl, uint64_
   });
 }
 
-}  // namespace
-
-StoragePtr CpuStorage::multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
-                                   uint64_t counter) const {
+StoragePtr multinomial(const BackendStorage& ws, const Layout& l, int64_t num_samples, bool replacement,
+                       uint64_t seed, uint64_t counter) {
+  const CpuStorage& w = as_cpu(ws);
   auto out = new_cpu(DType::I64, l.shape()[0] * num_samples);
-  EMBER_DISPATCH_FLOAT(dtype_, multinomial_rows<T>(data<T>(), l, num_samples, replacement, seed, counter,
-                                                   out->data<int64_t>()));
+  EMBER_DISPATCH_FLOAT(w.dtype(), multinomial_rows<T>(w.data<T>(), l, num_samples, replacement, seed, counter,
+                                                      out->data<int64_t>()));
   return out;
 }
+
+}  // namespace
+
+void register_multinomial() { Kernels<Multinomial>::set(DeviceKind::Cpu, &multinomial); }
 
 // Lemire's multiply-and-reject on 64-bit hashes: unbiased for every span up to 2^64. A rejected
 // element re-hashes its own value, so each element's draw depends on its index alone (any thread count).

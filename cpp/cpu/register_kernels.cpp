@@ -3,8 +3,26 @@
 
 namespace ember::cpu {
 
-void register_group_norm();  // cpu/group_norm.cpp
+void register_group_norm();      // cpu/group_norm.cpp
+void register_sort();            // cpu/sort.cpp
+void register_topk();            // cpu/topk.cpp
+void register_scan();            // cpu/scan.cpp
+void register_multinomial();     // cpu/random.cpp
+void register_scatter_reduce();  // cpu/index.cpp
+void register_conv();            // cpu/conv.cpp: im2col, col2im, conv2d's three directions
+void register_pool();            // cpu/pool.cpp
+void register_upsample();        // cpu/upsample.cpp
 
-void register_kernels() { register_group_norm(); }
+void register_kernels() {
+  register_group_norm();
+  register_sort();
+  register_topk();
+  register_scan();
+  register_multinomial();
+  register_scatter_reduce();
+  register_conv();
+  register_pool();
+  register_upsample();
+}
 
 }  // namespace ember::cpu

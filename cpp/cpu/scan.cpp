@@ -12,22 +12,12 @@
 
 #include "cpu/cpu_storage.h"
 #include "cpu/parallel.h"
+#include "families/scan.h"
+#include "lines.h"
+#include "registry.h"
 
 namespace ember::cpu {
 namespace {
-
-// Line r's input offset (over the dims other than the scanned one) and its contiguous output offset.
-struct ScanLines {
-  Shape shape, in_stride, out_stride;
-  void offsets(int64_t r, int64_t& in, int64_t& out) const {
-    for (int64_t d = (int64_t)shape.size() - 1; d >= 0; --d) {
-      const int64_t q = r % shape[d];
-      in += q * in_stride[d];
-      out += q * out_stride[d];
-      r /= shape[d];
-    }
-  }
-};
 
 template <typename A> inline bool nan_of(A v) { return v != v; }
 
@@ -164,21 +154,13 @@ inline int group_of(int64_t lines) { return lines >= 16 ? 16 : lines >= 8 ? 8 : 
 template <typename T, typename O, typename A>
 void scan_lines(ScanOp op, const T* in, const Layout& l, int64_t dim, bool exclusive, bool reverse, O* out,
                 int64_t* ids) {
-  ScanLines ls;
-  const Shape cs = contiguous_strides(l.shape());
-  for (int64_t i = 0; i < l.ndim(); ++i) {
-    if (i == dim) continue;
-    ls.shape.push_back(l.shape()[i]);
-    ls.in_stride.push_back(l.stride()[i]);
-    ls.out_stride.push_back(cs[i]);
-  }
-  const int64_t n = l.shape()[dim], is = l.stride()[dim], os = cs[dim];
-  const int64_t nlines = n == 0 ? 0 : l.numel() / n;
+  const Lines ls = lines_along(l, dim);
+  const int64_t n = ls.n, is = ls.a_step, os = ls.b_step, nlines = ls.count;
   const bool arith = op == ScanOp::Sum || op == ScanOp::Prod;
   // a group: G (16, 8 or 4) lines of a chunk of the innermost dim (when it is contiguous in and out), or
   // G consecutive lines
   const int64_t inner = ls.shape.empty() ? 1 : ls.shape.back();
-  const bool cols = arith && group_of(inner) && ls.in_stride.back() == 1 && ls.out_stride.back() == 1;
+  const bool cols = arith && group_of(inner) && ls.a_stride.back() == 1 && ls.b_stride.back() == 1;
   const bool rows = arith && !cols && group_of(nlines);
   const int G = cols ? group_of(inner) : rows ? group_of(nlines) : 0;
   if (cols || rows) {
@@ -238,23 +220,27 @@ void scan_lines(ScanOp op, const T* in, const Layout& l, int64_t dim, bool exclu
   });
 }
 
-}  // namespace
-
-std::tuple<StoragePtr, StoragePtr> CpuStorage::scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
-                                                    bool reverse) const {
+std::tuple<StoragePtr, StoragePtr> scan(const BackendStorage& xs, ScanOp op, const Layout& l, int64_t dim,
+                                        bool exclusive, bool reverse) {
+  const CpuStorage& x = as_cpu(xs);
+  const DType dt = x.dtype();
   const bool arith = op == ScanOp::Sum || op == ScanOp::Prod;
-  const DType odt = arith && !is_float(dtype_) ? DType::I64 : dtype_;
+  const DType odt = arith && !is_float(dt) ? DType::I64 : dt;
   auto out = new_cpu(odt, l.numel());
   CpuStoragePtr ids = arith ? nullptr : new_cpu(DType::I64, l.numel());
   int64_t* ip = ids ? ids->data<int64_t>() : nullptr;
-  if (arith && !is_float(dtype_)) {  // integer sums and products: int64 out, wrapping (unsigned arithmetic)
-    EMBER_DISPATCH_BOOL_AS_U8(dtype_, if constexpr (std::is_integral_v<T>) scan_lines<T, int64_t, uint64_t>(
-                               op, data<T>(), l, dim, exclusive, reverse, out->data<int64_t>(), ip));
+  if (arith && !is_float(dt)) {  // integer sums and products: int64 out, wrapping (unsigned arithmetic)
+    EMBER_DISPATCH_BOOL_AS_U8(dt, if constexpr (std::is_integral_v<T>) scan_lines<T, int64_t, uint64_t>(
+                               op, x.data<T>(), l, dim, exclusive, reverse, out->data<int64_t>(), ip));
   } else {
-    EMBER_DISPATCH_BOOL_AS_U8(dtype_, scan_lines<T, T, typename Acc<T>::type>(op, data<T>(), l, dim, exclusive, reverse,
+    EMBER_DISPATCH_BOOL_AS_U8(dt, scan_lines<T, T, typename Acc<T>::type>(op, x.data<T>(), l, dim, exclusive, reverse,
                                                                     out->data<T>(), ip));
   }
   return {out, ids};
 }
+
+}  // namespace
+
+void register_scan() { Kernels<Scan>::set(DeviceKind::Cpu, &scan); }
 
 }  // namespace ember::cpu

@@ -9,6 +9,9 @@
 
 #include "cpu/cpu_storage.h"
 #include "cpu/parallel.h"
+#include "families/sort.h"
+#include "lines.h"
+#include "registry.h"
 
 namespace ember::cpu {
 namespace {
@@ -32,55 +35,24 @@ template <typename K> struct Before {
   }
 };
 
-// The storage offsets of line r: the input's (over the non-sorted dims of l) and the contiguous output's.
-struct Lines {
-  Shape shape, in_stride, out_stride;
-  int64_t in_offset(int64_t r, int64_t base) const {
-    for (int64_t d = (int64_t)shape.size() - 1; d >= 0; --d) {
-      base += (r % shape[d]) * in_stride[d];
-      r /= shape[d];
-    }
-    return base;
-  }
-  int64_t out_offset(int64_t r) const {
-    int64_t o = 0;
-    for (int64_t d = (int64_t)shape.size() - 1; d >= 0; --d) {
-      o += (r % shape[d]) * out_stride[d];
-      r /= shape[d];
-    }
-    return o;
-  }
-};
-Lines lines_of(const Layout& l, int64_t dim) {
-  Lines ls;
-  const Shape cs = contiguous_strides(l.shape());
-  for (int64_t i = 0; i < l.ndim(); ++i) {
-    if (i == dim) continue;
-    ls.shape.push_back(l.shape()[i]);
-    ls.in_stride.push_back(l.stride()[i]);
-    ls.out_stride.push_back(cs[i]);
-  }
-  return ls;
-}
-
 // Any dtype, any length: std::sort of (key, index) pairs under Before.
 template <typename T>
 void sort_lines_cmp(const T* in, const Layout& l, int64_t dim, bool desc, T* vals, int64_t* ids) {
   using K = typename Acc<T>::type;
-  const Lines ls = lines_of(l, dim);
-  const int64_t n = l.shape()[dim], is = l.stride()[dim], os = contiguous_strides(l.shape())[dim];
-  const int64_t nlines = n == 0 ? 0 : l.numel() / n;
+  const Lines ls = lines_along(l, dim);
+  const int64_t n = ls.n, is = ls.a_step, os = ls.b_step, nlines = ls.count;
   parallel_for(nlines, std::max<int64_t>(1, 16384 / std::max<int64_t>(n, 1)), [&](int64_t b, int64_t e) {
     std::vector<Pair<K>> buf((size_t)n);
     for (int64_t r = b; r < e; ++r) {
-      const T* src = in + ls.in_offset(r, l.offset());
+      int64_t io = l.offset(), o = 0;
+      ls.offsets(r, io, o);
+      const T* src = in + io;
       if (is == 1) {  // contiguous line: no stride multiply in the load loop
         for (int64_t k = 0; k < n; ++k) buf[k] = {load<T>(src[k]), k};
       } else {
         for (int64_t k = 0; k < n; ++k) buf[k] = {load<T>(src[k * is]), k};
       }
       std::sort(buf.begin(), buf.end(), Before<K>{desc});
-      const int64_t o = ls.out_offset(r);
       for (int64_t k = 0; k < n; ++k) {
         vals[o + k * os] = store<T>(buf[k].key);
         ids[o + k * os] = buf[k].idx;
@@ -166,15 +138,16 @@ void sort_lines(const T* in, const Layout& l, int64_t dim, bool desc, T* vals, i
   if constexpr (!std::is_void_v<U>) {
     const int64_t n = l.shape()[dim];
     if (n >= 256 && n < (int64_t(1) << 32)) {
-      const Lines ls = lines_of(l, dim);
-      const int64_t is = l.stride()[dim], os = contiguous_strides(l.shape())[dim], nlines = l.numel() / n;
+      const Lines ls = lines_along(l, dim);
+      const int64_t is = ls.a_step, os = ls.b_step, nlines = ls.count;
       parallel_for(nlines, std::max<int64_t>(1, 16384 / n), [&](int64_t b, int64_t e) {
         std::vector<U> k0, k1;
         std::vector<uint32_t> i0, i1;
         for (int64_t r = b; r < e; ++r) {
-          const T* src = in + ls.in_offset(r, l.offset());
+          int64_t io = l.offset(), o = 0;
+          ls.offsets(r, io, o);
+          const T* src = in + io;
           radix_line<T, U>(src, n, is, desc, k0, k1, i0, i1);
-          const int64_t o = ls.out_offset(r);
           for (int64_t k = 0; k < n; ++k) {
             vals[o + k * os] = src[(int64_t)i0[k] * is];
             ids[o + k * os] = i0[k];
@@ -187,15 +160,19 @@ void sort_lines(const T* in, const Layout& l, int64_t dim, bool desc, T* vals, i
   sort_lines_cmp(in, l, dim, desc, vals, ids);
 }
 
-}  // namespace
-
-std::tuple<StoragePtr, StoragePtr> CpuStorage::sort(const Layout& l, int64_t dim, bool descending,
-                                                    bool stable) const {
+std::tuple<StoragePtr, StoragePtr> sort(const BackendStorage& xs, const Layout& l, int64_t dim, bool descending,
+                                        bool stable) {
   (void)stable;  // the order is total (ties by index), so every sort here is stable
-  auto vals = new_cpu(dtype_, l.numel());
+  const CpuStorage& x = as_cpu(xs);
+  auto vals = new_cpu(x.dtype(), l.numel());
   auto ids = new_cpu(DType::I64, l.numel());
-  EMBER_DISPATCH_BOOL_AS_U8(dtype_, sort_lines<T>(data<T>(), l, dim, descending, vals->data<T>(), ids->data<int64_t>()));
+  EMBER_DISPATCH_BOOL_AS_U8(x.dtype(),
+                            sort_lines<T>(x.data<T>(), l, dim, descending, vals->data<T>(), ids->data<int64_t>()));
   return {vals, ids};
 }
+
+}  // namespace
+
+void register_sort() { Kernels<Sort>::set(DeviceKind::Cpu, &sort); }
 
 }  // namespace ember::cpu

@@ -9,6 +9,9 @@
 
 #include "cpu/cpu_storage.h"
 #include "cpu/parallel.h"
+#include "families/sort.h"
+#include "lines.h"
+#include "registry.h"
 
 namespace ember::cpu {
 namespace {
@@ -91,19 +94,6 @@ void select_line(const K* x, int64_t n, int64_t k, bool largest, int64_t* ids, K
   }
 }
 
-// Line r's input offset (over the dims other than `dim`) and its offset in the contiguous output.
-struct TopkLines {
-  Shape shape, in_stride, out_stride;
-  void offsets(int64_t r, int64_t& in, int64_t& out) const {
-    for (int64_t d = (int64_t)shape.size() - 1; d >= 0; --d) {
-      const int64_t q = r % shape[d];
-      in += q * in_stride[d];
-      out += q * out_stride[d];
-      r /= shape[d];
-    }
-  }
-};
-
 // x[start..start+m) of a line as keys: the line itself when it is contiguous keys, else a copy in buf.
 template <typename T, typename K>
 const K* keys_of(const T* src, int64_t is, int64_t start, int64_t m, std::vector<K>& buf) {
@@ -123,18 +113,8 @@ const K* keys_of(const T* src, int64_t is, int64_t start, int64_t m, std::vector
 template <typename T>
 void topk_lines(const T* in, const Layout& l, int64_t dim, int64_t k, bool largest, T* vals, int64_t* ids) {
   using K = typename Acc<T>::type;
-  Shape oshape = l.shape();
-  oshape[dim] = k;
-  const Shape cs = contiguous_strides(oshape);
-  TopkLines ls;
-  for (int64_t i = 0; i < l.ndim(); ++i) {
-    if (i == dim) continue;
-    ls.shape.push_back(l.shape()[i]);
-    ls.in_stride.push_back(l.stride()[i]);
-    ls.out_stride.push_back(cs[i]);
-  }
-  const int64_t n = l.shape()[dim], is = l.stride()[dim], os = cs[dim];
-  const int64_t nlines = n == 0 ? 0 : l.numel() / n;
+  const Lines ls = lines_along(l, dim, k);
+  const int64_t n = ls.n, is = ls.a_step, os = ls.b_step, nlines = ls.count;
   if (k == 0 || nlines == 0) return;
   const Better<K> cmp{largest};
   auto write = [&](int64_t oo, const std::vector<TopkItem<K>>& h) {
@@ -204,13 +184,22 @@ void select_topk(const double* x, int64_t n, int64_t k, bool largest, int64_t* i
   select_line(x, n, k, largest, ids, vals, work);
 }
 
-std::tuple<StoragePtr, StoragePtr> CpuStorage::topk(const Layout& l, int64_t dim, int64_t k, bool largest) const {
+namespace {
+
+std::tuple<StoragePtr, StoragePtr> topk(const BackendStorage& xs, const Layout& l, int64_t dim, int64_t k,
+                                        bool largest) {
+  const CpuStorage& x = as_cpu(xs);
   const int64_t n = l.shape()[dim];
   const int64_t numel = n == 0 ? 0 : l.numel() / n * k;
-  auto vals = new_cpu(dtype_, numel);
+  auto vals = new_cpu(x.dtype(), numel);
   auto ids = new_cpu(DType::I64, numel);
-  EMBER_DISPATCH_BOOL_AS_U8(dtype_, topk_lines<T>(data<T>(), l, dim, k, largest, vals->data<T>(), ids->data<int64_t>()));
+  EMBER_DISPATCH_BOOL_AS_U8(x.dtype(),
+                            topk_lines<T>(x.data<T>(), l, dim, k, largest, vals->data<T>(), ids->data<int64_t>()));
   return {vals, ids};
 }
+
+}  // namespace
+
+void register_topk() { Kernels<Topk>::set(DeviceKind::Cpu, &topk); }
 
 }  // namespace ember::cpu

@@ -10,6 +10,8 @@
 
 #include "cpu/cpu_storage.h"
 #include "cpu/parallel.h"
+#include "families/upsample.h"
+#include "registry.h"
 
 namespace ember::cpu {
 namespace {
@@ -194,30 +196,40 @@ StoragePtr up_bwd(const CpuStorage& s, UpsampleMode mode, const Layout& lg, cons
   return dx->to_dtype(Layout::contiguous({dx->numel()}), s.dtype());
 }
 
-}  // namespace
 
-StoragePtr CpuStorage::upsample(UpsampleMode mode, const Layout& l, const UpsampleGeom& g) const {
-  switch (dtype_) {
-    case DType::F32: return up_fwd<float>(*this, mode, l, g);
-    case DType::F64: return up_fwd<double>(*this, mode, l, g);
-    case DType::F16: return up_fwd<f16>(*this, mode, l, g);
-    case DType::BF16: return up_fwd<bf16>(*this, mode, l, g);
+StoragePtr upsample(const BackendStorage& x_, UpsampleMode mode, const Layout& l, const UpsampleGeom& g) {
+  const CpuStorage& x = as_cpu(x_);
+  const DType dt = x.dtype();
+  switch (dt) {
+    case DType::F32: return up_fwd<float>(x, mode, l, g);
+    case DType::F64: return up_fwd<double>(x, mode, l, g);
+    case DType::F16: return up_fwd<f16>(x, mode, l, g);
+    case DType::BF16: return up_fwd<bf16>(x, mode, l, g);
     default: break;
   }
-  EMBER_CHECK(false, DType, "[interpolate] expected a float tensor, got ", dtype_name(dtype_));
+  EMBER_CHECK(false, DType, "[interpolate] expected a float tensor, got ", dtype_name(dt));
   return nullptr;
 }
 
-StoragePtr CpuStorage::upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const {
-  switch (dtype_) {
-    case DType::F32: return up_bwd<float>(*this, mode, lg, g);
-    case DType::F64: return up_bwd<double>(*this, mode, lg, g);
-    case DType::F16: return up_bwd<f16>(*this, mode, lg, g);
-    case DType::BF16: return up_bwd<bf16>(*this, mode, lg, g);
+StoragePtr upsample_bwd(const BackendStorage& gy_, UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) {
+  const CpuStorage& gy = as_cpu(gy_);
+  const DType dt = gy.dtype();
+  switch (dt) {
+    case DType::F32: return up_bwd<float>(gy, mode, lg, g);
+    case DType::F64: return up_bwd<double>(gy, mode, lg, g);
+    case DType::F16: return up_bwd<f16>(gy, mode, lg, g);
+    case DType::BF16: return up_bwd<bf16>(gy, mode, lg, g);
     default: break;
   }
-  EMBER_CHECK(false, DType, "[interpolate] expected a float gradient, got ", dtype_name(dtype_));
+  EMBER_CHECK(false, DType, "[interpolate] expected a float gradient, got ", dtype_name(dt));
   return nullptr;
+}
+
+}  // namespace
+
+void register_upsample() {
+  Kernels<Upsample>::set(DeviceKind::Cpu, &upsample);
+  Kernels<UpsampleBwd>::set(DeviceKind::Cpu, &upsample_bwd);
 }
 
 }  // namespace ember::cpu

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "metal/function_constant.h"
+
 namespace ember::metal {
 
 // Opaque handles; each adapter knows what they point to (an MTL object, or an emulator record).
@@ -36,14 +38,6 @@ struct FenceHandle {
 
 struct Dim3 {
   uint32_t x = 1, y = 1, z = 1;
-};
-
-// A value for a [[function_constant(index)]] of the pipeline's function.
-struct FunctionConstant {
-  enum class Type : uint8_t { Bool, Int, UInt, Float };
-  uint32_t index = 0;
-  Type type = Type::Int;
-  double value = 0;  // exact for every int32/uint32 and float
 };
 
 // One compute encoder of a command buffer: bindings persist from dispatch to dispatch, as in Metal.

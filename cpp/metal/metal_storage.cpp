@@ -33,10 +33,10 @@ BufferRef pooled(MetalDevice& dev, size_t bytes, const char* op) {
 }  // namespace
 
 MetalStorage::MetalStorage(MetalDevice& dev, DType dtype, int64_t numel, const char* op)
-    : BackendStorage(dtype, dev.device(), numel), dev_(&dev), buf_(pooled(dev, checked_bytes(dtype, numel, op), op)) {}
+    : MetalStorageView(dtype, dev.device(), numel), dev_(&dev), buf_(pooled(dev, checked_bytes(dtype, numel, op), op)) {}
 
 MetalStorage::MetalStorage(MetalDevice& dev, DType dtype, int64_t numel, BufferRef buffer, size_t byte_offset)
-    : BackendStorage(dtype, dev.device(), numel), dev_(&dev), buf_(std::move(buffer)), offset_(byte_offset) {
+    : MetalStorageView(dtype, dev.device(), numel), dev_(&dev), buf_(std::move(buffer)), offset_(byte_offset) {
   EMBER_CHECK(byte_offset + checked_bytes(dtype, numel, "alloc") <= buf_->size, Index, "[alloc] ", numel,
               " elements of ", dtype_name(dtype), " at byte ", byte_offset, " do not fit a buffer of ", buf_->size,
               " bytes");
@@ -90,24 +90,6 @@ void MetalStorage::index_copy(const Layout& l, const BackendStorage& ids, const 
                               const Layout& sl, int64_t dim) {
   ops::index_copy(*this, l, ids, il, src, sl, dim);
 }
-void MetalStorage::scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
-                                  const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) {
-  ops::scatter_reduce(*this, op, l, ids, il, src, sl, dim, include_self);
-}
-StoragePtr MetalStorage::im2col(const Layout& l, const ConvGeom& g) const { return ops::im2col(*this, l, g); }
-StoragePtr MetalStorage::col2im(const ConvGeom& g) const { return ops::col2im(*this, g); }
-StoragePtr MetalStorage::conv2d_fwd(const Layout& l, const BackendStorage& w, const Layout& lw, const BackendStorage* b,
-                                    const Layout* lb, const ConvGeom& g, int64_t groups) const {
-  return ops::conv2d_fwd(*this, l, w, lw, b, lb, g, groups);
-}
-StoragePtr MetalStorage::conv2d_bwd_input(const Layout& l, const BackendStorage& w, const Layout& lw, const ConvGeom& g,
-                                          int64_t groups) const {
-  return ops::conv2d_bwd_input(*this, l, w, lw, g, groups);
-}
-StoragePtr MetalStorage::conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg,
-                                           const ConvGeom& g, int64_t groups) const {
-  return ops::conv2d_bwd_weight(*this, l, gy, lg, g, groups);
-}
 std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::batch_norm_fwd(
     const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage* b, const Layout* lb,
     BackendStorage* rm, const Layout* lrm, BackendStorage* rv, const Layout* lrv, bool training, double momentum,
@@ -118,20 +100,6 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::batch_norm_bwd(
     const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& mean,
     const BackendStorage& rstd, const BackendStorage& g, const Layout& lg, bool training) const {
   return ops::batch_norm_bwd(*this, l, w, lw, mean, rstd, g, lg, training);
-}
-std::tuple<StoragePtr, StoragePtr> MetalStorage::pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
-                                                        bool with_indices) const {
-  return ops::pool2d(*this, kind, l, g, with_indices);
-}
-StoragePtr MetalStorage::pool2d_bwd(PoolKind kind, const Layout& lg, const BackendStorage* ids,
-                                    const PoolGeom& g) const {
-  return ops::pool2d_bwd(*this, kind, lg, ids, g);
-}
-StoragePtr MetalStorage::upsample(UpsampleMode mode, const Layout& l, const UpsampleGeom& g) const {
-  return ops::upsample(*this, mode, l, g);
-}
-StoragePtr MetalStorage::upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const {
-  return ops::upsample_bwd(*this, mode, lg, g);
 }
 
 StoragePtr MetalStorage::softmax_fwd(const Layout& l, bool log) const { return ops::softmax_fwd(*this, l, log); }
@@ -170,24 +138,5 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> MetalStorage::sdpa_bwd(const Sdpa
 }
 StoragePtr MetalStorage::rope(const Layout& l, const RopeArgs& a) const { return ops::rope(*this, l, a); }
 void MetalStorage::optim_step(const OptimArgs& a) { ops::optim_step(*this, a); }
-
-std::tuple<StoragePtr, StoragePtr> MetalStorage::sort(const Layout& l, int64_t dim, bool descending,
-                                                      bool stable) const {
-  return ops::sort(*this, l, dim, descending, stable);
-}
-
-std::tuple<StoragePtr, StoragePtr> MetalStorage::scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
-                                                      bool reverse) const {
-  return ops::scan(*this, op, l, dim, exclusive, reverse);
-}
-
-std::tuple<StoragePtr, StoragePtr> MetalStorage::topk(const Layout& l, int64_t dim, int64_t k, bool largest) const {
-  return ops::topk(*this, l, dim, k, largest);
-}
-
-StoragePtr MetalStorage::multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
-                                     uint64_t counter) const {
-  return ops::multinomial(*this, l, num_samples, replacement, seed, counter);
-}
 
 }  // namespace ember::metal

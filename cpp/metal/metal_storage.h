@@ -4,6 +4,7 @@
 #include <memory>
 
 #include "backend.h"
+#include "metal/api.h"
 #include "metal/device.h"
 
 namespace ember::metal {
@@ -11,7 +12,7 @@ namespace ember::metal {
 // Throws "[op] float64 is not supported on metal" (DType) for F64: Metal has no 64-bit float.
 void check_metal_dtype(DType dt, const char* op);
 
-class MetalStorage final : public BackendStorage {
+class MetalStorage final : public MetalStorageView {
  public:
   // `numel` elements of `dtype` in a buffer from dev's pool (contents unspecified). Throws for F64.
   MetalStorage(MetalDevice& dev, DType dtype, int64_t numel, const char* op = "alloc");
@@ -22,8 +23,7 @@ class MetalStorage final : public BackendStorage {
 
   MetalDevice& metal_device() const { return *dev_; }
   const BufferRef& buffer() const { return buf_; }
-  size_t byte_offset() const { return offset_; }
-  size_t nbytes() const { return (size_t)numel_ * itemsize(dtype_); }
+  size_t byte_offset() const override { return offset_; }
   // The CPU view of the (shared) buffer at this storage's offset. Only valid to read after
   // metal_device().synchronize(), and to write when no encoded work uses the buffer.
   void* host_ptr() const { return static_cast<char*>(dev_->contents(*buf_)) + offset_; }
@@ -46,14 +46,6 @@ class MetalStorage final : public BackendStorage {
                    const Layout& sl, int64_t dim) override;
   void index_copy(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src,
                   const Layout& sl, int64_t dim) override;
-  StoragePtr im2col(const Layout& l, const ConvGeom& g) const override;
-  StoragePtr col2im(const ConvGeom& g) const override;
-  StoragePtr conv2d_fwd(const Layout& l, const BackendStorage& w, const Layout& lw, const BackendStorage* b,
-                        const Layout* lb, const ConvGeom& g, int64_t groups) const override;
-  StoragePtr conv2d_bwd_input(const Layout& l, const BackendStorage& w, const Layout& lw, const ConvGeom& g,
-                              int64_t groups) const override;
-  StoragePtr conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg, const ConvGeom& g,
-                               int64_t groups) const override;
   std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const Layout& l, const BackendStorage* w,
                                                                 const Layout* lw, const BackendStorage* b,
                                                                 const Layout* lb, BackendStorage* rm, const Layout* lrm,
@@ -63,11 +55,6 @@ class MetalStorage final : public BackendStorage {
                                                                 const Layout* lw, const BackendStorage& mean,
                                                                 const BackendStorage& rstd, const BackendStorage& g,
                                                                 const Layout& lg, bool training) const override;
-  std::tuple<StoragePtr, StoragePtr> pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
-                                            bool with_indices) const override;
-  StoragePtr pool2d_bwd(PoolKind kind, const Layout& lg, const BackendStorage* ids, const PoolGeom& g) const override;
-  StoragePtr upsample(UpsampleMode mode, const Layout& l, const UpsampleGeom& g) const override;
-  StoragePtr upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const override;
   StoragePtr softmax_fwd(const Layout& l, bool log) const override;
   StoragePtr softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const override;
   std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw,
@@ -98,14 +85,6 @@ class MetalStorage final : public BackendStorage {
                                                               const Layout& lws, const BackendStorage* s,
                                                               const Layout* ls, const BackendStorage* dc,
                                                               const Layout* ldc) const override;
-  std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending, bool stable) const override;
-  std::tuple<StoragePtr, StoragePtr> scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
-                                          bool reverse) const override;
-  std::tuple<StoragePtr, StoragePtr> topk(const Layout& l, int64_t dim, int64_t k, bool largest) const override;
-  StoragePtr multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
-                         uint64_t counter) const override;
-  void scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
-                      const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) override;
 
  private:
   MetalDevice* dev_;

@@ -7,11 +7,12 @@ import numbers
 
 from . import _C
 from . import dtypes as _dt
+from .activation import act_bwd
 from .args import float_arg
-from .backprop import record, rule, wanted
+from .backprop import _check_versions, is_grad_enabled, record, rule, wanted
 from .creation import full
 from .errors import EmberValueError
-from .grad_rules import _fused_bwd, _mask
+from .grad_rules import _mask
 from .multi import maximum as _maximum
 from .multi import minimum as _minimum
 from .multi import where
@@ -221,30 +222,17 @@ def _relu_bwd(n, out, g):
     return (_mask(n.inputs[0].gt(0.0), g),)  # relu'(0) = 0, like torch
 
 
-_INV_SQRT2 = 1.0 / math.sqrt(2.0)
-_INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
 _TWO_OVER_SQRT_PI = 2.0 / math.sqrt(math.pi)
 
 
 @rule("gelu", (0,))
 def _gelu_bwd(n, out, g):
-    x = n.inputs[0]  # exact gelu: x * Phi(x); derivative Phi(x) + x * phi(x)
-    fast = _fused_bwd("gelu", x, g)
-    if fast is not None:
-        return (fast,)
-    cdf = x.affine(_INV_SQRT2, 0.0).erf().affine(0.5, 0.5)
-    pdf = x.sqr().affine(-0.5, 0.0).exp().affine(_INV_SQRT_2PI, 0.0)
-    return (g * (cdf + x * pdf),)
+    return (act_bwd("gelu", n.inputs[0], out, g),)
 
 
 @rule("silu", (0,))
 def _silu_bwd(n, out, g):
-    x = n.inputs[0]
-    fast = _fused_bwd("silu", x, g)
-    if fast is not None:
-        return (fast,)
-    s = x.sigmoid()  # silu' = s * (1 + x * (1 - s))
-    return (g * (s * (x * s.affine(-1.0, 1.0)).affine(1.0, 1.0)),)
+    return (act_bwd("silu", n.inputs[0], out, g),)
 
 
 @rule("erf", (0,))
@@ -254,10 +242,9 @@ def _erf_bwd(n, out, g):
 
 @rule("sigmoid", (), out=True)
 def _sigmoid_bwd(n, out, g):
-    fast = _fused_bwd("sigmoid", out, g)
-    if fast is not None:
-        return (fast,)
-    return (g * (out * out.affine(-1.0, 1.0)),)
+    if is_grad_enabled():  # the composite reads x, which the ordinary (kernel) backward does not
+        _check_versions(n, out, ((0,), False))
+    return (act_bwd("sigmoid", n.inputs[0], out, g),)
 
 
 @rule("affine", ())

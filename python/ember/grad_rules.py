@@ -5,11 +5,9 @@ grad) and returns one gradient (or None) per input."""
 from __future__ import annotations
 
 from . import _C
-from . import backprop as _bp
 from .backprop import _READS_NOTHING, RULES, USES, record, rule, wanted  # noqa: F401  (the table, re-exported)
 from .creation import zeros
 from .multi import where
-from .tensor_type import _wrap
 
 
 def _zeros(shape, like):
@@ -19,18 +17,6 @@ def _zeros(shape, like):
 def _mask(cond, g):
     """g where cond holds, else 0 (differentiable in g, exact for inf/nan elsewhere)."""
     return where(cond, g, 0.0)
-
-
-_FUSED = getattr(_C, "fused", None)
-
-
-def _fused_bwd(kind, a, g):
-    """act'(.) * g in one fused CPU kernel (``a`` is the input, or the result for sigmoid) when no
-    graph is being built; None otherwise, and the rule falls back to its differentiable form."""
-    if _bp._mode.enabled or _FUSED is None or a._device.type != "cpu" or g._device.type != "cpu":
-        return None
-    s = getattr(_FUSED, kind + "_bwd")(a._storage, a._layout, g._storage, g._layout)
-    return _wrap(s, _C.Layout.contiguous(list(a.shape)), a._dtype, a._device)
 
 
 def _scatter_view(g, shape, idx):

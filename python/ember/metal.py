@@ -58,11 +58,6 @@ def synchronize(device=None) -> None:
     _C._metal_synchronize(_index(device))
 
 
-# the pool's counters under em.memory_stats's names (the same on every device); the rest keep theirs
-_UNIFIED = {"allocated": "allocated_bytes", "cached": "cached_bytes", "peak": "peak_allocated_bytes",
-            "cache_limit": "cache_limit_bytes", "memory_limit": "memory_limit_bytes"}
-
-
 def memory_stats(device=None) -> dict:
     """What the Metal device's buffer pool holds, in bytes, and its encoder's counters.
 
@@ -82,7 +77,7 @@ def memory_stats(device=None) -> dict:
     Raises:
         DeviceError: no such Metal device is available.
     """
-    return {_UNIFIED.get(k, k): v for k, v in _C._metal_stats(_index(device)).items()}
+    return _C._metal_stats(_index(device))  # the C++ surface names the counters as em.memory_stats does
 
 
 def empty_cache(device=None) -> None:

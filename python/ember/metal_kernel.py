@@ -12,7 +12,6 @@ from .errors import EmberTypeError, EmberValueError
 __all__ = ["Kernel", "cache_info"]
 
 _MAX_SCALAR_BYTES = 4096  # Metal's set_bytes limit
-_CONSTANT_TYPES = {bool: "bool", int: "int", float: "float"}
 
 
 def _storage_check(s, what, i):
@@ -80,13 +79,8 @@ class Kernel:
         options = {} if options is None else options
         if not isinstance(options, dict) or set(options) - {"constants"}:
             raise EmberTypeError(f"[metal.Kernel] options must be None or a dict with 'constants', got {options!r}")
-        consts = []
-        for index, value in sorted(dict(options.get("constants", {})).items()):
-            kind = _CONSTANT_TYPES.get(type(value))
-            if not isinstance(index, int) or index < 0 or kind is None:
-                raise EmberTypeError(f"[metal.Kernel] function constant {index!r}: {value!r} must be an index >= 0 "
-                                     "and a bool, int or float")
-            consts.append((index, kind, value))  # ranges and finiteness are checked by _C (one parser)
+        # (index, value) pairs: types, ranges and finiteness are checked by _C's one parser of constants
+        consts = sorted(dict(options.get("constants", {})).items())
         self.source, self.name, self.options = source, name, options
         self._k = _C._metal_kernel_new(source, name, f"{name}.metal", consts)
 

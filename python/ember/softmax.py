@@ -3,9 +3,9 @@ composite references; below Tensor's methods (x.softmax) and nn.ops, which re-ex
 from __future__ import annotations
 
 from . import _C
-from .backprop import is_grad_enabled
 from .custom_op import CustomOp1
 from .errors import EmberTypeError, ShapeError
+from .fused_op import FusedOp
 from .tensor_type import Tensor, _contig, _dim, _wrap
 
 _F = _C.fused
@@ -22,23 +22,27 @@ def _check_tensor(x, op, what="input"):
         raise EmberTypeError(f"[{op}] expected a Tensor {what}, got {type(x).__name__}")
 
 
-class _Softmax(CustomOp1):
+class _Softmax(FusedOp, CustomOp1):
+    """The fused softmax over the last dim; its composite (over ``dim``) is also ``softmax_slow``."""
+
     name = "softmax_last_dim"
     log = False
+
+    def __init__(self, dim=-1):
+        self.dim = dim
 
     def cpu_fwd(self, storage, layout):
         return _F.softmax_fwd(storage, layout, self.log), layout.shape
 
-    metal_fwd = cuda_fwd = cpu_fwd
+    def bwd_kernel(self, x, y, g):
+        return _out(_F.softmax_bwd(y._storage, y._layout, g._storage, g._layout, self.log), x.shape, x)
 
-    def bwd(self, x, y, g):
-        if not is_grad_enabled():
-            st = _F.softmax_bwd(y._storage, y._layout, g._storage, g._layout, self.log)
-            return _out(st, x.shape, x)
-        return self.reference_grads([x], [g])[0]
-
-    def reference(self, x):
-        return log_softmax_slow(x, -1) if self.log else softmax_slow(x, -1)
+    def composite(self, x):
+        d = self.dim
+        if self.log:
+            return x - x.logsumexp(d, keepdim=True)
+        e = (x - x.max(d, keepdim=True).detach()).exp()
+        return e / e.sum(d, keepdim=True)
 
 
 class _LogSoftmax(_Softmax):
@@ -106,12 +110,12 @@ def log_softmax(x: Tensor, dim: int = -1) -> Tensor:
 
 
 def softmax_slow(x: Tensor, dim: int = -1) -> Tensor:
-    """Composite reference for tests: ``exp(x - max) / sum(exp(x - max))`` over ``dim``, in Tensor ops."""
-    m = x.max(dim, keepdim=True).detach()
-    e = (x - m).exp()
-    return e / e.sum(dim, keepdim=True)
+    """Composite reference for tests: ``exp(x - max) / sum(exp(x - max))`` over ``dim``, in Tensor ops
+    (the fused softmax's composite form, which its create_graph backward differentiates)."""
+    return _Softmax(dim).composite(x)
 
 
 def log_softmax_slow(x: Tensor, dim: int = -1) -> Tensor:
-    """Composite reference for tests: ``x - logsumexp(x)`` over ``dim``, in Tensor ops."""
-    return x - x.logsumexp(dim, keepdim=True)
+    """Composite reference for tests: ``x - logsumexp(x)`` over ``dim``, in Tensor ops (the fused
+    log_softmax's composite form)."""
+    return _LogSoftmax(dim).composite(x)

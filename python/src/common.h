@@ -8,8 +8,25 @@
 
 #include "backend.h"
 #include "cpu/host_api.h"
+#include "metal/api.h"
 
 namespace py = pybind11;
+
+// A storage returned to Python as shared_ptr<BackendStorage> gets its most derived bound class. Metal's
+// storage class is internal; its public base (metal/api.h) is what em.MetalStorage binds, so the lookup is
+// told to use that one for every storage on a Metal device.
+namespace pybind11 {
+template <> struct polymorphic_type_hook<ember::BackendStorage> {
+  static const void* get(const ember::BackendStorage* src, const std::type_info*& type) {
+    if (src && src->device().kind == ember::DeviceKind::Metal) {
+      type = &typeid(ember::metal::MetalStorageView);
+      return static_cast<const ember::metal::MetalStorageView*>(src);
+    }
+    type = src ? &typeid(*src) : nullptr;
+    return dynamic_cast<const void*>(src);
+  }
+};
+}  // namespace pybind11
 
 namespace ember::bind {
 
@@ -33,14 +50,23 @@ struct Interruptible {
 };
 using GilFree = py::call_guard<Interruptible, py::gil_scoped_release>;
 
+// module_init.cpp: the error translator, the SIGINT hook and the main thread, for _C and _C_testing.
+void init_module(bool testing);
+// function_constants.cpp: the one reader of Metal function constants. `items` holds (index, type, value) or
+// (index, value) tuples (the type from the value's: exactly bool, int or float).
+metal::FunctionConstant parse_function_constant(py::handle index, const std::string& type, py::handle value);
+std::vector<metal::FunctionConstant> parse_function_constants(const py::list& items, const char* who);
+
 void bind_layout(py::module_& m);
 void bind_metal_kernel(py::module_& m);  // metal_kernel.cpp: em.metal.Kernel
 void bind_cpu_kernel(py::module_& m);    // cpu_kernel.cpp: em.cpu.Kernel
 void bind_storage(py::module_& m);
 void bind_ops(py::module_& m);
-void bind_metal(py::module_& m);
-void bind_metal_policy(py::module_& m);
-void bind_cuda(py::module_& m);         // cuda.cpp: CudaStorage, em.cuda, em.cuda.Kernel
+void bind_metal_storage(py::module_& m);  // metal_storage.cpp: MetalStorage, em.metal's controls
+// The testing extension (ember._C_testing) only:
+void bind_metal_testing(py::module_& m);  // testing_metal.cpp: the emulator's and the sources' hooks
+void bind_metal_policy(py::module_& m);   // metal_policy.cpp
+void bind_cuda(py::module_& m);           // cuda.cpp: CudaStorage, em.cuda, em.cuda.Kernel
 
 }  // namespace ember::bind
 

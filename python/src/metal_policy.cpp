@@ -1,5 +1,5 @@
 // Test hooks for the Metal policy classes (cpp/metal/policy/), instantiated over integer handles so
-// tests/test_metal_policy.py can drive them without a device: _C._metal_policy.*.
+// tests/test_metal_policy.py can drive them without a device: _C_testing.metal_policy.*.
 #include <chrono>
 #include <thread>
 
@@ -53,7 +53,7 @@ struct FakeCache {
 }  // namespace
 
 void bind_metal_policy(py::module_& parent) {
-  py::module_ m = parent.def_submodule("_metal_policy", "test hooks for cpp/metal/policy over integer handles");
+  py::module_ m = parent.def_submodule("metal_policy", "test hooks for cpp/metal/policy over integer handles");
   m.def("bucket_size", &bucket_size, py::arg("n"), py::arg("page"));
   py::class_<FakePool>(m, "BufferPool")
       .def(py::init<size_t, size_t, size_t>(), py::arg("memory_limit"), py::arg("cache_limit"), py::arg("page") = 16384)

@@ -175,10 +175,10 @@ def compile_check(path):
     """Type-checks the file under clang with distinct address spaces; returns (problems, recursion problems)."""
     import clang.cindex as ci
 
-    from ember import _C
+    from ember import _C_testing
 
     path = Path(path)
-    text = _C._metal_rewrite(preprocess(path), path.name, True)
+    text = _C_testing.metal_rewrite(preprocess(path), path.name, True)
     with tempfile.NamedTemporaryFile("w", suffix=".cpp", delete=False) as f:
         f.write(text)
         tmp = f.name

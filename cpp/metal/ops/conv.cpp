@@ -3,8 +3,10 @@
 // matmul kernel (which reads the weight and the gradient through their strides, never copying them).
 #include <algorithm>
 
+#include "families/conv.h"
 #include "metal/launch.h"
 #include "metal/ops/ops.h"
+#include "registry.h"
 
 namespace ember::metal::ops {
 namespace {
@@ -16,9 +18,8 @@ std::vector<int64_t> geom_meta(const ConvGeom& g, int64_t offset, const Shape& s
   return m;
 }
 
-}  // namespace
-
-StoragePtr im2col(const MetalStorage& s, const Layout& l, const ConvGeom& g) {
+StoragePtr im2col(const BackendStorage& s_, const Layout& l, const ConvGeom& g) {
+  const MetalStorage& s = as_metal(s_);
   MetalDevice& dev = s.metal_device();
   type_suffix(s.dtype(), "unfold");  // refuses f64
   const int64_t rows = g.n * g.c * g.kh * g.kw, pos = g.oh * g.ow;
@@ -32,7 +33,8 @@ StoragePtr im2col(const MetalStorage& s, const Layout& l, const ConvGeom& g) {
   return out;
 }
 
-StoragePtr col2im(const MetalStorage& s, const ConvGeom& g) {
+StoragePtr col2im(const BackendStorage& s_, const ConvGeom& g) {
+  const MetalStorage& s = as_metal(s_);
   MetalDevice& dev = s.metal_device();
   const char* tname = type_suffix(s.dtype(), "fold");
   EMBER_CHECK(s.dtype() != DType::Bool, DType, "[conv_transpose2d] not supported for bool");  // as the CPU
@@ -47,7 +49,6 @@ StoragePtr col2im(const MetalStorage& s, const ConvGeom& g) {
   return out;
 }
 
-namespace {
 // (n, groups, rows, cols) views for the per-group matmuls: a 4-D (a, groups * rows, ...) tensor whose last
 // dims merge as (rows, cols) with row stride rs and column stride cs; bstride 0 broadcasts over the images.
 Layout group_view(const Layout& l, int64_t n, int64_t groups, int64_t rows, int64_t cols, int64_t bstride,
@@ -73,10 +74,10 @@ std::pair<StoragePtr, Layout> plane_readable(const MetalStorage& s, const Layout
   copy_into(s, l, *out, cl);
   return {out, cl};
 }
-}  // namespace
 
-StoragePtr conv2d_fwd(const MetalStorage& x, const Layout& l, const BackendStorage& w_, const Layout& lw,
+StoragePtr conv2d_fwd(const BackendStorage& x_, const Layout& l, const BackendStorage& w_, const Layout& lw,
                       const BackendStorage* b, const Layout* lb, const ConvGeom& g, int64_t groups) {
+  const MetalStorage& x = as_metal(x_);
   const MetalStorage& w = as_metal(w_);
   const int64_t c_out = lw.shape()[0], og = c_out / groups, k = g.c / groups * g.kh * g.kw, L = g.oh * g.ow;
   auto cols = im2col(x, l, g);  // (n, groups, k, L)
@@ -96,8 +97,9 @@ StoragePtr conv2d_fwd(const MetalStorage& x, const Layout& l, const BackendStora
   return binary(as_metal(*y), BinaryOp::Add, yl, *b, Layout({g.n, c_out, L}, {0, lb->stride()[0], 0}, lb->offset()));
 }
 
-StoragePtr conv2d_bwd_input(const MetalStorage& gy, const Layout& l, const BackendStorage& w_, const Layout& lw,
+StoragePtr conv2d_bwd_input(const BackendStorage& gy_, const Layout& l, const BackendStorage& w_, const Layout& lw,
                             const ConvGeom& g, int64_t groups) {
+  const MetalStorage& gy = as_metal(gy_);
   const MetalStorage& w = as_metal(w_);
   const int64_t c_out = lw.shape()[0], og = c_out / groups, cg = g.c / groups, L = g.oh * g.ow;
   const int64_t k = cg * g.kh * g.kw;
@@ -119,8 +121,9 @@ StoragePtr conv2d_bwd_input(const MetalStorage& gy, const Layout& l, const Backe
   return col2im(as_metal(*cols), g);
 }
 
-StoragePtr conv2d_bwd_weight(const MetalStorage& x, const Layout& l, const BackendStorage& gy_, const Layout& lg,
+StoragePtr conv2d_bwd_weight(const BackendStorage& x_, const Layout& l, const BackendStorage& gy_, const Layout& lg,
                              const ConvGeom& g, int64_t groups) {
+  const MetalStorage& x = as_metal(x_);
   const MetalStorage& gy = as_metal(gy_);
   const int64_t c_out = lg.shape()[1], og = c_out / groups, k = g.c / groups * g.kh * g.kw, L = g.oh * g.ow;
   auto cols = im2col(x, l, g);  // (n, groups, k, L), read transposed as (n, groups, L, k)
@@ -132,6 +135,16 @@ StoragePtr conv2d_bwd_weight(const MetalStorage& x, const Layout& l, const Backe
                           Layout({g.n, groups, L, k}, {groups * k * L, k * L, 1, L}, 0));  // (n, groups, og, k)
   if (g.n == 1) return per_image;
   return reduce(as_metal(*per_image), ReduceOp::Sum, Layout::contiguous({g.n, c_out * k}), {0});
+}
+
+}  // namespace
+
+void register_conv() {
+  Kernels<Im2col>::set(DeviceKind::Metal, &im2col);
+  Kernels<Col2im>::set(DeviceKind::Metal, &col2im);
+  Kernels<Conv2dFwd>::set(DeviceKind::Metal, &conv2d_fwd);
+  Kernels<Conv2dBwdInput>::set(DeviceKind::Metal, &conv2d_bwd_input);
+  Kernels<Conv2dBwdWeight>::set(DeviceKind::Metal, &conv2d_bwd_weight);
 }
 
 }  // namespace ember::metal::ops

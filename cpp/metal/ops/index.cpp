@@ -5,7 +5,9 @@
 #include <cstring>
 
 #include "metal/launch.h"
+#include "families/scatter.h"
 #include "metal/ops/ops.h"
+#include "registry.h"
 
 namespace ember::metal::ops {
 namespace {
@@ -142,8 +144,11 @@ void index_copy(MetalStorage& s, const Layout& l, const BackendStorage& ids_, co
       .dispatch_1d(grid_threads(nids * lines), 256);
 }
 
-void scatter_reduce(MetalStorage& s, ScatterOp op, const Layout& l, const BackendStorage& ids_, const Layout& il,
+namespace {
+
+void scatter_reduce(BackendStorage& out, ScatterOp op, const Layout& l, const BackendStorage& ids_, const Layout& il,
                     const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) {
+  MetalStorage& s = as_metal(out);
   MetalDevice& dev = s.metal_device();
   const char* name = op == ScatterOp::Set ? "scatter" : "scatter_reduce";
   const std::string fn = std::string("scatter_reduce_") + kScatterNames[(int)op] + "_" + type_suffix(s.dtype(), name);
@@ -176,5 +181,9 @@ void scatter_reduce(MetalStorage& s, ScatterOp op, const Layout& l, const Backen
       .inout(s).input(as_metal(src)).input(*ids).inout(*cnt).array(meta)
       .dispatch_1d(grid_threads(lines), 64);
 }
+
+}  // namespace
+
+void register_scatter_reduce() { Kernels<ScatterReduce>::set(DeviceKind::Metal, &scatter_reduce); }
 
 }  // namespace ember::metal::ops

@@ -39,19 +39,6 @@ void scatter_add(MetalStorage& s, const Layout& l, const BackendStorage& ids, co
                  const BackendStorage& src, const Layout& sl, int64_t dim);
 void index_copy(MetalStorage& s, const Layout& l, const BackendStorage& ids, const Layout& il,
                 const BackendStorage& src, const Layout& sl, int64_t dim);
-void scatter_reduce(MetalStorage& s, ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
-                    const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self);
-
-// conv.cpp
-StoragePtr im2col(const MetalStorage& s, const Layout& l, const ConvGeom& g);
-StoragePtr col2im(const MetalStorage& s, const ConvGeom& g);
-// conv2d's three directions as im2col / col2im and the matmul kernel, one image group at a time.
-StoragePtr conv2d_fwd(const MetalStorage& x, const Layout& l, const BackendStorage& w, const Layout& lw,
-                      const BackendStorage* b, const Layout* lb, const ConvGeom& g, int64_t groups);
-StoragePtr conv2d_bwd_input(const MetalStorage& gy, const Layout& l, const BackendStorage& w, const Layout& lw,
-                            const ConvGeom& g, int64_t groups);
-StoragePtr conv2d_bwd_weight(const MetalStorage& x, const Layout& l, const BackendStorage& gy, const Layout& lg,
-                             const ConvGeom& g, int64_t groups);
 
 // batch_norm.cpp (metal/batch_norm.metal)
 std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const MetalStorage& x, const Layout& l,
@@ -65,15 +52,6 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const MetalStorage
                                                               const BackendStorage& mean, const BackendStorage& rstd,
                                                               const BackendStorage& g, const Layout& lg,
                                                               bool training);
-
-// pool.cpp
-std::tuple<StoragePtr, StoragePtr> pool2d(const MetalStorage& s, PoolKind kind, const Layout& l, const PoolGeom& g,
-                                          bool with_indices);
-StoragePtr pool2d_bwd(const MetalStorage& s, PoolKind kind, const Layout& lg, const BackendStorage* ids,
-                      const PoolGeom& g);
-// upsample.cpp
-StoragePtr upsample(const MetalStorage& s, UpsampleMode mode, const Layout& l, const UpsampleGeom& g);
-StoragePtr upsample_bwd(const MetalStorage& s, UpsampleMode mode, const Layout& lg, const UpsampleGeom& g);
 
 // fused.cpp: the fused kernels (every check is done by the entry points in cpp/fused.cpp).
 StoragePtr softmax_fwd(const MetalStorage& s, const Layout& l, bool log);
@@ -101,17 +79,5 @@ StoragePtr rope(const MetalStorage& s, const Layout& l, const RopeArgs& a);
 
 // optim.cpp: one fused optimizer step in place (OptimArgs, backend.h), float32.
 void optim_step(MetalStorage& p, const OptimArgs& a);
-
-// sort.cpp
-std::tuple<StoragePtr, StoragePtr> sort(const MetalStorage& s, const Layout& l, int64_t dim, bool descending,
-                                        bool stable);
-// scan.cpp
-std::tuple<StoragePtr, StoragePtr> scan(const MetalStorage& s, ScanOp op, const Layout& l, int64_t dim,
-                                        bool exclusive, bool reverse);
-// sort.cpp: topk's selection kernel
-std::tuple<StoragePtr, StoragePtr> topk(const MetalStorage& s, const Layout& l, int64_t dim, int64_t k, bool largest);
-// sort.cpp too: multinomial (metal/random.metal's keys and search kernels, then topk or the scan)
-StoragePtr multinomial(const MetalStorage& s, const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
-                       uint64_t counter);
 
 }  // namespace ember::metal::ops

@@ -2,8 +2,10 @@
 // planes through any input strides, one thread per output; the gradients one thread per input pixel.
 #include <algorithm>
 
+#include "families/pool.h"
 #include "metal/launch.h"
 #include "metal/ops/ops.h"
+#include "registry.h"
 
 namespace ember::metal::ops {
 namespace {
@@ -18,10 +20,9 @@ std::vector<int64_t> pool_meta(PoolKind kind, const PoolGeom& g, const Layout& l
 }
 
 
-}  // namespace
-
-std::tuple<StoragePtr, StoragePtr> pool2d(const MetalStorage& s, PoolKind kind, const Layout& l, const PoolGeom& g,
-                                          bool with_indices) {
+std::tuple<StoragePtr, StoragePtr> pool2d(const BackendStorage& s_, PoolKind kind, const Layout& l,
+                                          const PoolGeom& g, bool with_indices) {
+  const MetalStorage& s = as_metal(s_);
   const char* op = kPoolNames[(int)kind];
   MetalDevice& dev = s.metal_device();
   const char* tname = type_suffix(s.dtype(), op);
@@ -38,8 +39,9 @@ std::tuple<StoragePtr, StoragePtr> pool2d(const MetalStorage& s, PoolKind kind, 
   return {out, with_indices ? ids : nullptr};
 }
 
-StoragePtr pool2d_bwd(const MetalStorage& s, PoolKind kind, const Layout& lg, const BackendStorage* ids,
+StoragePtr pool2d_bwd(const BackendStorage& s_, PoolKind kind, const Layout& lg, const BackendStorage* ids,
                       const PoolGeom& g) {
+  const MetalStorage& s = as_metal(s_);
   const char* op = kPoolNames[(int)kind];
   MetalDevice& dev = s.metal_device();
   const char* tname = type_suffix(s.dtype(), op);
@@ -54,6 +56,13 @@ StoragePtr pool2d_bwd(const MetalStorage& s, PoolKind kind, const Layout& lg, co
       .input(s).input(ids ? as_metal(*ids) : *none).output(*dx).array(pool_meta(kind, g, lg))
       .dispatch_grid(Dim3{gx, gy, 1}, Dim3{64, 4, 1});
   return dx;
+}
+
+}  // namespace
+
+void register_pool() {
+  Kernels<Pool2d>::set(DeviceKind::Metal, &pool2d);
+  Kernels<Pool2dBwd>::set(DeviceKind::Metal, &pool2d_bwd);
 }
 
 }  // namespace ember::metal::ops

@@ -1,11 +1,17 @@
 // Metal launcher for the scans (metal/scan.metal): one simdgroup per line, 8 lines per threadgroup.
 #include "metal/launch.h"
+#include "families/scan.h"
+#include "lines.h"
 #include "metal/ops/ops.h"
+#include "registry.h"
 
 namespace ember::metal::ops {
 
-std::tuple<StoragePtr, StoragePtr> scan(const MetalStorage& s, ScanOp op, const Layout& l, int64_t dim,
+namespace {
+
+std::tuple<StoragePtr, StoragePtr> scan(const BackendStorage& xs, ScanOp op, const Layout& l, int64_t dim,
                                         bool exclusive, bool reverse) {
+  const MetalStorage& s = as_metal(xs);
   const char* name = kScanNames[(int)op];
   MetalDevice& dev = s.metal_device();
   const DType dt = s.dtype();
@@ -18,24 +24,18 @@ std::tuple<StoragePtr, StoragePtr> scan(const MetalStorage& s, ScanOp op, const 
   auto ids = new_metal(dev, DType::I64, arith ? 1 : numel, name);
   if (numel == 0) return {out, arith ? nullptr : ids};
   checked_u32(numel, name);
-  const Shape cs = contiguous_strides(l.shape());
-  std::vector<int64_t> shape, istr, ostr;
-  for (int64_t i = 0; i < l.ndim(); ++i) {
-    if (i == dim) continue;
-    shape.push_back(l.shape()[i]);
-    istr.push_back(l.stride()[i]);
-    ostr.push_back(cs[i]);
-  }
-  if (shape.empty()) shape = istr = ostr = {1};
-  std::vector<int64_t> meta = {(int64_t)shape.size(), l.offset(), n, l.stride()[dim], cs[dim], exclusive, reverse};
-  meta.insert(meta.end(), shape.begin(), shape.end());
-  meta.insert(meta.end(), istr.begin(), istr.end());
-  meta.insert(meta.end(), ostr.begin(), ostr.end());
+  const Lines ls = lines_along(l, dim);
+  std::vector<int64_t> meta = {ls.rank_for_meta(), l.offset(), n, ls.a_step, ls.b_step, exclusive, reverse};
+  ls.append_meta(meta);
   const uint32_t lines = checked_u32(numel / n, name);
   Launch(dev, "scan.metal", std::string("scan_") + name + "_" + tname)
       .input(s).output(*out).output(*ids).array(meta).scalar<uint32_t>(lines)
       .dispatch_grid(Dim3{32, lines, 1}, Dim3{32, 8, 1});
   return {out, arith ? nullptr : ids};
 }
+
+}  // namespace
+
+void register_scan() { Kernels<Scan>::set(DeviceKind::Metal, &scan); }
 
 }  // namespace ember::metal::ops

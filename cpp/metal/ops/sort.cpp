@@ -5,7 +5,12 @@
 #include <cstring>
 
 #include "metal/launch.h"
+#include "families/scan.h"
+#include "families/sampling.h"
+#include "families/sort.h"
+#include "lines.h"
 #include "metal/ops/ops.h"
+#include "registry.h"
 
 namespace ember::metal::ops {
 namespace {
@@ -19,10 +24,9 @@ uint32_t pow2_floor(uint32_t v) {
   return p;
 }
 
-}  // namespace
-
-std::tuple<StoragePtr, StoragePtr> sort(const MetalStorage& s, const Layout& l, int64_t dim, bool descending,
+std::tuple<StoragePtr, StoragePtr> sort(const BackendStorage& xs, const Layout& l, int64_t dim, bool descending,
                                         bool stable) {
+  const MetalStorage& s = as_metal(xs);
   (void)stable;  // the kernels' order is total (ties by index): always stable
   const char* name = "sort";
   MetalDevice& dev = s.metal_device();
@@ -33,21 +37,11 @@ std::tuple<StoragePtr, StoragePtr> sort(const MetalStorage& s, const Layout& l, 
   auto ids = new_metal(dev, DType::I64, numel, name);
   if (numel == 0) return {vals, ids};
   checked_u32(numel, name);
-  const Shape cs = contiguous_strides(l.shape());
-  std::vector<int64_t> shape, istr, ostr;
-  for (int64_t i = 0; i < l.ndim(); ++i) {
-    if (i == dim) continue;
-    shape.push_back(l.shape()[i]);
-    istr.push_back(l.stride()[i]);
-    ostr.push_back(cs[i]);
-  }
-  if (shape.empty()) shape = istr = ostr = {1};
   int64_t P = 1;
   while (P < n) P *= 2;
-  std::vector<int64_t> meta = {(int64_t)shape.size(), l.offset(), n, l.stride()[dim], cs[dim], P, descending};
-  meta.insert(meta.end(), shape.begin(), shape.end());
-  meta.insert(meta.end(), istr.begin(), istr.end());
-  meta.insert(meta.end(), ostr.begin(), ostr.end());
+  const Lines ls = lines_along(l, dim);
+  std::vector<int64_t> meta = {ls.rank_for_meta(), l.offset(), n, ls.a_step, ls.b_step, P, descending};
+  ls.append_meta(meta);
   const uint32_t lines = checked_u32(numel / n, name);
   const int64_t block = block_elems(dt);
   const std::string t(tname);
@@ -77,21 +71,15 @@ std::tuple<StoragePtr, StoragePtr> sort(const MetalStorage& s, const Layout& l, 
   return {vals, ids};
 }
 
-}  // namespace ember::metal::ops
-
-namespace ember::metal::ops {
-namespace {
-
 int64_t pow2_at_least(int64_t v) {
   int64_t p = 1;
   while (p < v) p *= 2;
   return p;
 }
 
-}  // namespace
-
-std::tuple<StoragePtr, StoragePtr> topk(const MetalStorage& s, const Layout& l, int64_t dim, int64_t k,
+std::tuple<StoragePtr, StoragePtr> topk(const BackendStorage& xs, const Layout& l, int64_t dim, int64_t k,
                                         bool largest) {
+  const MetalStorage& s = as_metal(xs);
   const char* name = "topk";
   MetalDevice& dev = s.metal_device();
   const DType dt = s.dtype();
@@ -116,19 +104,9 @@ std::tuple<StoragePtr, StoragePtr> topk(const MetalStorage& s, const Layout& l, 
   auto vals = new_metal(dev, dt, onumel, name);
   auto ids = new_metal(dev, DType::I64, onumel, name);
   if (onumel == 0) return {vals, ids};
-  const Shape cs = contiguous_strides(oshape);
-  std::vector<int64_t> shape, istr, ostr;
-  for (int64_t i = 0; i < l.ndim(); ++i) {
-    if (i == dim) continue;
-    shape.push_back(l.shape()[i]);
-    istr.push_back(l.stride()[i]);
-    ostr.push_back(cs[i]);
-  }
-  if (shape.empty()) shape = istr = ostr = {1};
-  std::vector<int64_t> meta = {(int64_t)shape.size(), l.offset(), n, l.stride()[dim], cs[dim], kp, largest, k};
-  meta.insert(meta.end(), shape.begin(), shape.end());
-  meta.insert(meta.end(), istr.begin(), istr.end());
-  meta.insert(meta.end(), ostr.begin(), ostr.end());
+  const Lines ls = lines_along(l, dim, k);
+  std::vector<int64_t> meta = {ls.rank_for_meta(), l.offset(), n, ls.a_step, ls.b_step, kp, largest, k};
+  ls.append_meta(meta);
   // threads: a power of two, their kp slots filling the threadgroup's memory, no more than the line needs
   uint32_t tx = 1;
   Launch kl(dev, "sort.metal", "topk_block_" + t);
@@ -138,7 +116,6 @@ std::tuple<StoragePtr, StoragePtr> topk(const MetalStorage& s, const Layout& l, 
   return {vals, ids};
 }
 
-namespace {
 // The CPU's errors for bad weights: multinomial_check's flags, read after the device finishes it.
 void check_weights(MetalDevice& dev, const MetalStorage& s, const std::vector<int64_t>& meta, uint32_t rows,
                    uint32_t n, const std::string& t) {
@@ -153,10 +130,10 @@ void check_weights(MetalDevice& dev, const MetalStorage& s, const std::vector<in
   for (uint32_t r = 0; r < rows; ++r)
     EMBER_CHECK(f[1 + r] != 0, Value, "[multinomial] invalid multinomial distribution (sum of probabilities <= 0)");
 }
-}  // namespace
 
-StoragePtr multinomial(const MetalStorage& s, const Layout& l, int64_t num_samples, bool replacement,
+StoragePtr multinomial(const BackendStorage& ws, const Layout& l, int64_t num_samples, bool replacement,
                        uint64_t seed, uint64_t counter) {
+  const MetalStorage& s = as_metal(ws);
   const char* name = "multinomial";
   MetalDevice& dev = s.metal_device();
   const int64_t rows = l.shape()[0], n = l.shape()[1];
@@ -179,13 +156,21 @@ StoragePtr multinomial(const MetalStorage& s, const Layout& l, int64_t num_sampl
   }
   // the running sum of each row in float32, then one binary search per draw
   StoragePtr w32 = s.to_dtype(l, DType::F32);
-  auto [csum, none] = scan(as_metal(*w32), ScanOp::Sum, Layout::contiguous({rows, n}), 1, false, false);
+  auto [csum, none] = Kernels<Scan>::of(*w32)(*w32, ScanOp::Sum, Layout::contiguous({rows, n}), 1, false, false);
   (void)none;
   const uint32_t S = checked_u32(num_samples, name);
   Launch(dev, "random.metal", "multinomial_search")
       .input(as_metal(*csum)).output(*out).array(meta).scalar<uint64_t>(seed).scalar<uint64_t>(counter)
       .dispatch_grid(Dim3{S, rows32, 1});
   return out;
+}
+
+}  // namespace
+
+void register_sort() {
+  Kernels<Sort>::set(DeviceKind::Metal, &sort);
+  Kernels<Topk>::set(DeviceKind::Metal, &topk);
+  Kernels<Multinomial>::set(DeviceKind::Metal, &multinomial);
 }
 
 }  // namespace ember::metal::ops

@@ -2,8 +2,10 @@
 // (n, c, h, w) planes through any input strides, one thread per output; the gradient one per input pixel.
 #include <algorithm>
 
+#include "families/upsample.h"
 #include "metal/launch.h"
 #include "metal/ops/ops.h"
+#include "registry.h"
 
 namespace ember::metal::ops {
 namespace {
@@ -40,14 +42,19 @@ StoragePtr launch(const MetalStorage& s, UpsampleMode mode, const Layout& l, con
   return out;
 }
 
-}  // namespace
-
-StoragePtr upsample(const MetalStorage& s, UpsampleMode mode, const Layout& l, const UpsampleGeom& g) {
-  return launch(s, mode, l, g, true);
+StoragePtr upsample(const BackendStorage& x, UpsampleMode mode, const Layout& l, const UpsampleGeom& g) {
+  return launch(as_metal(x), mode, l, g, true);
 }
 
-StoragePtr upsample_bwd(const MetalStorage& s, UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) {
-  return launch(s, mode, lg, g, false);
+StoragePtr upsample_bwd(const BackendStorage& gy, UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) {
+  return launch(as_metal(gy), mode, lg, g, false);
+}
+
+}  // namespace
+
+void register_upsample() {
+  Kernels<Upsample>::set(DeviceKind::Metal, &upsample);
+  Kernels<UpsampleBwd>::set(DeviceKind::Metal, &upsample_bwd);
 }
 
 }  // namespace ember::metal::ops

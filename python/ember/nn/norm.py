@@ -6,11 +6,12 @@ import math
 
 from .. import _C
 from ..args import bool_arg, float_arg, int_arg
-from ..backprop import is_grad_enabled, needs_grad
+from ..backprop import needs_grad
 from ..creation import full, ones, tensor, zeros
 from ..custom_op import CustomOp1, CustomOp3
 from ..dtypes import to_device, to_dtype
 from ..errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, ShapeError
+from ..fused_op import FusedOp
 from ..tensor_type import Tensor, _contig, _wrap
 from ..variable import Var
 from .layers import Module
@@ -43,62 +44,55 @@ def _channel_param(p, c, x, op, what):
     return p.reshape(1, c, *([1] * (x.ndim - 2)))
 
 
-def _group_norm_grads(x, w, g, groups, eps):
-    """(dx, dw, db) of group norm as tensor ops: the backward of a backward (create_graph) goes through it."""
-    shape, n, c = x.shape, x.shape[0], x.shape[1]
-    xg = x.reshape(n, groups, -1)
-    xc = xg - xg.mean(-1, keepdim=True)
-    r = ((xc * xc).mean(-1, keepdim=True) + eps).sqrt().recip()
-    xh = xc * r
-    gw = (g if w is None else g * w.reshape(1, c, *([1] * (x.ndim - 2)))).reshape(n, groups, -1)
-    dx = (r * (gw - gw.mean(-1, keepdim=True) - xh * (gw * xh).mean(-1, keepdim=True))).reshape(*shape)
-    dims = (0, *range(2, x.ndim))
-    return dx, (g * xh.reshape(*shape)).sum(dims), g.sum(dims)
+def _bshape(x):
+    """(1, C, 1, ...): a per-channel vector's shape for broadcasting against x."""
+    return (1, x.shape[1], *([1] * (x.ndim - 2)))
 
 
-class _GroupNormAffine(CustomOp3):
-    """group_norm(x, groups, w, b) as one kernel; the backward is one kernel too (dx, dw, db)."""
+def _affine(y, x, w, b):
+    if w is not None:
+        y = y * w.reshape(*_bshape(x))
+    return y if b is None else y + b.reshape(*_bshape(x))
+
+
+class _GroupNormBase(FusedOp):
+    """group_norm's declaration: the composite form (create_graph differentiates it) and the saved stats."""
 
     name = "group_norm"
+    saved = "rstd"
 
     def __init__(self, groups, eps):
         self.groups, self.eps = groups, eps
         self.mean = self.rstd = None
+
+    def composite(self, x, w=None, b=None):
+        xg = x.reshape(x.shape[0], self.groups, -1)
+        xc = xg - xg.mean(-1, keepdim=True)
+        return _affine((xc * ((xc * xc).mean(-1, keepdim=True) + self.eps).rsqrt()).reshape(*x.shape), x, w, b)
+
+
+class _GroupNormAffine(_GroupNormBase, CustomOp3):
+    """group_norm(x, groups, w, b) as one kernel; the backward is one kernel too (dx, dw, db)."""
 
     def cpu_fwd(self, xs, xl, ws, wl, bs, bl):
         y, self.mean, self.rstd = _C.fused.group_norm_fwd(xs, xl, self.groups, ws, wl, bs, bl, self.eps)
         return y, xl.shape
 
-    metal_fwd = cpu_fwd  # the binding dispatches on the storage's device
-
-    def bwd(self, x, w, b, y, g):
-        if is_grad_enabled():  # create_graph: the gradient must itself be differentiable
-            dx, dw, db = _group_norm_grads(x, w, g, self.groups, self.eps)
-        else:
-            dxs, dws, dbs = _C.fused.group_norm_bwd(x._storage, x._layout, self.groups, w._storage, w._layout,
-                                                    self.mean, self.rstd, g._storage, g._layout)
-            dx, dw, db = _out(dxs, x.shape, x), _out(dws, w.shape, w), _out(dbs, b.shape, b)
+    def bwd_kernel(self, x, w, b, y, g):
+        dxs, dws, dbs = _C.fused.group_norm_bwd(x._storage, x._layout, self.groups, w._storage, w._layout,
+                                                self.mean, self.rstd, g._storage, g._layout)
+        dx, dw, db = _out(dxs, x.shape, x), _out(dws, w.shape, w), _out(dbs, b.shape, b)
         return (dx if needs_grad(x) else None, dw if needs_grad(w) else None, db if needs_grad(b) else None)
 
 
-class _GroupNormPlain(CustomOp1):
+class _GroupNormPlain(_GroupNormBase, CustomOp1):
     """group_norm(x, groups) without affine parameters."""
-
-    name = "group_norm"
-
-    def __init__(self, groups, eps):
-        self.groups, self.eps = groups, eps
-        self.mean = self.rstd = None
 
     def cpu_fwd(self, xs, xl):
         y, self.mean, self.rstd = _C.fused.group_norm_fwd(xs, xl, self.groups, None, None, None, None, self.eps)
         return y, xl.shape
 
-    metal_fwd = cpu_fwd
-
-    def bwd(self, x, y, g):
-        if is_grad_enabled():
-            return _group_norm_grads(x, None, g, self.groups, self.eps)[0]
+    def bwd_kernel(self, x, y, g):
         dxs, _, _ = _C.fused.group_norm_bwd(x._storage, x._layout, self.groups, None, None, self.mean, self.rstd,
                                             g._storage, g._layout)
         return _out(dxs, x.shape, x)
@@ -168,31 +162,13 @@ def _check_eps(eps, op):
         raise EmberValueError(f"[{op}] eps must be finite and >= 0, got {eps}")
 
 
-def _batch_norm_grads(x, w, g, mean, rstd, training, eps):
-    """(dx, dw, db) of batch norm as tensor ops: the backward of a backward (create_graph) goes through it.
-    Training recomputes the batch statistics from x (they depend on it); eval uses the saved ones."""
-    c, dims = x.shape[1], (0, *range(2, x.ndim))
-    bshape = (1, c, *([1] * (x.ndim - 2)))
-    if training:
-        xc = x - x.mean(dims, keepdim=True)
-        r = ((xc * xc).mean(dims, keepdim=True) + eps).rsqrt()
-    else:
-        r = rstd.reshape(*bshape).to_dtype(x.dtype)
-        xc = x - mean.reshape(*bshape).to_dtype(x.dtype)
-    xh = xc * r
-    gw = g if w is None else g * w.reshape(*bshape)
-    if training:
-        dx = r * (gw - gw.mean(dims, keepdim=True) - xh * (gw * xh).mean(dims, keepdim=True))
-    else:
-        dx = gw * r
-    return dx, (g * xh).sum(dims), g.sum(dims)
-
-
-class _BatchNormBase:
-    """The fused forward shared by the affine and plain ops: one kernel computes (or reads) the
-    per-channel statistics, normalises, and updates the running statistics in place."""
+class _BatchNormBase(FusedOp):
+    """batch_norm's declaration: one kernel computes (or reads) the per-channel statistics, normalises, and
+    updates the running statistics in place; the composite uses the batch's statistics while training and
+    the running ones (as the forward read them) in eval."""
 
     name = "batch_norm"
+    saved = "rstd"
 
     def __init__(self, rm, rv, training, momentum, eps):
         self.rm, self.rv = rm, rv
@@ -205,19 +181,28 @@ class _BatchNormBase:
             xs, xl, ws, wl, bs, bl, None if rm is None else rm._storage, None if rm is None else rm._layout,
             None if rv is None else rv._storage, None if rv is None else rv._layout, self.training, self.momentum,
             self.eps)
-        self.rm = self.rv = None  # the running statistics are not needed after the forward
+        self.rm = self.rv = None  # the forward's statistics (self.mean, self.rstd) stand for them from now on
         return y, xl.shape
 
     def _stats(self, x):
+        """The statistics the forward used, as (C,) tensors of the stats dtype."""
         dt = x.dtype if x.dtype.name == "float64" else to_dtype("float32")
         c = x.shape[1]
         return (_wrap(self.mean, _contig((c,)), dt, x.device, None, (c,)),
                 _wrap(self.rstd, _contig((c,)), dt, x.device, None, (c,)))
 
-    def _grads(self, x, w, g):
-        if is_grad_enabled():  # create_graph: the gradient must itself be differentiable
-            mean, rstd = self._stats(x)
-            return _batch_norm_grads(x, w, g, mean, rstd, self.training, self.eps)
+    def composite(self, x, w=None, b=None):
+        dims = (0, *range(2, x.ndim))
+        if self.training:
+            xc = x - x.mean(dims, keepdim=True)
+            r = ((xc * xc).mean(dims, keepdim=True) + self.eps).rsqrt()
+        else:  # constants: the running statistics, read by the forward (or still held before it ran)
+            mean, rstd = self._stats(x) if self.rstd is not None else (self.rm, (self.rv + self.eps).rsqrt())
+            r = rstd.reshape(*_bshape(x)).to_dtype(x.dtype)
+            xc = x - mean.reshape(*_bshape(x)).to_dtype(x.dtype)
+        return _affine(xc * r, x, w, b)
+
+    def _kernel_grads(self, x, w, g):
         dxs, dws, dbs = _C.fused.batch_norm_bwd(x._storage, x._layout, None if w is None else w._storage,
                                                 None if w is None else w._layout, self.mean, self.rstd, g._storage,
                                                 g._layout, self.training)
@@ -231,10 +216,8 @@ class _BatchNormAffine(_BatchNormBase, CustomOp3):
     def cpu_fwd(self, xs, xl, ws, wl, bs, bl):
         return self._fwd(xs, xl, ws, wl, bs, bl)
 
-    metal_fwd = cpu_fwd  # the binding dispatches on the storage's device
-
-    def bwd(self, x, w, b, y, g):
-        dx, dw, db = self._grads(x, w, g)
+    def bwd_kernel(self, x, w, b, y, g):
+        dx, dw, db = self._kernel_grads(x, w, g)
         return (dx if needs_grad(x) else None, dw if needs_grad(w) else None, db if needs_grad(b) else None)
 
 
@@ -244,10 +227,8 @@ class _BatchNormPlain(_BatchNormBase, CustomOp1):
     def cpu_fwd(self, xs, xl):
         return self._fwd(xs, xl, None, None, None, None)
 
-    metal_fwd = cpu_fwd
-
-    def bwd(self, x, y, g):
-        return self._grads(x, None, g)[0]
+    def bwd_kernel(self, x, y, g):
+        return self._kernel_grads(x, None, g)[0]
 
 
 def batch_norm(input, running_mean, running_var, weight=None, bias=None, training=False, momentum=0.1, eps=1e-5):

@@ -1,8 +1,9 @@
-"""Fused ops (docs/fused-ops.md): CustomOps over the C++ fused kernels (_C.fused), plus composite references.
+"""Fused ops (docs/fused-ops.md): FusedOps over the C++ fused kernels (_C.fused), each with its one composite form.
 
 Each op's forward is one fused kernel. Its backward, during an ordinary ``backward()``, is one fused
-kernel too; under ``backward(create_graph=True)`` the gradients are those of the op's ``reference``
-(its composite, in Tensor ops) recomputed from the saved inputs, so second-order derivatives work. Saved statistics (rstd, mean, logsumexp) live on the op
+kernel too; under ``backward(create_graph=True)`` the gradients are those of the op's ``composite``
+(in Tensor ops) recomputed from the saved inputs, so second-order derivatives work; the public
+``*_slow`` references call the same composite. Saved statistics (rstd, mean, logsumexp) live on the op
 instance, which the graph keeps. ``sdpa``'s ``mask`` is an attribute of the op, not an input: it
 never receives a gradient.
 """
@@ -13,14 +14,16 @@ import math
 import numpy as np
 
 from .. import _C
+from ..activation import Activation
 from ..args import bool_arg, float_arg, i64_arg, int_arg
 from ..backprop import is_grad_enabled, tracks
 from ..creation import arange, full, tensor
 from ..custom_op import CustomOp1, CustomOp2, CustomOp3
 from ..errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, ShapeError
+from ..fused_op import FusedOp
 from ..multi import cat, stack, where
 from ..softmax import _Softmax, log_softmax, log_softmax_slow, softmax, softmax_last_dim, softmax_slow  # noqa: F401  (re-exported)
-from ..tensor_type import UNARY, Tensor, _contig, _wrap
+from ..tensor_type import Tensor, _contig, _wrap
 from .rope_table import rope_i, rope_tables, rope_thd
 
 _F = _C.fused
@@ -49,51 +52,7 @@ def _check_tensor(x, op, what="input"):
 
 
 # ----------------------------------------------------------------------------- activations
-class _Act(CustomOp1):
-    """sigmoid / silu / gelu: the forward is the built-in unary kernel, the backward a fused one."""
-
-    kind = ""
-
-    def cpu_fwd(self, storage, layout):
-        return _C.unary(UNARY[self.kind], storage, layout, 0.0, 0.0), layout.shape
-
-    # One call path for every device: _C.fused and _C.unary take a storage of any device, so the
-    # forward (and the fused backward) is the same call everywhere.
-    metal_fwd = cuda_fwd = cpu_fwd
-
-    def bwd(self, x, res, g):
-        if not is_grad_enabled():
-            a = res if self.kind == "sigmoid" else x  # sigmoid' is written in terms of its output
-            st = getattr(_F, self.kind + "_bwd")(a._storage, a._layout, g._storage, g._layout)
-            return _out(st, x.shape, x)
-        return self.reference_grads([x], [g])[0]  # create_graph: differentiable
-
-
-def _sigmoid_ref(x):
-    return ((-x).exp() + 1.0).recip()
-
-
-class _Sigmoid(_Act):
-    name = kind = "sigmoid"
-
-    def reference(self, x):
-        return _sigmoid_ref(x)
-
-
-class _Silu(_Act):
-    name = kind = "silu"
-
-    def reference(self, x):
-        return x * _sigmoid_ref(x)
-
-
-class _Gelu(_Act):
-    name = kind = "gelu"
-
-    def reference(self, x):
-        return x * ((x * (1.0 / math.sqrt(2.0))).erf() * 0.5 + 0.5)
-
-
+# Their backward and composite forms live once in ember.activation, shared with x.sigmoid() / x.gelu().
 def sigmoid(x: Tensor) -> Tensor:
     """The logistic function ``1 / (1 + exp(-x))``, fused forward and backward.
 
@@ -107,7 +66,7 @@ def sigmoid(x: Tensor) -> Tensor:
         DTypeError: ``x`` is not a float tensor.
     """
     _check_tensor(x, "sigmoid")
-    return x.apply_op1(_Sigmoid())
+    return x.apply_op1(Activation("sigmoid"))
 
 
 def silu(x: Tensor) -> Tensor:
@@ -123,7 +82,7 @@ def silu(x: Tensor) -> Tensor:
         DTypeError: ``x`` is not a float tensor.
     """
     _check_tensor(x, "silu")
-    return x.apply_op1(_Silu())
+    return x.apply_op1(Activation("silu"))
 
 
 def gelu(x: Tensor) -> Tensor:
@@ -139,7 +98,7 @@ def gelu(x: Tensor) -> Tensor:
         DTypeError: ``x`` is not a float tensor.
     """
     _check_tensor(x, "gelu")
-    return x.apply_op1(_Gelu())
+    return x.apply_op1(Activation("gelu"))
 
 
 # ----------------------------------------------------------------------------- rms_norm
@@ -152,50 +111,42 @@ def _check_param(x, p, op, what):
         raise DTypeError(f"[{op}] {what} has dtype {p.dtype.name}, expected {x.dtype.name}")
 
 
-class _RmsNorm(CustomOp2):
+class _RmsNormBase(FusedOp):
+    """rms_norm's declaration: the composite form (also ``rms_norm_slow``) and what the forward saves."""
+
     name = "rms_norm"
+    saved = "rstd"
 
     def __init__(self, eps):
         self.eps = float_arg(eps, self.name, "eps")
         self.rstd = None
 
+    def composite(self, x, w=None):
+        y = x / ((x * x).mean(-1, keepdim=True) + self.eps).sqrt()
+        return y if w is None else y * w
+
+
+class _RmsNorm(_RmsNormBase, CustomOp2):
     def cpu_fwd(self, xs, xl, ws, wl):
         y, self.rstd = _F.rms_norm_fwd(xs, xl, ws, wl, self.eps)
         return y, xl.shape
 
-    metal_fwd = cuda_fwd = cpu_fwd
-
-    def bwd(self, x, w, y, g):
-        if not is_grad_enabled() and self.rstd is not None:
-            dx, dw = _F.rms_norm_bwd(x._storage, x._layout, w._storage, w._layout, self.rstd, g._storage,
-                                     g._layout)
-            return _out(dx, x.shape, x), _out(dw, w.shape, w)
-        return tuple(self.reference_grads([x, w], [g]))
-
-    def reference(self, x, w):
-        return rms_norm_slow(x, w, self.eps)
+    def bwd_kernel(self, x, w, y, g):
+        dx, dw = _F.rms_norm_bwd(x._storage, x._layout, w._storage, w._layout, self.rstd, g._storage,
+                                 g._layout)
+        return _out(dx, x.shape, x), _out(dw, w.shape, w)
 
 
-class _RmsNormNoWeight(CustomOp1):
+class _RmsNormNoWeight(_RmsNormBase, CustomOp1):
     """rms_norm without a weight: the kernels take a null weight, so no ones tensor is built."""
-
-    name = "rms_norm"
-    __init__ = _RmsNorm.__init__
 
     def cpu_fwd(self, xs, xl):
         y, self.rstd = _F.rms_norm_fwd(xs, xl, None, None, self.eps)
         return y, xl.shape
 
-    metal_fwd = cuda_fwd = cpu_fwd
-
-    def bwd(self, x, y, g):
-        if not is_grad_enabled() and self.rstd is not None:
-            dx, _ = _F.rms_norm_bwd(x._storage, x._layout, None, None, self.rstd, g._storage, g._layout)
-            return _out(dx, x.shape, x)
-        return self.reference_grads([x], [g])[0]
-
-    def reference(self, x):
-        return x / ((x * x).mean(-1, keepdim=True) + self.eps).sqrt()
+    def bwd_kernel(self, x, y, g):
+        dx, _ = _F.rms_norm_bwd(x._storage, x._layout, None, None, self.rstd, g._storage, g._layout)
+        return _out(dx, x.shape, x)
 
 
 def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-5) -> Tensor:
@@ -224,38 +175,15 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-5) -> Tens
 
 
 # ----------------------------------------------------------------------------- layer_norm
-class _LayerNorm(CustomOp3):
-    name = "layer_norm"
-
-    def __init__(self, eps):
-        self.eps = float_arg(eps, self.name, "eps")
-        self.mean = self.rstd = None
-
-    def cpu_fwd(self, xs, xl, ws, wl, bs, bl):
-        y, self.mean, self.rstd = _F.layer_norm_fwd(xs, xl, ws, wl, bs, bl, self.eps)
-        return y, xl.shape
-
-    metal_fwd = cuda_fwd = cpu_fwd
-
-    def bwd(self, x, w, b, y, g):
-        if not is_grad_enabled() and self.rstd is not None:
-            dx, dw, db = _F.layer_norm_bwd(x._storage, x._layout, w._storage, w._layout, self.mean, self.rstd,
-                                           g._storage, g._layout)
-            return _out(dx, x.shape, x), _out(dw, w.shape, w), _out(db, b.shape, b)
-        return tuple(self.reference_grads([x, w, b], [g]))
-
-    def reference(self, x, w, b):
-        return layer_norm_slow(x, w, b, self.eps)
-
-
-class _LayerNormOpt:
-    """layer_norm with a weight or a bias missing: the kernels take null pointers (no ones/zeros tensor
-    is built), and only the parameters given are inputs, so only they get gradients. ``self.w`` /
-    ``self.b`` hold the given ones; the op's inputs are x followed by them."""
+class _LayerNormBase(FusedOp):
+    """layer_norm's declaration. A missing weight or bias is no input (the kernels take null pointers, no
+    ones/zeros tensor is built, and it gets no gradient): the op's inputs are x followed by the given
+    parameters, ``has_w`` / ``has_b`` say which."""
 
     name = "layer_norm"
+    saved = "rstd"
 
-    def __init__(self, eps, has_w, has_b):
+    def __init__(self, eps, has_w=True, has_b=True):
         self.eps = float_arg(eps, self.name, "eps")
         self.has_w, self.has_b = has_w, has_b
         self.mean = self.rstd = None
@@ -269,15 +197,15 @@ class _LayerNormOpt:
         y, self.mean, self.rstd = _F.layer_norm_fwd(xs, xl, ws, wl, bs, bl, self.eps)
         return y, xl.shape
 
-    def reference(self, x, *params):
+    def composite(self, x, *params):
         xc = x - x.mean(-1, keepdim=True)
         y = xc / ((xc * xc).mean(-1, keepdim=True) + self.eps).sqrt()
         if self.has_w:
             y = y * params[0]
         return y + params[-1] if self.has_b else y
 
-    def grads(self, x, w, g):
-        """(dx, dw or None, db) from the fused kernel (create_graph goes through the reference)."""
+    def _grads(self, x, w, g):
+        """(dx, dw or None, db or None) from the fused kernel."""
         dx, dw, db = _F.layer_norm_bwd(x._storage, x._layout, None if w is None else w._storage,
                                        None if w is None else w._layout, self.mean, self.rstd,
                                        g._storage, g._layout)
@@ -290,28 +218,28 @@ class _LayerNormOpt:
         return dx, dw, db
 
 
-class _LayerNormX(_LayerNormOpt, CustomOp1):
+class _LayerNorm(_LayerNormBase, CustomOp3):
+    def cpu_fwd(self, xs, xl, ws, wl, bs, bl):
+        return self._fwd(xs, xl, ws, wl, bs, bl)
+
+    def bwd_kernel(self, x, w, b, y, g):
+        return self._grads(x, w, g)
+
+
+class _LayerNormX(_LayerNormBase, CustomOp1):
     def cpu_fwd(self, xs, xl):
         return self._fwd(xs, xl)
 
-    metal_fwd = cuda_fwd = cpu_fwd
-
-    def bwd(self, x, y, g):
-        if is_grad_enabled() or self.rstd is None:
-            return self.reference_grads([x], [g])[0]
-        return self.grads(x, None, g)[0]
+    def bwd_kernel(self, x, y, g):
+        return self._grads(x, None, g)[0]
 
 
-class _LayerNormXP(_LayerNormOpt, CustomOp2):
+class _LayerNormXP(_LayerNormBase, CustomOp2):
     def cpu_fwd(self, xs, xl, ps, pl):
         return self._fwd(xs, xl, ps, pl)
 
-    metal_fwd = cuda_fwd = cpu_fwd
-
-    def bwd(self, x, p, y, g):
-        if is_grad_enabled() or self.rstd is None:
-            return tuple(self.reference_grads([x, p], [g]))
-        dx, dw, db = self.grads(x, p if self.has_w else None, g)
+    def bwd_kernel(self, x, p, y, g):
+        dx, dw, db = self._grads(x, p if self.has_w else None, g)
         return dx, (dw if self.has_w else db)
 
 
@@ -408,8 +336,12 @@ def _repeat_kv(t: Tensor, q: Tensor) -> Tensor:
     return t.index_select(ids, 1)
 
 
-class _Sdpa(CustomOp3):
+class _Sdpa(FusedOp, CustomOp3):
+    """sdpa's declaration; ``mask`` is an attribute, not an input (a mask that needs a gradient runs the
+    composite directly, see ``sdpa``)."""
+
     name = "sdpa"
+    saved = "lse"
 
     def __init__(self, scale, causal, mask, softcap=None):
         self.scale, self.causal, self.mask, self.softcap = scale, causal, mask, softcap
@@ -424,17 +356,13 @@ class _Sdpa(CustomOp3):
                                     self.softcap or 0.0)
         return out, tuple(ql.shape[:-1]) + (vl.shape[-1],)
 
-    metal_fwd = cuda_fwd = cpu_fwd
+    def bwd_kernel(self, q, k, v, out, g):
+        dq, dk, dv = _F.sdpa_bwd(q._storage, q._layout, k._storage, k._layout, v._storage, v._layout,
+                                 out._storage, out._layout, self.lse, g._storage, g._layout,
+                                 *self._mask_args(), self.scale, self.causal, self.softcap or 0.0)
+        return _out(dq, q.shape, q), _out(dk, k.shape, k), _out(dv, v.shape, v)
 
-    def bwd(self, q, k, v, out, g):
-        if not is_grad_enabled() and self.lse is not None:
-            dq, dk, dv = _F.sdpa_bwd(q._storage, q._layout, k._storage, k._layout, v._storage, v._layout,
-                                     out._storage, out._layout, self.lse, g._storage, g._layout,
-                                     *self._mask_args(), self.scale, self.causal, self.softcap or 0.0)
-            return _out(dq, q.shape, q), _out(dk, k.shape, k), _out(dv, v.shape, v)
-        return tuple(self.reference_grads([q, k, v], [g]))
-
-    def reference(self, q, k, v):
+    def composite(self, q, k, v):
         return _attn_probs(q, _repeat_kv(k, q), self.scale, self.causal, self.mask, self.softcap) @ _repeat_kv(v, q)
 
 
@@ -504,19 +432,20 @@ def sdpa(q: Tensor, k: Tensor, v: Tensor, scale=None, causal: bool = False, mask
     if not math.isfinite(scale):  # torch's NaN/inf pattern (see _attn_probs), not the fused kernels' rounding
         _F.sdpa_check(q._storage, q._layout, k._storage, k._layout, v._storage, v._layout,
                       *((None, None) if mask is None else (mask._storage, mask._layout)))  # the same errors
-        return _attn_probs(q, _repeat_kv(k, q), scale, causal, mask, softcap) @ _repeat_kv(v, q)
+        return _Sdpa(scale, causal, mask, softcap).composite(q, k, v)
     if mask is not None and is_grad_enabled() and tracks(mask):
         # The fused kernels never hold dS = dL/dscores for the whole L x L, and that is the mask's gradient.
         _F.sdpa_check(q._storage, q._layout, k._storage, k._layout, v._storage, v._layout,
                       mask._storage, mask._layout)  # the fused path's errors, word for word
-        return _attn_probs(q, _repeat_kv(k, q), scale, causal, mask, softcap) @ _repeat_kv(v, q)
+        return _Sdpa(scale, causal, mask, softcap).composite(q, k, v)
     return q.apply_op3(k, v, _Sdpa(scale, causal, mask, softcap))
 
 
 # ----------------------------------------------------------------------------- rope
-class _Rope(CustomOp1):
-    """Fused rotary embedding; the backward is the same kernel rotating by -theta (rope's adjoint),
-    itself recorded when the graph is kept, so higher derivatives work."""
+class _Rope(FusedOp, CustomOp1):
+    """Fused rotary embedding. rope is linear in x, so its backward is the same kernel rotating by -theta
+    (its adjoint), itself recorded under create_graph: higher derivatives need no composite. The
+    composite form is ``rope_slow``'s, the tests' reference."""
 
     name = "rope"
 
@@ -533,13 +462,42 @@ class _Rope(CustomOp1):
     def cpu_fwd(self, storage, layout):
         return self._run(storage, layout, self.inverse), layout.shape
 
-    metal_fwd = cuda_fwd = cpu_fwd
-
     def bwd(self, x, y, g):
         if not is_grad_enabled():
             return _out(self._run(g._storage, g._layout, not self.inverse), x.shape, x)
         return g.apply_op1(_Rope(self.dims, self.traditional, self.base, self.scale, self.offset, self.offsets,
                                  self.freqs, not self.inverse))
+
+    def composite(self, x):
+        """The rotation in Tensor ops, the angles in float32 (float64 for a float64 ``x``); differentiable
+        with respect to ``x`` and ``freqs``."""
+        dims, half, L = self.dims, self.dims // 2, x.shape[-2]
+        if dims <= 0 or dims % 2 or dims > x.shape[-1]:
+            raise EmberValueError(f"[rope] dims must be even and in [2, {x.shape[-1]}], got {dims}")
+        cdt = "float64" if x.dtype.name == "float64" else "float32"
+        if self.freqs is None:
+            inv = (arange(half, device=x.device).to_dtype(cdt) * (-2.0 * math.log(self.base) / dims)).exp()
+        else:
+            inv = self.freqs.to_dtype(cdt).recip()
+        pos = arange(L, device=x.device).to_dtype(cdt) + float(self.offset)
+        theta = (pos.reshape(L, 1) * self.scale) * inv.reshape(1, half)  # (L, half)
+        if self.offsets is not None:
+            po = self.offsets.to_dtype(cdt).reshape(self.offsets.numel(), *([1] * (x.ndim - 1)))  # (B|1, 1.., 1)
+            theta = theta + (po * self.scale) * inv.reshape(1, half)
+        c, s = theta.cos().to_dtype(x.dtype), theta.sin().to_dtype(x.dtype)
+        if self.inverse:
+            s = -s
+        rot = x.narrow(-1, 0, dims)
+        if self.traditional:
+            pairs = rot.reshape(*x.shape[:-1], half, 2)
+            a, b = pairs.narrow(-1, 0, 1).squeeze(-1), pairs.narrow(-1, 1, 1).squeeze(-1)
+            out = stack([a * c - b * s, a * s + b * c], -1).reshape(*x.shape[:-1], dims)
+        else:
+            a, b = rot.narrow(-1, 0, half), rot.narrow(-1, half, half)
+            out = cat([a * c - b * s, a * s + b * c], -1)
+        if dims == x.shape[-1]:
+            return out
+        return cat([out, x.narrow(-1, dims, x.shape[-1] - dims)], -1)
 
 
 def _rope_args(x, dims, traditional, base, scale, offset, freqs):
@@ -634,51 +592,28 @@ def rope_slow(x, dims, traditional=False, base=10000.0, scale=1.0, offset=0, fre
     Raises:
         EmberValueError, ShapeError, DTypeError, DeviceError: as ``rope``.
     """
-
     dims, traditional, base, scale, offset, offsets, freqs = _rope_args(x, dims, traditional, base, scale, offset,
                                                                         freqs)
-    if dims <= 0 or dims % 2 or dims > x.shape[-1]:
-        raise EmberValueError(f"[rope] dims must be even and in [2, {x.shape[-1]}], got {dims}")
-    half, L = dims // 2, x.shape[-2]
-    cdt = "float64" if x.dtype.name == "float64" else "float32"
-    if freqs is None:
-        inv = (arange(half, device=x.device).to_dtype(cdt) * (-2.0 * math.log(base) / dims)).exp()
-    else:
-        inv = freqs.to_dtype(cdt).recip()
-    pos = arange(L, device=x.device).to_dtype(cdt) + float(offset)
-    theta = (pos.reshape(L, 1) * scale) * inv.reshape(1, half)  # (L, half)
-    if offsets is not None:
-        po = offsets.to_dtype(cdt).reshape(offsets.numel(), *([1] * (x.ndim - 1)))  # (B|1, 1.., 1)
-        theta = theta + (po * scale) * inv.reshape(1, half)
-    c, s = theta.cos().to_dtype(x.dtype), theta.sin().to_dtype(x.dtype)
-    rot = x.narrow(-1, 0, dims)
-    if traditional:
-        pairs = rot.reshape(*x.shape[:-1], half, 2)
-        a, b = pairs.narrow(-1, 0, 1).squeeze(-1), pairs.narrow(-1, 1, 1).squeeze(-1)
-        out = stack([a * c - b * s, a * s + b * c], -1).reshape(*x.shape[:-1], dims)
-    else:
-        a, b = rot.narrow(-1, 0, half), rot.narrow(-1, half, half)
-        out = cat([a * c - b * s, a * s + b * c], -1)
-    if dims == x.shape[-1]:
-        return out
-    return cat([out, x.narrow(-1, dims, x.shape[-1] - dims)], -1)
+    return _Rope(dims, traditional, base, scale, offset, offsets, freqs).composite(x)
 
 
 # ----------------------------------------------------------------------------- composite references
-def rms_norm_slow(x: Tensor, weight: Tensor, eps: float = 1e-5) -> Tensor:
-    """Composite reference for tests: ``rms_norm(x, weight, eps)`` in Tensor ops."""
-    return x / ((x * x).mean(-1, keepdim=True) + eps).sqrt() * weight
+def rms_norm_slow(x: Tensor, weight: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """Composite reference for tests: ``rms_norm(x, weight, eps)`` in Tensor ops (rms_norm's composite
+    form, which its create_graph backward differentiates)."""
+    return _RmsNormBase(eps).composite(x, weight)
 
 
-def layer_norm_slow(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor:
-    """Composite reference for tests: ``layer_norm(x, weight, bias, eps)`` in Tensor ops."""
-    xc = x - x.mean(-1, keepdim=True)
-    return xc / ((xc * xc).mean(-1, keepdim=True) + eps).sqrt() * weight + bias
+def layer_norm_slow(x: Tensor, weight: Tensor | None = None, bias: Tensor | None = None, eps: float = 1e-5) -> Tensor:
+    """Composite reference for tests: ``layer_norm(x, weight, bias, eps)`` in Tensor ops (layer_norm's
+    composite form, which its create_graph backward differentiates)."""
+    op = _LayerNormBase(eps, weight is not None, bias is not None)
+    return op.composite(x, *(p for p in (weight, bias) if p is not None))
 
 
 def sdpa_slow(q, k, v, scale=None, causal=False, mask=None, softcap=None):
     """Composite reference for tests: ``sdpa(q, k, v, scale, causal, mask, softcap=softcap)`` with the
-    whole L x L score matrix built in Tensor ops."""
-    scale = 1.0 / math.sqrt(max(q.shape[-1], 1)) if scale is None else float(scale)
-    s = _attn_scores(q, _repeat_kv(k, q), scale, causal, mask, _softcap_arg(softcap))
-    return softmax_slow(s, -1) @ _repeat_kv(v, q)
+    whole L x L score matrix built in Tensor ops (sdpa's composite form, which its create_graph backward
+    differentiates)."""
+    scale = 1.0 / math.sqrt(max(q.shape[-1], 1)) if scale is None else float_arg(scale, "sdpa", "scale")
+    return _Sdpa(scale, bool_arg(causal, "sdpa", "causal"), mask, _softcap_arg(softcap)).composite(q, k, v)

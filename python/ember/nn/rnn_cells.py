@@ -3,13 +3,12 @@ forward and backward, with their composite references (the create_graph path and
 from __future__ import annotations
 
 from .. import _C
-from ..backprop import is_grad_enabled
 from ..creation import zeros
 from ..custom_op import CustomOp
 from ..custom_op_n import apply_op
 from ..errors import EmberTypeError, EmberValueError
+from ..fused_op import FusedOp
 from ..tensor_type import Tensor, _contig, _wrap
-from . import ops
 
 _F = _C.fused
 
@@ -39,18 +38,25 @@ def _grad(g, like):
     return zeros(*like.shape, dtype=like.dtype, device=like.device) if g is None else _rows(g)
 
 
-class _Cell(CustomOp):
+def _pre(xg, hg, bias):
+    z = xg + hg
+    return z if bias is None else z + bias
+
+
+class _Cell(FusedOp, CustomOp):
     """One recurrent cell over the gates (xg, hg), the state (LSTM: c, GRU: h) and the optional bias b_hh.
-    The forward's workspace (the activated gates) stays on the op for the fused backward."""
+    The forward's workspace (the activated gates) stays on the op for the fused backward; each cell's
+    composite form (its ``*_cell_slow``) gives the create_graph backward."""
 
     kind = ""
     has_state = True
+    saved = "ws"
 
     def __init__(self, has_bias):
         self.has_bias = has_bias
         self.ws = None
 
-    def _fwd(self, inputs):
+    def cpu_fwd(self, inputs):
         (xs, xl), (hs, hl) = inputs[0], inputs[1]
         s = inputs[2] if self.has_state else (None, None)
         b = inputs[-1] if self.has_bias else (None, None)
@@ -60,11 +66,7 @@ class _Cell(CustomOp):
         self.ws_layout = _contig((n, hid * (4 if self.has_state else 1)))  # the workspace's (N, W)
         return [(h, (n, hid))] + ([(c, (n, hid))] if c is not None else [])
 
-    cpu_fwd = metal_fwd = cuda_fwd = _fwd
-
-    def bwd(self, inputs, outputs, grads):
-        if is_grad_enabled() or self.ws is None:  # create_graph: the composite, differentiable
-            return self.reference_grads(inputs, grads)
+    def bwd_kernel(self, inputs, outputs, grads):
         xg, s = inputs[0], (inputs[2] if self.has_state else None)
         dh = _grad(grads[0], outputs[0])
         dc = _grad(grads[1], outputs[1]) if self.kind == "lstm" else None
@@ -83,16 +85,24 @@ class _Lstm(_Cell):
     name = "lstm_cell"
     kind = "lstm"
 
-    def reference(self, xg, hg, c, b=None):
-        return lstm_cell_slow(xg, hg, c, b)
+    def composite(self, xg, hg, c, b=None):
+        z, hs = _pre(xg, hg, b), c.shape[-1]
+        i, f = z.narrow(-1, 0, hs).sigmoid(), z.narrow(-1, hs, hs).sigmoid()
+        g, o = z.narrow(-1, 2 * hs, hs).tanh(), z.narrow(-1, 3 * hs, hs).sigmoid()
+        c = f * c + i * g
+        return o * c.tanh(), c
 
 
 class _Gru(_Cell):
     name = "gru_cell"
     kind = "gru"
 
-    def reference(self, xg, hg, h, b=None):
-        return gru_cell_slow(xg, hg, h, b)
+    def composite(self, xg, hg, h, b=None):
+        hp, hs = (hg if b is None else hg + b), h.shape[-1]
+        r = (xg.narrow(-1, 0, hs) + hp.narrow(-1, 0, hs)).sigmoid()
+        z = (xg.narrow(-1, hs, hs) + hp.narrow(-1, hs, hs)).sigmoid()
+        n = (xg.narrow(-1, 2 * hs, hs) + r * hp.narrow(-1, 2 * hs, hs)).tanh()
+        return n + z * (h - n)
 
 
 class _Rnn(_Cell):
@@ -103,8 +113,9 @@ class _Rnn(_Cell):
         super().__init__(has_bias)
         self.kind = "rnn_" + nonlinearity
 
-    def reference(self, xg, hg, b=None):
-        return rnn_cell_slow(xg, hg, b, self.kind[4:])
+    def composite(self, xg, hg, b=None):
+        z = _pre(xg, hg, b)
+        return z.tanh() if self.kind == "rnn_tanh" else z.relu()
 
 
 def _run(op, xg, hg, state, bias):
@@ -181,30 +192,19 @@ def rnn_cell(xg: Tensor, hg: Tensor, bias: Tensor | None = None, nonlinearity: s
 
 
 # ----------------------------------------------------------------------------- composite references
-def _pre(xg, hg, bias):
-    z = xg + hg
-    return z if bias is None else z + bias
-
-
 def lstm_cell_slow(xg: Tensor, hg: Tensor, c: Tensor, bias: Tensor | None = None) -> tuple[Tensor, Tensor]:
-    """Composite reference of ``lstm_cell`` in Tensor ops (differentiable to any order)."""
-    z, hs = _pre(xg, hg, bias), c.shape[-1]
-    i, f = ops.sigmoid(z.narrow(-1, 0, hs)), ops.sigmoid(z.narrow(-1, hs, hs))
-    g, o = z.narrow(-1, 2 * hs, hs).tanh(), ops.sigmoid(z.narrow(-1, 3 * hs, hs))
-    c = f * c + i * g
-    return o * c.tanh(), c
+    """Composite reference of ``lstm_cell`` in Tensor ops (differentiable to any order): the cell's
+    composite form, which its create_graph backward differentiates."""
+    return _Lstm(bias is not None).composite(xg, hg, c, bias)
 
 
 def gru_cell_slow(xg: Tensor, hg: Tensor, h: Tensor, bias: Tensor | None = None) -> Tensor:
-    """Composite reference of ``gru_cell`` in Tensor ops (differentiable to any order)."""
-    hp, hs = (hg if bias is None else hg + bias), h.shape[-1]
-    r = ops.sigmoid(xg.narrow(-1, 0, hs) + hp.narrow(-1, 0, hs))
-    z = ops.sigmoid(xg.narrow(-1, hs, hs) + hp.narrow(-1, hs, hs))
-    n = (xg.narrow(-1, 2 * hs, hs) + r * hp.narrow(-1, 2 * hs, hs)).tanh()
-    return n + z * (h - n)
+    """Composite reference of ``gru_cell`` in Tensor ops (differentiable to any order): the cell's
+    composite form."""
+    return _Gru(bias is not None).composite(xg, hg, h, bias)
 
 
 def rnn_cell_slow(xg: Tensor, hg: Tensor, bias: Tensor | None = None, nonlinearity: str = "tanh") -> Tensor:
-    """Composite reference of ``rnn_cell`` in Tensor ops (differentiable to any order)."""
-    z = _pre(xg, hg, bias)
-    return z.tanh() if nonlinearity == "tanh" else z.relu()
+    """Composite reference of ``rnn_cell`` in Tensor ops (differentiable to any order): the cell's
+    composite form."""
+    return _Rnn(bias is not None, nonlinearity).composite(xg, hg, bias)

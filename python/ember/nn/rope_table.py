@@ -6,15 +6,17 @@ from .. import _C
 from ..backprop import is_grad_enabled, tracks
 from ..custom_op import CustomOp1
 from ..errors import DeviceError, DTypeError, EmberTypeError, ShapeError
+from ..fused_op import FusedOp
 from ..multi import cat, stack
 from ..tensor_type import Tensor, _contig, _wrap
 
 __all__ = ["rope_tables", "rope_i", "rope_thd"]
 
 
-class _RopeTable(CustomOp1):
+class _RopeTable(FusedOp, CustomOp1):
     """The fused rotation by a (1 or B, L, dims) (cos | sin) table; its adjoint (the backward) is the
-    rotation with the sines negated, itself recorded when the graph is kept."""
+    rotation with the sines negated, itself recorded when the graph is kept (rope is linear in x, so
+    higher derivatives need no composite). Its composite form is ``_composite``'s."""
 
     name = "rope"
 
@@ -29,14 +31,18 @@ class _RopeTable(CustomOp1):
     def cpu_fwd(self, storage, layout):
         return self._run(storage, layout, self.inverse), layout.shape
 
-    metal_fwd = cuda_fwd = cpu_fwd
-
     def bwd(self, x, y, g):
         if not is_grad_enabled():
             shape = tuple(x.shape)
             return _wrap(self._run(g._storage, g._layout, not self.inverse), _contig(shape), x._dtype, x._device,
                          None, shape)
         return g.apply_op1(_RopeTable(self.table, self.traditional, not self.inverse))
+
+    def composite(self, x):
+        t = self.table if self.table.shape[0] > 1 else self.table.squeeze(0)
+        n = t.shape[-1] // 2
+        sin = t.narrow(-1, n, n)
+        return _composite(x, t.narrow(-1, 0, n), -sin if self.inverse else sin, self.traditional)
 
 
 def _check(x, cos, sin, op):

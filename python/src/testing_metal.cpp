@@ -1,5 +1,6 @@
-// Bindings for the Metal layer: which backend exists, the embedded kernel sources, and private entry points
-// that run a kernel under the MSL emulator on numpy-backed buffers (tests and docs/metal.md use them).
+// The testing extension's Metal hooks: the emulator run directly on numpy-backed buffers (its own emulator
+// instance: this module links its own copy of the backend), its compile counters, the rewriter, the embedded
+// kernel sources and whether the Apple backend was built. Tests and docs/metal.md use them; ember never does.
 #include <cmath>
 #include <map>
 #include <memory>
@@ -12,8 +13,6 @@
 #include "emu/runtime.h"
 
 namespace ember::bind {
-
-void bind_metal_storage(py::module_& m);  // metal_storage.cpp
 
 namespace {
 
@@ -30,53 +29,6 @@ metal::Dim3 dim3(const std::vector<uint32_t>& v, const char* what) {
 
 }  // namespace
 
-// The one reader of function constants (em.metal.Kernel's options and _metal_emu_run's list): an int must
-// fit the MSL type's range (it would otherwise wrap or become INT_MIN), a float must be finite (there is no
-// MSL literal for NaN or inf, and a double past float's range becomes one).
-FunctionConstant parse_function_constant(py::handle index, const std::string& type, py::handle value) {
-  FunctionConstant c;
-  const py::object idx = py::reinterpret_borrow<py::object>(index);
-  EMBER_CHECK(py::isinstance<py::int_>(idx) && !py::isinstance<py::bool_>(idx) && idx.cast<long long>() >= 0 &&
-                  idx.cast<long long>() <= 0xffff,
-              Value, "[metal] a function constant's index must be an int in [0, 65535], got ", py::repr(idx).cast<std::string>());
-  c.index = idx.cast<uint32_t>();
-  const std::string shown = py::repr(value).cast<std::string>();
-  auto integer = [&](long long lo, long long hi) {
-    EMBER_CHECK(py::isinstance<py::int_>(value) ||
-                    (py::isinstance<py::float_>(value) && std::isfinite(value.cast<double>()) &&
-                     std::floor(value.cast<double>()) == value.cast<double>()),
-                Value, "[metal] function constant ", c.index, " of type ", type, ": ", shown, " is not an integer");
-    const py::int_ v = py::isinstance<py::int_>(value) ? py::reinterpret_borrow<py::int_>(value)
-                                                       : py::int_(py::reinterpret_borrow<py::object>(value));
-    const bool in = v >= py::int_(lo) && v <= py::int_(hi);
-    EMBER_CHECK(in, Value, "[metal] function constant ", c.index, " of type ", type, ": ", shown,
-                " is outside its range [", lo, ", ", hi, "]");
-    return (double)v.cast<long long>();
-  };
-  if (type == "bool") {
-    c.type = FunctionConstant::Type::Bool;
-    c.value = integer(0, 1);
-  } else if (type == "int") {
-    c.type = FunctionConstant::Type::Int;
-    c.value = integer(INT32_MIN, INT32_MAX);
-  } else if (type == "uint") {
-    c.type = FunctionConstant::Type::UInt;
-    c.value = integer(0, UINT32_MAX);
-  } else if (type == "float") {
-    c.type = FunctionConstant::Type::Float;
-    EMBER_CHECK(py::isinstance<py::float_>(value) || py::isinstance<py::int_>(value), Value, "[metal] function constant ",
-                c.index, " of type float: ", shown, " is not a number");
-    const double d = py::isinstance<py::int_>(value) ? py::float_(py::reinterpret_borrow<py::object>(value)).cast<double>()
-                                                     : value.cast<double>();
-    EMBER_CHECK(std::isfinite(d) && std::isfinite((float)d), Value, "[metal] function constant ", c.index,
-                " of type float: ", shown, " is not a finite float (Metal has no literal for NaN or inf)");
-    c.value = (float)d;
-  } else {
-    throw Error(ErrorKind::Value, "[metal] function constant type must be bool, int, uint or float, got " + type);
-  }
-  return c;
-}
-
 namespace {
 
 // Compiles `source`, binds args[i] to [[buffer(i)]] (a writable C-contiguous numpy array: copied into a
@@ -85,12 +37,7 @@ void emu_run(const std::string& source, const std::string& function, const py::l
              const std::vector<uint32_t>& grid, const std::vector<uint32_t>& group, const py::list& constants,
              const std::vector<uint64_t>& threadgroup_memory, const std::string& label) {
   metal::Adapter& a = metal::emulator_adapter();
-  std::vector<FunctionConstant> cs;
-  for (const auto& c : constants) {
-    const py::tuple t = c.cast<py::tuple>();
-    EMBER_CHECK(t.size() == 3, Value, "[metal] a constant is (index, type, value)");
-    cs.push_back(parse_function_constant(t[0], t[1].cast<std::string>(), t[2]));
-  }
+  const std::vector<FunctionConstant> cs = parse_function_constants(constants, "metal");
   const metal::Dim3 g = dim3(grid, "grid_threads"), tg = dim3(group, "threads_per_threadgroup");
   struct Bound {
     py::array array;
@@ -258,11 +205,11 @@ py::list emu_sequence(const std::string& source, const py::list& arrays, const p
 
 }  // namespace
 
-void bind_metal(py::module_& m) {
+void bind_metal_testing(py::module_& m) {
 #if defined(EMBER_HAS_METAL_CPP)
-  m.attr("_metal_apple_built") = true;
+  m.attr("metal_apple_built") = true;
   // True when the metal-cpp adapter finds a device (a headless or virtual Mac may have none).
-  m.def("_metal_apple_available", [] {
+  m.def("metal_apple_available", [] {
     try {
       metal::apple_adapter();
       return true;
@@ -271,15 +218,15 @@ void bind_metal(py::module_& m) {
     }
   });
 #else
-  m.attr("_metal_apple_built") = false;
-  m.def("_metal_apple_available", [] { return false; });
+  m.attr("metal_apple_built") = false;
+  m.def("metal_apple_available", [] { return false; });
 #endif
-  m.def("_metal_emu_run", &emu_run, py::arg("source"), py::arg("function"), py::arg("args"), py::arg("grid_threads"),
+  m.def("metal_emu_run", &emu_run, py::arg("source"), py::arg("function"), py::arg("args"), py::arg("grid_threads"),
         py::arg("threads_per_threadgroup"), py::arg("constants") = py::list(),
         py::arg("threadgroup_memory") = std::vector<uint64_t>{}, py::arg("label") = "kernel.metal");
-  m.def("_metal_emu_sequence", &emu_sequence, py::arg("source"), py::arg("arrays"), py::arg("steps"),
+  m.def("metal_emu_sequence", &emu_sequence, py::arg("source"), py::arg("arrays"), py::arg("steps"),
         py::arg("label") = "kernel.metal");
-  m.def("_metal_emu_stats", [] {
+  m.def("metal_emu_stats", [] {
     const auto s = metal::emu::compile_stats();
     py::dict d;
     d["compiles"] = s.compiles;
@@ -287,24 +234,23 @@ void bind_metal(py::module_& m) {
     d["memory_hits"] = s.memory_hits;
     return d;
   });
-  m.def("_metal_emu_cache_dir", &metal::emu::cache_dir);
-  m.def("_metal_emu_fibers", [] { return std::string(metal::emu::fiber_kind()); });
-  m.def("_metal_rewrite", [](const std::string& src, const std::string& name, bool static_mode) {
+  m.def("metal_emu_cache_dir", &metal::emu::cache_dir);
+  m.def("metal_emu_fibers", [] { return std::string(metal::emu::fiber_kind()); });
+  m.def("metal_rewrite", [](const std::string& src, const std::string& name, bool static_mode) {
     return metal::emu::rewrite_msl(src, name, static_mode ? metal::emu::RewriteMode::Static
                                                           : metal::emu::RewriteMode::Emulate).text;
   }, py::arg("source"), py::arg("name") = "kernel.metal", py::arg("static") = false);
-  m.def("_metal_source", [](const std::string& name) -> py::object {
+  m.def("metal_source", [](const std::string& name) -> py::object {
     const char* s = metal::embedded_source(name.c_str());
     if (!s) return py::none();
     return py::str(s);
   }, py::arg("name"));
-  bind_metal_policy(m);
-  bind_metal_storage(m);
-  m.def("_metal_sources", [] {
+  m.def("metal_sources", [] {
     std::vector<std::string> names;
     for (int i = 0; i < metal::embedded_source_count(); ++i) names.push_back(metal::embedded_source_name(i));
     return names;
   });
+  bind_metal_policy(m);
 }
 
 }  // namespace ember::bind
