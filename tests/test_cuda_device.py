@@ -73,9 +73,10 @@ def test_a_registry_family_without_a_cuda_entry_raises_unsupported(cuda):
     x = em.ones((1, 4, 3, 3), device=cuda)
     with pytest.raises(em.UnsupportedOp, match=r"^\[group_norm\] is not implemented on device cuda:0$"):
         em._C.fused.group_norm_fwd(x._storage, x._layout, 2, None, None, None, None, 1e-5)
-    # through the op's Python class, its custom-op dispatch names the missing cuda_fwd
-    with pytest.raises(em.UnsupportedOp, match=r"^\[group_norm\] no cuda implementation"):
-        em.nn.functional.group_norm(x, 2)
+    for f, name in [(lambda: em.nn.functional.group_norm(x, 2), "group_norm"), (lambda: x.sort(-1), "sort"),
+                    (lambda: x.cumsum(-1), "scan")]:
+        with pytest.raises(em.UnsupportedOp, match=rf"^\[{name}\] is not implemented on device cuda:0$"):
+            f()
 
 
 def test_mixed_devices_raise_device_error(cuda):

@@ -75,8 +75,7 @@ StoragePtr CudaStorage::binary(BinaryOp op, const Layout& l, const BackendStorag
   unsupported(op_name(op));
 }
 
-StoragePtr CudaStorage::where(const Layout& cl, const BackendStorage& a, const Layout& al, const BackendStorage& b,
-                   const Layout& bl) const {
+StoragePtr CudaStorage::where(const Layout& cl, const BackendStorage& a, const Layout& al, const BackendStorage& b, const Layout& bl) const {
   unsupported("where");
 }
 
@@ -96,74 +95,16 @@ StoragePtr CudaStorage::gather(const Layout& l, const BackendStorage& ids, const
   unsupported("gather");
 }
 
-void CudaStorage::index_add(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src,
-                 const Layout& sl, int64_t dim) {
+void CudaStorage::index_add(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src, const Layout& sl, int64_t dim) {
   unsupported("index_add");
 }
 
-void CudaStorage::scatter_add(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src,
-                   const Layout& sl, int64_t dim) {
+void CudaStorage::scatter_add(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src, const Layout& sl, int64_t dim) {
   unsupported("scatter_add");
 }
 
-void CudaStorage::index_copy(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src,
-                  const Layout& sl, int64_t dim) {
+void CudaStorage::index_copy(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src, const Layout& sl, int64_t dim) {
   unsupported("index_copy");
-}
-
-StoragePtr CudaStorage::im2col(const Layout& l, const ConvGeom& g) const {
-  unsupported("im2col");
-}
-
-StoragePtr CudaStorage::col2im(const ConvGeom& g) const {
-  unsupported("col2im");
-}
-
-StoragePtr CudaStorage::conv2d_fwd(const Layout& l, const BackendStorage& w, const Layout& lw, const BackendStorage* b,
-                        const Layout* lb, const ConvGeom& g, int64_t groups) const {
-  unsupported("conv2d_fwd");
-}
-
-StoragePtr CudaStorage::conv2d_bwd_input(const Layout& l, const BackendStorage& w, const Layout& lw, const ConvGeom& g,
-                              int64_t groups) const {
-  unsupported("conv2d_bwd_input");
-}
-
-StoragePtr CudaStorage::conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg, const ConvGeom& g,
-                               int64_t groups) const {
-  unsupported("conv2d_bwd_weight");
-}
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::batch_norm_fwd(const Layout& l, const BackendStorage* w,
-                                                                const Layout* lw, const BackendStorage* b,
-                                                                const Layout* lb, BackendStorage* rm, const Layout* lrm,
-                                                                BackendStorage* rv, const Layout* lrv, bool training,
-                                                                double momentum, double eps) const {
-  unsupported("batch_norm_fwd");
-}
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::batch_norm_bwd(const Layout& l, const BackendStorage* w,
-                                                                const Layout* lw, const BackendStorage& mean,
-                                                                const BackendStorage& rstd, const BackendStorage& g,
-                                                                const Layout& lg, bool training) const {
-  unsupported("batch_norm_bwd");
-}
-
-std::tuple<StoragePtr, StoragePtr> CudaStorage::pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
-                                            bool with_indices) const {
-  unsupported(kPoolNames[(int)kind]);
-}
-
-StoragePtr CudaStorage::pool2d_bwd(PoolKind kind, const Layout& lg, const BackendStorage* ids, const PoolGeom& g) const {
-  unsupported(kPoolNames[(int)kind]);
-}
-
-StoragePtr CudaStorage::upsample(UpsampleMode mode, const Layout& l, const UpsampleGeom& g) const {
-  unsupported("upsample");
-}
-
-StoragePtr CudaStorage::upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const {
-  unsupported("upsample");
 }
 
 StoragePtr CudaStorage::softmax_fwd(const Layout& l, bool log) const {
@@ -174,32 +115,31 @@ StoragePtr CudaStorage::softmax_bwd(const Layout& l, const BackendStorage& g, co
   unsupported(log ? "log_softmax" : "softmax");
 }
 
-std::tuple<StoragePtr, StoragePtr> CudaStorage::rms_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw,
-                                                  double eps) const {
+std::tuple<StoragePtr, StoragePtr> CudaStorage::rms_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw, double eps) const {
   unsupported("rms_norm_fwd");
 }
 
-std::tuple<StoragePtr, StoragePtr> CudaStorage::rms_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw,
-                                                  const BackendStorage& rstd, const BackendStorage& g,
-                                                  const Layout& lg) const {
+std::tuple<StoragePtr, StoragePtr> CudaStorage::rms_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& rstd, const BackendStorage& g, const Layout& lg) const {
   unsupported("rms_norm_bwd");
 }
 
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::layer_norm_fwd(const Layout& l, const BackendStorage* w,
-                                                                const Layout* lw, const BackendStorage* b,
-                                                                const Layout* lb, double eps) const {
+std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::layer_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage* b, const Layout* lb, double eps) const {
   unsupported("layer_norm_fwd");
 }
 
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::layer_norm_bwd(const Layout& l, const BackendStorage* w,
-                                                                const Layout* lw, const BackendStorage& mean,
-                                                                const BackendStorage& rstd, const BackendStorage& g,
-                                                                const Layout& lg) const {
+std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::layer_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& mean, const BackendStorage& rstd, const BackendStorage& g, const Layout& lg) const {
   unsupported("layer_norm_bwd");
 }
 
-StoragePtr CudaStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg, double p0,
-                     double p1) const {
+std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::batch_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage* b, const Layout* lb, BackendStorage* rm, const Layout* lrm, BackendStorage* rv, const Layout* lrv, bool training, double momentum, double eps) const {
+  unsupported("batch_norm_fwd");
+}
+
+std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::batch_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& mean, const BackendStorage& rstd, const BackendStorage& g, const Layout& lg, bool training) const {
+  unsupported("batch_norm_bwd");
+}
+
+StoragePtr CudaStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg, double p0, double p1) const {
   unsupported(act_name(kind));
 }
 
@@ -207,10 +147,16 @@ std::tuple<StoragePtr, StoragePtr> CudaStorage::sdpa_fwd(const SdpaArgs& a) cons
   unsupported("scaled_dot_product_attention");
 }
 
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,
-                                                          const Layout& lo, const BackendStorage& lse,
-                                                          const BackendStorage& g, const Layout& lg) const {
+std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::sdpa_bwd(const SdpaArgs& a, const BackendStorage& o, const Layout& lo, const BackendStorage& lse, const BackendStorage& g, const Layout& lg) const {
   unsupported("scaled_dot_product_attention");
+}
+
+std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::rnn_cell_fwd(RnnCell kind, const Layout& l, const BackendStorage& hg, const Layout& lhg, const BackendStorage* b, const Layout* lb, const BackendStorage* s, const Layout* ls) const {
+  unsupported(rnn_cell_name(kind));
+}
+
+std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::rnn_cell_bwd(RnnCell kind, const Layout& l, const BackendStorage& ws, const Layout& lws, const BackendStorage* s, const Layout* ls, const BackendStorage* dc, const Layout* ldc) const {
+  unsupported(rnn_cell_name(kind));
 }
 
 StoragePtr CudaStorage::rope(const Layout& l, const RopeArgs& a) const {
@@ -219,43 +165,6 @@ StoragePtr CudaStorage::rope(const Layout& l, const RopeArgs& a) const {
 
 void CudaStorage::optim_step(const OptimArgs& a) {
   unsupported("optim_step");
-}
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::rnn_cell_fwd(RnnCell kind, const Layout& l, const BackendStorage& hg,
-                                                              const Layout& lhg, const BackendStorage* b,
-                                                              const Layout* lb, const BackendStorage* s,
-                                                              const Layout* ls) const {
-  unsupported(rnn_cell_name(kind));
-}
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::rnn_cell_bwd(RnnCell kind, const Layout& l, const BackendStorage& ws,
-                                                              const Layout& lws, const BackendStorage* s,
-                                                              const Layout* ls, const BackendStorage* dc,
-                                                              const Layout* ldc) const {
-  unsupported(rnn_cell_name(kind));
-}
-
-std::tuple<StoragePtr, StoragePtr> CudaStorage::sort(const Layout& l, int64_t dim, bool descending, bool stable) const {
-  unsupported("sort");
-}
-
-std::tuple<StoragePtr, StoragePtr> CudaStorage::scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
-                                          bool reverse) const {
-  unsupported(kScanNames[(int)op]);
-}
-
-std::tuple<StoragePtr, StoragePtr> CudaStorage::topk(const Layout& l, int64_t dim, int64_t k, bool largest) const {
-  unsupported("topk");
-}
-
-StoragePtr CudaStorage::multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
-                         uint64_t counter) const {
-  unsupported("multinomial");
-}
-
-void CudaStorage::scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
-                      const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) {
-  unsupported("scatter_reduce");
 }
 
 #undef unsupported

@@ -34,8 +34,7 @@ class CudaStorage final : public BackendStorage {
   bool same_buffer(const BackendStorage& other) const override;
   StoragePtr unary(UnaryOp op, const Layout& l, double p0, double p1) const override;
   StoragePtr binary(BinaryOp op, const Layout& l, const BackendStorage& rhs, const Layout& rl) const override;
-  StoragePtr where(const Layout& cl, const BackendStorage& a, const Layout& al, const BackendStorage& b,
-                   const Layout& bl) const override;
+  StoragePtr where(const Layout& cl, const BackendStorage& a, const Layout& al, const BackendStorage& b, const Layout& bl) const override;
   StoragePtr to_dtype(const Layout& l, DType dt) const override;
   StoragePtr reduce(ReduceOp op, const Layout& l, const std::vector<int64_t>& dims) const override;
   StoragePtr matmul(const Layout& l, const BackendStorage& rhs, const Layout& rl) const override;
@@ -43,72 +42,24 @@ class CudaStorage final : public BackendStorage {
   void fill(const Layout& l, double value) override;
   StoragePtr index_select(const Layout& l, const BackendStorage& ids, const Layout& il, int64_t dim) const override;
   StoragePtr gather(const Layout& l, const BackendStorage& ids, const Layout& il, int64_t dim) const override;
-  void index_add(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src,
-                 const Layout& sl, int64_t dim) override;
-  void scatter_add(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src,
-                   const Layout& sl, int64_t dim) override;
-  void index_copy(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src,
-                  const Layout& sl, int64_t dim) override;
-  StoragePtr im2col(const Layout& l, const ConvGeom& g) const override;
-  StoragePtr col2im(const ConvGeom& g) const override;
-  StoragePtr conv2d_fwd(const Layout& l, const BackendStorage& w, const Layout& lw, const BackendStorage* b,
-                        const Layout* lb, const ConvGeom& g, int64_t groups) const override;
-  StoragePtr conv2d_bwd_input(const Layout& l, const BackendStorage& w, const Layout& lw, const ConvGeom& g,
-                              int64_t groups) const override;
-  StoragePtr conv2d_bwd_weight(const Layout& l, const BackendStorage& gy, const Layout& lg, const ConvGeom& g,
-                               int64_t groups) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const Layout& l, const BackendStorage* w,
-                                                                const Layout* lw, const BackendStorage* b,
-                                                                const Layout* lb, BackendStorage* rm, const Layout* lrm,
-                                                                BackendStorage* rv, const Layout* lrv, bool training,
-                                                                double momentum, double eps) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const Layout& l, const BackendStorage* w,
-                                                                const Layout* lw, const BackendStorage& mean,
-                                                                const BackendStorage& rstd, const BackendStorage& g,
-                                                                const Layout& lg, bool training) const override;
-  std::tuple<StoragePtr, StoragePtr> pool2d(PoolKind kind, const Layout& l, const PoolGeom& g,
-                                            bool with_indices) const override;
-  StoragePtr pool2d_bwd(PoolKind kind, const Layout& lg, const BackendStorage* ids, const PoolGeom& g) const override;
-  StoragePtr upsample(UpsampleMode mode, const Layout& l, const UpsampleGeom& g) const override;
-  StoragePtr upsample_bwd(UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) const override;
+  void index_add(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src, const Layout& sl, int64_t dim) override;
+  void scatter_add(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src, const Layout& sl, int64_t dim) override;
+  void index_copy(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src, const Layout& sl, int64_t dim) override;
   StoragePtr softmax_fwd(const Layout& l, bool log) const override;
   StoragePtr softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const override;
-  std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw,
-                                                  double eps) const override;
-  std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw,
-                                                  const BackendStorage& rstd, const BackendStorage& g,
-                                                  const Layout& lg) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const Layout& l, const BackendStorage* w,
-                                                                const Layout* lw, const BackendStorage* b,
-                                                                const Layout* lb, double eps) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const Layout& l, const BackendStorage* w,
-                                                                const Layout* lw, const BackendStorage& mean,
-                                                                const BackendStorage& rstd, const BackendStorage& g,
-                                                                const Layout& lg) const override;
-  StoragePtr act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg, double p0,
-                     double p1) const override;
+  std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw, double eps) const override;
+  std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& rstd, const BackendStorage& g, const Layout& lg) const override;
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage* b, const Layout* lb, double eps) const override;
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& mean, const BackendStorage& rstd, const BackendStorage& g, const Layout& lg) const override;
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage* b, const Layout* lb, BackendStorage* rm, const Layout* lrm, BackendStorage* rv, const Layout* lrv, bool training, double momentum, double eps) const override;
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& mean, const BackendStorage& rstd, const BackendStorage& g, const Layout& lg, bool training) const override;
+  StoragePtr act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg, double p0, double p1) const override;
   std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const BackendStorage& o,
-                                                          const Layout& lo, const BackendStorage& lse,
-                                                          const BackendStorage& g, const Layout& lg) const override;
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const BackendStorage& o, const Layout& lo, const BackendStorage& lse, const BackendStorage& g, const Layout& lg) const override;
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_fwd(RnnCell kind, const Layout& l, const BackendStorage& hg, const Layout& lhg, const BackendStorage* b, const Layout* lb, const BackendStorage* s, const Layout* ls) const override;
+  std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_bwd(RnnCell kind, const Layout& l, const BackendStorage& ws, const Layout& lws, const BackendStorage* s, const Layout* ls, const BackendStorage* dc, const Layout* ldc) const override;
   StoragePtr rope(const Layout& l, const RopeArgs& a) const override;
   void optim_step(const OptimArgs& a) override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_fwd(RnnCell kind, const Layout& l, const BackendStorage& hg,
-                                                              const Layout& lhg, const BackendStorage* b,
-                                                              const Layout* lb, const BackendStorage* s,
-                                                              const Layout* ls) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_bwd(RnnCell kind, const Layout& l, const BackendStorage& ws,
-                                                              const Layout& lws, const BackendStorage* s,
-                                                              const Layout* ls, const BackendStorage* dc,
-                                                              const Layout* ldc) const override;
-  std::tuple<StoragePtr, StoragePtr> sort(const Layout& l, int64_t dim, bool descending, bool stable) const override;
-  std::tuple<StoragePtr, StoragePtr> scan(ScanOp op, const Layout& l, int64_t dim, bool exclusive,
-                                          bool reverse) const override;
-  std::tuple<StoragePtr, StoragePtr> topk(const Layout& l, int64_t dim, int64_t k, bool largest) const override;
-  StoragePtr multinomial(const Layout& l, int64_t num_samples, bool replacement, uint64_t seed,
-                         uint64_t counter) const override;
-  void scatter_reduce(ScatterOp op, const Layout& l, const BackendStorage& ids, const Layout& il,
-                      const BackendStorage& src, const Layout& sl, int64_t dim, bool include_self) override;
 
  private:
   std::shared_ptr<Buffer> buf_;
