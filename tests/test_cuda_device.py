@@ -1,6 +1,8 @@
 """The cuda device under EMBER_CUDA=emulate: availability, em.cuda's functions, tensors moving to and from the
 device, copy_into / fill / to_dtype on device storages, CudaStorage.empty, the Unsupported error of every op
 ember has no CUDA kernel for yet (the kernel registry's wording), and a CustomOp's cuda_fwd."""
+import os
+
 import numpy as np
 import pytest
 
@@ -9,7 +11,9 @@ import ember as em
 
 @pytest.fixture
 def cuda(monkeypatch):
-    monkeypatch.setenv("EMBER_CUDA", "emulate")
+    # The emulator, unless the suite runs on a real GPU (scripts/cuda_smoke.sh: EMBER_TEST_DEVICE=cuda).
+    if not (os.environ.get("EMBER_TEST_DEVICE", "").startswith("cuda") and em.cuda.backend() == "nvidia"):
+        monkeypatch.setenv("EMBER_CUDA", "emulate")
     return em.Device("cuda")
 
 
