@@ -3,6 +3,8 @@ use and run by ember's CUDA backend, or by its CUDA emulator on any machine; ``p
 from __future__ import annotations
 
 import numbers
+import pathlib
+import sys
 
 import numpy as np
 
@@ -19,7 +21,7 @@ _nvrtc_path = None
 def nvrtc_library():
     """The NVRTC shared library of the installed ``nvidia-cuda-nvrtc`` package (13.x), or its ``-cu12`` variant.
 
-    Found among the package's installed files (``importlib.metadata``), never at a hard-coded path.
+    Found among the package's installed files (its wheel's RECORD), never at a hard-coded path.
 
     Returns:
         str: the library's absolute path.
@@ -29,21 +31,17 @@ def nvrtc_library():
     """
     global _nvrtc_path
     if _nvrtc_path is None:
-        from importlib import metadata
-
-        for pkg in _NVRTC_PACKAGES:
-            try:
-                files = metadata.files(pkg) or []
-            except metadata.PackageNotFoundError:
-                continue
-            libs = sorted(str(f.locate()) for f in files if f.name.startswith("libnvrtc.so")
-                          and "builtins" not in f.name)
-            if libs:
-                _nvrtc_path = libs[0]
-                break
-        else:
-            raise EmberValueError("[cuda] NVRTC is not installed: pip install nvidia-cuda-nvrtc "
-                                  "(or pip install 'ember[cuda]')")
+        for base in map(pathlib.Path, sys.path):
+            for pkg in _NVRTC_PACKAGES:  # the installed wheel's RECORD lists its files
+                for record in sorted(base.glob(pkg.replace("-", "_") + "-*.dist-info/RECORD")):
+                    libs = sorted(base / row.split(",")[0] for row in record.read_text().splitlines()
+                                  if pathlib.PurePosixPath(row.split(",")[0]).name.startswith("libnvrtc.so")
+                                  and "builtins" not in row)
+                    if libs and libs[0].is_file():
+                        _nvrtc_path = str(libs[0].resolve())
+                        return _nvrtc_path
+        raise EmberValueError("[cuda] NVRTC is not installed: pip install nvidia-cuda-nvrtc "
+                              "(or pip install 'ember[cuda]')")
     return _nvrtc_path
 
 
