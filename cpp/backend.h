@@ -71,48 +71,6 @@ inline const char* op_name(BinaryOp op) { return kBinaryNames[(int)op]; }
 // SumI64 is reported as "sum" in error messages: the user called sum.
 inline const char* op_name(ReduceOp op) { return op == ReduceOp::SumI64 ? "sum" : kReduceNames[(int)op]; }
 
-// Scans along one dim (cumsum, cumprod, cummax, cummin).
-enum class ScanOp : uint8_t { Sum, Prod, Max, Min, Count };
-inline constexpr const char* kScanNames[(int)ScanOp::Count] = {"cumsum", "cumprod", "cummax", "cummin"};
-
-// How scatter_reduce combines src's elements with the target at their index: Set is plain scatter (a
-// repeated index keeps the last element in index order); Max/Min are torch's amax/amin.
-enum class ScatterOp : uint8_t { Set, Sum, Prod, Mean, Max, Min, Count };
-inline constexpr const char* kScatterNames[(int)ScatterOp::Count] = {"scatter", "sum", "prod", "mean", "amax",
-                                                                    "amin"};
-
-// The geometry of a 2-D convolution window (1-D is h == kh == 1): input (n, c, h, w), kernel (kh, kw),
-// stride, zero padding before each spatial dim, dilation, and the output size (oh, ow), which also
-// fixes the padding after (asymmetric padding such as "same" is pad-before plus the output size).
-struct ConvGeom {
-  int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
-};
-
-// Pooling over (n, c, h, w) planes (1-D is h == kh == 1). Max and Avg: windows of (kh, kw) taps at
-// stride (sh, sw) starting at -ph / -pw, taps dilated by (dh, dw) (1 for Avg), output (oh, ow) (ceil_mode
-// is in the output size). Max pads with -inf and returns torch's flat indices into h*w (its first maximum
-// in row-major order; a NaN wins); Avg pads with zeros and divides by `divisor` when > 0, else by the
-// window's size clipped to the padded input (count_include_pad) or to the input. AdaptiveAvg averages
-// torch's windows [floor(i*h/oh), ceil((i+1)*h/oh)) and ignores kernel, stride, padding and dilation.
-enum class PoolKind : uint8_t { Max, Avg, AdaptiveAvg, Count };
-inline constexpr const char* kPoolNames[(int)PoolKind::Count] = {"max_pool2d", "avg_pool2d", "adaptive_avg_pool2d"};
-struct PoolGeom {
-  int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
-  int64_t divisor;  // Avg's divisor_override, 0 for none
-  bool count_include_pad;
-};
-// Resampling (n, c, h, w) planes to (oh, ow) (1-D is h == oh == 1) by torch's source-index rules: Nearest
-// floor(dst * scale) (the identity when the sizes match, dst / 2 when out == 2 * in), NearestExact
-// floor((dst + 0.5) * scale), Linear two taps per dim (align_corners maps the corner centres onto each
-// other). sf_h / sf_w: the user's scale factor (scale = 1 / sf), or 0 for scale = in / out.
-enum class UpsampleMode : uint8_t { Nearest, NearestExact, Linear, Count };
-inline constexpr const char* kUpsampleNames[(int)UpsampleMode::Count] = {"nearest", "nearest-exact", "linear"};
-struct UpsampleGeom {
-  int64_t n, c, h, w, oh, ow;
-  double sf_h, sf_w;
-  bool align_corners;
-};
-
 // Fused recurrent cells: everything after the two gate GEMMs (see cpp/fused.h's rnn_cell_fwd). The gate
 // counts are torch's: LSTM 4 (i, f, g, o), GRU 3 (r, z, n), Elman RNN 1 (tanh or relu).
 enum class RnnCell : uint8_t { Lstm, Gru, RnnTanh, RnnRelu, Count };

@@ -3,6 +3,12 @@
 #pragma once
 #include "backend.h"
 #include "device.h"
+// the geometry and op kinds of the registry families whose entry points are declared here
+#include "families/conv.h"
+#include "families/pool.h"
+#include "families/scan.h"
+#include "families/scatter.h"
+#include "families/upsample.h"
 
 namespace ember {
 

@@ -144,3 +144,15 @@ def test_public_references_are_the_composites(rng, device):
                       (ops.softmax_slow(x, 0), ops.softmax(x, 0)),
                       (ops.log_softmax_slow(x, 0), ops.log_softmax(x, 0))):
         np.testing.assert_allclose(got.numpy(), want.numpy(), **tol)
+
+
+def test_sigmoid_composite_path_checks_its_input_version():
+    """x.sigmoid()'s kernel backward reads only the output; the create_graph one (its composite) reads x
+    too, so x modified in place after the op fails there, loudly, and only there."""
+    x = em.Var(em.tensor([0.5, -1.0, 2.0], device="cpu"))  # written through its numpy view
+    y = x.sigmoid().sum()
+    want = 1.0 / (1.0 + np.exp(-np.array([0.5, -1.0, 2.0])))
+    x.storage.numpy()[:] = 0
+    np.testing.assert_allclose(y.backward()[x].numpy(), want * (1 - want), rtol=1e-5)
+    with pytest.raises(em.InplaceModifiedError, match=r"^\[backward\] an input of sigmoid was modified"):
+        y.backward(create_graph=True)

@@ -188,3 +188,15 @@ def test_late_imports_only_for_optional_dependencies():
                 [(node.module or "").split(".")[0]]
             bad += [f"{name}:{node.lineno} {r}" for r in roots if r not in OPTIONAL]
     assert not bad, "late imports of non-optional modules:\n" + "\n".join(bad)
+
+
+def test_nn_imports_no_tensor_internals():
+    # nn builds on ops (kernel_result, args, ...): from the Tensor module it takes the type, never a private
+    bad = []
+    for name, path in _modules().items():
+        if path is None or not (name == "ember.nn" or name.startswith(("ember.nn.", "ember.optim", "ember.models"))):
+            continue
+        for node, _ in _walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").endswith("tensor_type"):
+                bad += [f"{name}:{node.lineno} {a.name}" for a in node.names if a.name.startswith("_")]
+    assert not bad, "nn imports the Tensor module's internals:\n" + "\n".join(bad)

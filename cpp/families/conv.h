@@ -6,6 +6,13 @@
 
 namespace ember {
 
+// The geometry of a 2-D convolution window (1-D is h == kh == 1): input (n, c, h, w), kernel (kh, kw),
+// stride, zero padding before each spatial dim, dilation, and the output size (oh, ow), which also
+// fixes the padding after (asymmetric padding such as "same" is pad-before plus the output size).
+struct ConvGeom {
+  int64_t n, c, h, w, kh, kw, sh, sw, ph, pw, dh, dw, oh, ow;
+};
+
 // Convolution windows as columns: x (n, c, h, w) through l -> (n, c*kh*kw, oh*ow), zeros where a window
 // reaches into the padding (im2col, torch's unfold).
 struct Im2col {

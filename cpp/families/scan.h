@@ -7,6 +7,10 @@
 
 namespace ember {
 
+// Scans along one dim (cumsum, cumprod, cummax, cummin).
+enum class ScanOp : uint8_t { Sum, Prod, Max, Min, Count };
+inline constexpr const char* kScanNames[(int)ScanOp::Count] = {"cumsum", "cumprod", "cummax", "cummin"};
+
 // Scans every line of x (through l) along `dim`: out[i] combines the line's elements up to i (before i
 // when `exclusive`; from the end when `reverse`). Sum/Prod of integers return int64 (wrapping), else the
 // input dtype; Max/Min (never exclusive, checked by the seam) also return the int64 index of each

@@ -6,6 +6,12 @@
 
 namespace ember {
 
+// How scatter_reduce combines src's elements with the target at their index: Set is plain scatter (a
+// repeated index keeps the last element in index order); Max/Min are torch's amax/amin.
+enum class ScatterOp : uint8_t { Set, Sum, Prod, Mean, Max, Min, Count };
+inline constexpr const char* kScatterNames[(int)ScatterOp::Count] = {"scatter", "sum", "prod", "mean", "amax",
+                                                                    "amin"};
+
 // In place on out (a fresh dense copy, through l): for every position e of the indices' shape, the
 // element at e with coords[dim] = ids[e] combines with src[e] (src through sl, of the indices' shape) by
 // `op`, in index order along dim. Without `include_self` a position any index names starts from src

@@ -8,9 +8,10 @@ from . import _C
 from .backprop import is_grad_enabled
 from .custom_op import CustomOp1
 from .fused_op import FusedOp
+from .kernel_result import dense_like
 from .multi import where
 from .reference import vjp
-from .tensor_type import UNARY, _contig, _wrap
+from .tensor_type import UNARY
 
 __all__ = ["COMPOSITES", "Activation", "act_bwd"]
 
@@ -95,9 +96,7 @@ def act_bwd(kind, x, out, g, p0=0.0, p1=0.0):
     """
     if not is_grad_enabled():
         a = out if kind == "sigmoid" else x
-        shape = x.shape
-        return _wrap(_BWD[kind](a._storage, a._layout, g._storage, g._layout, p0, p1), _contig(shape), x._dtype,
-                     x._device, None, shape)
+        return dense_like(_BWD[kind](a._storage, a._layout, g._storage, g._layout, p0, p1), x.shape, x)
     return vjp(COMPOSITES[kind], [x, p0, p1], [g])[0]
 
 

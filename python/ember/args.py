@@ -8,6 +8,7 @@ import operator
 
 import numpy as np
 
+from . import _C
 from .errors import EmberTypeError, EmberValueError, IndexOutOfRange
 
 _I64 = 2**63
@@ -57,3 +58,11 @@ def bool_arg(v, op, what):
             return bool(v)
         raise EmberValueError(f"[{op}] {what} must be a bool, got {v}")
     raise EmberTypeError(f"[{op}] {what} must be a bool, got {type(v).__name__}")
+
+
+def dim_arg(dim, ndim, op):
+    """One dim argument normalised into ``[0, ndim)``; a non-int or an out-of-range value raises with the op's name."""
+    d = int_arg(dim, op, "dim")
+    if not -2**63 <= d < 2**63:  # out of range anyway; the binding would refuse it with a bare TypeError
+        raise IndexOutOfRange(f"[{op}] dim {d} out of range for a tensor with {ndim} dims")
+    return _C.normalize_dim(d, ndim, op)

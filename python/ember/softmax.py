@@ -6,15 +6,10 @@ from . import _C
 from .custom_op import CustomOp1
 from .errors import EmberTypeError, ShapeError
 from .fused_op import FusedOp
-from .tensor_type import Tensor, _contig, _dim, _wrap
+from .kernel_result import dense_like as _out
+from .tensor_type import Tensor, _dim
 
 _F = _C.fused
-
-
-def _out(storage, shape, like: Tensor) -> Tensor:
-    """A plain (unrecorded) tensor over a new dense storage, typed and placed like ``like``."""
-    shape = tuple(shape)
-    return _wrap(storage, _contig(shape), like._dtype, like._device, None, shape)
 
 
 def _check_tensor(x, op, what="input"):

@@ -10,7 +10,7 @@ import numpy as np
 
 from . import _C
 from . import dtype_core as _dt
-from .args import int_arg
+from .args import dim_arg, int_arg
 from .dtype_core import Device, DType
 from .errors import (
     DTypeError,
@@ -76,12 +76,7 @@ def _broadcast_shape(sa, sb):
     return tuple(b if a == 1 else a for a, b in zip(sa, sb))
 
 
-def _dim(dim, ndim, op):
-    """One dim argument, normalised; a non-int or a value past int64 raises with the op's name."""
-    d = int_arg(dim, op, "dim")
-    if not -2**63 <= d < 2**63:  # out of range anyway; the binding would refuse it with a bare TypeError
-        raise IndexOutOfRange(f"[{op}] dim {d} out of range for a tensor with {ndim} dims")
-    return _C.normalize_dim(d, ndim, op)
+_dim = dim_arg
 
 
 def _dims(dim, ndim, op):

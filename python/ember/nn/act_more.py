@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import warnings
 
-from ..args import float_arg, int_arg
+from ..args import dim_arg, float_arg, int_arg
 from ..creation import full
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
 from ..multi import where
-from ..tensor_type import Tensor, _dim
+from ..tensor_type import Tensor
 from ..variable import Var
 from . import act_fns, ops
 from .module import Module
@@ -157,14 +157,14 @@ def glu(x, dim=-1):
     _float(x, "glu")
     if x.ndim == 0:
         raise ShapeError("[glu] expected at least 1 dim, got a scalar")
-    d = _dim(int_arg(dim, "glu", "dim"), x.ndim, "glu")
+    d = dim_arg(int_arg(dim, "glu", "dim"), x.ndim, "glu")
     if x.shape[d] % 2:
         raise ShapeError(f"[glu] halving dim {dim} needs an even size, got {x.shape[d]}")
     h = x.shape[d] // 2
     return x.narrow(d, 0, h) * ops.sigmoid(x.narrow(d, h, h))
 
 
-def _implicit_dim(ndim):
+def _implicitdim_arg(ndim):
     # torch's legacy choice when no dim is given
     return 0 if ndim in (0, 1, 3) else 1
 
@@ -182,7 +182,7 @@ def softmin(x, dim=None, dtype=None):
         x = x.to_dtype(dtype)
     if dim is None:
         warnings.warn("[softmin] implicit dim is deprecated; pass dim", UserWarning, stacklevel=2)
-        dim = _implicit_dim(x.ndim)
+        dim = _implicitdim_arg(x.ndim)
     return ops.softmax(-x, dim)
 
 

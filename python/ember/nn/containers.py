@@ -1,9 +1,9 @@
 """Containers and shape layers: ModuleDict, ParameterList, ParameterDict, Flatten and Unflatten, as torch's."""
 from __future__ import annotations
 
-from ..args import int_arg
+from ..args import dim_arg, int_arg
 from ..errors import EmberTypeError, EmberValueError, IndexOutOfRange, ShapeError
-from ..tensor_type import Tensor, _dim
+from ..tensor_type import Tensor
 from ..variable import Var
 from . import ops
 from .module import Module, Parameter, _check_name
@@ -238,7 +238,7 @@ class Flatten(Module):
     def forward(self, x):
         """Returns x flattened (a view when the layout allows)."""
         ops._check_tensor(x, "Flatten")
-        if x.ndim and _dim(self.start_dim, x.ndim, "Flatten") > _dim(self.end_dim, x.ndim, "Flatten"):
+        if x.ndim and dim_arg(self.start_dim, x.ndim, "Flatten") > dim_arg(self.end_dim, x.ndim, "Flatten"):
             raise EmberValueError(f"[Flatten] start_dim {self.start_dim} comes after end_dim {self.end_dim} "
                                   f"for an input of {x.ndim} dims")
         return x.flatten(self.start_dim, self.end_dim)
@@ -266,7 +266,7 @@ class Unflatten(Module):
     def forward(self, x):
         """Returns x with its dim split (a view when the layout allows)."""
         ops._check_tensor(x, "Unflatten")
-        d = _dim(self.dim, x.ndim, "Unflatten")
+        d = dim_arg(self.dim, x.ndim, "Unflatten")
         if not x.ndim:
             raise ShapeError("[Unflatten] expected a tensor with at least one dim")
         sizes = list(self.unflattened_size)

@@ -14,7 +14,8 @@ from ..backprop import record
 from ..backprop import rule as _rule
 from ..creation import _check_fits
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor_type import Tensor, _wrap
+from ..kernel_result import from_kernel
+from ..tensor_type import Tensor
 from .layers import Module
 
 __all__ = ["Upsample", "interpolate"]
@@ -49,14 +50,14 @@ def _sizes(x, size, scale_factor, recompute, op):
 
 def _upsample(x, mode, geom, sf, align):
     s, layout = _C.upsample(mode, x._storage, x._layout, geom, sf[0], sf[1], align)
-    return record(_wrap(s, layout, x._dtype, x._device), "upsample", (x,), (mode, geom, sf, align))
+    return record(from_kernel(s, layout, x._dtype, x._device), "upsample", (x,), (mode, geom, sf, align))
 
 
 @_rule("upsample", ())
 def _upsample_grad(n, out, g):
     mode, geom, sf, align = n.saved
     s, layout = _C.upsample_bwd(mode, g._storage, g._layout, geom, sf[0], sf[1], align)
-    return (record(_wrap(s, layout, g._dtype, g._device), "upsample_bwd", (g,), n.saved),)
+    return (record(from_kernel(s, layout, g._dtype, g._device), "upsample_bwd", (g,), n.saved),)
 
 
 @_rule("upsample_bwd", ())

@@ -12,10 +12,11 @@ from ..custom_op import CustomOp1, CustomOp3
 from ..dtypes import to_device, to_dtype
 from ..errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, ShapeError
 from ..fused_op import FusedOp
-from ..tensor_type import Tensor, _contig, _wrap
+from ..kernel_result import dense
+from ..kernel_result import dense_like as _out
+from ..tensor_type import Tensor
 from ..variable import Var
 from .layers import Module
-from .ops import _out
 
 __all__ = ["BatchNorm1d", "BatchNorm2d", "GroupNorm", "batch_norm", "group_norm"]
 
@@ -188,8 +189,7 @@ class _BatchNormBase(FusedOp):
         """The statistics the forward used, as (C,) tensors of the stats dtype."""
         dt = x.dtype if x.dtype.name == "float64" else to_dtype("float32")
         c = x.shape[1]
-        return (_wrap(self.mean, _contig((c,)), dt, x.device, None, (c,)),
-                _wrap(self.rstd, _contig((c,)), dt, x.device, None, (c,)))
+        return dense(self.mean, (c,), dt, x.device), dense(self.rstd, (c,), dt, x.device)
 
     def composite(self, x, w=None, b=None):
         dims = (0, *range(2, x.ndim))

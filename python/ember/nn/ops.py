@@ -21,9 +21,10 @@ from ..creation import arange, full, tensor
 from ..custom_op import CustomOp1, CustomOp2, CustomOp3
 from ..errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, ShapeError
 from ..fused_op import FusedOp
+from ..kernel_result import dense_like as _out
 from ..multi import cat, stack, where
 from ..softmax import _Softmax, log_softmax, log_softmax_slow, softmax, softmax_last_dim, softmax_slow  # noqa: F401  (re-exported)
-from ..tensor_type import Tensor, _contig, _wrap
+from ..tensor_type import Tensor
 from .rope_table import rope_i, rope_tables, rope_thd
 
 _F = _C.fused
@@ -33,12 +34,6 @@ __all__ = [  # noqa: RUF022  (grouped: fused ops, then the composite references)
     "sdpa", "rope", "rope_i", "rope_thd", "rope_tables", "softmax_slow", "log_softmax_slow", "rms_norm_slow", "layer_norm_slow", "sdpa_slow",
     "rope_slow",
 ]
-
-
-def _out(storage, shape, like: Tensor) -> Tensor:
-    """A plain (unrecorded) tensor over a new dense storage, typed and placed like ``like``."""
-    shape = tuple(shape)
-    return _wrap(storage, _contig(shape), like._dtype, like._device, None, shape)
 
 
 def _sum_leading(t: Tensor) -> Tensor:

@@ -16,7 +16,8 @@ from ..args import bool_arg
 from ..backprop import is_grad_enabled, record, tracks
 from ..backprop import rule as _rule
 from ..errors import DTypeError, EmberTypeError, EmberValueError, ShapeError
-from ..tensor_type import Tensor, _wrap
+from ..kernel_result import from_kernel
+from ..tensor_type import Tensor
 from .layers import Module
 
 __all__ = [
@@ -90,8 +91,8 @@ def _geom(x, k, s, p, d, out, divisor=0, include_pad=True):
 def _pool(x, kind, geom, with_indices=False):
     """(pooled x, Max's int64 indices or None); the values are recorded for backward."""
     vs, ids, layout = _C.pool2d(kind, x._storage, x._layout, geom, with_indices)
-    idx = None if ids is None else _wrap(ids, layout, _dt.int64, x._device)
-    return record(_wrap(vs, layout, x._dtype, x._device), "pool2d", (x,), (kind, geom, idx)), idx
+    idx = None if ids is None else from_kernel(ids, layout, _dt.int64, x._device)
+    return record(from_kernel(vs, layout, x._dtype, x._device), "pool2d", (x,), (kind, geom, idx)), idx
 
 
 def _pool_bwd(g, kind, geom, idx):
@@ -99,7 +100,7 @@ def _pool_bwd(g, kind, geom, idx):
     ids = None if idx is None else idx._storage
     il = None if idx is None else idx._layout
     s, layout = _C.pool2d_bwd(kind, g._storage, g._layout, ids, il, geom)
-    return record(_wrap(s, layout, g._dtype, g._device), "pool2d_bwd", (g,), (kind, geom, idx))
+    return record(from_kernel(s, layout, g._dtype, g._device), "pool2d_bwd", (g,), (kind, geom, idx))
 
 
 @_rule("pool2d", ())

@@ -8,7 +8,8 @@ from ..custom_op import CustomOp
 from ..custom_op_n import apply_op
 from ..errors import EmberTypeError, EmberValueError
 from ..fused_op import FusedOp
-from ..tensor_type import Tensor, _contig, _wrap
+from ..kernel_result import dense_like as _dense
+from ..tensor_type import Tensor
 
 _F = _C.fused
 
@@ -26,11 +27,6 @@ def _rows(t: Tensor) -> Tensor:
     if t.ndim == 2 and (t.shape[1] <= 1 or t._layout.stride[1] == 1):
         return t
     return t.contiguous()
-
-
-def _dense(storage, shape, like: Tensor) -> Tensor:
-    shape = tuple(shape)
-    return _wrap(storage, _contig(shape), like._dtype, like._device, None, shape)
 
 
 def _grad(g, like):
@@ -63,7 +59,7 @@ class _Cell(FusedOp, CustomOp):
         h, c, self.ws = _F.rnn_cell_fwd(self.kind, xs, xl, hs, hl, b[0], b[1], s[0], s[1])
         n, g = xl.shape
         hid = g // (4 if self.kind == "lstm" else 3 if self.kind == "gru" else 1)
-        self.ws_layout = _contig((n, hid * (4 if self.has_state else 1)))  # the workspace's (N, W)
+        self.ws_layout = _C.Layout.contiguous([n, hid * (4 if self.has_state else 1)])  # the workspace's (N, W)
         return [(h, (n, hid))] + ([(c, (n, hid))] if c is not None else [])
 
     def bwd_kernel(self, inputs, outputs, grads):

@@ -7,8 +7,9 @@ from ..backprop import is_grad_enabled, tracks
 from ..custom_op import CustomOp1
 from ..errors import DeviceError, DTypeError, EmberTypeError, ShapeError
 from ..fused_op import FusedOp
+from ..kernel_result import dense_like
 from ..multi import cat, stack
-from ..tensor_type import Tensor, _contig, _wrap
+from ..tensor_type import Tensor
 
 __all__ = ["rope_tables", "rope_i", "rope_thd"]
 
@@ -33,9 +34,7 @@ class _RopeTable(FusedOp, CustomOp1):
 
     def bwd(self, x, y, g):
         if not is_grad_enabled():
-            shape = tuple(x.shape)
-            return _wrap(self._run(g._storage, g._layout, not self.inverse), _contig(shape), x._dtype, x._device,
-                         None, shape)
+            return dense_like(self._run(g._storage, g._layout, not self.inverse), x.shape, x)
         return g.apply_op1(_RopeTable(self.table, self.traditional, not self.inverse))
 
     def composite(self, x):
