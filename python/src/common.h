@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "cpu/host_api.h"
+#include "kernel_cache.h"
 #include "metal/api.h"
 
 namespace py = pybind11;
@@ -56,6 +57,12 @@ void init_module(bool testing);
 // (index, value) tuples (the type from the value's: exactly bool, int or float).
 metal::FunctionConstant parse_function_constant(py::handle index, const std::string& type, py::handle value);
 std::vector<metal::FunctionConstant> parse_function_constants(const py::list& items, const char* who);
+
+// em.cpu.Kernel's on-disk cache; the testing module's copy resolves the same directory (it reports it).
+inline kcache::Cache& cpu_kernel_cache() {
+  static auto* c = new kcache::Cache("cpu-kernel", "EMBER_CPU_KERNEL_CACHE", "cpu.Kernel");  // leaked: code may run at exit
+  return *c;
+}
 
 void bind_layout(py::module_& m);
 void bind_metal_kernel(py::module_& m);  // metal_kernel.cpp: em.metal.Kernel
