@@ -107,66 +107,6 @@ void CudaStorage::index_copy(const Layout& l, const BackendStorage& ids, const L
   unsupported("index_copy");
 }
 
-StoragePtr CudaStorage::softmax_fwd(const Layout& l, bool log) const {
-  unsupported(log ? "log_softmax" : "softmax");
-}
-
-StoragePtr CudaStorage::softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const {
-  unsupported(log ? "log_softmax" : "softmax");
-}
-
-std::tuple<StoragePtr, StoragePtr> CudaStorage::rms_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw, double eps) const {
-  unsupported("rms_norm_fwd");
-}
-
-std::tuple<StoragePtr, StoragePtr> CudaStorage::rms_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& rstd, const BackendStorage& g, const Layout& lg) const {
-  unsupported("rms_norm_bwd");
-}
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::layer_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage* b, const Layout* lb, double eps) const {
-  unsupported("layer_norm_fwd");
-}
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::layer_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& mean, const BackendStorage& rstd, const BackendStorage& g, const Layout& lg) const {
-  unsupported("layer_norm_bwd");
-}
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::batch_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage* b, const Layout* lb, BackendStorage* rm, const Layout* lrm, BackendStorage* rv, const Layout* lrv, bool training, double momentum, double eps) const {
-  unsupported("batch_norm_fwd");
-}
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::batch_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& mean, const BackendStorage& rstd, const BackendStorage& g, const Layout& lg, bool training) const {
-  unsupported("batch_norm_bwd");
-}
-
-StoragePtr CudaStorage::act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg, double p0, double p1) const {
-  unsupported(act_name(kind));
-}
-
-std::tuple<StoragePtr, StoragePtr> CudaStorage::sdpa_fwd(const SdpaArgs& a) const {
-  unsupported("scaled_dot_product_attention");
-}
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::sdpa_bwd(const SdpaArgs& a, const BackendStorage& o, const Layout& lo, const BackendStorage& lse, const BackendStorage& g, const Layout& lg) const {
-  unsupported("scaled_dot_product_attention");
-}
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::rnn_cell_fwd(RnnCell kind, const Layout& l, const BackendStorage& hg, const Layout& lhg, const BackendStorage* b, const Layout* lb, const BackendStorage* s, const Layout* ls) const {
-  unsupported(rnn_cell_name(kind));
-}
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> CudaStorage::rnn_cell_bwd(RnnCell kind, const Layout& l, const BackendStorage& ws, const Layout& lws, const BackendStorage* s, const Layout* ls, const BackendStorage* dc, const Layout* ldc) const {
-  unsupported(rnn_cell_name(kind));
-}
-
-StoragePtr CudaStorage::rope(const Layout& l, const RopeArgs& a) const {
-  unsupported("rope");
-}
-
-void CudaStorage::optim_step(const OptimArgs& a) {
-  unsupported("optim_step");
-}
-
 #undef unsupported
 
 }  // namespace ember::cuda

@@ -45,21 +45,6 @@ class CudaStorage final : public BackendStorage {
   void index_add(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src, const Layout& sl, int64_t dim) override;
   void scatter_add(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src, const Layout& sl, int64_t dim) override;
   void index_copy(const Layout& l, const BackendStorage& ids, const Layout& il, const BackendStorage& src, const Layout& sl, int64_t dim) override;
-  StoragePtr softmax_fwd(const Layout& l, bool log) const override;
-  StoragePtr softmax_bwd(const Layout& l, const BackendStorage& g, const Layout& lg, bool log) const override;
-  std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw, double eps) const override;
-  std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& rstd, const BackendStorage& g, const Layout& lg) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage* b, const Layout* lb, double eps) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& mean, const BackendStorage& rstd, const BackendStorage& g, const Layout& lg) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage* b, const Layout* lb, BackendStorage* rm, const Layout* lrm, BackendStorage* rv, const Layout* lrv, bool training, double momentum, double eps) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const Layout& l, const BackendStorage* w, const Layout* lw, const BackendStorage& mean, const BackendStorage& rstd, const BackendStorage& g, const Layout& lg, bool training) const override;
-  StoragePtr act_bwd(ActKind kind, const Layout& l, const BackendStorage& g, const Layout& lg, double p0, double p1) const override;
-  std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const BackendStorage& o, const Layout& lo, const BackendStorage& lse, const BackendStorage& g, const Layout& lg) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_fwd(RnnCell kind, const Layout& l, const BackendStorage& hg, const Layout& lhg, const BackendStorage* b, const Layout* lb, const BackendStorage* s, const Layout* ls) const override;
-  std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_bwd(RnnCell kind, const Layout& l, const BackendStorage& ws, const Layout& lws, const BackendStorage* s, const Layout* ls, const BackendStorage* dc, const Layout* ldc) const override;
-  StoragePtr rope(const Layout& l, const RopeArgs& a) const override;
-  void optim_step(const OptimArgs& a) override;
 
  private:
   std::shared_ptr<Buffer> buf_;
