@@ -32,7 +32,9 @@ const char* why_absent(Device d) {
     case DeviceKind::Metal:
       return provider(d.kind) ? "no such Metal device (set EMBER_METAL=emulate to use the emulator)"
                               : "this build has no Metal backend";
-    case DeviceKind::Cuda: return "this build has no CUDA backend";
+    case DeviceKind::Cuda:
+      return provider(d.kind) ? "no such CUDA device (set EMBER_CUDA=emulate to use the emulator)"
+                              : "this build has no CUDA backend";
   }
   return "unknown device kind";
 }

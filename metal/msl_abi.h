@@ -1,10 +1,10 @@
-// The binary contract between the MSL emulator's runtime (cpp/metal/emu/) and a compiled kernel module.
+// The binary contract between the emulators' runtime (cpp/emu/) and a compiled kernel module (MSL or CUDA).
 #pragma once
 #include <stdint.h>
 
 namespace msl_abi {
 
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 constexpr uint32_t kSimdWidth = 32;
 constexpr uint32_t kSimdSlotBytes = 64;  // the largest value one lane hands to a simd_* op (a float4x4 row)
 
@@ -30,6 +30,9 @@ struct Thread {
   const Buffer* buffers;
   uint32_t num_buffers;
   void* group;        // the runtime's state of this thread's threadgroup
+  // The call site of the barrier this thread waits at, set by a shim that knows it (CUDA's: the source
+  // line of its __syncthreads); threads waiting at different sites are reported. 0: unknown (Metal).
+  uint32_t sync_site;
 };
 
 // Runtime services a kernel module calls; handed to the module once, at load.

@@ -27,15 +27,15 @@ LINUX_ONLY = {
 
 # (file, pattern) -> how the file keeps it off macOS (checked below to be true)
 GUARDED = {
-    ("cpp/metal/emu/runtime.cpp", r"\bMAP_(ANONYMOUS|NORESERVE|POPULATE|HUGETLB|LOCKED|GROWSDOWN|FIXED_NOREPLACE)\b"):
+    ("cpp/emu/runtime.cpp", r"\bMAP_(ANONYMOUS|NORESERVE|POPULATE|HUGETLB|LOCKED|GROWSDOWN|FIXED_NOREPLACE)\b"):
         "defines _XOPEN_SOURCE and _DARWIN_C_SOURCE on __APPLE__ before any header",
     ("cpp/cpu/parallel.cpp", r"\b__builtin_ia32_\w+|\b__builtin_cpu_(init|supports)\b|<cpuid\.h>|\b__get_cpuid\w*|\bxgetbv\b"):
         "inside #if defined(__x86_64__) || defined(__i386__)",
     ("cpp/cpu/dispatch.cpp", r"\b__builtin_ia32_\w+|\b__builtin_cpu_(init|supports)\b|<cpuid\.h>|\b__get_cpuid\w*|\bxgetbv\b"):
         "inside #if defined(EMBER_X86), which CMake sets only for x86-64",
-    ("cpp/metal/emu/runtime.cpp", r"\bpthread_\w+_np\b"): "pthread_getattr_np inside #if defined(__linux__)",
+    ("cpp/emu/runtime.cpp", r"\bpthread_\w+_np\b"): "pthread_getattr_np inside #if defined(__linux__)",
     # macOS's <sys/mman.h> defines MAP_ANONYMOUS unless a strict POSIX level is asked for, as faults.cpp does not
-    ("cpp/metal/emu/faults.cpp", r"\bMAP_(ANONYMOUS|NORESERVE|POPULATE|HUGETLB|LOCKED|GROWSDOWN|FIXED_NOREPLACE)\b"):
+    ("cpp/emu/faults.cpp", r"\bMAP_(ANONYMOUS|NORESERVE|POPULATE|HUGETLB|LOCKED|GROWSDOWN|FIXED_NOREPLACE)\b"):
         "MAP_ANONYMOUS alone, without _XOPEN_SOURCE / _POSIX_C_SOURCE in the file",
 }
 
@@ -57,13 +57,13 @@ def test_no_linux_only_names_outside_their_guards():
 
 
 def test_the_guards_are_there():
-    runtime = (ROOT / "cpp/metal/emu/runtime.cpp").read_text()
+    runtime = (ROOT / "cpp/emu/runtime.cpp").read_text()
     first_include = runtime.index("#include")
     head = runtime[:first_include]
     assert re.search(r"#if defined\(__APPLE__\).*#define _XOPEN_SOURCE.*#define _DARWIN_C_SOURCE", head, re.S)
     assert "EMBER_EMU_UCONTEXT" in runtime  # CI forces the ucontext path on Linux (tools/metal_ucontext.sh)
     assert re.search(r"#if defined\(__linux__\)\s*\n\s*pthread_attr_t a;[^#]*pthread_getattr_np", runtime)
-    faults = strip_comments((ROOT / "cpp/metal/emu/faults.cpp").read_text())
+    faults = strip_comments((ROOT / "cpp/emu/faults.cpp").read_text())
     assert "_XOPEN_SOURCE" not in faults and "_POSIX_C_SOURCE" not in faults
     assert re.findall(r"MAP_\w+", faults) and set(re.findall(r"MAP_\w+", faults)) <= {"MAP_PRIVATE", "MAP_ANONYMOUS", "MAP_FAILED"}
     parallel = (ROOT / "cpp/cpu/parallel.cpp").read_text()

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import ember as em
-from ember import _C
+from ember import _C_testing as _T
 
 from conftest import expect_error
 
@@ -91,7 +91,7 @@ def test_cached_on_disk_and_reloaded_in_a_new_process():
     k = em.cpu.Kernel(src, "softplus", inputs=["float32"], outputs=["float32"], scalars=["float"]).compile()
     assert k.cache_source == "built"
     assert em.cpu.Kernel(src, "softplus", inputs=1, outputs=1, scalars=["float"]).compile().cache_source == "memory"
-    cache_dir = _C._cpu_kernel_cache_dir()
+    cache_dir = _T.cpu_kernel_cache_dir()
     assert os.listdir(cache_dir) and (os.stat(cache_dir).st_mode & 0o077) == 0  # only the user can write it
     code = ("import sys, ember as em; src = sys.stdin.read(); "
             "k = em.cpu.Kernel(src, 'softplus', scalars=['float']).compile(); print(k.cache_source)")

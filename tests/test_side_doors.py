@@ -18,7 +18,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PYDIR = str(Path(em.__file__).resolve().parents[1])
 HOOKS = ["metal_emu_run", "metal_emu_sequence", "metal_emu_stats", "metal_emu_cache_dir", "metal_emu_fibers",
          "metal_rewrite", "metal_source", "metal_sources", "metal_policy", "metal_apple_built",
-         "metal_apple_available"]
+         "metal_apple_available", "cpu_kernel_cache_dir"]
 
 
 def test_the_hooks_are_in_the_testing_module_only():

@@ -51,7 +51,7 @@ preload="$preload:$(gcc -print-file-name=libstdc++.so)"
 
 status=0
 if [ "$kind" = asan ]; then
-  # The Metal emulator's fibers tell ASan of each stack switch (cpp/metal/emu/runtime.cpp), so its
+  # The Metal emulator's fibers tell ASan of each stack switch (cpp/emu/runtime.cpp), so its
   # tests run here too.
   # detect_leaks=0: CPython keeps its objects alive at exit. allocator_may_return_null: the tests of
   # huge allocations expect ember's OutOfMemory, not an ASan abort.

@@ -46,6 +46,7 @@ from .dtypes import (
     int32,
     int64,
     metal_is_available,
+    cuda_is_available,
     set_default_device,
     uint8,
     uint32,
@@ -95,13 +96,14 @@ from .io import load_safetensors, save_safetensors  # noqa: E402
 from .serialize import load, save  # noqa: E402
 from .einsum import einsum  # noqa: E402
 from .memory import empty_cache, memory_stats, reset_peak_memory_stats, set_cache_limit  # noqa: E402
-from . import metal, nn, optim  # noqa: E402
+from . import cuda, metal, nn, optim  # noqa: E402
 from . import testing  # noqa: E402
 from . import models  # noqa: E402
 
 Layout = _C.Layout
 Storage = _C.Storage
 CpuStorage = _C.CpuStorage
+CudaStorage = _C.CudaStorage
 
 from .custom_op import (  # noqa: E402
     CustomOp,
@@ -166,10 +168,11 @@ __version__ = "0.1.0"
 __all__ = [
     "ALL_DTYPES", "BackwardNotSupported", "CpuStorage", "CustomOp", "CustomOp1", "CustomOp2", "CustomOp3", "DType",
     "DTypeError", "Device", "DeviceError", "EmberError", "EmberIOError", "EmberValueError", "GradStore", "IndexOutOfRange",
-    "InplaceModifiedError", "InplaceOp1", "InplaceOp2", "InplaceOp3", "Layout", "MetalStorage", "OutOfMemory",
+    "InplaceModifiedError", "InplaceOp1", "InplaceOp2", "InplaceOp3", "Layout", "MetalStorage", "CudaStorage", "OutOfMemory",
     "ShapeError", "Storage", "Tensor", "UnsupportedOp", "Var", "arange", "bfloat16", "cat", "cpu", "empty_cache",
     "float16", "float32", "float64", "from_dlpack", "from_numpy", "full", "full_like", "get_num_threads", "int32", "int64",
     "is_grad_enabled", "load_safetensors", "manual_seed", "maximum", "memory_stats", "metal", "metal_is_available",
+    "cuda", "cuda_is_available",
     "minimum", "nn", "no_grad", "ones", "ones_like", "optim", "rand", "randn", "reset_peak_memory_stats",
     "save_safetensors", "set_cache_limit", "set_num_threads", "stack", "save", "load", "einsum",
     "tensor", "testing", "uint8", "uint32", "where", "zeros", "zeros_like",

@@ -86,6 +86,18 @@ def get_default_device() -> Device:
     return _default_device
 
 
+def cuda_is_available() -> bool:
+    """Whether ``Device("cuda")`` can hold tensors in this process.
+
+    True with ``EMBER_CUDA=emulate`` in the environment (ember's CUDA emulator, any machine), or when the
+    NVIDIA driver reports a device; read at every call.
+
+    Returns:
+        True when cuda:0 is available, else False.
+    """
+    return builtins.bool(_C.device_available(Device._KINDS["cuda"], 0))
+
+
 def metal_is_available() -> bool:
     """Whether ``Device("metal")`` can hold tensors in this process.
 

@@ -8,6 +8,7 @@
 
 #include "backend.h"
 #include "cpu/host_api.h"
+#include "kernel_cache.h"
 #include "metal/api.h"
 
 namespace py = pybind11;
@@ -57,6 +58,12 @@ void init_module(bool testing);
 metal::FunctionConstant parse_function_constant(py::handle index, const std::string& type, py::handle value);
 std::vector<metal::FunctionConstant> parse_function_constants(const py::list& items, const char* who);
 
+// em.cpu.Kernel's on-disk cache; the testing module's copy resolves the same directory (it reports it).
+inline kcache::Cache& cpu_kernel_cache() {
+  static auto* c = new kcache::Cache("cpu-kernel", "EMBER_CPU_KERNEL_CACHE", "cpu.Kernel");  // leaked: code may run at exit
+  return *c;
+}
+
 void bind_layout(py::module_& m);
 void bind_metal_kernel(py::module_& m);  // metal_kernel.cpp: em.metal.Kernel
 void bind_cpu_kernel(py::module_& m);    // cpu_kernel.cpp: em.cpu.Kernel
@@ -66,6 +73,7 @@ void bind_metal_storage(py::module_& m);  // metal_storage.cpp: MetalStorage, em
 // The testing extension (ember._C_testing) only:
 void bind_metal_testing(py::module_& m);  // testing_metal.cpp: the emulator's and the sources' hooks
 void bind_metal_policy(py::module_& m);   // metal_policy.cpp
+void bind_cuda(py::module_& m);           // cuda.cpp: CudaStorage, em.cuda, em.cuda.Kernel
 
 }  // namespace ember::bind
 

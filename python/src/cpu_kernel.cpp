@@ -48,10 +48,7 @@ void pool_for(int64_t n, int64_t grain, KTask fn, void* ctx) {
   cpu::parallel_for(n, grain < 1 ? 1 : grain, [fn, ctx](int64_t b, int64_t e) { fn(ctx, b, e); });
 }
 
-kcache::Cache& cache() {
-  static auto* c = new kcache::Cache("cpu-kernel", "EMBER_CPU_KERNEL_CACHE", "cpu.Kernel");  // leaked: code may run at exit
-  return *c;
-}
+kcache::Cache& cache() { return cpu_kernel_cache(); }
 
 const char* kHint =
     "em.cpu.Kernel compiles C++ with the system compiler ($CXX, else c++): install one, e.g. `apt-get install "
@@ -148,7 +145,6 @@ void bind_cpu_kernel(py::module_& m) {
           call(fn, in, out, sc, name);
         },
         py::arg("fn"), py::arg("inputs"), py::arg("outputs"), py::arg("scalars"), py::arg("name"));
-  m.def("_cpu_kernel_cache_dir", [] { return cache().dir(); });
 }
 
 }  // namespace ember::bind

@@ -74,6 +74,7 @@ PYBIND11_MODULE(_C, m) {
   ember::bind::bind_ops(m);
   bind_fused(m);
   ember::bind::bind_metal_storage(m);
+  ember::bind::bind_cuda(m);
 
   bind_codes(m);
   bind_devices(m);

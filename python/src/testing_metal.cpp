@@ -10,7 +10,7 @@
 #include "metal/embedded.h"
 #include "metal/emu/compiler.h"
 #include "metal/emu/rewrite.h"
-#include "metal/emu/runtime.h"
+#include "emu/runtime.h"
 
 namespace ember::bind {
 

@@ -15,9 +15,9 @@
 #include "error.h"
 #include "kernel_cache.h"
 #include "metal/embedded.h"
-#include "metal/emu/faults.h"
+#include "emu/faults.h"
 #include "metal/emu/rewrite.h"
-#include "metal/emu/runtime.h"
+#include "emu/runtime.h"
 #include "sha256.h"
 
 namespace ember::metal::emu {
@@ -147,28 +147,6 @@ std::string digest(const std::string& data) {
 
 std::string cache_dir() { return cache().dir(); }
 
-Module::Module(void* handle, std::string label) : handle_(handle), label_(std::move(label)) {
-  using Init = uint32_t (*)(const msl_abi::Api*);
-  using List = const msl_abi::Kernel* (*)(uint32_t*);
-  auto init = reinterpret_cast<Init>(::dlsym(handle, "msl_module_init"));
-  auto list = reinterpret_cast<List>(::dlsym(handle, "msl_module_kernels"));
-  EMBER_CHECK(init && list, Value, "[metal] ", label_, ": the compiled module lacks its entry points");
-  EMBER_CHECK(init(runtime_api()) == msl_abi::kVersion, Value, "[metal] ", label_, ": module ABI mismatch");
-  kernels_ = list(&count_);
-}
-
-const msl_abi::Kernel* Module::find(const std::string& name) const {
-  for (uint32_t i = 0; i < count_; ++i)
-    if (name == kernels_[i].name) return &kernels_[i];
-  return nullptr;
-}
-
-std::vector<std::string> Module::names() const {
-  std::vector<std::string> n;
-  for (uint32_t i = 0; i < count_; ++i) n.push_back(kernels_[i].name);
-  return n;
-}
-
 std::shared_ptr<const Module> load_module(const std::string& source, const std::string& label,
                                           const CompileOptions& options) {
   (void)g_atfork;
@@ -194,7 +172,7 @@ std::shared_ptr<const Module> load_module(const std::string& source, const std::
   auto [it, fresh] = g_modules.emplace(key, nullptr);
   if (fresh) {
     register_kernel_code(got.handle);
-    it->second = std::make_shared<const Module>(got.handle, label);
+    it->second = std::make_shared<const Module>(got.handle, label, "metal");
   }
   return it->second;
 }

@@ -7,9 +7,14 @@
 #include <utility>
 #include <vector>
 
+#include "emu/module.h"
+#include "emu/runtime.h"
 #include "msl_abi.h"
 
 namespace ember::metal::emu {
+
+// The runtime (fibers, barriers, simd ops, faults) is shared with the CUDA emulator: cpp/emu/.
+using namespace ember::emu;
 
 struct CompileOptions {
   // Function constants: [[function_constant(index)]] -> a C++ literal of the declared type.
@@ -19,21 +24,6 @@ struct CompileOptions {
   // a*b+c may contract to an FMA, half/bfloat converted by code independent of ember's (msl_cpu.h).
   bool gpu_math = false;
   std::string key() const;
-};
-
-// A loaded kernel module; kept loaded for the life of the process (kernels may be running).
-class Module {
- public:
-  Module(void* handle, std::string label);
-  const msl_abi::Kernel* find(const std::string& name) const;  // nullptr when absent
-  std::vector<std::string> names() const;
-  const std::string& label() const { return label_; }
-
- private:
-  void* handle_;
-  std::string label_;
-  const msl_abi::Kernel* kernels_ = nullptr;
-  uint32_t count_ = 0;
 };
 
 // Compiles (or finds in the caches) `source`. `label` names it in messages ("unary.metal"). A

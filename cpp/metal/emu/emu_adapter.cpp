@@ -12,7 +12,7 @@
 #include "error.h"
 #include "metal/adapter.h"
 #include "metal/emu/compiler.h"
-#include "metal/emu/runtime.h"
+#include "emu/runtime.h"
 
 namespace ember::metal {
 namespace {

@@ -1,6 +1,6 @@
 // The emulator's fault handling: signal handlers that turn a kernel's SIGFPE, stack overflow or wild access
 // into an error of its threadgroup (siglongjmp back to run_group), and the watchdog thread (timeout, Ctrl-C).
-#include "metal/emu/faults.h"
+#include "emu/faults.h"
 
 #include <dlfcn.h>
 #include <pthread.h>
@@ -43,7 +43,7 @@
 #include <sanitizer/tsan_interface.h>
 #endif
 
-namespace ember::metal::emu {
+namespace ember::emu {
 namespace {
 
 // Read by the signal handlers, so initial-exec: no lazy TLS allocation inside a handler.
@@ -343,4 +343,4 @@ void register_kernel_code(void* handle) {
 #endif
 }
 
-}  // namespace ember::metal::emu
+}  // namespace ember::emu

@@ -9,7 +9,7 @@
 
 #include "error.h"
 
-namespace ember::metal::emu {
+namespace ember::emu {
 
 // Where a worker goes back to when its kernel faults: run_group sigsetjmp()s here before it runs threads.
 struct FaultJump {
@@ -50,4 +50,4 @@ uint64_t now_ns();
 // asynchronously (the watchdog), so the runtime, libc and malloc are never abandoned midway.
 void register_kernel_code(void* dl_handle);
 
-}  // namespace ember::metal::emu
+}  // namespace ember::emu

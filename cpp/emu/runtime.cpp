@@ -1,4 +1,4 @@
-// The emulator's execution engine: threadgroups in parallel on ember's pool; within a group, one fiber per
+// The emulators' execution engine (Metal's and CUDA's): threadgroups in parallel on ember's pool; within a group, one fiber per
 // thread (a small x86-64 context switch, ucontext elsewhere), run in a varying but deterministic order
 // between barriers, so a kernel that lacks a barrier reads stale threadgroup memory and fails its test.
 // macOS declares the ucontext routines only under _XOPEN_SOURCE (else <ucontext.h> stops with #error),
@@ -11,7 +11,7 @@
 #define _DARWIN_C_SOURCE 1
 #endif
 #endif
-#include "metal/emu/runtime.h"
+#include "emu/runtime.h"
 
 #include <pthread.h>
 #include <sys/mman.h>
@@ -27,7 +27,7 @@
 
 #include "cpu/parallel.h"
 #include "error.h"
-#include "metal/emu/faults.h"
+#include "emu/faults.h"
 
 #if defined(__SANITIZE_THREAD__)
 #define EMU_TSAN 1
@@ -118,7 +118,7 @@ ember_emu_trampoline:
 #endif
 #endif
 
-namespace ember::metal::emu {
+namespace ember::emu {
 namespace {
 
 #if defined(EMU_TSAN) || defined(EMU_ASAN)
@@ -133,18 +133,14 @@ constexpr unsigned char kGuardByte = 0xa5;
 // A group's threadgroup memory (its variables and their guard bands) is a mapping of its own between
 // inaccessible pages, so a write far outside it through a pointer faults at once (a wild access)
 // instead of reaching the scheduler's state. Only address space: MAP_NORESERVE, PROT_NONE.
-constexpr size_t kArenaBytes = 2 * kMaxThreadgroupMemory;
+// Only the first 2 * (the launch's limit) bytes are accessible (arena_window): the rest stays a guard.
+constexpr size_t kArenaBytes = 256 * 1024;  // above every dialect's limit plus guards
 constexpr size_t kArenaGuard = size_t(1) << 20;
 
 char* map_arena() {
   void* p = ::mmap(nullptr, kArenaBytes + 2 * kArenaGuard, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  EMBER_CHECK(p != MAP_FAILED, Memory, "[metal] cannot map threadgroup memory for the emulator");
-  char* a = static_cast<char*>(p) + kArenaGuard;
-  if (::mprotect(a, kArenaBytes, PROT_READ | PROT_WRITE) != 0) {
-    ::munmap(p, kArenaBytes + 2 * kArenaGuard);
-    throw Error(ErrorKind::Memory, "[metal] cannot map threadgroup memory for the emulator");
-  }
-  return a;
+  EMBER_CHECK(p != MAP_FAILED, Memory, "[emulator] cannot map group memory for the emulator");
+  return static_cast<char*>(p) + kArenaGuard;
 }
 
 struct Fiber {
@@ -163,7 +159,7 @@ struct Stack {
 Stack make_stack() {
   const size_t page = (size_t)::sysconf(_SC_PAGESIZE);
   void* p = ::mmap(nullptr, kStackBytes + page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
-  EMBER_CHECK(p != MAP_FAILED, Memory, "[metal] cannot map a fiber stack for the emulator");
+  EMBER_CHECK(p != MAP_FAILED, Memory, "[emulator] cannot map a fiber stack for the emulator");
   ::mprotect(p, page, PROT_NONE);
   return {static_cast<char*>(p) + page, kStackBytes};
 }
@@ -228,8 +224,9 @@ struct Group {
   std::vector<int64_t> site_off;
   std::vector<std::pair<uint64_t, uint64_t>> guards;  // (offset, bytes) of each variable's guard band
   std::vector<uint64_t> param_off;
-  // The arena holds the variables and, after each, a guard band (not counted against Metal's limit).
+  // The arena holds the variables and, after each, a guard band (not counted against the dialect's limit).
   char* tg_mem = map_arena();
+  size_t window = 0;  // the accessible bytes of tg_mem
   uint64_t tg_used = 0, tg_logical = 0, tg_limit = kMaxThreadgroupMemory;
   bool failed = false;
   bool ignoring = false;  // the scheduler's TSan ignore scope is open (a fault's jump skips its end)
@@ -294,7 +291,8 @@ thread_local msl_abi::Thread* t_cur = nullptr;
 
 std::string where(const Group& g, uint32_t i) {
   const msl_abi::Thread& t = g.threads[i];
-  return cat_str("[metal] kernel '", g.launch->kernel->name, "' (", g.launch->label, ") threadgroup (", t.tgpig[0],
+  const Dialect& d = *g.launch->dialect;
+  return cat_str("[", d.tag, "] kernel '", g.launch->kernel->name, "' (", g.launch->label, ") ", d.group, " (", t.tgpig[0],
                  ", ", t.tgpig[1], ", ", t.tgpig[2], ") thread (", t.tpitg[0], ", ", t.tpitg[1], ", ", t.tpitg[2],
                  "): ");
 }
@@ -409,11 +407,12 @@ void* api_tg_alloc(msl_abi::Thread* t, uint32_t site, uint64_t size, uint64_t al
   if (g.site_off[site] < 0) {
     const uint64_t off = (g.tg_used + align - 1) / align * align;
     const uint64_t logical = (g.tg_logical + align - 1) / align * align + size;
-    if (logical > g.tg_limit || off + size + kGuardBytes > kArenaBytes) {
+    if (logical > g.tg_limit || off + size + kGuardBytes > g.window) {
       EMU_IGNORE_END();
       char m[160];
-      std::snprintf(m, sizeof m, "the kernel's threadgroup memory reaches %llu bytes; Metal allows %llu",
-                    (unsigned long long)logical, (unsigned long long)g.tg_limit);
+      std::snprintf(m, sizeof m, "the kernel's %s memory reaches %llu bytes; %s allows %llu",
+                    g.launch->dialect->memory, (unsigned long long)logical, g.launch->dialect->api,
+                    (unsigned long long)g.tg_limit);
       fault_raise(ErrorKind::Value, m);  // no exception through the kernel's frames (msl_abi.h)
     }
     g.site_off[site] = (int64_t)off;
@@ -431,6 +430,8 @@ void* api_tg_alloc(msl_abi::Thread* t, uint32_t site, uint64_t size, uint64_t al
 void* api_tg_param(msl_abi::Thread* t, uint32_t index, uint64_t* size) {
   Group& g = *static_cast<Group*>(t->group);
   if (index >= g.param_off.size() || g.launch->threadgroup_mem[index] == 0) {
+    if (g.launch->dialect == &kCudaDialect)
+      fault_raise(ErrorKind::Value, "the kernel uses extern __shared__ memory; the launch gave shared_mem=0");
     char m[96];
     std::snprintf(m, sizeof m, "[[threadgroup(%u)]] has no memory set on the encoder", index);
     fault_raise(ErrorKind::Value, m);
@@ -468,7 +469,8 @@ int resolve(Group& g) {
       if (op == ~0u) {
         op = g.simd_op[i];
       } else if (op != g.simd_op[i]) {
-        fail(g, i, cat_str("the lanes of simdgroup ", s, " reached different simd_* operations (divergent control flow)"));
+        fail(g, i, cat_str("the lanes of ", g.launch->dialect->simd, " ", s, " reached different ",
+                           g.launch->dialect->simd_ops, " (divergent control flow)"));
         return -1;
       }
     }
@@ -497,11 +499,21 @@ int resolve(Group& g) {
   }
   if (live == 0) return 1;
   if (waiting == live) {
+    const Dialect& d = *g.launch->dialect;
     if (live != g.count) {
-      fail(g, first_done, cat_str("threadgroup_barrier reached by ", live, " of the group's ", g.count,
+      fail(g, first_done, cat_str(d.barrier, " reached by ", live, " of the ", d.member, "'s ", g.count,
                                   " threads; this one returned before it (undefined behaviour on a GPU)"));
       return -1;
     }
+    // A shim that knows its barriers' call sites (CUDA's: the source line) reports threads waiting at
+    // different ones: on a GPU that deadlocks or is undefined, here it would pass silently.
+    for (uint32_t i = 1; i < g.count; ++i)
+      if (g.threads[i].sync_site != g.threads[0].sync_site) {
+        fail(g, i, cat_str("barrier divergence: this thread waits at the ", d.barrier, " of line ",
+                           g.threads[i].sync_site, ", thread 0 of its ", d.group, " at the one of line ",
+                           g.threads[0].sync_site, " (undefined behaviour on a GPU)"));
+        return -1;
+      }
     for (uint32_t i = 0; i < g.count; ++i) g.state[i] = Ready;
     return 0;
   }
@@ -514,8 +526,9 @@ void check_guards(Group& g) {
   for (const auto& [off, n] : g.guards)
     for (uint64_t b = 0; b < n; ++b)
       if ((unsigned char)g.tg_mem[off + b] != kGuardByte) {
-        fail(g, 0, "the kernel wrote past the end of a threadgroup variable (into the guard bytes after it); "
-                   "a GPU reports nothing, the emulator stops", ErrorKind::Index);
+        fail(g, 0, cat_str("the kernel wrote past the end of a ", g.launch->dialect->memory,
+                           " variable (into the guard bytes after it); a GPU reports nothing, the emulator stops"),
+             ErrorKind::Index);
         return;
       }
 }
@@ -547,6 +560,7 @@ void run_group_body(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3
       t.tgpg[d] = ng[d];
     }
     t.tiitg = i;
+    t.sync_site = 0;
     t.lane = i % msl_abi::kSimdWidth;
     t.simd_id = i / msl_abi::kSimdWidth;
     t.simds = g.simds;
@@ -559,6 +573,14 @@ void run_group_body(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3
   g.guards.clear();
   g.tg_used = g.tg_logical = 0;
   g.tg_limit = tg_limit;
+  // Twice the limit (variables plus their guard bands), at least Metal's 64 KiB; past it, a wild access.
+  const size_t window = std::min(kArenaBytes, (size_t)std::max<uint64_t>(2 * tg_limit, 2 * kMaxThreadgroupMemory));
+  if (window != g.window) {
+    EMBER_CHECK(::mprotect(g.tg_mem, window, PROT_READ | PROT_WRITE) == 0 &&
+                    (window == kArenaBytes || ::mprotect(g.tg_mem + window, kArenaBytes - window, PROT_NONE) == 0),
+                Memory, "[emulator] cannot map group memory for the emulator");
+    g.window = window;
+  }
   for (size_t n = 0; n < L.threadgroup_mem.size(); ++n) {
     const uint64_t len = (L.threadgroup_mem[n] + 15) / 16 * 16;
     g.param_off[n] = g.tg_used;
@@ -692,6 +714,10 @@ void run_group(Worker& w, const Launch& L, uint64_t gi, const uint32_t ng[3], ui
 
 const msl_abi::Api* runtime_api() { return &kApi; }
 
+const Dialect kMetalDialect = {"metal", "Metal", "threadgroup", "group", "threadgroup", "threadgroup_barrier",
+                               "simdgroup", "simd_* operations"};
+const Dialect kCudaDialect = {"cuda", "CUDA", "block", "block", "shared", "__syncthreads", "warp", "warp intrinsics"};
+
 uint64_t threadgroup_memory_limit() {
   const char* e = std::getenv("EMBER_METAL_EMU_TG_MEMORY");
   if (!e || !*e) return kMaxThreadgroupMemory;
@@ -711,15 +737,16 @@ const char* fiber_kind() {
 }
 
 void run_launch(const Launch& L) {
-  EMBER_CHECK(L.kernel != nullptr, Value, "[metal] dispatch without a pipeline");
-  const std::string kn = cat_str("[metal] kernel '", L.kernel->name, "': ");
+  const Dialect& d = *L.dialect;
+  EMBER_CHECK(L.kernel != nullptr, Value, "[", d.tag, "] dispatch without a pipeline");
+  const std::string kn = cat_str("[", d.tag, "] kernel '", L.kernel->name, "': ");
   uint64_t threads = 1;
-  for (int d = 0; d < 3; ++d) {
-    EMBER_CHECK(L.group[d] >= 1, Value, kn, "threads_per_threadgroup must be at least 1 in each dimension");
-    threads *= L.group[d];
+  for (int k = 0; k < 3; ++k) {
+    EMBER_CHECK(L.group[k] >= 1, Value, kn, "threads per ", d.group, " must be at least 1 in each dimension");
+    threads *= L.group[k];
   }
-  EMBER_CHECK(threads <= kMaxThreadsPerGroup, Value, kn, "a threadgroup of ", threads,
-              " threads; Metal allows at most ", kMaxThreadsPerGroup);
+  EMBER_CHECK(threads <= L.max_group_threads, Value, kn, "a ", d.group, " of ", threads, " threads; ", d.api,
+              " allows at most ", L.max_group_threads);
   for (const msl_abi::BufferUse* u = L.kernel->buffers; u->index != 0xffffffffu; ++u) {
     EMBER_CHECK(u->index < L.buffers.size() && L.buffers[u->index].data != nullptr, Value, kn, "buffer(", u->index,
                 ") is not bound");
@@ -728,18 +755,19 @@ void run_launch(const Launch& L) {
   }
   uint64_t tg = 0;
   for (uint64_t m : L.threadgroup_mem) tg += (m + 15) / 16 * 16;
-  const uint64_t tg_limit = threadgroup_memory_limit();
-  EMBER_CHECK(tg <= tg_limit, Value, kn, "threadgroup memory of ", tg, " bytes; Metal allows ", tg_limit);
+  const uint64_t tg_limit = L.group_memory_limit ? L.group_memory_limit : threadgroup_memory_limit();
+  EMBER_CHECK(tg <= tg_limit && tg_limit < kArenaBytes / 2, Value, kn, d.memory, " memory of ", tg, " bytes; ",
+              d.api, " allows ", tg_limit);
   uint32_t ng[3];
   uint64_t groups = 1;
-  for (int d = 0; d < 3; ++d) {
-    if (L.grid[d] == 0) return;
+  for (int k = 0; k < 3; ++k) {
+    if (L.grid[k] == 0) return;
     // In 64 bits: a grid near 2^32 must not wrap to zero threadgroups (which would run nothing).
-    ng[d] = (uint32_t)(((uint64_t)L.grid[d] + L.group[d] - 1) / L.group[d]);
-    EMBER_CHECK(groups <= (uint64_t)INT64_MAX / ng[d], Value, kn, "a grid of (", L.grid[0], ", ", L.grid[1], ", ",
+    ng[k] = (uint32_t)(((uint64_t)L.grid[k] + L.group[k] - 1) / L.group[k]);
+    EMBER_CHECK(groups <= (uint64_t)INT64_MAX / ng[k], Value, kn, "a grid of (", L.grid[0], ", ", L.grid[1], ", ",
                 L.grid[2], ") threads in groups of (", L.group[0], ", ", L.group[1], ", ", L.group[2],
-                ") holds more than 2^63 threadgroups");
-    groups *= ng[d];
+                ") holds more than 2^63 ", d.group, "s");
+    groups *= ng[k];
   }
   std::mutex mu;
   const uint64_t start = now_ns(), interrupts = cpu::interrupt_count();
@@ -769,4 +797,4 @@ void run_launch(const Launch& L) {
   if (failed.load()) throw Error(err_kind, err);
 }
 
-}  // namespace ember::metal::emu
+}  // namespace ember::emu
