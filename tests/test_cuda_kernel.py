@@ -3,12 +3,11 @@ reduction, atomics, dynamic shared memory, __half / __nv_bfloat16 conversions, w
 the module cache (one compile per source hash and options, never keyed by name)."""
 import os
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import ember as em
-
-ml_dtypes = pytest.importorskip("ml_dtypes")
 
 
 @pytest.fixture
