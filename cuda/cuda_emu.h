@@ -243,6 +243,25 @@ template <class V> inline V lane_value(const Exchange& e, uint32_t lane) {
 }  // namespace cuemu
 
 #define __syncthreads() ::cuemu::syncthreads(__LINE__)
+namespace cuemu {
+// __syncthreads_count / _and / _or: a barrier that also counts the block's true predicates, through a block
+// variable at reserved site 4095 (the rewriter numbers __shared__ variables from 0); the barriers before and
+// after keep one call's count from the next's.
+inline int syncthreads_count(int pred, uint32_t line) {
+  int& c = *static_cast<int*>(api->tg_alloc(self(), 4095u, sizeof(int), 16));
+  syncthreads(line);
+  if (self()->tiitg == 0) c = 0;
+  syncthreads(line);
+  if (pred) __atomic_fetch_add(&c, 1, __ATOMIC_SEQ_CST);
+  syncthreads(line);
+  const int r = c;
+  syncthreads(line);
+  return r;
+}
+}  // namespace cuemu
+#define __syncthreads_count(p) ::cuemu::syncthreads_count((p) != 0, __LINE__)
+#define __syncthreads_and(p) (::cuemu::syncthreads_count((p) == 0, __LINE__) == 0)
+#define __syncthreads_or(p) (::cuemu::syncthreads_count((p) != 0, __LINE__) != 0)
 constexpr int warpSize = 32;
 
 // ---------------------------------------------------------------------------------------------------

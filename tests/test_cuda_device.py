@@ -78,7 +78,8 @@ def test_a_registry_family_without_a_cuda_entry_raises_unsupported(cuda):
     with pytest.raises(em.UnsupportedOp, match=r"^\[group_norm\] is not implemented on device cuda:0$"):
         em._C.fused.group_norm_fwd(x._storage, x._layout, 2, None, None, None, None, 1e-5)
     for f, name in [(lambda: em.nn.functional.group_norm(x, 2), "group_norm"), (lambda: x.sort(-1), "sort"),
-                    (lambda: x.cumsum(-1), "scan")]:
+                    (lambda: x.cumsum(-1), "scan"), (lambda: em.nn.ops.softmax(x), "softmax"),
+                    (lambda: em._C.fused.rms_norm_fwd(x._storage, x._layout, None, None, 1e-5), "rms_norm")]:
         with pytest.raises(em.UnsupportedOp, match=rf"^\[{name}\] is not implemented on device cuda:0$"):
             f()
 

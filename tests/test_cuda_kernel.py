@@ -3,12 +3,11 @@ reduction, atomics, dynamic shared memory, __half / __nv_bfloat16 conversions, w
 the module cache (one compile per source hash and options, never keyed by name)."""
 import os
 
+import ml_dtypes
 import numpy as np
 import pytest
 
 import ember as em
-
-ml_dtypes = pytest.importorskip("ml_dtypes")
 
 
 @pytest.fixture
@@ -255,3 +254,22 @@ def test_module_cache_is_keyed_by_source_and_options_never_by_name(cuda):
     assert np.all(y.numpy() == 1)
     after = em.cuda.cache_info()["cuda:0"]
     assert after["compiles"] - before["compiles"] == 3 and after["hits"] - before["hits"] == 1
+
+
+COUNT = r"""
+__global__ void count(const int* x, int* out) {
+  int p = x[threadIdx.x];
+  int c = __syncthreads_count(p > 0);
+  int a = __syncthreads_and(p > -100);
+  int o = __syncthreads_or(p > 100);
+  int c2 = __syncthreads_count(p > 1);
+  if (threadIdx.x == 5) { out[0] = c; out[1] = a; out[2] = o; out[3] = c2; }
+}
+"""
+
+
+def test_syncthreads_count_and_or(cuda, rng):
+    x = rng.integers(-3, 4, size=200).astype(np.int32)
+    out = em.zeros(4, dtype="int32", device=cuda)._storage
+    em.cuda.Kernel(COUNT, "count")(inputs=[dev(x, cuda)], outputs=[out], block=200)
+    np.testing.assert_array_equal(out.numpy(), [(x > 0).sum(), 1, 0, (x > 1).sum()])
