@@ -133,6 +133,7 @@ std::string tmp_base() {
 // fork(), so the child never inherits it locked; the child forgets builds its parent's threads had in
 // flight (their condition variables are leaked, never touched: waking them could block).
 std::mutex g_mu;
+std::string g_loader_tag;  // set_loader_tag
 struct InFlight {
   std::condition_variable cv;
   bool done = false;
@@ -376,7 +377,7 @@ bool publish(const std::string& dir, const std::string& file, const std::string&
 }  // namespace
 
 Cache::Loaded Cache::load_so(const std::string& key, const BuildFn& build) {
-  const std::string name = sha256_hex(s_->kind + '\0' + key);
+  const std::string name = sha256_hex(s_->kind + '\0' + (g_loader_tag.empty() ? "" : g_loader_tag + '\0') + key);
   std::unique_lock<std::mutex> lk(g_mu);
   for (;;) {
     if (auto it = s_->loaded.find(name); it != s_->loaded.end()) return {it->second, Loaded::Memory};
@@ -480,6 +481,8 @@ int run_command(const std::vector<std::string>& argv, std::string* output) {
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
 }
+
+void set_loader_tag(const std::string& tag) { g_loader_tag = tag; }
 
 std::string compiler_identity(const std::string& cxx, const std::string& tag, const std::string& hint) {
   {

@@ -66,6 +66,12 @@ void write_new_file(const std::string& path, const std::string& data, const std:
 // Reads a regular file without following a link at `path`. Returns false when it cannot.
 bool read_file_nofollow(const std::string& path, std::string* data);
 
+// Names the copy of the core this extension carries ("" for _C, "testing" for _C_testing), set once at import
+// before any load. Part of every stored module's name: dlopen of one path returns one handle per process,
+// and a module's init binds it to the runtime of the copy that loaded it first, so two copies must never
+// share a module file.
+void set_loader_tag(const std::string& tag);
+
 // Checks `path` as a cache directory, creating missing components with mode 0700 when `create`. Returns
 // "" when it is safe, else the reason. Exposed for tests and for callers with directories of their own.
 std::string verify_private_dir(const std::string& path, bool create);

@@ -67,6 +67,7 @@ void after_fork_child() { g_main_thread = PyThread_get_thread_ident(); }
 // _C's translator is global (as before); the testing extension's is local to its own functions and its own
 // copy of the Error type.
 void init_module(bool testing) {
+  if (testing) kcache::set_loader_tag("testing");  // its own module files: see kernel_cache.h
   if (testing) py::register_local_exception_translator(&translate);
   else py::register_exception_translator(&translate);
   g_main_thread = py::module_::import("threading").attr("main_thread")().attr("ident").cast<unsigned long>();
