@@ -239,8 +239,10 @@ std::tuple<Sto, Sto> cross_entropy_fwd(const CeArgs& a) {
         }
         const C* xr = ce.template row<T, C>(r, g, wide);
         lsm(xr, n, lp.data(), 1, n, true, false);  // lp = x - lse
-        int64_t m = 0;  // lse = x - lp at the largest lp (finite even where some x are -inf)
-        for (int64_t c = 1; c < n; ++c) m = lp[c] > lp[m] ? c : m;
+        // lse = x - lp at the target (or class 0); where that x is -inf, at the largest lp instead.
+        int64_t m = t == INT64_MIN ? 0 : t;
+        if (!std::isfinite((double)xr[m]))
+          for (int64_t c = 0; c < n; ++c) m = lp[c] > lp[m] ? c : m;
         ls[r] = xr[m] - lp[m];
         if (t == INT64_MIN) {
           lo[r] = store<T>((C)0);
@@ -248,9 +250,19 @@ std::tuple<Sto, Sto> cross_entropy_fwd(const CeArgs& a) {
         }
         double l = (1.0 - eps) * ce.wt(t) * -(double)lp[t];
         if (eps != 0.0) {
-          C sm = 0;
-          if (ce.w.empty()) for (int64_t c = 0; c < n; ++c) sm -= lp[c];
-          else for (int64_t c = 0; c < n; ++c) sm -= (C)ce.w[c] * lp[c];
+          // 8 independent partial sums: one running sum is a chain of dependent adds the compiler cannot split.
+          C part[8] = {};
+          int64_t c = 0;
+          if (ce.w.empty()) {
+            for (; c + 8 <= n; c += 8)
+              for (int k = 0; k < 8; ++k) part[k] -= lp[c + k];
+            for (; c < n; ++c) part[0] -= lp[c];
+          } else {
+            for (; c + 8 <= n; c += 8)
+              for (int k = 0; k < 8; ++k) part[k] -= (C)ce.w[c + k] * lp[c + k];
+            for (; c < n; ++c) part[0] -= (C)ce.w[c] * lp[c];
+          }
+          const C sm = ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
           l += eps / (double)n * (double)sm;
         }
         lo[r] = store<T>((C)l);
