@@ -162,7 +162,7 @@ def test_wrong_argument_kinds_and_dtypes(cuda):
 
 def test_device_mismatch(cuda):
     k = em.cuda.Kernel("__global__ void f(const float* x, float* y) { y[0] = x[0]; }", "f")
-    cpu = em.zeros(2)._storage
+    cpu = em.zeros(2, device="cpu")._storage
     with pytest.raises(em.DeviceError, match=r"inputs\[0\] is a storage on cpu; a CUDA kernel takes CudaStorages"):
         k(inputs=[cpu], outputs=[empty(2, "float32", cuda)])
     with pytest.raises(em.DeviceError, match=r"\[cuda\] expected a CUDA device, got cpu"):
