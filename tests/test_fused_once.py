@@ -60,11 +60,15 @@ def test_composite_gradient_is_the_kernels_at_edges_and_kinks(name, device):
     x = em.Var(em.tensor(np.array(EDGES, npdt(dt)), device=device))
     op = Activation(name, p0, p1)
     y = x.apply_op1(op)
-    np.testing.assert_allclose(y.numpy(), COMPOSITES[name](x.detach(), p0, p1).numpy(), rtol=1e-6, atol=1e-7)
+    # float32 (Metal) under GPU math: approximate tanh/exp leave ~1e-6 absolute near saturation; a kink's
+    # wrong derivative is off by O(0.1), far outside either tolerance
+    f32 = dt is not em.float64
+    np.testing.assert_allclose(y.numpy(), COMPOSITES[name](x.detach(), p0, p1).numpy(),
+                               rtol=1e-5 if f32 else 1e-6, atol=3e-6 if f32 else 1e-7)
     fast = y.sum().backward()[x].numpy()
     slow = x.apply_op1(op).sum().backward(create_graph=True)[x]
     assert np.isfinite(slow.numpy()).all()
-    np.testing.assert_allclose(slow.detach().numpy(), fast, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(slow.detach().numpy(), fast, rtol=1e-3 if f32 else 1e-5, atol=1e-5 if f32 else 1e-6)
 
 
 def test_softplus_composite_at_zero_and_far_out(device):
