@@ -1,7 +1,9 @@
 // NVRTC through dlopen: CUDA C++ -> PTX on any machine where PyPI's nvidia-cuda-nvrtc is installed (no GPU
 // or driver needed). The library's path comes from Python, which finds it among the package's files.
+#include <dirent.h>
 #include <dlfcn.h>
 
+#include <cstring>
 #include <map>
 #include <mutex>
 
@@ -27,11 +29,27 @@ struct Nvrtc {
   int (*lowered_name)(nvrtcProgram, const char*, const char**);
 };
 
+// NVRTC dlopens libnvrtc-builtins by name through its own RUNPATH; a dlopen interceptor (ASan's) hides that
+// RUNPATH. Loaded first by full path from the same directory, the builtins are then found by their soname.
+void preload_builtins(const std::string& library) {
+  const size_t slash = library.rfind('/');
+  if (slash == std::string::npos) return;
+  const std::string dir = library.substr(0, slash);
+  DIR* d = ::opendir(dir.c_str());
+  if (!d) return;
+  while (const dirent* e = ::readdir(d)) {
+    if (std::strncmp(e->d_name, "libnvrtc-builtins.so", 20) == 0)
+      ::dlopen((dir + "/" + e->d_name).c_str(), RTLD_NOW | RTLD_LOCAL);  // a failure shows in NVRTC's own error
+  }
+  ::closedir(d);
+}
+
 const Nvrtc& load(const std::string& library) {
   static std::mutex mu;
   static std::map<std::string, Nvrtc> loaded;  // never unloaded
   std::lock_guard<std::mutex> lock(mu);
   if (auto it = loaded.find(library); it != loaded.end()) return it->second;
+  preload_builtins(library);
   void* h = ::dlopen(library.c_str(), RTLD_NOW | RTLD_LOCAL);
   EMBER_CHECK(h != nullptr, Value, "[cuda] cannot load NVRTC from ", library, ": ", ::dlerror());
   Nvrtc n{};
