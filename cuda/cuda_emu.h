@@ -40,33 +40,7 @@
 // Faults: out of the module only through the runtime's Api::fault (metal/msl_abi.h says why).
 namespace cuemu {
 inline const msl_abi::Api* api = nullptr;  // set when the runtime loads the module
-struct msg {
-  char b[256];
-  uint32_t n = 0;
-  msg& s(const char* p) {
-    while (p && *p && n + 1 < sizeof b) b[n++] = *p++;
-    b[n] = 0;
-    return *this;
-  }
-  msg& u(uint64_t v) {
-    char d[24];
-    int k = 0;
-    do d[k++] = (char)('0' + v % 10); while ((v /= 10) != 0);
-    while (k > 0 && n + 1 < sizeof b) b[n++] = d[--k];
-    b[n] = 0;
-    return *this;
-  }
-  msg& i(int64_t v) { return v < 0 ? s("-").u(0 - (uint64_t)v) : u((uint64_t)v); }
-  msg& x(uint64_t v) {
-    s("0x");
-    char d[17];
-    int k = 0;
-    do d[k++] = "0123456789abcdef"[v & 15]; while ((v >>= 4) != 0);
-    while (k > 0 && n + 1 < sizeof b) b[n++] = d[--k];
-    b[n] = 0;
-    return *this;
-  }
-};
+using msg = msl_abi::Msg;
 [[noreturn]] inline void fault(uint32_t kind, const char* m) {
   api->fault(api->current(), kind, m);
   __builtin_trap();  // Api::fault never returns

@@ -66,6 +66,36 @@ struct Kernel {
   uint32_t uses_sync;  // barriers or simd ops: its threads need fibers
 };
 
+// A fault message built without the C++ library (a module must not throw, and its runtime may differ from
+// the extension's): both shims use it for Api::fault.
+struct Msg {
+  char b[256];
+  uint32_t n = 0;
+  Msg& s(const char* p) {
+    while (p && *p && n + 1 < sizeof b) b[n++] = *p++;
+    b[n] = 0;
+    return *this;
+  }
+  Msg& u(uint64_t v) {
+    char d[24];
+    int k = 0;
+    do d[k++] = (char)('0' + v % 10); while ((v /= 10) != 0);
+    while (k > 0 && n + 1 < sizeof b) b[n++] = d[--k];
+    b[n] = 0;
+    return *this;
+  }
+  Msg& i(int64_t v) { return v < 0 ? s("-").u(0 - (uint64_t)v) : u((uint64_t)v); }
+  Msg& x(uint64_t v) {
+    s("0x");
+    char d[17];
+    int k = 0;
+    do d[k++] = "0123456789abcdef"[v & 15]; while ((v >>= 4) != 0);
+    while (k > 0 && n + 1 < sizeof b) b[n++] = d[--k];
+    b[n] = 0;
+    return *this;
+  }
+};
+
 }  // namespace msl_abi
 
 // A module exports: extern "C" uint32_t msl_module_init(const msl_abi::Api*) (returns kVersion) and

@@ -253,24 +253,7 @@ inline const msl_abi::Api* api = nullptr;  // set when the runtime loads the mod
 
 // Faults leave the module through the runtime's Api::fault (a jump back to the group's scheduler), never
 // as a C++ exception (msl_abi.h says why); messages are built here without the C++ library.
-struct msg {
-  char b[256];
-  uint32_t n = 0;
-  msg& s(const char* p) {
-    while (*p && n + 1 < sizeof b) b[n++] = *p++;
-    b[n] = 0;
-    return *this;
-  }
-  msg& u(uint64_t v) {
-    char d[24];
-    int k = 0;
-    do d[k++] = (char)('0' + v % 10); while ((v /= 10) != 0);
-    while (k > 0 && n + 1 < sizeof b) b[n++] = d[--k];
-    b[n] = 0;
-    return *this;
-  }
-  msg& i(int64_t v) { return v < 0 ? s("-").u(0 - (uint64_t)v) : u((uint64_t)v); }
-};
+using msg = msl_abi::Msg;
 [[noreturn]] inline void fault(uint32_t kind, const char* m) {
   api->fault(api->current(), kind, m);
   __builtin_trap();  // Api::fault never returns

@@ -22,13 +22,6 @@
 
 #include "cpu/parallel.h"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define EMU_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define EMU_ASAN 1
-#endif
-#endif
 #ifdef EMU_ASAN
 #include <sanitizer/common_interface_defs.h>
 #endif

@@ -9,6 +9,15 @@
 
 #include "error.h"
 
+// EMU_ASAN: built under AddressSanitizer (GCC spells it __SANITIZE_ADDRESS__, Clang __has_feature).
+#if defined(__SANITIZE_ADDRESS__)
+#define EMU_ASAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define EMU_ASAN 1
+#endif
+#endif
+
 namespace ember::emu {
 
 // Where a worker goes back to when its kernel faults: run_group sigsetjmp()s here before it runs threads.

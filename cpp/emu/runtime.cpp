@@ -51,13 +51,6 @@ extern "C" void AnnotateIgnoreWritesEnd(const char* f, int l);
 #define EMU_IGNORE_END() ((void)0)
 #endif
 
-#if defined(__SANITIZE_ADDRESS__)
-#define EMU_ASAN 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define EMU_ASAN 1
-#endif
-#endif
 #ifdef EMU_ASAN
 // ASan must be told of every stack switch, or it takes the fiber's frames for an overflow of the
 // scheduler's stack.
