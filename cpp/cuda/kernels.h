@@ -1,0 +1,46 @@
+// ember's own CUDA kernels: the embedded metal/*.metal sources translated to CUDA C++ (one source per kernel for
+// both GPUs), with the launch contract the host code (gpu::Launch on a CudaDevice) and the translator share.
+//
+// The contract of one translated kernel `extern "C" __global__ void <host_name>(...)`, parameters in order:
+//   1. one per [[buffer(n)]] the MSL kernel declares, n ascending (gaps take no parameter):
+//      - a pointer (`device T*`, `constant T*` arrays, `device T&`): the host passes a device address (a bound
+//        storage at its byte offset, or bound bytes it uploaded to device memory);
+//      - a value (`constant T& x`): the bound bytes, passed by value (their size must be sizeof(T));
+//   2. one `unsigned int` per [[threadgroup(i)]] parameter, i ascending: its byte offset in the launch's
+//      dynamic shared memory (each 16-byte aligned; the launch's shared_mem is their total);
+//   3. `unsigned int em_grid_x, em_grid_y, em_grid_z`: the grid in threads, as Metal's dispatchThreads takes it.
+// The launch uses blocks of the threadgroup's size and ceil(grid / block) blocks per axis; threads past the grid
+// return before the kernel's body runs ([[threads_per_threadgroup]] is then the edge group's real size).
+// [[function_constant(i)]] values become options "-DMSL_FC_<i>=<literal>", one module per set of values.
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace ember::cuda {
+
+// One translated kernel's parameters (see the contract above).
+struct KernelSig {
+  // Per [[buffer(n)]] index n = 0..max: 'p' pointer parameter, 'v' by-value parameter, '-' none.
+  std::string buffers;
+  // Per index n: sizeof(T) of a by-value parameter, 0 for the others.
+  std::vector<uint32_t> value_size;
+  // The [[threadgroup(i)]] indices the kernel declares, ascending.
+  std::vector<uint32_t> threadgroup;
+};
+
+struct TranslatedSource {
+  std::string text;   // CUDA C++: compiles with NVRTC (-default-device) and under the CUDA emulator
+  std::string label;  // the name messages use: "unary.metal (CUDA)"
+  std::map<std::string, KernelSig> kernels;  // by host name
+};
+
+// The translation of the embedded kernel file `metal_file` ("unary.metal"), made once and cached for the
+// process. Throws Error (Value) "[cuda] ..." for an unknown file or a construct the translator cannot map.
+const TranslatedSource& translated_source(const std::string& metal_file);
+
+// The names of every embedded kernel file ("act.metal", ...), for checks that compile them all.
+std::vector<std::string> kernel_files();
+
+}  // namespace ember::cuda
