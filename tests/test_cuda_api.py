@@ -154,3 +154,18 @@ def test_conv_ops_reach_the_cuda_backend(cuda):
     for cls in (nn.conv._Unfold, nn.conv._Fold, nn.conv._Conv, nn.conv._ConvBias, nn.conv._ConvInput,
                 nn.conv._ConvWeight):
         assert cls.cuda_fwd is cls.cpu_fwd and cls.metal_fwd is cls.cpu_fwd
+
+
+def test_random_on_cuda_draws_the_cpus_values(cuda):
+    # one counter-based stream on every device: a seed gives the same values on cuda as on the CPU
+    for make in (lambda dev, g=None: em.rand((3, 5), device=dev, generator=g),
+                 lambda dev, g=None: em.randn(17, dtype=em.float64, device=dev, generator=g),
+                 lambda dev, g=None: em.randint(-4, 9, (2, 7), device=dev, generator=g)):
+        em.manual_seed(11)
+        c = make(cuda)
+        em.manual_seed(11)
+        h = make("cpu")
+        assert c.device == cuda and c.dtype == h.dtype
+        np.testing.assert_array_equal(c.numpy(), h.numpy())
+        a = make(cuda, em.Generator("cuda").manual_seed(5))
+        np.testing.assert_array_equal(a.numpy(), make("cpu", em.Generator("cpu").manual_seed(5)).numpy())
