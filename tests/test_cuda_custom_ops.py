@@ -217,3 +217,31 @@ def test_example_script_runs_on_cuda(cuda, capsys, monkeypatch):
     runpy.run_path(str(EXAMPLE), run_name="__main__")
     out = capsys.readouterr().out
     assert "on cpu: ok" in out and "fused_mul_add and linear_relu on cuda: ok" in out
+
+
+def test_check_op_compares_cuda_with_a_reference(cuda, rng, monkeypatch):
+    # fused_mul_add with a reference in tensor ops: the CUDA forward is compared with it on cuda, or, where ember
+    # has no CUDA kernel for an op the reference uses, with the reference run on the CPU on the same values
+    class WithReference(ex.FusedMulAdd):
+        name = "fused_mul_add_ref"
+
+        def reference(self, a, b, c):
+            return a * b + c
+
+    r = em.testing.check_op(WithReference(), *(cpu(rng, 3, 4) for _ in range(3)))
+    assert "reference forward" in r.passed and "reference backward" in r.passed
+    assert r.devices["cuda:0"] == "agrees with cpu"
+
+    class WrongReference(WithReference):
+        name = "fused_mul_add_wrong_ref"
+
+        def reference(self, a, b, c):
+            return a * b - c
+
+    with pytest.raises(em.testing.CheckOpError, match=r"reference: on cpu the forward differs from the reference"):
+        em.testing.check_op(WrongReference(), *(cpu(rng, 3, 4) for _ in range(3)))
+    # a wrong CUDA kernel: the CPU agrees with the reference, cuda does not
+    _with_source(monkeypatch, "MUL_ADD", "out[i] = a[oa] * b[ob] + c[oc];", "out[i] = a[oa] + c[oc];")
+    with pytest.raises(em.testing.CheckOpError,
+                       match=r"reference: on cuda:0 the forward differs from the reference: max abs diff"):
+        em.testing.check_op(WithReference(), *(cpu(rng, 3, 4) for _ in range(3)))
