@@ -72,6 +72,11 @@ void bind_cuda_testing(py::module_& m) {
   m.def("cuda_rewrite", [](const std::string& src, const std::string& name) {
     return metal::emu::rewrite_msl(src, name, metal::emu::RewriteMode::Cuda).text;
   }, py::arg("source"), py::arg("name") = "kernel.metal", "The MSL rewriter's CUDA mode on preprocessed MSL.");
+  m.def("cuda_emu_compile", [](const std::string& source, const std::string& label, const std::vector<std::string>& options) {
+    py::gil_scoped_release nogil;
+    cuda::emulator_adapter().load_module(0, source, label, options);
+  }, py::arg("source"), py::arg("label"), py::arg("options") = std::vector<std::string>{},
+     "Compiles CUDA C++ for the CUDA emulator (through its disk cache), raising its compile errors.");
   m.def("cuda_emu_launch", &emu_launch, py::arg("source"), py::arg("label"), py::arg("function"), py::arg("args"),
         py::arg("grid"), py::arg("block"), py::arg("shared_mem") = 0,
         py::arg("options") = std::vector<std::string>{},
