@@ -247,6 +247,8 @@ void Rewriter::kernel_definition(int k, bool is_template, const std::string& hos
   const int close = match(k + 2, "(", ")");
   kernel_params_.emplace_back(k + 2, close);
   note_ref_params(k + 2, close);
+  // CUDA: the body gets its own name; the host name is its extern "C" entry's (rewrite_cuda.cpp)
+  if (mode_ == RewriteMode::Cuda) replace(k + 1, k + 1, "em_k_" + t(k + 1));
   if (is_template) {  // its kernels are the explicit instantiations; the wrapper is generated from here
     TemplateKernel tk{source_text(template_start_, template_end_ + 1), "", k + 2, close};
     int a = template_start_ + 2, angle = 0;

@@ -280,7 +280,7 @@ std::string Rewriter::cuda_wrappers(RewriteResult& res) {
          "  const ::emk::em_pos em = ::emk::em_position(em_grid_x, em_grid_y, em_grid_z);\n" +
          "  if (!em.in_grid) return;\n";
     if (!tgs.empty()) w += "  extern __shared__ alignas(16) unsigned char em_smem[];\n";
-    w += "  " + ks.call + "(" + args + ");\n}\n";
+    w += "  em_k_" + ks.call + "(" + args + ");\n}\n";
     res.cuda.push_back(std::move(sig));
   }
   w += "}  // namespace emk\n";
