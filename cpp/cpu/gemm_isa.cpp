@@ -296,6 +296,47 @@ void pack_lines(const void* const* lines, int src, int nl, int64_t ks, int64_t k
   }
 }
 
+// d[i] = s[i] rounded to f16 (code 1) or bf16 (2) to nearest even, as dtype.h's scalar conversions round
+// (NaN stays a quiet NaN, overflow goes to inf).
+void round_out(const float* s, int64_t n, uint16_t* d, int code) {
+  int64_t i = 0;
+#if defined(__AVX512F__)
+  if (code == 1) {
+    for (; i + 16 <= n; i += 16)
+      _mm256_storeu_si256((__m256i*)(d + i), _mm512_cvtps_ph(_mm512_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+  } else {
+    const __m512i one = _mm512_set1_epi32(1), bias = _mm512_set1_epi32(0x7fff), inf = _mm512_set1_epi32(0x7f800000);
+    const __m512i abs = _mm512_set1_epi32(0x7fffffff), quiet = _mm512_set1_epi32(0x40);
+    for (; i + 16 <= n; i += 16) {
+      const __m512i x = _mm512_castps_si512(_mm512_loadu_ps(s + i));
+      const __mmask16 nan = _mm512_cmpgt_epu32_mask(_mm512_and_si512(x, abs), inf);
+      const __m512i odd = _mm512_and_si512(_mm512_srli_epi32(x, 16), one);
+      __m512i r = _mm512_srli_epi32(_mm512_add_epi32(x, _mm512_add_epi32(bias, odd)), 16);
+      r = _mm512_mask_mov_epi32(r, nan, _mm512_or_si512(_mm512_srli_epi32(x, 16), quiet));
+      _mm256_storeu_si256((__m256i*)(d + i), _mm512_cvtepi32_epi16(r));
+    }
+  }
+#elif defined(__AVX2__)
+  if (code == 1) {
+    for (; i + 8 <= n; i += 8)
+      _mm_storeu_si128((__m128i*)(d + i), _mm256_cvtps_ph(_mm256_loadu_ps(s + i), _MM_FROUND_TO_NEAREST_INT));
+  } else {
+    const __m256i one = _mm256_set1_epi32(1), bias = _mm256_set1_epi32(0x7fff), inf = _mm256_set1_epi32(0x7f800000);
+    const __m256i abs = _mm256_set1_epi32(0x7fffffff), quiet = _mm256_set1_epi32(0x40);
+    for (; i + 8 <= n; i += 8) {
+      const __m256i x = _mm256_castps_si256(_mm256_loadu_ps(s + i));
+      const __m256i nan = _mm256_cmpgt_epi32(_mm256_and_si256(x, abs), inf);  // both sides non-negative
+      const __m256i odd = _mm256_and_si256(_mm256_srli_epi32(x, 16), one);
+      __m256i r = _mm256_srli_epi32(_mm256_add_epi32(x, _mm256_add_epi32(bias, odd)), 16);
+      r = _mm256_blendv_epi8(r, _mm256_or_si256(_mm256_srli_epi32(x, 16), quiet), nan);
+      r = _mm256_permute4x64_epi64(_mm256_packus_epi32(r, r), 0x08);
+      _mm_storeu_si128((__m128i*)(d + i), _mm256_castsi256_si128(r));
+    }
+  }
+#endif
+  for (; i < n; ++i) d[i] = code == 1 ? f32_to_f16(s[i]) : f32_to_bf16(s[i]);
+}
+
 }  // namespace
 
 void EMBER_GCAT(register_gemm_, EMBER_ISA)(PackedGemm& g) {
@@ -305,6 +346,7 @@ void EMBER_GCAT(register_gemm_, EMBER_ISA)(PackedGemm& g) {
   g.pack = &pack_lines;
   g.thin = &thin;
   g.thin_t = &thin_t;
+  g.round_out = &round_out;
   g.preferred = kW == 16;
 }
 

@@ -27,6 +27,9 @@ struct PackedGemm {
                int64_t k, float* c, int64_t ldc, float* scratch) = nullptr;
   void (*thin_t)(const float* a, int64_t lda, const float* bt, int64_t ldbt, int64_t m, int64_t j0, int64_t j1,
                  int64_t k, float* c, int64_t ldc) = nullptr;
+  // d[i] = s[i] rounded to float16 (code 1) or bfloat16 (2) for i < n, bit-exact with dtype.h's conversions:
+  // the half matmuls round each C block while it is still in cache.
+  void (*round_out)(const float* s, int64_t n, uint16_t* d, int code) = nullptr;
 };
 const PackedGemm& packed_gemm();  // this CPU's kernel (cpu/dispatch.cpp picks it)
 void register_gemm_base(PackedGemm& g);
