@@ -77,13 +77,15 @@ def test_gemm_shapes_transposes_strides(dt, gemm, rng):
             check(out, a, b, dt, k)
 
 
-def test_gemm_thin_shapes(gemm, rng):
-    # decode-sized products: B read in place (rows or, transposed, dot products along k), A gathered
+@pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
+def test_gemm_thin_shapes(dt, gemm, rng):
+    # decode-sized products: B read in place (rows or, transposed, dot products along k; halves converted in
+    # registers), A gathered
     for m, k, n in THIN:
         for ka, kb in (("c", "c"), ("c", "t"), ("t", "c"), ("s", "t"), ("c", "s")):
-            ta, a = operand(rng, (m, k), ka, "float32")
-            tb, b = operand(rng, (k, n), kb, "float32")
-            check(ta @ tb, a, b, "float32", k)
+            ta, a = operand(rng, (m, k), ka, dt)
+            tb, b = operand(rng, (k, n), kb, dt)
+            check(ta @ tb, a, b, dt, k)
 
 
 @pytest.mark.parametrize("dt", ["float32", "bfloat16"])
