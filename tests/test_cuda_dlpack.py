@@ -241,3 +241,25 @@ def test_foreign_cuda_memory_through_the_host(emulated, case):
     got = u.numpy()
     assert got.dtype == want.dtype and got.shape == want.shape
     np.testing.assert_array_equal(got, want)
+
+
+def test_copy_bindings_refuse_bad_arguments(emulated):
+    # the two C++ entry points from_dlpack copies through, given what they must refuse
+    st = em.CudaStorage.empty(4, "float32", device=emulated)
+    src = np.arange(8, dtype=np.float32)
+    with pytest.raises(em.EmberValueError, match=r"^\[from_dlpack\] 32 bytes do not fit a storage of 16"):
+        em._C._cuda_copy_from_pointer(st, src.ctypes.data, 32)
+    with pytest.raises(em.DeviceError, match=r"^\[from_dlpack\] expected a CudaStorage"):
+        em._C._cuda_copy_from_pointer(em.zeros(4, device="cpu").storage, src.ctypes.data, 16)
+    em._C._cuda_copy_from_pointer(st, src.ctypes.data + 8, 16)
+    np.testing.assert_array_equal(st.numpy(), src[2:6])
+    out = np.zeros(4, np.float32)
+    em._C._cuda_read_pointer(0, st.data_ptr, out)
+    np.testing.assert_array_equal(out, src[2:6])
+    for bad in (np.zeros(8, np.float32)[::2], np.zeros(4, np.float32).view()):
+        if bad.flags.c_contiguous:
+            bad.flags.writeable = False
+        with pytest.raises(em.EmberValueError, match=r"^\[from_dlpack\] expected a writable C-contiguous array"):
+            em._C._cuda_read_pointer(0, st.data_ptr, bad)
+    with pytest.raises(em.DeviceError, match=r"cuda:3 is not available"):
+        em._C._cuda_read_pointer(3, st.data_ptr, out)
