@@ -5,12 +5,17 @@
 #include <mutex>
 
 #include "../device.h"  // the device registry (a quoted "device.h" here would find metal/device.h)
+#include "gpu/gpu_storage.h"
+#include "gpu/launch.h"
 #include "metal/device.h"
-#include "metal/launch.h"
 #include "metal/metal_storage.h"
 
 namespace ember::metal {
 namespace {
+
+using gpu::checked_u32;
+using gpu::Launch;
+using gpu::type_suffix;
 
 // The mantissa width (with the implicit bit) of a float dtype: the bits each uniform carries.
 uint32_t mantissa_bits(DType dt) { return dt == DType::F16 ? 11 : dt == DType::BF16 ? 8 : 24; }
@@ -116,11 +121,9 @@ DeviceBackend* provider(int index) {
 
 }  // namespace
 
-void register_kernels();  // metal/register_kernels.cpp
-
 void register_backend() {
   set_backend_provider(DeviceKind::Metal, &provider);
-  register_kernels();
+  gpu::register_kernels(DeviceKind::Metal);
 }
 
 }  // namespace ember::metal
