@@ -17,7 +17,7 @@ Every timed call starts with cold caches (a buffer twice the last-level cache is
 outside the timing), for every library alike: the copy is then the memory limit it stands for. Called
 back to back, an 8 MB copy keeps its 16 MB in this machine's 32 MB L3 and runs at L3 speed (0.47 ms
 for the bf16 32768x128 copy, against ~1.0 ms from memory), which a compute-bound kernel cannot match.
-Usage: python bench/bench_fused.py [--rounds N] [--reps N] [--quick] [--device cpu|metal]
+Usage: python bench/bench_fused.py [--rounds N] [--reps N] [--quick] [--device cpu|metal|cuda [--allow-emulator]]
 """
 from __future__ import annotations
 
@@ -316,13 +316,15 @@ def main():
     ap.add_argument("--reps", type=int, default=5, help="best of N calls for MLX (numpy: N // 3, at least 2)")
     ap.add_argument("--quick", action="store_true", help="only the 32768x128 shape, sdpa and rope")
     ap.add_argument("--only", choices=["attention"], help="attention: only the sdpa and rope rows")
-    ap.add_argument("--device", default="cpu", choices=["cpu", "metal"],
-                    help="metal: ember's Metal kernels beside MLX (GPU) and torch (MPS), on a Mac only")
+    ap.add_argument("--device", default="cpu", choices=["cpu", "metal", "cuda"],
+                    help="metal / cuda: ember's GPU kernels beside torch on the same GPU (bench/fused_gpu.py)")
+    ap.add_argument("--allow-emulator", action="store_true",
+                    help="with --device metal|cuda: run on an emulated device with small shapes (checks the script)")
     args = ap.parse_args()
-    if args.device == "metal":
-        import fused_metal  # bench/fused_metal.py, next to this script
+    if args.device != "cpu":
+        import fused_gpu  # bench/fused_gpu.py, next to this script
 
-        fused_metal.run()
+        fused_gpu.run(args.device, allow_emulator=args.allow_emulator)
         return
     nt = em.get_num_threads()
     if torch is not None:

@@ -199,7 +199,7 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& x, const L
 
 std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& x, const Layout& lx, const BackendStorage* w,
                                                 const Layout* lw, const BackendStorage& rstd,
-                                                const BackendStorage& g, const Layout& lg) {
+                                                const BackendStorage& g, const Layout& lg, bool want_params) {
   const char* op = "rms_norm_bwd";
   check_float(x, op, "input");
   if (w) check_like(x, *w, op, "weight");
@@ -210,7 +210,7 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& x, const L
   check_in_bounds(g, lg, op);
   check_stats(x, rstd, rows_of(lx), op, "rstd", "row");
   check_opt_param(x, w, lw, last_dim(lx), op, "weight");
-  return Kernels<RmsNormBwd>::of(x)(x, lx, w, w ? lw : nullptr, rstd, g, lg);
+  return Kernels<RmsNormBwd>::of(x)(x, lx, w, w ? lw : nullptr, rstd, g, lg, want_params && w);
 }
 
 std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStorage& x, const Layout& lx,
@@ -230,7 +230,8 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStora
 std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStorage& x, const Layout& lx,
                                                               const BackendStorage* w, const Layout* lw,
                                                               const BackendStorage& mean, const BackendStorage& rstd,
-                                                              const BackendStorage& g, const Layout& lg) {
+                                                              const BackendStorage& g, const Layout& lg,
+                                                              bool want_params) {
   const char* op = "layer_norm_bwd";
   check_float(x, op, "input");
   if (w) check_like(x, *w, op, "weight");
@@ -242,7 +243,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStora
   check_stats(x, mean, rows_of(lx), op, "mean and rstd", "row");
   check_stats(x, rstd, rows_of(lx), op, "mean and rstd", "row");
   check_opt_param(x, w, lw, last_dim(lx), op, "weight");
-  return Kernels<LayerNormBwd>::of(x)(x, lx, w, w ? lw : nullptr, mean, rstd, g, lg);
+  return Kernels<LayerNormBwd>::of(x)(x, lx, w, w ? lw : nullptr, mean, rstd, g, lg, want_params && w);
 }
 
 // (n, c) of a group norm input, with groups dividing c.

@@ -19,19 +19,20 @@ StoragePtr softmax_bwd(const BackendStorage& y, const Layout& ly, const BackendS
 // w: (n,) with n = x's last dim, or null (ones). Returns (y, rstd: one stats-dtype value per row).
 std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& x, const Layout& lx, const BackendStorage* w,
                                                 const Layout* lw, double eps);
-// Returns (dx, dw); dw is nullptr when w is absent.
+// Returns (dx, dw); dw is nullptr when w is absent or want_params is false (its sums are then skipped).
 std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& x, const Layout& lx, const BackendStorage* w,
                                                 const Layout* lw, const BackendStorage& rstd,
-                                                const BackendStorage& g, const Layout& lg);
+                                                const BackendStorage& g, const Layout& lg, bool want_params = true);
 // w, b optional (ones / zeros; a storage needs its layout). Returns (y, mean, rstd).
 std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStorage& x, const Layout& lx,
                                                               const BackendStorage* w, const Layout* lw,
                                                               const BackendStorage* b, const Layout* lb, double eps);
-// Returns (dx, dw, db); dw and db are nullptr when w is absent.
+// Returns (dx, dw, db); dw and db are nullptr when w is absent or want_params is false (sums skipped).
 std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStorage& x, const Layout& lx,
                                                               const BackendStorage* w, const Layout* lw,
                                                               const BackendStorage& mean, const BackendStorage& rstd,
-                                                              const BackendStorage& g, const Layout& lg);
+                                                              const BackendStorage& g, const Layout& lg,
+                                                              bool want_params = true);
 // x (n, c, ...), groups dividing c, w and b (c,) optional. Returns (y, mean, rstd: (n, groups), stats dtype).
 std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const BackendStorage& x, const Layout& lx,
                                                               int64_t groups, const BackendStorage* w,

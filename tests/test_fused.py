@@ -396,3 +396,66 @@ def test_sdpa_nan_propagates_as_torch(lq, lk):
         case(q, k, v, scale=scale)
         if lq == lk or lq == 1:
             case(q, k, v, scale=scale, causal=lq == lk)
+
+
+# A frozen norm (constant weight and/or bias) gets no parameter gradient, and the kernel skips their sums; the
+# input's gradient is the same either way.
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("frozen", ["w", "b", "wb"])
+@pytest.mark.parametrize("n", [3, 1000])
+def test_layer_norm_frozen_params(dt, frozen, n):
+    rng = np.random.default_rng(n + 7)
+    eb, ex, tb, tx = pair(rng.standard_normal((6, n)) + 0.5, dt, "offset")
+    ew, _, tw, _ = pair(rng.standard_normal(n), dt)
+    ebias, _, tbias, _ = pair(rng.standard_normal(n), dt)
+    if "w" in frozen:
+        ew, tw = em.tensor(ew.detach()), tw.detach()
+    if "b" in frozen:
+        ebias, tbias = em.tensor(ebias.detach()), tbias.detach()
+    ye = ops.layer_norm(ex, ew, ebias, 1e-5)
+    yt = torch.nn.functional.layer_norm(tx, (n,), tw, tbias, 1e-5)
+    learn = [(e, t) for e, t, name in ((eb, tb, "x"), (ew, tw, "w"), (ebias, tbias, "b")) if name not in frozen]
+    ges, tgs = grads(ye, yt, [e for e, _ in learn], [t for _, t in learn])
+    for a, b in zip(ges, tgs):
+        check(a, b, dt, 4)
+    g = em.tensor(np.ones((6, n)), dtype=dt)
+    store = (ye * g).sum().backward()
+    assert store.get(ew) is None or "w" not in frozen
+    assert store.get(ebias) is None or "b" not in frozen
+
+
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+def test_rms_norm_frozen_weight(dt):
+    rng = np.random.default_rng(11)
+    eb, ex, tb, tx = pair(rng.standard_normal((4, 33)), dt, "transposed")
+    _, _, tw, _ = pair(rng.standard_normal(33), dt)
+    ew = em.tensor(tw.detach().numpy(), dtype=dt)
+    ye, yt = ops.rms_norm(ex, ew, 1e-5), torch.nn.functional.rms_norm(tx, (33,), tw.detach(), 1e-5)
+    (gx,), (tgx,) = grads(ye, yt, [eb], [tb])
+    check(gx, tgx, dt, 4)
+
+
+@pytest.mark.parametrize("op", ["rms_norm", "layer_norm"])
+def test_norm_bwd_kernel_without_param_grads(op):
+    """want_params=False: no dw/db storages, and dx bit-identical to the one computed beside them."""
+    rng = np.random.default_rng(5)
+    x = em.tensor(rng.standard_normal((9, 130)), dtype=WIDE)
+    w = em.tensor(rng.standard_normal(130), dtype=WIDE)
+    g = em.tensor(rng.standard_normal((9, 130)), dtype=WIDE)
+    F = em._C.fused
+    if op == "rms_norm":
+        _, rstd = F.rms_norm_fwd(x._storage, x._layout, w._storage, w._layout, 1e-5)
+        full = F.rms_norm_bwd(x._storage, x._layout, w._storage, w._layout, rstd, g._storage, g._layout)
+        lean = F.rms_norm_bwd(x._storage, x._layout, w._storage, w._layout, rstd, g._storage, g._layout, False)
+    else:
+        _, mean, rstd = F.layer_norm_fwd(x._storage, x._layout, w._storage, w._layout, None, None, 1e-5)
+        args = (x._storage, x._layout, w._storage, w._layout, mean, rstd, g._storage, g._layout)
+        full, lean = F.layer_norm_bwd(*args), F.layer_norm_bwd(*args, want_params=False)
+    assert all(s is not None for s in full) and all(s is None for s in lean[1:])
+    np.testing.assert_array_equal(_dense(lean[0], x), _dense(full[0], x))
+
+
+def _dense(storage, like):
+    """A kernel's dense result storage as a numpy array shaped like `like`."""
+    from ember.kernel_result import dense_like
+    return as_np(dense_like(storage, like.shape, like))

@@ -357,7 +357,7 @@ std::tuple<Sto, Sto> rms_norm_fwd(const BackendStorage& xs, const Layout& lx, co
 
 std::tuple<Sto, Sto> rms_norm_bwd(const BackendStorage& xs, const Layout& lx, const BackendStorage* w,
                                   const Layout* lw, const BackendStorage& rstds, const BackendStorage& gs,
-                                  const Layout& lg) {
+                                  const Layout& lg, bool want_params) {
   const CpuStorage &x = as_cpu(xs), &rstd = as_cpu(rstds), &g = as_cpu(gs);
   Rows rx(x, lx), rg(g, lg);
   const DType sdt = stats_dtype(x.dtype());
@@ -365,12 +365,12 @@ std::tuple<Sto, Sto> rms_norm_bwd(const BackendStorage& xs, const Layout& lx, co
   std::vector<char> wt;
   const void* wp = ln_param(w, lw, n, x.dtype(), 1.0, wt);
   auto dx = new_cpu(x.dtype(), lx.numel());
-  auto dw = new_cpu(x.dtype(), n);
   const int64_t maxc = max_chunks();
   // Per-chunk dw partials from the caching allocator (a fresh std::vector of MBs is fresh pages to
-  // fault in and zero on every call); each chunk zeroes its own slice, in its own cache.
-  auto parts_sto = new_cpu(sdt, maxc * n);
-  char* parts = (char*)parts_sto->raw();
+  // fault in and zero on every call); each chunk zeroes its own slice, in its own cache. None (and no
+  // sums in the kernel) when dw is not wanted.
+  auto parts_sto = want_params ? new_cpu(sdt, maxc * n) : nullptr;
+  char* parts = parts_sto ? (char*)parts_sto->raw() : nullptr;
   auto fn = fused_kernels().rms_bwd[fi(x.dtype())];
   char* ob = (char*)dx->raw();
   const char* sb = (const char*)rstd.raw();
@@ -378,8 +378,8 @@ std::tuple<Sto, Sto> rms_norm_bwd(const BackendStorage& xs, const Layout& lx, co
   int64_t nc = 0;
   if (lx.numel() > 0)
     nc = run_chunks(rx.nrows, n, maxc, [&](int64_t r0, int64_t r1, int64_t c) {
-      void* acc = parts + c * n * ssz;
-      std::memset(acc, 0, n * ssz);
+      void* acc = parts ? parts + c * n * ssz : nullptr;
+      if (acc) std::memset(acc, 0, n * ssz);
       if (rx.dense_rows() && rg.dense_rows())
         return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, sb + r0 * ssz, rg.at(rg.off + r0 * rg.ld()), rg.ld(),
                   ob + r0 * n * isz, acc, r1 - r0, n, nt);
@@ -387,8 +387,9 @@ std::tuple<Sto, Sto> rms_norm_bwd(const BackendStorage& xs, const Layout& lx, co
       for (int64_t r = r0; r < r1; ++r)
         fn(rx.row(r, t1), n, wp, sb + r * ssz, rg.row(r, t2), n, ob + r * n * isz, acc, 1, n, nt);
     });
+  if (!want_params) return {dx, nullptr};
   if (nc == 0) std::memset(parts, 0, n * ssz);
-  if (!w) return {dx, nullptr};
+  auto dw = new_cpu(x.dtype(), n);
   reduce_partials(parts, std::max<int64_t>(nc, 1), n, x.dtype(), dw->raw());
   return {dx, dw};
 }
@@ -426,7 +427,8 @@ std::tuple<Sto, Sto, Sto> layer_norm_fwd(const BackendStorage& xs, const Layout&
 
 std::tuple<Sto, Sto, Sto> layer_norm_bwd(const BackendStorage& xs, const Layout& lx, const BackendStorage* w,
                                          const Layout* lw, const BackendStorage& means,
-                                         const BackendStorage& rstds, const BackendStorage& gs, const Layout& lg) {
+                                         const BackendStorage& rstds, const BackendStorage& gs, const Layout& lg,
+                                         bool want_params) {
   const CpuStorage &x = as_cpu(xs), &mean = as_cpu(means), &rstd = as_cpu(rstds), &g = as_cpu(gs);
   Rows rx(x, lx), rg(g, lg);
   const DType sdt = stats_dtype(x.dtype());
@@ -434,12 +436,11 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const BackendStorage& xs, const Layout&
   std::vector<char> wt;
   const void* wp = ln_param(w, lw, n, x.dtype(), 1.0, wt);
   auto dx = new_cpu(x.dtype(), lx.numel());
-  auto dw = new_cpu(x.dtype(), n);
-  auto db = new_cpu(x.dtype(), n);
   const int64_t maxc = max_chunks();
-  auto pw_sto = new_cpu(sdt, maxc * n), pb_sto = new_cpu(sdt, maxc * n);  // see rms_norm_bwd
-  char* pw = (char*)pw_sto->raw();
-  char* pb = (char*)pb_sto->raw();
+  decltype(new_cpu(sdt, 0)) pw_sto, pb_sto;  // see rms_norm_bwd
+  if (want_params) pw_sto = new_cpu(sdt, maxc * n), pb_sto = new_cpu(sdt, maxc * n);
+  char* pw = pw_sto ? (char*)pw_sto->raw() : nullptr;
+  char* pb = pb_sto ? (char*)pb_sto->raw() : nullptr;
   auto fn = fused_kernels().ln_bwd[fi(x.dtype())];
   char* ob = (char*)dx->raw();
   const char* mb = (const char*)mean.raw();
@@ -448,10 +449,9 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const BackendStorage& xs, const Layout&
   int64_t nc = 0;
   if (lx.numel() > 0)
     nc = run_chunks(rx.nrows, n, maxc, [&](int64_t r0, int64_t r1, int64_t c) {
-      void* aw = pw + c * n * ssz;
-      void* ab = pb + c * n * ssz;
-      std::memset(aw, 0, n * ssz);
-      std::memset(ab, 0, n * ssz);
+      void* aw = pw ? pw + c * n * ssz : nullptr;
+      void* ab = pb ? pb + c * n * ssz : nullptr;
+      if (aw) std::memset(aw, 0, n * ssz), std::memset(ab, 0, n * ssz);
       if (rx.dense_rows() && rg.dense_rows())
         return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, mb + r0 * ssz, sb + r0 * ssz,
                   rg.at(rg.off + r0 * rg.ld()), rg.ld(), ob + r0 * n * isz, aw, ab, r1 - r0, n, nt);
@@ -459,8 +459,9 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const BackendStorage& xs, const Layout&
       for (int64_t r = r0; r < r1; ++r)
         fn(rx.row(r, t1), n, wp, mb + r * ssz, sb + r * ssz, rg.row(r, t2), n, ob + r * n * isz, aw, ab, 1, n, nt);
     });
+  if (!want_params) return {dx, nullptr, nullptr};
   if (nc == 0) std::memset(pw, 0, n * ssz), std::memset(pb, 0, n * ssz);
-  if (!w) return {dx, nullptr, nullptr};
+  auto dw = new_cpu(x.dtype(), n), db = new_cpu(x.dtype(), n);
   reduce_partials(pw, std::max<int64_t>(nc, 1), n, x.dtype(), dw->raw());
   reduce_partials(pb, std::max<int64_t>(nc, 1), n, x.dtype(), db->raw());
   return {dx, dw, db};

@@ -21,6 +21,7 @@ using SoftmaxBwdFn = void (*)(const void* y, int64_t ldy, const void* g, int64_t
 using RmsFwdFn = void (*)(const void* x, int64_t ldx, const void* w, void* y, void* rstd, int64_t rows,
                           int64_t n, double eps, bool nt);
 // dw_acc: S[n] accumulator (+= g*x*rstd).
+// dw_acc (and db_acc) may be null: no parameter gradient is wanted, and their sums are skipped.
 using RmsBwdFn = void (*)(const void* x, int64_t ldx, const void* w, const void* rstd, const void* g,
                           int64_t ldg, void* dx, void* dw_acc, int64_t rows, int64_t n, bool nt);
 // w, b may be null (treated as ones / zeros).

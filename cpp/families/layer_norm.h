@@ -16,14 +16,15 @@ struct LayerNormFwd {
                                                                 double eps);
 };
 
-// Backward, g: y's gradient. Returns (dx, dw, db); dw and db are null when w is absent.
+// Backward, g: y's gradient. Returns (dx, dw, db); dw and db are null when w is absent or `want_params` is
+// false (no gradient is wanted for them: the kernel then skips their sums).
 struct LayerNormBwd {
   static constexpr const char* kName = "layer_norm_bwd";
   using Fn = std::tuple<StoragePtr, StoragePtr, StoragePtr> (*)(const BackendStorage& x, const Layout& l,
                                                                 const BackendStorage* w, const Layout* lw,
                                                                 const BackendStorage& mean,
                                                                 const BackendStorage& rstd, const BackendStorage& g,
-                                                                const Layout& lg);
+                                                                const Layout& lg, bool want_params);
 };
 
 }  // namespace ember

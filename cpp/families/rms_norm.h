@@ -14,12 +14,13 @@ struct RmsNormFwd {
                                                     const Layout* lw, double eps);
 };
 
-// Backward, g: y's gradient. Returns (dx, dw); dw is null when w is absent.
+// Backward, g: y's gradient. Returns (dx, dw); dw is null when w is absent or `want_params` is false (no
+// gradient is wanted for w: the kernel then skips its sums).
 struct RmsNormBwd {
   static constexpr const char* kName = "rms_norm_bwd";
   using Fn = std::tuple<StoragePtr, StoragePtr> (*)(const BackendStorage& x, const Layout& l, const BackendStorage* w,
                                                     const Layout* lw, const BackendStorage& rstd,
-                                                    const BackendStorage& g, const Layout& lg);
+                                                    const BackendStorage& g, const Layout& lg, bool want_params);
 };
 
 }  // namespace ember

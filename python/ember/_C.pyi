@@ -160,13 +160,14 @@ class fused:
                      eps: float) -> Tuple[Storage, Storage]: ...
     @staticmethod
     def rms_norm_bwd(x: Storage, lx: Layout, w: Optional[Storage], lw: Optional[Layout], rstd: Storage, g: Storage,
-                     lg: Layout) -> Tuple[Storage, Optional[Storage]]: ...  # dw None without w
+                     lg: Layout, want_params: bool = True) -> Tuple[Storage, Optional[Storage]]: ...  # dw None without w or want_params
     @staticmethod
     def layer_norm_fwd(x: Storage, lx: Layout, w: Optional[Storage], lw: Optional[Layout], b: Optional[Storage],
                        lb: Optional[Layout], eps: float) -> Tuple[Storage, Storage, Storage]: ...
     @staticmethod
     def layer_norm_bwd(x: Storage, lx: Layout, w: Optional[Storage], lw: Optional[Layout], mean: Storage,
-                       rstd: Storage, g: Storage, lg: Layout) -> Tuple[Storage, Optional[Storage], Optional[Storage]]: ...  # dw, db None without w
+                       rstd: Storage, g: Storage, lg: Layout, want_params: bool = True
+                       ) -> Tuple[Storage, Optional[Storage], Optional[Storage]]: ...  # dw, db None without w or want_params
     @staticmethod
     def group_norm_fwd(x: Storage, lx: Layout, groups: int, w: Optional[Storage], lw: Optional[Layout],
                        b: Optional[Storage], lb: Optional[Layout], eps: float) -> Tuple[Storage, Storage, Storage]: ...

@@ -3,10 +3,11 @@ from __future__ import annotations
 
 from . import _C
 from . import dtypes as _dt
-from .cuda_kernel import Kernel, cache_info, nvrtc_library
+from .cuda_kernel import Kernel, _register_libraries, cache_info, cublas_library, nvrtc_library
 from .errors import DeviceError, EmberValueError
 
-__all__ = ["backend", "device_count", "synchronize", "describe", "Kernel", "cache_info", "nvrtc_library"]
+__all__ = ["backend", "device_count", "synchronize", "describe", "Kernel", "cache_info", "nvrtc_library",
+           "cublas_library"]
 
 
 def backend():
@@ -93,3 +94,4 @@ def _empty(n, dtype, device=None):
 
 
 _C.CudaStorage.empty = staticmethod(_empty)
+_register_libraries()

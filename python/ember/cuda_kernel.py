@@ -11,11 +11,26 @@ import numpy as np
 from . import _C
 from .errors import EmberTypeError, EmberValueError
 
-__all__ = ["Kernel", "cache_info", "nvrtc_library"]
+__all__ = ["Kernel", "cache_info", "nvrtc_library", "cublas_library"]
 
 _OPTION_PREFIXES = ("-D", "-U")
 _NVRTC_PACKAGES = ("nvidia-cuda-nvrtc", "nvidia-cuda-nvrtc-cu12")
-_nvrtc_path = None
+_CUBLAS_PACKAGES = ("nvidia-cublas", "nvidia-cublas-cu12")
+_found = {}
+
+
+def _find_library(packages, prefix):
+    """The absolute path of the shared library named ``prefix``* among the installed files of the first of
+    ``packages`` found on sys.path (its wheel's RECORD lists them), or None."""
+    for base in map(pathlib.Path, sys.path):
+        for pkg in packages:
+            for record in sorted(base.glob(pkg.replace("-", "_") + "-*.dist-info/RECORD")):
+                libs = sorted(base / row.split(",")[0] for row in record.read_text().splitlines()
+                              if pathlib.PurePosixPath(row.split(",")[0]).name.startswith(prefix)
+                              and "builtins" not in row)
+                if libs and libs[0].is_file():
+                    return str(libs[0].resolve())
+    return None
 
 
 def nvrtc_library():
@@ -29,20 +44,41 @@ def nvrtc_library():
     Raises:
         EmberValueError: neither package is installed (the message names the one to install).
     """
-    global _nvrtc_path
-    if _nvrtc_path is None:
-        for base in map(pathlib.Path, sys.path):
-            for pkg in _NVRTC_PACKAGES:  # the installed wheel's RECORD lists its files
-                for record in sorted(base.glob(pkg.replace("-", "_") + "-*.dist-info/RECORD")):
-                    libs = sorted(base / row.split(",")[0] for row in record.read_text().splitlines()
-                                  if pathlib.PurePosixPath(row.split(",")[0]).name.startswith("libnvrtc.so")
-                                  and "builtins" not in row)
-                    if libs and libs[0].is_file():
-                        _nvrtc_path = str(libs[0].resolve())
-                        return _nvrtc_path
-        raise EmberValueError("[cuda] NVRTC is not installed: pip install nvidia-cuda-nvrtc "
-                              "(or pip install 'ember[cuda]')")
-    return _nvrtc_path
+    if _found.get("nvrtc") is None:
+        _found["nvrtc"] = _find_library(_NVRTC_PACKAGES, "libnvrtc.so")
+        if _found["nvrtc"] is None:
+            raise EmberValueError("[cuda] NVRTC is not installed: pip install nvidia-cuda-nvrtc "
+                                  "(or pip install 'ember[cuda]')")
+    return _found["nvrtc"]
+
+
+def cublas_library():
+    """The cuBLAS shared library of the installed ``nvidia-cublas`` package (13.x), or its ``-cu12`` variant.
+
+    matmul on an NVIDIA GPU runs through it (ember's own kernel runs under the emulator). Found among the
+    package's installed files, never at a hard-coded path.
+
+    Returns:
+        str: the library's absolute path.
+
+    Raises:
+        EmberValueError: neither package is installed (the message names the one to install).
+    """
+    if _found.get("cublas") is None:
+        _found["cublas"] = _find_library(_CUBLAS_PACKAGES, "libcublas.so")
+        if _found["cublas"] is None:
+            raise EmberValueError("[cuda] cuBLAS is not installed: pip install nvidia-cublas "
+                                  "(or pip install 'ember[cuda]')")
+    return _found["cublas"]
+
+
+def _register_libraries():
+    """Tells the core where NVRTC and cuBLAS are (when installed), for ember's own kernels on a GPU."""
+    for find, setter in ((nvrtc_library, _C._cuda_set_nvrtc_library), (cublas_library, _C._cuda_set_cublas_library)):
+        try:
+            setter(find())
+        except EmberValueError:
+            pass  # the first use on a GPU raises, naming the package
 
 
 def _dims(v, what, least):

@@ -8,6 +8,7 @@
 
 #include "common.h"
 #include "cuda/adapter.h"
+#include "cuda/cublas.h"
 #include "cuda/cuda_source.h"
 #include "cuda/cuda_storage.h"
 #include "cuda/device.h"
@@ -177,6 +178,9 @@ void bind_cuda(py::module_& m) {
     return cuda::nvrtc_ptx(library, source, label, options, arch);
   }, py::arg("library"), py::arg("source"), py::arg("label"), py::arg("options"), py::arg("arch"));
   m.def("_cuda_nvrtc_version", &cuda::nvrtc_version, py::arg("library"));
+  m.def("_cuda_set_cublas_library", &cuda::set_cublas_library, py::arg("path"));
+  m.def("_cuda_cublas_check", &cuda::cublas_check, py::arg("path"),
+        "Loads cuBLAS from path and resolves ember's entry points (no GPU needed): '' or why not.");
 }
 
 }  // namespace ember::bind

@@ -87,9 +87,11 @@ void bind_fused(py::module_& m) {
         [](S x, L lx, SP w, const Layout* lw, double eps) { return fz::rms_norm_fwd(x, lx, w, lw, eps); },
         py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("eps"), G());
   f.def("rms_norm_bwd",
-        [](S x, L lx, SP w, const Layout* lw, S rstd, S g, L lg) { return fz::rms_norm_bwd(x, lx, w, lw, rstd, g, lg); },
+        [](S x, L lx, SP w, const Layout* lw, S rstd, S g, L lg, bool want_params) {
+          return fz::rms_norm_bwd(x, lx, w, lw, rstd, g, lg, want_params);
+        },
         py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("rstd"), py::arg("g"),
-        py::arg("lg"), G());
+        py::arg("lg"), py::arg("want_params") = true, G());
   f.def("layer_norm_fwd",
         [](S x, L lx, SP w, const Layout* lw, SP b, const Layout* lb, double eps) {
           return fz::layer_norm_fwd(x, lx, w, lw, b, lb, eps);
@@ -97,11 +99,11 @@ void bind_fused(py::module_& m) {
         py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("b").none(true),
         py::arg("lb").none(true), py::arg("eps"), G());
   f.def("layer_norm_bwd",
-        [](S x, L lx, SP w, const Layout* lw, S mean, S rstd, S g, L lg) {
-          return fz::layer_norm_bwd(x, lx, w, lw, mean, rstd, g, lg);
+        [](S x, L lx, SP w, const Layout* lw, S mean, S rstd, S g, L lg, bool want_params) {
+          return fz::layer_norm_bwd(x, lx, w, lw, mean, rstd, g, lg, want_params);
         },
         py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("mean"),
-        py::arg("rstd"), py::arg("g"), py::arg("lg"), G());
+        py::arg("rstd"), py::arg("g"), py::arg("lg"), py::arg("want_params") = true, G());
   f.def("group_norm_fwd",
         [](S x, L lx, int64_t groups, SP w, const Layout* lw, SP b, const Layout* lb, double eps) {
           return fz::group_norm_fwd(x, lx, groups, w, lw, b, lb, eps);

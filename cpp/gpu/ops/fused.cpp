@@ -281,13 +281,13 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& xs, const 
 
 std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& xs, const Layout& l, const BackendStorage* w,
                                                 const Layout* lw, const BackendStorage& rstd, const BackendStorage& g,
-                                                const Layout& lg) {
+                                                const Layout& lg, bool want_params) {
   const char* op = "rms_norm_bwd";
   const GpuStorage& x = as_gpu(xs);
   GpuDevice& dev = x.gpu_device();
   const int64_t n = row_len(l), rows = row_count(l);
   auto dx = new_storage(dev, x.dtype(), l.numel(), op);
-  GpuStoragePtr dw = w ? new_storage(dev, x.dtype(), n, op) : nullptr;
+  GpuStoragePtr dw = want_params ? new_storage(dev, x.dtype(), n, op) : nullptr;
   RowOperand rx(x, l), rg(as_gpu(g), lg);
   NormArgs a;
   a.x = rx.rl;
@@ -307,7 +307,7 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& xs, const 
         .scalar(a)
         .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
   }
-  if (w) norm_params(dev, op, rx, rg, nullptr, as_gpu(rstd), a, *dw, nullptr);
+  if (dw) norm_params(dev, op, rx, rg, nullptr, as_gpu(rstd), a, *dw, nullptr);
   return {dx, dw};
 }
 
@@ -349,14 +349,15 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStora
 std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStorage& xs, const Layout& l,
                                                               const BackendStorage* w, const Layout* lw,
                                                               const BackendStorage& mean, const BackendStorage& rstd,
-                                                              const BackendStorage& g, const Layout& lg) {
+                                                              const BackendStorage& g, const Layout& lg,
+                                                              bool want_params) {
   const char* op = "layer_norm_bwd";
   const GpuStorage& x = as_gpu(xs);
   GpuDevice& dev = x.gpu_device();
   const int64_t n = row_len(l), rows = row_count(l);
   auto dx = new_storage(dev, x.dtype(), l.numel(), op);
   GpuStoragePtr dw, db;
-  if (w) {
+  if (want_params) {  // the seam passes it false without w
     dw = new_storage(dev, x.dtype(), n, op);
     db = new_storage(dev, x.dtype(), n, op);
   }
@@ -380,7 +381,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStora
         .scalar(a)
         .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
   }
-  if (w) norm_params(dev, op, rx, rg, &as_gpu(mean), as_gpu(rstd), a, *dw, db.get());
+  if (dw) norm_params(dev, op, rx, rg, &as_gpu(mean), as_gpu(rstd), a, *dw, db.get());
   return {dx, dw, db};
 }
 

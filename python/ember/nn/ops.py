@@ -16,7 +16,7 @@ import numpy as np
 from .. import _C
 from ..activation import Activation
 from ..args import bool_arg, float_arg, i64_arg, int_arg
-from ..backprop import is_grad_enabled, tracks
+from ..backprop import is_grad_enabled, needs_grad, tracks
 from ..creation import arange, full, tensor
 from ..custom_op import CustomOp1, CustomOp2, CustomOp3
 from ..errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, ShapeError
@@ -127,9 +127,10 @@ class _RmsNorm(_RmsNormBase, CustomOp2):
         return y, xl.shape
 
     def bwd_kernel(self, x, w, y, g):
+        # a constant weight (a frozen norm) gets no gradient: the kernel then skips dw's sums
         dx, dw = _F.rms_norm_bwd(x._storage, x._layout, w._storage, w._layout, self.rstd, g._storage,
-                                 g._layout)
-        return _out(dx, x.shape, x), _out(dw, w.shape, w)
+                                 g._layout, needs_grad(w))
+        return _out(dx, x.shape, x), None if dw is None else _out(dw, w.shape, w)
 
 
 class _RmsNormNoWeight(_RmsNormBase, CustomOp1):
@@ -199,14 +200,15 @@ class _LayerNormBase(FusedOp):
             y = y * params[0]
         return y + params[-1] if self.has_b else y
 
-    def _grads(self, x, w, g):
-        """(dx, dw or None, db or None) from the fused kernel."""
+    def _grads(self, x, w, g, want_w, want_b):
+        """(dx, dw or None, db or None) from the fused kernel: dw only when want_w, db only when want_b
+        (the kernel skips the parameters' sums when neither is wanted, e.g. a frozen norm)."""
         dx, dw, db = _F.layer_norm_bwd(x._storage, x._layout, None if w is None else w._storage,
                                        None if w is None else w._layout, self.mean, self.rstd,
-                                       g._storage, g._layout)
+                                       g._storage, g._layout, want_w or want_b)
         dx = _out(dx, x.shape, x)
-        dw = None if dw is None else _out(dw, w.shape, w)
-        if not self.has_b:
+        dw = None if dw is None or not want_w else _out(dw, w.shape, w)
+        if not (self.has_b and want_b):
             db = None
         else:  # the kernel sums g for db only beside dw
             db = _out(db, (x.shape[-1],), x) if db is not None else _sum_leading(g)
@@ -218,7 +220,7 @@ class _LayerNorm(_LayerNormBase, CustomOp3):
         return self._fwd(xs, xl, ws, wl, bs, bl)
 
     def bwd_kernel(self, x, w, b, y, g):
-        return self._grads(x, w, g)
+        return self._grads(x, w, g, needs_grad(w), needs_grad(b))
 
 
 class _LayerNormX(_LayerNormBase, CustomOp1):
@@ -226,7 +228,7 @@ class _LayerNormX(_LayerNormBase, CustomOp1):
         return self._fwd(xs, xl)
 
     def bwd_kernel(self, x, y, g):
-        return self._grads(x, None, g)[0]
+        return self._grads(x, None, g, False, False)[0]
 
 
 class _LayerNormXP(_LayerNormBase, CustomOp2):
@@ -234,7 +236,8 @@ class _LayerNormXP(_LayerNormBase, CustomOp2):
         return self._fwd(xs, xl, ps, pl)
 
     def bwd_kernel(self, x, p, y, g):
-        dx, dw, db = self._grads(x, p if self.has_w else None, g)
+        want = needs_grad(p)
+        dx, dw, db = self._grads(x, p if self.has_w else None, g, want and self.has_w, want and self.has_b)
         return dx, (dw if self.has_w else db)
 
 
