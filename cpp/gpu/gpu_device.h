@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "backend.h"
+#include "device.h"  // MemoryStats (cpp/device.h: gpu/ has no device.h of its own)
 #include "gpu/types.h"
 
 namespace ember::gpu {
@@ -66,8 +67,11 @@ class GpuDevice {
   virtual Device device() const = 0;
   // "Metal", "CUDA": the API's name in messages.
   virtual const char* api_name() const = 0;
+  virtual std::string describe() const = 0;  // "metal:0 (emulator, ember MSL emulator (CPU))"
 
-  // Throws "[op] <dtype> is not supported on <kind>" (DType) when the device's kernels cannot hold dt.
+  // Whether the device's kernels hold dt; check_dtype throws "[op] <dtype> is not supported on <kind>"
+  // (DType) when they do not.
+  virtual bool holds(DType dt) const = 0;
   virtual void check_dtype(DType dt, const char* op) const = 0;
   // A storage of `numel` elements of dt from the pool (contents unspecified); refuses a dtype the device
   // does not hold and reports running out of memory as op's error.
@@ -92,6 +96,12 @@ class GpuDevice {
   virtual void encode(DispatchDesc&& d) = 0;
   // Waits for all encoded work; a kernel's fault since the last synchronize raises here, once.
   virtual void synchronize() = 0;
+
+  // The pool's bytes in use, cached, the peak and the cache limit (em.memory_stats), and its controls.
+  virtual MemoryStats memory_stats() const = 0;
+  virtual void reset_peak_memory() = 0;
+  virtual void empty_cache() = 0;
+  virtual void set_cache_limit(size_t bytes) = 0;
 
  protected:
   friend struct Buffer;

@@ -78,7 +78,7 @@ MetalDevice::MetalDevice(Adapter& adapter, int index)
       index_(index),
       // Limits as MLX's: the pool may hold 1.5x the recommended working set; the cache as much.
       pool_([this](size_t n) { return adapter_.new_buffer(n); }, [this](BufferHandle h) { adapter_.release(h); },
-            adapter.recommended_working_set_size() / 2 * 3, adapter.recommended_working_set_size() / 2 * 3),
+            adapter.recommended_working_set_size() / 2 * 3, adapter.recommended_working_set_size() / 2 * 3, 16384, "metal"),
       policy_(policy::CommitPolicy::from_env()) {}
 
 MetalDevice::~MetalDevice() {
@@ -95,7 +95,7 @@ std::string MetalDevice::describe() const {
 }
 
 void MetalDevice::check_dtype(DType dt, const char* op) const {
-  EMBER_CHECK(dt != DType::F64, DType, "[", op, "] float64 is not supported on metal (Metal has no 64-bit float)");
+  EMBER_CHECK(holds(dt), DType, "[", op, "] float64 is not supported on metal (Metal has no 64-bit float)");
 }
 
 std::shared_ptr<gpu::GpuStorage> MetalDevice::new_storage(DType dt, int64_t numel, const char* op) {
@@ -244,6 +244,16 @@ void MetalDevice::empty_cache() { pool_.empty_cache(); }
 void MetalDevice::set_cache_limit(size_t bytes) { pool_.set_cache_limit(bytes); }
 void MetalDevice::set_memory_limit(size_t bytes) { pool_.set_memory_limit(bytes); }
 void MetalDevice::reset_peak_memory() { pool_.reset_peak(); }
+
+MemoryStats MetalDevice::memory_stats() const {
+  const auto p = pool_.stats();
+  MemoryStats m;
+  m.allocated = p.active_bytes;
+  m.cached = p.cached_bytes;
+  m.peak = p.peak_bytes;
+  m.cache_limit = p.cache_limit;
+  return m;
+}
 
 DeviceStats MetalDevice::stats() const {
   const auto p = pool_.stats();

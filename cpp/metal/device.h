@@ -15,10 +15,10 @@
 #include "backend.h"
 #include "gpu/gpu_device.h"
 #include "metal/adapter.h"
-#include "metal/policy/buffer_pool.h"
+#include "gpu/buffer_pool.h"
+#include "gpu/pipeline_cache.h"
 #include "metal/policy/commit_policy.h"
 #include "metal/policy/hazard_tracker.h"
-#include "metal/policy/pipeline_cache.h"
 
 namespace ember::metal {
 
@@ -51,9 +51,10 @@ class MetalDevice final : public gpu::GpuDevice {
   Adapter& adapter() { return adapter_; }
   Device device() const override { return Device{DeviceKind::Metal, index_}; }
   const char* api_name() const override { return "Metal"; }
-  std::string describe() const;  // "metal:0 (emulator, ember MSL emulator (CPU))"
+  std::string describe() const override;  // "metal:0 (emulator, ember MSL emulator (CPU))"
 
-  // Throws "[op] float64 is not supported on metal" (DType) for F64: Metal has no 64-bit float.
+  // Every dtype but F64: Metal has no 64-bit float ("[op] float64 is not supported on metal", DType).
+  bool holds(DType dt) const override { return dt != DType::F64; }
   void check_dtype(DType dt, const char* op) const override;
   // A MetalStorage from the pool.
   std::shared_ptr<gpu::GpuStorage> new_storage(DType dt, int64_t numel, const char* op) override;
@@ -91,11 +92,12 @@ class MetalDevice final : public gpu::GpuDevice {
   // (an out-of-bounds access under the emulator, a GPU fault) raises its error here, once.
   void synchronize() override;
 
-  void empty_cache();
-  void set_cache_limit(size_t bytes);
+  void empty_cache() override;
+  void set_cache_limit(size_t bytes) override;
   void set_memory_limit(size_t bytes);
-  void reset_peak_memory();
+  void reset_peak_memory() override;
   DeviceStats stats() const;
+  MemoryStats memory_stats() const override;
 
  private:
   void release_buffer(void* h, size_t size) override { pool_.free(BufferHandle{h}, size); }
@@ -121,9 +123,9 @@ class MetalDevice final : public gpu::GpuDevice {
 
   Adapter& adapter_;
   int index_;
-  policy::BufferPool<BufferHandle> pool_;
-  policy::PipelineCache<LibraryHandle> libraries_;  // one per source (keyed by its hash alone)
-  policy::PipelineCache<PipelineHandle> pipelines_;
+  gpu::BufferPool<BufferHandle> pool_;
+  gpu::PipelineCache<LibraryHandle> libraries_;  // one per source (keyed by its hash alone)
+  gpu::PipelineCache<PipelineHandle> pipelines_;
 
   mutable std::mutex mu_;  // encoding, committing, waiting
   policy::CommitPolicy policy_;
