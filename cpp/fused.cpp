@@ -8,65 +8,16 @@
 #include <string>
 
 #include "families/act_bwd.h"
-#include "families/batch_norm.h"
+#include "families/checks.h"
 #include "families/cross_entropy.h"
-#include "families/group_norm.h"
-#include "families/layer_norm.h"
 #include "families/optim.h"
-#include "families/rms_norm.h"
 #include "families/rope.h"
 #include "families/sdpa.h"
-#include "families/softmax.h"
 #include "registry.h"
 #include "storage.h"
 
 namespace ember::fused {
 namespace {
-
-void check_float(const BackendStorage& s, const char* op, const char* what) {
-  EMBER_CHECK(is_float(s.dtype()), DType, "[", op, "] expected a float ", what, ", got ", dtype_name(s.dtype()));
-}
-// `b` (named `what`) must be on a's device with a's dtype.
-void check_like(const BackendStorage& a, const BackendStorage& b, const char* op, const char* what) {
-  check_same_device(a, b, op);
-  EMBER_CHECK(a.dtype() == b.dtype(), DType, "[", op, "] ", what, " has dtype ", dtype_name(b.dtype()),
-              ", expected ", dtype_name(a.dtype()));
-}
-void check_grad_shape(const Layout& l, const Layout& lg, const char* op) {
-  EMBER_CHECK(l.shape() == lg.shape(), Shape, "[", op, "] grad shape ", shape_str(lg.shape()), " does not match ",
-              shape_str(l.shape()));
-}
-int64_t last_dim(const Layout& l) { return l.ndim() ? l.shape().back() : 1; }
-// The product of every dim but the last (saturating: a zero last dim leaves the others unchecked).
-int64_t rows_of(const Layout& l) {
-  int64_t r = 1;
-  for (int64_t d = 0; d + 1 < l.ndim(); ++d)
-    if (__builtin_mul_overflow(r, l.shape()[d], &r)) return INT64_MAX;
-  return r;
-}
-
-// A (n,) weight or bias of x's dtype on x's device, inside its storage.
-void check_param(const BackendStorage& x, const BackendStorage& p, const Layout& lp, int64_t n, const char* op,
-                 const char* what) {
-  EMBER_CHECK(lp.ndim() == 1 && lp.shape()[0] == n, Shape, "[", op, "] expected ", what, " of shape ",
-              shape_str({n}), ", got ", shape_str(lp.shape()));
-  check_in_bounds(p, lp, op);
-  check_same_device(x, p, op);
-}
-void check_opt_param(const BackendStorage& x, const BackendStorage* p, const Layout* lp, int64_t n, const char* op,
-                     const char* what) {
-  if (!p) return;
-  EMBER_CHECK(lp, Value, "[", op, "] ", what, " given without a layout");
-  check_param(x, *p, *lp, n, op, what);
-}
-// Saved statistics: `what` on x's device, one stats-dtype value per row.
-void check_stats(const BackendStorage& x, const BackendStorage& s, int64_t rows, const char* op, const char* what,
-                 const char* per) {
-  check_same_device(x, s, op);
-  const DType sdt = stats_dtype(x.dtype());
-  EMBER_CHECK(s.dtype() == sdt && s.numel() >= rows, Value, "[", op, "] ", what, " must hold one ",
-              dtype_name(sdt), " per ", per);
-}
 
 // The shape (B, H, L, D) and strides of a 3-D (B, L, D) or 4-D layout (H = 1, stride 0 for 3-D).
 void dims4(const Layout& l, const char* what, int64_t sh[4], int64_t st[4]) {
@@ -85,9 +36,9 @@ SdpaGeom check_sdpa(const SdpaArgs& a) {
   EMBER_CHECK(a.softcap == 0.0 || (std::isfinite(a.softcap) && a.softcap > 0.0), Value,
               "[sdpa] softcap must be positive and finite (0 for none), got ", a.softcap);
   const BackendStorage &q = *a.q, &k = *a.k, &v = *a.v;
-  check_float(q, "sdpa", "query");
-  check_like(q, k, "sdpa", "key");
-  check_like(q, v, "sdpa", "value");
+  checks::float_input(q, "sdpa", "query");
+  checks::like(q, k, "sdpa", "key");
+  checks::like(q, v, "sdpa", "value");
   check_in_bounds(q, a.lq, "sdpa");
   check_in_bounds(k, a.lk, "sdpa");
   check_in_bounds(v, a.lv, "sdpa");
@@ -126,18 +77,11 @@ SdpaGeom check_sdpa(const SdpaArgs& a) {
 
 }  // namespace
 
-StoragePtr softmax_fwd(const BackendStorage& x, const Layout& lx, bool log) {
-  const char* op = log ? "log_softmax" : "softmax";
-  check_float(x, op, "input");
-  check_in_bounds(x, lx, op);
-  return Kernels<SoftmaxFwd>::of(x)(x, lx, log);
-}
-
 namespace {
 // The checks both directions of cross_entropy make (x float, t integer class ids of x's leading shape, w (C,)).
 void ce_check(const CeArgs& a, const char* op) {
   EMBER_CHECK(a.x && a.t, Value, "[", op, "] logits and targets are required");
-  check_float(*a.x, op, "logits tensor");
+  checks::float_input(*a.x, op, "logits tensor");
   EMBER_CHECK(a.lx.ndim() >= 1, Shape, "[", op, "] expected logits (..., classes), got a scalar");
   EMBER_CHECK(a.t->dtype() == DType::I64 || a.t->dtype() == DType::I32, DType, "[", op,
               "] targets must be int64 or int32 class ids, got ", dtype_name(a.t->dtype()));
@@ -152,7 +96,7 @@ void ce_check(const CeArgs& a, const char* op) {
   if (a.w) {
     EMBER_CHECK(a.w->dtype() == a.x->dtype(), DType, "[", op, "] weight has dtype ", dtype_name(a.w->dtype()),
                 ", expected ", dtype_name(a.x->dtype()));
-    check_param(*a.x, *a.w, a.lw, last_dim(a.lx), op, "weight");
+    checks::param(*a.x, *a.w, a.lw, checks::last_dim(a.lx), op, "weight");
   }
 }
 }  // namespace
@@ -165,8 +109,8 @@ std::tuple<StoragePtr, StoragePtr> cross_entropy_fwd(const CeArgs& a) {
 StoragePtr cross_entropy_bwd(const CeArgs& a, const BackendStorage& lse, const BackendStorage& g, const Layout& lg) {
   const char* op = "cross_entropy_bwd";
   ce_check(a, op);
-  check_like(*a.x, g, op, "grad");
-  check_grad_shape(a.lt, lg, op);
+  checks::like(*a.x, g, op, "grad");
+  checks::grad_shape(a.lt, lg, op);
   check_in_bounds(g, lg, op);
   const int64_t rows = a.lt.numel();
   EMBER_CHECK(lse.dtype() == stats_dtype(a.x->dtype()) && (int64_t)lse.numel() >= rows, Value, "[", op,
@@ -175,196 +119,13 @@ StoragePtr cross_entropy_bwd(const CeArgs& a, const BackendStorage& lse, const B
   return Kernels<CrossEntropyBwd>::of(*a.x)(a, lse, g, lg);
 }
 
-StoragePtr softmax_bwd(const BackendStorage& y, const Layout& ly, const BackendStorage& g, const Layout& lg,
-                       bool log) {
-  const char* op = log ? "log_softmax_bwd" : "softmax_bwd";
-  check_float(y, op, "input");
-  check_like(y, g, op, "grad");
-  check_grad_shape(ly, lg, op);
-  check_in_bounds(y, ly, op);
-  check_in_bounds(g, lg, op);
-  return Kernels<SoftmaxBwd>::of(y)(y, ly, g, lg, log);
-}
-
-std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& x, const Layout& lx, const BackendStorage* w,
-                                                const Layout* lw, double eps) {
-  const char* op = "rms_norm";
-  check_float(x, op, "input");
-  if (w) check_like(x, *w, op, "weight");
-  EMBER_CHECK(lx.ndim() >= 1, Shape, "[rms_norm] expected at least 1 dim, got a scalar");
-  check_in_bounds(x, lx, op);
-  check_opt_param(x, w, lw, last_dim(lx), op, "weight");
-  return Kernels<RmsNormFwd>::of(x)(x, lx, w, w ? lw : nullptr, eps);
-}
-
-std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& x, const Layout& lx, const BackendStorage* w,
-                                                const Layout* lw, const BackendStorage& rstd,
-                                                const BackendStorage& g, const Layout& lg, bool want_params) {
-  const char* op = "rms_norm_bwd";
-  check_float(x, op, "input");
-  if (w) check_like(x, *w, op, "weight");
-  check_like(x, g, op, "grad");
-  check_grad_shape(lx, lg, op);
-  EMBER_CHECK(lx.ndim() >= 1, Shape, "[rms_norm_bwd] expected at least 1 dim, got a scalar");
-  check_in_bounds(x, lx, op);
-  check_in_bounds(g, lg, op);
-  check_stats(x, rstd, rows_of(lx), op, "rstd", "row");
-  check_opt_param(x, w, lw, last_dim(lx), op, "weight");
-  return Kernels<RmsNormBwd>::of(x)(x, lx, w, w ? lw : nullptr, rstd, g, lg, want_params && w);
-}
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStorage& x, const Layout& lx,
-                                                              const BackendStorage* w, const Layout* lw,
-                                                              const BackendStorage* b, const Layout* lb, double eps) {
-  const char* op = "layer_norm";
-  check_float(x, op, "input");
-  if (w) check_like(x, *w, op, "weight");
-  if (b) check_like(x, *b, op, "bias");
-  EMBER_CHECK(lx.ndim() >= 1, Shape, "[layer_norm] expected at least 1 dim, got a scalar");
-  check_in_bounds(x, lx, op);
-  check_opt_param(x, w, lw, last_dim(lx), op, "weight");
-  check_opt_param(x, b, lb, last_dim(lx), op, "bias");
-  return Kernels<LayerNormFwd>::of(x)(x, lx, w, w ? lw : nullptr, b, b ? lb : nullptr, eps);
-}
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStorage& x, const Layout& lx,
-                                                              const BackendStorage* w, const Layout* lw,
-                                                              const BackendStorage& mean, const BackendStorage& rstd,
-                                                              const BackendStorage& g, const Layout& lg,
-                                                              bool want_params) {
-  const char* op = "layer_norm_bwd";
-  check_float(x, op, "input");
-  if (w) check_like(x, *w, op, "weight");
-  check_like(x, g, op, "grad");
-  check_grad_shape(lx, lg, op);
-  EMBER_CHECK(lx.ndim() >= 1, Shape, "[layer_norm_bwd] expected at least 1 dim, got a scalar");
-  check_in_bounds(x, lx, op);
-  check_in_bounds(g, lg, op);
-  check_stats(x, mean, rows_of(lx), op, "mean and rstd", "row");
-  check_stats(x, rstd, rows_of(lx), op, "mean and rstd", "row");
-  check_opt_param(x, w, lw, last_dim(lx), op, "weight");
-  return Kernels<LayerNormBwd>::of(x)(x, lx, w, w ? lw : nullptr, mean, rstd, g, lg, want_params && w);
-}
-
-// (n, c) of a group norm input, with groups dividing c.
-std::pair<int64_t, int64_t> group_dims(const Layout& lx, int64_t groups, const char* op) {
-  EMBER_CHECK(lx.ndim() >= 2, Shape, "[", op, "] expected input (N, C, ...), got ", shape_str(lx.shape()));
-  const int64_t c = lx.shape()[1];
-  EMBER_CHECK(groups >= 1 && c % groups == 0, Shape, "[", op, "] num_groups ", groups, " must be positive and divide ",
-              "the channels ", c);
-  return {lx.shape()[0], c};
-}
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const BackendStorage& x, const Layout& lx,
-                                                              int64_t groups, const BackendStorage* w,
-                                                              const Layout* lw, const BackendStorage* b,
-                                                              const Layout* lb, double eps) {
-  const char* op = "group_norm";
-  check_float(x, op, "input");
-  if (w) check_like(x, *w, op, "weight");
-  if (b) check_like(x, *b, op, "bias");
-  const int64_t c = group_dims(lx, groups, op).second;
-  check_in_bounds(x, lx, op);
-  check_opt_param(x, w, lw, c, op, "weight");
-  check_opt_param(x, b, lb, c, op, "bias");
-  return Kernels<GroupNormFwd>::of(x)(x, lx, groups, w, w ? lw : nullptr, b, b ? lb : nullptr, eps);
-}
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStorage& x, const Layout& lx,
-                                                              int64_t groups, const BackendStorage* w,
-                                                              const Layout* lw, const BackendStorage& mean,
-                                                              const BackendStorage& rstd, const BackendStorage& g,
-                                                              const Layout& lg) {
-  const char* op = "group_norm_bwd";
-  check_float(x, op, "input");
-  if (w) check_like(x, *w, op, "weight");
-  check_like(x, g, op, "grad");
-  check_grad_shape(lx, lg, op);
-  const auto [n, c] = group_dims(lx, groups, op);
-  check_in_bounds(x, lx, op);
-  check_in_bounds(g, lg, op);
-  check_stats(x, mean, n * groups, op, "mean and rstd", "(sample, group)");
-  check_stats(x, rstd, n * groups, op, "mean and rstd", "(sample, group)");
-  check_opt_param(x, w, lw, c, op, "weight");
-  return Kernels<GroupNormBwd>::of(x)(x, lx, groups, w, w ? lw : nullptr, mean, rstd, g, lg);
-}
-
-// The channels of a batch norm input (n, c, ...).
-int64_t batch_channels(const Layout& lx, const char* op) {
-  EMBER_CHECK(lx.ndim() >= 2, Shape, "[", op, "] expected input (N, C, ...), got ", shape_str(lx.shape()));
-  return lx.shape()[1];
-}
-// A running statistic: a float (c,) tensor on x's device, inside its storage.
-void check_running(const BackendStorage& x, const BackendStorage* r, const Layout* lr, int64_t c, const char* op,
-                   const char* what) {
-  if (!r) return;
-  EMBER_CHECK(lr, Value, "[", op, "] ", what, " given without a layout");
-  EMBER_CHECK(is_float(r->dtype()), DType, "[", op, "] expected a float ", what, ", got ", dtype_name(r->dtype()));
-  check_param(x, *r, *lr, c, op, what);
-}
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const BackendStorage& x, const Layout& lx,
-                                                              const BackendStorage* w, const Layout* lw,
-                                                              const BackendStorage* b, const Layout* lb,
-                                                              BackendStorage* rm, const Layout* lrm, BackendStorage* rv,
-                                                              const Layout* lrv, bool training, double momentum,
-                                                              double eps) {
-  const char* op = "batch_norm";
-  check_float(x, op, "input");
-  if (w) check_like(x, *w, op, "weight");
-  if (b) check_like(x, *b, op, "bias");
-  const int64_t c = batch_channels(lx, op);
-  check_in_bounds(x, lx, op);
-  check_opt_param(x, w, lw, c, op, "weight");
-  check_opt_param(x, b, lb, c, op, "bias");
-  EMBER_CHECK((rm == nullptr) == (rv == nullptr), Value, "[", op, "] give both running_mean and running_var, or neither");
-  EMBER_CHECK(training || rm, Value, "[", op, "] running_mean and running_var are needed when not training");
-  check_running(x, rm, lrm, c, op, "running_mean");
-  check_running(x, rv, lrv, c, op, "running_var");
-  EMBER_CHECK(std::isfinite(eps) && eps >= 0, Value, "[", op, "] eps must be finite and non-negative, got ", eps);
-  if (training) {
-    const int64_t count = c ? lx.numel() / c : 0;
-    EMBER_CHECK(count != 1, Shape, "[", op, "] expected more than 1 value per channel when training, got input ",
-                shape_str(lx.shape()));
-  }
-  const BatchNormFwd::Fn fwd = Kernels<BatchNormFwd>::of(x);
-  if (!(training && rm))
-    return fwd(x, lx, w, w ? lw : nullptr, b, b ? lb : nullptr, rm, lrm, rv, lrv, training, momentum, eps);
-  // The running statistics are written in place: bumped before and after, as storage.cpp's writes.
-  rm->bump_version();
-  rv->bump_version();
-  auto out = fwd(x, lx, w, w ? lw : nullptr, b, b ? lb : nullptr, rm, lrm, rv, lrv, training, momentum, eps);
-  rm->bump_version();
-  rv->bump_version();
-  return out;
-}
-
-std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const BackendStorage& x, const Layout& lx,
-                                                              const BackendStorage* w, const Layout* lw,
-                                                              const BackendStorage& mean, const BackendStorage& rstd,
-                                                              const BackendStorage& g, const Layout& lg,
-                                                              bool training) {
-  const char* op = "batch_norm_bwd";
-  check_float(x, op, "input");
-  if (w) check_like(x, *w, op, "weight");
-  check_like(x, g, op, "grad");
-  check_grad_shape(lx, lg, op);
-  const int64_t c = batch_channels(lx, op);
-  check_in_bounds(x, lx, op);
-  check_in_bounds(g, lg, op);
-  check_stats(x, mean, c, op, "mean and rstd", "channel");
-  check_stats(x, rstd, c, op, "mean and rstd", "channel");
-  check_opt_param(x, w, lw, c, op, "weight");
-  return Kernels<BatchNormBwd>::of(x)(x, lx, w, w ? lw : nullptr, mean, rstd, g, lg, training);
-}
-
 StoragePtr act_bwd(ActKind kind, const BackendStorage& a, const Layout& la, const BackendStorage& g,
                    const Layout& lg, double p0, double p1) {
   EMBER_CHECK(kind < ActKind::Count, Value, "[act_bwd] unknown activation ", (int)kind);
   const std::string op = std::string(act_name(kind)) + "_bwd";
-  check_float(a, op.c_str(), "input");
-  check_like(a, g, op.c_str(), "grad");
-  check_grad_shape(la, lg, op.c_str());
+  checks::float_input(a, op.c_str(), "input");
+  checks::like(a, g, op.c_str(), "grad");
+  checks::grad_shape(la, lg, op.c_str());
   check_in_bounds(a, la, op.c_str());
   check_in_bounds(g, lg, op.c_str());
   return Kernels<ActBwd>::of(a)(a, la, g, lg, kind, p0, p1);
@@ -383,8 +144,8 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const
   SdpaGeom geo = check_sdpa(a);
   const int64_t want[4] = {geo.B, geo.H, geo.Lq, geo.Dv};
   const BackendStorage& q = *a.q;
-  check_like(q, o, "sdpa_bwd", "out");
-  check_like(q, g, "sdpa_bwd", "grad");
+  checks::like(q, o, "sdpa_bwd", "out");
+  checks::like(q, g, "sdpa_bwd", "grad");
   check_in_bounds(o, lo, "sdpa_bwd");
   check_in_bounds(g, lg, "sdpa_bwd");
   int64_t sho[4], shg[4];
@@ -393,13 +154,13 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const
   for (int i = 0; i < 4; ++i)
     EMBER_CHECK(sho[i] == want[i] && shg[i] == want[i], Shape, "[sdpa_bwd] out/grad shapes ", shape_str(lo.shape()),
                 ", ", shape_str(lg.shape()), " do not match the attention output");
-  check_stats(q, lse, want[0] * want[1] * want[2], "sdpa_bwd", "lse", "query row");
+  checks::stats(q, lse, want[0] * want[1] * want[2], "sdpa_bwd", "lse", "query row");
   return Kernels<SdpaBwd>::of(q)(a, geo, o, lo, lse, g, lg);
 }
 
 StoragePtr rope(const BackendStorage& x, const Layout& lx, const RopeArgs& a) {
   const char* op = "rope";
-  check_float(x, op, "input");
+  checks::float_input(x, op, "input");
   check_in_bounds(x, lx, op);
   EMBER_CHECK(lx.ndim() >= 2, Shape, "[rope] expected an input of shape (..., L, D), got ", shape_str(lx.shape()));
   const int64_t D = lx.shape().back();
@@ -471,7 +232,7 @@ void optim_step(OptimKind kind, uint32_t flags, const std::vector<double>& scala
   a.n = lp.numel();
   for (size_t i = 0; i < scalars.size(); ++i) a.s[i] = scalars[i];
   auto dense = [&](const BackendStorage& s, const Layout& l, const char* what) {
-    check_like(p, s, op, what);
+    checks::like(p, s, op, what);
     EMBER_CHECK(l.is_contiguous() && l.numel() == a.n, Shape, "[", op, "] ", what, " must be contiguous with ",
                 a.n, " elements, got shape ", shape_str(l.shape()));
     check_in_bounds(s, l, op);

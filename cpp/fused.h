@@ -1,5 +1,7 @@
 // Fused ops' entry points for every device: the argument checks (dtypes, shapes, the mask's broadcast,
-// same device, bounds), then the kernel registered for x's (q's) device (registry.h, cpp/families/).
+// same device, bounds), then the kernel registered for x's (q's) device (registry.h, cpp/families/). A family
+// whose entry takes the kernel's own arguments declares it once, as its `run` (softmax and the norms); the
+// ones here build arguments the kernels share (sdpa's geometry, argument structs).
 #pragma once
 #include <tuple>
 
@@ -11,53 +13,6 @@ namespace ember::fused {
 // The dtype saved statistics (rstd, mean, lse) are kept in: F64 for f64 inputs, F32 otherwise.
 inline DType stats_dtype(DType dt) { return dt == DType::F64 ? DType::F64 : DType::F32; }
 
-// Softmax (log: log_softmax) over the last dim of (x, lx).
-StoragePtr softmax_fwd(const BackendStorage& x, const Layout& lx, bool log);
-// y: the forward's output; g: its gradient (same shape). Returns dx.
-StoragePtr softmax_bwd(const BackendStorage& y, const Layout& ly, const BackendStorage& g, const Layout& lg,
-                       bool log);
-// w: (n,) with n = x's last dim, or null (ones). Returns (y, rstd: one stats-dtype value per row).
-std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& x, const Layout& lx, const BackendStorage* w,
-                                                const Layout* lw, double eps);
-// Returns (dx, dw); dw is nullptr when w is absent or want_params is false (its sums are then skipped).
-std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& x, const Layout& lx, const BackendStorage* w,
-                                                const Layout* lw, const BackendStorage& rstd,
-                                                const BackendStorage& g, const Layout& lg, bool want_params = true);
-// w, b optional (ones / zeros; a storage needs its layout). Returns (y, mean, rstd).
-std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStorage& x, const Layout& lx,
-                                                              const BackendStorage* w, const Layout* lw,
-                                                              const BackendStorage* b, const Layout* lb, double eps);
-// Returns (dx, dw, db); dw and db are nullptr when w is absent or want_params is false (sums skipped).
-std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStorage& x, const Layout& lx,
-                                                              const BackendStorage* w, const Layout* lw,
-                                                              const BackendStorage& mean, const BackendStorage& rstd,
-                                                              const BackendStorage& g, const Layout& lg,
-                                                              bool want_params = true);
-// x (n, c, ...), groups dividing c, w and b (c,) optional. Returns (y, mean, rstd: (n, groups), stats dtype).
-std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const BackendStorage& x, const Layout& lx,
-                                                              int64_t groups, const BackendStorage* w,
-                                                              const Layout* lw, const BackendStorage* b,
-                                                              const Layout* lb, double eps);
-// Returns (dx, dw, db), dw and db per channel (c,) whether or not w and b were given.
-std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStorage& x, const Layout& lx,
-                                                              int64_t groups, const BackendStorage* w,
-                                                              const Layout* lw, const BackendStorage& mean,
-                                                              const BackendStorage& rstd, const BackendStorage& g,
-                                                              const Layout& lg);
-// x (n, c, ...), w, b, rm, rv (c,) optional (rm and rv together; needed when not training). Training
-// updates rm / rv in place (their versions bumped). Returns (y, mean, rstd: (c,), stats dtype).
-std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const BackendStorage& x, const Layout& lx,
-                                                              const BackendStorage* w, const Layout* lw,
-                                                              const BackendStorage* b, const Layout* lb,
-                                                              BackendStorage* rm, const Layout* lrm, BackendStorage* rv,
-                                                              const Layout* lrv, bool training, double momentum,
-                                                              double eps);
-// Returns (dx, dw, db), dw and db per channel (c,) whether or not w was given.
-std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const BackendStorage& x, const Layout& lx,
-                                                              const BackendStorage* w, const Layout* lw,
-                                                              const BackendStorage& mean, const BackendStorage& rstd,
-                                                              const BackendStorage& g, const Layout& lg,
-                                                              bool training);
 // dx = g * f'(a), a = y for Sigmoid, x otherwise; p0, p1: the forward's parameters (see ActKind).
 StoragePtr act_bwd(ActKind kind, const BackendStorage& a, const Layout& la, const BackendStorage& g,
                    const Layout& lg, double p0 = 0.0, double p1 = 0.0);

@@ -37,7 +37,9 @@ def child_work(n):
     got = x.exp().numpy()
     ok = np.allclose(got, np.exp(x.numpy()), rtol=1e-5) and em.get_num_threads() == n
     ok = ok and np.allclose((x @ x).numpy(), x.numpy() @ x.numpy(), rtol=1e-3, atol=1e-2)
-    return ok
+    h = x[:200].to(em.bfloat16)  # bfloat16 runs on AMX tiles where the CPU has them
+    hf = h.to(em.float32).numpy()
+    return ok and np.allclose((h @ h.t()).to(em.float32).numpy(), hf @ hf.T, rtol=2e-2, atol=0.5)
 
 def wait_child(pid, seconds=60):
     import time
@@ -112,8 +114,10 @@ def test_fork_while_another_thread_is_inside_pooled_ops():
 
     def busy():
         a = em.randn(512, 512)
+        h = a.to(em.bfloat16)
         while not stop:
             (a @ a).exp().sum()
+            h @ h
             em.randn(300, 300) + 1.0
 
     t = threading.Thread(target=busy)

@@ -1,6 +1,7 @@
 """ember's packed GEMM (the default float matmul on CPU) against a float64 reference: ragged edges, every
 transpose and stride, batch broadcasting, k blocking, thin (decode) shapes, f16/bf16 converted while
-packing, every ISA the CPU runs, the OpenBLAS fallback, and the same bits on any thread count."""
+packing, bfloat16 on AMX tiles where the CPU has them, every ISA the CPU runs, the OpenBLAS fallback, and the
+same bits on any thread count."""
 import os
 import subprocess
 import sys
@@ -52,15 +53,16 @@ def operand(rng, shape, kind, dt):
     return em.tensor(x).to(DT[dt]), rounded(x, dt)
 
 
-@pytest.fixture(params=["packed", "blas"])
+@pytest.fixture(params=["amx", "packed", "blas"])
 def gemm(request, monkeypatch):
     monkeypatch.setenv("EMBER_MATMUL_GEMM", request.param)  # read per call
     return request.param
 
 
 # (m, k, n): ragged against every ISA's tile (4x8, 6x16, 8x32), k in one and several 256-deep blocks
+# and against AMX's 16 x 16 tiles, 32 x 32 tile groups and 32-deep k blocks (odd k: a half k pair)
 SHAPES = [(1, 1, 1), (3, 5, 7), (8, 33, 32), (13, 40, 95), (37, 256, 49), (50, 257, 33), (70, 600, 65),
-          (129, 70, 130)]
+          (129, 70, 130), (17, 3, 16), (32, 32, 33), (48, 63, 31)]
 THIN = [(m, k, n) for m in (1, 2, 3, 5, 8, 11, 16) for k, n in ((7, 5), (64, 100), (300, 77))]
 
 
@@ -118,23 +120,60 @@ for n in (1, 2, 3):
     em.set_num_threads(n)
     res = []
     for (m, k, nn, tb) in ((300, 600, 200, False), (1000, 64, 96, True), (40, 300, 1200, False), (7, 500, 900, True),
-                           (16, 100, 3000, False)):
+                           (16, 100, 3000, False), (200, 2100, 300, True)):
         r = np.random.default_rng(m)
         a = em.tensor(r.standard_normal((m, k)).astype(np.float32))
         b = r.standard_normal((nn, k) if tb else (k, nn)).astype(np.float32)
         b = em.tensor(b).t() if tb else em.tensor(b)
         res.append((a @ b).numpy())
+        res.append((a.to(em.bfloat16) @ b.to(em.bfloat16)).to(em.float32).numpy())
     outs.append(res)
 print(all(np.array_equal(x, y) for o in outs[1:] for x, y in zip(outs[0], o)))
 """
 
 
-def test_gemm_same_bits_on_any_thread_count():
-    # K is never split and each C element is one FMA chain in k order: the pool size changes nothing
+@pytest.mark.parametrize("path", ["packed", "amx"])
+def test_gemm_same_bits_on_any_thread_count(path):
+    # K is never split and each C element is one FMA (or TDPBF16PS) chain in k order: the pool size changes nothing
     r = subprocess.run([sys.executable, "-c", SAME_BITS_SCRIPT], capture_output=True, text=True, timeout=300,
-                       env=dict(os.environ, EMBER_MATMUL_GEMM="packed", PYTHONPATH=os.pathsep.join(sys.path)))
+                       env=dict(os.environ, EMBER_MATMUL_GEMM=path, PYTHONPATH=os.pathsep.join(sys.path)))
     assert r.returncode == 0, r.stderr[-2000:]
     assert r.stdout.split() == ["True"]
+
+
+def cpu_flags():
+    """The CPU's feature flags from /proc/cpuinfo (empty off Linux)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def test_amx_picked_where_the_cpu_has_it():
+    # AMX-BF16 and AVX-512 (Linux grants tile state on request): the bf16 matmul runs on tiles; EMBER_ISA below
+    # avx512 turns them off with the rest of the AVX-512 code
+    flags = cpu_flags()
+    want = sys.platform.startswith("linux") and {"amx_bf16", "amx_tile", "avx512f", "avx512bw"} <= flags
+    assert em._C.has_amx() == (want and em._C.isa() == "avx512")
+    env = dict(os.environ, EMBER_ISA="avx2", PYTHONPATH=os.pathsep.join(sys.path))
+    r = subprocess.run([sys.executable, "-c", "import ember as em; print(em._C.has_amx())"], env=env,
+                       capture_output=True, text=True, timeout=60, check=False)
+    assert r.returncode == 0 and r.stdout.split() == ["False"], r.stderr
+
+
+@pytest.mark.parametrize("path", ["amx", "packed"])
+def test_bf16_deep_k_and_batches(path, monkeypatch, rng):
+    # k past several L2 row blocks of AMX panels, odd and ragged; batches of A against one B and against their own
+    monkeypatch.setenv("EMBER_MATMUL_GEMM", path)
+    for sa, ka, sb, kb in (((70, 4101), "c", (4101, 40), "t"), ((3, 40, 999), "t", (999, 50), "c"),
+                           ((2, 33, 130), "s", (2, 130, 47), "s"), ((5, 20, 64), "c", (5, 64, 100), "b")):
+        ta, a = operand(rng, sa, ka, "bfloat16")
+        tb, b = operand(rng, sb, kb, "bfloat16")
+        check(ta @ tb, a, b, "bfloat16", sa[-1])
 
 
 ISA_SCRIPT = r"""
@@ -182,7 +221,7 @@ def test_bogus_matmul_gemm_env_warns():
     r = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", "import ember"], env=env,
                        capture_output=True, text=True, timeout=60, check=False)
     assert r.returncode != 0 and "[EMBER_MATMUL_GEMM] unknown value 'fast'" in r.stderr
-    for ok in ("packed", "blas"):
+    for ok in ("amx", "packed", "blas"):
         env["EMBER_MATMUL_GEMM"] = ok
         r = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", "import ember"], env=env,
                            capture_output=True, text=True, timeout=60, check=False)

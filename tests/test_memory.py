@@ -30,8 +30,10 @@ def restore_limit():
 def test_stats_shape_and_totals():
     st = em.memory_stats()
     assert set(st) == KEYS | {"devices"}
-    # one entry per available device (the emulated Metal device counts when EMBER_METAL=emulate)
-    assert set(st["devices"]) == {"cpu"} | ({"metal:0"} if em.metal_is_available() else set())
+    # one entry per available device (the emulated Metal and CUDA devices count when EMBER_METAL /
+    # EMBER_CUDA=emulate)
+    assert set(st["devices"]) == {"cpu"} | ({"metal:0"} if em.metal_is_available() else set()) | \
+        {f"cuda:{i}" for i in range(em.cuda.device_count())}
     assert all(set(d) == KEYS for d in st["devices"].values())
     for k in KEYS:  # the totals are the sums over devices
         assert st[k] == sum(d[k] for d in st["devices"].values())

@@ -7,6 +7,7 @@
 #include "cpu/allocator.h"
 #include "cpu/cpu_storage.h"
 #include "cpu/dispatch.h"
+#include "cpu/packed_gemm.h"
 #include "cpu/parallel.h"
 #include "cpu/random.h"
 
@@ -49,6 +50,7 @@ class CpuBackend final : public DeviceBackend {
 }  // namespace
 
 std::string isa() { return isa_name(active_isa()); }
+bool has_amx() { return amx_gemm() != nullptr; }
 
 DeviceBackend& backend() {
   static CpuBackend* b = new CpuBackend;  // leaked: storages freed at exit may still reach it

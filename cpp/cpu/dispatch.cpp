@@ -10,6 +10,10 @@
 #if defined(EMBER_X86)
 #include <cpuid.h>
 #endif
+#if defined(EMBER_AMX) && defined(__linux__)
+#include <sys/syscall.h>
+#include <unistd.h>
+#endif
 
 namespace ember::cpu {
 namespace {
@@ -115,6 +119,29 @@ const PackedGemm& packed_gemm() {
     return g;
   }();
   return table;
+}
+
+const AmxGemm* amx_gemm() {
+  static const AmxGemm* g = []() -> const AmxGemm* {
+#if defined(EMBER_X86) && defined(EMBER_AMX) && defined(__linux__)
+    if (active_isa() != Isa::Avx512) return nullptr;
+    unsigned a = 0, b = 0, c = 0, d = 0;
+    if (!__get_cpuid_count(7, 0, &a, &b, &c, &d)) return nullptr;
+    if (!(d & (1u << 22)) || !(d & (1u << 24))) return nullptr;  // AMX-BF16, AMX-TILE
+    unsigned lo = 0, hi = 0;
+    __asm__ volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+    if ((lo & (3u << 17)) != (3u << 17)) return nullptr;  // XTILECFG and XTILEDATA enabled by the OS
+    // Linux hands tile data to a process only on request (ARCH_REQ_XCOMP_PERM, XFEATURE_XTILEDATA); the
+    // permission covers every thread and is inherited across fork.
+    if (syscall(SYS_arch_prctl, 0x1023, 18) != 0) return nullptr;
+    static AmxGemm t;
+    register_gemm_amx(t);
+    return &t;
+#else
+    return nullptr;
+#endif
+  }();
+  return g;
 }
 
 }  // namespace ember::cpu

@@ -231,16 +231,19 @@ void matmul_loop(const CpuStorage& A, const Layout& la, const CpuStorage& B, con
 
 // --- ember's packed GEMM (cpu/packed_gemm.h) as the float matmul ---
 
-// EMBER_MATMUL_GEMM=packed|blas, read per call so tests can run both; anything else (which ember's import
-// warns about) keeps the default: the packed GEMM on x86, BLAS (Accelerate on macOS) elsewhere.
-bool matmul_use_packed() {
+// EMBER_MATMUL_GEMM=amx|packed|blas, read per call so tests can run each; anything else (which ember's import
+// warns about) keeps the default: on x86 the packed GEMM with AMX tiles for bfloat16 where the CPU has them
+// (amx), BLAS (Accelerate on macOS) elsewhere. packed: the vector kernels only; amx without AMX: packed.
+enum class MatmulPath { Blas, Packed, Amx };
+MatmulPath matmul_path() {
   const char* e = std::getenv("EMBER_MATMUL_GEMM");
-  if (e && !std::strcmp(e, "blas")) return false;
-  if (e && !std::strcmp(e, "packed")) return true;
+  if (e && !std::strcmp(e, "blas")) return MatmulPath::Blas;
+  if (e && !std::strcmp(e, "packed")) return MatmulPath::Packed;
+  if (e && !std::strcmp(e, "amx")) return MatmulPath::Amx;
 #if defined(EMBER_X86)
-  return true;
+  return MatmulPath::Amx;
 #else
-  return false;
+  return MatmulPath::Blas;
 #endif
 }
 
@@ -251,7 +254,8 @@ template <typename S> constexpr int src_code() { return std::is_same_v<S, f16> ?
 // on the pool. K is never split and every C element is one FMA chain over k in order, so the result is
 // the same bits for any thread count and any block split.
 template <typename S>
-void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, const Layout& lb, float* c) {
+void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, const Layout& lb, float* c,
+                   const AmxGemm* amx = nullptr) {
   const PackedGemm& pg = packed_gemm();
   const int mr = pg.mr, nr = pg.nr;
   Mat ma = split(la), mb = split(lb);
@@ -303,6 +307,57 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
           float* cg = c + g * M * n;
           if (b_rows) pg.thin(ag, lda, bg, mb.rs, M, n, j0, j1, k, cg, n, scratch.data());
           else pg.thin_t(ag, lda, bg, mb.cs, M, j0, j1, k, cg, n);
+        }
+      });
+      return;
+    }
+  }
+  if constexpr (std::is_same_v<S, bf16>) {
+    // AMX tiles (16 rows) for all but the thinnest products, whose B packing would cost more than it saves
+    if (amx && M > 16) {
+      const int64_t pa = panels(M, 16), pb = panels(n, 16), psz = amx_panel(k);
+      CpuStoragePtr tb = new_cpu(DType::BF16, (na * pa + nbb * pb) * psz);
+      uint16_t* tap = reinterpret_cast<uint16_t*>(tb->data<bf16>());
+      uint16_t* tbp = tap + na * pa * psz;
+      const uint16_t* ua = reinterpret_cast<const uint16_t*>(a0);
+      const uint16_t* ub = reinterpret_cast<const uint16_t*>(b0);
+      parallel_for(na * pa + nbb * pb, std::max<int64_t>(1, 16384 / (16 * k)), [&](int64_t lo, int64_t hi) {
+        const uint16_t* lines[16];
+        for (int64_t u = lo; u < hi; ++u) {
+          if (u < na * pa) {
+            const int64_t g = u / pa, i0 = u % pa * 16;
+            const int nl = (int)std::min<int64_t>(16, M - i0);
+            for (int r = 0; r < nl; ++r) {
+              const int64_t row = i0 + r, bi = fold ? row / m : g, ri = fold ? row % m : row;
+              lines[r] = ua + oa[bi] + ri * ma.rs;
+            }
+            amx->pack_a(lines, nl, ma.cs, k, tap + u * psz);
+          } else {
+            const int64_t v = u - na * pa, g = v / pb, j0 = v % pb * 16;
+            const int nl = (int)std::min<int64_t>(16, n - j0);
+            for (int r = 0; r < nl; ++r) lines[r] = ub + ob[g] + (j0 + r) * mb.cs;
+            amx->pack_b(lines, nl, mb.rs, k, tbp + v * psz);
+          }
+        }
+      });
+      // Blocks of whole 32 x 32 tile groups, split as the float path splits, of at most ~2^29 flops each.
+      const int64_t gm = panels(M, 32), gn = panels(n, 32);
+      const int64_t want = M * n * k * G < (int64_t(1) << 20) ? 1 : std::max<int64_t>(1, 4 * nt / G);
+      int64_t sm = M >= n ? std::min(gm, want) : 1, sn = M >= n ? 1 : std::min(gn, want);
+      if (M >= n) sn = std::min(gn, (want + sm - 1) / sm);
+      else sm = std::min(gm, (want + sn - 1) / sn);
+      while (sm < gm && ((gm + sm - 1) / sm) * 32 * ((gn + sn - 1) / sn) * 32 * k > (int64_t(1) << 28))
+        sm = std::min(gm, sm * 2);
+      const int64_t rbg = (gm + sm - 1) / sm, cbg = (gn + sn - 1) / sn;
+      sm = (gm + rbg - 1) / rbg;
+      sn = (gn + cbg - 1) / cbg;
+      parallel_for(G * sm * sn, 1, [&](int64_t lo, int64_t hi) {
+        for (int64_t u = lo; u < hi; ++u) {
+          const int64_t g = u / (sm * sn), bi = u % (sm * sn) / sn, bj = u % sn;
+          const int64_t i0 = bi * rbg * 32, j0 = bj * cbg * 32;
+          const int64_t rows = std::min(rbg * 32, M - i0), cols = std::min(cbg * 32, n - j0);
+          amx->run(tap + ((na == 1 ? 0 : g) * pa + i0 / 16) * psz, tbp + ((nbb == 1 ? 0 : g) * pb + j0 / 16) * psz,
+                   rows, cols, k, c + g * M * n + i0 * n + j0, n);
         }
       });
       return;
@@ -389,17 +444,18 @@ StoragePtr CpuStorage::matmul(const Layout& l, const BackendStorage& rhs_, const
   switch (dtype_) {
     case DType::F32: {
       auto out = new_cpu(dtype_, numel);
-      if (matmul_use_packed()) matmul_packed<float>(*this, l, rhs, rl, out->data<float>());
+      if (matmul_path() != MatmulPath::Blas) matmul_packed<float>(*this, l, rhs, rl, out->data<float>());
       else matmul_blas<float>(*this, l, rhs, rl, *out);
       return out;
     }
     case DType::F64: { auto out = new_cpu(dtype_, numel); matmul_blas<double>(*this, l, rhs, rl, *out); return out; }
     case DType::F16:
     case DType::BF16: {
-      if (matmul_use_packed()) {  // converted to float while packing, rounded once at the end
+      const MatmulPath path = matmul_path();
+      if (path != MatmulPath::Blas) {  // converted to float while packing (or bf16 on AMX tiles), rounded once
         auto out = new_cpu(DType::F32, numel);
         if (dtype_ == DType::F16) matmul_packed<f16>(*this, l, rhs, rl, out->data<float>());
-        else matmul_packed<bf16>(*this, l, rhs, rl, out->data<float>());
+        else matmul_packed<bf16>(*this, l, rhs, rl, out->data<float>(), path == MatmulPath::Amx ? amx_gemm() : nullptr);
         return out->to_dtype(Layout::contiguous(os), dtype_);
       }
       // through f32: cast both operands (contiguous), multiply, round once

@@ -33,6 +33,22 @@ void register_gemm_base(PackedGemm& g);
 void register_gemm_avx2(PackedGemm& g);
 void register_gemm_avx512(PackedGemm& g);
 
+// The bfloat16 GEMM on AMX tiles (gemm_amx.cpp, CPUs with AMX-BF16): operands packed as bf16 tiles of 16
+// lines x 32 k (B's in k pairs), panels of 16 lines, each amx_panel(k) elements; products exact in float,
+// accumulated in float by TDPBF16PS (subnormal inputs and sums are flushed to zero, as the instruction does).
+struct AmxGemm {
+  // One panel from `lines` (nl <= 16 lines, elements ks apart along k, as PackedGemm::pack), zero-padded.
+  void (*pack_a)(const uint16_t* const* lines, int nl, int64_t ks, int64_t k, uint16_t* d) = nullptr;
+  void (*pack_b)(const uint16_t* const* lines, int nl, int64_t ks, int64_t k, uint16_t* d) = nullptr;
+  // C (m x n, row stride ldc) = A B from ceil(m / 16) A panels and ceil(n / 16) B panels.
+  void (*run)(const uint16_t* ap, const uint16_t* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc) = nullptr;
+};
+inline int64_t amx_panel(int64_t k) { return (k + 31) / 32 * 512; }
+// This CPU's AMX GEMM, or null: no AMX-BF16, the OS refuses tile state, EMBER_ISA below avx512, or a build
+// without AMX support.
+const AmxGemm* amx_gemm();
+void register_gemm_amx(AmxGemm& g);
+
 // Packs the m x k matrix A into ceil(m / mr) panels at ap: A[r][kk] = a[r * lda + kk], or with
 // `transposed` a[kk * lda + r].
 void pack_a(const float* a, int64_t lda, bool transposed, int64_t m, int64_t k, int mr, float* ap);

@@ -26,11 +26,11 @@ if _env_os.environ.get("EMBER_CONV_GEMM", "blas") not in ("packed", "blas"):
 
     _warnings.warn(f"[EMBER_CONV_GEMM] unknown value {_env_os.environ['EMBER_CONV_GEMM']!r} (expected packed or "
                    "blas): ignored, the CPU's default applies", RuntimeWarning, stacklevel=2)
-if _env_os.environ.get("EMBER_MATMUL_GEMM", "packed") not in ("packed", "blas"):
+if _env_os.environ.get("EMBER_MATMUL_GEMM", "packed") not in ("amx", "packed", "blas"):
     import warnings as _warnings
 
-    _warnings.warn(f"[EMBER_MATMUL_GEMM] unknown value {_env_os.environ['EMBER_MATMUL_GEMM']!r} (expected packed "
-                   "or blas): ignored, the CPU's default applies", RuntimeWarning, stacklevel=2)
+    _warnings.warn(f"[EMBER_MATMUL_GEMM] unknown value {_env_os.environ['EMBER_MATMUL_GEMM']!r} (expected amx, "
+                   "packed or blas): ignored, the CPU's default applies", RuntimeWarning, stacklevel=2)
 from .args import int_arg as _int_arg  # noqa: E402
 from .backprop import GradStore, is_grad_enabled, no_grad
 from .dtypes import (

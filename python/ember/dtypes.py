@@ -108,3 +108,9 @@ def metal_is_available() -> bool:
         True when metal:0 is available, else False.
     """
     return builtins.bool(_C.device_available(Device._KINDS["metal"], 0))
+
+
+def _accelerators() -> list:
+    """Every device other than the CPU that this process has now: metal:0, then cuda:0 .. cuda:n-1."""
+    out = [Device("metal", 0)] if metal_is_available() else []
+    return out + [Device("cuda", i) for i in range(_C._cuda_device_count())]

@@ -1,4 +1,4 @@
-"""DLPack interop: Tensor.__dlpack__ / __dlpack_device__ and em.from_dlpack, zero-copy on CPU."""
+"""DLPack interop: Tensor.__dlpack__ / __dlpack_device__ and em.from_dlpack, on CPU and CUDA (streams per the protocol)."""
 from __future__ import annotations
 
 import ctypes as C
@@ -47,7 +47,9 @@ class _DLManagedVersioned(C.Structure):
                 ("flags", C.c_uint64), ("dl_tensor", _DLTensor)]
 
 
-_KDL_CPU, _KDL_METAL = 1, 8
+_KDL_CPU, _KDL_CUDA, _KDL_METAL = 1, 2, 8
+# The CUDA stream ember runs on, as DLPack names it: ember launches on the device's legacy default stream.
+_LEGACY_STREAM, _PER_THREAD_STREAM = 1, 2
 _FLAG_READ_ONLY = 1
 _NAME, _USED = b"dltensor", b"used_dltensor"
 _NAME_V, _USED_V = b"dltensor_versioned", b"used_dltensor_versioned"
@@ -95,7 +97,7 @@ def _fill_tensor(dl: _DLTensor, t: Tensor, keep: list):
     code, bits = _TO_DL[t.dtype]
     # Point data at the first element (byte_offset 0): some consumers ignore byte_offset.
     dl.data = t.storage.data_ptr + t.layout.start_offset * t.dtype.itemsize
-    dl.device = _DLDevice(_KDL_CPU, 0)
+    dl.device = _DLDevice(*_dlpack_device(t))
     dl.ndim = ndim
     dl.dtype = _DLDataType(code, bits, 1)
     dl.shape = C.cast(shape, C.POINTER(C.c_int64))
@@ -103,18 +105,66 @@ def _fill_tensor(dl: _DLTensor, t: Tensor, keep: list):
     dl.byte_offset = 0
 
 
-def _dlpack(self: Tensor, *, stream=None, max_version=None, dl_device=None, copy=None):
-    """Exports the tensor as a DLPack capsule; on CPU it shares this tensor's memory (zero-copy)."""
-    if self.device.type != "cpu":
-        raise BufferError(f"[__dlpack__] export from {self.device} is not supported yet; move to cpu first")
-    if stream is not None and stream != -1:
-        raise BufferError("[__dlpack__] stream must be None for a CPU tensor")
-    if dl_device is not None and not isinstance(dl_device, (tuple, list)):
+def _target_device(t, dl_device):
+    """The ember device a consumer's ``dl_device`` names (the tensor's own for None)."""
+    if dl_device is None:
+        return t.device
+    if not isinstance(dl_device, (tuple, list)) or len(dl_device) != 2:
         raise DTypeError(f"[__dlpack__] dl_device must be a (device_type, device_id) tuple, got {dl_device!r}")
-    if dl_device is not None and tuple(dl_device) != (_KDL_CPU, 0):
+    try:
+        kind, index = (operator.index(v) for v in dl_device)
+    except TypeError:
+        raise DTypeError(f"[__dlpack__] dl_device must be a (device_type, device_id) tuple of ints, got {dl_device!r}") from None
+    dev = {(_KDL_CPU, 0): _dt.cpu}.get((kind, index))
+    if kind == _KDL_CUDA and index >= 0:
+        dev = _dt.Device("cuda", index)
+    if dev is None or not _C.device_available(dev.kind, dev.index):
         raise BufferError(f"[__dlpack__] cannot export to device {tuple(dl_device)}")
+    return dev
+
+
+def _check_stream(stream, device):
+    """The consumer's stream, checked against the DLPack protocol for ``device`` (where the consumer reads)."""
+    if device.type != "cuda":
+        if stream is not None and stream != -1:
+            raise BufferError(f"[__dlpack__] stream must be None for a {device.type.upper()} tensor")
+        return
+    if stream is None or stream == -1:
+        return
+    if isinstance(stream, bool) or not isinstance(stream, int):
+        raise BufferError(f"[__dlpack__] stream must be None or an int (a CUDA stream handle), got {stream!r}")
+    if stream == 0:
+        raise BufferError("[__dlpack__] stream 0 is ambiguous in DLPack: pass 1 for the legacy default stream, 2 for "
+                          "the per-thread default stream, or a stream handle")
+    if stream < -1:
+        raise BufferError(f"[__dlpack__] stream must be -1, 1, 2 or a stream handle, got {stream}")
+
+
+def _sync_for_stream(stream, device):
+    """Makes ember's work on ``device`` visible to a consumer reading on ``stream``.
+
+    ember launches on the legacy default stream, which both default streams (1, 2) are ordered
+    with; -1 asks for no synchronisation. Any other stream may be non-blocking: ember waits for
+    its own stream before handing the memory over (under the emulator every launch has already run).
+    """
+    if device.type == "cuda" and stream is not None and stream not in (-1, _LEGACY_STREAM, _PER_THREAD_STREAM):
+        _C._cuda_synchronize(device.index)
+
+
+def _dlpack(self: Tensor, *, stream=None, max_version=None, dl_device=None, copy=None):
+    """Exports the tensor as a DLPack capsule; on CPU and CUDA it shares this tensor's memory (zero-copy)."""
+    target = _target_device(self, dl_device)
+    _check_stream(stream, target)
     t = self.detach()
-    if copy:
+    if target != t.device:  # the consumer asked for another device: a copy there, unless copy=False
+        if copy is False:
+            raise BufferError(f"[__dlpack__] the tensor is on {t.device}; exporting it to {target} needs a copy, "
+                              "and copy=False")
+        t, copy = t.to_device(target), True
+    elif t.device.type not in ("cpu", "cuda"):
+        raise BufferError(f"[__dlpack__] export from {t.device} is not supported; move to cpu first "
+                          "(or pass dl_device=(1, 0))")
+    elif copy:
         s, l = _C.contiguous(t._storage, t._layout)
         t = _wrap(s, l, t._dtype, t._device)
     try:
@@ -134,12 +184,15 @@ def _dlpack(self: Tensor, *, stream=None, max_version=None, dl_device=None, copy
         m.flags = (2 if copy else 0) | (_FLAG_READ_ONLY if read_only else 0)  # IS_COPIED, READ_ONLY
     addr = C.addressof(m)
     _LIVE[addr] = keep
+    _sync_for_stream(stream, t.device)
     return _api.PyCapsule_New(addr, _NAME_V if versioned else _NAME, _DESTRUCTOR_PTR)
 
 
 def _dlpack_device(self: Tensor):
     if self.device.type == "cpu":
         return (_KDL_CPU, 0)
+    if self.device.type == "cuda":
+        return (_KDL_CUDA, self.device.index)
     if self.device.type == "metal":
         return (_KDL_METAL, self.device.index)
     raise BufferError(f"[__dlpack_device__] no DLPack device for {self.device}")
@@ -163,40 +216,60 @@ class _Owner:
             self.deleter = None
 
 
+def _import_device(kind, index, what):
+    """The ember device of a DLPack (device_type, device_id): the CPU, or an available cuda:index."""
+    if kind == _KDL_CPU:
+        return _dt.cpu
+    if kind == _KDL_CUDA and index >= 0:
+        dev = _dt.Device("cuda", index)
+        if not _C.device_available(dev.kind, dev.index):
+            raise DeviceError(f"[from_dlpack] {what} is on CUDA device {index}, and cuda:{index} is not available "
+                              "in this process")
+        return dev
+    raise DeviceError(f"[from_dlpack] only CPU and CUDA tensors can be imported, got DLPack device ({kind}, {index})")
+
+
 def _capsule_of(obj):
     if type(obj).__name__ == "PyCapsule":
         return obj
+    kw = {}
     if hasattr(obj, "__dlpack_device__"):
         dev = obj.__dlpack_device__()
         try:  # the producer's answer is read, not trusted
-            kind = operator.index(next(iter(dev)))
-        except (TypeError, StopIteration):
+            kind, index = (operator.index(v) for v in dev)
+        except (TypeError, ValueError):
             raise DTypeError(f"[from_dlpack] __dlpack_device__ returned {dev!r}, not a (type, id) tuple") from None
-        if kind != _KDL_CPU:
-            raise DeviceError(f"[from_dlpack] only CPU tensors can be imported, got DLPack device {dev}")
+        if _import_device(kind, index, type(obj).__name__).type == "cuda":
+            # The consumer names the stream it reads on; the producer orders its pending work before it.
+            kw["stream"] = _LEGACY_STREAM
     if not hasattr(obj, "__dlpack__"):
         raise DTypeError(f"[from_dlpack] {type(obj).__name__} does not implement __dlpack__")
     try:
-        return obj.__dlpack__(max_version=(1, 0))
+        return obj.__dlpack__(max_version=(1, 0), **kw)
     except TypeError:  # producers from before DLPack 1.0 take no max_version
-        return obj.__dlpack__()
+        return obj.__dlpack__(**kw)
 
 
 def from_dlpack(obj) -> Tensor:
-    """An ember tensor from any DLPack producer (torch, numpy, jax, ...) on CPU.
+    """An ember tensor from any DLPack producer (torch, numpy, jax, cupy, ...) on the CPU or a CUDA device.
 
-    Zero-copy when it can: the tensor shares the producer's memory. The data is copied instead when
-    it is not aligned to its element size, marked read-only, negatively strided, empty, or of a dtype
-    ember widens (int8/int16/int32/uint16). See docs/memory-and-safety.md.
+    On the CPU it is zero-copy when it can be: the tensor shares the producer's memory. The data is
+    copied instead when it is not aligned to its element size, marked read-only, negatively strided,
+    empty, or of a dtype ember widens (int8/int16/int32/uint16). See docs/memory-and-safety.md.
+
+    CUDA data lands on ``cuda:<device_id>``. ember asks the producer to order its pending work before
+    ember's stream (the legacy default stream, ``stream=1``). An ember tensor's own capsule is imported
+    without a copy. Another library's CUDA memory is copied on the device, with a DLPackCopyWarning
+    (docs/cuda.md says why).
 
     Args:
         obj: an object with ``__dlpack__`` (and ``__dlpack_device__``), or an unconsumed capsule.
 
     Returns:
-        A Tensor on the CPU; an ember Tensor comes back as ``obj.detach()``.
+        A Tensor on the CPU or on cuda:N; an ember Tensor comes back as ``obj.detach()``.
 
     Raises:
-        DeviceError: the data is not on the CPU.
+        DeviceError: the data is on neither the CPU nor an available CUDA device.
         DTypeError: a dtype ember cannot hold, or ``obj`` speaks no DLPack.
         EmberValueError: a malformed capsule (bad rank, shape or version), or strides that reach
             outside the address space.
@@ -220,8 +293,7 @@ def from_dlpack(obj) -> Tensor:
     else:
         raise EmberValueError("[from_dlpack] expected an unconsumed DLPack capsule")
     dl = m.dl_tensor
-    if dl.device.device_type != _KDL_CPU:
-        raise DeviceError(f"[from_dlpack] only CPU tensors can be imported, got device type {dl.device.device_type}")
+    device = _import_device(dl.device.device_type, dl.device.device_id, "the capsule")
     key = (dl.dtype.code, dl.dtype.bits)
     if dl.dtype.lanes != 1 or (key not in _FROM_DL and key not in _WIDEN_NP):
         raise DTypeError(f"[from_dlpack] unsupported DLPack dtype (code {key[0]}, bits {key[1]}, "
@@ -237,6 +309,7 @@ def from_dlpack(obj) -> Tensor:
         raise EmberValueError(f"[from_dlpack] DLPack tensor of shape {tuple(shape)} has no data pointer")
     # From here on ember owns the managed tensor: rename so the producer's destructor leaves it alone.
     _api.PyCapsule_SetName(cap_addr, used)
+    ours = _LIVE.get(addr)  # an export of ember's own (keep[1] is the exported tensor's storage)
     owner = _Owner(addr, m.deleter if m.deleter else None)
     if dl.strides:
         strides = [int(dl.strides[i]) for i in range(ndim)]
@@ -265,6 +338,8 @@ def from_dlpack(obj) -> Tensor:
     # misaligned buffer are undefined behaviour. Such data is copied.
     zero_copy = (key in _FROM_DL and not read_only and all(s >= 0 for s in strides) and numel > 0
                  and data % itemsize == 0)
+    if device.type == "cuda":
+        return _cuda_import(device, owner, ours, key, shape, strides, data, lo, hi, zero_copy)
     if zero_copy and _FROM_DL[key] is _dt.bool:
         # bool bytes other than 0 and 1 (a producer's view of other data) are copied, normalised to 0/1
         raw = (C.c_uint8 * (hi + 1)).from_address(data)
@@ -274,22 +349,31 @@ def from_dlpack(obj) -> Tensor:
         dt = _FROM_DL[key]
         storage = _C.CpuStorage._borrow(data, span, dt.code, owner)
         return _wrap(storage, _C.Layout(shape, strides, 0), dt, _dt.cpu)
-    # Fallback (widened dtypes, read-only or negatively strided producers, empty tensors): copy.
+    raw = None
+    if numel:
+        raw = (C.c_uint8 * ((hi - lo + 1) * itemsize)).from_address(data + lo * itemsize)
+    out = _host_copy(np.frombuffer(raw, np.uint8) if numel else None, key, shape, strides, lo)
+    del owner  # the copy is made: release the producer's memory now
+    return out
+
+
+def _host_copy(raw, key, shape, strides, lo):
+    """A CPU tensor copied from ``raw`` (the bytes the strides reach, from element ``lo`` on), for the
+    data zero-copy cannot take: widened dtypes, read-only or negatively strided producers, empty tensors."""
+    itemsize = key[1] // 8
     if key in _WIDEN_NP:  # said out loud: the caller asked for shared memory and does not get it
         warnings.warn(f"[from_dlpack] ember has no {np.dtype(_WIDEN_NP[key]).name}: the data is copied and widened "
                       f"to {_dt.from_numpy_dtype(np.dtype(_WIDEN_NP[key])).name}, sharing no memory",
-                      DLPackCopyWarning, stacklevel=2)
-    if numel == 0:
+                      DLPackCopyWarning, stacklevel=3)
+    if raw is None:  # no elements
         npt = _WIDEN_NP.get(key) or _dt.numpy_dtype(_FROM_DL[key])
         zeros = np.zeros(shape, dtype=npt)
         out = _from_array(zeros, _dt.from_numpy_dtype(zeros.dtype), _dt.cpu)  # DLPack imports are host memory
         return out.to_dtype(_FROM_DL[key]) if key in _FROM_DL else out
     npt = np.dtype(_WIDEN_NP[key]) if key in _WIDEN_NP else np.dtype(f"u{itemsize}")
-    raw = (C.c_uint8 * ((hi - lo + 1) * itemsize)).from_address(data + lo * itemsize)
-    flat = np.frombuffer(raw, dtype=npt)
+    flat = raw.view(npt)
     arr = np.lib.stride_tricks.as_strided(flat[-lo:], shape, [s * itemsize for s in strides])
     arr = arr.copy(order="C")  # not ascontiguousarray, which makes a 0-d array 1-d
-    del owner  # the copy is made: release the producer's memory now
     if key in _WIDEN_NP:
         return _from_array(arr, _dt.from_numpy_dtype(arr.dtype), _dt.cpu)
     dt = _FROM_DL[key]
@@ -297,3 +381,31 @@ def from_dlpack(obj) -> Tensor:
         arr = arr != 0  # any nonzero byte is true, stored as 1
     s = _C.CpuStorage._from_numpy_code(arr.reshape(-1), dt.code)
     return _wrap(s, _C.Layout.contiguous(shape), dt, _dt.cpu)
+
+
+def _cuda_import(device, owner, ours, key, shape, strides, data, lo, hi, zero_copy):
+    """The tensor on ``device`` (cuda:N) of a consumed CUDA capsule, whose producer ``owner`` releases."""
+    itemsize = key[1] // 8
+    st = ours[1] if ours is not None and len(ours) > 1 else None
+    if zero_copy and isinstance(st, _C.CudaStorage) and st.device == device:
+        # ember's own export: the same storage, viewed through the capsule's strides and offset
+        off, rem = divmod(data - st.data_ptr, itemsize)
+        if rem == 0 and 0 <= off and off + hi < st.nbytes // itemsize:
+            dt = _FROM_DL[key]
+            return _wrap(st, _C.Layout(shape, strides, off), dt, device)  # owner's deleter ends the export
+    if zero_copy and _FROM_DL[key] is not _dt.bool:
+        # Another library's memory: ember's CudaStorage cannot borrow it yet, so it is copied on the device.
+        warnings.warn(f"[from_dlpack] CUDA memory of another library is copied into ember's own storage on {device}, "
+                      "sharing no memory", DLPackCopyWarning, stacklevel=3)
+        dt = _FROM_DL[key]
+        st = _C.CudaStorage.empty(hi + 1, dt, device)
+        _C._cuda_copy_from_pointer(st, data, (hi + 1) * itemsize)
+        del owner
+        return _wrap(st, _C.Layout(shape, strides, 0), dt, device)
+    # Widened dtypes, bool, read-only, misaligned or negatively strided data, empty tensors: through the host.
+    raw = None
+    if math.prod(shape):
+        raw = np.empty((hi - lo + 1) * itemsize, np.uint8)
+        _C._cuda_read_pointer(device.index, data + lo * itemsize, raw)
+    del owner
+    return _host_copy(raw, key, shape, strides, lo).to_device(device)

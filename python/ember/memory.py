@@ -17,10 +17,7 @@ _MAX_BYTES = 2**64 - 1  # the core stores the cap as a size_t
 
 def _available_devices():
     """The CPU and every other device whose backend is available in this process."""
-    out = [_dt.cpu]
-    if _C.device_available(_dt.Device._KINDS["metal"], 0):
-        out.append(_dt.Device("metal", 0))
-    return out
+    return [_dt.cpu] + _dt._accelerators()
 
 
 def _physical_memory():
@@ -82,7 +79,7 @@ def memory_stats(device=None) -> dict:
              "cached_bytes": int,          # freed, kept for reuse (em.empty_cache returns it)
              "peak_allocated_bytes": int,  # the most allocated at once (see reset_peak_memory_stats)
              "cache_limit_bytes": int,     # the cap on cached_bytes (em.set_cache_limit)
-             "devices": {"cpu": {the same four keys}, "metal:0": {...}}}
+             "devices": {"cpu": {the same four keys}, "cuda:0": {...}, "metal:0": {...}}}
 
         For one device, the dict of its four keys.
 

@@ -289,7 +289,10 @@ def _analytic(op, ts, floats, ws):
     outs = _apply(op, vs)
     loss = None
     for k, w in ws.items():
-        term = (outs[k] * tensor(w, dtype=outs[k].dtype, device=outs[k].device)).sum()
+        # The weighted sum runs on the CPU (to_device is differentiable): on another device the check
+        # then tests the op's own forward and bwd there, not the device's mul and sum.
+        o = outs[k] if outs[k].device == _dt.cpu else outs[k].to_device(_dt.cpu)
+        term = (o * tensor(w, dtype=o.dtype, device=_dt.cpu)).sum()
         loss = term if loss is None else loss + term
     grads = loss.backward()
     return {i: grads.get(vs[i]) for i in floats}
@@ -437,7 +440,9 @@ def _devices_with_forward(op):
 
 
 def _other_devices():
-    return [_dt.Device("metal", 0)] if _dt.metal_is_available() else []
+    """cuda:0 and metal:0 where this process has them (the emulators' included)."""
+    return ([_dt.Device("metal", 0)] if _dt.metal_is_available() else []) + \
+        ([_dt.Device("cuda", 0)] if _dt.cuda_is_available() else [])
 
 
 def _check_devices(op, base, ref, setup, report, fail):
@@ -496,7 +501,7 @@ def check_op(op, *inputs, eps=1e-6, atol=1e-5, rtol=1e-3, seed=0):
     """Checks a custom op on ``inputs``: forward on contiguous vs strided/offset inputs agrees, the
     output shares no memory with an input (and inputs stay unchanged), unsupported dtypes raise an
     EmberError, ``bwd`` matches finite differences (float64), every available device the op defines
-    a forward for (``metal_fwd``) agrees with cpu (outputs and gradients). Returns a CheckOpReport
+    a forward for (``metal_fwd``, ``cuda_fwd``) agrees with cpu (outputs and gradients). Returns a CheckOpReport
     when all pass, else raises CheckOpError listing each failure.
 
     An ``em.CustomOp`` is checked on every output (and no two outputs may share memory) and every

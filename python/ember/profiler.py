@@ -29,6 +29,7 @@ _CUSTOM = {"apply_op1": 0, "apply_op2": 1, "apply_op3": 2, "apply_op1_no_bwd": 0
            "apply_op3_no_bwd": 2, "inplace_op1": 0, "inplace_op2": 1, "inplace_op3": 2}
 _lock = threading.Lock()
 _active = None  # the profile being recorded (one at a time)
+_ASYNC = ("metal", "cuda")  # devices whose kernels run asynchronously: their times are host-side
 
 
 class _Event:
@@ -36,10 +37,7 @@ class _Event:
 
 
 def _allocated():
-    total = _C.memory_stats(_dt.cpu.kind, 0)[0]
-    if _dt.metal_is_available():
-        total += _C.memory_stats(_dt.Device("metal", 0).kind, 0)[0]
-    return total
+    return sum(_C.memory_stats(d.kind, d.index)[0] for d in [_dt.cpu] + _dt._accelerators())
 
 
 def _tensors(args):
@@ -61,8 +59,8 @@ class profile:
     self time (wall minus the ops it called), the input shapes (``record_shapes=True``), the device,
     and the bytes its results still hold (the change of ``em.memory_stats()``'s allocated bytes).
 
-    On Metal the times are host-side (encoding and, where a result is read, waiting): rows say so in
-    their ``timing`` column; the CPU's are the computation itself.
+    On Metal and CUDA the times are host-side (encoding or launching and, where a result is read,
+    waiting): rows say so in their ``timing`` column; the CPU's are the computation itself.
 
     While no profile is active nothing is wrapped, so ops cost exactly what they cost without the
     profiler. While one is, tensor methods, ``em.apply_op`` and backward rules are wrapped (all
@@ -223,7 +221,7 @@ class profile:
             if r is None:
                 r = rows[key] = {"name": ev.name, "kind": ev.kind, "forward_op": ev.parent, "calls": 0,
                                  "wall_time": 0.0, "self_time": 0.0, "shapes": [], "device": ev.device or "-",
-                                 "timing": "host" if (ev.device or "").startswith("metal") else "compute",
+                                 "timing": "host" if (ev.device or "").startswith(_ASYNC) else "compute",
                                  "bytes": 0}
             r["calls"] += 1
             wall = ev.end - ev.start
@@ -272,7 +270,7 @@ class profile:
                 args["forward_op"] = ev.parent
             if ev.shapes is not None:
                 args["shapes"] = ev.shapes
-            if (ev.device or "").startswith("metal"):
+            if (ev.device or "").startswith(_ASYNC):
                 args["timing"] = "host"
             evs.append({"name": ev.name, "cat": ev.kind, "ph": "X", "pid": 1, "tid": ev.tid % 2**31,
                         "ts": round((ev.start - t0) * 1e6, 3), "dur": round((ev.end - ev.start) * 1e6, 3),

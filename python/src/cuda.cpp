@@ -125,6 +125,26 @@ void bind_cuda(py::module_& m) {
             return std::static_pointer_cast<BackendStorage>(std::make_shared<CudaStorage>(dev, to_dtype(code), n));
           },
           py::arg("n"), py::arg("code"), py::arg("index") = 0);
+  // DLPack imports of memory another library owns on a CUDA device (interop.py): copied into ember's own
+  // storage, on the device, or to the host for the dtypes and layouts the host path converts.
+  m.def("_cuda_copy_from_pointer", [](const StoragePtr& dst, uint64_t src, size_t nbytes) {
+    EMBER_CHECK(dst && dst->device().kind == DeviceKind::Cuda, Device, "[from_dlpack] expected a CudaStorage");
+    const CudaStorage& d = cuda::as_cuda(*dst);
+    EMBER_CHECK(nbytes <= d.nbytes(), Value, "[from_dlpack] ", nbytes, " bytes do not fit a storage of ", d.nbytes());
+    py::gil_scoped_release nogil;
+    CudaDevice& dev = d.cuda_device();
+    dev.adapter().copy_on_device(dev.ordinal(), d.dptr(), src, nbytes);
+    dev.synchronize();  // the producer may reuse its memory once its deleter runs, right after this
+  }, py::arg("dst"), py::arg("src"), py::arg("nbytes"));
+  m.def("_cuda_read_pointer", [](int index, uint64_t src, py::array out) {
+    EMBER_CHECK(out.writeable() && (out.flags() & py::array::c_style), Value,
+                "[from_dlpack] expected a writable C-contiguous array");
+    CudaDevice& dev = cuda_device(index, "from_dlpack");
+    void* dst = out.mutable_data();
+    const size_t n = (size_t)out.nbytes();
+    py::gil_scoped_release nogil;
+    dev.adapter().copy_to_host(dev.ordinal(), dst, src, n);
+  }, py::arg("index"), py::arg("src"), py::arg("out"));
   m.def("_cuda_backend_kind", [] {
     const char* k = CudaDevice::backend_kind();
     return k ? py::object(py::str(k)) : py::object(py::none());

@@ -1,9 +1,14 @@
 // Bindings for the fused ops on any device: _C.fused.<op>(storage, layout, ...) -> new dense storage(s),
-// through the checked entry points of cpp/fused.h.
+// through the checked entry points (a family's `run` in cpp/families/, or cpp/fused.h).
 #include <cmath>
 #include <string>
 
 #include "common.h"
+#include "families/batch_norm.h"
+#include "families/group_norm.h"
+#include "families/layer_norm.h"
+#include "families/rms_norm.h"
+#include "families/softmax.h"
 #include "fused.h"
 
 namespace {
@@ -66,10 +71,10 @@ void bind_fused(py::module_& m) {
   using SP = const BackendStorage*;
   using L = const Layout&;
   auto f = m.def_submodule("fused", "fused ops on any device (softmax, norms, sdpa, activation backward)");
-  f.def("softmax_fwd", [](S x, L lx, bool log) { return fz::softmax_fwd(x, lx, log); }, py::arg("x"), py::arg("lx"),
+  // Families whose entry point is their `run` (cpp/families/): bound as it is, its signature written once.
+  f.def("softmax_fwd", &ember::SoftmaxFwd::run, py::arg("x"), py::arg("lx"), py::arg("log") = false, G());
+  f.def("softmax_bwd", &ember::SoftmaxBwd::run, py::arg("y"), py::arg("ly"), py::arg("g"), py::arg("lg"),
         py::arg("log") = false, G());
-  f.def("softmax_bwd", [](S y, L ly, S g, L lg, bool log) { return fz::softmax_bwd(y, ly, g, lg, log); },
-        py::arg("y"), py::arg("ly"), py::arg("g"), py::arg("lg"), py::arg("log") = false, G());
   f.def(
       "cross_entropy_fwd",
       [](S x, L lx, S t, L lt, SP w, const Layout* lw, int64_t ignore_index, double label_smoothing) {
@@ -83,53 +88,28 @@ void bind_fused(py::module_& m) {
          L lg) { return fz::cross_entropy_bwd(ce_args(x, lx, t, lt, w, lw, ignore_index, label_smoothing), lse, g, lg); },
       py::arg("x"), py::arg("lx"), py::arg("t"), py::arg("lt"), py::arg("w").none(true), py::arg("lw").none(true),
       py::arg("ignore_index"), py::arg("label_smoothing"), py::arg("lse"), py::arg("g"), py::arg("lg"), G());
-  f.def("rms_norm_fwd",
-        [](S x, L lx, SP w, const Layout* lw, double eps) { return fz::rms_norm_fwd(x, lx, w, lw, eps); },
-        py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("eps"), G());
-  f.def("rms_norm_bwd",
-        [](S x, L lx, SP w, const Layout* lw, S rstd, S g, L lg, bool want_params) {
-          return fz::rms_norm_bwd(x, lx, w, lw, rstd, g, lg, want_params);
-        },
-        py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("rstd"), py::arg("g"),
-        py::arg("lg"), py::arg("want_params") = true, G());
-  f.def("layer_norm_fwd",
-        [](S x, L lx, SP w, const Layout* lw, SP b, const Layout* lb, double eps) {
-          return fz::layer_norm_fwd(x, lx, w, lw, b, lb, eps);
-        },
-        py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("b").none(true),
-        py::arg("lb").none(true), py::arg("eps"), G());
-  f.def("layer_norm_bwd",
-        [](S x, L lx, SP w, const Layout* lw, S mean, S rstd, S g, L lg, bool want_params) {
-          return fz::layer_norm_bwd(x, lx, w, lw, mean, rstd, g, lg, want_params);
-        },
-        py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("mean"),
-        py::arg("rstd"), py::arg("g"), py::arg("lg"), py::arg("want_params") = true, G());
-  f.def("group_norm_fwd",
-        [](S x, L lx, int64_t groups, SP w, const Layout* lw, SP b, const Layout* lb, double eps) {
-          return fz::group_norm_fwd(x, lx, groups, w, lw, b, lb, eps);
-        },
-        py::arg("x"), py::arg("lx"), py::arg("groups"), py::arg("w").none(true), py::arg("lw").none(true),
-        py::arg("b").none(true), py::arg("lb").none(true), py::arg("eps"), G());
-  f.def("group_norm_bwd",
-        [](S x, L lx, int64_t groups, SP w, const Layout* lw, S mean, S rstd, S g, L lg) {
-          return fz::group_norm_bwd(x, lx, groups, w, lw, mean, rstd, g, lg);
-        },
-        py::arg("x"), py::arg("lx"), py::arg("groups"), py::arg("w").none(true), py::arg("lw").none(true),
-        py::arg("mean"), py::arg("rstd"), py::arg("g"), py::arg("lg"), G());
-  f.def("batch_norm_fwd",
-        [](S x, L lx, SP w, const Layout* lw, SP b, const Layout* lb, BackendStorage* rm, const Layout* lrm,
-           BackendStorage* rv, const Layout* lrv, bool training, double momentum, double eps) {
-          return fz::batch_norm_fwd(x, lx, w, lw, b, lb, rm, lrm, rv, lrv, training, momentum, eps);
-        },
-        py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("b").none(true),
-        py::arg("lb").none(true), py::arg("rm").none(true), py::arg("lrm").none(true), py::arg("rv").none(true),
-        py::arg("lrv").none(true), py::arg("training"), py::arg("momentum"), py::arg("eps"), G());
-  f.def("batch_norm_bwd",
-        [](S x, L lx, SP w, const Layout* lw, S mean, S rstd, S g, L lg, bool training) {
-          return fz::batch_norm_bwd(x, lx, w, lw, mean, rstd, g, lg, training);
-        },
-        py::arg("x"), py::arg("lx"), py::arg("w").none(true), py::arg("lw").none(true), py::arg("mean"),
-        py::arg("rstd"), py::arg("g"), py::arg("lg"), py::arg("training"), G());
+  f.def("rms_norm_fwd", &ember::RmsNormFwd::run, py::arg("x"), py::arg("lx"), py::arg("w").none(true),
+        py::arg("lw").none(true), py::arg("eps"), G());
+  f.def("rms_norm_bwd", &ember::RmsNormBwd::run, py::arg("x"), py::arg("lx"), py::arg("w").none(true),
+        py::arg("lw").none(true), py::arg("rstd"), py::arg("g"), py::arg("lg"), py::arg("want_params") = true, G());
+  f.def("layer_norm_fwd", &ember::LayerNormFwd::run, py::arg("x"), py::arg("lx"), py::arg("w").none(true),
+        py::arg("lw").none(true), py::arg("b").none(true), py::arg("lb").none(true), py::arg("eps"), G());
+  f.def("layer_norm_bwd", &ember::LayerNormBwd::run, py::arg("x"), py::arg("lx"), py::arg("w").none(true),
+        py::arg("lw").none(true), py::arg("mean"), py::arg("rstd"), py::arg("g"), py::arg("lg"),
+        py::arg("want_params") = true, G());
+  f.def("group_norm_fwd", &ember::GroupNormFwd::run, py::arg("x"), py::arg("lx"), py::arg("groups"),
+        py::arg("w").none(true), py::arg("lw").none(true), py::arg("b").none(true), py::arg("lb").none(true),
+        py::arg("eps"), G());
+  f.def("group_norm_bwd", &ember::GroupNormBwd::run, py::arg("x"), py::arg("lx"), py::arg("groups"),
+        py::arg("w").none(true), py::arg("lw").none(true), py::arg("mean"), py::arg("rstd"), py::arg("g"),
+        py::arg("lg"), G());
+  f.def("batch_norm_fwd", &ember::BatchNormFwd::run, py::arg("x"), py::arg("lx"), py::arg("w").none(true),
+        py::arg("lw").none(true), py::arg("b").none(true), py::arg("lb").none(true), py::arg("rm").none(true),
+        py::arg("lrm").none(true), py::arg("rv").none(true), py::arg("lrv").none(true), py::arg("training"),
+        py::arg("momentum"), py::arg("eps"), G());
+  f.def("batch_norm_bwd", &ember::BatchNormBwd::run, py::arg("x"), py::arg("lx"), py::arg("w").none(true),
+        py::arg("lw").none(true), py::arg("mean"), py::arg("rstd"), py::arg("g"), py::arg("lg"), py::arg("training"),
+        G());
   for (int k = 0; k < (int)ActKind::Count; ++k) {
     const ActKind kind = (ActKind)k;
     f.def((std::string(ember::act_name(kind)) + "_bwd").c_str(),

@@ -91,4 +91,5 @@ PYBIND11_MODULE(_C, m) {
   m.def("_set_rng_state", [](uint64_t seed, uint64_t counter) { ember::set_rng_state(seed, counter); },
         py::arg("seed"), py::arg("counter"));
   m.def("isa", &ember::cpu::isa);
+  m.def("has_amx", &ember::cpu::has_amx);
 }

@@ -60,7 +60,7 @@ class _Unfold(CustomOp1):
         s, l = _C.im2col(storage, layout, self.geom)
         return s, l.shape
 
-    metal_fwd = cpu_fwd  # the binding dispatches on the storage's device
+    metal_fwd = cuda_fwd = cpu_fwd  # the binding dispatches on the storage's device
 
     def bwd(self, arg, res, grad_res):
         return grad_res.apply_op1(_Fold(self.geom))
@@ -78,7 +78,7 @@ class _Fold(CustomOp1):
         s, l = _C.col2im(storage, layout, self.geom)
         return s, l.shape
 
-    metal_fwd = cpu_fwd
+    metal_fwd = cuda_fwd = cpu_fwd
 
     def bwd(self, arg, res, grad_res):
         return grad_res.apply_op1(_Unfold(self.geom))
@@ -96,7 +96,7 @@ class _Conv(CustomOp2):
         s, l = _C.conv2d_fwd(xs, xl, ws, wl, None, None, self.geom, self.groups)
         return s, l.shape
 
-    metal_fwd = cpu_fwd  # the binding dispatches on the storage's device
+    metal_fwd = cuda_fwd = cpu_fwd  # the binding dispatches on the storage's device
 
     def bwd(self, x, w, res, gy):
         dx = gy.apply_op2(w, _ConvInput(self.geom, self.groups)) if needs_grad(x) else None
@@ -116,7 +116,7 @@ class _ConvBias(CustomOp3):
         s, l = _C.conv2d_fwd(xs, xl, ws, wl, bs, bl, self.geom, self.groups)
         return s, l.shape
 
-    metal_fwd = cpu_fwd
+    metal_fwd = cuda_fwd = cpu_fwd
 
     def bwd(self, x, w, b, res, gy):
         dx, dw = _Conv.bwd(self, x, w, res, gy)
@@ -135,7 +135,7 @@ class _ConvInput(CustomOp2):
         s, l = _C.conv2d_bwd_input(gs, gl, ws, wl, self.geom, self.groups)
         return s, l.shape
 
-    metal_fwd = cpu_fwd
+    metal_fwd = cuda_fwd = cpu_fwd
 
     def bwd(self, gy, w, dx, gdx):
         # bilinear in (gy, w): <gdx, A_w^T gy> = <conv(gdx, w), gy>
@@ -156,7 +156,7 @@ class _ConvWeight(CustomOp2):
         s, l = _C.conv2d_bwd_weight(xs, xl, gs, gl, self.geom, self.groups)
         return s, l.shape
 
-    metal_fwd = cpu_fwd
+    metal_fwd = cuda_fwd = cpu_fwd
 
     def bwd(self, x, gy, dw, gdw):
         dx = gy.apply_op2(gdw, _ConvInput(self.geom, self.groups)) if needs_grad(x) else None

@@ -4,7 +4,7 @@ from __future__ import annotations
 from .. import dtypes as _dt
 from ..backprop import no_grad
 from ..creation import tensor
-from ..errors import DTypeError, EmberTypeError, EmberValueError, GradientsInStore, ShapeError
+from ..errors import DeviceError, DTypeError, EmberTypeError, EmberValueError, GradientsInStore, ShapeError
 from ..tensor_type import Tensor
 from ..variable import Var
 
@@ -319,6 +319,20 @@ class Module:
     def cpu(self):
         """Moves every parameter and buffer to the CPU, in place; returns self."""
         return self.to(device=_dt.cpu)
+
+    def cuda(self, device=None):
+        """Moves every parameter and buffer to a CUDA device, in place, as ``torch.nn.Module.cuda``;
+        ``device`` is an index, a CUDA device or None (cuda:0). Returns self.
+
+        Raises:
+            DeviceError: the device is not a CUDA device, or not available.
+        """
+        if device is None:
+            device = 0
+        d = _dt.Device("cuda", device) if type(device) is int else _dt.to_device(device)
+        if d.type != "cuda":
+            raise DeviceError(f"[Module.cuda] expected a CUDA device, got {d}")
+        return self.to(device=d)
 
     def requires_grad_(self, requires_grad=True):
         """Freezes (False) or unfreezes (True) every parameter, in place: a frozen parameter is no
