@@ -16,6 +16,7 @@
 #include <cstring>
 #include <exception>
 #include <type_traits>
+#include <utility>
 
 #if __has_include("ember_dtype.h")
 #include "ember_dtype.h"
@@ -128,6 +129,16 @@ template <class T> struct binder<gptr<T>> {
     return gptr<T>(t->buffers[i].data, 0, t->buffers[i].size, what);
   }
 };
+
+// An extern "C" kernel inside a namespace (ember's translated kernels): its arguments bound by its own
+// parameter types, argument i from buffer i.
+template <class... P, size_t... I>
+inline void invoke_at(msl_abi::Thread* t, void (*f)(P...), const char* const* what, std::index_sequence<I...>) {
+  f(binder<std::remove_cv_t<P>>::get(t, (uint32_t)I, what[I])...);
+}
+template <class... P> inline void invoke(msl_abi::Thread* t, void (*f)(P...), const char* const* what) {
+  invoke_at(t, f, what, std::index_sequence_for<P...>{});
+}
 
 // ---- shared memory ----------------------------------------------------------------------------------
 // Static `__shared__ T name[N]...` becomes a reference to the block's variable of that site (allocated

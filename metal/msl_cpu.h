@@ -1,5 +1,5 @@
 // msl_cpu.h: the shim that lets Metal Shading Language kernels compile and run as C++ under ember's emulator.
-// The emulator's rewriter (cpp/metal/emu/rewrite.cpp) turns `device T*` into msl::dptr<T> (bounds-checked),
+// The emulator's rewriter (cpp/msl/rewrite.cpp) turns `device T*` into msl::dptr<T> (bounds-checked),
 // threadgroup variables into group-shared storage and drops attributes; this header supplies the rest of
 // what `#include <metal_stdlib>` gives a kernel: half/bfloat, vectors, metal:: math, simdgroup ops,
 // barriers and atomics. (The static checks use metal/msl_static.h instead, which keeps address spaces.)

@@ -33,6 +33,15 @@ def cuda(monkeypatch):
     return em.Device("cuda")
 
 
+def on_device(device, dtype):
+    """dtype, or float32 where the device holds no float64 (that refusal checked here instead)."""
+    if dtype == np.float64 and not ex.holds_float64(device):
+        with pytest.raises(em.DTypeError):
+            em.tensor(np.zeros(2), device=device)
+        return np.float32
+    return dtype
+
+
 def cpu(rng, *shape, dtype=np.float32):
     return em.tensor(rng.standard_normal(shape).astype(dtype), device="cpu")
 
@@ -121,6 +130,7 @@ KINDS = ["contiguous", "transposed", "offset", "stepped"]
 @pytest.mark.parametrize("kinds", [("contiguous",) * 3, ("transposed", "offset", "stepped"),
                                    ("stepped", "contiguous", "transposed")])
 def test_fused_mul_add_matches_numpy(cuda, rng, dtype, kinds):
+    dtype = on_device(cuda, dtype)
     shape = tuple(int(v) for v in rng.integers(1, 40, size=2))
     (ta, a), (tb, b), (tc, c) = (_view(rng, shape, k, dtype, cuda) for k in kinds)
     out = ex.fused_mul_add(ta, tb, tc)
@@ -137,6 +147,7 @@ def test_fused_mul_add_matches_numpy(cuda, rng, dtype, kinds):
 @pytest.mark.parametrize("mnk", [(1, 1, 1), (16, 16, 16), (33, 17, 40), (5, 47, 3)])
 def test_linear_relu_and_its_gradients_match_numpy(cuda, rng, dtype, mnk):
     m, n, k = mnk
+    dtype = on_device(cuda, dtype)
     tx, x = _view(rng, (m, k), KINDS[m % 4], dtype, cuda)
     tw, w = _view(rng, (k, n), KINDS[(n + 1) % 4], dtype, cuda)
     b = rng.standard_normal(n).astype(dtype)
@@ -155,23 +166,33 @@ def test_linear_relu_and_its_gradients_match_numpy(cuda, rng, dtype, mnk):
     assert grads[xv].device == cuda and grads[wv].device == cuda
 
 
-def test_fused_mul_add_gradients_match_numpy(cuda, rng):
-    a, b, c = (rng.standard_normal((4, 6)) for _ in range(3))
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_fused_mul_add_gradients_match_numpy(cuda, rng, dtype):
+    dtype = on_device(cuda, dtype)
+    a, b, c, g = (rng.standard_normal((4, 6)).astype(dtype) for _ in range(4))
     va, vb, vc = (em.Var(em.tensor(v, device=cuda)) for v in (a, b, c))
-    g = rng.standard_normal((4, 6))
     grads = (ex.fused_mul_add(va, vb, vc).to("cpu") * em.tensor(g, device="cpu")).sum().backward()
-    np.testing.assert_allclose(grads[va].numpy(), g * b, rtol=1e-12)
-    np.testing.assert_allclose(grads[vb].numpy(), g * a, rtol=1e-12)
-    np.testing.assert_allclose(grads[vc].numpy(), g, rtol=1e-12)
+    assert all(grads[v].device == cuda for v in (va, vb, vc))
+    np.testing.assert_allclose(grads[va].numpy(), g * b, rtol=1e-6)
+    np.testing.assert_allclose(grads[vb].numpy(), g * a, rtol=1e-6)
+    np.testing.assert_array_equal(grads[vc].numpy(), g)
 
 
-def test_gradcheck_on_cuda(cuda, rng):
-    on = lambda v: em.tensor(v, device=cuda)  # noqa: E731
-    assert em.testing.gradcheck(lambda p, q, r: ex.fused_mul_add(p, q, r).to("cpu"),
-                                [on(rng.standard_normal((2, 3))) for _ in range(3)])
-    assert em.testing.gradcheck(lambda p, q, r: ex.linear_relu(p, q, r).to("cpu"),
-                                [on(rng.standard_normal((3, 4))), on(rng.standard_normal((4, 2))),
-                                 on(rng.standard_normal(2))])
+@pytest.mark.parametrize("float64_on_device", [True, False])
+def test_gradcheck_on_cuda(cuda, rng, monkeypatch, float64_on_device):
+    # both of the example's routes: float64 on the device, or float32 there from float64 inputs on the CPU
+    if not float64_on_device:
+        monkeypatch.setattr(ex, "holds_float64", lambda device: False)
+    elif not ex.holds_float64(cuda):
+        on_device(cuda, np.float64)  # the device holds no float64: its refusal is the check
+        return
+    assert ex.gradcheck_on(cuda, ex.fused_mul_add, [rng.standard_normal((2, 3)) for _ in range(3)])
+    assert ex.gradcheck_on(cuda, ex.linear_relu, [rng.standard_normal((3, 4)), rng.standard_normal((4, 2)),
+                                                   rng.standard_normal(2)])
+    # a wrong backward (a's and b's gradients swapped, by the same kernel) fails it on either route
+    monkeypatch.setattr(ex.FusedMulAdd, "bwd", lambda self, a, b, c, res, g: em.apply_op(ex.MulAddGrad(), b, a, g))
+    with pytest.raises(em.testing.GradcheckError, match=r"^\[gradcheck\] input [01]"):
+        ex.gradcheck_on(cuda, ex.fused_mul_add, [rng.standard_normal((2, 3)) for _ in range(3)])
 
 
 def test_example_errors(cuda, rng):
@@ -196,3 +217,31 @@ def test_example_script_runs_on_cuda(cuda, capsys, monkeypatch):
     runpy.run_path(str(EXAMPLE), run_name="__main__")
     out = capsys.readouterr().out
     assert "on cpu: ok" in out and "fused_mul_add and linear_relu on cuda: ok" in out
+
+
+def test_check_op_compares_cuda_with_a_reference(cuda, rng, monkeypatch):
+    # fused_mul_add with a reference in tensor ops: the CUDA forward is compared with it on cuda, or, where ember
+    # has no CUDA kernel for an op the reference uses, with the reference run on the CPU on the same values
+    class WithReference(ex.FusedMulAdd):
+        name = "fused_mul_add_ref"
+
+        def reference(self, a, b, c):
+            return a * b + c
+
+    r = em.testing.check_op(WithReference(), *(cpu(rng, 3, 4) for _ in range(3)))
+    assert "reference forward" in r.passed and "reference backward" in r.passed
+    assert r.devices["cuda:0"] == "agrees with cpu"
+
+    class WrongReference(WithReference):
+        name = "fused_mul_add_wrong_ref"
+
+        def reference(self, a, b, c):
+            return a * b - c
+
+    with pytest.raises(em.testing.CheckOpError, match=r"reference: on cpu the forward differs from the reference"):
+        em.testing.check_op(WrongReference(), *(cpu(rng, 3, 4) for _ in range(3)))
+    # a wrong CUDA kernel: the CPU agrees with the reference, cuda does not
+    _with_source(monkeypatch, "MUL_ADD", "out[i] = a[oa] * b[ob] + c[oc];", "out[i] = a[oa] + c[oc];")
+    with pytest.raises(em.testing.CheckOpError,
+                       match=r"reference: on cuda:0 the forward differs from the reference: max abs diff"):
+        em.testing.check_op(WithReference(), *(cpu(rng, 3, 4) for _ in range(3)))

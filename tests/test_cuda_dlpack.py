@@ -49,7 +49,12 @@ def test_dlpack_device_is_kdlcuda(cuda):
                                    "bool"])
 def test_round_trip_shares_the_storage(cuda, rng, dtype):
     a = (rng.standard_normal((5, 6)) * 4).astype(np.float32)
-    t = em.tensor(a, device="cpu").to(dtype=dtype).to(cuda)
+    t = em.tensor(a, device="cpu").to(dtype=dtype)
+    if not em._C.device_supports(cuda.kind, cuda.index, t.dtype.code):  # a backend without float64 refuses it
+        with pytest.raises(em.DTypeError):
+            t.to(cuda)
+        return
+    t = t.to(cuda)
     for view in (t, t.t(), t[1:, ::2], t[3], t.narrow(1, 2, 3)):
         for kw in ({}, {"max_version": (1, 0)}, {"stream": 1}, {"stream": None, "max_version": (1, 3)}):
             u = em.from_dlpack(view.__dlpack__(**kw))

@@ -241,6 +241,7 @@ class Scanner {
     for (size_t k = g; k-- > 0;) {  // back to the statement's start: a `template` there makes it one
       if (is(t_[k], ";") || is(t_[k], "{") || is(t_[k], "}")) break;
       if (is(t_[k], "template")) d.is_template = true;
+      if (is(t_[k], "extern") && k + 1 < t_.size() && t_[k + 1].kind == Tok::Other) d.extern_c = true;
     }
     size_t i = g + 1, open = t_.size();
     std::string name;
@@ -261,8 +262,9 @@ class Scanner {
     size_t j = shut + 1;
     while (j < t_.size() && !is(t_[j], "{") && !is(t_[j], ";")) ++j;
     if (j >= t_.size() || is(t_[j], ";")) return;  // a declaration: the definition is what counts
-    for (const auto& [n, depth] : ns) d.name += n.empty() ? "" : n + "::";
-    d.name += name;
+    for (const auto& [n, depth] : ns) d.qualified += n.empty() ? "" : n + "::";
+    d.qualified += name;
+    d.name = d.extern_c ? name : d.qualified;
     // The parameters: split at top-level commas.
     size_t b = open + 1;
     int depth = 0;
@@ -393,8 +395,17 @@ class Scanner {
         args += std::string(i ? ", " : "") + "::cuemu::binder<" + t + ">::get(t, " + std::to_string(i) + ", \"" +
                 what + "\")";
       }
-      w += "void cuemu_entry_" + id + "(msl_abi::Thread* t) { (void)t; ::cuemu::run_entry([&] { ::" + d.name + "(" +
-           args + "); }); }\n";
+      if (d.extern_c && d.qualified != d.name) {
+        // its parameter types are named in its namespace: bound through the function's own type
+        std::string what;
+        for (size_t i = 0; i < d.params.size(); ++i)
+          what += "\"argument " + std::to_string(i) + " ('" + d.params[i].name + "', " + d.params[i].type + ")\", ";
+        w += "void cuemu_entry_" + id + "(msl_abi::Thread* t) { static const char* const what[] = {" + what +
+             "nullptr}; ::cuemu::run_entry([&] { ::cuemu::invoke(t, &::" + d.qualified + ", what); }); }\n";
+      } else {
+        w += "void cuemu_entry_" + id + "(msl_abi::Thread* t) { (void)t; ::cuemu::run_entry([&] { ::" + d.qualified +
+             "(" + args + "); }); }\n";
+      }
       std::string bufs;
       for (size_t i = 0; i < d.params.size(); ++i) bufs += "{" + std::to_string(i) + "u, 0u}, ";
       w += "const msl_abi::BufferUse cuemu_bufs_" + id + "[] = {" + bufs + "{0xffffffffu, 0u}};\n";

@@ -25,6 +25,9 @@ struct KernelDecl {
   std::vector<Param> params;
   bool is_template = false;
   int line = 0;
+  // extern "C": `name` is the plain (linkage) name even inside a namespace; `qualified` is how to call it.
+  bool extern_c = false;
+  std::string qualified;
 };
 
 struct ParsedSource {

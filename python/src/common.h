@@ -73,6 +73,7 @@ void bind_metal_storage(py::module_& m);  // metal_storage.cpp: MetalStorage, em
 // The testing extension (ember._C_testing) only:
 void bind_metal_testing(py::module_& m);  // testing_metal.cpp: the emulator's and the sources' hooks
 void bind_cuda_testing(py::module_& m);   // testing_cuda.cpp: CUDA backend pieces checked without a GPU
+void bind_cuda_kernels_testing(py::module_& m);  // testing_cuda_kernels.cpp: ember's kernels translated to CUDA
 void bind_metal_policy(py::module_& m);   // metal_policy.cpp
 void bind_cuda(py::module_& m);           // cuda.cpp: CudaStorage, em.cuda, em.cuda.Kernel
 

@@ -9,7 +9,7 @@
 #include "metal/adapter.h"
 #include "metal/embedded.h"
 #include "metal/emu/compiler.h"
-#include "metal/emu/rewrite.h"
+#include "msl/rewrite.h"
 #include "emu/runtime.h"
 
 namespace ember::bind {

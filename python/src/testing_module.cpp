@@ -8,6 +8,7 @@ PYBIND11_MODULE(_C_testing, m) {
   ember::bind::init_module(true);
   ember::bind::bind_metal_testing(m);
   ember::bind::bind_cuda_testing(m);
+  ember::bind::bind_cuda_kernels_testing(m);
   m.def("cpu_kernel_cache_dir", [] { return ember::bind::cpu_kernel_cache().dir(); },
         "The directory of em.cpu.Kernel's on-disk cache (resolved as _C resolves it).");
 }

@@ -16,7 +16,7 @@
 #include "kernel_cache.h"
 #include "metal/embedded.h"
 #include "emu/faults.h"
-#include "metal/emu/rewrite.h"
+#include "msl/rewrite.h"
 #include "emu/runtime.h"
 #include "sha256.h"
 

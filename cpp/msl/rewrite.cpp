@@ -1,24 +1,27 @@
 // The MSL -> C++ rewriter: a token-level pass over preprocessed MSL that keeps line numbers, so the
 // compiler's messages point at the kernel's own lines.
-#include "metal/emu/rewrite.h"
+#include "msl/rewrite.h"
 
-#include <map>
-#include <set>
+#include "msl/rewrite_impl.h"
 
-#include "error.h"
-
-namespace ember::metal::emu {
+namespace ember::metal::emu::rw {
 namespace {
-
-enum class Tk { Ident, Number, Str, Punct, Space, Directive };
-struct Tok {
-  Tk kind;
-  std::string text;
-};
 
 bool ident_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_'; }
 bool ident_char(char c) { return ident_start(c) || (c >= '0' && c <= '9'); }
 bool digit(char c) { return c >= '0' && c <= '9'; }
+// The name in `host_name("a" "b")` (macros paste names as adjacent literals): the literals' text joined.
+std::string host_name_of(const std::string& attr) {
+  std::string out;
+  for (size_t i = attr.find('"'); i != std::string::npos && i + 1 < attr.size(); i = attr.find('"', i + 1)) {
+    const size_t e = attr.find('"', i + 1);
+    if (e == std::string::npos) break;
+    out += attr.substr(i + 1, e - i - 1);
+    i = e;
+  }
+  return out;
+}
+}  // namespace
 
 std::vector<Tok> tokenize(const std::string& s) {
   std::vector<Tok> out;
@@ -98,128 +101,6 @@ std::vector<Tok> tokenize(const std::string& s) {
   return out;
 }
 
-struct Attr {
-  int begin, end;  // significant-token range [begin, end) of `[[ ... ]]`
-  std::string text;
-};
-
-struct Param {
-  std::string type, name, attr;
-};
-
-struct KernelSite {
-  std::string host_name;  // the name a pipeline asks for
-  std::string call;       // what the wrapper calls: fn or fn<args>
-  int open, close;        // significant indices of the parameter list's parentheses
-  std::string fn, targs;  // an instantiation of a template kernel: its name and template arguments
-};
-
-// A template kernel's definition: its wrapper is a template too, instantiated per [[host_name]].
-struct TemplateKernel {
-  std::string header;  // "template <typename Op, typename T>"
-  std::string names;   // "Op, T" (packs as "Ts...")
-  int open, close;
-};
-
-class Rewriter {
- public:
-  Rewriter(const std::string& src, const std::string& name, RewriteMode mode)
-      : raw_(tokenize(src)), name_(name), mode_(mode) {
-    for (int i = 0; i < (int)raw_.size(); ++i)
-      if (raw_[i].kind != Tk::Space && raw_[i].kind != Tk::Directive) sig_.push_back(i);
-    out_.reserve(raw_.size());
-    for (const Tok& t : raw_) out_.push_back(t.text);
-  }
-
-  RewriteResult run();
-
- private:
-  const std::string& t(int k) const {
-    static const std::string empty;
-    return k >= 0 && k < (int)sig_.size() ? raw_[sig_[k]].text : empty;
-  }
-  Tk kind(int k) const { return k >= 0 && k < (int)sig_.size() ? raw_[sig_[k]].kind : Tk::Space; }
-  bool member(int k) const { return t(k - 1) == "." || t(k - 1) == "->" || t(k - 1) == "::"; }
-  [[noreturn]] void fail(const std::string& msg) const {
-    throw Error(ErrorKind::Value, "[metal] " + name_ + ": " + msg);
-  }
-  // Replaces significant tokens [a, b] (and what lies between) by `text`, keeping the newlines.
-  void replace(int a, int b, const std::string& text) {
-    std::string nl;
-    for (int r = sig_[a]; r <= sig_[b]; ++r) {
-      for (char c : raw_[r].text)
-        if (c == '\n') nl += '\n';
-      out_[r].clear();
-    }
-    out_[sig_[a]] = text + nl;
-  }
-  std::string source_text(int a, int b) const {  // original text of significant tokens [a, b)
-    std::string s;
-    for (int k = a; k < b; ++k) s += (s.empty() ? "" : " ") + t(k);
-    return s;
-  }
-  std::string output_text(int a, int b) const {  // rewritten text of [a, b), newlines folded
-    std::string s;
-    if (a >= b) return s;
-    for (int r = sig_[a]; r < (b < (int)sig_.size() ? sig_[b] : (int)raw_.size()); ++r)
-      for (char c : out_[r]) s += c == '\n' ? ' ' : c;
-    return s;
-  }
-  int match(int k, const char* open, const char* close) const {  // index of the token closing t(k)
-    int depth = 0;
-    for (int j = k; j < (int)sig_.size(); ++j) {
-      if (t(j) == open) ++depth;
-      if (t(j) == close && --depth == 0) return j;
-    }
-    fail(std::string("unbalanced '") + open + "'");
-  }
-  int attribute(int k);
-  bool in_kernel_params(int k) const {
-    for (const auto& [a, b] : kernel_params_)
-      if (k > a && k < b) return true;
-    return false;
-  }
-  void address_space(int& k);
-  void threadgroup_var(int& k);
-  void literal(int k);
-  void swizzle(int k);
-  void kernel_definition(int k, bool is_template, const std::string& host_name);
-  void note_ref_params(int open, int close);
-  void ref_address(int k);
-  void instantiation(int& k);
-  std::vector<Param> params(const KernelSite& ks) const;
-  std::string wrappers(bool uses_sync) const;
-  const Attr* attr_at(int k) const {
-    for (const Attr& a : attrs_)
-      if (k >= a.begin && k < a.end) return &a;
-    return nullptr;
-  }
-
-  std::vector<Tok> raw_;
-  std::vector<int> sig_;
-  std::vector<std::string> out_;
-  std::string name_;
-  RewriteMode mode_;
-  std::vector<Attr> attrs_;
-  std::vector<KernelSite> kernels_;
-  std::vector<std::pair<int, int>> kernel_params_;  // the parameter lists of kernels, (open, close)
-  std::map<std::string, TemplateKernel> templates_;
-  int template_start_ = -1;
-  std::set<int> function_constants_;
-  // The kernels' `device T& x [[buffer(n)]]` / `constant T& x` parameters, by body: name -> n.
-  struct RefScope {
-    int begin, end;  // the body's braces
-    std::map<std::string, unsigned long> buffer;
-  };
-  std::vector<RefScope> ref_scopes_;
-  std::map<int, std::string> after_;  // text emitted after a raw token (closes what ref_address opened)
-  int depth_ = 0;
-  int template_end_ = -2;  // index of the '>' that closed the last `template <...>`
-  int tg_sites_ = 0;
-  std::string pending_host_name_;
-  bool pending_kernel_ = false;
-};
-
 // `[[...]]`: recorded for the parameter parser, removed from the output.
 int Rewriter::attribute(int k) {
   int j = k + 2, depth = 0;
@@ -250,6 +131,11 @@ void Rewriter::address_space(int& k) {
     else if (t(j) == ">") --angle;
     else if (angle <= 0 && stop.count(t(j))) break;
   }
+  const bool const_near = t(k - 1) == "const" || t(k + 1) == "const";
+  if (t(j) == "*" && mode_ == RewriteMode::Cuda) {  // a plain pointer; const stays as written
+    replace(k, k, q == "constant" && !const_near ? "const" : "");
+    return;
+  }
   if (t(j) == "*") {
     if (t(k - 1) == "const") replace(k - 1, k - 1, "");
     std::string type;
@@ -274,7 +160,7 @@ void Rewriter::address_space(int& k) {
     }
   }
   if (t(j) == "&" || t(j) == "&&") {
-    replace(k, k, q == "constant" ? "const" : "");
+    replace(k, k, q == "constant" && !const_near ? "const" : "");
     return;
   }
   if (q == "constant" && depth_ == 0) {
@@ -292,7 +178,7 @@ void Rewriter::address_space(int& k) {
       }
     }
   }
-  replace(k, k, q == "constant" ? "const" : "");
+  replace(k, k, q == "constant" && !const_near ? "const" : "");
 }
 
 // `threadgroup T name[N];` in a function body: one object per threadgroup, shared by its threads.
@@ -316,6 +202,10 @@ void Rewriter::threadgroup_var(int& k) {
   if (nm <= k + 1 || kind(nm) != Tk::Ident) fail("cannot parse the threadgroup declaration '" + source_text(k, e) + "'");
   if (mode_ == RewriteMode::Static) {
     replace(k, k, "static threadgroup");
+    return;
+  }
+  if (mode_ == RewriteMode::Cuda) {  // block-shared; the CUDA emulator's rewrite makes it per-block storage
+    replace(k, k, "__shared__");
     return;
   }
   const std::string type = source_text(k + 1, nm) + " " + source_text(bracket, e);
@@ -357,6 +247,8 @@ void Rewriter::kernel_definition(int k, bool is_template, const std::string& hos
   const int close = match(k + 2, "(", ")");
   kernel_params_.emplace_back(k + 2, close);
   note_ref_params(k + 2, close);
+  // CUDA: the body gets its own name; the host name is its extern "C" entry's (rewrite_cuda.cpp)
+  if (mode_ == RewriteMode::Cuda) replace(k + 1, k + 1, "em_k_" + t(k + 1));
   if (is_template) {  // its kernels are the explicit instantiations; the wrapper is generated from here
     TemplateKernel tk{source_text(template_start_, template_end_ + 1), "", k + 2, close};
     int a = template_start_ + 2, angle = 0;
@@ -437,16 +329,14 @@ void Rewriter::ref_address(int k) {
 
 // `template [[host_name("x")]] [[kernel]] void fn<T>(params);` names one instantiation as a kernel.
 void Rewriter::instantiation(int& k) {
+  if (mode_ == RewriteMode::Cuda) instantiations_.push_back(k);
   int j = k + 1;
   std::string host;
   while (t(j) == "[" && t(j + 1) == "[") {
     const int start = j;
     j = attribute(j) + 1;
     const std::string& a = attrs_.back().text;
-    if (a.rfind("host_name", 0) == 0) {
-      const size_t q0 = a.find('"'), q1 = a.rfind('"');
-      if (q0 != std::string::npos && q1 > q0) host = a.substr(q0 + 1, q1 - q0 - 1);
-    }
+    if (a.rfind("host_name", 0) == 0) host = host_name_of(a);
     (void)start;
   }
   if (t(j) == "decltype") {  // template [[host_name("x")]] [[kernel]] decltype(fn<T>) fn<T>;
@@ -482,6 +372,7 @@ void Rewriter::instantiation(int& k) {
 
 RewriteResult Rewriter::run() {
   RewriteResult res;
+  if (mode_ == RewriteMode::Cuda) cuda_structs();
   for (int k = 0; k < (int)sig_.size(); ++k) {
     const std::string& s = t(k);
     const Tk kd = kind(k);
@@ -491,10 +382,7 @@ RewriteResult Rewriter::run() {
       const int end = attribute(k);
       const std::string& a = attrs_.back().text;
       if (a == "kernel") pending_kernel_ = true;
-      if (a.rfind("host_name", 0) == 0) {
-        const size_t q0 = a.find('"'), q1 = a.rfind('"');
-        if (q0 != std::string::npos && q1 > q0) pending_host_name_ = a.substr(q0 + 1, q1 - q0 - 1);
-      }
+      if (a.rfind("host_name", 0) == 0) pending_host_name_ = host_name_of(a);
       k = end;
       continue;
     }
@@ -531,25 +419,37 @@ RewriteResult Rewriter::run() {
         threadgroup_var(k);
         if (t(k) == ";") continue;
       }
-      if (mode_ == RewriteMode::Emulate) {
+      if (mode_ != RewriteMode::Static) {
         if (s == "device" || s == "constant") {
           address_space(k);
           continue;
         }
-        if (s == "thread" || s == "threadgroup") {
+        if (s == "thread" || (s == "threadgroup" && out_[sig_[k]].rfind("__shared__", 0) != 0)) {
           replace(k, k, "");
           continue;
         }
       }
-      if (t(k - 1) == "." && mode_ == RewriteMode::Emulate) swizzle(k);  // clang's vectors have swizzles
+      if (t(k - 1) == "." && mode_ != RewriteMode::Static) swizzle(k);  // clang's vectors have swizzles
       continue;
     }
-    if (kd == Tk::Ident && t(k - 1) == "." && mode_ == RewriteMode::Emulate) swizzle(k);
+    if (kd == Tk::Ident && t(k - 1) == "." && mode_ != RewriteMode::Static) swizzle(k);
     if (kd == Tk::Number) literal(k);
     if (s == "&" && mode_ == RewriteMode::Emulate) ref_address(k);
   }
   if (mode_ == RewriteMode::Emulate) {
     out_.push_back(wrappers(res.uses_sync));
+  }
+  if (mode_ == RewriteMode::Cuda) {
+    for (int start : instantiations_) {  // the entries instantiate the kernels; the statements go
+      int e = start;
+      while (e < (int)sig_.size() && t(e) != ";") e = t(e) == "(" ? match(e, "(", ")") + 1 : e + 1;
+      replace(start, std::min(e, (int)sig_.size() - 1), "");
+    }
+    for (size_t r = 0; r < raw_.size(); ++r)
+      if (raw_[r].kind == Tk::Directive) out_[r] = cuda_directive(raw_[r].text);
+    out_.insert(out_.begin(), "namespace emk {\n");
+    after_ = {};  // (Emulate only)
+    out_.push_back(cuda_wrappers(res));
   }
   for (size_t r = 0; r < out_.size(); ++r) {
     res.text += out_[r];
@@ -676,10 +576,12 @@ std::string Rewriter::wrappers(bool uses_sync) const {
   return w;
 }
 
-}  // namespace
+}  // namespace ember::metal::emu::rw
+
+namespace ember::metal::emu {
 
 RewriteResult rewrite_msl(const std::string& source, const std::string& name, RewriteMode mode) {
-  return Rewriter(source, name, mode).run();
+  return rw::Rewriter(source, name, mode).run();
 }
 
 }  // namespace ember::metal::emu

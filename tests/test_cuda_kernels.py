@@ -1,0 +1,167 @@
+"""ember's own kernels on CUDA: every metal/*.metal file translated to CUDA C++ (cpp/cuda/kernels.h), compiled by
+NVRTC for sm_80 and sm_90 and by the CUDA emulator, and translated kernels launched by the contract on the emulator
+and compared with numpy (docs/design/cuda-kernels.md)."""
+import importlib.metadata as md
+import re
+import struct
+
+import numpy as np
+import pytest
+
+import ember as em
+from ember import _C
+from ember import _C_testing as T
+
+FILES = sorted(T.cuda_kernel_files())
+
+
+def _has_nvrtc():
+    try:
+        md.distribution("nvidia-cuda-nvrtc")
+        return True
+    except md.PackageNotFoundError:
+        return False
+
+
+def _u32(*v):
+    return [struct.pack("<I", x) for x in v]
+
+
+def test_every_metal_file_is_translated():
+    assert len(FILES) >= 22 and "unary.metal" in FILES and "softmax.metal" in FILES
+    for f in FILES:
+        d = T.cuda_translated(f)
+        assert d["label"] == f"{f} (CUDA)"
+        assert d["kernels"], f
+        for name, (buffers, value_size, tgs) in d["kernels"].items():
+            params = re.search(r'extern "C" __global__ void ' + re.escape(name) + r"\(([^)]*)\)", d["text"])
+            assert params, name
+            decl = [p.strip() for p in params.group(1).split(",")]
+            assert decl[-3:] == ["unsigned int em_grid_x", "unsigned int em_grid_y", "unsigned int em_grid_z"]
+            bound = [b for b in buffers if b != "-"]
+            assert len(decl) == len(bound) + len(tgs) + 3, name
+            assert len(value_size) == len(buffers)
+            for kind, size, p in zip(bound, [s for b, s in zip(buffers, value_size) if b != "-"], decl):
+                assert (kind == "p") == p.split()[-2].endswith("*"), (name, p)
+                assert (size > 0) == (kind == "v"), (name, p)
+        assert T.cuda_translated(f) is not None  # cached: the same answer again
+
+
+def test_signatures_follow_the_metal_parameters():
+    k = T.cuda_translated("unary.metal")["kernels"]
+    assert k["unary_contig_exp_float32"] == ("ppvv", [0, 0, 4, 8], [])  # in, out, uint n, UnaryParams
+    assert k["unary_strided_exp_float32"] == ("ppvvvppv", [0, 0, 4, 8, 4, 0, 0, 8], [])
+    s = T.cuda_translated("softmax.metal")["kernels"]
+    assert s["softmax_fwd_block_float32"] == ("ppv", [0, 0, 320], [])  # SoftmaxArgs: 2 RowLayouts + 2 longs
+
+
+def test_unknown_file_and_untranslatable_kernels_are_clear_errors():
+    with pytest.raises(em.EmberValueError, match=r"^\[cuda\] no kernel file 'nope\.metal' \(ember's are: .*unary\.metal"):
+        T.cuda_translated("nope.metal")
+    with pytest.raises(em.EmberValueError, match=r"^\[cuda\] k\.metal: kernel 'f': parameter 'i' has no binding"):
+        T.cuda_rewrite("kernel void f(device float* x [[buffer(0)]], uint i) { x[i] = 1.0f; }", "k.metal")
+    with pytest.raises(em.EmberValueError, match=r"unsupported attribute \[\[stage_in\]\]"):
+        T.cuda_rewrite("kernel void f(device float* x [[buffer(0)]], float v [[stage_in]]) { x[0] = v; }", "k.metal")
+    with pytest.raises(em.EmberValueError, match=r"the size of by-value parameter 'a' \(Unknown\) is not known"):
+        T.cuda_rewrite("kernel void f(device float* x [[buffer(0)]], constant Unknown& a [[buffer(1)]]) {}", "k.metal")
+
+
+@pytest.mark.parametrize("arch", ["sm_80", "sm_90"])
+@pytest.mark.parametrize("f", FILES)
+def test_nvrtc_compiles_every_file(f, arch):
+    d = T.cuda_translated(f)
+    if not _has_nvrtc():
+        with pytest.raises(em.EmberValueError, match=r"pip install nvidia-cuda-nvrtc"):
+            em.cuda.nvrtc_library()
+        return
+    ptx = _C._cuda_nvrtc_ptx(em.cuda.nvrtc_library(), d["text"], d["label"], ["-default-device", "--std=c++17"], arch)
+    assert f".target {arch}" in ptx
+    entries = set(re.findall(r"\.entry (\w+)\(", ptx))
+    assert set(d["kernels"]) <= entries
+
+
+def test_nvrtc_reports_metal_lines():
+    if not _has_nvrtc():
+        return
+    d = T.cuda_translated("unary.metal")
+    bad = d["text"].replace("static float f(float x, constant UnaryParams& p)",
+                            "static float f(float x, constant UnaryParams& p)", 1)
+    # a use of an undefined name on a line the line markers attribute to unary.metal
+    bad = bad.replace("EMBER_FUNARY(", "EMBER_FUNARY(", 1).replace("return x < 0.0f ? -r : r;", "return nope;", 1)
+    with pytest.raises(em.EmberValueError, match=r"(?s)unary\.metal\(\d+\).*nope"):
+        _C._cuda_nvrtc_ptx(em.cuda.nvrtc_library(), bad, d["label"], ["-default-device"], "sm_90")
+
+
+@pytest.mark.parametrize("f", FILES)
+def test_emulator_compiles_every_file(f):
+    d = T.cuda_translated(f)
+    T.cuda_emu_compile(d["text"], d["label"])
+
+
+def _launch(f, name, args, grid, block, shared=0):
+    d = T.cuda_translated(f)
+    blocks = [(g + b - 1) // b for g, b in zip(grid, block)]
+    T.cuda_emu_launch(d["text"], d["label"], name, list(args) + _u32(*grid), blocks, list(block), shared)
+
+
+@pytest.mark.parametrize("n", [1, 7, 1000, 4099])
+def test_unary_contig_exp_runs_on_the_emulator(n):
+    rng = np.random.default_rng(n)
+    x = rng.standard_normal(n).astype(np.float32)
+    y = np.full(n, np.nan, np.float32)
+    # 4 elements per thread; 64-thread groups: the last group is an edge group (its threads past the grid return)
+    _launch("unary.metal", "unary_contig_exp_float32", [x, y, *_u32(n), struct.pack("<ff", 0, 0)],
+            ((n + 3) // 4, 1, 1), (64, 1, 1))
+    np.testing.assert_allclose(y, np.exp(x), rtol=2e-6)
+
+
+def test_unary_strided_affine_half_runs_on_the_emulator():
+    rng = np.random.default_rng(1)
+    base = rng.standard_normal((5, 9)).astype(np.float16)
+    view = base.T[1:, ::2]  # shape (8, 3), strides in elements (1, 18), offset 2 * 9 ... as numpy has it
+    shape = np.array(view.shape, np.uint32)
+    strides = np.array([s // 2 for s in view.strides], np.int64)
+    offset = (view.__array_interface__["data"][0] - base.__array_interface__["data"][0]) // 2
+    n = view.size
+    out = np.zeros(n, np.float16)
+    _launch("unary.metal", "unary_strided_affine_float16",
+            [base.reshape(-1).copy(), out, *_u32(n), struct.pack("<ff", 1.5, -0.25), *_u32(2), shape, strides,
+             struct.pack("<q", offset)], (n, 1, 1), (32, 1, 1))
+    want = (view.astype(np.float32) * 1.5 - 0.25).astype(np.float16).reshape(-1)
+    np.testing.assert_array_equal(out, want)
+
+
+def test_binary_strided_add_broadcast_runs_on_the_emulator():
+    rng = np.random.default_rng(2)
+    a = rng.standard_normal((4, 6)).astype(np.float32)
+    b = rng.standard_normal(6).astype(np.float32)
+    n = a.size
+    out = np.zeros(n, np.float32)
+    shape = np.array([4, 6], np.uint32)
+    _launch("binary.metal", "binary_strided_add_float32",
+            [a.reshape(-1).copy(), b, out, *_u32(n), *_u32(2), shape, np.array([6, 1], np.int64),
+             np.array([0, 1], np.int64), np.array([0, 0], np.int64)], (n, 1, 1), (16, 1, 1))
+    np.testing.assert_array_equal(out.reshape(4, 6), a + b)
+
+
+def _row_layout(offset, cstride, shape, stride):
+    nd = len(shape)
+    return struct.pack("<3q8q8q", offset, cstride, nd, *(list(shape) + [0] * (8 - nd)),
+                       *(list(stride) + [0] * (8 - nd)))
+
+
+@pytest.mark.parametrize("kind,n,threads", [("block", 300, 64), ("simd", 70, 64), ("looped", 5000, 128)])
+def test_softmax_rows_with_simd_ops_and_threadgroup_memory(kind, n, threads):
+    rng = np.random.default_rng(n)
+    rows = 5
+    x = (rng.standard_normal((rows, n)) * 4).astype(np.float32)
+    y = np.zeros((rows, n), np.float32)
+    args = _row_layout(0, 1, [rows], [n]) + _row_layout(0, 1, [rows], [n]) + struct.pack("<qq", n, rows)
+    if kind == "simd":  # one simdgroup per row: threads // 32 rows per group
+        nsg = threads // 32
+        grid = (threads, (rows + nsg - 1) // nsg, 1)
+    else:  # one group per row
+        grid = (threads, rows, 1)
+    _launch("softmax.metal", f"softmax_fwd_{kind}_float32", [x, y, args], grid, (threads, 1, 1))
+    e = np.exp(x.astype(np.float64) - x.max(1, keepdims=True))
+    np.testing.assert_allclose(y, e / e.sum(1, keepdims=True), rtol=1e-5, atol=1e-7)
