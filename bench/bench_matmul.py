@@ -139,7 +139,10 @@ def main():
                 fns.append(lambda na=na, nb=nb: na @ nb)
             flops = 2.0 * m * n * k * (int(np.prod(batch)) if batch else 1)
             reps = args.reps if flops < 2e10 else max(3, args.reps // 2)
-            ms = median_ms(fns, reps)
+            # numpy's OpenBLAS workers spin ~0.1 s after a call (2^28 cycles) and took a core from whichever
+            # library came next (ember, which read half its speed): that one waits them out
+            settle = [0.15 if dt == "f32" and NT > 1 else 0.02] + [0.02] * (len(fns) - 1)
+            ms = median_ms(fns, reps, settle)
             gf = [flops / t / 1e6 for t in ms]
             row = f"| {name} | {gf[0]:.0f} | {100 * gf[0] / peak[isa]:.0f}% |"
             row += "".join(f" {g:.0f} |" for g in gf[1:])

@@ -77,13 +77,15 @@ def test_gemm_shapes_transposes_strides(dt, gemm, rng):
             check(out, a, b, dt, k)
 
 
-def test_gemm_thin_shapes(gemm, rng):
-    # decode-sized products: B read in place (rows or, transposed, dot products along k), A gathered
+@pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
+def test_gemm_thin_shapes(dt, gemm, rng):
+    # decode-sized products: B read in place (rows or, transposed, dot products along k; halves converted in
+    # registers), A gathered
     for m, k, n in THIN:
         for ka, kb in (("c", "c"), ("c", "t"), ("t", "c"), ("s", "t"), ("c", "s")):
-            ta, a = operand(rng, (m, k), ka, "float32")
-            tb, b = operand(rng, (k, n), kb, "float32")
-            check(ta @ tb, a, b, "float32", k)
+            ta, a = operand(rng, (m, k), ka, dt)
+            tb, b = operand(rng, (k, n), kb, dt)
+            check(ta @ tb, a, b, dt, k)
 
 
 @pytest.mark.parametrize("dt", ["float32", "bfloat16"])
@@ -191,6 +193,15 @@ for i, (m, k, n, kb) in enumerate(cases):
     out[f"a{i}"], out[f"b{i}"] = a, (b.T if kb == "t" else b)
     out[f"c{i}"] = (em.tensor(a) @ eb).numpy()
     out[f"h{i}"] = (em.tensor(a).to(em.bfloat16) @ eb.to(em.bfloat16)).to(em.float32).numpy()
+# each ISA's rounding of the half results (per block, vectorised) against the scalar cast, bit for bit
+xy = np.concatenate([np.array([[1024, 0.5], [1025, 0.5], [65504, 16], [np.inf, -np.inf], [1, 2.0**-8]], np.float32),
+                     rng.standard_normal((40, 2)).astype(np.float32) * 300])
+for dt in (em.float16, em.bfloat16):
+    h = em.tensor(xy).to(dt)
+    s = h.to(em.float32).numpy().sum(axis=1, keepdims=True)
+    want = em.tensor(np.repeat(s, 37, axis=1)).to(dt).to(em.float32).numpy()
+    got = (h @ em.ones((2, 37), dtype=dt)).to(em.float32).numpy()
+    out[f"round_{dt}"] = np.array_equal(got, want, equal_nan=True)
 np.savez(sys.argv[1], **out)
 """
 
@@ -213,6 +224,7 @@ def test_gemm_every_isa(tmp_path):
             check(em.tensor(got[f"c{i}"]), a, b, "float32", a.shape[1])
             ah, bh = rounded(got[f"a{i}"], "bfloat16"), rounded(got[f"b{i}"], "bfloat16")
             check(em.tensor(got[f"h{i}"]), ah, bh, "bfloat16", a.shape[1])
+        assert got["round_ember.float16"] and got["round_ember.bfloat16"], isa
     assert "base" in seen
 
 
@@ -226,3 +238,25 @@ def test_bogus_matmul_gemm_env_warns():
         r = subprocess.run([sys.executable, "-W", "error::RuntimeWarning", "-c", "import ember"], env=env,
                            capture_output=True, text=True, timeout=60, check=False)
         assert r.returncode == 0, r.stderr
+
+
+@pytest.mark.parametrize("dt", ["float16", "bfloat16"])
+@pytest.mark.parametrize("path", ["amx", "packed"])
+def test_half_result_rounding(dt, path, monkeypatch, rng):
+    # C = x + y (k = 2 against ones) is exact in float; its rounding to the half type, done per block by the
+    # vector kernels, must match the scalar cast bit for bit: ties to even, overflow to inf, NaN, random values
+    monkeypatch.setenv("EMBER_MATMUL_GEMM", path)
+    if dt == "float16":
+        special = [(1024, 0.5), (1025, 0.5), (65504, 32), (65504, 16), (-65504, -16), (np.inf, -np.inf),
+                   (np.inf, 1), (3, 2.0**-10), (-1, 2.0**-11), (0.0, -0.0)]
+    else:
+        special = [(1, 2.0**-8), (1, 3 * 2.0**-8), (-1, -(2.0**-8)), (3.3e38, 3.3e38), (np.inf, -np.inf),
+                   (-np.inf, 5), (1.5, 2.0**-9), (0.0, -0.0)]
+    xy = np.array(special + [tuple(v) for v in rng.standard_normal((30, 2))], dtype=np.float32)
+    a = em.tensor(xy).to(DT[dt])  # the special values are exact in the type
+    a32 = a.to(em.float32).numpy()
+    with np.errstate(over="ignore", invalid="ignore"):
+        want = em.tensor(np.repeat((a32[:, :1] + a32[:, 1:]), 37, axis=1)).to(DT[dt])
+    got = a @ em.ones((2, 37), dtype=DT[dt])
+    np.testing.assert_array_equal(got.to(em.float32).numpy(), want.to(em.float32).numpy())
+    assert np.array_equal(np.signbit(got.to(em.float32).numpy()), np.signbit(want.to(em.float32).numpy()))

@@ -112,15 +112,37 @@ inline void copy_part(const float* buf, float* c, int64_t ldc, int64_t mv, int64
     }                                                        \
   } while (0)
 
-// (MI x 16) x (NJ x 16) block of C over all of k: MI A tiles against NJ B tiles per k block.
+// Loads C tile T from c (rows < mv, cols < nv; the rest zero), as EMBER_STORE_C stores it.
+#define EMBER_LOAD_C(T, c, ldc, mv, nv)                                               \
+  do {                                                                                \
+    if ((mv) >= kT && (nv) >= kT) {                                                   \
+      _tile_loadd(T, (c), (ldc) * (int64_t)sizeof(float));                            \
+    } else {                                                                          \
+      alignas(64) float buf_[kT * kT] = {};                                           \
+      for (int64_t i_ = 0; i_ < std::min<int64_t>((mv), kT); ++i_)                    \
+        std::memcpy(buf_ + i_ * kT, (c) + i_ * (ldc),                                 \
+                    (size_t)std::min<int64_t>((nv), kT) * sizeof(float));              \
+      _tile_loadd(T, buf_, kT * sizeof(float));                                       \
+    }                                                                                 \
+  } while (0)
+
+// (MI x 16) x (NJ x 16) block of C over k blocks [kb0, kb1): MI A tiles against NJ B tiles per k block, C
+// starting from zero or (acc) from its stored partial sums, which float holds exactly.
 template <int MI, int NJ>
-void block(const uint16_t* a0, const uint16_t* a1, const uint16_t* b0, const uint16_t* b1, int64_t nkb, float* c,
-           int64_t ldc, int64_t mv, int64_t nv) {
-  _tile_zero(0);
-  if constexpr (NJ > 1) _tile_zero(1);
-  if constexpr (MI > 1) _tile_zero(2);
-  if constexpr (MI > 1 && NJ > 1) _tile_zero(3);
-  for (int64_t kb = 0; kb < nkb; ++kb) {
+void block(const uint16_t* a0, const uint16_t* a1, const uint16_t* b0, const uint16_t* b1, int64_t kb0, int64_t kb1,
+           bool acc, float* c, int64_t ldc, int64_t mv, int64_t nv) {
+  if (acc) {
+    EMBER_LOAD_C(0, c, ldc, mv, nv);
+    if constexpr (NJ > 1) EMBER_LOAD_C(1, c + kT, ldc, mv, nv - kT);
+    if constexpr (MI > 1) EMBER_LOAD_C(2, c + kT * ldc, ldc, mv - kT, nv);
+    if constexpr (MI > 1 && NJ > 1) EMBER_LOAD_C(3, c + kT * ldc + kT, ldc, mv - kT, nv - kT);
+  } else {
+    _tile_zero(0);
+    if constexpr (NJ > 1) _tile_zero(1);
+    if constexpr (MI > 1) _tile_zero(2);
+    if constexpr (MI > 1 && NJ > 1) _tile_zero(3);
+  }
+  for (int64_t kb = kb0; kb < kb1; ++kb) {
     _tile_loadd(4, a0 + kb * kTile, kKB * 2);
     _tile_loadd(6, b0 + kb * kTile, kKB * 2);
     if constexpr (NJ > 1) _tile_loadd(7, b1 + kb * kTile, kKB * 2);
@@ -138,32 +160,38 @@ void block(const uint16_t* a0, const uint16_t* a1, const uint16_t* b0, const uin
   if constexpr (MI > 1 && NJ > 1) EMBER_STORE_C(3, c + kT * ldc + kT, ldc, mv - kT, nv - kT);
 }
 
-// C (m x n, ldc) = A B from packed panels. Rows go in blocks whose A panels stay in L2 while each pair of B
-// panels passes over them; every C element is one TDPBF16PS chain over the k blocks in order.
+// C (m x n, ldc) = A B from packed panels. Rows go in blocks whose A panels (about 512 KiB) stay in L2; for
+// each pair of B panels, k goes in chunks of 1024 (64 KiB of B tiles) while the block's A panels pass over
+// them, C's partial sums staying in cache between chunks. Every C element is one TDPBF16PS chain over the k
+// blocks in order, whatever the chunks.
 void run(const uint16_t* ap, const uint16_t* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc) {
   TileCfg cfg;
   for (int t = 0; t < 8; ++t) cfg.colsb[t] = 64, cfg.rows[t] = kT;
   _tile_loadconfig(&cfg);
   const int64_t nkb = kblocks(k), psz = nkb * kTile;
   const int64_t mp = (m + kT - 1) / kT, np = (n + kT - 1) / kT;
-  // about 512 KiB of A panels per row block
   const int64_t rb = std::max<int64_t>(2, (int64_t(1) << 18) / std::max<int64_t>(1, psz) / 2 * 2);
+  constexpr int64_t kc = 32;  // k blocks per chunk
   for (int64_t ib = 0; ib < mp; ib += rb) {
     const int64_t ie = std::min(mp, ib + rb);
     for (int64_t jp = 0; jp < np; jp += 2) {
       const uint16_t* b0 = bp + jp * psz;
       const uint16_t* b1 = b0 + psz;
       const int64_t nv = n - jp * kT;
-      for (int64_t ip = ib; ip < ie; ip += 2) {
-        const uint16_t* a0 = ap + ip * psz;
-        const uint16_t* a1 = a0 + psz;
-        float* ct = c + ip * kT * ldc + jp * kT;
-        const int64_t mv = m - ip * kT;
-        const bool two_i = ip + 1 < ie, two_j = jp + 1 < np;
-        if (two_i && two_j) block<2, 2>(a0, a1, b0, b1, nkb, ct, ldc, mv, nv);
-        else if (two_i) block<2, 1>(a0, a1, b0, b1, nkb, ct, ldc, mv, nv);
-        else if (two_j) block<1, 2>(a0, a1, b0, b1, nkb, ct, ldc, mv, nv);
-        else block<1, 1>(a0, a1, b0, b1, nkb, ct, ldc, mv, nv);
+      const bool two_j = jp + 1 < np;
+      for (int64_t kb0 = 0; kb0 < nkb; kb0 += kc) {
+        const int64_t kb1 = std::min(nkb, kb0 + kc);
+        for (int64_t ip = ib; ip < ie; ip += 2) {
+          const uint16_t* a0 = ap + ip * psz;
+          const uint16_t* a1 = a0 + psz;
+          float* ct = c + ip * kT * ldc + jp * kT;
+          const int64_t mv = m - ip * kT;
+          const bool two_i = ip + 1 < ie, acc = kb0 > 0;
+          if (two_i && two_j) block<2, 2>(a0, a1, b0, b1, kb0, kb1, acc, ct, ldc, mv, nv);
+          else if (two_i) block<2, 1>(a0, a1, b0, b1, kb0, kb1, acc, ct, ldc, mv, nv);
+          else if (two_j) block<1, 2>(a0, a1, b0, b1, kb0, kb1, acc, ct, ldc, mv, nv);
+          else block<1, 1>(a0, a1, b0, b1, kb0, kb1, acc, ct, ldc, mv, nv);
+        }
       }
     }
   }

@@ -255,7 +255,7 @@ template <typename S> constexpr int src_code() { return std::is_same_v<S, f16> ?
 // the same bits for any thread count and any block split.
 template <typename S>
 void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, const Layout& lb, float* c,
-                   const AmxGemm* amx = nullptr) {
+                   const AmxGemm* amx = nullptr, uint16_t* out16 = nullptr) {
   const PackedGemm& pg = packed_gemm();
   const int mr = pg.mr, nr = pg.nr;
   Mat ma = split(la), mb = split(lb);
@@ -266,6 +266,7 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
   if (nb == 0) return;
   if (k == 0) {
     std::fill(c, c + nb * m * n, 0.0f);
+    if (out16) std::fill(out16, out16 + nb * m * n, uint16_t(0));
     return;
   }
   const bool a_shared = std::all_of(oa.begin(), oa.end(), [&](int64_t o) { return o == oa[0]; });
@@ -278,18 +279,24 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
   const S* a0 = A.data<S>();
   const S* b0 = B.data<S>();
   const int64_t nt = get_num_threads();
-  if constexpr (std::is_same_v<S, float>) {
-    // Few rows: B read where it lies (row-major or transposed), only A's rows gathered; split along N.
+  // A half result: each C block rounded into out16 by the thread that made it, while still in its cache.
+  auto round_block = [&](int64_t off, int64_t rows, int64_t cols) {
+    if (out16)
+      for (int64_t r = 0; r < rows; ++r) pg.round_out(c + off + r * n, cols, out16 + off + r * n, src_code<S>());
+  };
+  {
+    // Few rows: B read where it lies (row-major or transposed; halves converted in registers), only A's rows
+    // gathered (as float); split along N.
     const bool b_rows = mb.cs == 1, b_cols = mb.rs == 1 && mb.cs >= k;
     if (M <= 16 && (b_rows || b_cols)) {
-      const bool a_direct = !fold && ma.cs == 1;
+      const bool a_direct = std::is_same_v<S, float> && !fold && ma.cs == 1;
       std::vector<float> acopy(a_direct ? 0 : G * M * k);
       if (!a_direct)
         for (int64_t g = 0; g < G; ++g)
           for (int64_t row = 0; row < M; ++row) {
             const int64_t bi = fold ? row / m : g, ri = fold ? row % m : row;
-            const float* src = a0 + oa[bi] + ri * ma.rs;
-            for (int64_t kk = 0; kk < k; ++kk) acopy[(g * M + row) * k + kk] = src[kk * ma.cs];
+            const S* src = a0 + oa[bi] + ri * ma.rs;
+            for (int64_t kk = 0; kk < k; ++kk) acopy[(g * M + row) * k + kk] = load<S>(src[kk * ma.cs]);
           }
       const int64_t lda = a_direct ? ma.rs : k;
       const int64_t unit = b_rows ? nr : 4;  // columns per step of the kernel
@@ -302,11 +309,12 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
         if (b_rows && scratch.size() < (size_t)((mr + nr) * k)) scratch.resize((size_t)((mr + nr) * k));
         for (int64_t u = lo; u < hi; ++u) {
           const int64_t g = u / nc, j0 = u % nc * cw, j1 = std::min(n, j0 + cw);
-          const float* ag = a_direct ? a0 + oa[g] : acopy.data() + g * M * k;
-          const float* bg = b0 + ob[b_shared ? 0 : g];
+          const float* ag = a_direct ? reinterpret_cast<const float*>(a0) + oa[g] : acopy.data() + g * M * k;
+          const S* bg = b0 + ob[b_shared ? 0 : g];
           float* cg = c + g * M * n;
-          if (b_rows) pg.thin(ag, lda, bg, mb.rs, M, n, j0, j1, k, cg, n, scratch.data());
-          else pg.thin_t(ag, lda, bg, mb.cs, M, j0, j1, k, cg, n);
+          if (b_rows) pg.thin(ag, lda, bg, src_code<S>(), mb.rs, M, n, j0, j1, k, cg, n, scratch.data());
+          else pg.thin_t(ag, lda, bg, src_code<S>(), mb.cs, M, j0, j1, k, cg, n);
+          round_block(g * M * n + j0, M, j1 - j0);
         }
       });
       return;
@@ -358,6 +366,7 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
           const int64_t rows = std::min(rbg * 32, M - i0), cols = std::min(cbg * 32, n - j0);
           amx->run(tap + ((na == 1 ? 0 : g) * pa + i0 / 16) * psz, tbp + ((nbb == 1 ? 0 : g) * pb + j0 / 16) * psz,
                    rows, cols, k, c + g * M * n + i0 * n + j0, n);
+          round_block(g * M * n + i0 * n + j0, rows, cols);
         }
       });
       return;
@@ -413,6 +422,7 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
       const int64_t rows = std::min(rbp * mr, M - i0), cols = std::min(cbp * nr, n - j0);
       pg.run(ap + (na == 1 ? 0 : g) * asz + i0 * k, bp + (nbb == 1 ? 0 : g) * bsz + j0 * k, rows, cols, k,
              c + g * M * n + i0 * n + j0, n, false);
+      round_block(g * M * n + i0 * n + j0, rows, cols);
     }
   });
 }
@@ -453,10 +463,14 @@ StoragePtr CpuStorage::matmul(const Layout& l, const BackendStorage& rhs_, const
     case DType::BF16: {
       const MatmulPath path = matmul_path();
       if (path != MatmulPath::Blas) {  // converted to float while packing (or bf16 on AMX tiles), rounded once
-        auto out = new_cpu(DType::F32, numel);
-        if (dtype_ == DType::F16) matmul_packed<f16>(*this, l, rhs, rl, out->data<float>());
-        else matmul_packed<bf16>(*this, l, rhs, rl, out->data<float>(), path == MatmulPath::Amx ? amx_gemm() : nullptr);
-        return out->to_dtype(Layout::contiguous(os), dtype_);
+        auto acc = new_cpu(DType::F32, numel);
+        auto out = new_cpu(dtype_, numel);
+        uint16_t* o16 = reinterpret_cast<uint16_t*>(out->raw());
+        if (dtype_ == DType::F16) matmul_packed<f16>(*this, l, rhs, rl, acc->data<float>(), nullptr, o16);
+        else
+          matmul_packed<bf16>(*this, l, rhs, rl, acc->data<float>(), path == MatmulPath::Amx ? amx_gemm() : nullptr,
+                              o16);
+        return out;
       }
       // through f32: cast both operands (contiguous), multiply, round once
       StoragePtr a32 = to_dtype(l, DType::F32), b32 = rhs.to_dtype(rl, DType::F32);

@@ -3,6 +3,7 @@
 // run the translated kernels by the launch contract before any host code does. ember never uses them.
 #include "common.h"
 #include "cuda/adapter.h"
+#include "cuda/embedded.h"
 #include "cuda/kernels.h"
 #include "msl/rewrite.h"
 
@@ -72,6 +73,8 @@ void bind_cuda_kernels_testing(py::module_& m) {
   m.def("cuda_rewrite", [](const std::string& src, const std::string& name) {
     return metal::emu::rewrite_msl(src, name, metal::emu::RewriteMode::Cuda).text;
   }, py::arg("source"), py::arg("name") = "kernel.metal", "The MSL rewriter's CUDA mode on preprocessed MSL.");
+  m.def("cuda_prelude", [] { return std::string(cuda::embedded_source("msl_cuda.h")); },
+        "metal/msl_cuda.h, the prelude translated_source puts before every translation.");
   m.def("cuda_emu_compile", [](const std::string& source, const std::string& label, const std::vector<std::string>& options) {
     py::gil_scoped_release nogil;
     cuda::emulator_adapter().load_module(0, source, label, options);
