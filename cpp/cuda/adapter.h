@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "gpu/types.h"
+
 namespace ember::cuda {
 
-struct Dim3 {
-  uint32_t x = 1, y = 1, z = 1;
-};
+using gpu::Dim3;
 
 // One launch argument, in the kernel's parameter order: a device pointer (with its extent, which the
 // emulator checks every access against) or a value's bytes.
