@@ -24,6 +24,8 @@ ap.add_argument("--dtypes", default="f32,f16,bf16")
 ap.add_argument("--reps", type=int, default=7)
 ap.add_argument("--only", default="", help="run the rows whose name contains this")
 ap.add_argument("--no-fallback", action="store_true", help="skip ember's OpenBLAS fallback column")
+ap.add_argument("--cpu-time", action="store_true",
+                help="time by the calling thread's CPU time (1 thread only): steady on a loaded machine")
 ap.add_argument("--child", type=int, default=0, help=argparse.SUPPRESS)
 args = ap.parse_args()
 
@@ -40,6 +42,8 @@ from timing import median_ms  # noqa: E402
 import ember as em  # noqa: E402
 
 NT = args.child
+if args.cpu_time and NT != 1:
+    sys.exit("--cpu-time times the calling thread only: use it with --threads 1")
 em.set_num_threads(NT)
 torch.set_num_threads(NT)
 
@@ -56,6 +60,10 @@ def fma_peak(threads):
             f.restype, f.argtypes = ctypes.c_double, [ctypes.c_long]
             best = 0.0
             for _ in range(15):
+                if args.cpu_time:  # one thread, on this one, by its CPU time
+                    t0 = time.thread_time()
+                    best = max(best, f(3_000_000) / (time.thread_time() - t0) / 1e9)
+                    continue
                 flops = [0.0] * threads
 
                 def work(i, f=f, flops=flops):
@@ -104,8 +112,10 @@ def tview(x, t, lib):
 def main():
     peak = fma_peak(NT)
     isa = em._C.isa()
-    print(f"\n# matmul, {NT} thread(s), ember {isa} kernels, torch {torch.__version__} (MKL), numpy {np.__version__} "
-          f"(OpenBLAS), {time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC")
+    clock = "calling thread's CPU time" if args.cpu_time else "wall time"
+    print(f"\n# matmul, {NT} thread(s), {clock}, ember {isa} kernels (AMX for bf16: {em._C.has_amx()}), "
+          f"torch {torch.__version__} (MKL), numpy {np.__version__} (OpenBLAS), "
+          f"{time.strftime('%Y-%m-%d %H:%M', time.gmtime())} UTC")
     print("measured FMA peak, GF/s: " + ", ".join(f"{k} {v:.0f}" for k, v in peak.items()) + f"; % of {isa}'s")
     rng = np.random.default_rng(0)
     tdt = {"f32": torch.float32, "f16": torch.float16, "bf16": torch.bfloat16}
@@ -139,7 +149,10 @@ def main():
                 fns.append(lambda na=na, nb=nb: na @ nb)
             flops = 2.0 * m * n * k * (int(np.prod(batch)) if batch else 1)
             reps = args.reps if flops < 2e10 else max(3, args.reps // 2)
-            ms = median_ms(fns, reps)
+            # numpy's OpenBLAS workers spin ~0.1 s after a call (2^28 cycles) and took a core from whichever
+            # library came next (ember, which read half its speed): that one waits them out
+            settle = [0.15 if dt == "f32" and NT > 1 else 0.02] + [0.02] * (len(fns) - 1)
+            ms = median_ms(fns, reps, settle, time.thread_time if args.cpu_time else time.perf_counter)
             gf = [flops / t / 1e6 for t in ms]
             row = f"| {name} | {gf[0]:.0f} | {100 * gf[0] / peak[isa]:.0f}% |"
             row += "".join(f" {g:.0f} |" for g in gf[1:])

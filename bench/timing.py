@@ -16,15 +16,17 @@ def settle_and_warm(fn, pause, warm_s=0.03):
         n += 1
 
 
-def median_ms(fns, reps, settle=0.02):
+def median_ms(fns, reps, settle=0.02, clock=time.perf_counter):
     """The median time in ms of each function over `reps` rounds; in each round the functions take turns,
     each settled and warmed (settle_and_warm) and then timed on one call, as an op inside a model's
-    loop of back-to-back calls."""
+    loop of back-to-back calls. `settle` may be a list: one pause per function. `clock`: time.thread_time
+    times a single-threaded call by its CPU time, which other processes' load does not inflate."""
     times = [[] for _ in fns]
+    pauses = settle if isinstance(settle, (list, tuple)) else [settle] * len(fns)
     for _ in range(reps):
         for i, f in enumerate(fns):
-            settle_and_warm(f, settle)
-            t0 = time.perf_counter()
+            settle_and_warm(f, pauses[i])
+            t0 = clock()
             f()
-            times[i].append((time.perf_counter() - t0) * 1e3)
+            times[i].append((clock() - t0) * 1e3)
     return [statistics.median(t) for t in times]

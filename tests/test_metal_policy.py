@@ -1,4 +1,4 @@
-"""The Metal device layer's policy classes (cpp/metal/policy/), plain C++ over integer handles through
+"""The Metal device layer's policy classes (cpp/metal/policy/; the pool and the cache in cpp/gpu/), plain C++ over integer handles through
 ember._C_testing.metal_policy: buffer pool, hazard tracker, pipeline cache, commit policy."""
 import pytest
 from hypothesis import given, settings

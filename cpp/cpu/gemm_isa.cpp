@@ -49,12 +49,32 @@ static inline V vld(const float* p) {
   return v;
 }
 static inline void vst(float* p, V v) { std::memcpy(p, &v, sizeof v); }
+// kW consecutive elements of a float, f16 or bf16 operand as floats (the thin products read B in place).
+template <typename S> static inline V vlds(const S* p) {
+  if constexpr (std::is_same_v<S, float>) {
+    return vld(p);
+  } else {
+#if defined(__AVX512F__)
+    const __m256i h = _mm256_loadu_si256((const __m256i*)p);
+    if constexpr (std::is_same_v<S, f16>) return (V)_mm512_cvtph_ps(h);
+    else return (V)_mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+#elif defined(__AVX2__)
+    const __m128i h = _mm_loadu_si128((const __m128i*)p);
+    if constexpr (std::is_same_v<S, f16>) return (V)_mm256_cvtph_ps(h);
+    else return (V)_mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+#else
+    V v;
+    for (int l = 0; l < kW; ++l) v[l] = load<S>(p[l]);
+    return v;
+#endif
+  }
+}
 
 // c (row stride ldc) = [c +] a_panel . b over kc steps, a whole R x nr tile: a is an R-row panel (R floats
 // per k), b's rows (nr floats each) lie ldb apart (nr when packed; a row-major B read in place for thin
 // products). Every element is one FMA chain over k in order, whatever the tile or block around it.
-template <int R>
-static void tile(int64_t kc, const float* __restrict a, const float* __restrict b, int64_t ldb, float* __restrict c,
+template <int R, typename SB = float>
+static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, int64_t ldb, float* __restrict c,
                  int64_t ldc, bool acc, const float* cn) {
   V r[R][kNV];
 #if defined(__SSE__)
@@ -71,7 +91,7 @@ static void tile(int64_t kc, const float* __restrict a, const float* __restrict 
   for (int64_t kk = 0; kk < kc; ++kk, a += R, b += ldb) {
     V bv[kNV];
 #pragma GCC unroll 4
-    for (int j = 0; j < kNV; ++j) bv[j] = vld(b + j * kW);
+    for (int j = 0; j < kNV; ++j) bv[j] = vlds(b + j * kW);
 #pragma GCC unroll 32
     for (int i = 0; i < R; ++i) {
       const V ai = a[i] - V{};
@@ -119,10 +139,11 @@ void run(const float* ap, const float* bp, int64_t m, int64_t n, int64_t k, floa
     }
 }
 
-// Thin products (few rows): C[:, j0:j1] = A B with B (k x n, row stride ldb, unit column stride) read in
-// place, A (m x k, row-major, lda) packed a group of rows at a time; rows in groups of kMR, 4, 2, 1.
-template <int R>
-static void thin_rows(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t n, int64_t j0, int64_t j1,
+// Thin products (few rows): C[:, j0:j1] = A B with B (k x n, row stride ldb, unit column stride; float, f16 or
+// bf16, converted in registers) read in place, A (m x k, float, row-major, lda) packed a group of rows at a
+// time; rows in groups of kMR, 4, 2, 1.
+template <int R, typename SB>
+static void thin_rows(const float* a, int64_t lda, const SB* b, int64_t ldb, int64_t n, int64_t j0, int64_t j1,
                       int64_t k, float* c, int64_t ldc, float* ap, float* bedge) {
   for (int64_t kk = 0; kk < k; ++kk)
     for (int i = 0; i < R; ++i) ap[kk * R + i] = a[i * lda + kk];
@@ -133,9 +154,9 @@ static void thin_rows(const float* a, int64_t lda, const float* b, int64_t ldb, 
       tile<R>(k, ap, b + j, ldb, c + j, ldc, false, c + std::min(j + kNR, j1 - 1));
       continue;
     }
-    // the ragged last columns: a zero-padded copy, so no read runs past B's end
+    // the ragged last columns: a zero-padded float copy, so no read runs past B's end
     for (int64_t kk = 0; kk < k; ++kk) {
-      std::memcpy(bedge + kk * kNR, b + kk * ldb + j, (size_t)nv * sizeof(float));
+      for (int64_t q = 0; q < nv; ++q) bedge[kk * kNR + q] = load<SB>(b[kk * ldb + j + q]);
       std::fill(bedge + kk * kNR + nv, bedge + (kk + 1) * kNR, 0.0f);
     }
     tile<R>(k, ap, bedge, kNR, edge, kNR, false, edge);
@@ -143,8 +164,9 @@ static void thin_rows(const float* a, int64_t lda, const float* b, int64_t ldb, 
   }
 }
 
-void thin(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t m, int64_t n, int64_t j0, int64_t j1,
-          int64_t k, float* c, int64_t ldc, float* scratch) {
+template <typename SB>
+void thin_s(const float* a, int64_t lda, const SB* b, int64_t ldb, int64_t m, int64_t n, int64_t j0, int64_t j1,
+            int64_t k, float* c, int64_t ldc, float* scratch) {
   float* bedge = scratch + kMR * k;  // scratch: (kMR + kNR) * k floats
   for (int64_t i = 0; i < m;) {
     const int64_t left = m - i;
@@ -157,16 +179,26 @@ void thin(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t m, i
   }
 }
 
+void thin(const float* a, int64_t lda, const void* b, int src, int64_t ldb, int64_t m, int64_t n, int64_t j0,
+          int64_t j1, int64_t k, float* c, int64_t ldc, float* scratch) {
+  switch (src) {
+    case 1: thin_s(a, lda, (const f16*)b, ldb, m, n, j0, j1, k, c, ldc, scratch); break;
+    case 2: thin_s(a, lda, (const bf16*)b, ldb, m, n, j0, j1, k, c, ldc, scratch); break;
+    default: thin_s(a, lda, (const float*)b, ldb, m, n, j0, j1, k, c, ldc, scratch); break;
+  }
+}
+
 // Thin products with B^T row-major (x @ W.T, decode): C[i][j] = dot(A row i, Bt row j), both along k in
-// place, R rows by 4 columns of vector partial sums added across lanes at the end.
-template <int R>
-static void dot_rows(const float* a, int64_t lda, const float* bt, int64_t ldbt, int64_t j0, int64_t j1, int64_t k,
+// place (Bt float, f16 or bf16, converted in registers), R rows by 4 columns of vector partial sums added
+// across lanes at the end.
+template <int R, typename SB>
+static void dot_rows(const float* a, int64_t lda, const SB* bt, int64_t ldbt, int64_t j0, int64_t j1, int64_t k,
                      float* c, int64_t ldc) {
   constexpr int J = 4;
   const int64_t kv = k / kW * kW;
   for (int64_t j = j0; j < j1; j += J) {
     const int nj = (int)std::min<int64_t>(J, j1 - j);
-    const float* bj[J];
+    const SB* bj[J];
     for (int q = 0; q < J; ++q) bj[q] = bt + (j + std::min(q, nj - 1)) * ldbt;
     V s[R][J];
     for (int i = 0; i < R; ++i)
@@ -174,7 +206,7 @@ static void dot_rows(const float* a, int64_t lda, const float* bt, int64_t ldbt,
     for (int64_t kk = 0; kk < kv; kk += kW) {
       V bv[J];
 #pragma GCC unroll 4
-      for (int q = 0; q < J; ++q) bv[q] = vld(bj[q] + kk);
+      for (int q = 0; q < J; ++q) bv[q] = vlds(bj[q] + kk);
 #pragma GCC unroll 8
       for (int i = 0; i < R; ++i) {
         const V av = vld(a + i * lda + kk);
@@ -188,19 +220,29 @@ static void dot_rows(const float* a, int64_t lda, const float* bt, int64_t ldbt,
         vst(t, s[i][q]);
         float sum = 0.0f;
         for (int l = 0; l < kW; ++l) sum += t[l];
-        for (int64_t kk = kv; kk < k; ++kk) sum += a[i * lda + kk] * bj[q][kk];
+        for (int64_t kk = kv; kk < k; ++kk) sum += a[i * lda + kk] * load<SB>(bj[q][kk]);
         c[i * ldc + j + q] = sum;
       }
   }
 }
 
-void thin_t(const float* a, int64_t lda, const float* bt, int64_t ldbt, int64_t m, int64_t j0, int64_t j1, int64_t k,
-            float* c, int64_t ldc) {
+template <typename SB>
+void thin_t_s(const float* a, int64_t lda, const SB* bt, int64_t ldbt, int64_t m, int64_t j0, int64_t j1, int64_t k,
+              float* c, int64_t ldc) {
   for (int64_t i = 0; i < m;) {
     const int64_t left = m - i;
     if (left >= 4) { dot_rows<4>(a + i * lda, lda, bt, ldbt, j0, j1, k, c + i * ldc, ldc); i += 4; }
     else if (left >= 2) { dot_rows<2>(a + i * lda, lda, bt, ldbt, j0, j1, k, c + i * ldc, ldc); i += 2; }
     else { dot_rows<1>(a + i * lda, lda, bt, ldbt, j0, j1, k, c + i * ldc, ldc); i += 1; }
+  }
+}
+
+void thin_t(const float* a, int64_t lda, const void* bt, int src, int64_t ldbt, int64_t m, int64_t j0, int64_t j1,
+            int64_t k, float* c, int64_t ldc) {
+  switch (src) {
+    case 1: thin_t_s(a, lda, (const f16*)bt, ldbt, m, j0, j1, k, c, ldc); break;
+    case 2: thin_t_s(a, lda, (const bf16*)bt, ldbt, m, j0, j1, k, c, ldc); break;
+    default: thin_t_s(a, lda, (const float*)bt, ldbt, m, j0, j1, k, c, ldc); break;
   }
 }
 

@@ -284,18 +284,19 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
     if (out16)
       for (int64_t r = 0; r < rows; ++r) pg.round_out(c + off + r * n, cols, out16 + off + r * n, src_code<S>());
   };
-  if constexpr (std::is_same_v<S, float>) {
-    // Few rows: B read where it lies (row-major or transposed), only A's rows gathered; split along N.
+  {
+    // Few rows: B read where it lies (row-major or transposed; halves converted in registers), only A's rows
+    // gathered (as float); split along N.
     const bool b_rows = mb.cs == 1, b_cols = mb.rs == 1 && mb.cs >= k;
     if (M <= 16 && (b_rows || b_cols)) {
-      const bool a_direct = !fold && ma.cs == 1;
+      const bool a_direct = std::is_same_v<S, float> && !fold && ma.cs == 1;
       std::vector<float> acopy(a_direct ? 0 : G * M * k);
       if (!a_direct)
         for (int64_t g = 0; g < G; ++g)
           for (int64_t row = 0; row < M; ++row) {
             const int64_t bi = fold ? row / m : g, ri = fold ? row % m : row;
-            const float* src = a0 + oa[bi] + ri * ma.rs;
-            for (int64_t kk = 0; kk < k; ++kk) acopy[(g * M + row) * k + kk] = src[kk * ma.cs];
+            const S* src = a0 + oa[bi] + ri * ma.rs;
+            for (int64_t kk = 0; kk < k; ++kk) acopy[(g * M + row) * k + kk] = load<S>(src[kk * ma.cs]);
           }
       const int64_t lda = a_direct ? ma.rs : k;
       const int64_t unit = b_rows ? nr : 4;  // columns per step of the kernel
@@ -308,11 +309,12 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
         if (b_rows && scratch.size() < (size_t)((mr + nr) * k)) scratch.resize((size_t)((mr + nr) * k));
         for (int64_t u = lo; u < hi; ++u) {
           const int64_t g = u / nc, j0 = u % nc * cw, j1 = std::min(n, j0 + cw);
-          const float* ag = a_direct ? a0 + oa[g] : acopy.data() + g * M * k;
-          const float* bg = b0 + ob[b_shared ? 0 : g];
+          const float* ag = a_direct ? reinterpret_cast<const float*>(a0) + oa[g] : acopy.data() + g * M * k;
+          const S* bg = b0 + ob[b_shared ? 0 : g];
           float* cg = c + g * M * n;
-          if (b_rows) pg.thin(ag, lda, bg, mb.rs, M, n, j0, j1, k, cg, n, scratch.data());
-          else pg.thin_t(ag, lda, bg, mb.cs, M, j0, j1, k, cg, n);
+          if (b_rows) pg.thin(ag, lda, bg, src_code<S>(), mb.rs, M, n, j0, j1, k, cg, n, scratch.data());
+          else pg.thin_t(ag, lda, bg, src_code<S>(), mb.cs, M, j0, j1, k, cg, n);
+          round_block(g * M * n + j0, M, j1 - j0);
         }
       });
       return;

@@ -20,13 +20,14 @@ struct PackedGemm {
   // 0 for nl <= r < w. src: 0 float, 1 f16, 2 bf16 (converted while packing). A's lines are its rows,
   // B's its columns; a transposed or strided operand is read where it lies, without a copy.
   void (*pack)(const void* const* lines, int src, int nl, int64_t ks, int64_t k, int w, float* d) = nullptr;
-  // Thin float32 products (m of a few rows), columns [j0, j1) of C = A B, A row-major (lda), nothing packed
-  // but A's rows: `thin` reads B (k x n) in place by rows ldb apart (j0 a multiple of nr; scratch holds
-  // (mr + nr) * k floats); `thin_t` reads B^T (n x k) in place by rows ldbt apart (dot products along k).
-  void (*thin)(const float* a, int64_t lda, const float* b, int64_t ldb, int64_t m, int64_t n, int64_t j0, int64_t j1,
-               int64_t k, float* c, int64_t ldc, float* scratch) = nullptr;
-  void (*thin_t)(const float* a, int64_t lda, const float* bt, int64_t ldbt, int64_t m, int64_t j0, int64_t j1,
-                 int64_t k, float* c, int64_t ldc) = nullptr;
+  // Thin products (m of a few rows), columns [j0, j1) of C = A B, A float row-major (lda), B float, f16 or bf16
+  // (src as in pack, converted in registers), nothing packed but A's rows: `thin` reads B (k x n) in place by
+  // rows ldb apart (j0 a multiple of nr; scratch holds (mr + nr) * k floats); `thin_t` reads B^T (n x k) in
+  // place by rows ldbt apart (dot products along k).
+  void (*thin)(const float* a, int64_t lda, const void* b, int src, int64_t ldb, int64_t m, int64_t n, int64_t j0,
+               int64_t j1, int64_t k, float* c, int64_t ldc, float* scratch) = nullptr;
+  void (*thin_t)(const float* a, int64_t lda, const void* bt, int src, int64_t ldbt, int64_t m, int64_t j0,
+                 int64_t j1, int64_t k, float* c, int64_t ldc) = nullptr;
   // d[i] = s[i] rounded to float16 (code 1) or bfloat16 (2) for i < n, bit-exact with dtype.h's conversions:
   // the half matmuls round each C block while it is still in cache.
   void (*round_out)(const float* s, int64_t n, uint16_t* d, int code) = nullptr;

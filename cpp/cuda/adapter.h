@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
+#include "gpu/types.h"
+
 namespace ember::cuda {
 
-struct Dim3 {
-  uint32_t x = 1, y = 1, z = 1;
-};
+using gpu::Dim3;
 
 // One launch argument, in the kernel's parameter order: a device pointer (with its extent, which the
 // emulator checks every access against) or a value's bytes.
@@ -56,6 +56,11 @@ class Adapter {
                                    const std::vector<std::string>& options) = 0;
   // Launches `function` of `module` on the device's stream. The emulator runs it before returning and
   // throws its faults; the driver reports a kernel's faults at the next synchronize.
+  // The most threads a block of `function` may have (register use can put it below the device's limit).
+  virtual uint32_t max_threads(int dev, ModuleHandle module, const std::string& function) {
+    (void)module, (void)function;
+    return max_threads_per_block(dev);
+  }
   virtual void launch(int dev, ModuleHandle module, const std::string& function, Dim3 grid, Dim3 block,
                       uint32_t shared_mem, const std::vector<LaunchArg>& args) = 0;
   virtual void synchronize(int dev) = 0;

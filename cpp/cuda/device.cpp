@@ -1,14 +1,18 @@
-// CudaDevice (adapter choice, memory stats, module cache, launch limits) and the CUDA DeviceBackend with its
-// provider. Host copies, arange and the random fills go through the host until ember's own CUDA kernels
-// exist: the values are the CPU backend's, bit for bit.
+// CudaDevice: the adapter choice, the GPU layer's queue over the adapter's stream (the pool, ember's translated
+// kernels by (source, constants), launches per cuda/kernels.h's contract), em.cuda.Kernel's module cache and
+// CUDA's launch limits; the provider of the CUDA DeviceBackend (the GPU layer's).
 #include "cuda/device.h"
 
+#include <algorithm>
+#include <climits>
 #include <cstdlib>
 #include <cstring>
 
-#include "cpu/cpu_backend.h"
 #include "cuda/cuda_storage.h"
 #include "error.h"
+#include "gpu/gpu_backend.h"
+#include "gpu/gpu_storage.h"
+#include "sha256.h"
 
 namespace ember::cuda {
 namespace {
@@ -72,32 +76,203 @@ CudaDevice* CudaDevice::get(int index, std::string* why) {
   return devices[{c.adapter, index}] = new CudaDevice(*c.adapter, index);
 }
 
+namespace {
+
+// Allocations are handed out in 16-byte multiples (as Metal's) so any kernel's 4-wide access of the tail stays
+// inside what the pool gave; the kernels' own extents are the storages', checked by the emulator.
+constexpr size_t kAlign = 16;
+
+// The pool's memory limit: the device's memory (the emulator reports none: host memory, effectively unbounded).
+size_t memory_limit_of(Adapter& a, int index) {
+  const uint64_t total = a.total_memory(index);
+  return total ? (size_t)total : SIZE_MAX / 4;
+}
+
+}  // namespace
+
+CudaDevice::CudaDevice(Adapter& a, int index)
+    : adapter_(&a),
+      index_(index),
+      pool_([this](size_t n) { return adapter_->alloc(index_, n); }, [this](uint64_t p) { adapter_->free(index_, p); },
+            memory_limit_of(a, index), memory_limit_of(a, index), 16384, "cuda") {}
+
 std::string CudaDevice::describe() const {
   return cat_str(device().str(), " (", adapter_->kind(), ", ", adapter_->device_name(index_), ", ",
                  adapter_->arch(index_), ")");
 }
 
-uint64_t CudaDevice::alloc(size_t bytes) {
-  const uint64_t p = adapter_->alloc(index_, bytes);
-  const size_t now = allocated_.fetch_add(bytes) + bytes;
-  size_t peak = peak_.load();
-  while (now > peak && !peak_.compare_exchange_weak(peak, now)) {}
-  return p;
+void CudaDevice::check_dtype(DType dt, const char* op) const {
+  EMBER_CHECK(holds(dt), DType, "[", op, "] float64 is not supported on cuda (ember's CUDA kernels are its Metal "
+              "kernels translated, and Metal has no 64-bit float)");
 }
 
-void CudaDevice::free(uint64_t dptr, size_t bytes) {
-  adapter_->free(index_, dptr);
-  allocated_.fetch_sub(bytes);
+std::shared_ptr<gpu::GpuStorage> CudaDevice::new_storage(DType dt, int64_t numel, const char* op) {
+  return std::make_shared<CudaStorage>(*this, dt, numel, op);
 }
 
-MemoryStats CudaDevice::stats() const {
-  MemoryStats s;
-  s.allocated = allocated_.load();
-  s.peak = peak_.load();
-  return s;  // no caching allocator yet: nothing cached, no cache limit
+gpu::BufferRef CudaDevice::alloc(size_t bytes) {
+  const size_t want = std::max<size_t>((bytes + kAlign - 1) / kAlign * kAlign, kAlign);
+  size_t got = 0;
+  const uint64_t p = pool_.alloc(want, &got);
+  try {
+    return std::make_shared<gpu::Buffer>(this, (void*)(uintptr_t)p, got);
+  } catch (...) {
+    pool_.free(p, got);
+    throw;
+  }
 }
 
-void CudaDevice::reset_peak() { peak_.store(allocated_.load()); }
+void CudaDevice::write_bytes(const gpu::Buffer& b, size_t offset, const void* src, size_t n) {
+  if (n) adapter_->copy_to_device(index_, dptr(b) + offset, src, n);
+}
+
+void CudaDevice::zero_bytes(const gpu::Buffer& b, size_t offset, size_t n) {
+  if (!n) return;
+  const std::vector<char> z(n, 0);
+  adapter_->copy_to_device(index_, dptr(b) + offset, z.data(), n);
+}
+
+void CudaDevice::read_bytes(const gpu::Buffer& b, size_t offset, void* dst, size_t n) {
+  if (n) adapter_->copy_to_host(index_, dst, dptr(b) + offset, n);
+}
+
+MemoryStats CudaDevice::memory_stats() const {
+  const auto p = pool_.stats();
+  MemoryStats m;
+  m.allocated = p.active_bytes;
+  m.cached = p.cached_bytes;
+  m.peak = p.peak_bytes;
+  m.cache_limit = p.cache_limit;
+  return m;
+}
+
+CudaDevice::PoolCounters CudaDevice::pool_counters() const {
+  const auto p = pool_.stats();
+  return {p.cached_buffers, p.hits, p.misses, p.memory_limit};
+}
+
+const gpu::KernelSource& CudaDevice::add_source(const TranslatedSource& t) {
+  const std::string hash = sha256_hex(t.text);
+  std::lock_guard<std::mutex> lock(src_mu_);
+  Source& s = sources_[hash];
+  if (!s.src) {
+    s.src = std::make_unique<gpu::KernelSource>(t.text, t.label, hash);
+    s.kernels = t.kernels;
+  }
+  return *s.src;
+}
+
+const gpu::KernelSource& CudaDevice::source(const std::string& file) {
+  {
+    std::lock_guard<std::mutex> lock(src_mu_);
+    if (auto it = files_.find(file); it != files_.end()) return *it->second;
+  }
+  const gpu::KernelSource& s = add_source(translated_source(file));  // cached by the translator, per process
+  std::lock_guard<std::mutex> lock(src_mu_);
+  files_[file] = &s;
+  return s;
+}
+
+gpu::KernelHandle CudaDevice::kernel(const gpu::KernelSource& src, const std::string& function,
+                                     const std::vector<gpu::FunctionConstant>& constants) {
+  std::vector<std::string> options;
+  std::string key;
+  for (const auto& c : constants) {
+    options.push_back(cat_str("-DMSL_FC_", c.index, "=", gpu::constant_literal(c)));
+    key += options.back() + ';';
+  }
+  Kernel* k = kernels_.get({src.hash, function, key}, [&] {
+    KernelSig sig;
+    {
+      std::lock_guard<std::mutex> lock(src_mu_);
+      auto it = sources_.find(src.hash);
+      EMBER_CHECK(it != sources_.end(), Value, "[cuda] ", src.label, " is not a source this device translated");
+      auto kt = it->second.kernels.find(function);
+      if (kt == it->second.kernels.end()) {
+        std::string have;
+        for (const auto& [name, _] : it->second.kernels) have += (have.empty() ? "" : ", ") + name;
+        throw Error(ErrorKind::Value, cat_str("[cuda] ", src.label, " defines no kernel '", function,
+                                              "' (it defines: ", have.empty() ? "none" : have, ")"));
+      }
+      sig = kt->second;
+    }
+    bool compiled = false;
+    auto made = std::make_unique<Kernel>();
+    made->module = module(src.text, src.hash, src.label, options, &compiled);
+    made->function = function;
+    made->sig = std::move(sig);
+    // Whole warps, as Metal's pipelines report theirs: launchers size groups in simdgroups.
+    made->max_threads =
+        std::max<uint32_t>(32, std::min<uint32_t>(adapter_->max_threads(index_, made->module, function), 1024) / 32 * 32);
+    std::lock_guard<std::mutex> lock(store_mu_);
+    kernel_store_.push_back(std::move(made));
+    return kernel_store_.back().get();
+  });
+  return gpu::KernelHandle{k};
+}
+
+uint32_t CudaDevice::max_threads(gpu::KernelHandle k) const { return static_cast<const Kernel*>(k.p)->max_threads; }
+
+void CudaDevice::encode(gpu::DispatchDesc&& d) {
+  const Kernel& k = *static_cast<const Kernel*>(d.kernel.p);
+  const std::string kn = cat_str("[cuda] ", d.function, ": ");
+  std::vector<LaunchArg> args;
+  // Bytes bound to a pointer parameter live in device memory for the launch. They go back to the pool when
+  // this returns: the launch is on the stream, and any later use of that memory is ordered after it.
+  std::vector<gpu::BufferRef> uploads;
+  const std::string& bufs = k.sig.buffers;
+  for (size_t n = 0; n < bufs.size(); ++n) {
+    if (bufs[n] == '-') continue;
+    const gpu::DispatchDesc::Arg* a = n < d.args.size() ? &d.args[n] : nullptr;
+    const auto kind = a ? a->kind : gpu::DispatchDesc::Arg::Kind::Unbound;
+    LaunchArg la;
+    if (bufs[n] == 'v') {
+      const uint32_t want = n < k.sig.value_size.size() ? k.sig.value_size[n] : 0;
+      EMBER_CHECK(kind == gpu::DispatchDesc::Arg::Kind::Bytes, Value, kn, "buffer(", n, ") is a value parameter of ",
+                  want, " bytes; the launcher bound ", kind == gpu::DispatchDesc::Arg::Kind::Buffer ? "a storage" : "nothing");
+      EMBER_CHECK(a->bytes.size() == want, Value, kn, "buffer(", n, ") takes ", want, " bytes by value; the launcher "
+                  "bound ", a->bytes.size());
+      la.bytes = a->bytes;
+    } else if (kind == gpu::DispatchDesc::Arg::Kind::Buffer) {
+      la.pointer = true;
+      la.dptr = dptr(*a->buffer) + a->offset;
+      la.extent = a->length;
+    } else if (kind == gpu::DispatchDesc::Arg::Kind::Bytes) {
+      gpu::BufferRef up = alloc(a->bytes.size());
+      write_bytes(*up, 0, a->bytes.data(), a->bytes.size());
+      la.pointer = true;
+      la.dptr = dptr(*up);
+      la.extent = a->bytes.size();
+      uploads.push_back(std::move(up));
+    } else {
+      la.pointer = true;  // unbound: a null pointer the kernel must not touch (the emulator checks it)
+    }
+    args.push_back(std::move(la));
+  }
+  // Threadgroup memory: one offset per [[threadgroup(i)]] parameter, each 16-byte aligned, in one block.
+  uint64_t shared = 0;
+  for (uint32_t index : k.sig.threadgroup) {
+    size_t bytes = 0;
+    for (const auto& [i, n] : d.threadgroup_memory)
+      if (i == index) bytes = n;
+    shared = (shared + 15) / 16 * 16;
+    LaunchArg la;
+    const uint32_t off = (uint32_t)shared;
+    la.bytes.assign(reinterpret_cast<const char*>(&off), sizeof off);
+    args.push_back(std::move(la));
+    shared += bytes;
+  }
+  EMBER_CHECK(shared <= UINT32_MAX, Value, kn, shared, " bytes of threadgroup memory");
+  for (uint32_t g : {d.grid.x, d.grid.y, d.grid.z}) {
+    LaunchArg la;
+    la.bytes.assign(reinterpret_cast<const char*>(&g), sizeof g);
+    args.push_back(std::move(la));
+  }
+  const Dim3 blocks{(uint32_t)((d.grid.x + (uint64_t)d.group.x - 1) / d.group.x),
+                    (uint32_t)((d.grid.y + (uint64_t)d.group.y - 1) / d.group.y),
+                    (uint32_t)((d.grid.z + (uint64_t)d.group.z - 1) / d.group.z)};
+  launch(k.module, k.function, blocks, d.group, (uint32_t)shared, args);
+}
 
 ModuleHandle CudaDevice::module(const std::string& source, const std::string& source_hash, const std::string& label,
                                 const std::vector<std::string>& options, bool* compiled) {
@@ -137,67 +312,16 @@ void CudaDevice::launch(ModuleHandle m, const std::string& function, Dim3 grid, 
 
 namespace {
 
-class CudaBackend final : public DeviceBackend {
- public:
-  explicit CudaBackend(CudaDevice& dev) : dev_(dev) {}
-  Device device() const override { return dev_.device(); }
-  std::string describe() const override { return dev_.describe(); }
-  bool supports(DType) const override { return true; }
-  StoragePtr alloc(DType dt, int64_t numel, bool zeroed) override {
-    auto s = std::make_shared<CudaStorage>(dev_, dt, numel);
-    if (zeroed && s->nbytes()) {
-      std::vector<char> z(s->nbytes(), 0);
-      dev_.adapter().copy_to_device(dev_.ordinal(), s->dptr(), z.data(), z.size());
-    }
-    return s;
-  }
-  StoragePtr from_host(DType dt, int64_t numel, const void* src) override {
-    auto s = std::make_shared<CudaStorage>(dev_, dt, numel);
-    dev_.adapter().copy_to_device(dev_.ordinal(), s->dptr(), src, s->nbytes());
-    return s;
-  }
-  void to_host(const BackendStorage& s, void* dst) override {
-    const CudaStorage& c = as_cuda(s);
-    dev_.adapter().copy_to_host(dev_.ordinal(), dst, c.dptr(), c.nbytes());
-  }
-  // Computed by the CPU backend and uploaded: the values (and the generator's draws) are the CPU's.
-  StoragePtr arange(DType dt, double start, double step, int64_t n) override {
-    return upload(*cpu::backend().arange(dt, start, step, n));
-  }
-  StoragePtr rand_uniform(DType dt, int64_t n, double lo, double hi) override {
-    return upload(*cpu::backend().rand_uniform(dt, n, lo, hi));
-  }
-  StoragePtr rand_normal(DType dt, int64_t n, double mean, double std) override {
-    return upload(*cpu::backend().rand_normal(dt, n, mean, std));
-  }
-  void synchronize() override { dev_.synchronize(); }
-  MemoryStats memory_stats() const override { return dev_.stats(); }
-  void reset_peak_memory() override { dev_.reset_peak(); }
-  void empty_cache() override {}            // nothing is cached: frees go straight to the device
-  void set_cache_limit(size_t) override {}  // likewise
-
- private:
-  StoragePtr upload(const BackendStorage& host) {
-    std::vector<char> buf((size_t)host.numel() * itemsize(host.dtype()));
-    cpu::backend().to_host(host, buf.data());
-    return from_host(host.dtype(), host.numel(), buf.data());
-  }
-  CudaDevice& dev_;
-};
-
 DeviceBackend* provide(int index) {
   CudaDevice* d = CudaDevice::get(index, nullptr);
-  if (!d) return nullptr;
-  static std::mutex mu;
-  static std::map<CudaDevice*, CudaBackend*> backends;
-  std::lock_guard<std::mutex> lock(mu);
-  auto& b = backends[d];
-  if (!b) b = new CudaBackend(*d);
-  return b;
+  return d ? gpu::backend_of(*d) : nullptr;
 }
 
 }  // namespace
 
-void register_backend() { set_backend_provider(DeviceKind::Cuda, &provide); }
+void register_backend() {
+  set_backend_provider(DeviceKind::Cuda, &provide);
+  gpu::register_kernels(DeviceKind::Cuda);
+}
 
 }  // namespace ember::cuda

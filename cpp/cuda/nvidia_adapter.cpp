@@ -33,6 +33,7 @@ struct Driver {
   int (*memcpy_dtod)(uint64_t, uint64_t, size_t);
   int (*module_load_data)(void**, const void*);
   int (*module_get_function)(void**, void*, const char*);
+  int (*func_get_attribute)(int*, int, void*);
   int (*launch_kernel)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
                        void**);
   int (*ctx_synchronize)();
@@ -40,6 +41,7 @@ struct Driver {
 };
 // CUdevice_attribute values used below.
 constexpr int kMaxThreadsPerBlock = 1, kMaxSharedPerBlock = 8, kCcMajor = 75, kCcMinor = 76;
+constexpr int kFuncMaxThreadsPerBlock = 0;  // CUfunction_attribute
 
 struct NvModule {
   void* module = nullptr;
@@ -102,14 +104,16 @@ class NvidiaAdapter final : public Adapter {
     for (size_t i = 0; i < names.size(); ++i) m->lowered[names[i]] = lowered[i];
     return {m};
   }
+  uint32_t max_threads(int dev, ModuleHandle module, const std::string& function) override {
+    use(dev);
+    int v = 0;
+    check(d_.func_get_attribute(&v, kFuncMaxThreadsPerBlock, get_function(module, function)), "cuFuncGetAttribute");
+    return (uint32_t)v;
+  }
   void launch(int dev, ModuleHandle module, const std::string& function, Dim3 grid, Dim3 block, uint32_t shared_mem,
               const std::vector<LaunchArg>& args) override {
     use(dev);
-    const NvModule& m = *static_cast<const NvModule*>(module.p);
-    auto it = m.lowered.find(function);
-    const std::string& mangled = it == m.lowered.end() ? function : it->second;
-    void* fn = nullptr;
-    check(d_.module_get_function(&fn, m.module, mangled.c_str()), "cuModuleGetFunction");
+    void* fn = get_function(module, function);
     std::vector<uint64_t> ptrs(args.size());
     std::vector<void*> params(args.size());
     for (size_t i = 0; i < args.size(); ++i) {
@@ -133,6 +137,14 @@ class NvidiaAdapter final : public Adapter {
   }
   void check(int rc, const char* what) const {
     EMBER_CHECK(rc == 0, Device, "[cuda] ", what, " failed: ", err(rc));
+  }
+  void* get_function(ModuleHandle module, const std::string& function) {
+    const NvModule& m = *static_cast<const NvModule*>(module.p);
+    auto it = m.lowered.find(function);
+    const std::string& mangled = it == m.lowered.end() ? function : it->second;
+    void* fn = nullptr;
+    check(d_.module_get_function(&fn, m.module, mangled.c_str()), "cuModuleGetFunction");
+    return fn;
   }
   int attr(int dev, int a) {
     int v = 0;
@@ -191,6 +203,7 @@ Adapter* nvidia_adapter(std::string* why) {
   d.memcpy_dtod = reinterpret_cast<decltype(d.memcpy_dtod)>(sym("cuMemcpyDtoD_v2"));
   d.module_load_data = reinterpret_cast<decltype(d.module_load_data)>(sym("cuModuleLoadData"));
   d.module_get_function = reinterpret_cast<decltype(d.module_get_function)>(sym("cuModuleGetFunction"));
+  d.func_get_attribute = reinterpret_cast<decltype(d.func_get_attribute)>(sym("cuFuncGetAttribute"));
   d.launch_kernel = reinterpret_cast<decltype(d.launch_kernel)>(sym("cuLaunchKernel"));
   d.ctx_synchronize = reinterpret_cast<decltype(d.ctx_synchronize)>(sym("cuCtxSynchronize"));
   d.get_error_string = reinterpret_cast<decltype(d.get_error_string)>(sym("cuGetErrorString"));

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "metal/function_constant.h"
+#include "gpu/types.h"
 
 namespace ember::metal {
 
@@ -36,9 +36,8 @@ struct FenceHandle {
   explicit operator bool() const { return p != nullptr; }
 };
 
-struct Dim3 {
-  uint32_t x = 1, y = 1, z = 1;
-};
+using gpu::Dim3;
+using gpu::FunctionConstant;
 
 // One compute encoder of a command buffer: bindings persist from dispatch to dispatch, as in Metal.
 class Encoder {

@@ -5,11 +5,15 @@
 #include <mutex>
 #include <set>
 
+#include "gpu/launch.h"
 #include "metal/device.h"
-#include "metal/launch.h"
+#include "metal/emu/compiler.h"
 #include "metal/metal_storage.h"
 
 namespace ember::metal {
+
+using gpu::Launch;
+
 namespace {
 
 MetalDevice& device_at(int index, const char* op) {
@@ -77,7 +81,7 @@ const char* type_name(FunctionConstant::Type t) {
 std::shared_ptr<UserKernel> new_user_kernel(const std::string& source, const std::string& name,
                                             const std::string& label, std::vector<FunctionConstant> constants) {
   auto k = std::make_shared<UserKernel>();
-  k->source = std::make_shared<const KernelSource>(source, label);
+  k->source = std::make_shared<const KernelSource>(source, label, emu::digest(source));
   k->name = name;
   k->constants = std::move(constants);
   k->key = k->source->hash + "\n" + name + "\n";

@@ -11,10 +11,18 @@
 #include <vector>
 
 #include "backend.h"
-#include "metal/function_constant.h"
+#include "gpu/gpu_storage.h"
+#include "gpu/types.h"
 #include "user_kernel.h"
 
+namespace ember::gpu {
+struct KernelSource;  // gpu/gpu_device.h
+}  // namespace ember::gpu
+
 namespace ember::metal {
+
+using gpu::FunctionConstant;
+using gpu::KernelSource;
 
 // Registers the Metal device with the seam (device_backend) once; called at import.
 void register_backend();
@@ -33,17 +41,15 @@ std::vector<std::pair<std::string, uint64_t>> stats(int index);
 // A new storage of n elements from the device's pool (contents unspecified).
 StoragePtr empty(int index, DType dt, int64_t n);
 
-// What the bindings see of a Metal storage (Python's em.MetalStorage); the storage class itself
-// (metal_storage.h, MetalStorage) derives from it and stays internal. Every storage on a Metal device is one.
-class MetalStorageView : public BackendStorage {
+// What the bindings see of a Metal storage (Python's em.MetalStorage): a GPU storage (byte_offset, nbytes);
+// the storage class itself (metal_storage.h, MetalStorage) derives from it and stays internal. Every storage
+// on a Metal device is one.
+class MetalStorageView : public gpu::GpuStorage {
  public:
-  using BackendStorage::BackendStorage;
-  virtual size_t byte_offset() const = 0;  // where the storage starts in its pooled buffer
-  size_t nbytes() const { return (size_t)numel() * itemsize(dtype()); }
+  using gpu::GpuStorage::GpuStorage;
 };
 
 // A user's kernel: its source (hashed once), function and constants. Nothing compiles until a dispatch.
-struct KernelSource;
 struct UserKernel {
   std::shared_ptr<const KernelSource> source;
   std::string name;

@@ -7,13 +7,9 @@
 
 #include "metal/embedded.h"
 #include "metal/emu/compiler.h"
+#include "metal/metal_storage.h"
 
 namespace ember::metal {
-
-PooledBuffer::~PooledBuffer() { dev->release_buffer(handle, size); }
-
-KernelSource::KernelSource(std::string t, std::string l)
-    : text(std::move(t)), label(std::move(l)), hash(emu::digest(text)) {}
 
 namespace {
 
@@ -82,7 +78,7 @@ MetalDevice::MetalDevice(Adapter& adapter, int index)
       index_(index),
       // Limits as MLX's: the pool may hold 1.5x the recommended working set; the cache as much.
       pool_([this](size_t n) { return adapter_.new_buffer(n); }, [this](BufferHandle h) { adapter_.release(h); },
-            adapter.recommended_working_set_size() / 2 * 3, adapter.recommended_working_set_size() / 2 * 3),
+            adapter.recommended_working_set_size() / 2 * 3, adapter.recommended_working_set_size() / 2 * 3, 16384, "metal"),
       policy_(policy::CommitPolicy::from_env()) {}
 
 MetalDevice::~MetalDevice() {
@@ -98,12 +94,30 @@ std::string MetalDevice::describe() const {
   return cat_str(device().str(), " (", adapter_.kind(), ", ", adapter_.device_name(), ")");
 }
 
+void MetalDevice::check_dtype(DType dt, const char* op) const {
+  EMBER_CHECK(holds(dt), DType, "[", op, "] float64 is not supported on metal (Metal has no 64-bit float)");
+}
+
+std::shared_ptr<gpu::GpuStorage> MetalDevice::new_storage(DType dt, int64_t numel, const char* op) {
+  return std::make_shared<MetalStorage>(*this, dt, numel, op);
+}
+
+void MetalDevice::write_bytes(const Buffer& b, size_t offset, const void* src, size_t n) {
+  if (n) std::memcpy(static_cast<char*>(contents(b)) + offset, src, n);
+}
+void MetalDevice::zero_bytes(const Buffer& b, size_t offset, size_t n) {
+  if (n) std::memset(static_cast<char*>(contents(b)) + offset, 0, n);
+}
+void MetalDevice::read_bytes(const Buffer& b, size_t offset, void* dst, size_t n) {
+  if (n) std::memcpy(dst, static_cast<const char*>(contents(b)) + offset, n);
+}
+
 BufferRef MetalDevice::alloc(size_t bytes) {
   const size_t want = std::max<size_t>((bytes + kAlign - 1) / kAlign * kAlign, kAlign);
   size_t got = 0;
   BufferHandle h = pool_.alloc(want, &got);
   try {
-    return std::make_shared<PooledBuffer>(this, h, got);
+    return std::make_shared<Buffer>(this, h.p, got);
   } catch (...) {
     pool_.free(h, got);
     throw;
@@ -119,7 +133,7 @@ const KernelSource& MetalDevice::source(const std::string& file) {
       sources_.erase(file);
       throw Error(ErrorKind::Value, "[metal] no embedded kernel source '" + file + "'");
     }
-    slot = std::make_unique<KernelSource>(text, file);
+    slot = std::make_unique<KernelSource>(text, file, emu::digest(text));
   }
   return *slot;
 }
@@ -139,8 +153,8 @@ void MetalDevice::encode(DispatchDesc&& d) {
   size_t touched = 0;
   for (const auto& a : d.args) {
     if (a.kind != DispatchDesc::Arg::Kind::Buffer) continue;
-    if (a.read) reads.push_back(a.buffer->handle.p);
-    if (a.write) writes.push_back(a.buffer->handle.p);
+    if (a.read) reads.push_back(a.buffer->handle);
+    if (a.write) writes.push_back(a.buffer->handle);
     touched += a.buffer->size - a.offset;
   }
   std::lock_guard<std::mutex> lock(mu_);
@@ -159,13 +173,13 @@ void MetalDevice::encode(DispatchDesc&& d) {
     ++fence_waits_;
   }
   if (hazards_.dispatch(reads, writes)) enc.memory_barrier();
-  enc.set_pipeline(d.pipeline);
+  enc.set_pipeline(PipelineHandle{d.kernel.p});
   for (size_t i = 0; i < d.args.size(); ++i) {
     auto& a = d.args[i];
     if (a.kind == DispatchDesc::Arg::Kind::Buffer) {
-      enc.set_buffer(a.buffer->handle, a.offset, (uint32_t)i);
+      enc.set_buffer(BufferHandle{a.buffer->handle}, a.offset, (uint32_t)i);
       enc.set_buffer_extent((uint32_t)i, a.length, a.read && !a.write);
-      if (kept_.insert(a.buffer->handle.p).second) keep_.push_back(std::move(a.buffer));
+      if (kept_.insert(a.buffer->handle).second) keep_.push_back(std::move(a.buffer));
     } else if (a.kind == DispatchDesc::Arg::Kind::Bytes) {
       enc.set_bytes(a.bytes.data(), a.bytes.size(), (uint32_t)i);
     }
@@ -230,6 +244,16 @@ void MetalDevice::empty_cache() { pool_.empty_cache(); }
 void MetalDevice::set_cache_limit(size_t bytes) { pool_.set_cache_limit(bytes); }
 void MetalDevice::set_memory_limit(size_t bytes) { pool_.set_memory_limit(bytes); }
 void MetalDevice::reset_peak_memory() { pool_.reset_peak(); }
+
+MemoryStats MetalDevice::memory_stats() const {
+  const auto p = pool_.stats();
+  MemoryStats m;
+  m.allocated = p.active_bytes;
+  m.cached = p.cached_bytes;
+  m.peak = p.peak_bytes;
+  m.cache_limit = p.cache_limit;
+  return m;
+}
 
 DeviceStats MetalDevice::stats() const {
   const auto p = pool_.stats();

@@ -1,5 +1,6 @@
-// MetalDevice: one per Metal device over an Adapter - the queue's shared command buffer and encoder with
-// the commit policy, hazard barriers, the buffer pool, the pipeline cache, synchronize().
+// MetalDevice: one per Metal device over an Adapter - the GPU layer's device queue (gpu/gpu_device.h) as a
+// shared command buffer and encoder with the commit policy, hazard barriers, the buffer pool, the pipeline
+// cache, synchronize().
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -12,51 +13,20 @@
 #include <vector>
 
 #include "backend.h"
+#include "gpu/gpu_device.h"
 #include "metal/adapter.h"
-#include "metal/policy/buffer_pool.h"
+#include "gpu/buffer_pool.h"
+#include "gpu/pipeline_cache.h"
 #include "metal/policy/commit_policy.h"
 #include "metal/policy/hazard_tracker.h"
-#include "metal/policy/pipeline_cache.h"
 
 namespace ember::metal {
 
-class MetalDevice;
-
-// One buffer from the device's pool. Storages and the command buffers that use it share ownership, so
-// it returns to the pool only when no storage holds it and no encoded work can still touch it.
-struct PooledBuffer {
-  MetalDevice* dev;
-  BufferHandle handle;
-  size_t size;  // bytes (the pool's bucket, at least what was asked for)
-  PooledBuffer(MetalDevice* d, BufferHandle h, size_t n) : dev(d), handle(h), size(n) {}
-  ~PooledBuffer();
-  PooledBuffer(const PooledBuffer&) = delete;
-  PooledBuffer& operator=(const PooledBuffer&) = delete;
-};
-using BufferRef = std::shared_ptr<PooledBuffer>;
-
-// MSL source text with its digest (the pipeline cache's key) and the name messages use.
-struct KernelSource {
-  std::string text, label, hash;
-  KernelSource(std::string text, std::string label);
-};
-
-// One dispatch as Launch assembles it: what is bound at each [[buffer(n)]], and the grid.
-struct DispatchDesc {
-  struct Arg {
-    enum class Kind : uint8_t { Unbound, Buffer, Bytes } kind = Kind::Unbound;
-    BufferRef buffer;  // Kind::Buffer
-    size_t offset = 0;  // bytes into the buffer
-    size_t length = 0;  // bytes the kernel may touch from `offset` (to the storage's logical end)
-    bool read = false, write = false;
-    std::string bytes;  // Kind::Bytes: the value, copied at encoding (set_bytes)
-  };
-  PipelineHandle pipeline;
-  std::string function;  // for messages
-  std::vector<Arg> args;  // index = [[buffer(n)]]
-  std::vector<std::pair<uint32_t, size_t>> threadgroup_memory;  // (index, bytes)
-  Dim3 grid, group;
-};
+using gpu::Buffer;
+using gpu::BufferRef;
+using gpu::DispatchDesc;
+using gpu::KernelSource;
+class GpuStorage;
 
 struct DeviceStats {
   size_t active_bytes, cached_bytes, peak_bytes, cache_limit, memory_limit, cached_buffers;
@@ -64,7 +34,7 @@ struct DeviceStats {
   uint64_t library_compiles;  // one per kernel source: its pipelines share the library
 };
 
-class MetalDevice {
+class MetalDevice final : public gpu::GpuDevice {
  public:
   // The Metal device `index`, created at first use: the MSL emulator when EMBER_METAL=emulate, else
   // metal-cpp's default device on an Apple build. nullptr when there is none (no backend, an empty
@@ -79,43 +49,58 @@ class MetalDevice {
   MetalDevice& operator=(const MetalDevice&) = delete;
 
   Adapter& adapter() { return adapter_; }
-  Device device() const { return Device{DeviceKind::Metal, index_}; }
-  std::string describe() const;  // "metal:0 (emulator, ember MSL emulator (CPU))"
+  Device device() const override { return Device{DeviceKind::Metal, index_}; }
+  const char* api_name() const override { return "Metal"; }
+  std::string describe() const override;  // "metal:0 (emulator, ember MSL emulator (CPU))"
 
+  // Every dtype but F64: Metal has no 64-bit float ("[op] float64 is not supported on metal", DType).
+  bool holds(DType dt) const override { return dt != DType::F64; }
+  void check_dtype(DType dt, const char* op) const override;
+  // A MetalStorage from the pool.
+  std::shared_ptr<gpu::GpuStorage> new_storage(DType dt, int64_t numel, const char* op) override;
   // A buffer of at least `bytes` (16-byte multiples, never empty) from the pool; throws Error (Memory)
   // past the memory limit. Its contents are unspecified (a reused buffer keeps old data).
-  BufferRef alloc(size_t bytes);
-  void* contents(const PooledBuffer& b) { return adapter_.contents(b.handle); }
+  BufferRef alloc(size_t bytes) override;
+  void* contents(const Buffer& b) { return adapter_.contents(BufferHandle{b.handle}); }
+  // Buffers are shared (CPU-visible): host access is a memcpy of their contents.
+  void write_bytes(const Buffer& b, size_t offset, const void* src, size_t n) override;
+  void zero_bytes(const Buffer& b, size_t offset, size_t n) override;
+  void read_bytes(const Buffer& b, size_t offset, void* dst, size_t n) override;
 
   // The text of an embedded kernel file ("copy.metal"), loaded and hashed once. Throws when unknown.
-  const KernelSource& source(const std::string& file);
+  const KernelSource& source(const std::string& file) override;
   // The pipeline of `function` in `src` with `constants`, compiled at the first request (cached by
   // the source's hash, the function and the constants). Throws the compiler's log on an error.
   PipelineHandle pipeline(const KernelSource& src, const std::string& function,
                           const std::vector<FunctionConstant>& constants);
+  gpu::KernelHandle kernel(const KernelSource& src, const std::string& function,
+                           const std::vector<FunctionConstant>& constants) override {
+    return gpu::KernelHandle{pipeline(src, function, constants).p};
+  }
   // The most threads per threadgroup `pipeline` allows (at most the device's limit).
   uint32_t max_threads(PipelineHandle pipeline) const { return adapter_.max_threads(pipeline); }
+  uint32_t max_threads(gpu::KernelHandle k) const override { return adapter_.max_threads(PipelineHandle{k.p}); }
 
   // Encodes one dispatch into the shared encoder: a memory barrier first when it reads or writes what
   // an earlier dispatch since the last barrier wrote (or writes what one read), and a wait on the fence
   // of each command buffer still in flight that did so (Metal tracks none of ember's buffers); commits
   // the command buffer when the commit policy says so. Thread-safe.
-  void encode(DispatchDesc&& d);
+  void encode(DispatchDesc&& d) override;
   // Commits the open command buffer, if it holds work (the GPU starts on it).
   void flush();
   // Commits, then waits for every command buffer. A kernel that failed since the last synchronize
   // (an out-of-bounds access under the emulator, a GPU fault) raises its error here, once.
-  void synchronize();
+  void synchronize() override;
 
-  void empty_cache();
-  void set_cache_limit(size_t bytes);
+  void empty_cache() override;
+  void set_cache_limit(size_t bytes) override;
   void set_memory_limit(size_t bytes);
-  void reset_peak_memory();
+  void reset_peak_memory() override;
   DeviceStats stats() const;
+  MemoryStats memory_stats() const override;
 
  private:
-  friend struct PooledBuffer;
-  void release_buffer(BufferHandle h, size_t size) { pool_.free(h, size); }
+  void release_buffer(void* h, size_t size) override { pool_.free(BufferHandle{h}, size); }
   void commit_locked();
   void wait_locked(size_t keep_in_flight);
 
@@ -138,9 +123,9 @@ class MetalDevice {
 
   Adapter& adapter_;
   int index_;
-  policy::BufferPool<BufferHandle> pool_;
-  policy::PipelineCache<LibraryHandle> libraries_;  // one per source (keyed by its hash alone)
-  policy::PipelineCache<PipelineHandle> pipelines_;
+  gpu::BufferPool<BufferHandle> pool_;
+  gpu::PipelineCache<LibraryHandle> libraries_;  // one per source (keyed by its hash alone)
+  gpu::PipelineCache<PipelineHandle> pipelines_;
 
   mutable std::mutex mu_;  // encoding, committing, waiting
   policy::CommitPolicy policy_;

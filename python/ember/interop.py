@@ -152,7 +152,23 @@ def _sync_for_stream(stream, device):
 
 
 def _dlpack(self: Tensor, *, stream=None, max_version=None, dl_device=None, copy=None):
-    """Exports the tensor as a DLPack capsule; on CPU and CUDA it shares this tensor's memory (zero-copy)."""
+    """Exports the tensor as a DLPack capsule; on CPU and CUDA it shares this tensor's memory (zero-copy).
+
+    Args:
+        stream: the consumer's CUDA stream, as DLPack defines it (None or 1: the legacy default stream,
+            which ember runs on; 2: the per-thread default stream; -1: no synchronisation; else a
+            stream handle, for which ember first waits for its own stream). None for host memory.
+        max_version: the consumer's highest DLPack version; (1, x) gives a versioned capsule.
+        dl_device: the (device_type, device_id) to export to; another device than the tensor's is a copy.
+        copy: True always copies; False refuses a copy (BufferError); None copies only when needed.
+
+    Returns:
+        The capsule.
+
+    Raises:
+        BufferError: a stream or device the export cannot serve, or a copy that ``copy=False`` forbids.
+        DTypeError: a malformed ``dl_device`` or ``max_version``.
+    """
     target = _target_device(self, dl_device)
     _check_stream(stream, target)
     t = self.detach()
@@ -182,9 +198,9 @@ def _dlpack(self: Tensor, *, stream=None, max_version=None, dl_device=None, copy
         # the import cannot silently change a gradient (torch ignores it; see docs/memory-and-safety.md).
         read_only = not copy and t._storage.saved
         m.flags = (2 if copy else 0) | (_FLAG_READ_ONLY if read_only else 0)  # IS_COPIED, READ_ONLY
+    _sync_for_stream(stream, t.device)  # first: a GPU fault it reports leaves no export behind
     addr = C.addressof(m)
     _LIVE[addr] = keep
-    _sync_for_stream(stream, t.device)
     return _api.PyCapsule_New(addr, _NAME_V if versioned else _NAME, _DESTRUCTOR_PTR)
 
 

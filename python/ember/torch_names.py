@@ -89,6 +89,10 @@ def to(self, *args, dtype=None, device=None, copy=False):
                 raise EmberValueError("[to] got the device twice")
             device = v
     out = self
+    if device is not None and dtype is not None:
+        dev = _dt.to_device(device)
+        if not _C.device_supports(dev.kind, dev.index, self._dtype.code):
+            out = out.to_dtype(dtype)  # cast where the data is: the target device cannot hold its dtype
     if device is not None:
         out = out.to_device(device)
     if dtype is not None:

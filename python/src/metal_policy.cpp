@@ -1,19 +1,22 @@
-// Test hooks for the Metal policy classes (cpp/metal/policy/), instantiated over integer handles so
+// Test hooks for the Metal policy classes (cpp/metal/policy/, and the pool and cache in cpp/gpu/), instantiated over integer handles so
 // tests/test_metal_policy.py can drive them without a device: _C_testing.metal_policy.*.
 #include <chrono>
 #include <thread>
 
 #include "common.h"
 #include "metal/emu/compiler.h"
-#include "metal/policy/buffer_pool.h"
+#include "gpu/buffer_pool.h"
+#include "gpu/pipeline_cache.h"
 #include "metal/policy/commit_policy.h"
 #include "metal/policy/hazard_tracker.h"
-#include "metal/policy/pipeline_cache.h"
 
 namespace ember::bind {
 namespace {
 
 using namespace metal::policy;
+using gpu::BufferPool;
+using gpu::PipelineCache;
+using gpu::bucket_size;
 
 // A pool over fake buffers: handles count up from 1; released handles are recorded in order.
 struct FakePool {

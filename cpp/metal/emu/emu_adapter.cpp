@@ -44,17 +44,6 @@ uint32_t pipeline_thread_limit() {
   return (uint32_t)v;
 }
 
-std::string literal(const FunctionConstant& c) {
-  char buf[64];
-  switch (c.type) {
-    case FunctionConstant::Type::Bool: return c.value != 0 ? "true" : "false";
-    case FunctionConstant::Type::Int: std::snprintf(buf, sizeof buf, "(%lld)", (long long)c.value); return buf;
-    case FunctionConstant::Type::UInt: std::snprintf(buf, sizeof buf, "%lluu", (unsigned long long)c.value); return buf;
-    case FunctionConstant::Type::Float: std::snprintf(buf, sizeof buf, "%af", (double)(float)c.value); return buf;
-  }
-  return "0";
-}
-
 // Execution order. By default (EMBER_METAL_EMU_ORDER unset or "shuffle") a committed command buffer
 // only joins the emulated GPU's queue: it runs when the host waits on it (or on a later one), the
 // dispatches between two barriers run in a shuffled order, and of the queued buffers any whose next
@@ -404,7 +393,7 @@ class EmuAdapter final : public Adapter {
     const std::string& source = static_cast<EmuLibrary*>(library.p)->source;
     const std::string& label = static_cast<EmuLibrary*>(library.p)->label;
     emu::CompileOptions opt;
-    for (const auto& c : constants) opt.constants.emplace_back(c.index, literal(c));
+    for (const auto& c : constants) opt.constants.emplace_back(c.index, gpu::constant_literal(c));
     if (const char* t = std::getenv("EMBER_METAL_EMU_TSAN"); t && *t == '1') opt.tsan = true;
     if (const char* t = std::getenv("EMBER_METAL_EMU_GPU_MATH"); t && *t == '1') opt.gpu_math = true;
     auto mod = emu::load_module(source, label, opt);

@@ -1,13 +1,13 @@
-// Metal launchers for resampling (metal/upsample.metal): nearest, nearest-exact and (bi)linear over
+// GPU launchers for resampling (metal/upsample.metal): nearest, nearest-exact and (bi)linear over
 // (n, c, h, w) planes through any input strides, one thread per output; the gradient one per input pixel.
 #include <algorithm>
 
 #include "families/upsample.h"
-#include "metal/launch.h"
-#include "metal/ops/ops.h"
+#include "gpu/launch.h"
+#include "gpu/ops/ops.h"
 #include "registry.h"
 
-namespace ember::metal::ops {
+namespace ember::gpu::ops {
 namespace {
 
 // torch's source scale of one axis, in float (the CPU's make_taps in cpu/upsample.cpp, float case).
@@ -26,11 +26,11 @@ struct Float2 {
   float x, y;
 };
 
-StoragePtr launch(const MetalStorage& s, UpsampleMode mode, const Layout& l, const UpsampleGeom& g, bool fwd) {
-  MetalDevice& dev = s.metal_device();
+StoragePtr launch(const GpuStorage& s, UpsampleMode mode, const Layout& l, const UpsampleGeom& g, bool fwd) {
+  GpuDevice& dev = s.gpu_device();
   const char* tname = type_suffix(s.dtype(), "interpolate");
   const int64_t planes = g.n * g.c, pos = fwd ? g.oh * g.ow : g.h * g.w;
-  auto out = new_metal(dev, s.dtype(), planes * pos, "interpolate");
+  auto out = new_storage(dev, s.dtype(), planes * pos, "interpolate");
   if (planes * pos == 0) return out;
   const uint32_t gx = checked_u32(pos, "interpolate"), gy = checked_u32(planes, "interpolate");
   checked_u32(planes * pos, "interpolate");
@@ -43,18 +43,18 @@ StoragePtr launch(const MetalStorage& s, UpsampleMode mode, const Layout& l, con
 }
 
 StoragePtr upsample(const BackendStorage& x, UpsampleMode mode, const Layout& l, const UpsampleGeom& g) {
-  return launch(as_metal(x), mode, l, g, true);
+  return launch(as_gpu(x), mode, l, g, true);
 }
 
 StoragePtr upsample_bwd(const BackendStorage& gy, UpsampleMode mode, const Layout& lg, const UpsampleGeom& g) {
-  return launch(as_metal(gy), mode, lg, g, false);
+  return launch(as_gpu(gy), mode, lg, g, false);
 }
 
 }  // namespace
 
-void register_upsample() {
-  Kernels<Upsample>::set(DeviceKind::Metal, &upsample);
-  Kernels<UpsampleBwd>::set(DeviceKind::Metal, &upsample_bwd);
+void register_upsample(DeviceKind kind) {
+  Kernels<Upsample>::set(kind, &upsample);
+  Kernels<UpsampleBwd>::set(kind, &upsample_bwd);
 }
 
-}  // namespace ember::metal::ops
+}  // namespace ember::gpu::ops

@@ -1,14 +1,14 @@
-// Metal launcher of the fused optimizer steps (metal/optim.metal): float32 only (Metal has no float64);
+// GPU launcher of the fused optimizer steps (metal/optim.metal): float32 only (Metal has no float64);
 // every operand dense from its offset, the parameter and the state buffers written in place.
 #include <cmath>
 #include <string>
 
 #include "families/optim.h"
-#include "metal/launch.h"
-#include "metal/ops/ops.h"
+#include "gpu/launch.h"
+#include "gpu/ops/ops.h"
 #include "registry.h"
 
-namespace ember::metal::ops {
+namespace ember::gpu::ops {
 namespace {
 
 struct OptimKArgs {  // must match optim.metal's OptimArgs
@@ -20,10 +20,10 @@ struct OptimKArgs {  // must match optim.metal's OptimArgs
 
 void optim_step(const OptimArgs& a) {
   const char* op = "optim_step";
-  MetalStorage& p = as_metal(*a.p);
-  MetalDevice& dev = p.metal_device();
+  GpuStorage& p = as_gpu(*a.p);
+  GpuDevice& dev = p.gpu_device();
   const std::string suffix = type_suffix(p.dtype(), op);
-  EMBER_CHECK(p.dtype() == DType::F32, DType, "[", op, "] fused updates on metal take float32, got ",
+  EMBER_CHECK(p.dtype() == DType::F32, DType, "[", op, "] fused updates on ", kDeviceKindNames[(int)dev.device().kind], " take float32, got ",
               dtype_name(p.dtype()));
   OptimKArgs k{};
   k.n = checked_u32(a.n, op);
@@ -32,19 +32,19 @@ void optim_step(const OptimArgs& a) {
   // The lerp weight (Adam: 1 - beta1, RMSprop: 1 - alpha) in float picks torch's lerp form.
   if (a.kind == OptimKind::Adam) k.small = std::fabs(k.s[1]) < 0.5f;
   if (a.kind == OptimKind::RmsProp) k.small = std::fabs(k.s[2]) < 0.5f;
-  const MetalStorage& g = as_metal(*a.g);
+  const GpuStorage& g = as_gpu(*a.g);
   const char* name = a.kind == OptimKind::Sgd ? "sgd_step_" : a.kind == OptimKind::Adam ? "adam_step_" : "rmsprop_step_";
   Launch l(dev, "optim.metal", name + suffix);
   l.inout(p, a.off_p).input(g, a.off_g);
   const int nst = a.kind == OptimKind::Sgd ? 1 : 3;
   // An unused state slot is bound to the gradient, read-only; the kernel never touches it.
   for (int i = 0; i < nst; ++i) {
-    if (a.st[i]) l.inout(as_metal(*a.st[i]), a.off_st[i]);
+    if (a.st[i]) l.inout(as_gpu(*a.st[i]), a.off_st[i]);
     else l.input(g, a.off_g);
   }
   l.scalar(k).dispatch_1d(k.n);
 }
 
-void register_optim() { Kernels<OptimStep>::set(DeviceKind::Metal, &optim_step); }
+void register_optim(DeviceKind kind) { Kernels<OptimStep>::set(kind, &optim_step); }
 
-}  // namespace ember::metal::ops
+}  // namespace ember::gpu::ops

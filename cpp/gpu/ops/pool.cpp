@@ -1,13 +1,13 @@
-// Metal launchers for pooling (metal/pool.metal): max / average / adaptive average over (n, c, h, w)
+// GPU launchers for pooling (metal/pool.metal): max / average / adaptive average over (n, c, h, w)
 // planes through any input strides, one thread per output; the gradients one thread per input pixel.
 #include <algorithm>
 
 #include "families/pool.h"
-#include "metal/launch.h"
-#include "metal/ops/ops.h"
+#include "gpu/launch.h"
+#include "gpu/ops/ops.h"
 #include "registry.h"
 
-namespace ember::metal::ops {
+namespace ember::gpu::ops {
 namespace {
 
 // pool.metal's g: the geometry, the kind, then the layout read (offset and four strides).
@@ -22,14 +22,14 @@ std::vector<int64_t> pool_meta(PoolKind kind, const PoolGeom& g, const Layout& l
 
 std::tuple<StoragePtr, StoragePtr> pool2d(const BackendStorage& s_, PoolKind kind, const Layout& l,
                                           const PoolGeom& g, bool with_indices) {
-  const MetalStorage& s = as_metal(s_);
+  const GpuStorage& s = as_gpu(s_);
   const char* op = kPoolNames[(int)kind];
-  MetalDevice& dev = s.metal_device();
+  GpuDevice& dev = s.gpu_device();
   const char* tname = type_suffix(s.dtype(), op);
   const int64_t planes = g.n * g.c, pos = g.oh * g.ow;
-  auto out = new_metal(dev, s.dtype(), planes * pos, op);
+  auto out = new_storage(dev, s.dtype(), planes * pos, op);
   // without indices a one-element stand-in keeps the binding valid
-  auto ids = new_metal(dev, DType::I64, with_indices ? planes * pos : 1, op);
+  auto ids = new_storage(dev, DType::I64, with_indices ? planes * pos : 1, op);
   if (planes * pos == 0) return {out, with_indices ? ids : nullptr};
   const uint32_t gx = checked_u32(pos, op), gy = checked_u32(planes, op);
   checked_u32(planes * pos, op);
@@ -41,28 +41,28 @@ std::tuple<StoragePtr, StoragePtr> pool2d(const BackendStorage& s_, PoolKind kin
 
 StoragePtr pool2d_bwd(const BackendStorage& s_, PoolKind kind, const Layout& lg, const BackendStorage* ids,
                       const PoolGeom& g) {
-  const MetalStorage& s = as_metal(s_);
+  const GpuStorage& s = as_gpu(s_);
   const char* op = kPoolNames[(int)kind];
-  MetalDevice& dev = s.metal_device();
+  GpuDevice& dev = s.gpu_device();
   const char* tname = type_suffix(s.dtype(), op);
   const int64_t planes = g.n * g.c, pixels = g.h * g.w;
-  auto dx = new_metal(dev, s.dtype(), planes * pixels, op);
+  auto dx = new_storage(dev, s.dtype(), planes * pixels, op);
   if (planes * pixels == 0) return dx;
   const uint32_t gx = checked_u32(pixels, op), gy = checked_u32(planes, op);
   checked_u32(planes * pixels, op);
-  MetalStoragePtr none;
-  if (!ids) none = new_metal(dev, DType::I64, 1, op);  // the averages read no indices
+  GpuStoragePtr none;
+  if (!ids) none = new_storage(dev, DType::I64, 1, op);  // the averages read no indices
   Launch(dev, "pool.metal", std::string("pool_bwd_") + tname)
-      .input(s).input(ids ? as_metal(*ids) : *none).output(*dx).array(pool_meta(kind, g, lg))
+      .input(s).input(ids ? as_gpu(*ids) : *none).output(*dx).array(pool_meta(kind, g, lg))
       .dispatch_grid(Dim3{gx, gy, 1}, Dim3{64, 4, 1});
   return dx;
 }
 
 }  // namespace
 
-void register_pool() {
-  Kernels<Pool2d>::set(DeviceKind::Metal, &pool2d);
-  Kernels<Pool2dBwd>::set(DeviceKind::Metal, &pool2d_bwd);
+void register_pool(DeviceKind kind) {
+  Kernels<Pool2d>::set(kind, &pool2d);
+  Kernels<Pool2dBwd>::set(kind, &pool2d_bwd);
 }
 
-}  // namespace ember::metal::ops
+}  // namespace ember::gpu::ops

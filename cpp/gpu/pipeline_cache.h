@@ -1,5 +1,6 @@
-// PipelineCache<P>: compiled pipelines keyed by (hash of the source, function name, constants) - never by
-// name alone - safe under threads: one compile per key, concurrent compiles of different keys.
+// PipelineCache<P>: compiled kernels (Metal pipelines and libraries, CUDA modules) keyed by (hash of the source,
+// function name, constants) - never by name alone - safe under threads: one compile per key, concurrent
+// compiles of different keys.
 #pragma once
 #include <atomic>
 #include <functional>
@@ -10,7 +11,7 @@
 #include <string>
 #include <tuple>
 
-namespace ember::metal::policy {
+namespace ember::gpu {
 
 struct PipelineKey {
   std::string source_hash;  // a digest of the full source text
@@ -70,4 +71,4 @@ template <class P> class PipelineCache {
   std::atomic<uint64_t> compiles_{0}, hits_{0};
 };
 
-}  // namespace ember::metal::policy
+}  // namespace ember::gpu

@@ -1,27 +1,27 @@
-// Metal launcher for the scans (metal/scan.metal): one simdgroup per line, 8 lines per threadgroup.
-#include "metal/launch.h"
+// GPU launcher for the scans (metal/scan.metal): one simdgroup per line, 8 lines per threadgroup.
+#include "gpu/launch.h"
 #include "families/scan.h"
 #include "lines.h"
-#include "metal/ops/ops.h"
+#include "gpu/ops/ops.h"
 #include "registry.h"
 
-namespace ember::metal::ops {
+namespace ember::gpu::ops {
 
 namespace {
 
 std::tuple<StoragePtr, StoragePtr> scan(const BackendStorage& xs, ScanOp op, const Layout& l, int64_t dim,
                                         bool exclusive, bool reverse) {
-  const MetalStorage& s = as_metal(xs);
+  const GpuStorage& s = as_gpu(xs);
   const char* name = kScanNames[(int)op];
-  MetalDevice& dev = s.metal_device();
+  GpuDevice& dev = s.gpu_device();
   const DType dt = s.dtype();
   const char* tname = type_suffix(dt, name);
   const bool arith = op == ScanOp::Sum || op == ScanOp::Prod;
   const DType odt = arith && !is_float(dt) ? DType::I64 : dt;
   const int64_t numel = l.numel(), n = l.shape()[dim];
-  auto out = new_metal(dev, odt, numel, name);
+  auto out = new_storage(dev, odt, numel, name);
   // cumsum/cumprod write no indices: a one-element stand-in keeps the binding valid
-  auto ids = new_metal(dev, DType::I64, arith ? 1 : numel, name);
+  auto ids = new_storage(dev, DType::I64, arith ? 1 : numel, name);
   if (numel == 0) return {out, arith ? nullptr : ids};
   checked_u32(numel, name);
   const Lines ls = lines_along(l, dim);
@@ -36,6 +36,6 @@ std::tuple<StoragePtr, StoragePtr> scan(const BackendStorage& xs, ScanOp op, con
 
 }  // namespace
 
-void register_scan() { Kernels<Scan>::set(DeviceKind::Metal, &scan); }
+void register_scan(DeviceKind kind) { Kernels<Scan>::set(kind, &scan); }
 
-}  // namespace ember::metal::ops
+}  // namespace ember::gpu::ops

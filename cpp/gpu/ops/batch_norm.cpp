@@ -1,4 +1,4 @@
-// Metal launchers for batch_norm (metal/batch_norm.metal): x and the gradient read dense (a strided operand
+// GPU launchers for batch_norm (metal/batch_norm.metal): x and the gradient read dense (a strided operand
 // is copied once), statistics in float per channel, the running statistics read and written back through
 // float copies (any float dtype and layout).
 #include <algorithm>
@@ -6,11 +6,11 @@
 #include <string>
 
 #include "families/batch_norm.h"
-#include "metal/launch.h"
-#include "metal/ops/ops.h"
+#include "gpu/launch.h"
+#include "gpu/ops/ops.h"
 #include "registry.h"
 
-namespace ember::metal::ops {
+namespace ember::gpu::ops {
 namespace {
 
 constexpr uint32_t kThreads = 256;  // batch_norm.metal's threadgroup size for the per-channel kernels
@@ -40,10 +40,10 @@ BatchNormArgs args_of(const Layout& l, const Layout* lw, const Layout* lb, bool 
 }
 
 // A running statistic as a dense float (c,) storage; `dflt` everywhere when absent.
-StoragePtr running_f32(MetalDevice& dev, const BackendStorage* r, const Layout* lr, int64_t c, double dflt,
+StoragePtr running_f32(GpuDevice& dev, const BackendStorage* r, const Layout* lr, int64_t c, double dflt,
                        const char* op) {
   if (r) return r->to_dtype(*lr, DType::F32);
-  auto out = new_metal(dev, DType::F32, std::max<int64_t>(c, 1), op);
+  auto out = new_storage(dev, DType::F32, std::max<int64_t>(c, 1), op);
   fill(*out, Layout::contiguous({std::max<int64_t>(c, 1)}), dflt);
   return out;
 }
@@ -69,13 +69,13 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const BackendStora
                                                               const Layout* lrv, bool training, double momentum,
                                                               double eps) {
   const char* op = "batch_norm";
-  const MetalStorage& x = as_metal(xs);
-  MetalDevice& dev = x.metal_device();
+  const GpuStorage& x = as_gpu(xs);
+  GpuDevice& dev = x.gpu_device();
   const BatchNormArgs a = args_of(l, w ? lw : nullptr, b ? lb : nullptr, training, rm != nullptr, momentum, eps);
   const int64_t c = a.c, m = a.n * a.s;
-  auto y = new_metal(dev, x.dtype(), l.numel(), op);
-  auto mean = new_metal(dev, DType::F32, c, op);
-  auto rstd = new_metal(dev, DType::F32, c, op);
+  auto y = new_storage(dev, x.dtype(), l.numel(), op);
+  auto mean = new_storage(dev, DType::F32, c, op);
+  auto rstd = new_storage(dev, DType::F32, c, op);
   if (c == 0) return {y, mean, rstd};
   if (training && m == 0) {  // no value per channel: the statistics of an empty set, and nothing to update
     fill(*mean, Layout::contiguous({c}), 0.0);
@@ -83,13 +83,13 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const BackendStora
     return {y, mean, rstd};
   }
   auto rmf = running_f32(dev, rm, lrm, c, 0.0, op), rvf = running_f32(dev, rv, lrv, c, 1.0, op);
-  auto rm_out = new_metal(dev, DType::F32, c, op), rv_out = new_metal(dev, DType::F32, c, op);
+  auto rm_out = new_storage(dev, DType::F32, c, op), rv_out = new_storage(dev, DType::F32, c, op);
   auto xd = dense_or_copy(x, l, op);
-  const MetalStorage& xm = as_metal(*xd);
+  const GpuStorage& xm = as_gpu(*xd);
   Launch(dev, "batch_norm.metal", kname("batch_norm_stats_", x.dtype(), op))
       .input(xm)
-      .input(as_metal(*rmf))
-      .input(as_metal(*rvf))
+      .input(as_gpu(*rmf))
+      .input(as_gpu(*rvf))
       .output(*mean)
       .output(*rstd)
       .output(*rm_out)
@@ -104,8 +104,8 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const BackendStora
   // Without a weight or bias the kernel reads neither; x is bound in their place.
   Launch(dev, "batch_norm.metal", kname("batch_norm_apply_", x.dtype(), op))
       .input(xm)
-      .input(w ? as_metal(*w) : xm)
-      .input(b ? as_metal(*b) : xm)
+      .input(w ? as_gpu(*w) : xm)
+      .input(b ? as_gpu(*b) : xm)
       .input(*mean)
       .input(*rstd)
       .output(*y)
@@ -120,26 +120,26 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const BackendStora
                                                               const BackendStorage& g, const Layout& lg,
                                                               bool training) {
   const char* op = "batch_norm_bwd";
-  const MetalStorage& x = as_metal(xs);
-  MetalDevice& dev = x.metal_device();
+  const GpuStorage& x = as_gpu(xs);
+  GpuDevice& dev = x.gpu_device();
   const BatchNormArgs a = args_of(l, w ? lw : nullptr, nullptr, training, false, 0.0, 0.0);
-  auto dx = new_metal(dev, x.dtype(), l.numel(), op);
-  auto dw = new_metal(dev, x.dtype(), a.c, op);
-  auto db = new_metal(dev, x.dtype(), a.c, op);
+  auto dx = new_storage(dev, x.dtype(), l.numel(), op);
+  auto dw = new_storage(dev, x.dtype(), a.c, op);
+  auto db = new_storage(dev, x.dtype(), a.c, op);
   if (a.c == 0) return {dx, dw, db};
   if (l.numel() == 0) {  // no position: the parameters' gradients are empty sums
     fill(*dw, Layout::contiguous({a.c}), 0.0);
     fill(*db, Layout::contiguous({a.c}), 0.0);
     return {dx, dw, db};
   }
-  auto xd = dense_or_copy(x, l, op), gd = dense_or_copy(as_metal(g), lg, op);
-  const MetalStorage &xm = as_metal(*xd), &gm = as_metal(*gd);
-  auto sums = new_metal(dev, DType::F32, 2 * a.c, op);
+  auto xd = dense_or_copy(x, l, op), gd = dense_or_copy(as_gpu(g), lg, op);
+  const GpuStorage &xm = as_gpu(*xd), &gm = as_gpu(*gd);
+  auto sums = new_storage(dev, DType::F32, 2 * a.c, op);
   Launch(dev, "batch_norm.metal", kname("batch_norm_bwd_sums_", x.dtype(), op))
       .input(xm)
       .input(gm)
-      .input(as_metal(mean))
-      .input(as_metal(rstd))
+      .input(as_gpu(mean))
+      .input(as_gpu(rstd))
       .output(*dw)
       .output(*db)
       .output(*sums)
@@ -148,9 +148,9 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const BackendStora
   Launch(dev, "batch_norm.metal", kname("batch_norm_bwd_dx_", x.dtype(), op))
       .input(xm)
       .input(gm)
-      .input(w ? as_metal(*w) : xm)
-      .input(as_metal(mean))
-      .input(as_metal(rstd))
+      .input(w ? as_gpu(*w) : xm)
+      .input(as_gpu(mean))
+      .input(as_gpu(rstd))
       .input(*sums)
       .output(*dx)
       .scalar(a)
@@ -158,9 +158,9 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const BackendStora
   return {dx, dw, db};
 }
 
-void register_batch_norm() {
-  Kernels<BatchNormFwd>::set(DeviceKind::Metal, &batch_norm_fwd);
-  Kernels<BatchNormBwd>::set(DeviceKind::Metal, &batch_norm_bwd);
+void register_batch_norm(DeviceKind kind) {
+  Kernels<BatchNormFwd>::set(kind, &batch_norm_fwd);
+  Kernels<BatchNormBwd>::set(kind, &batch_norm_bwd);
 }
 
-}  // namespace ember::metal::ops
+}  // namespace ember::gpu::ops

@@ -1,4 +1,4 @@
-// Metal launchers for the fused family: softmax / log_softmax, rms_norm, layer_norm, the activations'
+// GPU launchers for the fused family: softmax / log_softmax, rms_norm, layer_norm, the activations'
 // backward and sdpa, forward and backward (metal/softmax.metal, norm.metal, act.metal, sdpa.metal).
 // The shared entry points (cpp/fused.cpp) have checked dtypes, shapes and devices; saved statistics
 // are float32 (Metal has no float64).
@@ -15,11 +15,11 @@
 #include "families/sdpa.h"
 #include "families/cross_entropy.h"
 #include "families/softmax.h"
-#include "metal/launch.h"
-#include "metal/ops/ops.h"
+#include "gpu/launch.h"
+#include "gpu/ops/ops.h"
 #include "registry.h"
 
-namespace ember::metal::ops {
+namespace ember::gpu::ops {
 namespace {
 
 // ---- argument blocks, byte for byte the structs of the .metal files ---------------------------
@@ -76,13 +76,13 @@ uint32_t round_group(int64_t threads, uint32_t limit) {
 }
 
 // The thread limit of `function` in `file` (its pipeline's maxTotalThreadsPerThreadgroup).
-uint32_t limit_of(MetalDevice& dev, const char* file, const std::string& function) {
+uint32_t limit_of(GpuDevice& dev, const char* file, const std::string& function) {
   return Launch(dev, file, function).max_threads();
 }
 
 // A dense copy of (s, l) when its rows need more outer dims than a RowLayout holds.
-MetalStoragePtr dense_copy(const MetalStorage& s, const Layout& l) {
-  auto out = new_metal(s.metal_device(), s.dtype(), l.numel(), "fused");
+GpuStoragePtr dense_copy(const GpuStorage& s, const Layout& l) {
+  auto out = new_storage(s.gpu_device(), s.dtype(), l.numel(), "fused");
   copy_into(s, l, *out, Layout::contiguous(l.shape()));
   return out;
 }
@@ -115,10 +115,10 @@ bool row_layout(const Layout& l, RowLayout& r) {
 
 // An operand read row by row: in place when its layout fits a RowLayout, else through a dense copy.
 struct RowOperand {
-  const MetalStorage* s = nullptr;
-  MetalStoragePtr copy;
+  const GpuStorage* s = nullptr;
+  GpuStoragePtr copy;
   RowLayout rl;
-  RowOperand(const MetalStorage& st, const Layout& l) : s(&st) {
+  RowOperand(const GpuStorage& st, const Layout& l) : s(&st) {
     if (row_layout(l, rl)) return;
     copy = dense_copy(st, l);
     s = copy.get();
@@ -143,7 +143,7 @@ struct SoftmaxPlan {
   const char* kind;  // the kernel name's part: "simd_", "block_", "looped_"
   uint32_t tpg, groups;
 };
-SoftmaxPlan softmax_plan(MetalDevice& dev, const std::string& base, DType dt, int64_t n, int64_t rows, const char* op) {
+SoftmaxPlan softmax_plan(GpuDevice& dev, const std::string& base, DType dt, int64_t n, int64_t rows, const char* op) {
   auto limit = [&](const char* kind) { return limit_of(dev, "softmax.metal", kname((base + kind).c_str(), dt, op)); };
   if (n <= 32 * kBlockPer) {
     const uint32_t t = round_group(256, limit("simd_"));
@@ -159,9 +159,9 @@ SoftmaxPlan softmax_plan(MetalDevice& dev, const std::string& base, DType dt, in
 
 StoragePtr softmax_fwd(const BackendStorage& xs, const Layout& l, bool log) {
   const char* op = log ? "log_softmax" : "softmax";
-  const MetalStorage& x = as_metal(xs);
-  MetalDevice& dev = x.metal_device();
-  auto y = new_metal(dev, x.dtype(), l.numel(), op);
+  const GpuStorage& x = as_gpu(xs);
+  GpuDevice& dev = x.gpu_device();
+  auto y = new_storage(dev, x.dtype(), l.numel(), op);
   const int64_t n = row_len(l), rows = row_count(l);
   if (l.numel() == 0) return y;
   RowOperand in(x, l);
@@ -181,12 +181,12 @@ StoragePtr softmax_fwd(const BackendStorage& xs, const Layout& l, bool log) {
 StoragePtr softmax_bwd(const BackendStorage& ys, const Layout& l, const BackendStorage& g, const Layout& lg,
                        bool log) {
   const char* op = log ? "log_softmax_bwd" : "softmax_bwd";
-  const MetalStorage& y = as_metal(ys);
-  MetalDevice& dev = y.metal_device();
-  auto dx = new_metal(dev, y.dtype(), l.numel(), op);
+  const GpuStorage& y = as_gpu(ys);
+  GpuDevice& dev = y.gpu_device();
+  auto dx = new_storage(dev, y.dtype(), l.numel(), op);
   const int64_t n = row_len(l), rows = row_count(l);
   if (l.numel() == 0) return dx;
-  RowOperand ry(y, l), rg(as_metal(g), lg);
+  RowOperand ry(y, l), rg(as_gpu(g), lg);
   SoftmaxArgs a;
   a.a = ry.rl;
   a.b = rg.rl;
@@ -207,7 +207,7 @@ StoragePtr softmax_bwd(const BackendStorage& ys, const Layout& l, const BackendS
 namespace {
 
 // Threads per row: about 4 elements each, whole simdgroups, within `function`'s pipeline limit.
-uint32_t norm_group(MetalDevice& dev, const std::string& function, int64_t n) {
+uint32_t norm_group(GpuDevice& dev, const std::string& function, int64_t n) {
   return round_group((n + 3) / 4, limit_of(dev, "norm.metal", function));
 }
 
@@ -218,8 +218,8 @@ void set_param(const Layout* l, int64_t& off, int64_t& st) {
 
 // dw (and db) = column sums over the rows of g * xhat (and g), in chunks of rows then in chunk order:
 // a function of the shape only, so the result is the same on every run.
-void norm_params(MetalDevice& dev, const char* op, const RowOperand& x, const RowOperand& g, const MetalStorage* mean,
-                 const MetalStorage& rstd, NormArgs a, const MetalStorage& dw, const MetalStorage* db) {
+void norm_params(GpuDevice& dev, const char* op, const RowOperand& x, const RowOperand& g, const GpuStorage* mean,
+                 const GpuStorage& rstd, NormArgs a, const GpuStorage& dw, const GpuStorage* db) {
   const int64_t n = a.n, rows = a.rows;
   if (n == 0) return;
   const int64_t want = std::clamp<int64_t>((int64_t(1) << 16) / std::max<int64_t>(n, 1), 1, 1024);
@@ -227,8 +227,8 @@ void norm_params(MetalDevice& dev, const char* op, const RowOperand& x, const Ro
   a.nchunks = rows ? (rows + a.chunk - 1) / a.chunk : 0;
   a.has_b = db != nullptr;
   a.has_mean = mean != nullptr;
-  auto pw = new_metal(dev, DType::F32, std::max<int64_t>(1, a.nchunks * n), op);
-  auto pb = db ? new_metal(dev, DType::F32, std::max<int64_t>(1, a.nchunks * n), op) : pw;
+  auto pw = new_storage(dev, DType::F32, std::max<int64_t>(1, a.nchunks * n), op);
+  auto pb = db ? new_storage(dev, DType::F32, std::max<int64_t>(1, a.nchunks * n), op) : pw;
   const DType dt = x.s->dtype();
   Launch(dev, "norm.metal", kname("norm_bwd_params_part_", dt, op))
       .input(*x.s)
@@ -253,11 +253,11 @@ void norm_params(MetalDevice& dev, const char* op, const RowOperand& x, const Ro
 std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& xs, const Layout& l, const BackendStorage* w,
                                                 const Layout* lw, double eps) {
   const char* op = "rms_norm";
-  const MetalStorage& x = as_metal(xs);
-  MetalDevice& dev = x.metal_device();
+  const GpuStorage& x = as_gpu(xs);
+  GpuDevice& dev = x.gpu_device();
   const int64_t n = row_len(l), rows = row_count(l);
-  auto y = new_metal(dev, x.dtype(), l.numel(), op);
-  auto rstd = new_metal(dev, DType::F32, rows, op);
+  auto y = new_storage(dev, x.dtype(), l.numel(), op);
+  auto rstd = new_storage(dev, DType::F32, rows, op);
   if (l.numel() == 0) return {y, rstd};
   RowOperand in(x, l);
   NormArgs a;
@@ -271,7 +271,7 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& xs, const 
   // Without a weight the kernel reads none; x is bound in its place.
   Launch(dev, "norm.metal", kname("rms_norm_fwd_", x.dtype(), op))
       .input(*in.s)
-      .input(w ? as_metal(*w) : *in.s)
+      .input(w ? as_gpu(*w) : *in.s)
       .output(*y)
       .output(*rstd)
       .scalar(a)
@@ -283,12 +283,12 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& xs, const 
                                                 const Layout* lw, const BackendStorage& rstd, const BackendStorage& g,
                                                 const Layout& lg, bool want_params) {
   const char* op = "rms_norm_bwd";
-  const MetalStorage& x = as_metal(xs);
-  MetalDevice& dev = x.metal_device();
+  const GpuStorage& x = as_gpu(xs);
+  GpuDevice& dev = x.gpu_device();
   const int64_t n = row_len(l), rows = row_count(l);
-  auto dx = new_metal(dev, x.dtype(), l.numel(), op);
-  MetalStoragePtr dw = want_params ? new_metal(dev, x.dtype(), n, op) : nullptr;
-  RowOperand rx(x, l), rg(as_metal(g), lg);
+  auto dx = new_storage(dev, x.dtype(), l.numel(), op);
+  GpuStoragePtr dw = want_params ? new_storage(dev, x.dtype(), n, op) : nullptr;
+  RowOperand rx(x, l), rg(as_gpu(g), lg);
   NormArgs a;
   a.x = rx.rl;
   a.g = rg.rl;
@@ -300,14 +300,14 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& xs, const 
     const uint32_t tpg = norm_group(dev, kname("rms_norm_bwd_dx_", x.dtype(), op), n);
     Launch(dev, "norm.metal", kname("rms_norm_bwd_dx_", x.dtype(), op))
         .input(*rx.s)
-        .input(w ? as_metal(*w) : *rx.s)
-        .input(as_metal(rstd))
+        .input(w ? as_gpu(*w) : *rx.s)
+        .input(as_gpu(rstd))
         .input(*rg.s)
         .output(*dx)
         .scalar(a)
         .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
   }
-  if (dw) norm_params(dev, op, rx, rg, nullptr, as_metal(rstd), a, *dw, nullptr);
+  if (dw) norm_params(dev, op, rx, rg, nullptr, as_gpu(rstd), a, *dw, nullptr);
   return {dx, dw};
 }
 
@@ -315,12 +315,12 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStora
                                                               const BackendStorage* w, const Layout* lw,
                                                               const BackendStorage* b, const Layout* lb, double eps) {
   const char* op = "layer_norm";
-  const MetalStorage& x = as_metal(xs);
-  MetalDevice& dev = x.metal_device();
+  const GpuStorage& x = as_gpu(xs);
+  GpuDevice& dev = x.gpu_device();
   const int64_t n = row_len(l), rows = row_count(l);
-  auto y = new_metal(dev, x.dtype(), l.numel(), op);
-  auto mean = new_metal(dev, DType::F32, rows, op);
-  auto rstd = new_metal(dev, DType::F32, rows, op);
+  auto y = new_storage(dev, x.dtype(), l.numel(), op);
+  auto mean = new_storage(dev, DType::F32, rows, op);
+  auto rstd = new_storage(dev, DType::F32, rows, op);
   if (l.numel() == 0) return {y, mean, rstd};
   RowOperand in(x, l);
   NormArgs a;
@@ -336,8 +336,8 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStora
   // Without a weight or bias the kernel reads neither; x is bound in their place.
   Launch(dev, "norm.metal", kname("layer_norm_fwd_", x.dtype(), op))
       .input(*in.s)
-      .input(w ? as_metal(*w) : *in.s)
-      .input(b ? as_metal(*b) : *in.s)
+      .input(w ? as_gpu(*w) : *in.s)
+      .input(b ? as_gpu(*b) : *in.s)
       .output(*y)
       .output(*mean)
       .output(*rstd)
@@ -352,16 +352,16 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStora
                                                               const BackendStorage& g, const Layout& lg,
                                                               bool want_params) {
   const char* op = "layer_norm_bwd";
-  const MetalStorage& x = as_metal(xs);
-  MetalDevice& dev = x.metal_device();
+  const GpuStorage& x = as_gpu(xs);
+  GpuDevice& dev = x.gpu_device();
   const int64_t n = row_len(l), rows = row_count(l);
-  auto dx = new_metal(dev, x.dtype(), l.numel(), op);
-  MetalStoragePtr dw, db;
+  auto dx = new_storage(dev, x.dtype(), l.numel(), op);
+  GpuStoragePtr dw, db;
   if (want_params) {  // the seam passes it false without w
-    dw = new_metal(dev, x.dtype(), n, op);
-    db = new_metal(dev, x.dtype(), n, op);
+    dw = new_storage(dev, x.dtype(), n, op);
+    db = new_storage(dev, x.dtype(), n, op);
   }
-  RowOperand rx(x, l), rg(as_metal(g), lg);
+  RowOperand rx(x, l), rg(as_gpu(g), lg);
   NormArgs a;
   a.x = rx.rl;
   a.g = rg.rl;
@@ -373,15 +373,15 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStora
     const uint32_t tpg = norm_group(dev, kname("layer_norm_bwd_dx_", x.dtype(), op), n);
     Launch(dev, "norm.metal", kname("layer_norm_bwd_dx_", x.dtype(), op))
         .input(*rx.s)
-        .input(w ? as_metal(*w) : *rx.s)
-        .input(as_metal(mean))
-        .input(as_metal(rstd))
+        .input(w ? as_gpu(*w) : *rx.s)
+        .input(as_gpu(mean))
+        .input(as_gpu(rstd))
         .input(*rg.s)
         .output(*dx)
         .scalar(a)
         .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
   }
-  if (dw) norm_params(dev, op, rx, rg, &as_metal(mean), as_metal(rstd), a, *dw, db.get());
+  if (dw) norm_params(dev, op, rx, rg, &as_gpu(mean), as_gpu(rstd), a, *dw, db.get());
   return {dx, dw, db};
 }
 
@@ -389,16 +389,16 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStora
 StoragePtr act_bwd(const BackendStorage& as_, const Layout& l, const BackendStorage& g, const Layout& lg, ActKind kind,
                    double p0, double p1) {
   const std::string op = std::string(act_name(kind)) + "_bwd";
-  const MetalStorage& a = as_metal(as_);
-  MetalDevice& dev = a.metal_device();
+  const GpuStorage& a = as_gpu(as_);
+  GpuDevice& dev = a.gpu_device();
   const int64_t n = l.numel();
-  auto dx = new_metal(dev, a.dtype(), n, op.c_str());
+  auto dx = new_storage(dev, a.dtype(), n, op.c_str());
   if (n == 0) return dx;
   ActArgs p;
   p.n = n;
-  const MetalStorage* as = &a;
-  const MetalStorage* gs = &as_metal(g);
-  MetalStoragePtr ca, cg;
+  const GpuStorage* as = &a;
+  const GpuStorage* gs = &as_gpu(g);
+  GpuStoragePtr ca, cg;
   uint64_t threads = n;
   if (l.is_contiguous() && lg.is_contiguous()) {
     p.a_off = l.offset();
@@ -437,7 +437,7 @@ namespace {
 struct SdpaSetup {
   SdpaKArgs k;
   std::string suffix;  // "<dtype>_<mask dtype>"
-  const MetalStorage* mask = nullptr;
+  const GpuStorage* mask = nullptr;
 };
 
 // The kernels' argument block from the seam's geometry (cpp/fused.cpp).
@@ -449,7 +449,7 @@ SdpaSetup sdpa_setup(const SdpaArgs& a, const SdpaGeom& g, const char* op) {
   std::copy(g.sk, g.sk + 4, k.sk);
   std::copy(g.sv, g.sv + 4, k.sv);
   EMBER_CHECK(k.D <= kMaxHeadDim && k.Dv <= kMaxHeadDim, Unsupported, "[", op, "] head dims up to ", kMaxHeadDim,
-              " on metal, got ", k.D, " and ", k.Dv);
+              " on ", kDeviceKindNames[(int)a.q->device().kind], ", got ", k.D, " and ", k.Dv);
   k.q_off = a.lq.offset();
   k.k_off = a.lk.offset();
   k.v_off = a.lv.offset();
@@ -464,7 +464,7 @@ SdpaSetup sdpa_setup(const SdpaArgs& a, const SdpaGeom& g, const char* op) {
     // a bool keep-mask is one byte 0/1 per element, as a uint8 one: it runs the uint8 variant
     const bool keep = a.mask->dtype() == DType::U8 || a.mask->dtype() == DType::Bool;
     k.mask_kind = keep ? 1 : 2;
-    s.mask = &as_metal(*a.mask);
+    s.mask = &as_gpu(*a.mask);
     s.suffix = std::string(type_suffix(qdt, op)) + "_" + (keep ? "uint8" : type_suffix(a.mask->dtype(), op));
   } else {
     s.suffix = std::string(type_suffix(qdt, op)) + "_uint8";  // the uint8 variant, mask_kind 0
@@ -478,15 +478,15 @@ uint32_t sdpa_simdgroups(int64_t rows) { return rows >= 32 ? 8 : 4; }
 
 std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a, const SdpaGeom& geo) {
   const char* op = "sdpa";
-  const MetalStorage& q = as_metal(*a.q);
-  MetalDevice& dev = q.metal_device();
+  const GpuStorage& q = as_gpu(*a.q);
+  GpuDevice& dev = q.gpu_device();
   SdpaSetup s = sdpa_setup(a, geo, op);
   const SdpaKArgs& k = s.k;
   const int64_t BH = k.B * k.H;
-  auto out = new_metal(dev, q.dtype(), BH * k.Lq * k.Dv, op);
-  auto lse = new_metal(dev, DType::F32, BH * k.Lq, op);
+  auto out = new_storage(dev, q.dtype(), BH * k.Lq * k.Dv, op);
+  auto lse = new_storage(dev, DType::F32, BH * k.Lq, op);
   if (BH * k.Lq == 0) return {out, lse};
-  const MetalStorage& mask = s.mask ? *s.mask : q;
+  const GpuStorage& mask = s.mask ? *s.mask : q;
   // A few queries over many keys: the decode kernel spreads the keys over the group's simdgroups.
   const bool decode = k.Lq <= 4;
   uint32_t nsg = decode ? (uint32_t)std::min<int64_t>(8, kTile / std::max<int64_t>(k.Dv, 1))
@@ -500,11 +500,11 @@ std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a, const SdpaGeom& g
   if (chunks > 1) {
     SdpaKArgs ks = k;
     ks.pad = (uint32_t)chunks;
-    auto part = new_metal(dev, DType::F32, BH * k.Lq * chunks * (k.Dv + 2), op);
+    auto part = new_storage(dev, DType::F32, BH * k.Lq * chunks * (k.Dv + 2), op);
     Launch(dev, "sdpa.metal", fn)
         .input(q)
-        .input(as_metal(*a.k))
-        .input(as_metal(*a.v))
+        .input(as_gpu(*a.k))
+        .input(as_gpu(*a.v))
         .input(mask)
         .output(*part)
         .scalar(ks)
@@ -520,8 +520,8 @@ std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a, const SdpaGeom& g
   const uint32_t gy = decode ? checked_u32(k.Lq, op) : checked_u32((int64_t)ceil_div(k.Lq, nsg), op);
   Launch(dev, "sdpa.metal", fn)
       .input(q)
-      .input(as_metal(*a.k))
-      .input(as_metal(*a.v))
+      .input(as_gpu(*a.k))
+      .input(as_gpu(*a.v))
       .input(mask)
       .output(*out)
       .output(*lse)
@@ -535,8 +535,8 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const
                                                         const BackendStorage& lse, const BackendStorage& g,
                                                         const Layout& lg) {
   const char* op = "sdpa_bwd";
-  const MetalStorage& q = as_metal(*a.q);
-  MetalDevice& dev = q.metal_device();
+  const GpuStorage& q = as_gpu(*a.q);
+  GpuDevice& dev = q.gpu_device();
   SdpaSetup s = sdpa_setup(a, geo, op);
   SdpaKArgs& k = s.k;
   std::copy(geo.so, geo.so + 4, k.so);
@@ -544,15 +544,15 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const
   k.o_off = lo.offset();
   k.g_off = lg.offset();
   const int64_t BH = k.B * k.H;
-  auto dq = new_metal(dev, q.dtype(), BH * k.Lq * k.D, op);
-  auto dk = new_metal(dev, q.dtype(), k.B * k.Hkv * k.Lk * k.D, op);
-  auto dv = new_metal(dev, q.dtype(), k.B * k.Hkv * k.Lk * k.Dv, op);
+  auto dq = new_storage(dev, q.dtype(), BH * k.Lq * k.D, op);
+  auto dk = new_storage(dev, q.dtype(), k.B * k.Hkv * k.Lk * k.D, op);
+  auto dv = new_storage(dev, q.dtype(), k.B * k.Hkv * k.Lk * k.Dv, op);
   if (BH == 0) return {dq, dk, dv};
-  const MetalStorage& mask = s.mask ? *s.mask : q;
-  auto di = new_metal(dev, DType::F32, std::max<int64_t>(1, BH * k.Lq), op);
+  const GpuStorage& mask = s.mask ? *s.mask : q;
+  auto di = new_storage(dev, DType::F32, std::max<int64_t>(1, BH * k.Lq), op);
   Launch(dev, "sdpa.metal", kname("sdpa_bwd_prep_", q.dtype(), op))
-      .input(as_metal(o))
-      .input(as_metal(g))
+      .input(as_gpu(o))
+      .input(as_gpu(g))
       .output(*di)
       .scalar(k)
       .dispatch({32, checked_u32(k.Lq, op), checked_u32(BH, op)}, {32, 1, 1});
@@ -562,22 +562,22 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const
       1, std::min<uint32_t>(sdpa_simdgroups(k.Lk), limit_of(dev, "sdpa.metal", "sdpa_bwd_dkv_" + s.suffix) / 32));
   Launch(dev, "sdpa.metal", "sdpa_bwd_dq_" + s.suffix)
       .input(q)
-      .input(as_metal(*a.k))
-      .input(as_metal(*a.v))
+      .input(as_gpu(*a.k))
+      .input(as_gpu(*a.v))
       .input(mask)
-      .input(as_metal(g))
-      .input(as_metal(lse))
+      .input(as_gpu(g))
+      .input(as_gpu(lse))
       .input(*di)
       .output(*dq)
       .scalar(k)
       .dispatch({32 * nq, checked_u32((int64_t)ceil_div(k.Lq, nq), op), checked_u32(BH, op)}, {32 * nq, 1, 1});
   Launch(dev, "sdpa.metal", "sdpa_bwd_dkv_" + s.suffix)
       .input(q)
-      .input(as_metal(*a.k))
-      .input(as_metal(*a.v))
+      .input(as_gpu(*a.k))
+      .input(as_gpu(*a.v))
       .input(mask)
-      .input(as_metal(g))
-      .input(as_metal(lse))
+      .input(as_gpu(g))
+      .input(as_gpu(lse))
       .input(*di)
       .output(*dk)
       .output(*dv)
@@ -590,9 +590,9 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const
 // ================================ rope ===========================================================
 StoragePtr rope(const BackendStorage& xs, const Layout& l, const RopeArgs& a) {
   const char* op = "rope";
-  const MetalStorage& x = as_metal(xs);
-  MetalDevice& dev = x.metal_device();
-  auto y = new_metal(dev, x.dtype(), l.numel(), op);
+  const GpuStorage& x = as_gpu(xs);
+  GpuDevice& dev = x.gpu_device();
+  auto y = new_storage(dev, x.dtype(), l.numel(), op);
   if (l.numel() == 0) return y;
   RowOperand in(x, l);
   RopeKArgs k;
@@ -634,9 +634,9 @@ StoragePtr rope(const BackendStorage& xs, const Layout& l, const RopeArgs& a) {
     k.has_freqs = 3;
   }
   Launch launch(dev, "rope.metal", kname("rope_", x.dtype(), op));
-  launch.input(*in.s).input(a.offsets ? as_metal(*a.offsets) : *in.s);
+  launch.input(*in.s).input(a.offsets ? as_gpu(*a.offsets) : *in.s);
   if (!inv.empty()) launch.bytes(inv.data(), inv.size() * sizeof(float));
-  else launch.input(a.freqs ? as_metal(*a.freqs) : a.table ? as_metal(*a.table) : *in.s);
+  else launch.input(a.freqs ? as_gpu(*a.freqs) : a.table ? as_gpu(*a.table) : *in.s);
   launch.output(*y).scalar(k).dispatch_grid({checked_u32(k.D - k.half, op), checked_u32(k.rows, op), 1}, {64, 1, 1});
   return y;
 }
@@ -653,10 +653,10 @@ static_assert(sizeof(CeKArgs) == 224, "argument blocks must match the kernels' s
 
 // An operand read densely from its offset: in place when contiguous, else a dense copy.
 struct DenseOperand {
-  const MetalStorage* s;
-  MetalStoragePtr copy;
+  const GpuStorage* s;
+  GpuStoragePtr copy;
   int64_t off;
-  DenseOperand(const MetalStorage& st, const Layout& l) : s(&st), off(l.offset()) {
+  DenseOperand(const GpuStorage& st, const Layout& l) : s(&st), off(l.offset()) {
     if (l.is_contiguous()) return;
     copy = dense_copy(st, l);
     s = copy.get();
@@ -669,8 +669,8 @@ struct CeLaunch {
   DenseOperand t;
   CeKArgs k;
   uint32_t tpg;
-  CeLaunch(MetalDevice& dev, const CeArgs& a, const char* fn, const char* op)
-      : x(as_metal(*a.x), a.lx), t(as_metal(*a.t), a.lt) {
+  CeLaunch(GpuDevice& dev, const CeArgs& a, const char* fn, const char* op)
+      : x(as_gpu(*a.x), a.lx), t(as_gpu(*a.t), a.lt) {
     k.x = x.rl;
     k.n = row_len(a.lx);
     k.rows = a.lt.numel();
@@ -687,18 +687,18 @@ struct CeLaunch {
 
 std::tuple<StoragePtr, StoragePtr> cross_entropy_fwd(const CeArgs& a) {
   const char* op = "cross_entropy";
-  const MetalStorage& x = as_metal(*a.x);
-  MetalDevice& dev = x.metal_device();
+  const GpuStorage& x = as_gpu(*a.x);
+  GpuDevice& dev = x.gpu_device();
   const int64_t rows = a.lt.numel();
-  auto loss = new_metal(dev, x.dtype(), rows, op);
-  auto lse = new_metal(dev, DType::F32, rows, op);
+  auto loss = new_storage(dev, x.dtype(), rows, op);
+  auto lse = new_storage(dev, DType::F32, rows, op);
   if (rows == 0) return {loss, lse};
   CeLaunch c(dev, a, "ce_fwd_", op);
   Launch(dev, "cross_entropy.metal", kname("ce_fwd_", x.dtype(), op))
       .input(*c.x.s)
       .input(*c.t.s)
       .input(*c.t.s)
-      .input(a.w ? as_metal(*a.w) : x)
+      .input(a.w ? as_gpu(*a.w) : x)
       .output(*loss)
       .output(*lse)
       .scalar(c.k)
@@ -708,20 +708,20 @@ std::tuple<StoragePtr, StoragePtr> cross_entropy_fwd(const CeArgs& a) {
 
 StoragePtr cross_entropy_bwd(const CeArgs& a, const BackendStorage& lse, const BackendStorage& gs, const Layout& lg) {
   const char* op = "cross_entropy_bwd";
-  const MetalStorage& x = as_metal(*a.x);
-  MetalDevice& dev = x.metal_device();
-  auto dx = new_metal(dev, x.dtype(), a.lx.numel(), op);
+  const GpuStorage& x = as_gpu(*a.x);
+  GpuDevice& dev = x.gpu_device();
+  auto dx = new_storage(dev, x.dtype(), a.lx.numel(), op);
   const int64_t rows = a.lt.numel();
   if (a.lx.numel() == 0) return dx;
   CeLaunch c(dev, a, "ce_bwd_", op);
-  DenseOperand g(as_metal(gs), lg);
+  DenseOperand g(as_gpu(gs), lg);
   c.k.g_off = g.off;
   Launch(dev, "cross_entropy.metal", kname("ce_bwd_", x.dtype(), op))
       .input(*c.x.s)
       .input(*c.t.s)
       .input(*c.t.s)
-      .input(a.w ? as_metal(*a.w) : x)
-      .input(as_metal(lse))
+      .input(a.w ? as_gpu(*a.w) : x)
+      .input(as_gpu(lse))
       .input(*g.s)
       .output(*dx)
       .scalar(c.k)
@@ -729,19 +729,19 @@ StoragePtr cross_entropy_bwd(const CeArgs& a, const BackendStorage& lse, const B
   return dx;
 }
 
-void register_fused() {
-  Kernels<SoftmaxFwd>::set(DeviceKind::Metal, &softmax_fwd);
-  Kernels<SoftmaxBwd>::set(DeviceKind::Metal, &softmax_bwd);
-  Kernels<CrossEntropyFwd>::set(DeviceKind::Metal, &cross_entropy_fwd);
-  Kernels<CrossEntropyBwd>::set(DeviceKind::Metal, &cross_entropy_bwd);
-  Kernels<RmsNormFwd>::set(DeviceKind::Metal, &rms_norm_fwd);
-  Kernels<RmsNormBwd>::set(DeviceKind::Metal, &rms_norm_bwd);
-  Kernels<LayerNormFwd>::set(DeviceKind::Metal, &layer_norm_fwd);
-  Kernels<LayerNormBwd>::set(DeviceKind::Metal, &layer_norm_bwd);
-  Kernels<ActBwd>::set(DeviceKind::Metal, &act_bwd);
-  Kernels<SdpaFwd>::set(DeviceKind::Metal, &sdpa_fwd);
-  Kernels<SdpaBwd>::set(DeviceKind::Metal, &sdpa_bwd);
-  Kernels<Rope>::set(DeviceKind::Metal, &rope);
+void register_fused(DeviceKind kind) {
+  Kernels<SoftmaxFwd>::set(kind, &softmax_fwd);
+  Kernels<SoftmaxBwd>::set(kind, &softmax_bwd);
+  Kernels<CrossEntropyFwd>::set(kind, &cross_entropy_fwd);
+  Kernels<CrossEntropyBwd>::set(kind, &cross_entropy_bwd);
+  Kernels<RmsNormFwd>::set(kind, &rms_norm_fwd);
+  Kernels<RmsNormBwd>::set(kind, &rms_norm_bwd);
+  Kernels<LayerNormFwd>::set(kind, &layer_norm_fwd);
+  Kernels<LayerNormBwd>::set(kind, &layer_norm_bwd);
+  Kernels<ActBwd>::set(kind, &act_bwd);
+  Kernels<SdpaFwd>::set(kind, &sdpa_fwd);
+  Kernels<SdpaBwd>::set(kind, &sdpa_bwd);
+  Kernels<Rope>::set(kind, &rope);
 }
 
-}  // namespace ember::metal::ops
+}  // namespace ember::gpu::ops

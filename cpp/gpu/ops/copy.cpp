@@ -1,10 +1,10 @@
-// Metal launchers for data movement: strided copies, fill, casts between every dtype pair, where.
+// GPU launchers for data movement: strided copies, fill, casts between every dtype pair, where.
 #include <cstring>
 
-#include "metal/launch.h"
-#include "metal/ops/ops.h"
+#include "gpu/launch.h"
+#include "gpu/ops/ops.h"
 
-namespace ember::metal::ops {
+namespace ember::gpu::ops {
 namespace {
 
 constexpr const char* kFile = "copy.metal";
@@ -20,10 +20,10 @@ const char* width(DType dt) {
   }
 }
 
-void copy_impl(const MetalStorage& src, const Layout& sl, const MetalStorage& dst, const Layout& dl) {
+void copy_impl(const GpuStorage& src, const Layout& sl, const GpuStorage& dst, const Layout& dl) {
   const uint32_t n = checked_u32(sl.numel(), "copy");
   if (n == 0) return;
-  MetalDevice& dev = src.metal_device();
+  GpuDevice& dev = src.gpu_device();
   const std::string w = width(src.dtype());
   if (is_dense(sl) && is_dense(dl)) {
     Launch(dev, kFile, "copy_contig_" + w)
@@ -49,11 +49,11 @@ void copy_impl(const MetalStorage& src, const Layout& sl, const MetalStorage& ds
 
 }  // namespace
 
-void copy_into(const MetalStorage& s, const Layout& l, BackendStorage& dst_, const Layout& dl) {
-  const MetalStorage& dst = as_metal(dst_);
+void copy_into(const GpuStorage& s, const Layout& l, BackendStorage& dst_, const Layout& dl) {
+  const GpuStorage& dst = as_gpu(dst_);
   if (s.same_buffer(dst)) {
     // Threads run in no order: a copy between overlapping views goes through a snapshot of the source.
-    auto snap = new_metal(s.metal_device(), s.dtype(), l.numel(), "copy");
+    auto snap = new_storage(s.gpu_device(), s.dtype(), l.numel(), "copy");
     const Layout sl = Layout::contiguous(l.shape());
     copy_impl(s, l, *snap, sl);
     copy_impl(*snap, sl, dst, dl);
@@ -62,7 +62,7 @@ void copy_into(const MetalStorage& s, const Layout& l, BackendStorage& dst_, con
   copy_impl(s, l, dst, dl);
 }
 
-void fill(MetalStorage& s, const Layout& l, double value) {
+void fill(GpuStorage& s, const Layout& l, double value) {
   const uint32_t n = checked_u32(l.numel(), "fill");
   if (n == 0) return;
   // The value's bit pattern, converted exactly as the CPU's fill converts it.
@@ -71,7 +71,7 @@ void fill(MetalStorage& s, const Layout& l, double value) {
     const T v = convert<T, double>(value);
     std::memcpy(&bits, &v, sizeof v);
   });
-  MetalDevice& dev = s.metal_device();
+  GpuDevice& dev = s.gpu_device();
   const std::string w = width(s.dtype());
   Launch launch = is_dense(l) ? Launch(dev, kFile, "fill_contig_" + w) : Launch(dev, kFile, "fill_strided_" + w);
   launch.output(s, is_dense(l) ? l.offset() : 0).bytes(&bits, itemsize(s.dtype())).scalar(n);
@@ -83,18 +83,19 @@ void fill(MetalStorage& s, const Layout& l, double value) {
   launch.scalar(c.ndim()).array(c.shape).array(c.strides).scalar(c.offset).dispatch_1d(n);
 }
 
-StoragePtr to_dtype(const MetalStorage& s, const Layout& l, DType dt) {
+StoragePtr to_dtype(const GpuStorage& s, const Layout& l, DType dt) {
+  s.gpu_device().check_dtype(dt, "to_dtype");  // the device's words for a dtype it does not hold
   const char* from = type_suffix(s.dtype(), "to_dtype");
   const char* to = type_suffix(dt, "to_dtype");
   const int64_t numel = l.numel();
   const uint32_t n = checked_u32(numel, "to_dtype");
-  auto out = new_metal(s.metal_device(), dt, numel, "to_dtype");
+  auto out = new_storage(s.gpu_device(), dt, numel, "to_dtype");
   if (n == 0) return out;
   if (dt == s.dtype()) {
     copy_impl(s, l, *out, Layout::contiguous(l.shape()));
     return out;
   }
-  MetalDevice& dev = s.metal_device();
+  GpuDevice& dev = s.gpu_device();
   const std::string name = cat_str(from, "_", to);
   if (is_dense(l)) {
     Launch(dev, kFile, "cast_contig_" + name)
@@ -117,15 +118,15 @@ StoragePtr to_dtype(const MetalStorage& s, const Layout& l, DType dt) {
   return out;
 }
 
-StoragePtr where(const MetalStorage& c, const Layout& cl, const BackendStorage& a_, const Layout& al,
+StoragePtr where(const GpuStorage& c, const Layout& cl, const BackendStorage& a_, const Layout& al,
                  const BackendStorage& b_, const Layout& bl) {
-  const MetalStorage& a = as_metal(a_);
-  const MetalStorage& b = as_metal(b_);
+  const GpuStorage& a = as_gpu(a_);
+  const GpuStorage& b = as_gpu(b_);
   const int64_t numel = cl.numel();
   const uint32_t n = checked_u32(numel, "where");
-  auto out = new_metal(c.metal_device(), a.dtype(), numel, "where");
+  auto out = new_storage(c.gpu_device(), a.dtype(), numel, "where");
   if (n == 0) return out;
-  MetalDevice& dev = c.metal_device();
+  GpuDevice& dev = c.gpu_device();
   const std::string name = cat_str(type_suffix(c.dtype(), "where"), "_", width(a.dtype()));
   if (is_dense(cl) && is_dense(al) && is_dense(bl)) {
     Launch(dev, kFile, "where_contig_" + name)
@@ -154,11 +155,11 @@ StoragePtr where(const MetalStorage& c, const Layout& cl, const BackendStorage& 
   return out;
 }
 
-StoragePtr dense_or_copy(const MetalStorage& s, const Layout& l, const char* op) {
+StoragePtr dense_or_copy(const GpuStorage& s, const Layout& l, const char* op) {
   if (l.is_contiguous() && l.offset() == 0) return std::const_pointer_cast<BackendStorage>(s.shared_from_this());
-  auto out = new_metal(s.metal_device(), s.dtype(), l.numel(), op);
+  auto out = new_storage(s.gpu_device(), s.dtype(), l.numel(), op);
   copy_into(s, l, *out, Layout::contiguous(l.shape()));
   return out;
 }
 
-}  // namespace ember::metal::ops
+}  // namespace ember::gpu::ops

@@ -1,15 +1,15 @@
-// Metal launchers for the fused recurrent cells (metal/rnn_cell.metal), forward and backward, registered
+// GPU launchers for the fused recurrent cells (metal/rnn_cell.metal), forward and backward, registered
 // as RnnCellFwd / RnnCellBwd. The entry points (cpp/fused_rnn.cpp) have checked every operand;
 // 2-D operands are bound at their offsets and read at their row strides. The workspace is float32.
 #include <string>
 #include <tuple>
 
 #include "families/rnn_cell.h"
-#include "metal/launch.h"
-#include "metal/ops/ops.h"
+#include "gpu/launch.h"
+#include "gpu/ops/ops.h"
 #include "registry.h"
 
-namespace ember::metal::ops {
+namespace ember::gpu::ops {
 namespace {
 
 struct RnnCellKArgs {  // rnn_cell.metal's RnnCellArgs
@@ -37,13 +37,13 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_fwd(const BackendStorage
                                                             const BackendStorage* b, const Layout* lb,
                                                             const BackendStorage* s, const Layout* ls) {
   const char* op = rnn_cell_name(kind);
-  const MetalStorage& x = as_metal(xg);
-  MetalDevice& dev = x.metal_device();
+  const GpuStorage& x = as_gpu(xg);
+  GpuDevice& dev = x.gpu_device();
   const DType dt = x.dtype();
   const int64_t n = l.shape()[0], g = l.shape()[1], h = g / rnn_gates(kind);
-  auto hn = new_metal(dev, dt, n * h, op);
-  auto cn = kind == RnnCell::Lstm ? new_metal(dev, dt, n * h, op) : nullptr;
-  auto ws = new_metal(dev, DType::F32, n * rnn_ws_width(kind, h), op);
+  auto hn = new_storage(dev, dt, n * h, op);
+  auto cn = kind == RnnCell::Lstm ? new_storage(dev, dt, n * h, op) : nullptr;
+  auto ws = new_storage(dev, DType::F32, n * rnn_ws_width(kind, h), op);
   if (n == 0 || h == 0) return {hn, cn, ws};
   RnnCellKArgs a;
   a.rows = n, a.H = h;
@@ -53,10 +53,10 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_fwd(const BackendStorage
   a.relu = kind == RnnCell::RnnRelu;
   Launch k(dev, "rnn_cell.metal", kernel_name(kind, "fwd", dt, op));
   // An absent bias is never read (has_b 0); the gates are bound in its place.
-  k.input(x, l.offset()).input(as_metal(hg), lhg.offset());
-  if (b) k.input(as_metal(*b), lb->offset());
+  k.input(x, l.offset()).input(as_gpu(hg), lhg.offset());
+  if (b) k.input(as_gpu(*b), lb->offset());
   else k.input(x, l.offset());
-  if (s) k.input(as_metal(*s), ls->offset());
+  if (s) k.input(as_gpu(*s), ls->offset());
   k.output(*hn);
   if (cn) k.output(*cn);
   k.output(*ws).scalar(a);
@@ -70,23 +70,23 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_bwd(const BackendStorage
                                                             const BackendStorage* dc, const Layout* ldc) {
   const std::string ops_name = std::string(rnn_cell_name(kind)) + "_bwd";
   const char* op = ops_name.c_str();
-  const MetalStorage& x = as_metal(dh);
-  MetalDevice& dev = x.metal_device();
+  const GpuStorage& x = as_gpu(dh);
+  GpuDevice& dev = x.gpu_device();
   const DType dt = x.dtype();
   const int64_t n = l.shape()[0], h = l.shape()[1], g = rnn_gates(kind) * h;
-  auto dxg = new_metal(dev, dt, n * g, op);
-  auto dhg = kind == RnnCell::Gru ? new_metal(dev, dt, n * g, op) : nullptr;
-  auto ds = kind == RnnCell::Lstm || kind == RnnCell::Gru ? new_metal(dev, dt, n * h, op) : nullptr;
+  auto dxg = new_storage(dev, dt, n * g, op);
+  auto dhg = kind == RnnCell::Gru ? new_storage(dev, dt, n * g, op) : nullptr;
+  auto ds = kind == RnnCell::Lstm || kind == RnnCell::Gru ? new_storage(dev, dt, n * h, op) : nullptr;
   if (n == 0 || h == 0) return {dxg, dhg, ds};
   RnnCellKArgs a;
   a.rows = n, a.H = h;
   a.ld[0] = row_stride(ls), a.ld[1] = l.stride()[0], a.ld[2] = row_stride(ldc);
   a.relu = kind == RnnCell::RnnRelu;
   Launch k(dev, "rnn_cell.metal", kernel_name(kind, "bwd", dt, op));
-  k.input(as_metal(ws), lws.offset());
-  if (s) k.input(as_metal(*s), ls->offset());
+  k.input(as_gpu(ws), lws.offset());
+  if (s) k.input(as_gpu(*s), ls->offset());
   k.input(x, l.offset());
-  if (dc) k.input(as_metal(*dc), ldc->offset());
+  if (dc) k.input(as_gpu(*dc), ldc->offset());
   k.output(*dxg);
   if (dhg) k.output(*dhg);
   if (ds) k.output(*ds);
@@ -97,9 +97,9 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_bwd(const BackendStorage
 
 }  // namespace
 
-void register_rnn_cell() {
-  Kernels<RnnCellFwd>::set(DeviceKind::Metal, &rnn_cell_fwd);
-  Kernels<RnnCellBwd>::set(DeviceKind::Metal, &rnn_cell_bwd);
+void register_rnn_cell(DeviceKind kind) {
+  Kernels<RnnCellFwd>::set(kind, &rnn_cell_fwd);
+  Kernels<RnnCellBwd>::set(kind, &rnn_cell_bwd);
 }
 
-}  // namespace ember::metal::ops
+}  // namespace ember::gpu::ops

@@ -1,17 +1,24 @@
 // Launch and the launcher helpers: binding bookkeeping, layout collapsing, dtype names for kernels.
-#include "metal/launch.h"
+#include "gpu/launch.h"
 
 #include <algorithm>
 
-namespace ember::metal {
+namespace ember::gpu {
+
+namespace {
+void check_kernel_dtype(DType dt, const char* op) {
+  EMBER_CHECK(dt != DType::F64, DType, "[", op, "] float64 is not supported by ember's GPU kernels (Metal has no "
+              "64-bit float)");
+}
+}  // namespace
 
 const char* type_suffix(DType dt, const char* op) {
-  check_metal_dtype(dt, op);
+  check_kernel_dtype(dt, op);
   return dtype_name(dt);
 }
 
 const char* msl_type(DType dt, const char* op) {
-  check_metal_dtype(dt, op);
+  check_kernel_dtype(dt, op);
   switch (dt) {
     case DType::F32: return "float";
     case DType::F16: return "half";
@@ -62,15 +69,17 @@ std::vector<Strided> collapse(const std::vector<const Layout*>& ls) {
 
 Strided collapse(const Layout& l) { return collapse(std::vector<const Layout*>{&l})[0]; }
 
-Launch::Launch(MetalDevice& dev, const std::string& file, std::string function)
+const char* Launch::kind_() const { return kDeviceKindNames[static_cast<int>(dev_.device().kind)]; }
+
+Launch::Launch(GpuDevice& dev, const std::string& file, std::string function)
     : Launch(dev, dev.source(file), std::move(function)) {}
 
-Launch::Launch(MetalDevice& dev, const KernelSource& src, std::string function) : dev_(dev), src_(src) {
+Launch::Launch(GpuDevice& dev, const KernelSource& src, std::string function) : dev_(dev), src_(src) {
   d_.function = std::move(function);
 }
 
 DispatchDesc::Arg& Launch::slot() {
-  EMBER_CHECK(next_ < 31, Value, "[metal] ", d_.function, ": more than 31 buffer bindings");
+  EMBER_CHECK(next_ < 31, Value, "[", kind_(), "] ", d_.function, ": more than 31 buffer bindings");
   if (d_.args.size() <= next_) d_.args.resize(next_ + 1);
   return d_.args[next_++];
 }
@@ -80,11 +89,11 @@ Launch& Launch::at(uint32_t index) {
   return *this;
 }
 
-Launch& Launch::buffer(const MetalStorage& s, int64_t elem_offset, bool read, bool write) {
-  EMBER_CHECK(&s.metal_device() == &dev_, Device, "[metal] ", d_.function, ": a buffer of ", s.device().str(),
+Launch& Launch::buffer(const GpuStorage& s, int64_t elem_offset, bool read, bool write) {
+  EMBER_CHECK(&s.gpu_device() == &dev_, Device, "[", kind_(), "] ", d_.function, ": a buffer of ", s.device().str(),
               " bound on another device");
   const size_t off = s.byte_offset() + (size_t)elem_offset * itemsize(s.dtype());
-  EMBER_CHECK(elem_offset >= 0 && off <= s.byte_offset() + s.nbytes(), Index, "[metal] ", d_.function,
+  EMBER_CHECK(elem_offset >= 0 && off <= s.byte_offset() + s.nbytes(), Index, "[", kind_(), "] ", d_.function,
               ": offset of ", elem_offset, " elements is outside the storage");
   auto& a = slot();
   a.kind = DispatchDesc::Arg::Kind::Buffer;
@@ -97,7 +106,8 @@ Launch& Launch::buffer(const MetalStorage& s, int64_t elem_offset, bool read, bo
 }
 
 Launch& Launch::bytes(const void* data, size_t n) {
-  EMBER_CHECK(n <= 4096, Value, "[metal] ", d_.function, ": ", n, " bytes by value; Metal allows 4096");
+  EMBER_CHECK(n <= 4096, Value, "[", kind_(), "] ", d_.function, ": ", n,
+              " bytes by value; Metal allows 4096");
   auto& a = slot();
   a.kind = DispatchDesc::Arg::Kind::Bytes;
   a.bytes.assign(static_cast<const char*>(data), n);
@@ -146,10 +156,10 @@ Launch& Launch::threadgroup_memory(size_t bytes, uint32_t index) {
   return *this;
 }
 
-PipelineHandle Launch::resolve() {
+KernelHandle Launch::resolve() {
   std::sort(constants_.begin(), constants_.end(),
             [](const FunctionConstant& a, const FunctionConstant& b) { return a.index < b.index; });
-  return dev_.pipeline(src_, d_.function, constants_);
+  return dev_.kernel(src_, d_.function, constants_);
 }
 
 uint32_t Launch::max_threads() { return dev_.max_threads(resolve()); }
@@ -161,10 +171,10 @@ uint32_t Launch::fit_threads(uint64_t want) {
 
 void Launch::dispatch(Dim3 grid, Dim3 group) {
   if (grid.x == 0 || grid.y == 0 || grid.z == 0) return;
-  d_.pipeline = resolve();
+  d_.kernel = resolve();
   const uint64_t threads = (uint64_t)group.x * group.y * group.z;
-  const uint32_t limit = dev_.max_threads(d_.pipeline);
-  EMBER_CHECK(threads <= limit, Value, "[metal] ", d_.function, ": a threadgroup of ", threads,
+  const uint32_t limit = dev_.max_threads(d_.kernel);
+  EMBER_CHECK(threads <= limit, Value, "[", kind_(), "] ", d_.function, ": a threadgroup of ", threads,
               " threads; its pipeline allows at most ", limit, " (the launcher must size groups from max_threads())");
   d_.grid = grid;
   d_.group = group;
@@ -173,7 +183,7 @@ void Launch::dispatch(Dim3 grid, Dim3 group) {
 }
 
 void Launch::dispatch_1d(uint64_t threads, uint32_t group) {
-  EMBER_CHECK(threads <= UINT32_MAX, Unsupported, "[metal] ", d_.function, ": a grid of ", threads,
+  EMBER_CHECK(threads <= UINT32_MAX, Unsupported, "[", kind_(), "] ", d_.function, ": a grid of ", threads,
               " threads; Metal kernels index with 32 bits");
   if (threads == 0) return;  // encodes nothing (and compiles nothing)
   group = std::min<uint32_t>({group, (uint32_t)threads, max_threads()});
@@ -196,4 +206,4 @@ void Launch::dispatch_rows(uint32_t rows, uint32_t want) {
   dispatch(Dim3{t, rows, 1}, Dim3{t, 1, 1});
 }
 
-}  // namespace ember::metal
+}  // namespace ember::gpu

@@ -1,5 +1,6 @@
-// BufferPool<T>: the Metal device's size-bucketed buffer pool, plain C++ over opaque handles T (an
-// MTL::Buffer*, an emulator buffer, an int in tests): reuse window, LRU release, memory limit, empty_cache.
+// BufferPool<T>: a GPU device's size-bucketed buffer pool (Metal's and CUDA's), plain C++ over opaque handles T
+// (an MTL::Buffer*, an emulator buffer, a CUDA device address, an int in tests): reuse window, LRU release,
+// memory limit, empty_cache.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -11,7 +12,7 @@
 
 #include "error.h"
 
-namespace ember::metal::policy {
+namespace ember::gpu {
 
 // The size class a request is served from: powers of two up to a page, then whole pages, so freed
 // buffers of nearby sizes are interchangeable.
@@ -29,9 +30,11 @@ template <class T> class BufferPool {
  public:
   using NewFn = std::function<T(size_t)>;      // a fresh device buffer of exactly that size (may throw)
   using ReleaseFn = std::function<void(T)>;    // gives a buffer back to the device
-  BufferPool(NewFn make, ReleaseFn release, size_t memory_limit, size_t cache_limit, size_t page = 16384)
+  // `who` ("metal", "cuda") starts the out-of-memory message.
+  BufferPool(NewFn make, ReleaseFn release, size_t memory_limit, size_t cache_limit, size_t page = 16384,
+             const char* who = "metal")
       : make_(std::move(make)), release_(std::move(release)), memory_limit_(memory_limit), cache_limit_(cache_limit),
-        page_(page) {}
+        page_(page), who_(who) {}
   ~BufferPool() { empty_cache(); }
 
   // A buffer of at least `n` bytes (its size is bucket_size(n)). Reuses a cached buffer when one is at
@@ -54,7 +57,7 @@ template <class T> class BufferPool {
       return b;
     }
     // A request that cannot fit even with an empty cache fails before releasing anything.
-    EMBER_CHECK(want <= memory_limit_ && active_bytes_ <= memory_limit_ - want, Memory, "[metal] out of memory: ", want,
+    EMBER_CHECK(want <= memory_limit_ && active_bytes_ <= memory_limit_ - want, Memory, "[", who_, "] out of memory: ", want,
                 " bytes requested, ", active_bytes_, " in use, limit ", memory_limit_);
     if (active_bytes_ + cached_bytes_ + want > memory_limit_) release_lru_locked(active_bytes_ + cached_bytes_ + want - memory_limit_);
     T b = make_(want);
@@ -133,10 +136,11 @@ template <class T> class BufferPool {
   NewFn make_;
   ReleaseFn release_;
   size_t memory_limit_, cache_limit_, page_;
+  const char* who_;
   mutable std::mutex mu_;
   std::list<Entry> lru_;  // front: most recently freed
   std::multimap<size_t, typename std::list<Entry>::iterator> cache_;
   size_t active_bytes_ = 0, cached_bytes_ = 0, peak_ = 0, hits_ = 0, misses_ = 0;
 };
 
-}  // namespace ember::metal::policy
+}  // namespace ember::gpu

@@ -1,18 +1,18 @@
-// Metal launchers for sort along one dim (metal/sort.metal: a threadgroup bitonic sort per line when the
+// GPU launchers for sort along one dim (metal/sort.metal: a threadgroup bitonic sort per line when the
 // line's power-of-two padding fits threadgroup memory, else bitonic stages through device scratch), topk's
 // per-line selection kernel, and multinomial (metal/random.metal's keys and search kernels).
 #include <algorithm>
 #include <cstring>
 
-#include "metal/launch.h"
+#include "gpu/launch.h"
 #include "families/scan.h"
 #include "families/sampling.h"
 #include "families/sort.h"
 #include "lines.h"
-#include "metal/ops/ops.h"
+#include "gpu/ops/ops.h"
 #include "registry.h"
 
-namespace ember::metal::ops {
+namespace ember::gpu::ops {
 namespace {
 
 // sort.metal's B per type: the elements whose key and index fit its threadgroup arrays (at most 24 KiB).
@@ -26,15 +26,15 @@ uint32_t pow2_floor(uint32_t v) {
 
 std::tuple<StoragePtr, StoragePtr> sort(const BackendStorage& xs, const Layout& l, int64_t dim, bool descending,
                                         bool stable) {
-  const MetalStorage& s = as_metal(xs);
+  const GpuStorage& s = as_gpu(xs);
   (void)stable;  // the kernels' order is total (ties by index): always stable
   const char* name = "sort";
-  MetalDevice& dev = s.metal_device();
+  GpuDevice& dev = s.gpu_device();
   const DType dt = s.dtype();
   const char* tname = type_suffix(dt, name);
   const int64_t numel = l.numel(), n = l.shape()[dim];
-  auto vals = new_metal(dev, dt, numel, name);
-  auto ids = new_metal(dev, DType::I64, numel, name);
+  auto vals = new_storage(dev, dt, numel, name);
+  auto ids = new_storage(dev, DType::I64, numel, name);
   if (numel == 0) return {vals, ids};
   checked_u32(numel, name);
   int64_t P = 1;
@@ -53,8 +53,8 @@ std::tuple<StoragePtr, StoragePtr> sort(const BackendStorage& xs, const Layout& 
   }
   const int64_t padded = P * (int64_t)lines;
   checked_u32(padded, name);
-  auto sk = new_metal(dev, dt, padded, name);
-  auto si = new_metal(dev, DType::U32, padded, name);
+  auto sk = new_storage(dev, dt, padded, name);
+  auto si = new_storage(dev, DType::U32, padded, name);
   Launch(dev, "sort.metal", "sort_init_" + t)
       .input(s).output(*sk).output(*si).array(meta)
       .dispatch_grid(Dim3{(uint32_t)P, lines, 1});
@@ -79,9 +79,9 @@ int64_t pow2_at_least(int64_t v) {
 
 std::tuple<StoragePtr, StoragePtr> topk(const BackendStorage& xs, const Layout& l, int64_t dim, int64_t k,
                                         bool largest) {
-  const MetalStorage& s = as_metal(xs);
+  const GpuStorage& s = as_gpu(xs);
   const char* name = "topk";
-  MetalDevice& dev = s.metal_device();
+  GpuDevice& dev = s.gpu_device();
   const DType dt = s.dtype();
   const std::string t(type_suffix(dt, name));
   const int64_t n = l.shape()[dim];
@@ -94,15 +94,15 @@ std::tuple<StoragePtr, StoragePtr> topk(const BackendStorage& xs, const Layout& 
   if (kp * 4 > block || k * 4 > n) {
     // k is a large part of the line (or of a threadgroup): sort the lines, keep their first k
     auto [sv, si] = sort(s, l, dim, largest, true);
-    auto vals = new_metal(dev, dt, onumel, name);
-    auto ids = new_metal(dev, DType::I64, onumel, name);
+    auto vals = new_storage(dev, dt, onumel, name);
+    auto ids = new_storage(dev, DType::I64, onumel, name);
     const Layout head(oshape, contiguous_strides(l.shape()), 0);
     sv->copy_into(head, *vals, Layout::contiguous(oshape));
     si->copy_into(head, *ids, Layout::contiguous(oshape));
     return {vals, ids};
   }
-  auto vals = new_metal(dev, dt, onumel, name);
-  auto ids = new_metal(dev, DType::I64, onumel, name);
+  auto vals = new_storage(dev, dt, onumel, name);
+  auto ids = new_storage(dev, DType::I64, onumel, name);
   if (onumel == 0) return {vals, ids};
   const Lines ls = lines_along(l, dim, k);
   std::vector<int64_t> meta = {ls.rank_for_meta(), l.offset(), n, ls.a_step, ls.b_step, kp, largest, k};
@@ -117,15 +117,16 @@ std::tuple<StoragePtr, StoragePtr> topk(const BackendStorage& xs, const Layout& 
 }
 
 // The CPU's errors for bad weights: multinomial_check's flags, read after the device finishes it.
-void check_weights(MetalDevice& dev, const MetalStorage& s, const std::vector<int64_t>& meta, uint32_t rows,
+void check_weights(GpuDevice& dev, const GpuStorage& s, const std::vector<int64_t>& meta, uint32_t rows,
                    uint32_t n, const std::string& t) {
-  auto flags = new_metal(dev, DType::U32, (int64_t)rows + 1, "multinomial");
-  std::memset(flags->host_ptr(), 0, ((size_t)rows + 1) * 4);  // a fresh buffer: no encoded work uses it yet
+  auto flags = new_storage(dev, DType::U32, (int64_t)rows + 1, "multinomial");
+  flags->zero(((size_t)rows + 1) * 4);  // a fresh buffer: no encoded work uses it yet
   Launch(dev, "random.metal", "multinomial_check_" + t)
       .input(s).inout(*flags).array(meta)
       .dispatch_grid(Dim3{n, rows, 1});
   dev.synchronize();
-  const uint32_t* f = static_cast<const uint32_t*>(flags->host_ptr());
+  std::vector<uint32_t> f((size_t)rows + 1);
+  flags->read(f.data(), f.size() * 4);
   EMBER_CHECK(f[0] == 0, Value, "[multinomial] probability tensor contains either inf, nan or element < 0");
   for (uint32_t r = 0; r < rows; ++r)
     EMBER_CHECK(f[1 + r] != 0, Value, "[multinomial] invalid multinomial distribution (sum of probabilities <= 0)");
@@ -133,11 +134,11 @@ void check_weights(MetalDevice& dev, const MetalStorage& s, const std::vector<in
 
 StoragePtr multinomial(const BackendStorage& ws, const Layout& l, int64_t num_samples, bool replacement,
                        uint64_t seed, uint64_t counter) {
-  const MetalStorage& s = as_metal(ws);
+  const GpuStorage& s = as_gpu(ws);
   const char* name = "multinomial";
-  MetalDevice& dev = s.metal_device();
+  GpuDevice& dev = s.gpu_device();
   const int64_t rows = l.shape()[0], n = l.shape()[1];
-  auto out = new_metal(dev, DType::I64, rows * num_samples, name);
+  auto out = new_storage(dev, DType::I64, rows * num_samples, name);
   if (rows == 0) return out;
   const uint32_t rows32 = checked_u32(rows, name), n32 = checked_u32(n, name);
   checked_u32(rows * n, name);
@@ -146,7 +147,7 @@ StoragePtr multinomial(const BackendStorage& ws, const Layout& l, int64_t num_sa
   check_weights(dev, s, meta, rows32, n32, t);
   if (!replacement) {
     // the exponential keys w / E in float32, then topk's selection of the num_samples largest
-    auto keys = new_metal(dev, DType::F32, rows * n, name);
+    auto keys = new_storage(dev, DType::F32, rows * n, name);
     Launch(dev, "random.metal", "multinomial_keys_" + t)
         .input(s).output(*keys).array(meta).scalar<uint64_t>(seed).scalar<uint64_t>(counter)
         .dispatch_grid(Dim3{n32, rows32, 1});
@@ -160,17 +161,17 @@ StoragePtr multinomial(const BackendStorage& ws, const Layout& l, int64_t num_sa
   (void)none;
   const uint32_t S = checked_u32(num_samples, name);
   Launch(dev, "random.metal", "multinomial_search")
-      .input(as_metal(*csum)).output(*out).array(meta).scalar<uint64_t>(seed).scalar<uint64_t>(counter)
+      .input(as_gpu(*csum)).output(*out).array(meta).scalar<uint64_t>(seed).scalar<uint64_t>(counter)
       .dispatch_grid(Dim3{S, rows32, 1});
   return out;
 }
 
 }  // namespace
 
-void register_sort() {
-  Kernels<Sort>::set(DeviceKind::Metal, &sort);
-  Kernels<Topk>::set(DeviceKind::Metal, &topk);
-  Kernels<Multinomial>::set(DeviceKind::Metal, &multinomial);
+void register_sort(DeviceKind kind) {
+  Kernels<Sort>::set(kind, &sort);
+  Kernels<Topk>::set(kind, &topk);
+  Kernels<Multinomial>::set(kind, &multinomial);
 }
 
-}  // namespace ember::metal::ops
+}  // namespace ember::gpu::ops

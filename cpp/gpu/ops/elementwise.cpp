@@ -1,14 +1,14 @@
-// Metal launchers for the elementwise family: unary (with affine / powf / clamp) and binary, each picking
+// GPU launchers for the elementwise family: unary (with affine / powf / clamp) and binary, each picking
 // the contiguous, scalar-broadcast or strided kernel of metal/unary.metal / metal/binary.metal.
 #include <cmath>
 #include <cstring>
 #include <limits>
 #include <string>
 
-#include "metal/launch.h"
-#include "metal/ops/ops.h"
+#include "gpu/launch.h"
+#include "gpu/ops/ops.h"
 
-namespace ember::metal::ops {
+namespace ember::gpu::ops {
 namespace {
 
 // The kernels' parameter structs (metal/unary.metal), byte for byte.
@@ -110,7 +110,7 @@ std::vector<uint32_t> shape_u32(const std::vector<int64_t>& shape) { return {sha
 
 }  // namespace
 
-StoragePtr unary(const MetalStorage& s, UnaryOp op, const Layout& l, double p0, double p1) {
+StoragePtr unary(const GpuStorage& s, UnaryOp op, const Layout& l, double p0, double p1) {
   const char* name = op_name(op);
   const DType dt = s.dtype();
   const std::string suffix = std::string(name) + "_" + type_suffix(dt, name);
@@ -119,8 +119,8 @@ StoragePtr unary(const MetalStorage& s, UnaryOp op, const Layout& l, double p0, 
   EMBER_CHECK(is_float(dt) || int_unary_supported(op, dt), DType, "[", name, "] not supported for ", dtype_name(dt),
               " (expected a float dtype)");
   const uint32_t n = checked_u32(l.numel(), name);
-  MetalDevice& dev = s.metal_device();
-  auto out = new_metal(dev, dt, n, name);
+  GpuDevice& dev = s.gpu_device();
+  auto out = new_storage(dev, dt, n, name);
   if (n == 0) return out;
   auto params = [&](Launch& k) -> Launch& {
     if (is_float(dt)) return k.scalar(UnaryParams{(float)p0, (float)p1});
@@ -139,7 +139,7 @@ StoragePtr unary(const MetalStorage& s, UnaryOp op, const Layout& l, double p0, 
   return out;
 }
 
-StoragePtr binary(const MetalStorage& s, BinaryOp op, const Layout& l, const BackendStorage& rhs_, const Layout& rl) {
+StoragePtr binary(const GpuStorage& s, BinaryOp op, const Layout& l, const BackendStorage& rhs_, const Layout& rl) {
   const char* name = op_name(op);
   const DType dt = s.dtype();
   const std::string suffix = std::string(name) + "_" + type_suffix(dt, name);
@@ -147,10 +147,10 @@ StoragePtr binary(const MetalStorage& s, BinaryOp op, const Layout& l, const Bac
   EMBER_CHECK(!is_bitwise(op) || !is_float(dt), DType, "[", name, "] not supported for ", dtype_name(dt),
               " (expected an integer or bool dtype)");
   EMBER_CHECK(dt != DType::Bool || bool_binary_supported(op), DType, "[", name, "] not supported for bool");
-  const MetalStorage& rhs = as_metal(rhs_);
+  const GpuStorage& rhs = as_gpu(rhs_);
   const uint32_t n = checked_u32(l.numel(), name);
-  MetalDevice& dev = s.metal_device();
-  auto out = new_metal(dev, is_cmp(op) ? DType::Bool : dt, n, name);
+  GpuDevice& dev = s.gpu_device();
+  auto out = new_storage(dev, is_cmp(op) ? DType::Bool : dt, n, name);
   if (n == 0) return out;
   // Both dense, or one of them a single element seen through stride-0 dims (a scalar operand).
   const char* dense = nullptr;
@@ -172,4 +172,4 @@ StoragePtr binary(const MetalStorage& s, BinaryOp op, const Layout& l, const Bac
   return out;
 }
 
-}  // namespace ember::metal::ops
+}  // namespace ember::gpu::ops

@@ -1,13 +1,13 @@
-// Metal launchers for group_norm (metal/group_norm.metal): x and the gradient read dense (a strided operand
+// GPU launchers for group_norm (metal/group_norm.metal): x and the gradient read dense (a strided operand
 // is copied once), statistics in float per (sample, group), dw / db per channel.
 #include <string>
 
 #include "families/group_norm.h"
-#include "metal/launch.h"
-#include "metal/ops/ops.h"
+#include "gpu/launch.h"
+#include "gpu/ops/ops.h"
 #include "registry.h"
 
-namespace ember::metal::ops {
+namespace ember::gpu::ops {
 namespace {
 
 constexpr uint32_t kThreads = 256;  // group_norm.metal's threadgroup size
@@ -40,21 +40,21 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const BackendStora
                                                               const Layout* lw, const BackendStorage* b,
                                                               const Layout* lb, double eps) {
   const char* op = "group_norm";
-  const MetalStorage& x = as_metal(xs);
-  MetalDevice& dev = x.metal_device();
+  const GpuStorage& x = as_gpu(xs);
+  GpuDevice& dev = x.gpu_device();
   const GroupNormArgs a = args_of(l, groups, w ? lw : nullptr, b ? lb : nullptr, eps);
   const int64_t rows = a.n * groups;
-  auto y = new_metal(dev, x.dtype(), l.numel(), op);
-  auto mean = new_metal(dev, DType::F32, rows, op);
-  auto rstd = new_metal(dev, DType::F32, rows, op);
+  auto y = new_storage(dev, x.dtype(), l.numel(), op);
+  auto mean = new_storage(dev, DType::F32, rows, op);
+  auto rstd = new_storage(dev, DType::F32, rows, op);
   if (l.numel() == 0) return {y, mean, rstd};
   auto xd = dense_or_copy(x, l, op);
-  const MetalStorage& xm = as_metal(*xd);
+  const GpuStorage& xm = as_gpu(*xd);
   // Without a weight or bias the kernel reads neither; x is bound in their place.
   Launch(dev, "group_norm.metal", kname("group_norm_fwd_", x.dtype(), op))
       .input(xm)
-      .input(w ? as_metal(*w) : xm)
-      .input(b ? as_metal(*b) : xm)
+      .input(w ? as_gpu(*w) : xm)
+      .input(b ? as_gpu(*b) : xm)
       .output(*y)
       .output(*mean)
       .output(*rstd)
@@ -69,33 +69,33 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStora
                                                               const BackendStorage& rstd, const BackendStorage& g,
                                                               const Layout& lg) {
   const char* op = "group_norm_bwd";
-  const MetalStorage& x = as_metal(xs);
-  MetalDevice& dev = x.metal_device();
+  const GpuStorage& x = as_gpu(xs);
+  GpuDevice& dev = x.gpu_device();
   const GroupNormArgs a = args_of(l, groups, w ? lw : nullptr, nullptr, 0.0);
-  auto dx = new_metal(dev, x.dtype(), l.numel(), op);
-  auto dw = new_metal(dev, x.dtype(), a.c, op);
-  auto db = new_metal(dev, x.dtype(), a.c, op);
+  auto dx = new_storage(dev, x.dtype(), l.numel(), op);
+  auto dw = new_storage(dev, x.dtype(), a.c, op);
+  auto db = new_storage(dev, x.dtype(), a.c, op);
   if (a.c == 0) return {dx, dw, db};
   if (l.numel() == 0) {  // no position: the parameters' gradients are empty sums
     fill(*dw, Layout::contiguous({a.c}), 0.0);
     fill(*db, Layout::contiguous({a.c}), 0.0);
     return {dx, dw, db};
   }
-  auto xd = dense_or_copy(x, l, op), gd = dense_or_copy(as_metal(g), lg, op);
-  const MetalStorage &xm = as_metal(*xd), &gm = as_metal(*gd);
+  auto xd = dense_or_copy(x, l, op), gd = dense_or_copy(as_gpu(g), lg, op);
+  const GpuStorage &xm = as_gpu(*xd), &gm = as_gpu(*gd);
   Launch(dev, "group_norm.metal", kname("group_norm_bwd_dx_", x.dtype(), op))
       .input(xm)
-      .input(w ? as_metal(*w) : xm)
-      .input(as_metal(mean))
-      .input(as_metal(rstd))
+      .input(w ? as_gpu(*w) : xm)
+      .input(as_gpu(mean))
+      .input(as_gpu(rstd))
       .input(gm)
       .output(*dx)
       .scalar(a)
       .dispatch_rows(checked_u32(a.n * groups, op), kThreads);
   Launch(dev, "group_norm.metal", kname("group_norm_bwd_params_", x.dtype(), op))
       .input(xm)
-      .input(as_metal(mean))
-      .input(as_metal(rstd))
+      .input(as_gpu(mean))
+      .input(as_gpu(rstd))
       .input(gm)
       .output(*dw)
       .output(*db)
@@ -106,9 +106,9 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStora
 
 }  // namespace
 
-void register_group_norm() {
-  Kernels<GroupNormFwd>::set(DeviceKind::Metal, &group_norm_fwd);
-  Kernels<GroupNormBwd>::set(DeviceKind::Metal, &group_norm_bwd);
+void register_group_norm(DeviceKind kind) {
+  Kernels<GroupNormFwd>::set(kind, &group_norm_fwd);
+  Kernels<GroupNormBwd>::set(kind, &group_norm_bwd);
 }
 
-}  // namespace ember::metal::ops
+}  // namespace ember::gpu::ops

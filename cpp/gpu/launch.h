@@ -1,5 +1,6 @@
-// Launch: the one way a Metal launcher encodes a kernel (bindings by [[buffer(n)]] in call order, hazards,
-// cached pipelines, scalars by value), and the helpers launchers share (type names, fast-path tests).
+// Launch: the one way a GPU launcher encodes a kernel on a GpuDevice (bindings by [[buffer(n)]] in call order,
+// read/write flags for the device's ordering, cached kernels, scalars by value), and the helpers launchers share
+// (type names, fast-path tests). The same for Metal and CUDA: both run the kernels of metal/*.metal.
 //
 //   Launch(dev, "unary.metal", "unary_contig_exp_" + std::string(type_suffix(dt, "exp")))
 //       .input(x, l.offset()).output(*out).scalar<uint32_t>(n)
@@ -12,20 +13,21 @@
 #include <vector>
 
 #include "layout.h"
-#include "metal/device.h"
-#include "metal/metal_storage.h"
+#include "gpu/gpu_device.h"
+#include "gpu/gpu_storage.h"
 
-namespace ember::metal {
+namespace ember::gpu {
 
 // The MSL type-name suffix kernels are instantiated with: "float32", "float16", "bfloat16", "int64",
-// "uint32", "uint8", "int32", "bool" (dtype_name). Throws "[op] float64 is not supported on metal" for F64.
+// "uint32", "uint8", "int32", "bool" (dtype_name). Throws (DType) for F64, which the kernels do not have (a
+// device refuses it earlier, in its own words: GpuDevice::check_dtype).
 const char* type_suffix(DType dt, const char* op);
 // The MSL type of a dtype: "float", "half", "bfloat", "long", "uint", "uchar", "int", "bool" (for generated
 // source).
 const char* msl_type(DType dt, const char* op);
 
-// Kernels index with 32-bit `uint`s, as Metal's grid does: throws "[op] ... more than 2^32-1
-// elements" (Unsupported) past that.
+// Kernels index with 32-bit `uint`s, as Metal's grid does (on every GPU: the kernels are Metal's): throws
+// "[op] n elements: Metal kernels index with 32 bits" (Unsupported) past 2^32-1.
 uint32_t checked_u32(int64_t n, const char* op);
 inline uint64_t ceil_div(uint64_t a, uint64_t b) { return (a + b - 1) / b; }
 
@@ -47,17 +49,17 @@ std::vector<Strided> collapse(const std::vector<const Layout*>& ls);
 class Launch {
  public:
   // `function` of the embedded kernel file `file` ("copy.metal").
-  Launch(MetalDevice& dev, const std::string& file, std::string function);
+  Launch(GpuDevice& dev, const std::string& file, std::string function);
   // `function` of any source (user kernels, generated code); `src` must outlive the dispatch call.
-  Launch(MetalDevice& dev, const KernelSource& src, std::string function);
+  Launch(GpuDevice& dev, const KernelSource& src, std::string function);
 
   // Each binding takes the next [[buffer(n)]] index, from 0 in call order (at() moves it).
   // A storage read by the kernel, bound at its byte offset plus `elem_offset` elements.
-  Launch& input(const MetalStorage& s, int64_t elem_offset = 0) { return buffer(s, elem_offset, true, false); }
+  Launch& input(const GpuStorage& s, int64_t elem_offset = 0) { return buffer(s, elem_offset, true, false); }
   // A storage the kernel writes (registered for hazards as a write).
-  Launch& output(const MetalStorage& s, int64_t elem_offset = 0) { return buffer(s, elem_offset, false, true); }
+  Launch& output(const GpuStorage& s, int64_t elem_offset = 0) { return buffer(s, elem_offset, false, true); }
   // A storage the kernel reads and writes (in-place ops, atomics into an accumulator).
-  Launch& inout(const MetalStorage& s, int64_t elem_offset = 0) { return buffer(s, elem_offset, true, true); }
+  Launch& inout(const GpuStorage& s, int64_t elem_offset = 0) { return buffer(s, elem_offset, true, true); }
   // A `constant T&` argument, copied now (set_bytes): T must be trivially copyable.
   template <class T> Launch& scalar(const T& v) {
     static_assert(std::is_trivially_copyable_v<T>, "scalars are copied by value");
@@ -71,7 +73,7 @@ class Launch {
   Launch& skip() { return at(next_ + 1); }  // leaves the next index unbound
   Launch& at(uint32_t index);               // the next binding goes to [[buffer(index)]]
 
-  // [[function_constant(index)]] values (part of the pipeline's cache key).
+  // [[function_constant(index)]] values (part of the kernel's cache key).
   Launch& constant(uint32_t index, bool v);
   Launch& constant(uint32_t index, int32_t v);
   Launch& constant(uint32_t index, uint32_t v);
@@ -79,7 +81,7 @@ class Launch {
   // Dynamic [[threadgroup(index)]] memory, in bytes.
   Launch& threadgroup_memory(size_t bytes, uint32_t index = 0);
 
-  // The most threads per threadgroup this kernel's pipeline allows (maxTotalThreadsPerThreadgroup: can
+  // The most threads per threadgroup this kernel allows (Metal's maxTotalThreadsPerThreadgroup: can
   // be below the device's 1024), a multiple of 32. Launchers size their groups from it; it compiles the
   // pipeline now (with the constants set so far) if it is not cached yet.
   uint32_t max_threads();
@@ -100,14 +102,15 @@ class Launch {
   void dispatch_rows(uint32_t rows, uint32_t want);
 
  private:
-  Launch& buffer(const MetalStorage& s, int64_t elem_offset, bool read, bool write);
-  PipelineHandle resolve();
+  Launch& buffer(const GpuStorage& s, int64_t elem_offset, bool read, bool write);
+  KernelHandle resolve();
+  const char* kind_() const;  // "metal", "cuda": messages' prefix
   DispatchDesc::Arg& slot();
-  MetalDevice& dev_;
+  GpuDevice& dev_;
   const KernelSource& src_;
   DispatchDesc d_;
   std::vector<FunctionConstant> constants_;
   uint32_t next_ = 0;
 };
 
-}  // namespace ember::metal
+}  // namespace ember::gpu

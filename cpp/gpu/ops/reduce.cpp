@@ -1,4 +1,4 @@
-// Metal launchers for the reductions: every ReduceOp over any dims of a strided input (metal/reduce.metal).
+// GPU launchers for the reductions: every ReduceOp over any dims of a strided input (metal/reduce.metal).
 // The kept and reduced dims are collapsed separately (order kept, so arg* indices stay row-major over the
 // reduced dims); reduced elements that vary faster in memory than the outputs go to the row kernel (a
 // simdgroup per short row, a looped threadgroup per long one, two passes for a few very long rows), the
@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "metal/launch.h"
-#include "metal/ops/ops.h"
+#include "gpu/launch.h"
+#include "gpu/ops/ops.h"
 
-namespace ember::metal::ops {
+namespace ember::gpu::ops {
 namespace {
 
 // The kernels' op name and the result's dtype.
@@ -48,9 +48,9 @@ constexpr int64_t kShortRow = 16;  // at most this many reduced elements: a thre
 
 }  // namespace
 
-StoragePtr reduce(const MetalStorage& s, ReduceOp op, const Layout& l, const std::vector<int64_t>& dims) {
+StoragePtr reduce(const GpuStorage& s, ReduceOp op, const Layout& l, const std::vector<int64_t>& dims) {
   const char* name = op_name(op);
-  MetalDevice& dev = s.metal_device();
+  GpuDevice& dev = s.gpu_device();
   const DType dt = s.dtype();
   const char* tname = type_suffix(dt, name);
   const auto [kop, odt] = kernel_op(op, dt);
@@ -62,7 +62,7 @@ StoragePtr reduce(const MetalStorage& s, ReduceOp op, const Layout& l, const std
     (r ? rst : kst).push_back(l.stride()[i]);
   }
   const int64_t nout = shape_numel(ks), nred = shape_numel(rs);
-  auto out = new_metal(dev, odt, nout, name);
+  auto out = new_storage(dev, odt, nout, name);
   if (nout == 0) return out;
   const Strided K = collapse(Layout(ks, kst, 0)), R = collapse(Layout(rs, rst, 0));
   std::vector<int64_t> meta = {(int64_t)K.ndim(), (int64_t)R.ndim(), l.offset(), nred, nout};
@@ -98,8 +98,8 @@ StoragePtr reduce(const MetalStorage& s, ReduceOp op, const Layout& l, const std
     // two passes: each row in parts, then the parts' states combined per output
     const int64_t parts = std::min<int64_t>(256, (nred + kPartElems - 1) / kPartElems);
     meta.push_back(parts);
-    auto pv = new_metal(dev, state_dtype(op, dt), nout * parts, name);
-    auto pi = new_metal(dev, DType::I64, nout * parts, name);
+    auto pv = new_storage(dev, state_dtype(op, dt), nout * parts, name);
+    auto pi = new_storage(dev, DType::I64, nout * parts, name);
     Launch k(dev, "reduce.metal", "reduce_parts_" + suffix);
     const uint32_t tx = std::min<uint32_t>(256, limit(k));
     k.input(s).output(*pv).output(*pi).array(meta).dispatch(Dim3{tx, checked_u32(nout * parts, name), 1}, Dim3{tx, 1, 1});
@@ -117,4 +117,4 @@ StoragePtr reduce(const MetalStorage& s, ReduceOp op, const Layout& l, const std
   return out;
 }
 
-}  // namespace ember::metal::ops
+}  // namespace ember::gpu::ops

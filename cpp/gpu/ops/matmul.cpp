@@ -1,23 +1,23 @@
-// Metal launcher for matmul (metal/matmul.metal): batched, broadcast batch dims as stride 0, any strides of
+// GPU launcher for matmul (metal/matmul.metal): batched, broadcast batch dims as stride 0, any strides of
 // A and B read in place (a transposed operand is never copied), every Metal dtype; a simdgroup per output
 // for matrix-vector shapes.
 #include <algorithm>
 
-#include "metal/launch.h"
-#include "metal/ops/ops.h"
+#include "gpu/launch.h"
+#include "gpu/ops/ops.h"
 
-namespace ember::metal::ops {
+namespace ember::gpu::ops {
 
-StoragePtr matmul(const MetalStorage& s, const Layout& l, const BackendStorage& rhs_, const Layout& rl) {
-  const MetalStorage& rhs = as_metal(rhs_);
-  MetalDevice& dev = s.metal_device();
+StoragePtr matmul(const GpuStorage& s, const Layout& l, const BackendStorage& rhs_, const Layout& rl) {
+  const GpuStorage& rhs = as_gpu(rhs_);
+  GpuDevice& dev = s.gpu_device();
   const char* tname = type_suffix(s.dtype(), "matmul");
   EMBER_CHECK(s.dtype() != DType::Bool, DType, "[matmul] not supported for bool");  // as torch and the CPU
   const int64_t nd = l.ndim();
   const int64_t m = l.shape()[nd - 2], k = l.shape()[nd - 1], n = rl.shape()[nd - 1];
   const Shape bs(l.shape().begin(), l.shape().end() - 2);
   const int64_t nbatch = shape_numel(bs);
-  auto out = new_metal(dev, s.dtype(), nbatch * m * n, "matmul");
+  auto out = new_storage(dev, s.dtype(), nbatch * m * n, "matmul");
   if (nbatch * m * n == 0) return out;
   // Batch dims merged where both operands allow it (the output's batches stay in row-major order).
   const Layout ab(bs, Shape(l.stride().begin(), l.stride().end() - 2), 0);
@@ -47,4 +47,4 @@ StoragePtr matmul(const MetalStorage& s, const Layout& l, const BackendStorage& 
   return out;
 }
 
-}  // namespace ember::metal::ops
+}  // namespace ember::gpu::ops
