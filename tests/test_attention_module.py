@@ -17,7 +17,8 @@ E, H = 12, 3
 
 
 def _dt(dt, device):
-    return em.float32 if dt is em.float64 and device.type == "metal" else dt  # Metal has no float64
+    # GPUs (ember's Metal kernels, also CUDA's) have no float64
+    return em.float32 if dt is em.float64 and not em._C.device_supports(device.kind, device.index, dt.code) else dt
 
 
 def _pair(rng, dt=em.float64, device=None, **kw):
