@@ -434,22 +434,22 @@ using namespace metal;
 struct em_pos {
   uint3 tpig, tpitg, tgpig, tptg, dtptg, tpg, tgpg;
   uint3 tiitg, lane, simd_id, simds, width;  // scalars, in .x
-  bool in_grid;
 };
 inline uint3 em_u3(uint x, uint y, uint z) { return uint3(x, y, z); }
-inline em_pos em_position(uint gx, uint gy, uint gz) {
+// g: the grid in threads; o: this launch's first group; s: the dispatch's group size. An edge group is a launch
+// of its own with the smaller block (cpp/cuda/kernels.h), so every thread is in the grid and blockDim is the
+// group's real size, as Metal's partial groups are: barriers see whole groups.
+inline em_pos em_position(uint gx, uint gy, uint gz, uint ox, uint oy, uint oz, uint sx, uint sy, uint sz) {
   em_pos p;
   p.tpitg = em_u3(threadIdx.x, threadIdx.y, threadIdx.z);
-  p.tgpig = em_u3(blockIdx.x, blockIdx.y, blockIdx.z);
-  p.dtptg = em_u3(blockDim.x, blockDim.y, blockDim.z);
-  p.tgpg = em_u3(gridDim.x, gridDim.y, gridDim.z);
+  p.tgpig = em_u3(blockIdx.x + ox, blockIdx.y + oy, blockIdx.z + oz);
+  p.dtptg = em_u3(sx, sy, sz);
+  p.tptg = em_u3(blockDim.x, blockDim.y, blockDim.z);
   p.tpg = em_u3(gx, gy, gz);
+  p.tgpg = em_u3((gx + sx - 1) / sx, (gy + sy - 1) / sy, (gz + sz - 1) / sz);
   p.tpig = p.tgpig * p.dtptg + p.tpitg;
-  p.in_grid = p.tpig.x < gx && p.tpig.y < gy && p.tpig.z < gz;
-  const uint3 start = p.tgpig * p.dtptg;  // an edge group's real size: the grid's rest
-  p.tptg = em_u3(min(p.dtptg.x, gx - start.x), min(p.dtptg.y, gy - start.y), min(p.dtptg.z, gz - start.z));
-  // Linear indices as CUDA numbers the block's threads, so lanes and warps are the hardware's.
-  const uint linear = p.tpitg.x + p.tpitg.y * p.dtptg.x + p.tpitg.z * p.dtptg.x * p.dtptg.y;
+  // Linear indices over the group's real size, as Metal numbers a partial group's threads (lanes, simdgroups).
+  const uint linear = p.tpitg.x + p.tpitg.y * p.tptg.x + p.tpitg.z * p.tptg.x * p.tptg.y;
   const uint count = p.tptg.x * p.tptg.y * p.tptg.z;
   p.tiitg = uint3(linear);
   p.lane = uint3(linear & 31u);

@@ -263,15 +263,35 @@ void CudaDevice::encode(gpu::DispatchDesc&& d) {
     shared += bytes;
   }
   EMBER_CHECK(shared <= UINT32_MAX, Value, kn, shared, " bytes of threadgroup memory");
-  for (uint32_t g : {d.grid.x, d.grid.y, d.grid.z}) {
+  auto push_u32 = [&](uint32_t v) {
     LaunchArg la;
-    la.bytes.assign(reinterpret_cast<const char*>(&g), sizeof g);
+    la.bytes.assign(reinterpret_cast<const char*>(&v), sizeof v);
     args.push_back(std::move(la));
-  }
-  const Dim3 blocks{(uint32_t)((d.grid.x + (uint64_t)d.group.x - 1) / d.group.x),
-                    (uint32_t)((d.grid.y + (uint64_t)d.group.y - 1) / d.group.y),
-                    (uint32_t)((d.grid.z + (uint64_t)d.group.z - 1) / d.group.z)};
-  launch(k.module, k.function, blocks, d.group, (uint32_t)shared, args);
+  };
+  for (uint32_t g : {d.grid.x, d.grid.y, d.grid.z}) push_u32(g);
+  const size_t off_at = args.size();
+  for (int i = 0; i < 3; ++i) push_u32(0);  // em_off_*, set per launch below
+  for (uint32_t s : {d.group.x, d.group.y, d.group.z}) push_u32(s);
+  // Metal's partial edge groups: per axis the whole groups, then (when the grid is not a multiple of the group)
+  // one edge group of the rest; one launch per combination, so an edge group is a block of its real size.
+  struct Part {
+    uint32_t first, count, size;
+  };
+  auto parts = [](uint32_t grid, uint32_t group) {
+    std::vector<Part> p;
+    if (grid / group) p.push_back({0, grid / group, group});
+    if (grid % group) p.push_back({grid / group, 1, grid % group});
+    return p;
+  };
+  EMBER_CHECK(d.group.x && d.group.y && d.group.z, Value, kn, "a threadgroup of zero threads");
+  for (const Part& px : parts(d.grid.x, d.group.x))
+    for (const Part& py : parts(d.grid.y, d.group.y))
+      for (const Part& pz : parts(d.grid.z, d.group.z)) {
+        const uint32_t off[3] = {px.first, py.first, pz.first};
+        for (int i = 0; i < 3; ++i) args[off_at + i].bytes.assign(reinterpret_cast<const char*>(&off[i]), 4);
+        launch(k.module, k.function, {px.count, py.count, pz.count}, {px.size, py.size, pz.size}, (uint32_t)shared,
+               args);
+      }
 }
 
 ModuleHandle CudaDevice::module(const std::string& source, const std::string& source_hash, const std::string& label,

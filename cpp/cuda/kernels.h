@@ -8,9 +8,12 @@
 //      - a value (`constant T& x`): the bound bytes, passed by value (their size must be sizeof(T));
 //   2. one `unsigned int` per [[threadgroup(i)]] parameter, i ascending: its byte offset in the launch's
 //      dynamic shared memory (each 16-byte aligned; the launch's shared_mem is their total);
-//   3. `unsigned int em_grid_x, em_grid_y, em_grid_z`: the grid in threads, as Metal's dispatchThreads takes it.
-// The launch uses blocks of the threadgroup's size and ceil(grid / block) blocks per axis; threads past the grid
-// return before the kernel's body runs ([[threads_per_threadgroup]] is then the edge group's real size).
+//   3. `unsigned int em_grid_x, em_grid_y, em_grid_z`: the grid in threads, as Metal's dispatchThreads takes it;
+//      `em_off_x, em_off_y, em_off_z`: the first group this launch runs; `em_group_x, em_group_y, em_group_z`: the
+//      dispatch's group size.
+// Metal's partial edge groups are exact: a dispatch is up to 8 launches, one per combination of whole and edge
+// groups along x, y and z, an edge group's launch having the smaller block. So no thread lies past the grid, a
+// barrier sees every thread of its group, and [[threads_per_threadgroup]] and the simd numbering are Metal's.
 // [[function_constant(i)]] values become options "-DMSL_FC_<i>=<literal>", one module per set of values.
 #pragma once
 #include <cstdint>

@@ -273,12 +273,15 @@ std::string Rewriter::cuda_wrappers(RewriteResult& res) {
       params += (params.empty() ? "" : ", ") + std::string("unsigned int em_tg") + std::to_string(i);
       sig.threadgroup.push_back((uint32_t)i);
     }
-    params += std::string(params.empty() ? "" : ", ") + "unsigned int em_grid_x, unsigned int em_grid_y, unsigned int em_grid_z";
+    params += std::string(params.empty() ? "" : ", ") +
+              "unsigned int em_grid_x, unsigned int em_grid_y, unsigned int em_grid_z, unsigned int em_off_x, "
+              "unsigned int em_off_y, unsigned int em_off_z, unsigned int em_group_x, unsigned int em_group_y, "
+              "unsigned int em_group_z";
     std::string args;
     for (const std::string& e : exprs) args += (args.empty() ? "" : ", ") + e;
     w += "extern \"C\" __global__ void " + ks.host_name + "(" + params + ") {\n" +
-         "  const ::emk::em_pos em = ::emk::em_position(em_grid_x, em_grid_y, em_grid_z);\n" +
-         "  if (!em.in_grid) return;\n";
+         "  const ::emk::em_pos em = ::emk::em_position(em_grid_x, em_grid_y, em_grid_z, em_off_x, em_off_y, "
+         "em_off_z, em_group_x, em_group_y, em_group_z);\n";
     if (!tgs.empty()) w += "  extern __shared__ alignas(16) unsigned char em_smem[];\n";
     w += "  em_k_" + ks.call + "(" + args + ");\n}\n";
     res.cuda.push_back(std::move(sig));
