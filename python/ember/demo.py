@@ -51,10 +51,30 @@ template [[host_name("swiglu_bfloat16")]] [[kernel]] decltype(swiglu<bfloat>) sw
 """
 _SWIGLU_KERNELS = {dt: em.metal.Kernel(SWIGLU_MSL, f"swiglu_{dt}") for dt in ("float32", "float16", "bfloat16")}
 
+# The CUDA forward, in CUDA C++ through em.cuda.Kernel: the same indexing, the layouts in a small int64 table
+# (the shape, then each operand's strides and start offset); float32 (the demo trains in it).
+SWIGLU_CUDA = """
+__global__ void swiglu_float32(const float* gate, const float* up, const long long* view, float* out, int ndim,
+                               long long n) {
+  const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  long long rem = i, ig = view[2 * ndim], iu = view[3 * ndim + 1];
+  for (int d = ndim - 1; d >= 0; --d) {
+    const long long k = rem % view[d];
+    ig += k * view[ndim + d];
+    iu += k * view[2 * ndim + 1 + d];
+    rem /= view[d];
+  }
+  const float g = gate[ig];
+  out[i] = g / (1.0f + expf(-g)) * up[iu];
+}
+"""
+_SWIGLU_CUDA = em.cuda.Kernel(SWIGLU_CUDA, "swiglu_float32")
+
 
 class SwiGLU(em.CustomOp2):
-    """silu(gate) * up, written the way a user would: numpy forward on CPU, an MSL forward on Metal,
-    Tensor-op backward."""
+    """silu(gate) * up, written the way a user would: numpy forward on CPU, an MSL forward on Metal, a CUDA
+    C++ forward on CUDA, Tensor-op backward."""
 
     name = "swiglu"
 
@@ -85,6 +105,22 @@ class SwiGLU(em.CustomOp2):
                    np.array([l_gate.start_offset, l_up.start_offset], np.int64)]
         kernel(inputs=[s_gate, s_up], outputs=[out], scalars=scalars, grid_threads=(n, 1, 1),
                threads_per_threadgroup=(256, 1, 1))
+        return out, l_gate.shape
+
+    def cuda_fwd(self, s_gate, l_gate, s_up, l_up):
+        if tuple(l_gate.shape) != tuple(l_up.shape):
+            raise em.ShapeError(f"[swiglu] gate {tuple(l_gate.shape)} and up {tuple(l_up.shape)} differ")
+        if s_gate.dtype != em.float32 or s_up.dtype != em.float32:
+            raise em.DTypeError(f"[swiglu] the CUDA kernel takes two float32 inputs, got {s_gate.dtype.name}, "
+                                f"{s_up.dtype.name}")
+        n = l_gate.numel()
+        out = em.CudaStorage.empty(n, em.float32, s_gate.device)
+        shape = list(l_gate.shape) or [1]
+        strides = [list(l.stride) or [0] for l in (l_gate, l_up)]
+        table = shape + strides[0] + [l_gate.start_offset] + strides[1] + [l_up.start_offset]
+        view = em.tensor(np.array(table, np.int64), device=s_gate.device).storage
+        _SWIGLU_CUDA(inputs=[s_gate, s_up, view], outputs=[out], scalars=[np.int32(len(shape)), np.int64(n)],
+                     grid=max(1, (n + 255) // 256), block=256)
         return out, l_gate.shape
 
     def bwd(self, gate, up, res, grad_res):
@@ -288,17 +324,18 @@ def main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--time-budget", type=float, default=150.0,
                     help="stop training early after this many seconds (keeps the demo under 3 minutes)")
-    ap.add_argument("--device", choices=("auto", "cpu", "metal"), default="auto",
-                    help="where to train (auto: Metal when it is available, else the CPU)")
+    ap.add_argument("--device", choices=("auto", "cpu", "metal", "cuda"), default="auto",
+                    help="where to train (auto: CUDA, else Metal when available, else the CPU)")
     args = ap.parse_args(argv)
     steps = args.steps if args.steps is not None else (20 if args.quick else 500)
     if steps < 1:
         ap.error("--steps must be at least 1")
 
     if args.device == "auto":
-        device = em.Device("metal", 0) if em.metal_is_available() else em.cpu
+        device = (em.Device("cuda", 0) if em.cuda.backend() == "nvidia"
+                  else em.Device("metal", 0) if em.metal_is_available() else em.cpu)
     else:
-        device = em.cpu if args.device == "cpu" else em.Device("metal", 0)
+        device = em.cpu if args.device == "cpu" else em.Device(args.device, 0)
     em.manual_seed(args.seed)
     config = {"dim": 64, "n_layers": 2, "n_heads": 4, "ctx": 64}
     data = CharData(load_corpus(), config["ctx"], args.seed)
