@@ -96,16 +96,18 @@ def test_dtype_and_device_codes_reach_the_storage(device):
 
 # ----------------------------------------------------------------------------- devices, memory
 def test_unavailable_devices_raise_device_errors():
-    expect_error(lambda: _C.alloc(em.Device._KINDS["cuda"], 0, 0, 4, False), "alloc", em.DeviceError)
+    # cuda:7 exists nowhere (the emulator has one device; without a backend there is none)
+    expect_error(lambda: _C.alloc(em.Device._KINDS["cuda"], 7, 0, 4, False), "alloc", em.DeviceError)
     expect_error(lambda: _C.memory_stats(0, 1), "memory_stats", em.DeviceError)  # the CPU has device 0 only
-    assert not _C.device_available(em.Device._KINDS["cuda"], 0) and _C.device_available(0, 0)
+    assert not _C.device_available(em.Device._KINDS["cuda"], 7) and _C.device_available(0, 0)
+    assert _C.device_available(em.Device._KINDS["cuda"], 0) == em.cuda_is_available()
     assert _C.device_describe().startswith("cpu (") and _C.isa() in _C.device_describe()
-    expect_error(lambda: em.memory_stats("cuda"), "memory_stats", em.DeviceError)
-    expect_error(lambda: em.empty_cache("cuda:0"), "empty_cache", em.DeviceError)
-    expect_error(lambda: em.set_cache_limit(1 << 20, "cuda"), "set_cache_limit", em.DeviceError)
-    expect_error(lambda: em.reset_peak_memory_stats("cuda"), "reset_peak_memory", em.DeviceError)
-    expect_error(lambda: em.zeros(2).to_device("cuda"), "to_device", em.DeviceError)
-    expect_error(lambda: em.set_default_device("cuda"), "set_default_device", em.DeviceError)
+    expect_error(lambda: em.memory_stats("cuda:7"), "memory_stats", em.DeviceError)
+    expect_error(lambda: em.empty_cache("cuda:7"), "empty_cache", em.DeviceError)
+    expect_error(lambda: em.set_cache_limit(1 << 20, "cuda:7"), "set_cache_limit", em.DeviceError)
+    expect_error(lambda: em.reset_peak_memory_stats("cuda:7"), "reset_peak_memory", em.DeviceError)
+    expect_error(lambda: em.zeros(2).to_device("cuda:7"), "to_device", em.DeviceError)
+    expect_error(lambda: em.set_default_device("cuda:7"), "set_default_device", em.DeviceError)
     if not em.metal_is_available():
         expect_error(lambda: em.zeros(2, device="metal"), "alloc", em.DeviceError)
         expect_error(lambda: em.zeros(2).to_device("metal"), "to_device", em.DeviceError)
@@ -116,7 +118,8 @@ def test_memory_stats_per_device_match_the_totals():
     total = em.memory_stats()
     assert set(per) == {"allocated_bytes", "cached_bytes", "peak_allocated_bytes", "cache_limit_bytes"}
     assert per["cache_limit_bytes"] == total["devices"]["cpu"]["cache_limit_bytes"]
-    assert set(total["devices"]) == {"cpu"} | ({"metal:0"} if em.metal_is_available() else set())
+    assert set(total["devices"]) == ({"cpu"} | ({"metal:0"} if em.metal_is_available() else set())
+                                     | ({"cuda:0"} if em.cuda_is_available() else set()))
     assert total["cache_limit_bytes"] == sum(d["cache_limit_bytes"] for d in total["devices"].values())
     old = per["cache_limit_bytes"]
     try:

@@ -16,7 +16,7 @@ class Double(em.CustomOp1):
         with em.no_grad():
             return (x * 2.0).contiguous().copy()._storage, layout.shape
 
-    metal_fwd = cpu_fwd
+    metal_fwd = cuda_fwd = cpu_fwd
 
     def bwd(self, arg, res, g):
         return g * 2.0
@@ -42,7 +42,7 @@ def test_rows_name_every_kind_of_op(device, tmp_path):
         assert r["kind"] == "backward" and r["forward_op"] == fwd and r["calls"] == 1
     for r in rows.values():
         assert 0 <= r["self_time"] <= r["wall_time"] + 1e-9
-        assert r["timing"] == ("host" if r["device"].startswith("metal") else "compute")
+        assert r["timing"] == ("host" if r["device"].startswith(("metal", "cuda")) else "compute")
     assert rows["matmul"]["bytes"] >= 4 * 8 * 4  # its result is alive at the end of the op
     # backward contains the bwd rows: its wall time covers theirs
     assert rows["backward"]["wall_time"] >= rows["rms_norm_bwd"]["wall_time"]

@@ -29,7 +29,7 @@ class Softplus(em.CustomOp1):
         with em.no_grad():
             return (x.exp() + 1.0).log().contiguous().copy()._storage, layout.shape
 
-    metal_fwd = cpu_fwd
+    metal_fwd = cuda_fwd = cpu_fwd
 
     def reference(self, x):
         return (x.exp() + 1.0).log()
@@ -43,7 +43,7 @@ class Hypot(em.CustomOp2):
         with em.no_grad():
             return (a * a + b * b).sqrt().contiguous().copy()._storage, l1.shape
 
-    metal_fwd = cpu_fwd
+    metal_fwd = cuda_fwd = cpu_fwd
 
     def reference(self, a, b):
         return (a * a + b * b).sqrt()
@@ -59,7 +59,7 @@ class Polar(em.CustomOp):
         with em.no_grad():
             return [((r * t.cos()).copy()._storage, r.shape), ((r * t.sin()).copy()._storage, r.shape)]
 
-    metal_fwd = cpu_fwd
+    metal_fwd = cuda_fwd = cpu_fwd
 
     def reference(self, r, t):
         return r * t.cos(), r * t.sin()
