@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include "cuda/cublas.h"
+
 #include "gpu/types.h"
 
 namespace ember::cuda {
@@ -64,6 +66,9 @@ class Adapter {
   virtual void launch(int dev, ModuleHandle module, const std::string& function, Dim3 grid, Dim3 block,
                       uint32_t shared_mem, const std::vector<LaunchArg>& args) = 0;
   virtual void synchronize(int dev) = 0;
+  // A vendor BLAS product (cuBLAS on the driver) on the device's stream; false where there is none (the
+  // emulator, or cuBLAS not installed): the caller then runs ember's own kernel.
+  virtual bool gemm(int dev, const RowMajorGemm& g) { return (void)dev, (void)g, false; }
 };
 
 // The emulator (any OS): CUDA C++ compiled as C++ against cuda/cuda_emu.h, run on the CPU (cpp/emu/).

@@ -2,6 +2,9 @@
 #include "cuda/cuda_storage.h"
 
 #include <climits>
+#include <cstring>
+
+#include "gpu/launch.h"
 
 namespace ember::cuda {
 namespace {
@@ -28,5 +31,34 @@ gpu::BufferRef pooled(CudaDevice& dev, size_t bytes, const char* op) {
 
 CudaStorage::CudaStorage(CudaDevice& dev, DType dtype, int64_t numel, const char* op)
     : gpu::GpuStorage(dev, dtype, numel, pooled(dev, checked_bytes(dev, dtype, numel, op), op), 0) {}
+
+StoragePtr CudaStorage::matmul(const Layout& l, const BackendStorage& rhs_, const Layout& rl) const {
+  CudaDevice& dev = cuda_device();
+  const CudaStorage& rhs = as_cuda(rhs_);
+  if (std::strcmp(dev.adapter().kind(), "nvidia") != 0 || cublas_library().empty())
+    return gpu::GpuStorage::matmul(l, rhs, rl);
+  const int64_t nd = l.ndim();
+  const int64_t m = l.shape()[nd - 2], k = l.shape()[nd - 1], n = rl.shape()[nd - 1];
+  const Shape bs(l.shape().begin(), l.shape().end() - 2);
+  const int64_t nbatch = shape_numel(bs);
+  RowMajorGemm g;
+  g.dtype = dtype(), g.m = m, g.n = n, g.k = k, g.batch = nbatch;
+  // One batch stride per operand: the batch dims must merge into one in both (broadcast dims as stride 0).
+  const Layout ab(bs, Shape(l.stride().begin(), l.stride().end() - 2), 0);
+  const Layout bb(bs, Shape(rl.stride().begin(), rl.stride().end() - 2), 0);
+  const std::vector<gpu::Strided> B = gpu::collapse(std::vector<const Layout*>{&ab, &bb});
+  CublasCall plan;
+  const bool one_batch_dim = nbatch <= 1 || B[0].ndim() == 1;
+  g.a_row = l.stride()[nd - 2], g.a_col = l.stride()[nd - 1], g.a_batch = nbatch > 1 ? B[0].strides[0] : 0;
+  g.b_row = rl.stride()[nd - 2], g.b_col = rl.stride()[nd - 1], g.b_batch = nbatch > 1 ? B[1].strides[0] : 0;
+  if (!one_batch_dim || m * n * nbatch == 0 || !cublas_plan(g, &plan)) return gpu::GpuStorage::matmul(l, rhs, rl);
+  auto out = std::make_shared<CudaStorage>(dev, dtype(), nbatch * m * n, "matmul");
+  const int64_t isz = (int64_t)itemsize(dtype());
+  g.a = dptr() + (uint64_t)(l.offset() * isz);
+  g.b = rhs.dptr() + (uint64_t)(rl.offset() * isz);
+  g.c = out->dptr();
+  if (!dev.adapter().gemm(dev.ordinal(), g)) return gpu::GpuStorage::matmul(l, rhs, rl);  // cuBLAS went away
+  return out;
+}
 
 }  // namespace ember::cuda

@@ -17,6 +17,10 @@ class CudaStorage final : public gpu::GpuStorage {
 
   CudaDevice& cuda_device() const { return static_cast<CudaDevice&>(gpu_device()); }
   uint64_t dptr() const { return CudaDevice::dptr(*buffer()) + byte_offset(); }  // the address of element 0
+
+  // cuBLAS where the adapter has it and the operands' layout fits one strided-batched call; else the shared
+  // launcher (ember's own tiled kernel).
+  StoragePtr matmul(const Layout& l, const BackendStorage& rhs, const Layout& rl) const override;
 };
 
 // The storage.cpp entry points have checked that every operand is on this storage's device.

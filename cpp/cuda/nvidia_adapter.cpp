@@ -124,6 +124,12 @@ class NvidiaAdapter final : public Adapter {
                            nullptr),
           "cuLaunchKernel");
   }
+  bool gemm(int dev, const RowMajorGemm& g) override {
+    if (cublas_library().empty()) return false;
+    use(dev);
+    cublas_gemm(dev, g);
+    return true;
+  }
   void synchronize(int dev) override {
     use(dev);
     check(d_.ctx_synchronize(), "cuCtxSynchronize (a kernel failed)");
