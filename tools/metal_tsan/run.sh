@@ -10,7 +10,7 @@ files="metal/msl_cpu.h|metal/msl_abi.h|cpp/dtype.h"
 for k in metal/*.metal; do files="$files|$k"; done
 cmake -DROOT="$PWD" "-DFILES=$files" -DOUT="$out/metal_embedded.cpp" -P cmake/embed_sources.cmake
 ${CXX:-c++} -std=c++17 -O1 -g -fsanitize=thread -Wall -Wextra -Wno-unused-parameter -Icpp -Imetal \
-  cpp/metal/emu/rewrite.cpp cpp/metal/emu/compiler.cpp cpp/emu/runtime.cpp cpp/metal/emu/emu_adapter.cpp \
+  cpp/msl/rewrite.cpp cpp/msl/rewrite_cuda.cpp cpp/metal/emu/compiler.cpp cpp/emu/runtime.cpp cpp/metal/emu/emu_adapter.cpp \
   cpp/emu/faults.cpp cpp/emu/module.cpp cpp/kernel_cache.cpp cpp/sha256.cpp cpp/cpu/parallel.cpp "$out/metal_embedded.cpp" tools/metal_tsan/runner.cpp -o "$out/runner" -ldl -lpthread
 export EMBER_METAL_EMU_TSAN=1 EMBER_NUM_THREADS=2 EMBER_METAL_CACHE="${EMBER_METAL_CACHE:-$PWD/$out/cache}"
 export TSAN_OPTIONS="halt_on_error=0 exitcode=66 report_signal_unsafe=0"
