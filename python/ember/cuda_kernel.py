@@ -44,12 +44,7 @@ def nvrtc_library():
     Raises:
         EmberValueError: neither package is installed (the message names the one to install).
     """
-    if _found.get("nvrtc") is None:
-        _found["nvrtc"] = _find_library(_NVRTC_PACKAGES, "libnvrtc.so")
-        if _found["nvrtc"] is None:
-            raise EmberValueError("[cuda] NVRTC is not installed: pip install nvidia-cuda-nvrtc "
-                                  "(or pip install 'ember[cuda]')")
-    return _found["nvrtc"]
+    return _installed("nvrtc")
 
 
 def cublas_library():
@@ -64,12 +59,23 @@ def cublas_library():
     Raises:
         EmberValueError: neither package is installed (the message names the one to install).
     """
-    if _found.get("cublas") is None:
-        _found["cublas"] = _find_library(_CUBLAS_PACKAGES, "libcublas.so")
-        if _found["cublas"] is None:
-            raise EmberValueError("[cuda] cuBLAS is not installed: pip install nvidia-cublas "
+    return _installed("cublas")
+
+
+# key: (the packages to look in, the library's file-name prefix, what the error names)
+_LIBRARIES = {"nvrtc": (_NVRTC_PACKAGES, "libnvrtc.so", "NVRTC", "nvidia-cuda-nvrtc"),
+              "cublas": (_CUBLAS_PACKAGES, "libcublas.so", "cuBLAS", "nvidia-cublas")}
+
+
+def _installed(key):
+    """The path of library `key` (found once), or EmberValueError naming the package to install."""
+    if _found.get(key) is None:
+        packages, prefix, what, pip_name = _LIBRARIES[key]
+        _found[key] = _find_library(packages, prefix)
+        if _found[key] is None:
+            raise EmberValueError(f"[cuda] {what} is not installed: pip install {pip_name} "
                                   "(or pip install 'ember[cuda]')")
-    return _found["cublas"]
+    return _found[key]
 
 
 def _register_libraries():
