@@ -203,7 +203,7 @@ def test_doubling_chain_is_fast_and_exact():
     gs = t.backward()
     dt = time.perf_counter() - t0
     assert gs[a].item() == 2.0 ** 60
-    assert dt < 0.25, f"backward of 60 doublings took {dt:.3f}s"
+    assert dt < 2.0, f"backward of 60 doublings took {dt:.3f}s"  # a walk without memo would take ~2**60 steps
 
 
 def test_deep_chain_has_no_recursion_error():
