@@ -372,16 +372,22 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
       return;
     }
   }
-  const int64_t asz = mp * mr * k, bsz = np * nr * k;
+  // A float with unit column stride is read in place by the tile (run_rows), unpacked, when its rows (all
+  // batches' when folded) lie evenly rs apart. Not when rows 4 KiB apart (one L1 set) are reused by many
+  // columns: there the packed panels' one stream was faster.
+  bool a_rows = std::is_same_v<S, float> && ma.cs == 1 && pg.run_rows && (n <= 512 || ma.rs % 1024 != 0);
+  if (a_rows && fold)
+    for (int64_t bi = 0; bi < nb && a_rows; ++bi) a_rows = oa[bi] == oa[0] + bi * m * ma.rs;
+  const int64_t asz = a_rows ? 0 : mp * mr * k, bsz = np * nr * k;
   CpuStoragePtr buf = new_cpu(DType::F32, na * asz + nbb * bsz);
   float* ap = buf->data<float>();
   float* bp = ap + na * asz;
   // Packing: one panel per item.
-  const int64_t pitems = na * mp + nbb * np;
+  const int64_t pitems = (a_rows ? 0 : na * mp) + nbb * np;
   parallel_for(pitems, std::max<int64_t>(1, 16384 / (k * std::max(mr, nr))), [&](int64_t lo, int64_t hi) {
     const void* lines[64];
     for (int64_t u = lo; u < hi; ++u) {
-      if (u < na * mp) {
+      if (!a_rows && u < na * mp) {
         const int64_t g = u / mp, i0 = u % mp * mr;
         const int nl = (int)std::min<int64_t>(mr, M - i0);
         for (int r = 0; r < nl; ++r) {
@@ -390,7 +396,7 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
         }
         pg.pack(lines, src_code<S>(), nl, ma.cs, k, mr, ap + g * asz + i0 * k);
       } else {
-        const int64_t v = u - na * mp, g = v / np, j0 = v % np * nr;
+        const int64_t v = u - (a_rows ? 0 : na * mp), g = v / np, j0 = v % np * nr;
         const int nl = (int)std::min<int64_t>(nr, n - j0);
         for (int r = 0; r < nl; ++r) lines[r] = b0 + ob[g] + (j0 + r) * mb.cs;
         pg.pack(lines, src_code<S>(), nl, mb.rs, k, nr, bp + g * bsz + j0 * k);
@@ -420,8 +426,12 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
       const int64_t g = u / (sm * sn), bi = u % (sm * sn) / sn, bj = u % sn;
       const int64_t i0 = bi * rbp * mr, j0 = bj * cbp * nr;
       const int64_t rows = std::min(rbp * mr, M - i0), cols = std::min(cbp * nr, n - j0);
-      pg.run(ap + (na == 1 ? 0 : g) * asz + i0 * k, bp + (nbb == 1 ? 0 : g) * bsz + j0 * k, rows, cols, k,
-             c + g * M * n + i0 * n + j0, n, false);
+      const float* bg = bp + (nbb == 1 ? 0 : g) * bsz + j0 * k;
+      float* cg = c + g * M * n + i0 * n + j0;
+      if (a_rows)
+        pg.run_rows(reinterpret_cast<const float*>(a0) + oa[fold ? 0 : g] + i0 * ma.rs, ma.rs, bg, rows, cols, k, cg,
+                    n, false);
+      else pg.run(ap + (na == 1 ? 0 : g) * asz + i0 * k, bg, rows, cols, k, cg, n, false);
       round_block(g * M * n + i0 * n + j0, rows, cols);
     }
   });
