@@ -38,7 +38,8 @@ def check(got, a, b, dt, k):
 
 def operand(rng, shape, kind, dt):
     """(tensor, float64 values) of `shape` laid out as `kind`: c contiguous, t the last two dims swapped in
-    storage, s every other row and every third column of a bigger array, b a stride-0 broadcast batch."""
+    storage, s every other row and every third column of a bigger array, r every other row, p a 3-d operand's
+    first two dims swapped in storage, b a stride-0 broadcast batch."""
     if kind == "t":
         x = rng.uniform(-1, 1, shape[:-2] + (shape[-1], shape[-2])).astype(np.float32)
         t, v = em.tensor(x).to(DT[dt]), rounded(x, dt)
@@ -47,6 +48,14 @@ def operand(rng, shape, kind, dt):
         x = rng.uniform(-1, 1, shape[:-2] + (2 * shape[-2], 3 * shape[-1])).astype(np.float32)
         t, v = em.tensor(x).to(DT[dt]), rounded(x, dt)
         return t[..., ::2, 1::3], v[..., ::2, 1::3]
+    if kind == "r":  # every other row, columns contiguous: float A is read in place by the tile
+        x = rng.uniform(-1, 1, shape[:-2] + (2 * shape[-2], shape[-1])).astype(np.float32)
+        t, v = em.tensor(x).to(DT[dt]), rounded(x, dt)
+        return t[..., ::2, :], v[..., ::2, :]
+    if kind == "p":  # (batch, rows, cols) stored as (rows, batch, cols): batches interleaved row by row
+        x = rng.uniform(-1, 1, (shape[1], shape[0], shape[2])).astype(np.float32)
+        t, v = em.tensor(x).to(DT[dt]), rounded(x, dt)
+        return t.transpose(0, 1), v.swapaxes(0, 1)
     if kind == "b":
         x = rng.uniform(-1, 1, (1,) + shape[1:]).astype(np.float32)
         t, v = em.tensor(x).to(DT[dt]), rounded(x, dt)
@@ -71,7 +80,8 @@ THIN = [(m, k, n) for m in (1, 2, 3, 5, 8, 11, 16) for k, n in ((7, 5), (64, 100
 @pytest.mark.parametrize("dt", ["float32", "float16", "bfloat16"])
 def test_gemm_shapes_transposes_strides(dt, gemm, rng):
     for m, k, n in SHAPES + THIN[::2]:
-        for ka, kb in (("c", "c"), ("t", "c"), ("c", "t"), ("t", "t"), ("s", "c"), ("c", "s"), ("s", "t")):
+        for ka, kb in (("c", "c"), ("t", "c"), ("c", "t"), ("t", "t"), ("s", "c"), ("c", "s"), ("s", "t"),
+                       ("r", "c"), ("r", "t")):
             ta, a = operand(rng, (m, k), ka, dt)
             tb, b = operand(rng, (k, n), kb, dt)
             out = ta @ tb
@@ -99,7 +109,11 @@ def test_gemm_batches_and_broadcasting(dt, gemm, rng):
              ((4, 9, 20), "b", (4, 20, 17), "s"),   # A a stride-0 broadcast
              ((2, 3, 3, 40), "c", (3, 40, 70), "c"),  # thin batches, B not shared
              ((2, 3, 3, 40), "s", (40, 70), "t"),   # thin rows of several batches over a shared B^T
-             ((2, 1, 33, 300), "c", (1, 3, 300, 40), "b")]
+             ((2, 1, 33, 300), "c", (1, 3, 300, 40), "b"),
+             ((5, 21, 70), "c", (70, 45), "t"),     # B shared, A's batches stacked evenly: rows read in place
+             ((3, 26, 300), "r", (300, 40), "c"),   # the same with A's rows 2 k apart
+             ((4, 19, 50), "p", (50, 33), "c"),     # B shared, A's batches interleaved: rows not evenly apart
+             ((4, 19, 50), "p", (4, 50, 33), "t")]
     for sa, ka, sb, kb in cases:
         ta, a = operand(rng, sa, ka, dt)
         tb, b = operand(rng, sb, kb, dt)

@@ -73,9 +73,10 @@ template <typename S> static inline V vlds(const S* p) {
 // c (row stride ldc) = [c +] a_panel . b over kc steps, a whole R x nr tile: a is an R-row panel (R floats
 // per k), b's rows (nr floats each) lie ldb apart (nr when packed; a row-major B read in place for thin
 // products). Every element is one FMA chain over k in order, whatever the tile or block around it.
-template <int R, typename SB = float>
+// AR: A's rows read in place instead (row i's k-th element at a[i * lda + kk]: a row-major operand, no panel).
+template <int R, typename SB = float, bool AR = false>
 static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, int64_t ldb, float* __restrict c,
-                 int64_t ldc, bool acc, const float* cn) {
+                 int64_t ldc, bool acc, const float* cn, int64_t lda = 0) {
   V r[R][kNV];
 #if defined(__SSE__)
   // The next tile's C lines, so their misses overlap this tile's work (C often lies beyond L2).
@@ -88,13 +89,13 @@ static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, 
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < kNV; ++j) r[i][j] = acc ? vld(c + i * ldc + j * kW) : V{};
-  for (int64_t kk = 0; kk < kc; ++kk, a += R, b += ldb) {
+  for (int64_t kk = 0; kk < kc; ++kk, a += AR ? 1 : R, b += ldb) {
     V bv[kNV];
 #pragma GCC unroll 4
     for (int j = 0; j < kNV; ++j) bv[j] = vlds(b + j * kW);
 #pragma GCC unroll 32
     for (int i = 0; i < R; ++i) {
-      const V ai = a[i] - V{};
+      const V ai = (AR ? a[i * lda] : a[i]) - V{};
 #pragma GCC unroll 4
       for (int j = 0; j < kNV; ++j) r[i][j] = fma(ai, bv[j], r[i][j]);
     }
@@ -105,10 +106,15 @@ static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, 
     for (int j = 0; j < kNV; ++j) vst(c + i * ldc + j * kW, r[i][j]);
 }
 
-void run(const float* ap, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc, bool acc) {
+// AR: A (m x k, row stride lda) read where it lies, not from panels; a ragged last row panel is packed per k
+// block into aedge, as the tile reads whole panels.
+template <bool AR>
+void run_t(const float* ap, int64_t lda, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc,
+           bool acc) {
   const int64_t mp = panels(m, kMR), np = panels(n, kNR);
   const int64_t nkb = std::max<int64_t>(1, (k + kKC - 1) / kKC);
   alignas(64) float edge[kMR * kNR];
+  alignas(64) float aedge[AR ? kKC * kMR : 1];
   // Blocks of kMC rows by kc: one block of A stays in L2 while each B micro-panel (kc x nr, in L1) passes
   // over all of its row panels; A's micro-panels stream from L2, the narrower of the two streams.
   for (int64_t ib = 0; ib < mp; ib += kMC / kMR)
@@ -116,27 +122,42 @@ void run(const float* ap, const float* bp, int64_t m, int64_t n, int64_t k, floa
       const int64_t k0 = k * kb / nkb, kc = k * (kb + 1) / nkb - k0;
       const bool add = acc || kb > 0;
       const int64_t ie = std::min(mp, ib + kMC / kMR);
+      const int64_t mlast = m - (mp - 1) * kMR;  // rows of the last row panel
+      if (AR && ie == mp && mlast < kMR)
+        for (int64_t kk = 0; kk < kc; ++kk) {
+          for (int64_t i = 0; i < mlast; ++i) aedge[kk * kMR + i] = ap[((mp - 1) * kMR + i) * lda + k0 + kk];
+          std::fill(aedge + kk * kMR + mlast, aedge + (kk + 1) * kMR, 0.0f);
+        }
       for (int64_t jp = 0; jp < np; ++jp) {
         const float* b = bp + (jp * k + k0) * kNR;
         const int64_t nv = std::min<int64_t>(kNR, n - jp * kNR);
         for (int64_t ip = ib; ip < ie; ++ip) {
-          const float* a = ap + (ip * k + k0) * kMR;
+          const float* a = AR ? ap + ip * kMR * lda + k0 : ap + (ip * k + k0) * kMR;
           const int64_t mv = std::min<int64_t>(kMR, m - ip * kMR);
           float* ct = c + ip * kMR * ldc + jp * kNR;
           // the next tile: the next row panel, or the block's first one in the next column panel
           const float* cn = ip + 1 < ie ? ct + kMR * ldc : jp + 1 < np ? c + ib * kMR * ldc + (jp + 1) * kNR : ct;
           if (mv == kMR && nv == kNR) {
-            tile<kMR>(kc, a, b, kNR, ct, ldc, add, cn);
+            tile<kMR, float, AR>(kc, a, b, kNR, ct, ldc, add, cn, lda);
             continue;
           }
           // A ragged tile runs on a full-size copy, then only its valid part goes back.
           if (add)
             for (int64_t i = 0; i < mv; ++i) std::memcpy(edge + i * kNR, ct + i * ldc, (size_t)nv * sizeof(float));
-          tile<kMR>(kc, a, b, kNR, edge, kNR, add, edge);
+          if (AR && mv < kMR) tile<kMR>(kc, aedge, b, kNR, edge, kNR, add, edge);
+          else tile<kMR, float, AR>(kc, a, b, kNR, edge, kNR, add, edge, lda);
           for (int64_t i = 0; i < mv; ++i) std::memcpy(ct + i * ldc, edge + i * kNR, (size_t)nv * sizeof(float));
         }
       }
     }
+}
+
+void run(const float* ap, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc, bool acc) {
+  run_t<false>(ap, 0, bp, m, n, k, c, ldc, acc);
+}
+void run_rows(const float* a, int64_t lda, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc,
+              bool acc) {
+  run_t<true>(a, lda, bp, m, n, k, c, ldc, acc);
 }
 
 // Thin products (few rows): C[:, j0:j1] = A B with B (k x n, row stride ldb, unit column stride; float, f16 or
@@ -282,7 +303,9 @@ EMBER_INLINE void transpose8(__m256* v) {
 template <typename S> EMBER_INLINE void cvt_run(const S* src, int64_t n, float* d) {
   int64_t i = 0;
   if constexpr (std::is_same_v<S, float>) {
-    std::memcpy(d, src, (size_t)n * sizeof(float));
+    // fixed-size pieces the compiler inlines: a libc memcpy call per k step of a panel cost more than the copy
+    for (; i + 8 <= n; i += 8) std::memcpy(d + i, src + i, 8 * sizeof(float));
+    for (; i < n; ++i) d[i] = src[i];
     return;
   }
 #if defined(__AVX2__)
@@ -291,6 +314,7 @@ template <typename S> EMBER_INLINE void cvt_run(const S* src, int64_t n, float* 
   for (; i < n; ++i) d[i] = ld1(src + i);
 }
 
+constexpr int64_t kPackAhead = 8;
 // d[kk * w + r] = line r's element kk (lines[r][kk * ks]) for r < nl, zero for nl <= r < w.
 template <typename S>
 void pack_lines_t(const S* const* lines, int nl, int64_t ks, int64_t k, int w, float* d) {
@@ -298,6 +322,12 @@ void pack_lines_t(const S* const* lines, int nl, int64_t ks, int64_t k, int w, f
   for (int r = 1; r < nl && consecutive; ++r) consecutive = lines[r] == lines[0] + r;
   if (consecutive && (ks != 1 || nl == 1)) {
     for (int64_t kk = 0; kk < k; ++kk) {
+      // k steps lie ks apart (often 4 KiB: no hardware prefetch, L1 set conflicts): fetch a few steps ahead
+      if (kk + kPackAhead < k) {
+        const char* p = reinterpret_cast<const char*>(lines[0] + (kk + kPackAhead) * ks);
+        __builtin_prefetch(p);
+        __builtin_prefetch(p + (nl * sizeof(S) - 1));
+      }
       cvt_run(lines[0] + kk * ks, nl, d + kk * w);
       std::fill(d + kk * w + nl, d + kk * w + w, 0.0f);
     }
@@ -385,6 +415,7 @@ void EMBER_GCAT(register_gemm_, EMBER_ISA)(PackedGemm& g) {
   g.mr = kMR;
   g.nr = kNR;
   g.run = &run;
+  g.run_rows = &run_rows;
   g.pack = &pack_lines;
   g.thin = &thin;
   g.thin_t = &thin_t;

@@ -372,17 +372,48 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
       return;
     }
   }
-  const int64_t asz = mp * mr * k, bsz = np * nr * k;
+  // A float with unit column stride is read in place by the tile (run_rows), unpacked, when its rows (all
+  // batches' when folded) lie evenly rs apart. Not when rows 4 KiB apart (one L1 set) are reused by many
+  // columns: there the packed panels' one stream was faster.
+  bool a_rows = std::is_same_v<S, float> && ma.cs == 1 && pg.run_rows && (n <= 512 || ma.rs % 1024 != 0);
+  if (a_rows && fold)
+    for (int64_t bi = 0; bi < nb && a_rows; ++bi) a_rows = oa[bi] == oa[0] + bi * m * ma.rs;
+  const int64_t asz = a_rows ? 0 : mp * mr * k, bsz = np * nr * k;
   CpuStoragePtr buf = new_cpu(DType::F32, na * asz + nbb * bsz);
   float* ap = buf->data<float>();
   float* bp = ap + na * asz;
-  // Packing: one panel per item.
-  const int64_t pitems = na * mp + nbb * np;
+  // Packing: one panel per item; float operands whose panel lines are consecutive elements (A^T's rows, a
+  // row-major B's columns) a group of panels per item, each k step read as one run of >= 128 floats: one
+  // panel's own 8 or 32 floats per step, ks apart (often 4 KiB), left half lines and no hardware prefetch.
+  const bool a_grp = std::is_same_v<S, float> && !a_rows && !fold && ma.rs == 1;
+  const bool b_grp = std::is_same_v<S, float> && mb.cs == 1;
+  const int64_t pga = a_grp ? std::max(1, 128 / mr) : 1, pgb = b_grp ? std::max(1, 128 / nr) : 1;
+  const int64_t ia = a_rows ? 0 : (mp + pga - 1) / pga, ib = (np + pgb - 1) / pgb;
+  // the group [q0, q0 + nq) of w-line panels of `lines` lines from src (k steps ks apart) into d (panel q0's)
+  auto pack_group = [&](const S* src, int64_t ks, int64_t lines, int w, int64_t nq, float* d) {
+    const float* fs = reinterpret_cast<const float*>(src);
+    for (int64_t kk = 0; kk < k; ++kk, fs += ks)
+      for (int64_t q = 0; q < nq; ++q) {
+        const int64_t nl = std::min<int64_t>(w, lines - q * w);
+        float* dq = d + (q * k + kk) * w;
+        const float* sq = fs + q * w;
+        int64_t r = 0;
+        for (; r + 8 <= nl; r += 8) std::memcpy(dq + r, sq + r, 8 * sizeof(float));
+        for (; r < nl; ++r) dq[r] = sq[r];
+        for (; r < w; ++r) dq[r] = 0.0f;
+      }
+  };
+  const int64_t pitems = na * ia + nbb * ib;
   parallel_for(pitems, std::max<int64_t>(1, 16384 / (k * std::max(mr, nr))), [&](int64_t lo, int64_t hi) {
     const void* lines[64];
     for (int64_t u = lo; u < hi; ++u) {
-      if (u < na * mp) {
-        const int64_t g = u / mp, i0 = u % mp * mr;
+      if (u < na * ia) {
+        const int64_t g = u / ia, p0 = u % ia * pga;
+        if (a_grp) {
+          pack_group(a0 + oa[g] + p0 * mr, ma.cs, M - p0 * mr, mr, std::min(pga, mp - p0), ap + g * asz + p0 * mr * k);
+          continue;
+        }
+        const int64_t i0 = p0 * mr;
         const int nl = (int)std::min<int64_t>(mr, M - i0);
         for (int r = 0; r < nl; ++r) {
           const int64_t row = i0 + r, bi = fold ? row / m : g, ri = fold ? row % m : row;
@@ -390,7 +421,11 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
         }
         pg.pack(lines, src_code<S>(), nl, ma.cs, k, mr, ap + g * asz + i0 * k);
       } else {
-        const int64_t v = u - na * mp, g = v / np, j0 = v % np * nr;
+        const int64_t v = u - na * ia, g = v / ib, p0 = v % ib * pgb, j0 = p0 * nr;
+        if (b_grp) {
+          pack_group(b0 + ob[g] + j0, mb.rs, n - j0, nr, std::min(pgb, np - p0), bp + g * bsz + j0 * k);
+          continue;
+        }
         const int nl = (int)std::min<int64_t>(nr, n - j0);
         for (int r = 0; r < nl; ++r) lines[r] = b0 + ob[g] + (j0 + r) * mb.cs;
         pg.pack(lines, src_code<S>(), nl, mb.rs, k, nr, bp + g * bsz + j0 * k);
@@ -420,8 +455,12 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
       const int64_t g = u / (sm * sn), bi = u % (sm * sn) / sn, bj = u % sn;
       const int64_t i0 = bi * rbp * mr, j0 = bj * cbp * nr;
       const int64_t rows = std::min(rbp * mr, M - i0), cols = std::min(cbp * nr, n - j0);
-      pg.run(ap + (na == 1 ? 0 : g) * asz + i0 * k, bp + (nbb == 1 ? 0 : g) * bsz + j0 * k, rows, cols, k,
-             c + g * M * n + i0 * n + j0, n, false);
+      const float* bg = bp + (nbb == 1 ? 0 : g) * bsz + j0 * k;
+      float* cg = c + g * M * n + i0 * n + j0;
+      if (a_rows)
+        pg.run_rows(reinterpret_cast<const float*>(a0) + oa[fold ? 0 : g] + i0 * ma.rs, ma.rs, bg, rows, cols, k, cg,
+                    n, false);
+      else pg.run(ap + (na == 1 ? 0 : g) * asz + i0 * k, bg, rows, cols, k, cg, n, false);
       round_block(g * M * n + i0 * n + j0, rows, cols);
     }
   });

@@ -16,6 +16,10 @@ struct PackedGemm {
   bool preferred = false;
   void (*run)(const float* ap, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc,
               bool acc) = nullptr;
+  // run with A (m x k, float, row stride lda, unit column stride) read where it lies instead of from panels:
+  // the same products in the same order (the same bits), without packing A first.
+  void (*run_rows)(const float* a, int64_t lda, const float* bp, int64_t m, int64_t n, int64_t k, float* c,
+                   int64_t ldc, bool acc) = nullptr;
   // Packs one panel of w (mr or nr) lines, k-major: d[kk * w + r] = lines[r][kk * ks] as float for r < nl,
   // 0 for nl <= r < w. src: 0 float, 1 f16, 2 bf16 (converted while packing). A's lines are its rows,
   // B's its columns; a transposed or strided operand is read where it lies, without a copy.

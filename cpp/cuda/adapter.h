@@ -26,6 +26,12 @@ struct LaunchArg {
   std::string bytes;    // a value, as the kernel's parameter type lays it out
 };
 
+// An event (CUevent, or the emulator's record of one); the adapter knows what it points to.
+struct EventHandle {
+  void* p = nullptr;
+  explicit operator bool() const { return p != nullptr; }
+};
+
 // A compiled module (CUmodule, or an emulator module); the adapter knows what it points to.
 struct ModuleHandle {
   void* p = nullptr;
@@ -66,6 +72,13 @@ class Adapter {
   virtual void launch(int dev, ModuleHandle module, const std::string& function, Dim3 grid, Dim3 block,
                       uint32_t shared_mem, const std::vector<LaunchArg>& args) = 0;
   virtual void synchronize(int dev) = 0;
+  // Cross-stream ordering without a host wait (DLPack export to a consumer's stream): an event recorded on
+  // the device's stream after all work launched so far (no timing), `stream` (a CUstream handle of
+  // another library) made to wait for it on the device, and the event's release (the driver frees it once
+  // it has completed).
+  virtual EventHandle record_event(int dev) = 0;
+  virtual void stream_wait_event(int dev, uint64_t stream, EventHandle event) = 0;
+  virtual void destroy_event(int dev, EventHandle event) = 0;
   // A vendor BLAS product (cuBLAS on the driver) on the device's stream; false where there is none (the
   // emulator, or cuBLAS not installed): the caller then runs ember's own kernel.
   virtual bool gemm(int dev, const RowMajorGemm& g) { return (void)dev, (void)g, false; }
@@ -73,6 +86,13 @@ class Adapter {
 
 // The emulator (any OS): CUDA C++ compiled as C++ against cuda/cuda_emu.h, run on the CPU (cpp/emu/).
 Adapter& emulator_adapter();
+
+// The emulator adapter's calls since the process started, for tests (ember._C_testing): events recorded,
+// stream waits, events destroyed, synchronizes.
+struct EmulatorCounts {
+  uint64_t records, waits, destroys, synchronizes;
+};
+EmulatorCounts emulator_counts();
 
 // The driver through dlopen("libcuda.so.1") and NVRTC; nullptr with the reason in *why when either is
 // missing or no device answers.

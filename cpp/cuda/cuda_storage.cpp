@@ -32,6 +32,35 @@ gpu::BufferRef pooled(CudaDevice& dev, size_t bytes, const char* op) {
 CudaStorage::CudaStorage(CudaDevice& dev, DType dtype, int64_t numel, const char* op)
     : gpu::GpuStorage(dev, dtype, numel, pooled(dev, checked_bytes(dev, dtype, numel, op), op), 0) {}
 
+CudaStorage::CudaStorage(CudaDevice& dev, DType dtype, int64_t numel, gpu::BufferRef buffer)
+    : gpu::GpuStorage(dev, dtype, numel, std::move(buffer), 0) {}
+
+std::shared_ptr<CudaStorage> CudaStorage::wrap(CudaDevice& dev, DType dtype, int64_t numel, uint64_t dptr,
+                                               std::function<void()> release, const char* op) {
+  size_t bytes = 0;
+  std::shared_ptr<gpu::Buffer> buf;
+  try {
+    bytes = checked_bytes(dev, dtype, numel, op);
+    EMBER_CHECK(numel > 0 && dptr != 0, Value, "[", op, "] cannot wrap ", numel, " elements at device address ", dptr);
+    EMBER_CHECK(dptr % itemsize(dtype) == 0, Value, "[", op, "] device address ", dptr, " is not aligned to the ",
+                itemsize(dtype), "-byte elements of ", dtype_name(dtype));
+    // The buffer is exactly the producer's bytes: the emulator checks every kernel access against them.
+    buf = std::make_shared<gpu::Buffer>(&dev, (void*)(uintptr_t)dptr, bytes);
+  } catch (...) {
+    release();  // refused: the producer's memory is not kept
+    throw;
+  }
+  buf->foreign_release = [&dev, release = std::move(release)] {
+    // Work on the stream may still read or write the memory; the producer may reuse it once released.
+    try {
+      dev.synchronize();
+    } catch (...) {  // a kernel's fault was reported or is reported at the next synchronize; release anyway
+    }
+    release();
+  };
+  return std::make_shared<CudaStorage>(dev, dtype, numel, std::move(buf));
+}
+
 StoragePtr CudaStorage::matmul(const Layout& l, const BackendStorage& rhs_, const Layout& rl) const {
   CudaDevice& dev = cuda_device();
   const CudaStorage& rhs = as_cuda(rhs_);

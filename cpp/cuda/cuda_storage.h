@@ -1,6 +1,7 @@
 // CudaStorage: a GPU storage (gpu/gpu_storage.h: the whole trait, on the launchers shared with Metal) over a
 // buffer of a CudaDevice's pool; its device address is what em.cuda.Kernel and DLPack see.
 #pragma once
+#include <functional>
 #include <memory>
 
 #include "backend.h"
@@ -14,6 +15,14 @@ class CudaStorage final : public gpu::GpuStorage {
   // `numel` elements of `dtype` in a buffer from dev's pool (contents unspecified); refuses a dtype the
   // device's kernels do not hold and reports running out of memory as op's error.
   CudaStorage(CudaDevice& dev, DType dtype, int64_t numel, const char* op = "alloc");
+  // Wraps `numel` elements of `dtype` at device address `dptr`, memory ember did not allocate (a DLPack
+  // import): no pool, no memory stats. When the last storage and encoded work on it are gone, the device
+  // is synchronised (the stream may still use the memory) and `release` runs once (the producer's deleter);
+  // it also runs (at once) when wrap refuses.
+  static std::shared_ptr<CudaStorage> wrap(CudaDevice& dev, DType dtype, int64_t numel, uint64_t dptr,
+                                           std::function<void()> release, const char* op = "from_dlpack");
+  CudaStorage(CudaDevice& dev, DType dtype, int64_t numel, gpu::BufferRef buffer);
+  bool foreign() const { return static_cast<bool>(buffer()->foreign_release); }
 
   CudaDevice& cuda_device() const { return static_cast<CudaDevice&>(gpu_device()); }
   uint64_t dptr() const { return CudaDevice::dptr(*buffer()) + byte_offset(); }  // the address of element 0

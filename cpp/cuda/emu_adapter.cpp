@@ -3,6 +3,7 @@
 // cached on disk (kernel_cache.h), and a launch runs on the emulators' shared runtime (cpp/emu/) at once.
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -64,6 +65,13 @@ void build(const ParsedSource& p, const std::string& label, const std::vector<st
     throw Error(ErrorKind::Value, "[cuda] compiling " + label + " failed:\n" + log);
   }
 }
+
+std::atomic<uint64_t> g_records{0}, g_waits{0}, g_destroys{0}, g_syncs{0};
+
+// The emulator's event: which device's stream recorded it (every launch has run by then, so it is complete).
+struct EmuEvent {
+  int dev;
+};
 
 struct EmuModule {
   std::shared_ptr<const emu::Module> module;
@@ -146,7 +154,22 @@ class EmuAdapter final : public Adapter {
     }
     emu::run_launch(L);
   }
-  void synchronize(int) override {}  // launches and copies have run when they return
+  void synchronize(int) override { ++g_syncs; }  // launches and copies have run when they return
+  // Every launch has run when it returns, so an event is complete when recorded and a wait is satisfied at
+  // once; they are still real calls, so the host code's path is the driver's.
+  EventHandle record_event(int dev) override {
+    ++g_records;
+    return {new EmuEvent{dev}};
+  }
+  void stream_wait_event(int dev, uint64_t stream, EventHandle event) override {
+    EMBER_CHECK(event && static_cast<EmuEvent*>(event.p)->dev == dev && stream != 0, Value,
+                "[cuda] stream wait on an event of another device or on stream 0");
+    ++g_waits;
+  }
+  void destroy_event(int, EventHandle event) override {
+    delete static_cast<EmuEvent*>(event.p);
+    ++g_destroys;
+  }
 
  private:
   std::mutex mu_;
@@ -154,6 +177,8 @@ class EmuAdapter final : public Adapter {
 };
 
 }  // namespace
+
+EmulatorCounts emulator_counts() { return {g_records.load(), g_waits.load(), g_destroys.load(), g_syncs.load()}; }
 
 Adapter& emulator_adapter() {
   static EmuAdapter* a = new EmuAdapter();  // leaked: kernels may run at exit

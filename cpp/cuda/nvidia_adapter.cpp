@@ -37,11 +37,16 @@ struct Driver {
   int (*launch_kernel)(void*, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned, void*, void**,
                        void**);
   int (*ctx_synchronize)();
+  int (*event_create)(void**, unsigned);
+  int (*event_record)(void*, void*);
+  int (*stream_wait_event)(void*, void*, unsigned);
+  int (*event_destroy)(void*);
   int (*get_error_string)(int, const char**);
 };
 // CUdevice_attribute values used below.
 constexpr int kMaxThreadsPerBlock = 1, kMaxSharedPerBlock = 8, kCcMajor = 75, kCcMinor = 76;
 constexpr int kFuncMaxThreadsPerBlock = 0;  // CUfunction_attribute
+constexpr unsigned kEventDisableTiming = 0x2;  // CU_EVENT_DISABLE_TIMING
 
 struct NvModule {
   void* module = nullptr;
@@ -134,6 +139,25 @@ class NvidiaAdapter final : public Adapter {
     use(dev);
     check(d_.ctx_synchronize(), "cuCtxSynchronize (a kernel failed)");
   }
+  EventHandle record_event(int dev) override {
+    use(dev);
+    void* ev = nullptr;
+    check(d_.event_create(&ev, kEventDisableTiming), "cuEventCreate");
+    const int rc = d_.event_record(ev, nullptr);  // the legacy default stream, which ember launches on
+    if (rc != 0) {
+      d_.event_destroy(ev);
+      check(rc, "cuEventRecord");
+    }
+    return {ev};
+  }
+  void stream_wait_event(int dev, uint64_t stream, EventHandle event) override {
+    use(dev);
+    check(d_.stream_wait_event((void*)(uintptr_t)stream, event.p, 0), "cuStreamWaitEvent");
+  }
+  void destroy_event(int dev, EventHandle event) override {
+    use(dev);
+    check(d_.event_destroy(event.p), "cuEventDestroy");  // a pending event is freed once it completes
+  }
 
  private:
   std::string err(int rc) const {
@@ -212,6 +236,10 @@ Adapter* nvidia_adapter(std::string* why) {
   d.func_get_attribute = reinterpret_cast<decltype(d.func_get_attribute)>(sym("cuFuncGetAttribute"));
   d.launch_kernel = reinterpret_cast<decltype(d.launch_kernel)>(sym("cuLaunchKernel"));
   d.ctx_synchronize = reinterpret_cast<decltype(d.ctx_synchronize)>(sym("cuCtxSynchronize"));
+  d.event_create = reinterpret_cast<decltype(d.event_create)>(sym("cuEventCreate"));
+  d.event_record = reinterpret_cast<decltype(d.event_record)>(sym("cuEventRecord"));
+  d.stream_wait_event = reinterpret_cast<decltype(d.stream_wait_event)>(sym("cuStreamWaitEvent"));
+  d.event_destroy = reinterpret_cast<decltype(d.event_destroy)>(sym("cuEventDestroy_v2"));
   d.get_error_string = reinterpret_cast<decltype(d.get_error_string)>(sym("cuGetErrorString"));
   int count = 0;
   if (!ok || d.init(0) != 0 || d.device_get_count(&count) != 0 || count == 0) {

@@ -4,6 +4,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -24,6 +25,8 @@ struct Buffer {
   GpuDevice* dev;
   void* handle;  // the device's: an MTL::Buffer (or emulator record), a CUDA device address
   size_t size;   // bytes (the pool's bucket, at least what was asked for)
+  // Set for memory the device did not allocate (a DLPack import): run instead of returning it to the pool.
+  std::function<void()> foreign_release;
   Buffer(GpuDevice* d, void* h, size_t n) : dev(d), handle(h), size(n) {}
   ~Buffer();
   Buffer(const Buffer&) = delete;
@@ -108,6 +111,9 @@ class GpuDevice {
   virtual void release_buffer(void* handle, size_t size) = 0;  // back to the pool
 };
 
-inline Buffer::~Buffer() { dev->release_buffer(handle, size); }
+inline Buffer::~Buffer() {
+  if (foreign_release) foreign_release();
+  else dev->release_buffer(handle, size);
+}
 
 }  // namespace ember::gpu

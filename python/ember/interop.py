@@ -140,15 +140,15 @@ def _check_stream(stream, device):
         raise BufferError(f"[__dlpack__] stream must be -1, 1, 2 or a stream handle, got {stream}")
 
 
-def _sync_for_stream(stream, device):
-    """Makes ember's work on ``device`` visible to a consumer reading on ``stream``.
+def _order_for_stream(stream, device):
+    """Orders ember's work on ``device`` before a consumer reading on ``stream``, without a host wait.
 
     ember launches on the legacy default stream, which both default streams (1, 2) are ordered
-    with; -1 asks for no synchronisation. Any other stream may be non-blocking: ember waits for
-    its own stream before handing the memory over (under the emulator every launch has already run).
+    with; -1 asks for no synchronisation. Any other stream may be non-blocking: an event recorded on
+    ember's stream is made the consumer stream's dependency (cuEventRecord + cuStreamWaitEvent).
     """
     if device.type == "cuda" and stream is not None and stream not in (-1, _LEGACY_STREAM, _PER_THREAD_STREAM):
-        _C._cuda_synchronize(device.index)
+        _C._cuda_order_stream(device.index, stream)
 
 
 def _dlpack(self: Tensor, *, stream=None, max_version=None, dl_device=None, copy=None):
@@ -157,7 +157,8 @@ def _dlpack(self: Tensor, *, stream=None, max_version=None, dl_device=None, copy
     Args:
         stream: the consumer's CUDA stream, as DLPack defines it (None or 1: the legacy default stream,
             which ember runs on; 2: the per-thread default stream; -1: no synchronisation; else a
-            stream handle, for which ember first waits for its own stream). None for host memory.
+            stream handle, which is made to wait, on the device, for an event recorded on ember's
+            stream). None for host memory.
         max_version: the consumer's highest DLPack version; (1, x) gives a versioned capsule.
         dl_device: the (device_type, device_id) to export to; another device than the tensor's is a copy.
         copy: True always copies; False refuses a copy (BufferError); None copies only when needed.
@@ -198,7 +199,7 @@ def _dlpack(self: Tensor, *, stream=None, max_version=None, dl_device=None, copy
         # the import cannot silently change a gradient (torch ignores it; see docs/memory-and-safety.md).
         read_only = not copy and t._storage.saved
         m.flags = (2 if copy else 0) | (_FLAG_READ_ONLY if read_only else 0)  # IS_COPIED, READ_ONLY
-    _sync_for_stream(stream, t.device)  # first: a GPU fault it reports leaves no export behind
+    _order_for_stream(stream, t.device)  # first: a driver error it reports leaves no export behind
     addr = C.addressof(m)
     _LIVE[addr] = keep
     return _api.PyCapsule_New(addr, _NAME_V if versioned else _NAME, _DESTRUCTOR_PTR)
@@ -274,9 +275,10 @@ def from_dlpack(obj) -> Tensor:
     empty, or of a dtype ember widens (int8/int16/int32/uint16). See docs/memory-and-safety.md.
 
     CUDA data lands on ``cuda:<device_id>``. ember asks the producer to order its pending work before
-    ember's stream (the legacy default stream, ``stream=1``). An ember tensor's own capsule is imported
-    without a copy. Another library's CUDA memory is copied on the device, with a DLPackCopyWarning
-    (docs/cuda.md says why).
+    ember's stream (the legacy default stream, ``stream=1``). CUDA memory is shared too: an ember
+    tensor's own capsule gives the same storage, another library's memory is wrapped (its deleter runs
+    when the last ember view dies). Read-only CUDA data is copied on the device; bool, negatively
+    strided, misaligned or empty data and widened dtypes go through the host (docs/cuda.md).
 
     Args:
         obj: an object with ``__dlpack__`` (and ``__dlpack_device__``), or an unconsumed capsule.
@@ -355,7 +357,7 @@ def from_dlpack(obj) -> Tensor:
     zero_copy = (key in _FROM_DL and not read_only and all(s >= 0 for s in strides) and numel > 0
                  and data % itemsize == 0)
     if device.type == "cuda":
-        return _cuda_import(device, owner, ours, key, shape, strides, data, lo, hi, zero_copy)
+        return _cuda_import(device, owner, ours, key, shape, strides, data, lo, hi, zero_copy, read_only)
     if zero_copy and _FROM_DL[key] is _dt.bool:
         # bool bytes other than 0 and 1 (a producer's view of other data) are copied, normalised to 0/1
         raw = (C.c_uint8 * (hi + 1)).from_address(data)
@@ -399,7 +401,7 @@ def _host_copy(raw, key, shape, strides, lo):
     return _wrap(s, _C.Layout.contiguous(shape), dt, _dt.cpu)
 
 
-def _cuda_import(device, owner, ours, key, shape, strides, data, lo, hi, zero_copy):
+def _cuda_import(device, owner, ours, key, shape, strides, data, lo, hi, zero_copy, read_only):
     """The tensor on ``device`` (cuda:N) of a consumed CUDA capsule, whose producer ``owner`` releases."""
     itemsize = key[1] // 8
     st = ours[1] if ours is not None and len(ours) > 1 else None
@@ -410,15 +412,20 @@ def _cuda_import(device, owner, ours, key, shape, strides, data, lo, hi, zero_co
             dt = _FROM_DL[key]
             return _wrap(st, _C.Layout(shape, strides, off), dt, device)  # owner's deleter ends the export
     if zero_copy and _FROM_DL[key] is not _dt.bool:
-        # Another library's memory: ember's CudaStorage cannot borrow it yet, so it is copied on the device.
-        warnings.warn(f"[from_dlpack] CUDA memory of another library is copied into ember's own storage on {device}, "
-                      "sharing no memory", DLPackCopyWarning, stacklevel=3)
+        # Another library's memory, wrapped: the storage starts at the capsule's first element and spans
+        # what its strides reach; the producer's deleter runs when the last view (and work on it) is gone.
+        dt = _FROM_DL[key]
+        st = _C.CudaStorage._borrow(data, hi + 1, dt.code, device.index, owner)
+        return _wrap(st, _C.Layout(shape, strides, 0), dt, device)
+    if read_only and key in _FROM_DL and _FROM_DL[key] is not _dt.bool and all(s >= 0 for s in strides) \
+            and math.prod(shape) and data % itemsize == 0:
+        # Read-only memory is not ember's to write (as on the CPU): a copy, on the device.
         dt = _FROM_DL[key]
         st = _C.CudaStorage.empty(hi + 1, dt, device)
         _C._cuda_copy_from_pointer(st, data, (hi + 1) * itemsize)
         del owner
         return _wrap(st, _C.Layout(shape, strides, 0), dt, device)
-    # Widened dtypes, bool, read-only, misaligned or negatively strided data, empty tensors: through the host.
+    # Widened dtypes, bool, misaligned or negatively strided data, empty tensors: through the host.
     raw = None
     if math.prod(shape):
         raw = np.empty((hi - lo + 1) * itemsize, np.uint8)

@@ -124,7 +124,39 @@ void bind_cuda(py::module_& m) {
             CudaDevice& dev = cuda_device(index, "empty");
             return std::static_pointer_cast<BackendStorage>(std::make_shared<CudaStorage>(dev, to_dtype(code), n));
           },
-          py::arg("n"), py::arg("code"), py::arg("index") = 0);
+          py::arg("n"), py::arg("code"), py::arg("index") = 0)
+      .def_static(
+          "_borrow",
+          [](uint64_t ptr, int64_t numel, int code, int index, py::object keep_alive) {
+            CudaDevice& dev = cuda_device(index, "from_dlpack");
+            // Zero-copy: the storage holds `keep_alive` (the producer's DLPack tensor, whose deleter runs when
+            // it dies) until its last view and the work on it are gone.
+            auto* ref = new py::object(std::move(keep_alive));
+            auto release = [ref] {
+              py::gil_scoped_acquire g;
+              delete ref;
+            };
+            return std::static_pointer_cast<BackendStorage>(CudaStorage::wrap(dev, to_dtype(code), numel, ptr, release));
+          },
+          py::arg("ptr"), py::arg("numel"), py::arg("code"), py::arg("index"), py::arg("keep_alive"),
+          "Wraps CUDA memory another library owns, without copying (DLPack).")
+      .def_property_readonly("_foreign", &CudaStorage::foreign,
+                             "Whether the storage wraps memory ember did not allocate (a DLPack import).");
+  // DLPack export to a consumer's stream handle: the consumer's stream waits for an event recorded on ember's
+  // stream, on the device, with no host wait.
+  m.def("_cuda_order_stream", [](int index, uint64_t stream) {
+    CudaDevice& dev = cuda_device(index, "__dlpack__");
+    py::gil_scoped_release nogil;
+    cuda::Adapter& a = dev.adapter();
+    const cuda::EventHandle ev = a.record_event(dev.ordinal());
+    try {
+      a.stream_wait_event(dev.ordinal(), stream, ev);
+    } catch (...) {
+      a.destroy_event(dev.ordinal(), ev);
+      throw;
+    }
+    a.destroy_event(dev.ordinal(), ev);
+  }, py::arg("index"), py::arg("stream"));
   // DLPack imports of memory another library owns on a CUDA device (interop.py): copied into ember's own
   // storage, on the device, or to the host for the dtypes and layouts the host path converts.
   m.def("_cuda_copy_from_pointer", [](const StoragePtr& dst, uint64_t src, size_t nbytes) {
@@ -145,6 +177,14 @@ void bind_cuda(py::module_& m) {
     py::gil_scoped_release nogil;
     dev.adapter().copy_to_host(dev.ordinal(), dst, src, n);
   }, py::arg("index"), py::arg("src"), py::arg("out"));
+  // For tests: _C_testing links its own copy of the CUDA layer (its own emulator adapter), so the counters of
+  // the adapter ember's tensors use are read here.
+  m.def("_cuda_emulator_counts", [] {
+    const cuda::EmulatorCounts c = cuda::emulator_counts();
+    py::dict d;
+    d["records"] = c.records, d["waits"] = c.waits, d["destroys"] = c.destroys, d["synchronizes"] = c.synchronizes;
+    return d;
+  }, "The CUDA emulator adapter's event records, stream waits, event destroys and synchronizes so far (tests).");
   m.def("_cuda_backend_kind", [] {
     const char* k = CudaDevice::backend_kind();
     return k ? py::object(py::str(k)) : py::object(py::none());
