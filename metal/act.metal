@@ -21,6 +21,13 @@ struct ActArgs {
 // The normal CDF Phi and density phi as unary.metal's gelu and the CPU compute them (vmath.h,
 // vm_normal_cdf): through erfc, so negative x keep their relative accuracy (0.5 * (1 + erf) cancels from
 // x = -5 on), with z^2 = x^2 / 2 split exactly by an FMA; phi shares e^(-z^2).
+#if defined(EMBER_CUDA_F64)
+// CUDA's float64 variant (float is double here): the CPU's double formulas, through the math library's erf.
+inline float act_normal_cdf(float x, thread float& pdf) {
+  pdf = exp(-0.5f * x * x) * 0.39894228040143267794f;
+  return 0.5f * (1.0f + ::erf(x * 0.70710678118654752440f));
+}
+#else
 inline float act_normal_cdf(float x, thread float& pdf) {
   const float y = x * 0.70710678118654752f, z = fabs(y);
   const float t = 1.0f / (1.0f + 0.5f * z);
@@ -35,6 +42,7 @@ inline float act_normal_cdf(float x, thread float& pdf) {
   const float half_erfc = 0.5f * (t * q * e);
   return y > 0.0f ? 1.0f - half_erfc : half_erfc;
 }
+#endif
 
 struct SigmoidBwd {  // a = y
   float operator()(float y) const { return y * (1.0f - y); }

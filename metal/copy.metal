@@ -83,7 +83,11 @@ constant constexpr float kIntLo = -9.299999201e18f;  // the least float > -9.3e1
 constant constexpr float kIntHi = 1.799999931e19f;   // the greatest float < 1.8e19
 constant constexpr float kTwo63 = 9223372036854775808.0f;
 
+#if defined(EMBER_CUDA_F64)
+inline bool int_range(float v) { return v > -9.3e18f && v < 1.8e19f; }  // float is double here: the CPU's bounds
+#else
 inline bool int_range(float v) { return v >= kIntLo && v <= kIntHi; }
+#endif
 inline long to_long_x86(float v) { return (v >= kTwo63 || v < -kTwo63) ? as_type<long>(0x8000000000000000ul) : long(v); }
 
 // From float32 (the CPU's to_dtype loop): negative values give 0 for unsigned targets.
@@ -223,6 +227,12 @@ instantiate_width(64, ulong)
   instantiate_cast(fname, From, bool, bool)
 
 instantiate_casts_from(float32, float)
+#if defined(EMBER_CUDA_TRANSLATE) && !defined(EMBER_CUDA_F64)
+// CUDA's float64 (Metal has no double): float32 <-> float64 here; every other float64 cast is in the float64
+// variant of this file (float32's casts retyped, cpp/cuda/kernels.h).
+instantiate_cast(float32, float, float64, em_double)
+instantiate_cast(float64, em_double, float32, float)
+#endif
 instantiate_casts_from(float16, half)
 instantiate_casts_from(bfloat16, bfloat)
 instantiate_casts_from(int64, long)

@@ -204,13 +204,13 @@ inline uint sr_mul(uint a, uint b) { return a * b; }
 inline uchar sr_mul(uchar a, uchar b) { return uchar(uint(a) * uint(b)); }
 inline int sr_mul(int a, int b) { return as_type<int>(as_type<uint>(a) * as_type<uint>(b)); }
 inline bool sr_mul(bool a, bool b) { return a && b; }
-inline float sr_low(float) { return as_type<float>(0xff800000u); }
+inline float sr_low(float) { return -numeric_limits<float>::infinity(); }
 inline long sr_low(long) { return as_type<long>(0x8000000000000000ul); }
 inline uint sr_low(uint) { return 0u; }
 inline uchar sr_low(uchar) { return uchar(0); }
 inline int sr_low(int) { return -2147483647 - 1; }
 inline bool sr_low(bool) { return false; }
-inline float sr_high(float) { return as_type<float>(0x7f800000u); }
+inline float sr_high(float) { return numeric_limits<float>::infinity(); }
 inline long sr_high(long) { return as_type<long>(0x7ffffffffffffffful); }
 inline uint sr_high(uint) { return 0xffffffffu; }
 inline uchar sr_high(uchar) { return uchar(255); }

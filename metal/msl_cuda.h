@@ -12,12 +12,15 @@ typedef unsigned int uint;
 typedef unsigned short ushort;
 typedef unsigned char uchar;
 typedef unsigned long ulong;
+typedef double em_double;  // for .metal lines only CUDA compiles (a .metal file may not say double: Metal lint)
 
 // ---- a few traits (NVRTC has no <type_traits>) ------------------------------------------------------------
 template <bool B, class T = void> struct enable_if {};
 template <class T> struct enable_if<true, T> { typedef T type; };
 template <class A, class B> struct is_same { static constexpr bool value = false; };
 template <class A> struct is_same<A, A> { static constexpr bool value = true; };
+template <bool C, class A, class B> struct pick { typedef A type; };
+template <class A, class B> struct pick<false, A, B> { typedef B type; };
 template <class T> struct is_int { static constexpr bool value = false; };
 #define EMK_INT(T) template <> struct is_int<T> { static constexpr bool value = true; };
 EMK_INT(bool) EMK_INT(char) EMK_INT(signed char) EMK_INT(unsigned char) EMK_INT(short) EMK_INT(unsigned short)
@@ -61,13 +64,23 @@ inline unsigned short f32_to_bf16(float f) {
 }
 #endif
 inline float bf16_to_f32(unsigned short b) { return bit_cast<float>((unsigned)b << 16); }
+// double -> float rounded to odd (as cpp/dtype.h): rounding that once more to 16 bits is the double's one rounding.
+inline float f64_to_f32_odd(double d) {
+  float f = (float)d;
+  if ((double)f != d && d == d) {
+    unsigned b = bit_cast<unsigned>(f);
+    if (::fabs((double)f) > ::fabs(d)) b -= 1;
+    f = bit_cast<float>(b | 1u);
+  }
+  return f;
+}
 
 #define EMK_SMALL_FLOAT(NAME, TO_F, FROM_F)                                                                 \
   struct NAME {                                                                                             \
     unsigned short bits;                                                                                    \
     NAME() = default;                                                                                       \
     NAME(float f) : bits(FROM_F(f)) {}                                                                      \
-    NAME(double d) : bits(FROM_F((float)d)) {}                                                              \
+    NAME(double d) : bits(FROM_F(f64_to_f32_odd(d))) {}                                                     \
     template <class I, typename enable_if<is_int<I>::value, int>::type = 0> NAME(I i) : bits(FROM_F((float)i)) {} \
     operator float() const { return TO_F(bits); }                                                           \
     NAME operator-() const { NAME r; r.bits = (unsigned short)(bits ^ 0x8000u); return r; }                 \
@@ -92,18 +105,27 @@ template <class A, class B>
 struct promote<A, B, typename enable_if<is_small<A>::value && is_int<B>::value>::type> { typedef A type; };
 template <class A, class B>
 struct promote<A, B, typename enable_if<is_int<A>::value && is_small<B>::value>::type> { typedef B type; };
+// (with double, in the float64 variants, double: CUDA has it)
 template <class A, class B>
 struct promote<A, B, typename enable_if<(is_small<A>::value || is_small<B>::value) && !is_same<A, B>::value &&
                                         !is_int<A>::value && !is_int<B>::value && is_num<A>::value &&
-                                        is_num<B>::value>::type> { typedef float type; };
+                                        is_num<B>::value>::type> {
+  typedef typename pick<is_same<A, double>::value || is_same<B, double>::value, double, float>::type type;
+};
+template <class R> struct calc_t { typedef float type; };  // the type a 16-bit operation is computed in
+template <> struct calc_t<double> { typedef double type; };
 #define EMK_SMALL_BINOP(OP)                                                   \
   template <class A, class B, class R = typename promote<A, B>::type>         \
-  inline R operator OP(A a, B b) { return R((float)a OP (float)b); }
+  inline R operator OP(A a, B b) {                                            \
+    typedef typename calc_t<R>::type C;                                       \
+    return R((C)a OP (C)b);                                                   \
+  }
 EMK_SMALL_BINOP(+) EMK_SMALL_BINOP(-) EMK_SMALL_BINOP(*) EMK_SMALL_BINOP(/)
 #undef EMK_SMALL_BINOP
 #define EMK_SMALL_CMP(OP)                                                     \
   template <class A, class B, class = typename promote<A, B>::type>           \
-  inline bool operator OP(A a, B b) { return (float)a OP (float)b; }
+  inline bool operator OP(A a, B b) { return (typename calc_t<typename promote<A, B>::type>::type)a OP  \
+                                              (typename calc_t<typename promote<A, B>::type>::type)b; }
 EMK_SMALL_CMP(==) EMK_SMALL_CMP(!=) EMK_SMALL_CMP(<) EMK_SMALL_CMP(<=) EMK_SMALL_CMP(>) EMK_SMALL_CMP(>=)
 #undef EMK_SMALL_CMP
 
@@ -175,7 +197,7 @@ EMK_VEC_BINOP(|) EMK_VEC_BINOP(^) EMK_VEC_BINOP(<<) EMK_VEC_BINOP(>>)
 EMK_VEC_CMP(==) EMK_VEC_CMP(!=) EMK_VEC_CMP(<) EMK_VEC_CMP(<=) EMK_VEC_CMP(>) EMK_VEC_CMP(>=)
 #undef EMK_VEC_CMP
 #define EMK_VEC_NAMES(T, P) typedef vec<T, 2> P##2; typedef vec<T, 3> P##3; typedef vec<T, 4> P##4;
-EMK_VEC_NAMES(float, float) EMK_VEC_NAMES(half, half) EMK_VEC_NAMES(bfloat, bfloat) EMK_VEC_NAMES(int, int)
+EMK_VEC_NAMES(float, float) EMK_VEC_NAMES(double, double) EMK_VEC_NAMES(half, half) EMK_VEC_NAMES(bfloat, bfloat) EMK_VEC_NAMES(int, int)
 EMK_VEC_NAMES(uint, uint) EMK_VEC_NAMES(short, short) EMK_VEC_NAMES(ushort, ushort) EMK_VEC_NAMES(char, char)
 EMK_VEC_NAMES(uchar, uchar) EMK_VEC_NAMES(long, long) EMK_VEC_NAMES(ulong, ulong) EMK_VEC_NAMES(bool, bool)
 #undef EMK_VEC_NAMES
@@ -195,6 +217,8 @@ template <class T> struct numeric_limits;
     static T quiet_NaN() { return mk(NANB); }                                              \
   };
 EMK_LIMITS(float, uint, 0x7f7fffffu, 0x00800000u, 0xff7fffffu, 0x34000000u, 0x7f800000u, 0x7fc00000u)
+EMK_LIMITS(double, ulong, 0x7feffffffffffffful, 0x0010000000000000ul, 0xffeffffffffffffful, 0x3cb0000000000000ul,
+           0x7ff0000000000000ul, 0x7ff8000000000000ul)
 EMK_LIMITS(half, ushort, (ushort)0x7bff, (ushort)0x0400, (ushort)0xfbff, (ushort)0x1400, (ushort)0x7c00, (ushort)0x7e00)
 EMK_LIMITS(bfloat, ushort, (ushort)0x7f7f, (ushort)0x0080, (ushort)0xff7f, (ushort)0x3c00, (ushort)0x7f80, (ushort)0x7fc0)
 #undef EMK_LIMITS
@@ -216,8 +240,10 @@ EMK_ILIMITS(uchar, (uchar)0, (uchar)255)
 EMK_ILIMITS(bool, false, true)
 #undef EMK_ILIMITS
 
-#define EMK_UNARY(NAME, FEXPR)                                                                \
+// Each function in float (half and bfloat through it) and, for the float64 variants, in double.
+#define EMK_UNARY(NAME, FEXPR, DEXPR)                                                         \
   inline float NAME(float x) { return FEXPR; }                                               \
+  inline double NAME(double x) { return DEXPR; }                                             \
   inline half NAME(half h) { return half(NAME((float)h)); }                                  \
   inline bfloat NAME(bfloat h) { return bfloat(NAME((float)h)); }                            \
   template <class T, int N> inline vec<T, N> NAME(const vec<T, N>& v) {                      \
@@ -225,21 +251,27 @@ EMK_ILIMITS(bool, false, true)
     for (int i = 0; i < N; ++i) r[i] = NAME(v[i]);                                           \
     return r;                                                                                \
   }
-EMK_UNARY(exp, ::expf(x)) EMK_UNARY(exp2, ::exp2f(x)) EMK_UNARY(exp10, ::exp10f(x)) EMK_UNARY(log, ::logf(x))
-EMK_UNARY(log2, ::log2f(x)) EMK_UNARY(log10, ::log10f(x)) EMK_UNARY(sin, ::sinf(x)) EMK_UNARY(cos, ::cosf(x))
-EMK_UNARY(tan, ::tanf(x)) EMK_UNARY(asin, ::asinf(x)) EMK_UNARY(acos, ::acosf(x)) EMK_UNARY(atan, ::atanf(x))
-EMK_UNARY(sinh, ::sinhf(x)) EMK_UNARY(cosh, ::coshf(x)) EMK_UNARY(tanh, ::tanhf(x)) EMK_UNARY(asinh, ::asinhf(x))
-EMK_UNARY(acosh, ::acoshf(x)) EMK_UNARY(atanh, ::atanhf(x)) EMK_UNARY(sqrt, ::sqrtf(x))
-EMK_UNARY(rsqrt, 1.0f / ::sqrtf(x)) EMK_UNARY(fabs, ::fabsf(x)) EMK_UNARY(floor, ::floorf(x))
-EMK_UNARY(ceil, ::ceilf(x)) EMK_UNARY(round, ::roundf(x)) EMK_UNARY(rint, ::rintf(x)) EMK_UNARY(trunc, ::truncf(x))
-EMK_UNARY(fract, x - ::floorf(x)) EMK_UNARY(sign, x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : (x == x ? x * 0.0f : x)))
+#define EMK_UNARY2(NAME, F) EMK_UNARY(NAME, ::F##f(x), ::F(x))
+EMK_UNARY2(exp, exp) EMK_UNARY2(exp2, exp2) EMK_UNARY2(exp10, exp10) EMK_UNARY2(log, log) EMK_UNARY2(log2, log2)
+EMK_UNARY2(log10, log10) EMK_UNARY2(sin, sin) EMK_UNARY2(cos, cos) EMK_UNARY2(tan, tan) EMK_UNARY2(asin, asin)
+EMK_UNARY2(acos, acos) EMK_UNARY2(atan, atan) EMK_UNARY2(sinh, sinh) EMK_UNARY2(cosh, cosh) EMK_UNARY2(tanh, tanh)
+EMK_UNARY2(asinh, asinh) EMK_UNARY2(acosh, acosh) EMK_UNARY2(atanh, atanh) EMK_UNARY2(sqrt, sqrt)
+EMK_UNARY2(fabs, fabs) EMK_UNARY2(floor, floor) EMK_UNARY2(ceil, ceil) EMK_UNARY2(round, round)
+EMK_UNARY2(rint, rint) EMK_UNARY2(trunc, trunc)
+EMK_UNARY(rsqrt, 1.0f / ::sqrtf(x), 1.0 / ::sqrt(x))
+EMK_UNARY(fract, x - ::floorf(x), x - ::floor(x))
+EMK_UNARY(sign, x > 0.0f ? 1.0f : (x < 0.0f ? -1.0f : (x == x ? x * 0.0f : x)),
+          x > 0.0 ? 1.0 : (x < 0.0 ? -1.0 : (x == x ? x * 0.0 : x)))
+#undef EMK_UNARY2
 #undef EMK_UNARY
 inline float abs(float x) { return ::fabsf(x); }
+inline double abs(double x) { return ::fabs(x); }
 inline half abs(half h) { half r; r.bits = (ushort)(h.bits & 0x7fffu); return r; }
 inline bfloat abs(bfloat h) { bfloat r; r.bits = (ushort)(h.bits & 0x7fffu); return r; }
 template <class I, typename enable_if<is_int<I>::value, int>::type = 0> inline I abs(I x) { return x < 0 ? I(-x) : x; }
-#define EMK_BINARY(NAME, FEXPR)                                                                   \
+#define EMK_BINARY(NAME, FEXPR, DEXPR)                                                            \
   inline float NAME(float x, float y) { return FEXPR; }                                          \
+  inline double NAME(double x, double y) { return DEXPR; }                                       \
   inline half NAME(half a, half b) { return half(NAME((float)a, (float)b)); }                    \
   inline bfloat NAME(bfloat a, bfloat b) { return bfloat(NAME((float)a, (float)b)); }            \
   template <class T, int N> inline vec<T, N> NAME(const vec<T, N>& a, const vec<T, N>& b) {      \
@@ -247,22 +279,29 @@ template <class I, typename enable_if<is_int<I>::value, int>::type = 0> inline I
     for (int i = 0; i < N; ++i) r[i] = NAME(a[i], b[i]);                                         \
     return r;                                                                                    \
   }
-EMK_BINARY(pow, ::powf(x, y)) EMK_BINARY(powr, ::powf(x, y)) EMK_BINARY(fmax, ::fmaxf(x, y))
-EMK_BINARY(fmin, ::fminf(x, y)) EMK_BINARY(fmod, ::fmodf(x, y)) EMK_BINARY(atan2, ::atan2f(x, y))
-EMK_BINARY(copysign, ::copysignf(x, y)) EMK_BINARY(step, y < x ? 0.0f : 1.0f)
-EMK_BINARY(max, ::fmaxf(x, y)) EMK_BINARY(min, ::fminf(x, y))
+#define EMK_BINARY2(NAME, F) EMK_BINARY(NAME, ::F##f(x, y), ::F(x, y))
+EMK_BINARY(pow, ::powf(x, y), ::pow(x, y)) EMK_BINARY(powr, ::powf(x, y), ::pow(x, y)) EMK_BINARY2(fmax, fmax)
+EMK_BINARY2(fmin, fmin) EMK_BINARY2(fmod, fmod) EMK_BINARY2(atan2, atan2) EMK_BINARY2(copysign, copysign)
+EMK_BINARY(step, y < x ? 0.0f : 1.0f, y < x ? 0.0 : 1.0)
+EMK_BINARY(max, ::fmaxf(x, y), ::fmax(x, y)) EMK_BINARY(min, ::fminf(x, y), ::fmin(x, y))
+#undef EMK_BINARY2
 #undef EMK_BINARY
 template <class I, typename enable_if<is_int<I>::value, int>::type = 0> inline I max(I a, I b) { return a < b ? b : a; }
 template <class I, typename enable_if<is_int<I>::value, int>::type = 0> inline I min(I a, I b) { return b < a ? b : a; }
 template <class T> inline T clamp(T x, T lo, T hi) { return min(max(x, lo), hi); }
 inline float fma(float a, float b, float c) { return ::fmaf(a, b, c); }
 inline half fma(half a, half b, half c) { return half(::fmaf(a, b, c)); }
+inline double fma(double a, double b, double c) { return ::fma(a, b, c); }
 template <class T> inline T mix(T x, T y, T a) { return x + (y - x) * a; }
 template <class T> inline T select(T a, T b, bool c) { return c ? b : a; }
 inline bool isnan(float x) { return x != x; }
 inline bool isinf(float x) { return (bit_cast<uint>(x) & 0x7fffffffu) == 0x7f800000u; }
 inline bool isfinite(float x) { return (bit_cast<uint>(x) & 0x7f800000u) != 0x7f800000u; }
 inline bool signbit(float x) { return (bit_cast<uint>(x) >> 31) != 0; }
+inline bool isnan(double x) { return x != x; }
+inline bool isinf(double x) { return (bit_cast<ulong>(x) & 0x7ffffffffffffffful) == 0x7ff0000000000000ul; }
+inline bool isfinite(double x) { return (bit_cast<ulong>(x) & 0x7ff0000000000000ul) != 0x7ff0000000000000ul; }
+inline bool signbit(double x) { return (bit_cast<ulong>(x) >> 63) != 0; }
 inline bool isnan(half x) { return isnan((float)x); }
 inline bool isinf(half x) { return isinf((float)x); }
 template <int N> inline bool all(const vec<bool, N>& v) {

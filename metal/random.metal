@@ -12,6 +12,19 @@ inline ulong mix(ulong z) {
 
 // A uniform in [0, 1) with `bits` random bits, the CPU's unit(): exact in float for bits <= 24, so
 // the [0, 1) stream of float32 / float16 / bfloat16 is the CPU's bit for bit.
+#if defined(EMBER_CUDA_F64)
+// CUDA's float64 variant, where float is double (cpp/cuda/kernels.h): double's bits, 53 random bits as the CPU's.
+#define EMBER_UNIT_BITS 53
+inline float unit(ulong seed, ulong i, uint bits) {
+  return float(mix(seed ^ mix(i)) >> (64 - bits)) * as_type<float>(ulong(1023u - bits) << 52);
+}
+inline float below(float v) {
+  const ulong b = as_type<ulong>(v);
+  if ((b & 0x7ffffffffffffffful) == 0) return as_type<float>(0x8000000000000001ul);
+  return as_type<float>((b & 0x8000000000000000ul) ? b + 1 : b - 1);
+}
+#else
+#define EMBER_UNIT_BITS 24
 inline float unit(ulong seed, ulong i, uint bits) {
   // 2^-bits built from its bits: a GPU's exp2 need not be exact (1 ulp with fast math off, more with it)
   return float(mix(seed ^ mix(i)) >> (64 - bits)) * as_type<float>((127u - bits) << 23);
@@ -23,6 +36,7 @@ inline float below(float v) {
   if ((b & 0x7fffffffu) == 0) return as_type<float>(0x80000001u);
   return as_type<float>((b & 0x80000000u) ? b + 1 : b - 1);
 }
+#endif
 inline half below(half v) {
   const ushort b = as_type<ushort>(v);
   if ((b & 0x7fff) == 0) return as_type<half>(ushort(0x8001));
@@ -57,7 +71,7 @@ kernel void rand_normal(device T* out [[buffer(0)]], constant ulong& seed [[buff
                         uint gid [[thread_position_in_grid]]) {
   if (gid >= n) return;
   const ulong k = 2 * (base + gid);
-  const float u1 = 1.0f - unit(seed, k, 24), u2 = unit(seed, k + 1, 24);
+  const float u1 = 1.0f - unit(seed, k, EMBER_UNIT_BITS), u2 = unit(seed, k + 1, EMBER_UNIT_BITS);
   const float z = sqrt(-2.0f * log(u1)) * cos(6.283185307179586f * u2);
   out[gid] = T(fma(stdev, z, mean));
 }

@@ -28,6 +28,14 @@ struct IntUnaryParams {
 };
 constant constexpr uint kLoAlways = 1, kLoNever = 2, kHiAlways = 4, kHiNever = 8, kAffineExact = 16;
 
+#if defined(EMBER_CUDA_F64)
+// CUDA's float64 variant (float is double here: cpp/cuda/kernels.h): the CPU's double functions, the math
+// library's (cpp/cpu/simd/vmath.h, fm_erf ... fm_expm1).
+inline float ember_erf(float x) { return ::erf(x); }
+inline float ember_gelu(float x) { return 0.5f * x * (1.0f + ::erf(x * 0.70710678118654752440f)); }
+inline float ember_log1p(float x) { return ::log1p(x); }
+inline float ember_expm1(float x) { return ::expm1(x); }
+#else
 // Metal has no erf: the CPU's fits (cpp/cpu/simd/vmath.h, vm_erf), within 3 ulp: an odd polynomial up
 // to |x| = 1, above it 1 - e^(-x^2) * P(|x| - 2.5).
 inline float ember_erf(float x) {
@@ -82,6 +90,7 @@ inline float ember_expm1(float x) {
   if (u - 1.0f == -1.0f) return -1.0f;
   return (u - 1.0f) * (x / log(u));
 }
+#endif
 
 // Float functors, the CPU's (cpp/cpu/functors.h) expressions: neg is 0 - x and abs/relu/sign compare
 // with 0, so signed zeros and NaNs come out as the CPU gives them.

@@ -1,6 +1,6 @@
 """The cuda device under EMBER_CUDA=emulate: availability, em.cuda's functions, tensors moving to and from the
 device, copy_into / fill / to_dtype on device storages (ember's translated kernels through the GPU layer),
-CudaStorage.empty, float64 refused as on Metal, trait ops and registry families running, the pool's memory
+CudaStorage.empty, trait ops and registry families running, the pool's memory
 stats, and a CustomOp's cuda_fwd."""
 import os
 
@@ -32,10 +32,11 @@ def test_availability_follows_ember_cuda(monkeypatch):
         em.zeros(2, device="cuda:1")
 
 
-@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "int64", "int32", "uint32", "uint8", "bool"])
+@pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int64", "int32", "uint32", "uint8",
+                                   "bool"])
 def test_round_trip_and_to(cuda, rng, dtype):
     x = (rng.standard_normal((3, 5)) * 10).astype(np.float32)
-    t = em.tensor(x, device="cpu").to(dtype=dtype)  # the default device may be metal (no float64)
+    t = em.tensor(x, device="cpu").to(dtype=dtype)  # the default device may be metal
     c = t.to(cuda)
     assert c.device == cuda and c.dtype == t.dtype
     np.testing.assert_array_equal(c.numpy(), t.numpy())
@@ -59,18 +60,6 @@ def test_to_dtype_fill_and_creation(cuda, rng):
     np.testing.assert_array_equal(a, em.rand(100, device="cpu").numpy())  # the CPU's values, bit for bit
     s = em.CudaStorage.empty(10, "int32", device=cuda)
     assert s.nbytes == 40 and s.dtype == em.int32 and s.device == cuda
-
-
-def test_float64_is_refused_as_on_metal(cuda):
-    # ember's CUDA kernels are its Metal kernels translated: Metal has no 64-bit float
-    t = em.tensor(np.ones(3), device="cpu")
-    with pytest.raises(em.DTypeError, match=r"float64 is not supported on cuda"):
-        t.to(cuda)
-    with pytest.raises(em.DTypeError, match=r"^\[to_dtype\] float64 is not supported on cuda"):
-        em.ones(3, device=cuda).to(dtype="float64")
-    with pytest.raises(em.DTypeError, match=r"float64 is not supported on cuda"):
-        em.CudaStorage.empty(2, "float64", device=cuda)
-    assert not em._C.device_supports(cuda.kind, cuda.index, em.float64.code)
 
 
 def test_trait_ops_and_registry_families_run(cuda, rng):

@@ -52,6 +52,24 @@ def test_every_metal_file_is_translated():
         assert T.cuda_translated(f) is not None  # cached: the same answer again
 
 
+def test_float64_variants_retype_the_float32_kernels():
+    # CUDA's float64 (Metal has none): each file's float64 variant is its float32 kernels retyped to double
+    # (cpp/cuda/kernels.h), so every float32 kernel has a float64 twin with double-sized float parameters.
+    for f in FILES:
+        d, v = T.cuda_translated(f), T.cuda_translated(f, True)
+        assert v["label"] == f"{f} (CUDA, float64)"
+        assert all("float64" in name for name in v["kernels"]), f
+        want = {n.replace("float32", "float64") for n in d["kernels"] if "float32" in n}
+        assert want <= set(v["kernels"]) | set(d["kernels"]), (f, sorted(want - set(v["kernels"]))[:5])
+        body = v["text"][len('#line 1 "msl_cuda.h"\n' + T.cuda_prelude()):]
+        assert not re.search(r"\bfloat[234]?\b", body), (f, re.search(r".*\bfloat[234]?\b.*", body).group(0))
+    k = T.cuda_translated("unary.metal", True)["kernels"]
+    assert k["unary_contig_exp_float64"] == ("ppvv", [0, 0, 4, 16], [])  # UnaryParams of two doubles
+    # float32 <-> float64 casts sit in copy.metal's own translation (both types in one kernel)
+    c = T.cuda_translated("copy.metal")["kernels"]
+    assert "cast_contig_float32_float64" in c and "cast_strided_float64_float32" in c
+
+
 def test_signatures_follow_the_metal_parameters():
     k = T.cuda_translated("unary.metal")["kernels"]
     assert k["unary_contig_exp_float32"] == ("ppvv", [0, 0, 4, 8], [])  # in, out, uint n, UnaryParams
@@ -78,14 +96,16 @@ def test_nvrtc_compiles_every_file(arch):
             em.cuda.nvrtc_library()
         return
 
-    def compile_one(f):  # NVRTC runs without the GIL: the files compile side by side, one per core
-        d = T.cuda_translated(f)
+    def compile_one(job):  # NVRTC runs without the GIL: the files compile side by side, one per core
+        f, f64 = job
+        d = T.cuda_translated(f, f64)
         opts = ["-default-device", "--std=c++17"]
         return f, d, _C._cuda_nvrtc_ptx(em.cuda.nvrtc_library(), d["text"], d["label"], opts, arch)
 
+    jobs = [(f, f64) for f in FILES for f64 in (False, True)]  # each file and its float64 variant
     with ThreadPoolExecutor(max(2, os.cpu_count() or 2)) as pool:
-        done = list(pool.map(compile_one, FILES))
-    assert [f for f, _, _ in done] == FILES
+        done = list(pool.map(compile_one, jobs))
+    assert [f for f, _, _ in done] == [f for f, _ in jobs]
     for f, d, ptx in done:
         assert f".target {arch}" in ptx, f
         entries = set(re.findall(r"\.entry (\w+)\(", ptx))
@@ -104,9 +124,10 @@ def test_nvrtc_reports_metal_lines():
         _C._cuda_nvrtc_ptx(em.cuda.nvrtc_library(), bad, d["label"], ["-default-device"], "sm_90")
 
 
+@pytest.mark.parametrize("f64", [False, True], ids=["", "float64"])
 @pytest.mark.parametrize("f", FILES)
-def test_emulator_compiles_every_file(f):
-    d = T.cuda_translated(f)
+def test_emulator_compiles_every_file(f, f64):
+    d = T.cuda_translated(f, f64)
     T.cuda_emu_compile(d["text"], d["label"])
 
 
@@ -136,6 +157,30 @@ def test_unary_contig_exp_runs_on_the_emulator(n):
     _launch("unary.metal", "unary_contig_exp_float32", [x, y, *_u32(n), struct.pack("<ff", 0, 0)],
             ((n + 3) // 4, 1, 1), (64, 1, 1))
     np.testing.assert_allclose(y, np.exp(x), rtol=2e-6)
+
+
+def test_float64_kernels_run_in_double_on_the_emulator():
+    # the float64 variants compute in double: results a float computation could not give
+    rng = np.random.default_rng(5)
+    n = 1001
+    x = rng.standard_normal(n) * 3
+    y = np.full(n, np.nan)
+    d = T.cuda_translated("unary.metal", True)
+    _dispatch(d["text"], d["label"], "unary_contig_erf_float64", [x, y, *_u32(n), struct.pack("<dd", 0, 0)],
+              ((n + 3) // 4, 1, 1), (64, 1, 1))
+    from math import erf
+    np.testing.assert_allclose(y, [erf(v) for v in x], rtol=1e-14, atol=1e-300)
+    _dispatch(d["text"], d["label"], "unary_contig_affine_float64",
+              [x, y, *_u32(n), struct.pack("<dd", 1 + 2.0 ** -40, 1e-13)], ((n + 3) // 4, 1, 1), (64, 1, 1))
+    np.testing.assert_array_equal(y, x * (1 + 2.0 ** -40) + 1e-13)
+    rows = 3
+    xs = rng.standard_normal((rows, 300)) * 4
+    ys = np.zeros_like(xs)
+    args = _row_layout(0, 1, [rows], [300]) + _row_layout(0, 1, [rows], [300]) + struct.pack("<qq", 300, rows)
+    s = T.cuda_translated("softmax.metal", True)
+    _dispatch(s["text"], s["label"], "softmax_fwd_block_float64", [xs, ys, args], (64, rows, 1), (64, 1, 1))
+    e = np.exp(xs - xs.max(1, keepdims=True))
+    np.testing.assert_allclose(ys, e / e.sum(1, keepdims=True), rtol=1e-13, atol=1e-300)
 
 
 def test_unary_strided_affine_half_runs_on_the_emulator():

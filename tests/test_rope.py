@@ -11,16 +11,20 @@ from devcheck import gradcheck
 import ember as em
 from ember.nn import ops
 
-from conftest import FLOATS, WIDE, assert_close, expect_error, f64, make_view
+from conftest import DEFAULT_DEVICE, FLOATS, WIDE, assert_close, expect_error, f64, make_view
 
-# The CPU computes the angles in double; Metal (no float64) in float, whose angle (pos * inv_freq) is off
-# by up to pos * 2^-24 rad: its outputs get that much more absolute tolerance per unit of position.
-F32_ANGLES = em.float64 not in FLOATS
+
+def float_angles(dt):
+    """Whether rope in dt on the default device computes its angles in float: the CPU does in double, and a
+    GPU's kernels (Metal's, CUDA's) in float, except CUDA's float64 ones (double). A float angle
+    (pos * inv_freq) is off by up to pos * 2^-24 rad: outputs get that much more absolute tolerance per unit of
+    position."""
+    return DEFAULT_DEVICE.type != "cpu" and dt is not em.float64
 
 
 def check(y, ref, dt, max_pos):
     """assert_close, widened on a device computing the angles in float by the angle's rounding."""
-    if not F32_ANGLES:
+    if not float_angles(dt):
         return assert_close(y, ref, dt)
     return assert_close(y, ref, dt, atol=1e-6 + 4e-7 * max_pos * float(np.max(np.abs(ref))))
 
@@ -85,7 +89,7 @@ def test_rope_long_positions_accurate():
     # accuracy (a float angle there is off by up to 0.012 rad); Metal's float angles get that bound
     x = np.random.default_rng(3).standard_normal((1, 64, 32)).astype(np.float32)
     y = ops.rope(em.tensor(x), 32, offset=200_000)
-    atol = 0.05 if F32_ANGLES else 5e-5
+    atol = 0.05 if float_angles(em.float32) else 5e-5
     np.testing.assert_allclose(f64(y.numpy()), torch_rope(x, 32, offset=200_000), rtol=0, atol=atol)
 
 

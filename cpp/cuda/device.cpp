@@ -102,8 +102,7 @@ std::string CudaDevice::describe() const {
 }
 
 void CudaDevice::check_dtype(DType dt, const char* op) const {
-  EMBER_CHECK(holds(dt), DType, "[", op, "] float64 is not supported on cuda (ember's CUDA kernels are its Metal "
-              "kernels translated, and Metal has no 64-bit float)");
+  EMBER_CHECK(holds(dt), DType, "[", op, "] ", dtype_name(dt), " is not supported on cuda");
 }
 
 std::shared_ptr<gpu::GpuStorage> CudaDevice::new_storage(DType dt, int64_t numel, const char* op) {
@@ -162,14 +161,17 @@ const gpu::KernelSource& CudaDevice::add_source(const TranslatedSource& t) {
   return *s.src;
 }
 
-const gpu::KernelSource& CudaDevice::source(const std::string& file) {
+const gpu::KernelSource& CudaDevice::source(const std::string& file) { return file_source(file, false); }
+
+const gpu::KernelSource& CudaDevice::file_source(const std::string& file, bool f64) {
   {
     std::lock_guard<std::mutex> lock(src_mu_);
-    if (auto it = files_.find(file); it != files_.end()) return *it->second;
+    if (auto it = files_.find({file, f64}); it != files_.end()) return *it->second;
   }
-  const gpu::KernelSource& s = add_source(translated_source(file));  // cached by the translator, per process
+  const gpu::KernelSource& s = add_source(translated_source(file, f64));  // cached by the translator, per process
   std::lock_guard<std::mutex> lock(src_mu_);
-  files_[file] = &s;
+  sources_[s.hash].file = file;
+  files_[{file, f64}] = &s;
   return s;
 }
 
@@ -181,6 +183,16 @@ gpu::KernelHandle CudaDevice::kernel(const gpu::KernelSource& src, const std::st
     options.push_back(cat_str("-DMSL_FC_", c.index, "=", gpu::constant_literal(c)));
     key += options.back() + ';';
   }
+  // A float64 kernel of an embedded file lives in the file's float64 variant (translated on first use).
+  std::string variant_of;
+  if (function.find("float64") != std::string::npos) {
+    std::lock_guard<std::mutex> lock(src_mu_);
+    auto it = sources_.find(src.hash);
+    if (it != sources_.end() && !it->second.file.empty() && !it->second.kernels.count(function) &&
+        files_.count({it->second.file, false}) && &src == files_.at({it->second.file, false}))
+      variant_of = it->second.file;
+  }
+  if (!variant_of.empty()) return kernel(file_source(variant_of, true), function, constants);
   Kernel* k = kernels_.get({src.hash, function, key}, [&] {
     KernelSig sig;
     {

@@ -34,8 +34,8 @@ class CudaDevice final : public gpu::GpuDevice {
   int ordinal() const { return index_; }
   std::string describe() const override;
 
-  // ember's kernels are Metal's, translated: every dtype but F64 (Metal has no 64-bit float).
-  bool holds(DType dt) const override { return dt != DType::F64; }
+  // ember's kernels are Metal's, translated: every dtype, F64 through each file's float64 variant (kernels.h).
+  bool holds(DType) const override { return true; }
   void check_dtype(DType dt, const char* op) const override;
   std::shared_ptr<gpu::GpuStorage> new_storage(DType dt, int64_t numel, const char* op) override;
 
@@ -48,7 +48,8 @@ class CudaDevice final : public gpu::GpuDevice {
   void read_bytes(const gpu::Buffer& b, size_t offset, void* dst, size_t n) override;
   static uint64_t dptr(const gpu::Buffer& b) { return (uint64_t)(uintptr_t)b.handle; }
 
-  // The translation of an embedded kernel file (cuda::translated_source), with its kernels' signatures.
+  // The translation of an embedded kernel file (cuda::translated_source), with its kernels' signatures. A
+  // ..._float64 kernel that is not in it is looked up in the file's float64 variant (kernel()).
   const gpu::KernelSource& source(const std::string& file) override;
   // Registers a translated-style source (text and per-kernel signatures, as translated_source makes them)
   // for Launch, kept for the process; the same text returns the same source.
@@ -102,9 +103,11 @@ class CudaDevice final : public gpu::GpuDevice {
   struct Source {
     std::unique_ptr<gpu::KernelSource> src;
     std::map<std::string, KernelSig> kernels;
+    std::string file;  // the embedded kernel file it translates ("" for add_source's)
   };
+  const gpu::KernelSource& file_source(const std::string& file, bool f64);
   std::map<std::string, Source> sources_;
-  std::map<std::string, const gpu::KernelSource*> files_;
+  std::map<std::pair<std::string, bool>, const gpu::KernelSource*> files_;  // by (file, float64 variant)
   gpu::PipelineCache<Kernel*> kernels_;  // owned by kernel_store_
   std::mutex store_mu_;
   std::vector<std::unique_ptr<Kernel>> kernel_store_;

@@ -15,13 +15,17 @@ const char* embedded_source(const char* name);
 int embedded_source_count();
 const char* embedded_source_name(int i);
 }  // namespace pre
+namespace pre64 {  // cuda_pre64_embedded.cpp: the same files preprocessed with EMBER_CUDA_F64=1
+const char* embedded_source(const char* name);
+}  // namespace pre64
 
-const TranslatedSource& translated_source(const std::string& metal_file) {
+const TranslatedSource& translated_source(const std::string& metal_file, bool f64) {
   static std::mutex mu;
-  static auto* cache = new std::map<std::string, std::unique_ptr<TranslatedSource>>();  // leaked: lives to exit
+  // By (file, f64); leaked: lives to exit.
+  static auto* cache = new std::map<std::pair<std::string, bool>, std::unique_ptr<TranslatedSource>>();
   std::lock_guard<std::mutex> lock(mu);
-  if (auto it = cache->find(metal_file); it != cache->end()) return *it->second;
-  const char* src = pre::embedded_source(metal_file.c_str());
+  if (auto it = cache->find({metal_file, f64}); it != cache->end()) return *it->second;
+  const char* src = f64 ? pre64::embedded_source(metal_file.c_str()) : pre::embedded_source(metal_file.c_str());
   if (!src) {
     std::string have;
     for (const std::string& f : kernel_files()) have += (have.empty() ? "" : ", ") + f;
@@ -29,9 +33,9 @@ const TranslatedSource& translated_source(const std::string& metal_file) {
   }
   const char* prelude = embedded_source("msl_cuda.h");
   EMBER_CHECK(prelude != nullptr, Value, "[cuda] this build lacks the embedded msl_cuda.h");
-  metal::emu::RewriteResult rw = metal::emu::rewrite_msl(src, metal_file, metal::emu::RewriteMode::Cuda);
+  metal::emu::RewriteResult rw = metal::emu::rewrite_msl(src, metal_file, metal::emu::RewriteMode::Cuda, f64);
   auto t = std::make_unique<TranslatedSource>();
-  t->label = metal_file + " (CUDA)";
+  t->label = metal_file + (f64 ? " (CUDA, float64)" : " (CUDA)");
   t->text = std::string("#line 1 \"msl_cuda.h\"\n") + prelude + "\n" + rw.text;
   for (metal::emu::CudaKernelParams& k : rw.cuda) {
     KernelSig s;
@@ -40,7 +44,7 @@ const TranslatedSource& translated_source(const std::string& metal_file) {
     s.threadgroup = std::move(k.threadgroup);
     t->kernels[k.host_name] = std::move(s);
   }
-  return *cache->emplace(metal_file, std::move(t)).first->second;
+  return *cache->emplace(std::make_pair(metal_file, f64), std::move(t)).first->second;
 }
 
 std::vector<std::string> kernel_files() {

@@ -41,7 +41,9 @@ struct TranslatedSource {
 
 // The translation of the embedded kernel file `metal_file` ("unary.metal"), made once and cached for the
 // process. Throws Error (Value) "[cuda] ..." for an unknown file or a construct the translator cannot map.
-const TranslatedSource& translated_source(const std::string& metal_file);
+// With `f64`: the file's float64 variant ("unary.metal (CUDA, float64)"), whose entries are the float32 kernels
+// retyped to double and named ..._float64 (msl/rewrite.h); Metal has no double, so only CUDA has these.
+const TranslatedSource& translated_source(const std::string& metal_file, bool f64 = false);
 
 // The names of every embedded kernel file ("act.metal", ...), for checks that compile them all.
 std::vector<std::string> kernel_files();

@@ -14,7 +14,9 @@ namespace ember::gpu {
 namespace {
 
 // The mantissa width (with the implicit bit) of a float dtype: the bits each uniform carries.
-uint32_t mantissa_bits(DType dt) { return dt == DType::F16 ? 11 : dt == DType::BF16 ? 8 : 24; }
+uint32_t mantissa_bits(DType dt) {
+  return dt == DType::F16 ? 11 : dt == DType::BF16 ? 8 : dt == DType::F64 ? 53 : 24;
+}
 
 class GpuBackend final : public DeviceBackend {
  public:
@@ -60,14 +62,16 @@ class GpuBackend final : public DeviceBackend {
     auto s = dev_.new_storage(dt, n, "rand");
     const RngDraw draw = rng_reserve((uint64_t)n + 1);  // as many as the CPU reserves
     // scale > 0 exactly when hi > lo: then results stay strictly below hi, as on the CPU.
+    // (in double for the float64 kernels, whose float parameters are double)
     const float flo = (float)lo, scale = (float)(hi - lo), fhi = (float)hi;
+    const DType ft = compute_dtype(dt);
     Launch(dev_, "random.metal", std::string("rand_uniform_") + t)
         .output(*s)
         .scalar(draw.seed)
         .scalar(draw.counter)
-        .scalar(flo)
-        .scalar(scale)
-        .scalar(fhi)
+        .scalar_of(ft, flo, lo)
+        .scalar_of(ft, scale, hi - lo)
+        .scalar_of(ft, fhi, hi)
         .scalar(mantissa_bits(dt))
         .scalar(count)
         .dispatch_1d(count);
@@ -83,8 +87,8 @@ class GpuBackend final : public DeviceBackend {
         .output(*s)
         .scalar(draw.seed)
         .scalar(draw.counter)
-        .scalar((float)mean)
-        .scalar((float)std)
+        .scalar_of(compute_dtype(dt), (float)mean, mean)
+        .scalar_of(compute_dtype(dt), (float)std, std)
         .scalar(count)
         .dispatch_1d(count);
     return s;

@@ -5,25 +5,16 @@
 
 namespace ember::gpu {
 
-namespace {
-void check_kernel_dtype(DType dt, const char* op) {
-  EMBER_CHECK(dt != DType::F64, DType, "[", op, "] float64 is not supported by ember's GPU kernels (Metal has no "
-              "64-bit float)");
-}
-}  // namespace
+// F64 names kernels only CUDA has (each file's float64 variant, cuda/kernels.h): the device refuses it first
+// where it has none (GpuDevice::check_dtype: Metal's own message).
+const char* type_suffix(DType dt, const char*) { return dtype_name(dt); }
 
-const char* type_suffix(DType dt, const char* op) {
-  check_kernel_dtype(dt, op);
-  return dtype_name(dt);
-}
-
-const char* msl_type(DType dt, const char* op) {
-  check_kernel_dtype(dt, op);
+const char* msl_type(DType dt, const char*) {
   switch (dt) {
     case DType::F32: return "float";
     case DType::F16: return "half";
     case DType::BF16: return "bfloat";
-    case DType::F64: break;
+    case DType::F64: return "double";
     case DType::I64: return "long";
     case DType::U32: return "uint";
     case DType::U8: return "uchar";

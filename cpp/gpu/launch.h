@@ -19,12 +19,20 @@
 namespace ember::gpu {
 
 // The MSL type-name suffix kernels are instantiated with: "float32", "float16", "bfloat16", "int64",
-// "uint32", "uint8", "int32", "bool" (dtype_name). Throws (DType) for F64, which the kernels do not have (a
-// device refuses it earlier, in its own words: GpuDevice::check_dtype).
+// "uint32", "uint8", "int32", "bool", and "float64" for CUDA's float64 variants (dtype_name). A device without
+// F64 (Metal) refuses it earlier, in its own words: GpuDevice::check_dtype.
 const char* type_suffix(DType dt, const char* op);
-// The MSL type of a dtype: "float", "half", "bfloat", "long", "uint", "uchar", "int", "bool" (for generated
-// source).
+// The MSL type of a dtype: "float", "half", "bfloat", "double" (CUDA only), "long", "uint", "uchar", "int",
+// "bool" (for generated source).
 const char* msl_type(DType dt, const char* op);
+
+// The float type kernels compute, accumulate and keep statistics in for dt: F64 for float64 (CUDA's float64
+// variants are the float kernels retyped to double, so their float scratch and float parameters are double), F32
+// for every other dtype.
+inline DType compute_dtype(DType dt) { return dt == DType::F64 ? DType::F64 : DType::F32; }
+// f(double()) for F64's kernels, f(float()) otherwise: a launcher's body generic in the float type of its
+// parameter structs (`using R = decltype(tag);`), which is double in the float64 kernels.
+template <class F> auto with_args(DType ft, F&& f) { return ft == DType::F64 ? f(double()) : f(float()); }
 
 // Kernels index with 32-bit `uint`s, as Metal's grid does (on every GPU: the kernels are Metal's): throws
 // "[op] n elements: Metal kernels index with 32 bits" (Unsupported) past 2^32-1.
@@ -64,6 +72,10 @@ class Launch {
   template <class T> Launch& scalar(const T& v) {
     static_assert(std::is_trivially_copyable_v<T>, "scalars are copied by value");
     return bytes(&v, sizeof v);
+  }
+  // A parameter struct with float fields: `f64` (its double form) for a float64 kernel (ft F64), else `f32`.
+  template <class A, class B> Launch& scalar_of(DType ft, const A& f32, const B& f64) {
+    return ft == DType::F64 ? scalar(f64) : scalar(f32);
   }
   Launch& bytes(const void* data, size_t n);
   // A `constant long*` / `constant uint*` array (shapes, strides), by value; an empty array binds one

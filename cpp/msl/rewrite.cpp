@@ -222,7 +222,7 @@ void Rewriter::literal(int k) {
   const char last = s.back();
   if (last == 'h' || last == 'H') {
     replace(k, k, "half(" + s.substr(0, s.size() - 1) + (is_float ? "f" : ".0f") + ")");
-  } else if (is_float && last != 'f' && last != 'F') {
+  } else if (is_float && last != 'f' && last != 'F' && !f64_) {  // the float64 variant's literals are double
     replace(k, k, s + "f");
   }
 }
@@ -580,8 +580,8 @@ std::string Rewriter::wrappers(bool uses_sync) const {
 
 namespace ember::metal::emu {
 
-RewriteResult rewrite_msl(const std::string& source, const std::string& name, RewriteMode mode) {
-  return rw::Rewriter(source, name, mode).run();
+RewriteResult rewrite_msl(const std::string& source, const std::string& name, RewriteMode mode, bool f64) {
+  return rw::Rewriter(source, name, mode, f64 && mode == RewriteMode::Cuda).run();
 }
 
 }  // namespace ember::metal::emu

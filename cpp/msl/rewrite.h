@@ -30,6 +30,8 @@ struct RewriteResult {
 
 // Rewrites preprocessed MSL. `name` labels the source in messages. Throws ember::Error (Value kind,
 // "[metal] ...") on a construct the emulator cannot run (a kernel parameter without a binding, say).
-RewriteResult rewrite_msl(const std::string& source, const std::string& name, RewriteMode mode);
+// With `f64` (Cuda mode only) the source is first retyped to its float64 variant (rewrite_cuda.cpp,
+// cuda_f64_retype): float becomes double, and only the kernels whose names then say float64 get entries.
+RewriteResult rewrite_msl(const std::string& source, const std::string& name, RewriteMode mode, bool f64 = false);
 
 }  // namespace ember::metal::emu

@@ -12,7 +12,7 @@ namespace {
 bool builtin_layout(const std::string& t, uint32_t* size, uint32_t* align) {
   static const std::map<std::string, uint32_t> scalars = {
       {"bool", 1},  {"char", 1},  {"uchar", 1}, {"int8_t", 1},   {"uint8_t", 1},  {"short", 2},  {"ushort", 2},
-      {"half", 2},  {"bfloat", 2}, {"int16_t", 2}, {"uint16_t", 2}, {"int", 4},   {"uint", 4},   {"float", 4},
+      {"half", 2},  {"bfloat", 2}, {"int16_t", 2}, {"uint16_t", 2}, {"int", 4},   {"uint", 4},   {"float", 4}, {"double", 8},
       {"int32_t", 4}, {"uint32_t", 4}, {"unsigned", 4}, {"long", 8}, {"ulong", 8}, {"int64_t", 8}, {"uint64_t", 8},
       {"unsigned int", 4}, {"unsigned long", 8}, {"size_t", 8}};
   if (auto it = scalars.find(t); it != scalars.end()) {
@@ -31,6 +31,30 @@ bool builtin_layout(const std::string& t, uint32_t* size, uint32_t* align) {
 }
 
 }  // namespace
+
+// The float64 variant of a kernel file (Metal has no double; CUDA does): every `float` (and floatN) becomes double,
+// float literals lose their f, and "float32" in kernel names becomes "float64" (host_name strings, and plain
+// kernels named ..._float32). Only the kernels whose names then say float64 get entries (cuda_wrappers), so the
+// float32 instantiation of each family, retyped, is its float64 one: it computes and accumulates in double. The
+// file is preprocessed with EMBER_CUDA_F64=1 for the few lines that must differ (bit patterns, float-only fits).
+void Rewriter::cuda_f64_retype(std::vector<Tok>& raw) {
+  auto rename = [](std::string& s) {
+    for (size_t at = s.find("float32"); at != std::string::npos; at = s.find("float32", at + 7)) s.replace(at, 7, "float64");
+  };
+  for (Tok& tk : raw) {
+    std::string& s = tk.text;
+    if (tk.kind == Tk::Ident) {
+      if (s == "float") s = "double";
+      else if (s == "float2" || s == "float3" || s == "float4") s = "double" + s.substr(5);
+      else rename(s);
+    } else if (tk.kind == Tk::Str) {
+      rename(s);
+    } else if (tk.kind == Tk::Number && s.size() > 1 && s[1] != 'x' && s[1] != 'X' &&
+               s.find_first_of(".eE") != std::string::npos && (s.back() == 'f' || s.back() == 'F')) {
+      s.pop_back();
+    }
+  }
+}
 
 // Records `struct Name { fields };` layouts and `constexpr` integer constants at namespace scope, so a kernel's
 // by-value parameter gets its size in the launch contract (and a static_assert in the text checks it).
@@ -149,6 +173,7 @@ std::string Rewriter::cuda_wrappers(RewriteResult& res) {
          " has no value: pass -DMSL_FC_" + std::to_string(fc) + "=<value>\"\n#endif\n";
   std::set<std::string> asserted;
   for (const KernelSite& ks : kernels_) {
+    if (f64_ && ks.host_name.find("float64") == std::string::npos) continue;  // the variant's other kernels
     int open = ks.open, close = ks.close;
     std::map<std::string, std::string> subst;  // a template kernel's parameters -> this instance's arguments
     if (open < 0) {

@@ -44,8 +44,9 @@ struct TemplateKernel {
 
 class Rewriter {
  public:
-  Rewriter(const std::string& src, const std::string& name, RewriteMode mode)
-      : raw_(tokenize(src)), name_(name), mode_(mode) {
+  Rewriter(const std::string& src, const std::string& name, RewriteMode mode, bool f64 = false)
+      : raw_(tokenize(src)), name_(name), mode_(mode), f64_(f64) {
+    if (f64_) cuda_f64_retype(raw_);
     for (int i = 0; i < (int)raw_.size(); ++i)
       if (raw_[i].kind != Tk::Space && raw_[i].kind != Tk::Directive) sig_.push_back(i);
     out_.reserve(raw_.size());
@@ -112,6 +113,7 @@ class Rewriter {
   std::string wrappers(bool uses_sync) const;
   // Cuda mode (rewrite_cuda.cpp): struct sizes, line markers, the __global__ entries.
   void cuda_structs();
+  static void cuda_f64_retype(std::vector<Tok>& raw);
   uint32_t cuda_sizeof(const std::string& type, uint32_t* align) const;
   std::string cuda_directive(const std::string& d) const;
   std::string cuda_wrappers(RewriteResult& res);
@@ -126,6 +128,7 @@ class Rewriter {
   std::vector<std::string> out_;
   std::string name_;
   RewriteMode mode_;
+  bool f64_ = false;  // Cuda mode's float64 variant (cuda_f64_retype)
   std::vector<Attr> attrs_;
   std::vector<KernelSite> kernels_;
   std::vector<std::pair<int, int>> kernel_params_;  // the parameter lists of kernels, (open, close)

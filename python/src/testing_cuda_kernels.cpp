@@ -62,14 +62,15 @@ void emu_launch(const std::string& source, const std::string& label, const std::
 
 void bind_cuda_kernels_testing(py::module_& m) {
   m.def("cuda_kernel_files", &cuda::kernel_files, "The embedded kernel files cuda::translated_source knows.");
-  m.def("cuda_translated", [](const std::string& file) {
-    const cuda::TranslatedSource& t = cuda::translated_source(file);
+  m.def("cuda_translated", [](const std::string& file, bool f64) {
+    const cuda::TranslatedSource& t = cuda::translated_source(file, f64);
     py::dict d;
     d["text"] = t.text;
     d["label"] = t.label;
     d["kernels"] = sig_dict(t);
     return d;
-  }, py::arg("file"), "cuda::translated_source(file): text, label and {host name: (buffers, value_size, threadgroup)}.");
+  }, py::arg("file"), py::arg("f64") = false,
+     "cuda::translated_source(file, f64): text, label and {host name: (buffers, value_size, threadgroup)}.");
   m.def("cuda_rewrite", [](const std::string& src, const std::string& name) {
     return metal::emu::rewrite_msl(src, name, metal::emu::RewriteMode::Cuda).text;
   }, py::arg("source"), py::arg("name") = "kernel.metal", "The MSL rewriter's CUDA mode on preprocessed MSL.");

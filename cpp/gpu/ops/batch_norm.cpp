@@ -15,21 +15,22 @@ namespace {
 
 constexpr uint32_t kThreads = 256;  // batch_norm.metal's threadgroup size for the per-channel kernels
 
-struct BatchNormArgs {  // must match batch_norm.metal
+template <class R> struct BatchNormArgs {  // must match batch_norm.metal (R: double for the float64 kernels)
   int64_t n, c, s;
   int64_t w_off, w_st, b_off, b_st;
-  float eps, momentum;
+  R eps, momentum;
   uint32_t has_w, has_b, training, has_running;
 };
 
-BatchNormArgs args_of(const Layout& l, const Layout* lw, const Layout* lb, bool training, bool running,
-                      double momentum, double eps) {
-  BatchNormArgs a{};
+template <class R>
+BatchNormArgs<R> args_of(const Layout& l, const Layout* lw, const Layout* lb, bool training, bool running,
+                         double momentum, double eps) {
+  BatchNormArgs<R> a{};
   a.n = l.shape()[0];
   a.c = l.shape()[1];
   a.s = (a.n != 0 && a.c != 0) ? l.numel() / (a.n * a.c) : 0;
-  a.eps = (float)eps;
-  a.momentum = (float)momentum;
+  a.eps = (R)eps;
+  a.momentum = (R)momentum;
   a.has_w = lw != nullptr;
   a.has_b = lb != nullptr;
   a.training = training;
@@ -39,11 +40,11 @@ BatchNormArgs args_of(const Layout& l, const Layout* lw, const Layout* lb, bool 
   return a;
 }
 
-// A running statistic as a dense float (c,) storage; `dflt` everywhere when absent.
+// A running statistic as a dense (c,) storage of the kernels' float type `ft`; `dflt` everywhere when absent.
 StoragePtr running_f32(GpuDevice& dev, const BackendStorage* r, const Layout* lr, int64_t c, double dflt,
-                       const char* op) {
-  if (r) return r->to_dtype(*lr, DType::F32);
-  auto out = new_storage(dev, DType::F32, std::max<int64_t>(c, 1), op);
+                       const char* op, DType ft) {
+  if (r) return r->to_dtype(*lr, ft);
+  auto out = new_storage(dev, ft, std::max<int64_t>(c, 1), op);
   fill(*out, Layout::contiguous({std::max<int64_t>(c, 1)}), dflt);
   return out;
 }
@@ -51,7 +52,7 @@ StoragePtr running_f32(GpuDevice& dev, const BackendStorage* r, const Layout* lr
 // Writes the float (c,) values `v` into r through lr, in r's dtype.
 void write_running(const BackendStorage& v, BackendStorage& r, const Layout& lr, int64_t c) {
   const Layout lc = Layout::contiguous({c});
-  if (r.dtype() == DType::F32) {
+  if (r.dtype() == v.dtype()) {
     v.copy_into(lc, r, lr);
     return;
   }
@@ -71,19 +72,22 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const BackendStora
   const char* op = "batch_norm";
   const GpuStorage& x = as_gpu(xs);
   GpuDevice& dev = x.gpu_device();
-  const BatchNormArgs a = args_of(l, w ? lw : nullptr, b ? lb : nullptr, training, rm != nullptr, momentum, eps);
+  const DType ft = compute_dtype(x.dtype());
+  return with_args(ft, [&](auto tag) -> std::tuple<StoragePtr, StoragePtr, StoragePtr> {
+  using R = decltype(tag);
+  const auto a = args_of<R>(l, w ? lw : nullptr, b ? lb : nullptr, training, rm != nullptr, momentum, eps);
   const int64_t c = a.c, m = a.n * a.s;
   auto y = new_storage(dev, x.dtype(), l.numel(), op);
-  auto mean = new_storage(dev, DType::F32, c, op);
-  auto rstd = new_storage(dev, DType::F32, c, op);
+  auto mean = new_storage(dev, ft, c, op);
+  auto rstd = new_storage(dev, ft, c, op);
   if (c == 0) return {y, mean, rstd};
   if (training && m == 0) {  // no value per channel: the statistics of an empty set, and nothing to update
     fill(*mean, Layout::contiguous({c}), 0.0);
     fill(*rstd, Layout::contiguous({c}), 1.0 / std::sqrt(eps));
     return {y, mean, rstd};
   }
-  auto rmf = running_f32(dev, rm, lrm, c, 0.0, op), rvf = running_f32(dev, rv, lrv, c, 1.0, op);
-  auto rm_out = new_storage(dev, DType::F32, c, op), rv_out = new_storage(dev, DType::F32, c, op);
+  auto rmf = running_f32(dev, rm, lrm, c, 0.0, op, ft), rvf = running_f32(dev, rv, lrv, c, 1.0, op, ft);
+  auto rm_out = new_storage(dev, ft, c, op), rv_out = new_storage(dev, ft, c, op);
   auto xd = dense_or_copy(x, l, op);
   const GpuStorage& xm = as_gpu(*xd);
   Launch(dev, "batch_norm.metal", kname("batch_norm_stats_", x.dtype(), op))
@@ -112,6 +116,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_fwd(const BackendStora
       .scalar(a)
       .dispatch_1d(checked_u32(l.numel(), op));
   return {y, mean, rstd};
+  });
 }
 
 std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const BackendStorage& xs, const Layout& l,
@@ -122,7 +127,10 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const BackendStora
   const char* op = "batch_norm_bwd";
   const GpuStorage& x = as_gpu(xs);
   GpuDevice& dev = x.gpu_device();
-  const BatchNormArgs a = args_of(l, w ? lw : nullptr, nullptr, training, false, 0.0, 0.0);
+  const DType ft = compute_dtype(x.dtype());
+  return with_args(ft, [&](auto tag) -> std::tuple<StoragePtr, StoragePtr, StoragePtr> {
+  using R = decltype(tag);
+  const auto a = args_of<R>(l, w ? lw : nullptr, nullptr, training, false, 0.0, 0.0);
   auto dx = new_storage(dev, x.dtype(), l.numel(), op);
   auto dw = new_storage(dev, x.dtype(), a.c, op);
   auto db = new_storage(dev, x.dtype(), a.c, op);
@@ -134,7 +142,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const BackendStora
   }
   auto xd = dense_or_copy(x, l, op), gd = dense_or_copy(as_gpu(g), lg, op);
   const GpuStorage &xm = as_gpu(*xd), &gm = as_gpu(*gd);
-  auto sums = new_storage(dev, DType::F32, 2 * a.c, op);
+  auto sums = new_storage(dev, ft, 2 * a.c, op);
   Launch(dev, "batch_norm.metal", kname("batch_norm_bwd_sums_", x.dtype(), op))
       .input(xm)
       .input(gm)
@@ -156,6 +164,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> batch_norm_bwd(const BackendStora
       .scalar(a)
       .dispatch_1d(checked_u32(l.numel(), op));
   return {dx, dw, db};
+  });
 }
 
 void register_batch_norm(DeviceKind kind) {

@@ -12,8 +12,8 @@ namespace ember::gpu::ops {
 namespace {
 
 // The kernels' parameter structs (metal/unary.metal), byte for byte.
-struct UnaryParams {
-  float p0 = 0, p1 = 0;
+template <class R> struct UnaryParams {  // R: float, double for the float64 kernels
+  R p0 = 0, p1 = 0;
 };
 struct IntUnaryParams {
   int64_t lo_thr = 0, hi_thr = 0, lo_val = 0, hi_val = 0;
@@ -123,7 +123,8 @@ StoragePtr unary(const GpuStorage& s, UnaryOp op, const Layout& l, double p0, do
   auto out = new_storage(dev, dt, n, name);
   if (n == 0) return out;
   auto params = [&](Launch& k) -> Launch& {
-    if (is_float(dt)) return k.scalar(UnaryParams{(float)p0, (float)p1});
+    if (dt == DType::F64) return k.scalar(UnaryParams<double>{p0, p1});
+    if (is_float(dt)) return k.scalar(UnaryParams<float>{(float)p0, (float)p1});
     return k.scalar(int_params(op, dt, p0, p1));
   };
   if (is_dense(l)) {

@@ -1,7 +1,7 @@
 // GPU launchers for the fused family: softmax / log_softmax, rms_norm, layer_norm, the activations'
 // backward and sdpa, forward and backward (metal/softmax.metal, norm.metal, act.metal, sdpa.metal).
 // The shared entry points (cpp/fused.cpp) have checked dtypes, shapes and devices; saved statistics
-// are float32 (Metal has no float64).
+// are float32 (float64 for float64 inputs, on CUDA: Metal has no float64).
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -32,10 +32,11 @@ struct SoftmaxArgs {
   RowLayout a, b;
   int64_t n = 0, rows = 0;
 };
-struct NormArgs {
+// R: the float fields' type, double in CUDA's float64 kernels (their float is double: cuda/kernels.h).
+template <class R = float> struct NormArgs {
   RowLayout x, g;
   int64_t n = 0, rows = 0, w_off = 0, w_st = 0, b_off = 0, b_st = 0, chunk = 1, nchunks = 0;
-  float eps = 0;
+  R eps = 0;
   uint32_t has_w = 0, has_b = 0, has_mean = 0;
 };
 constexpr int kActDims = 8;  // act.metal
@@ -43,28 +44,28 @@ struct ActArgs {
   int64_t n = 0, nd = 0, a_off = 0, g_off = 0;
   int64_t shape[kActDims] = {}, sa[kActDims] = {}, sg[kActDims] = {};
 };
-struct SdpaKArgs {  // sdpa.metal's SdpaArgs
+template <class R = float> struct SdpaKArgs {  // sdpa.metal's SdpaArgs
   int64_t B = 0, H = 0, Hkv = 0, Lq = 0, Lk = 0, D = 0, Dv = 0;
   int64_t q_off = 0, k_off = 0, v_off = 0, m_off = 0, o_off = 0, g_off = 0;
   int64_t sq[4] = {}, sk[4] = {}, sv[4] = {}, sm[4] = {}, so[4] = {}, sg[4] = {};
   int64_t tile = 1;
-  float scale = 1;
+  R scale = 1;
   uint32_t causal = 0, mask_kind = 0, pad = 0;
-  float softcap = 0;  // 0: off
+  R softcap = 0;  // 0: off
   uint32_t pad2 = 0;
 };
-struct ActParams {  // act.metal's, for the activations with parameters
-  float p0 = 0, p1 = 0;
+template <class R> struct ActParams {  // act.metal's, for the activations with parameters
+  R p0 = 0, p1 = 0;
 };
-struct RopeKArgs {  // rope.metal's RopeArgs
+template <class R = float> struct RopeKArgs {  // rope.metal's RopeArgs
   RowLayout x;
   int64_t D = 0, L = 0, rows = 0, half = 0, per_batch = 1, offset = 0, o_off = 0, o_st = 0, f_off = 0, f_st = 0;
-  float scale = 1, log2_base = 0;
+  R scale = 1, log2_base = 0;
   uint32_t traditional = 0, inverse = 0, has_offsets = 0, has_freqs = 0;
 };
-static_assert(sizeof(RopeKArgs) == 256, "argument blocks must match the kernels' structs");
-static_assert(sizeof(RowLayout) == 152 && sizeof(SoftmaxArgs) == 320 && sizeof(NormArgs) == 384 &&
-                  sizeof(ActArgs) == 224 && sizeof(SdpaKArgs) == 328,
+static_assert(sizeof(RopeKArgs<>) == 256, "argument blocks must match the kernels' structs");
+static_assert(sizeof(RowLayout) == 152 && sizeof(SoftmaxArgs) == 320 && sizeof(NormArgs<>) == 384 &&
+                  sizeof(ActArgs) == 224 && sizeof(SdpaKArgs<>) == 328,
               "argument blocks must match the kernels' structs");
 
 constexpr int64_t kTile = 2048, kMaxTileRows = 64, kMaxHeadDim = 256;  // sdpa.metal
@@ -218,8 +219,9 @@ void set_param(const Layout* l, int64_t& off, int64_t& st) {
 
 // dw (and db) = column sums over the rows of g * xhat (and g), in chunks of rows then in chunk order:
 // a function of the shape only, so the result is the same on every run.
+template <class R>
 void norm_params(GpuDevice& dev, const char* op, const RowOperand& x, const RowOperand& g, const GpuStorage* mean,
-                 const GpuStorage& rstd, NormArgs a, const GpuStorage& dw, const GpuStorage* db) {
+                 const GpuStorage& rstd, NormArgs<R> a, const GpuStorage& dw, const GpuStorage* db) {
   const int64_t n = a.n, rows = a.rows;
   if (n == 0) return;
   const int64_t want = std::clamp<int64_t>((int64_t(1) << 16) / std::max<int64_t>(n, 1), 1, 1024);
@@ -227,9 +229,9 @@ void norm_params(GpuDevice& dev, const char* op, const RowOperand& x, const RowO
   a.nchunks = rows ? (rows + a.chunk - 1) / a.chunk : 0;
   a.has_b = db != nullptr;
   a.has_mean = mean != nullptr;
-  auto pw = new_storage(dev, DType::F32, std::max<int64_t>(1, a.nchunks * n), op);
-  auto pb = db ? new_storage(dev, DType::F32, std::max<int64_t>(1, a.nchunks * n), op) : pw;
   const DType dt = x.s->dtype();
+  auto pw = new_storage(dev, compute_dtype(dt), std::max<int64_t>(1, a.nchunks * n), op);
+  auto pb = db ? new_storage(dev, compute_dtype(dt), std::max<int64_t>(1, a.nchunks * n), op) : pw;
   Launch(dev, "norm.metal", kname("norm_bwd_params_part_", dt, op))
       .input(*x.s)
       .input(mean ? *mean : rstd)
@@ -255,16 +257,18 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& xs, const 
   const char* op = "rms_norm";
   const GpuStorage& x = as_gpu(xs);
   GpuDevice& dev = x.gpu_device();
+  return with_args(compute_dtype(x.dtype()), [&](auto tag) -> std::tuple<StoragePtr, StoragePtr> {
+  using R = decltype(tag);
   const int64_t n = row_len(l), rows = row_count(l);
   auto y = new_storage(dev, x.dtype(), l.numel(), op);
-  auto rstd = new_storage(dev, DType::F32, rows, op);
+  auto rstd = new_storage(dev, compute_dtype(x.dtype()), rows, op);
   if (l.numel() == 0) return {y, rstd};
   RowOperand in(x, l);
-  NormArgs a;
+  NormArgs<R> a;
   a.x = a.g = in.rl;
   a.n = n;
   a.rows = rows;
-  a.eps = (float)eps;
+  a.eps = (R)eps;
   a.has_w = w != nullptr;
   set_param(lw, a.w_off, a.w_st);
   const uint32_t tpg = norm_group(dev, kname("rms_norm_fwd_", x.dtype(), op), n);
@@ -277,6 +281,7 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& xs, const 
       .scalar(a)
       .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
   return {y, rstd};
+  });
 }
 
 std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& xs, const Layout& l, const BackendStorage* w,
@@ -285,11 +290,13 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& xs, const 
   const char* op = "rms_norm_bwd";
   const GpuStorage& x = as_gpu(xs);
   GpuDevice& dev = x.gpu_device();
+  return with_args(compute_dtype(x.dtype()), [&](auto tag) -> std::tuple<StoragePtr, StoragePtr> {
+  using R = decltype(tag);
   const int64_t n = row_len(l), rows = row_count(l);
   auto dx = new_storage(dev, x.dtype(), l.numel(), op);
   GpuStoragePtr dw = want_params ? new_storage(dev, x.dtype(), n, op) : nullptr;
   RowOperand rx(x, l), rg(as_gpu(g), lg);
-  NormArgs a;
+  NormArgs<R> a;
   a.x = rx.rl;
   a.g = rg.rl;
   a.n = n;
@@ -309,6 +316,7 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& xs, const 
   }
   if (dw) norm_params(dev, op, rx, rg, nullptr, as_gpu(rstd), a, *dw, nullptr);
   return {dx, dw};
+  });
 }
 
 std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStorage& xs, const Layout& l,
@@ -317,17 +325,19 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStora
   const char* op = "layer_norm";
   const GpuStorage& x = as_gpu(xs);
   GpuDevice& dev = x.gpu_device();
+  return with_args(compute_dtype(x.dtype()), [&](auto tag) -> std::tuple<StoragePtr, StoragePtr, StoragePtr> {
+  using R = decltype(tag);
   const int64_t n = row_len(l), rows = row_count(l);
   auto y = new_storage(dev, x.dtype(), l.numel(), op);
-  auto mean = new_storage(dev, DType::F32, rows, op);
-  auto rstd = new_storage(dev, DType::F32, rows, op);
+  auto mean = new_storage(dev, compute_dtype(x.dtype()), rows, op);
+  auto rstd = new_storage(dev, compute_dtype(x.dtype()), rows, op);
   if (l.numel() == 0) return {y, mean, rstd};
   RowOperand in(x, l);
-  NormArgs a;
+  NormArgs<R> a;
   a.x = a.g = in.rl;
   a.n = n;
   a.rows = rows;
-  a.eps = (float)eps;
+  a.eps = (R)eps;
   a.has_w = w != nullptr;
   a.has_b = b != nullptr;
   set_param(lw, a.w_off, a.w_st);
@@ -344,6 +354,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStora
       .scalar(a)
       .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
   return {y, mean, rstd};
+  });
 }
 
 std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStorage& xs, const Layout& l,
@@ -354,6 +365,8 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStora
   const char* op = "layer_norm_bwd";
   const GpuStorage& x = as_gpu(xs);
   GpuDevice& dev = x.gpu_device();
+  return with_args(compute_dtype(x.dtype()), [&](auto tag) -> std::tuple<StoragePtr, StoragePtr, StoragePtr> {
+  using R = decltype(tag);
   const int64_t n = row_len(l), rows = row_count(l);
   auto dx = new_storage(dev, x.dtype(), l.numel(), op);
   GpuStoragePtr dw, db;
@@ -362,7 +375,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStora
     db = new_storage(dev, x.dtype(), n, op);
   }
   RowOperand rx(x, l), rg(as_gpu(g), lg);
-  NormArgs a;
+  NormArgs<R> a;
   a.x = rx.rl;
   a.g = rg.rl;
   a.n = n;
@@ -383,6 +396,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStora
   }
   if (dw) norm_params(dev, op, rx, rg, &as_gpu(mean), as_gpu(rstd), a, *dw, db.get());
   return {dx, dw, db};
+  });
 }
 
 // ================================ activations' backward ==========================================
@@ -426,7 +440,7 @@ StoragePtr act_bwd(const BackendStorage& as_, const Layout& l, const BackendStor
   Launch k(dev, "act.metal", kname((op + "_").c_str(), a.dtype(), op.c_str()));
   k.input(*as).input(*gs).output(*dx).scalar(p);
   // The kinds with parameters take them at buffer(4) (act.metal's act_bwd_param).
-  if (kind >= ActKind::Elu) k.scalar(ActParams{(float)p0, (float)p1});
+  if (kind >= ActKind::Elu) k.scalar_of(a.dtype(), ActParams<float>{(float)p0, (float)p1}, ActParams<double>{p0, p1});
   k.dispatch_1d(checked_u32((int64_t)threads, op.c_str()), 256);
   return dx;
 }
@@ -434,16 +448,16 @@ StoragePtr act_bwd(const BackendStorage& as_, const Layout& l, const BackendStor
 // ================================ sdpa ===========================================================
 namespace {
 
-struct SdpaSetup {
-  SdpaKArgs k;
+template <class R> struct SdpaSetup {
+  SdpaKArgs<R> k;
   std::string suffix;  // "<dtype>_<mask dtype>"
   const GpuStorage* mask = nullptr;
 };
 
 // The kernels' argument block from the seam's geometry (cpp/fused.cpp).
-SdpaSetup sdpa_setup(const SdpaArgs& a, const SdpaGeom& g, const char* op) {
-  SdpaSetup s;
-  SdpaKArgs& k = s.k;
+template <class R> SdpaSetup<R> sdpa_setup(const SdpaArgs& a, const SdpaGeom& g, const char* op) {
+  SdpaSetup<R> s;
+  SdpaKArgs<R>& k = s.k;
   k.B = g.B, k.H = g.H, k.Hkv = g.Hkv, k.Lq = g.Lq, k.Lk = g.Lk, k.D = g.D, k.Dv = g.Dv;
   std::copy(g.sq, g.sq + 4, k.sq);
   std::copy(g.sk, g.sk + 4, k.sk);
@@ -453,8 +467,8 @@ SdpaSetup sdpa_setup(const SdpaArgs& a, const SdpaGeom& g, const char* op) {
   k.q_off = a.lq.offset();
   k.k_off = a.lk.offset();
   k.v_off = a.lv.offset();
-  k.scale = (float)a.scale;
-  k.softcap = (float)a.softcap;
+  k.scale = (R)a.scale;
+  k.softcap = (R)a.softcap;
   k.causal = a.causal;
   k.tile = std::min<int64_t>(kMaxTileRows, kTile / std::max<int64_t>({k.D, k.Dv, 1}));
   const DType qdt = a.q->dtype();
@@ -480,11 +494,13 @@ std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a, const SdpaGeom& g
   const char* op = "sdpa";
   const GpuStorage& q = as_gpu(*a.q);
   GpuDevice& dev = q.gpu_device();
-  SdpaSetup s = sdpa_setup(a, geo, op);
-  const SdpaKArgs& k = s.k;
+  return with_args(compute_dtype(q.dtype()), [&](auto tag) -> std::tuple<StoragePtr, StoragePtr> {
+  using R = decltype(tag);
+  SdpaSetup<R> s = sdpa_setup<R>(a, geo, op);
+  const SdpaKArgs<R>& k = s.k;
   const int64_t BH = k.B * k.H;
   auto out = new_storage(dev, q.dtype(), BH * k.Lq * k.Dv, op);
-  auto lse = new_storage(dev, DType::F32, BH * k.Lq, op);
+  auto lse = new_storage(dev, compute_dtype(q.dtype()), BH * k.Lq, op);
   if (BH * k.Lq == 0) return {out, lse};
   const GpuStorage& mask = s.mask ? *s.mask : q;
   // A few queries over many keys: the decode kernel spreads the keys over the group's simdgroups.
@@ -498,9 +514,9 @@ std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a, const SdpaGeom& g
                                     : std::string(decode ? "sdpa_decode_" : "sdpa_fwd_") + s.suffix;
   nsg = std::max<uint32_t>(1, std::min<uint32_t>(nsg, limit_of(dev, "sdpa.metal", fn) / 32));  // the pipeline's limit
   if (chunks > 1) {
-    SdpaKArgs ks = k;
+    SdpaKArgs<R> ks = k;
     ks.pad = (uint32_t)chunks;
-    auto part = new_storage(dev, DType::F32, BH * k.Lq * chunks * (k.Dv + 2), op);
+    auto part = new_storage(dev, compute_dtype(q.dtype()), BH * k.Lq * chunks * (k.Dv + 2), op);
     Launch(dev, "sdpa.metal", fn)
         .input(q)
         .input(as_gpu(*a.k))
@@ -528,6 +544,7 @@ std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a, const SdpaGeom& g
       .scalar(k)
       .dispatch({32 * nsg, gy, checked_u32(BH, op)}, {32 * nsg, 1, 1});
   return {out, lse};
+  });
 }
 
 std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const SdpaGeom& geo,
@@ -537,8 +554,10 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const
   const char* op = "sdpa_bwd";
   const GpuStorage& q = as_gpu(*a.q);
   GpuDevice& dev = q.gpu_device();
-  SdpaSetup s = sdpa_setup(a, geo, op);
-  SdpaKArgs& k = s.k;
+  return with_args(compute_dtype(q.dtype()), [&](auto tag) -> std::tuple<StoragePtr, StoragePtr, StoragePtr> {
+  using R = decltype(tag);
+  SdpaSetup<R> s = sdpa_setup<R>(a, geo, op);
+  SdpaKArgs<R>& k = s.k;
   std::copy(geo.so, geo.so + 4, k.so);
   std::copy(geo.sg, geo.sg + 4, k.sg);
   k.o_off = lo.offset();
@@ -549,7 +568,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const
   auto dv = new_storage(dev, q.dtype(), k.B * k.Hkv * k.Lk * k.Dv, op);
   if (BH == 0) return {dq, dk, dv};
   const GpuStorage& mask = s.mask ? *s.mask : q;
-  auto di = new_storage(dev, DType::F32, std::max<int64_t>(1, BH * k.Lq), op);
+  auto di = new_storage(dev, compute_dtype(q.dtype()), std::max<int64_t>(1, BH * k.Lq), op);
   Launch(dev, "sdpa.metal", kname("sdpa_bwd_prep_", q.dtype(), op))
       .input(as_gpu(o))
       .input(as_gpu(g))
@@ -585,6 +604,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const
       .dispatch({32 * nk, checked_u32((int64_t)ceil_div(k.Lk, nk), op), checked_u32(k.B * k.Hkv, op)},
                 {32 * nk, 1, 1});
   return {dq, dk, dv};
+  });
 }
 
 // ================================ rope ===========================================================
@@ -592,18 +612,20 @@ StoragePtr rope(const BackendStorage& xs, const Layout& l, const RopeArgs& a) {
   const char* op = "rope";
   const GpuStorage& x = as_gpu(xs);
   GpuDevice& dev = x.gpu_device();
+  return with_args(compute_dtype(x.dtype()), [&](auto tag) -> StoragePtr {
+  using R = decltype(tag);
   auto y = new_storage(dev, x.dtype(), l.numel(), op);
   if (l.numel() == 0) return y;
   RowOperand in(x, l);
-  RopeKArgs k;
+  RopeKArgs<R> k;
   k.x = in.rl;
   k.D = row_len(l);
   k.L = l.shape()[l.ndim() - 2];
   k.rows = row_count(l);
   k.half = a.dims / 2;
   k.offset = a.offset;
-  k.scale = (float)a.scale;
-  k.log2_base = (float)std::log2(a.base);
+  k.scale = (R)a.scale;
+  k.log2_base = (R)std::log2(a.base);
   k.traditional = a.traditional;
   k.inverse = a.inverse;
   k.has_offsets = a.offsets != nullptr;
@@ -626,30 +648,31 @@ StoragePtr rope(const BackendStorage& xs, const Layout& l, const RopeArgs& a) {
   }
   // Without freqs or a table, inv_freq comes from the host in double (has_freqs 3, by value, up to 1024 of
   // them) rather than the kernel's float exp2. Absent offsets / freqs are never read; x is bound there.
-  std::vector<float> inv;
+  std::vector<R> inv;
   if (!a.freqs && !a.table && k.half <= 1024) {
     inv.resize((size_t)std::max<int64_t>(k.half, 1));
     for (int64_t j = 0; j < k.half; ++j)
-      inv[(size_t)j] = (float)std::exp2(-(double)(2 * j) / (double)(2 * k.half) * std::log2(a.base));
+      inv[(size_t)j] = (R)std::exp2(-(double)(2 * j) / (double)(2 * k.half) * std::log2(a.base));
     k.has_freqs = 3;
   }
   Launch launch(dev, "rope.metal", kname("rope_", x.dtype(), op));
   launch.input(*in.s).input(a.offsets ? as_gpu(*a.offsets) : *in.s);
-  if (!inv.empty()) launch.bytes(inv.data(), inv.size() * sizeof(float));
+  if (!inv.empty()) launch.bytes(inv.data(), inv.size() * sizeof(R));
   else launch.input(a.freqs ? as_gpu(*a.freqs) : a.table ? as_gpu(*a.table) : *in.s);
   launch.output(*y).scalar(k).dispatch_grid({checked_u32(k.D - k.half, op), checked_u32(k.rows, op), 1}, {64, 1, 1});
   return y;
+  });
 }
 
 // ================================ cross_entropy ==================================================
 namespace {
-struct CeKArgs {  // cross_entropy.metal's CeArgs
+template <class R = float> struct CeKArgs {  // cross_entropy.metal's CeArgs
   RowLayout x;
   int64_t n = 0, rows = 0, t_off = 0, g_off = 0, w_off = 0, w_st = 0, ignore = 0;
-  float eps = 0;
+  R eps = 0;
   uint32_t has_w = 0, t_i32 = 0, pad = 0;
 };
-static_assert(sizeof(CeKArgs) == 224, "argument blocks must match the kernels' structs");
+static_assert(sizeof(CeKArgs<>) == 224, "argument blocks must match the kernels' structs");
 
 // An operand read densely from its offset: in place when contiguous, else a dense copy.
 struct DenseOperand {
@@ -664,10 +687,10 @@ struct DenseOperand {
   }
 };
 
-struct CeLaunch {
+template <class R> struct CeLaunch {
   RowOperand x;
   DenseOperand t;
-  CeKArgs k;
+  CeKArgs<R> k;
   uint32_t tpg;
   CeLaunch(GpuDevice& dev, const CeArgs& a, const char* fn, const char* op)
       : x(as_gpu(*a.x), a.lx), t(as_gpu(*a.t), a.lt) {
@@ -676,7 +699,7 @@ struct CeLaunch {
     k.rows = a.lt.numel();
     k.t_off = t.off;
     k.ignore = a.ignore;
-    k.eps = (float)a.eps;
+    k.eps = (R)a.eps;
     k.t_i32 = a.t->dtype() == DType::I32;
     k.has_w = a.w != nullptr;
     set_param(a.w ? &a.lw : nullptr, k.w_off, k.w_st);
@@ -689,11 +712,13 @@ std::tuple<StoragePtr, StoragePtr> cross_entropy_fwd(const CeArgs& a) {
   const char* op = "cross_entropy";
   const GpuStorage& x = as_gpu(*a.x);
   GpuDevice& dev = x.gpu_device();
+  return with_args(compute_dtype(x.dtype()), [&](auto tag) -> std::tuple<StoragePtr, StoragePtr> {
+  using R = decltype(tag);
   const int64_t rows = a.lt.numel();
   auto loss = new_storage(dev, x.dtype(), rows, op);
-  auto lse = new_storage(dev, DType::F32, rows, op);
+  auto lse = new_storage(dev, compute_dtype(x.dtype()), rows, op);
   if (rows == 0) return {loss, lse};
-  CeLaunch c(dev, a, "ce_fwd_", op);
+  CeLaunch<R> c(dev, a, "ce_fwd_", op);
   Launch(dev, "cross_entropy.metal", kname("ce_fwd_", x.dtype(), op))
       .input(*c.x.s)
       .input(*c.t.s)
@@ -704,16 +729,19 @@ std::tuple<StoragePtr, StoragePtr> cross_entropy_fwd(const CeArgs& a) {
       .scalar(c.k)
       .dispatch({c.tpg, checked_u32(rows, op), 1}, {c.tpg, 1, 1});
   return {loss, lse};
+  });
 }
 
 StoragePtr cross_entropy_bwd(const CeArgs& a, const BackendStorage& lse, const BackendStorage& gs, const Layout& lg) {
   const char* op = "cross_entropy_bwd";
   const GpuStorage& x = as_gpu(*a.x);
   GpuDevice& dev = x.gpu_device();
+  return with_args(compute_dtype(x.dtype()), [&](auto tag) -> StoragePtr {
+  using R = decltype(tag);
   auto dx = new_storage(dev, x.dtype(), a.lx.numel(), op);
   const int64_t rows = a.lt.numel();
   if (a.lx.numel() == 0) return dx;
-  CeLaunch c(dev, a, "ce_bwd_", op);
+  CeLaunch<R> c(dev, a, "ce_bwd_", op);
   DenseOperand g(as_gpu(gs), lg);
   c.k.g_off = g.off;
   Launch(dev, "cross_entropy.metal", kname("ce_bwd_", x.dtype(), op))
@@ -727,6 +755,7 @@ StoragePtr cross_entropy_bwd(const CeArgs& a, const BackendStorage& lse, const B
       .scalar(c.k)
       .dispatch({c.tpg, checked_u32(rows, op), 1}, {c.tpg, 1, 1});
   return dx;
+  });
 }
 
 void register_fused(DeviceKind kind) {

@@ -12,20 +12,21 @@ namespace {
 
 constexpr uint32_t kThreads = 256;  // group_norm.metal's threadgroup size
 
-struct GroupNormArgs {  // must match group_norm.metal
+template <class R> struct GroupNormArgs {  // must match group_norm.metal (R: double for the float64 kernels)
   int64_t n, c, groups, s;
   int64_t w_off, w_st, b_off, b_st;
-  float eps;
+  R eps;
   uint32_t has_w, has_b;
 };
 
-GroupNormArgs args_of(const Layout& l, int64_t groups, const Layout* lw, const Layout* lb, double eps) {
-  GroupNormArgs a{};
+template <class R = float>
+GroupNormArgs<R> args_of(const Layout& l, int64_t groups, const Layout* lw, const Layout* lb, double eps) {
+  GroupNormArgs<R> a{};
   a.n = l.shape()[0];
   a.c = l.shape()[1];
   a.groups = groups;
   a.s = (a.n != 0 && a.c != 0) ? l.numel() / (a.n * a.c) : 0;
-  a.eps = (float)eps;
+  a.eps = (R)eps;
   a.has_w = lw != nullptr;
   a.has_b = lb != nullptr;
   if (lw) a.w_off = lw->offset(), a.w_st = lw->stride()[0];
@@ -42,11 +43,13 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const BackendStora
   const char* op = "group_norm";
   const GpuStorage& x = as_gpu(xs);
   GpuDevice& dev = x.gpu_device();
-  const GroupNormArgs a = args_of(l, groups, w ? lw : nullptr, b ? lb : nullptr, eps);
+  const DType ft = compute_dtype(x.dtype());
+  const auto a = args_of(l, groups, w ? lw : nullptr, b ? lb : nullptr, eps);
+  const auto a64 = args_of<double>(l, groups, w ? lw : nullptr, b ? lb : nullptr, eps);
   const int64_t rows = a.n * groups;
   auto y = new_storage(dev, x.dtype(), l.numel(), op);
-  auto mean = new_storage(dev, DType::F32, rows, op);
-  auto rstd = new_storage(dev, DType::F32, rows, op);
+  auto mean = new_storage(dev, ft, rows, op);
+  auto rstd = new_storage(dev, ft, rows, op);
   if (l.numel() == 0) return {y, mean, rstd};
   auto xd = dense_or_copy(x, l, op);
   const GpuStorage& xm = as_gpu(*xd);
@@ -58,7 +61,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_fwd(const BackendStora
       .output(*y)
       .output(*mean)
       .output(*rstd)
-      .scalar(a)
+      .scalar_of(ft, a, a64)
       .dispatch_rows(checked_u32(rows, op), kThreads);
   return {y, mean, rstd};
 }
@@ -71,7 +74,9 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStora
   const char* op = "group_norm_bwd";
   const GpuStorage& x = as_gpu(xs);
   GpuDevice& dev = x.gpu_device();
-  const GroupNormArgs a = args_of(l, groups, w ? lw : nullptr, nullptr, 0.0);
+  const DType ft = compute_dtype(x.dtype());
+  const auto a = args_of(l, groups, w ? lw : nullptr, nullptr, 0.0);
+  const auto a64 = args_of<double>(l, groups, w ? lw : nullptr, nullptr, 0.0);
   auto dx = new_storage(dev, x.dtype(), l.numel(), op);
   auto dw = new_storage(dev, x.dtype(), a.c, op);
   auto db = new_storage(dev, x.dtype(), a.c, op);
@@ -90,7 +95,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStora
       .input(as_gpu(rstd))
       .input(gm)
       .output(*dx)
-      .scalar(a)
+      .scalar_of(ft, a, a64)
       .dispatch_rows(checked_u32(a.n * groups, op), kThreads);
   Launch(dev, "group_norm.metal", kname("group_norm_bwd_params_", x.dtype(), op))
       .input(xm)
@@ -99,7 +104,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> group_norm_bwd(const BackendStora
       .input(gm)
       .output(*dw)
       .output(*db)
-      .scalar(a)
+      .scalar_of(ft, a, a64)
       .dispatch_rows(checked_u32(a.c, op), kThreads);
   return {dx, dw, db};
 }

@@ -11,9 +11,9 @@
 namespace ember::gpu::ops {
 namespace {
 
-struct OptimKArgs {  // must match optim.metal's OptimArgs
+template <class R> struct OptimKArgs {  // must match optim.metal's OptimArgs (R: double for float64's kernels)
   uint32_t n, flags, small, pad;
-  float s[8];
+  R s[8];
 };
 
 }  // namespace
@@ -23,15 +23,21 @@ void optim_step(const OptimArgs& a) {
   GpuStorage& p = as_gpu(*a.p);
   GpuDevice& dev = p.gpu_device();
   const std::string suffix = type_suffix(p.dtype(), op);
-  EMBER_CHECK(p.dtype() == DType::F32, DType, "[", op, "] fused updates on ", kDeviceKindNames[(int)dev.device().kind], " take float32, got ",
+  EMBER_CHECK(p.dtype() == DType::F32 || (p.dtype() == DType::F64 && dev.holds(DType::F64)), DType, "[", op, "] fused updates on ", kDeviceKindNames[(int)dev.device().kind], " take float32 (or float64 where the device has it), got ",
               dtype_name(p.dtype()));
-  OptimKArgs k{};
-  k.n = checked_u32(a.n, op);
-  k.flags = a.flags;
-  for (int i = 0; i < 8; ++i) k.s[i] = (float)a.s[i];  // torch rounds each Scalar to the dtype
-  // The lerp weight (Adam: 1 - beta1, RMSprop: 1 - alpha) in float picks torch's lerp form.
-  if (a.kind == OptimKind::Adam) k.small = std::fabs(k.s[1]) < 0.5f;
-  if (a.kind == OptimKind::RmsProp) k.small = std::fabs(k.s[2]) < 0.5f;
+  auto args = [&](auto tag) {
+    using R = decltype(tag);
+    OptimKArgs<R> k{};
+    k.n = checked_u32(a.n, op);
+    k.flags = a.flags;
+    for (int i = 0; i < 8; ++i) k.s[i] = (R)a.s[i];  // torch rounds each Scalar to the dtype
+    // The lerp weight (Adam: 1 - beta1, RMSprop: 1 - alpha) in the dtype picks torch's lerp form.
+    if (a.kind == OptimKind::Adam) k.small = std::fabs(k.s[1]) < 0.5;
+    if (a.kind == OptimKind::RmsProp) k.small = std::fabs(k.s[2]) < 0.5;
+    return k;
+  };
+  const auto k = args(float());
+  const auto k64 = args(double());
   const GpuStorage& g = as_gpu(*a.g);
   const char* name = a.kind == OptimKind::Sgd ? "sgd_step_" : a.kind == OptimKind::Adam ? "adam_step_" : "rmsprop_step_";
   Launch l(dev, "optim.metal", name + suffix);
@@ -42,7 +48,7 @@ void optim_step(const OptimArgs& a) {
     if (a.st[i]) l.inout(as_gpu(*a.st[i]), a.off_st[i]);
     else l.input(g, a.off_g);
   }
-  l.scalar(k).dispatch_1d(k.n);
+  l.scalar_of(p.dtype(), k, k64).dispatch_1d(k.n);
 }
 
 void register_optim(DeviceKind kind) { Kernels<OptimStep>::set(kind, &optim_step); }

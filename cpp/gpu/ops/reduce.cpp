@@ -31,7 +31,7 @@ std::pair<const char*, DType> kernel_op(ReduceOp op, DType dt) {
 // The dtype of a partial state's value in the two-pass form (reduce.metal's V): the accumulator type.
 DType state_dtype(ReduceOp op, DType dt) {
   const bool sum = op == ReduceOp::Sum || op == ReduceOp::SumI64;
-  if (is_float(dt)) return DType::F32;
+  if (is_float(dt)) return compute_dtype(dt);
   return sum ? DType::I64 : dt;
 }
 

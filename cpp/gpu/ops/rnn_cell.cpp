@@ -43,7 +43,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> rnn_cell_fwd(const BackendStorage
   const int64_t n = l.shape()[0], g = l.shape()[1], h = g / rnn_gates(kind);
   auto hn = new_storage(dev, dt, n * h, op);
   auto cn = kind == RnnCell::Lstm ? new_storage(dev, dt, n * h, op) : nullptr;
-  auto ws = new_storage(dev, DType::F32, n * rnn_ws_width(kind, h), op);
+  auto ws = new_storage(dev, compute_dtype(dt), n * rnn_ws_width(kind, h), op);  // double for float64
   if (n == 0 || h == 0) return {hn, cn, ws};
   RnnCellKArgs a;
   a.rows = n, a.H = h;

@@ -147,7 +147,7 @@ StoragePtr multinomial(const BackendStorage& ws, const Layout& l, int64_t num_sa
   check_weights(dev, s, meta, rows32, n32, t);
   if (!replacement) {
     // the exponential keys w / E in float32, then topk's selection of the num_samples largest
-    auto keys = new_storage(dev, DType::F32, rows * n, name);
+    auto keys = new_storage(dev, compute_dtype(s.dtype()), rows * n, name);  // double in the float64 kernels
     Launch(dev, "random.metal", "multinomial_keys_" + t)
         .input(s).output(*keys).array(meta).scalar<uint64_t>(seed).scalar<uint64_t>(counter)
         .dispatch_grid(Dim3{n32, rows32, 1});

@@ -10,10 +10,11 @@
 namespace ember::gpu::ops {
 namespace {
 
-// torch's source scale of one axis, in float (the CPU's make_taps in cpu/upsample.cpp, float case).
-float axis_scale(UpsampleMode mode, int64_t in, int64_t out, double sf, bool align) {
-  if (mode == UpsampleMode::Linear && align) return out > 1 ? (float)(in - 1) / (float)(out - 1) : 0.0f;
-  return sf > 0 ? (float)(1.0 / sf) : (float)in / (float)out;
+// torch's source scale of one axis, in R: float, double for the float64 kernels (the CPU's make_taps in
+// cpu/upsample.cpp).
+template <class R> R axis_scale(UpsampleMode mode, int64_t in, int64_t out, double sf, bool align) {
+  if (mode == UpsampleMode::Linear && align) return out > 1 ? (R)(in - 1) / (R)(out - 1) : R(0);
+  return sf > 0 ? (R)(1.0 / sf) : (R)in / (R)out;
 }
 
 std::vector<int64_t> up_meta(UpsampleMode mode, const UpsampleGeom& g, const Layout& l) {
@@ -22,8 +23,8 @@ std::vector<int64_t> up_meta(UpsampleMode mode, const UpsampleGeom& g, const Lay
   return m;
 }
 
-struct Float2 {
-  float x, y;
+template <class R> struct Real2 {
+  R x, y;
 };
 
 StoragePtr launch(const GpuStorage& s, UpsampleMode mode, const Layout& l, const UpsampleGeom& g, bool fwd) {
@@ -34,10 +35,12 @@ StoragePtr launch(const GpuStorage& s, UpsampleMode mode, const Layout& l, const
   if (planes * pos == 0) return out;
   const uint32_t gx = checked_u32(pos, "interpolate"), gy = checked_u32(planes, "interpolate");
   checked_u32(planes * pos, "interpolate");
-  const Float2 scale{axis_scale(mode, g.h, g.oh, g.sf_h, g.align_corners),
-                     axis_scale(mode, g.w, g.ow, g.sf_w, g.align_corners)};
+  const Real2<float> scale{axis_scale<float>(mode, g.h, g.oh, g.sf_h, g.align_corners),
+                           axis_scale<float>(mode, g.w, g.ow, g.sf_w, g.align_corners)};
+  const Real2<double> scale64{axis_scale<double>(mode, g.h, g.oh, g.sf_h, g.align_corners),
+                              axis_scale<double>(mode, g.w, g.ow, g.sf_w, g.align_corners)};
   Launch(dev, "upsample.metal", std::string(fwd ? "upsample_fwd_" : "upsample_bwd_") + tname)
-      .input(s).output(*out).array(up_meta(mode, g, l)).scalar(scale)
+      .input(s).output(*out).array(up_meta(mode, g, l)).scalar_of(s.dtype(), scale, scale64)
       .dispatch_grid(Dim3{gx, gy, 1}, Dim3{64, 4, 1});
   return out;
 }
