@@ -29,7 +29,10 @@ DL = {"float32": (np.float32, 2, 32), "float16": (np.float16, 2, 16), "bfloat16"
 
 class ForeignCuda:
     """A producer of "CUDA" memory that is not ember's: a numpy buffer, which under the emulator is device memory.
-    ``released`` counts the calls of its DLPack deleter."""
+    ``released`` counts the calls of its DLPack deleter. As DLPack requires, an exported producer (its struct,
+    its deleter, its memory) stays alive until the deleter runs, even when the caller drops it."""
+
+    exported: set = set()
 
     def __init__(self, arr, shape, strides, code, bits, byte_offset=0, read_only=False, data=None, lanes=1):
         self.arr, self.released, self.calls = arr, 0, []
@@ -49,6 +52,7 @@ class ForeignCuda:
 
         def deleter(_addr):
             self.released += 1
+            ForeignCuda.exported.discard(self)
 
         self._deleter = interop._DELETER(deleter)
         self.m.deleter = self._deleter
@@ -65,6 +69,7 @@ class ForeignCuda:
 
     def __dlpack__(self, **kw):
         self.calls.append(kw)
+        ForeignCuda.exported.add(self)  # until the consumer's deleter call (an unconsumed capsule leaks it)
         return interop._api.PyCapsule_New(C.addressof(self.m), interop._NAME_V, None)
 
 
@@ -148,6 +153,20 @@ def test_a_kernel_writes_the_producers_memory_within_its_own_extent(emulated):
                        r"24 \(4 bytes; the argument has 24\)"):
         em.cuda.Kernel(src, "put")(outputs=[u.storage], scalars=[np.int32(7)], grid=1, block=8)
     np.testing.assert_array_equal(base[8:], [0, 0])
+
+
+def test_overlapping_imports_are_the_same_buffer(emulated):
+    base = np.arange(64, dtype=np.float32)
+    old = base.copy()
+    u = em.from_dlpack(ForeignCuda.of_view(base, base[2:50]))
+    v = em.from_dlpack(ForeignCuda.of_view(base, base[0:48]))
+    w = em.from_dlpack(ForeignCuda.of_view(base, base[50:]))
+    assert u.storage.same_buffer(v.storage) and not u.storage.same_buffer(w.storage)
+    assert not u.storage.same_buffer(em.zeros(48, device=emulated).storage)
+    u[:] = v  # overlapping: the copy reads the old values (through a snapshot), as numpy's assignment does
+    want = old.copy()
+    want[2:50] = old[0:48]
+    np.testing.assert_array_equal(base, want)
 
 
 def test_reexport_and_round_trip_keep_the_producers_memory(emulated, rng):

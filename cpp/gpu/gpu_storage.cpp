@@ -32,7 +32,13 @@ void GpuStorage::read(void* dst, size_t n, size_t offset) const {
 bool GpuStorage::same_buffer(const BackendStorage& other) const {
   if (other.device() != device()) return false;
   const auto& o = as_gpu(other);
-  if (o.buf_ != buf_) return false;
+  if (o.buf_ != buf_) {
+    // Memory a producer lent (only CUDA has it, and its handles are device addresses) may overlap another
+    // import of it or ember's own buffer: compare addresses.
+    if (!buf_->foreign_release && !o.buf_->foreign_release) return false;
+    const uintptr_t a = (uintptr_t)buf_->handle + offset_, b = (uintptr_t)o.buf_->handle + o.offset_;
+    return a < b + o.nbytes() && b < a + nbytes() && nbytes() > 0 && o.nbytes() > 0;
+  }
   // Overlapping byte ranges of one buffer count as the same buffer.
   return offset_ < o.offset_ + o.nbytes() && o.offset_ < offset_ + nbytes() && nbytes() > 0 && o.nbytes() > 0;
 }
