@@ -32,6 +32,7 @@ PY
 status=0
 echo "== the CUDA tests on the GPU"
 EMBER_TEST_DEVICE=cuda "$py" -m pytest tests/test_cuda_kernel.py tests/test_cuda_device.py tests/test_cuda_ptx.py \
+  tests/test_cuda_float64.py tests/test_cuda_dlpack.py \
   -q -p no:cacheprovider 2>&1 | tee "$out/gpu-tests.txt" | tail -5 || status=1
 echo "== the same under the emulator (and its error-path tests)"
 EMBER_CUDA=emulate "$py" -m pytest tests/test_cuda_kernel.py tests/test_cuda_device.py tests/test_cuda_errors.py \
