@@ -38,7 +38,7 @@ def test_float64_is_held_and_moves(cuda, rng):
     assert c.dtype == em.float64 and c.device == cuda
     np.testing.assert_array_equal(c.numpy(), x)
     np.testing.assert_array_equal(c.T.contiguous().numpy(), x.T)
-    np.testing.assert_array_equal(em.arange(6, dtype=em.float64).to(cuda).numpy(), np.arange(6.0))
+    np.testing.assert_array_equal(em.arange(6, dtype=em.float64, device="cpu").to(cuda).numpy(), np.arange(6.0))
     s = em.CudaStorage.empty(4, "float64", device=cuda)
     assert s.nbytes == 32 and s.dtype == em.float64
 
