@@ -269,7 +269,7 @@ void Rewriter::kernel_definition(int k, bool is_template, const std::string& hos
     templates_[t(k + 1)] = tk;
     return;
   }
-  kernels_.push_back({host_name.empty() ? t(k + 1) : host_name, t(k + 1), k + 2, close});
+  kernels_.push_back({host_name.empty() ? t(k + 1) : host_name, t(k + 1), k + 2, close, {}, {}});
 }
 
 // Records the reference parameters bound to buffers of the kernel whose parameter list is (open, close),
