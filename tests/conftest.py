@@ -86,6 +86,15 @@ def device():
     return TEST_DEVICE
 
 
+@pytest.fixture
+def cuda(monkeypatch):
+    """A cuda device: the CUDA emulator, unless the suite runs on a real GPU (scripts/cuda_smoke.sh:
+    EMBER_TEST_DEVICE=cuda with the NVIDIA backend)."""
+    if not (os.environ.get("EMBER_TEST_DEVICE", "").startswith("cuda") and em.cuda.backend() == "nvidia"):
+        monkeypatch.setenv("EMBER_CUDA", "emulate")
+    return em.Device("cuda")
+
+
 @pytest.fixture(autouse=True)
 def _restore_default_device():
     # A test that changes the default device must not move the tests after it.

@@ -1,7 +1,6 @@
 """The user-facing pieces of Python that name devices, on the emulated cuda device: Tensor.to / Module.to /
 Module.cuda, DeviceError for tensors on two devices, Python values following their tensor operand to cuda, the
 memory API and the profiler with cuda, and conv's custom ops dispatching to cuda."""
-import os
 
 import numpy as np
 import pytest
@@ -12,13 +11,6 @@ from ember import nn, operands
 
 def holds(device, dtype):
     return em._C.device_supports(device.kind, device.index, em.dtypes.to_dtype(dtype).code)
-
-
-@pytest.fixture
-def cuda(monkeypatch):
-    if not (os.environ.get("EMBER_TEST_DEVICE", "").startswith("cuda") and em.cuda.backend() == "nvidia"):
-        monkeypatch.setenv("EMBER_CUDA", "emulate")
-    return em.Device("cuda")
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float16", "bfloat16", "float64", "int64", "int32", "uint32", "uint8",

@@ -2,7 +2,6 @@
 (examples/cuda_custom_ops.py: fused_mul_add, linear_relu) against numpy on random shapes and layouts, on the
 emulated cuda device."""
 import importlib.util
-import os
 import pathlib
 import runpy
 import sys
@@ -23,14 +22,6 @@ def _example():
 
 
 ex = _example()
-
-
-@pytest.fixture
-def cuda(monkeypatch):
-    # The emulator, unless the suite runs on a real GPU (scripts/cuda_smoke.sh: EMBER_TEST_DEVICE=cuda).
-    if not (os.environ.get("EMBER_TEST_DEVICE", "").startswith("cuda") and em.cuda.backend() == "nvidia"):
-        monkeypatch.setenv("EMBER_CUDA", "emulate")
-    return em.Device("cuda")
 
 
 def on_device(device, dtype):

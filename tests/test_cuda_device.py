@@ -2,20 +2,11 @@
 device, copy_into / fill / to_dtype on device storages (ember's translated kernels through the GPU layer),
 CudaStorage.empty, trait ops and registry families running, the pool's memory
 stats, and a CustomOp's cuda_fwd."""
-import os
 
 import numpy as np
 import pytest
 
 import ember as em
-
-
-@pytest.fixture
-def cuda(monkeypatch):
-    # The emulator, unless the suite runs on a real GPU (scripts/cuda_smoke.sh: EMBER_TEST_DEVICE=cuda).
-    if not (os.environ.get("EMBER_TEST_DEVICE", "").startswith("cuda") and em.cuda.backend() == "nvidia"):
-        monkeypatch.setenv("EMBER_CUDA", "emulate")
-    return em.Device("cuda")
 
 
 def test_availability_follows_ember_cuda(monkeypatch):

@@ -1,19 +1,11 @@
 """DLPack on cuda (kDLCUDA, device type 2): __dlpack_device__, __dlpack__'s stream (an event for a stream
 handle), dl_device and copy arguments, em.from_dlpack of ember's own CUDA capsules without a copy.
 Another library's CUDA memory: tests/test_cuda_dlpack_foreign.py."""
-import os
 
 import numpy as np
 import pytest
 
 import ember as em
-
-
-@pytest.fixture
-def cuda(monkeypatch):
-    if not (os.environ.get("EMBER_TEST_DEVICE", "").startswith("cuda") and em.cuda.backend() == "nvidia"):
-        monkeypatch.setenv("EMBER_CUDA", "emulate")
-    return em.Device("cuda")
 
 
 @pytest.fixture

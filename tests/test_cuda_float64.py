@@ -1,7 +1,6 @@
 """float64 on the cuda device (the emulator here): each op family runs the float32 kernels retyped to double
 (cpp/cuda/kernels.h), so results match the CPU's float64 ones to double rounding, and gradients check against
 finite differences on cuda itself. Metal still refuses float64 (tests/test_metal_device.py)."""
-import os
 
 import numpy as np
 import pytest
@@ -12,14 +11,6 @@ from ember.nn.ops import sdpa
 from ember.testing import gradcheck
 
 RT, AT = 1e-12, 1e-13  # double rounding (sums in another order, the math library's last bit)
-
-
-@pytest.fixture
-def cuda(monkeypatch):
-    # The emulator, unless the suite runs on a real GPU (scripts/cuda_smoke.sh: EMBER_TEST_DEVICE=cuda).
-    if not (os.environ.get("EMBER_TEST_DEVICE", "").startswith("cuda") and em.cuda.backend() == "nvidia"):
-        monkeypatch.setenv("EMBER_CUDA", "emulate")
-    return em.Device("cuda")
 
 
 def _pair(a, cuda):

@@ -1,21 +1,12 @@
 """em.cuda.Kernel on the CUDA emulator, against numpy: elementwise, a shared-memory block reduction, a warp-shuffle
 reduction, atomics, dynamic shared memory, __half / __nv_bfloat16 conversions, warp votes, 2-D/3-D indices, and
 the module cache (one compile per source hash and options, never keyed by name)."""
-import os
 
 import ml_dtypes
 import numpy as np
 import pytest
 
 import ember as em
-
-
-@pytest.fixture
-def cuda(monkeypatch):
-    # The emulator, unless the suite runs on a real GPU (scripts/cuda_smoke.sh: EMBER_TEST_DEVICE=cuda).
-    if not (os.environ.get("EMBER_TEST_DEVICE", "").startswith("cuda") and em.cuda.backend() == "nvidia"):
-        monkeypatch.setenv("EMBER_CUDA", "emulate")
-    return em.Device("cuda")
 
 
 def dev(arr, cuda):
