@@ -1,6 +1,6 @@
 """The backward walk's buffer reuse: index gradients written in place into one owned buffer (q, k, v =
 qkv[0], qkv[1], qkv[2]), overlapping and repeated indices, pass-through gradients never written over,
-and matmul's gradient of a transposed weight; each against torch and finite differences."""
+matmul's gradient of a transposed weight, and the walk's seed; each against torch and finite differences."""
 import numpy as np
 import pytest
 import torch
@@ -119,3 +119,29 @@ def test_linear_weight_gradient_is_its_own_buffer(rng):
     gw = gs[lin.weight]
     assert gw.is_contiguous() and gw.shape == (4, 3)
     np.testing.assert_allclose(gw.numpy(), np.tile(x.numpy().sum(0), (4, 1)), rtol=1e-5, atol=1e-5)
+
+
+def test_backward_seed_matches_torch_gradient(rng):
+    """backprop.backward(root, seed=g) is torch's root.backward(g); the seed itself is never stored."""
+    a = rng.standard_normal((4, 6))
+    x, xt = both(a)
+    gseed = rng.standard_normal((4, 6))
+    y = (x * 2.0).exp() + x  # the add hands the seed straight through to x
+    seed = em.tensor(gseed, dtype=WIDE)
+    gs = em.backprop.backward(y, seed=seed)
+    ((xt * 2.0).exp() + xt).backward(torch.tensor(gseed))
+    np.testing.assert_allclose(gs[x].numpy(), xt.grad.numpy(), **TOL)
+    assert gs[x].storage is not seed.storage
+    # a root that is the variable itself: its gradient is a copy of the seed
+    gs2 = em.backprop.backward(x, seed=seed)
+    np.testing.assert_array_equal(gs2[x].numpy(), gseed.astype(gs2[x].numpy().dtype))
+    assert gs2[x].storage is not seed.storage
+
+
+@pytest.mark.parametrize("bad", ["shape", "dtype", "type"])
+def test_backward_seed_errors(rng, bad):
+    x = em.Var(em.tensor(rng.standard_normal((2, 3)), dtype=em.float32))
+    y = x * 3.0
+    seed = {"shape": em.ones(3, 2), "dtype": em.ones(2, 3, dtype=em.int32), "type": np.ones((2, 3))}[bad]
+    with pytest.raises(em.ShapeError, match=r"^\[backward\] seed"):
+        em.backprop.backward(y, seed=seed)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import threading
 import weakref
 
+from . import _C
 from .creation import ones_like, zeros
 from .errors import (
     BackwardNotSupported,
@@ -519,7 +520,6 @@ def _index_into(grads, owned, inp, g, idx):
     """First-order backward of ``inp[idx]``: g is written into inp's gradient in place when the walk
     owns that buffer (the second and third of q, k, v = qkv[0], qkv[1], qkv[2]), else into fresh zeros
     laid out as inp is; instead of one zero-filled input-sized tensor per index and a sum of them."""
-    from . import _C
     k = id(inp)
     acc = grads.get(k)
     if acc is not None and id(acc[1]._storage) in owned:
@@ -550,14 +550,19 @@ def _accumulate(acc, gi, owned):
     owned[id(acc[1]._storage)] = None
 
 
-def backward(root, create_graph=False):
+def backward(root, create_graph=False, seed=None):
     """Gradients of ``root`` (seeded with ones, any shape) with respect to every variable it depends
     on, and only those: rules compute no gradient for an input that leads to no variable (needs_grad).
     With ``create_graph`` the gradients keep their graph (second order); otherwise the walk records
-    nothing. Raises NoGradientPath when no variable is reachable."""
+    nothing. Raises NoGradientPath when no variable is reachable. ``seed``: the gradient of root
+    instead of ones (torch's ``y.backward(gradient)``), same shape, dtype and device."""
     store = GradStore()
     if not root._dtype.is_float:
         raise DTypeError(f"[backward] expected a float tensor, got {root._dtype.name}")
+    if seed is not None and (not hasattr(seed, "_storage") or seed.shape != root.shape
+                             or seed._dtype is not root._dtype or seed._device != root._device):
+        raise ShapeError(f"[backward] seed must be a tensor like the root ({root.shape}, {root._dtype.name}, "
+                         f"{root._device}), got {getattr(seed, 'shape', type(seed).__name__)}")
     nodes, leads = _walk(root)
     if not root.is_variable and not nodes:
         how = "under em.no_grad()" if root._op is None else "from constants only"
@@ -566,7 +571,7 @@ def backward(root, create_graph=False):
             "variable goes through an int or a non-differentiable op); wrap the inputs to differentiate "
             "in em.Var(t)")
     table, uses_of = RULES, USES
-    grads = {id(root): [root, ones_like(root)]}  # id -> [tensor, grad]
+    grads = {id(root): [root, ones_like(root) if seed is None else seed]}  # id -> [tensor, grad]
     pop, get = grads.pop, grads.get
     # a graph that reads a rebound tensor resolves its inputs and notes when each was read (_inputs_used)
     ids = _rebinds.ids
@@ -649,6 +654,8 @@ def backward(root, create_graph=False):
         _walk_state.leads = prev_leads
     m = store._map
     owners = set()  # storages already handed out: each stored gradient gets its own
+    if seed is not None:
+        owners.add(id(seed._storage))  # the caller's seed is never stored as a gradient itself
     for t, g in grads.values():
         if t.is_variable:  # only variables: constants got none, intermediates were popped (or pruned)
             if not create_graph and g._op is not None:
