@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <initializer_list>
 #include <string>
 #include <tuple>
 
@@ -250,8 +251,38 @@ void norm_params(GpuDevice& dev, const char* op, const RowOperand& x, const RowO
       .dispatch_1d(checked_u32(n, op), 256);
 }
 
+// The arguments every norm kernel reads: the rows of x and g, their length and count, and where the
+// weight (and bias) lie.
+template <class R>
+NormArgs<R> norm_args(const RowLayout& x, const RowLayout& g, int64_t n, int64_t rows, const BackendStorage* w,
+                      const Layout* lw, const BackendStorage* b, const Layout* lb) {
+  NormArgs<R> a;
+  a.x = x;
+  a.g = g;
+  a.n = n;
+  a.rows = rows;
+  a.has_w = w != nullptr;
+  a.has_b = b != nullptr;
+  set_param(lw, a.w_off, a.w_st);
+  set_param(lb, a.b_off, a.b_st);
+  return a;
+}
+
+// One group of threads per row of `function` (norm.metal), buffers bound in order: inputs, then outputs.
+template <class R>
+void norm_rows(GpuDevice& dev, const char* function, const char* op, DType dt, const NormArgs<R>& a,
+               std::initializer_list<const GpuStorage*> inputs, std::initializer_list<const GpuStorage*> outputs) {
+  const std::string name = kname(function, dt, op);
+  const uint32_t tpg = norm_group(dev, name, a.n);
+  Launch launch(dev, "norm.metal", name);
+  for (const GpuStorage* s : inputs) launch.input(*s);
+  for (const GpuStorage* s : outputs) launch.output(*s);
+  launch.scalar(a).dispatch({tpg, checked_u32(a.rows, op), 1}, {tpg, 1, 1});
+}
+
 }  // namespace
 
+// Without a weight (or bias) the kernels read none; x is bound in its place.
 std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& xs, const Layout& l, const BackendStorage* w,
                                                 const Layout* lw, double eps) {
   const char* op = "rms_norm";
@@ -259,27 +290,13 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& xs, const 
   GpuDevice& dev = x.gpu_device();
   return with_args(compute_dtype(x.dtype()), [&](auto tag) -> std::tuple<StoragePtr, StoragePtr> {
   using R = decltype(tag);
-  const int64_t n = row_len(l), rows = row_count(l);
   auto y = new_storage(dev, x.dtype(), l.numel(), op);
-  auto rstd = new_storage(dev, compute_dtype(x.dtype()), rows, op);
+  auto rstd = new_storage(dev, compute_dtype(x.dtype()), row_count(l), op);
   if (l.numel() == 0) return {y, rstd};
   RowOperand in(x, l);
-  NormArgs<R> a;
-  a.x = a.g = in.rl;
-  a.n = n;
-  a.rows = rows;
+  NormArgs<R> a = norm_args<R>(in.rl, in.rl, row_len(l), row_count(l), w, lw, nullptr, nullptr);
   a.eps = (R)eps;
-  a.has_w = w != nullptr;
-  set_param(lw, a.w_off, a.w_st);
-  const uint32_t tpg = norm_group(dev, kname("rms_norm_fwd_", x.dtype(), op), n);
-  // Without a weight the kernel reads none; x is bound in its place.
-  Launch(dev, "norm.metal", kname("rms_norm_fwd_", x.dtype(), op))
-      .input(*in.s)
-      .input(w ? as_gpu(*w) : *in.s)
-      .output(*y)
-      .output(*rstd)
-      .scalar(a)
-      .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
+  norm_rows(dev, "rms_norm_fwd_", op, x.dtype(), a, {in.s, w ? &as_gpu(*w) : in.s}, {y.get(), rstd.get()});
   return {y, rstd};
   });
 }
@@ -292,28 +309,14 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& xs, const 
   GpuDevice& dev = x.gpu_device();
   return with_args(compute_dtype(x.dtype()), [&](auto tag) -> std::tuple<StoragePtr, StoragePtr> {
   using R = decltype(tag);
-  const int64_t n = row_len(l), rows = row_count(l);
+  const int64_t n = row_len(l);
   auto dx = new_storage(dev, x.dtype(), l.numel(), op);
   GpuStoragePtr dw = want_params ? new_storage(dev, x.dtype(), n, op) : nullptr;
   RowOperand rx(x, l), rg(as_gpu(g), lg);
-  NormArgs<R> a;
-  a.x = rx.rl;
-  a.g = rg.rl;
-  a.n = n;
-  a.rows = rows;
-  a.has_w = w != nullptr;
-  set_param(lw, a.w_off, a.w_st);
-  if (l.numel() > 0) {
-    const uint32_t tpg = norm_group(dev, kname("rms_norm_bwd_dx_", x.dtype(), op), n);
-    Launch(dev, "norm.metal", kname("rms_norm_bwd_dx_", x.dtype(), op))
-        .input(*rx.s)
-        .input(w ? as_gpu(*w) : *rx.s)
-        .input(as_gpu(rstd))
-        .input(*rg.s)
-        .output(*dx)
-        .scalar(a)
-        .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
-  }
+  const NormArgs<R> a = norm_args<R>(rx.rl, rg.rl, n, row_count(l), w, lw, nullptr, nullptr);
+  if (l.numel() > 0)
+    norm_rows(dev, "rms_norm_bwd_dx_", op, x.dtype(), a, {rx.s, w ? &as_gpu(*w) : rx.s, &as_gpu(rstd), rg.s},
+              {dx.get()});
   if (dw) norm_params(dev, op, rx, rg, nullptr, as_gpu(rstd), a, *dw, nullptr);
   return {dx, dw};
   });
@@ -327,32 +330,16 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_fwd(const BackendStora
   GpuDevice& dev = x.gpu_device();
   return with_args(compute_dtype(x.dtype()), [&](auto tag) -> std::tuple<StoragePtr, StoragePtr, StoragePtr> {
   using R = decltype(tag);
-  const int64_t n = row_len(l), rows = row_count(l);
+  const int64_t rows = row_count(l);
   auto y = new_storage(dev, x.dtype(), l.numel(), op);
   auto mean = new_storage(dev, compute_dtype(x.dtype()), rows, op);
   auto rstd = new_storage(dev, compute_dtype(x.dtype()), rows, op);
   if (l.numel() == 0) return {y, mean, rstd};
   RowOperand in(x, l);
-  NormArgs<R> a;
-  a.x = a.g = in.rl;
-  a.n = n;
-  a.rows = rows;
+  NormArgs<R> a = norm_args<R>(in.rl, in.rl, row_len(l), rows, w, lw, b, lb);
   a.eps = (R)eps;
-  a.has_w = w != nullptr;
-  a.has_b = b != nullptr;
-  set_param(lw, a.w_off, a.w_st);
-  set_param(lb, a.b_off, a.b_st);
-  const uint32_t tpg = norm_group(dev, kname("layer_norm_fwd_", x.dtype(), op), n);
-  // Without a weight or bias the kernel reads neither; x is bound in their place.
-  Launch(dev, "norm.metal", kname("layer_norm_fwd_", x.dtype(), op))
-      .input(*in.s)
-      .input(w ? as_gpu(*w) : *in.s)
-      .input(b ? as_gpu(*b) : *in.s)
-      .output(*y)
-      .output(*mean)
-      .output(*rstd)
-      .scalar(a)
-      .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
+  norm_rows(dev, "layer_norm_fwd_", op, x.dtype(), a, {in.s, w ? &as_gpu(*w) : in.s, b ? &as_gpu(*b) : in.s},
+            {y.get(), mean.get(), rstd.get()});
   return {y, mean, rstd};
   });
 }
@@ -367,7 +354,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStora
   GpuDevice& dev = x.gpu_device();
   return with_args(compute_dtype(x.dtype()), [&](auto tag) -> std::tuple<StoragePtr, StoragePtr, StoragePtr> {
   using R = decltype(tag);
-  const int64_t n = row_len(l), rows = row_count(l);
+  const int64_t n = row_len(l);
   auto dx = new_storage(dev, x.dtype(), l.numel(), op);
   GpuStoragePtr dw, db;
   if (want_params) {  // the seam passes it false without w
@@ -375,25 +362,10 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStora
     db = new_storage(dev, x.dtype(), n, op);
   }
   RowOperand rx(x, l), rg(as_gpu(g), lg);
-  NormArgs<R> a;
-  a.x = rx.rl;
-  a.g = rg.rl;
-  a.n = n;
-  a.rows = rows;
-  a.has_w = w != nullptr;
-  set_param(lw, a.w_off, a.w_st);
-  if (l.numel() > 0) {
-    const uint32_t tpg = norm_group(dev, kname("layer_norm_bwd_dx_", x.dtype(), op), n);
-    Launch(dev, "norm.metal", kname("layer_norm_bwd_dx_", x.dtype(), op))
-        .input(*rx.s)
-        .input(w ? as_gpu(*w) : *rx.s)
-        .input(as_gpu(mean))
-        .input(as_gpu(rstd))
-        .input(*rg.s)
-        .output(*dx)
-        .scalar(a)
-        .dispatch({tpg, checked_u32(rows, op), 1}, {tpg, 1, 1});
-  }
+  const NormArgs<R> a = norm_args<R>(rx.rl, rg.rl, n, row_count(l), w, lw, nullptr, nullptr);
+  if (l.numel() > 0)
+    norm_rows(dev, "layer_norm_bwd_dx_", op, x.dtype(), a,
+              {rx.s, w ? &as_gpu(*w) : rx.s, &as_gpu(mean), &as_gpu(rstd), rg.s}, {dx.get()});
   if (dw) norm_params(dev, op, rx, rg, &as_gpu(mean), as_gpu(rstd), a, *dw, db.get());
   return {dx, dw, db};
   });
