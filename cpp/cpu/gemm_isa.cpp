@@ -1,9 +1,11 @@
 // The packed GEMM's register-tile micro-kernel (see cpu/packed_gemm.h), compiled once per ISA
 // (EMBER_ISA): an mr x nr block of C in registers, one broadcast of A against nr/width vectors of B per k.
 #include <algorithm>
+#include <array>
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <utility>
 
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
 #include <immintrin.h>
@@ -23,25 +25,25 @@ namespace ember::cpu {
 namespace {
 
 // Tile shapes: two vectors of B per k step and as many rows of A as leave registers for them (AVX2:
-// 12 accumulators of 16; AVX-512: 16 of 32, rows a multiple that channel counts usually are).
+// 12 accumulators of 16). AVX-512: the matmul's 14 rows use 28 of the 32 registers; the convs keep 8 rows,
+// a multiple that channel counts usually are (kMMR is the general matmul's panel height).
 #if defined(__AVX512F__)
-constexpr int kW = 16, kMR = 8;
+constexpr int kW = 16, kMR = 8, kMMR = 14;
 typedef float V __attribute__((vector_size(64)));
 static inline V fma(V a, V b, V c) { return (V)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c); }
 #elif defined(__AVX2__) && defined(__FMA__)
-constexpr int kW = 8, kMR = 6;
+constexpr int kW = 8, kMR = 6, kMMR = 6;
 typedef float V __attribute__((vector_size(32)));
 static inline V fma(V a, V b, V c) { return (V)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c); }
 #else
-constexpr int kW = 4, kMR = 4;
+constexpr int kW = 4, kMR = 4, kMMR = 4;
 typedef float V __attribute__((vector_size(16)));
 static inline V fma(V a, V b, V c) { return a * b + c; }
 #endif
 constexpr int kNV = 2, kNR = kNV * kW;
-// k is split into blocks of about kKC and the rows into blocks of kMC (whole row panels): a B
-// micro-panel (kKC x nr) fits L1 and an A block (kMC x kKC) a quarter of a small L2.
+// k is split into blocks of about kKC and the rows into blocks of about 128 (whole row panels): a B
+// micro-panel (kKC x nr) fits L1 and an A block (128 x kKC) a quarter of a small L2.
 constexpr int64_t kKC = 256;
-constexpr int64_t kMC = 128 / kMR * kMR;
 
 static inline V vld(const float* p) {
   V v;
@@ -74,7 +76,8 @@ template <typename S> static inline V vlds(const S* p) {
 // per k), b's rows (nr floats each) lie ldb apart (nr when packed; a row-major B read in place for thin
 // products). Every element is one FMA chain over k in order, whatever the tile or block around it.
 // AR: A's rows read in place instead (row i's k-th element at a[i * lda + kk]: a row-major operand, no panel).
-template <int R, typename SB = float, bool AR = false>
+// AS: the panel's width (floats per k step), R or more: the last rows of a taller panel run as a shorter tile.
+template <int R, typename SB = float, bool AR = false, int AS = R>
 static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, int64_t ldb, float* __restrict c,
                  int64_t ldc, bool acc, const float* cn, int64_t lda = 0) {
   V r[R][kNV];
@@ -89,7 +92,9 @@ static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, 
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < kNV; ++j) r[i][j] = acc ? vld(c + i * ldc + j * kW) : V{};
-  for (int64_t kk = 0; kk < kc; ++kk, a += AR ? 1 : R, b += ldb) {
+  // unrolled: the loop's own adds and branch otherwise take issue slots from the FMA ports
+#pragma GCC unroll 4
+  for (int64_t kk = 0; kk < kc; ++kk, a += AR ? 1 : AS, b += ldb) {
     V bv[kNV];
 #pragma GCC unroll 4
     for (int j = 0; j < kNV; ++j) bv[j] = vlds(b + j * kW);
@@ -106,46 +111,48 @@ static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, 
     for (int j = 0; j < kNV; ++j) vst(c + i * ldc + j * kW, r[i][j]);
 }
 
-// AR: A (m x k, row stride lda) read where it lies, not from panels; a ragged last row panel is packed per k
-// block into aedge, as the tile reads whole panels.
-template <bool AR>
+// The tile of the last r < MR rows of an MR-row panel (or of r rows read in place), r = 1 .. MR - 1.
+using TileFn = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, bool, const float*, int64_t);
+template <int MR, bool AR, size_t... I> constexpr std::array<TileFn, sizeof...(I)> short_tiles(std::index_sequence<I...>) {
+  return {&tile<int(I) + 1, float, AR, MR>...};
+}
+
+// C = [C +] A B over whole MR-row panels of A and nr-column panels of B. AR: A (m x k, row stride lda) read
+// where it lies, not from panels. A ragged last row panel runs as a shorter tile (no wasted rows); a ragged
+// last column panel runs on a full-width copy of its C part.
+template <int MR, bool AR>
 void run_t(const float* ap, int64_t lda, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc,
            bool acc) {
-  const int64_t mp = panels(m, kMR), np = panels(n, kNR);
+  static constexpr auto shorts = short_tiles<MR, AR>(std::make_index_sequence<MR - 1>());
+  constexpr int64_t MB = std::max(1, 128 / MR);  // row panels per block
+  const int64_t mp = panels(m, MR), np = panels(n, kNR);
   const int64_t nkb = std::max<int64_t>(1, (k + kKC - 1) / kKC);
-  alignas(64) float edge[kMR * kNR];
-  alignas(64) float aedge[AR ? kKC * kMR : 1];
-  // Blocks of kMC rows by kc: one block of A stays in L2 while each B micro-panel (kc x nr, in L1) passes
+  alignas(64) float edge[MR * kNR];
+  // Blocks of ~128 rows by kc: one block of A stays in L2 while each B micro-panel (kc x nr, in L1) passes
   // over all of its row panels; A's micro-panels stream from L2, the narrower of the two streams.
-  for (int64_t ib = 0; ib < mp; ib += kMC / kMR)
+  for (int64_t ib = 0; ib < mp; ib += MB)
     for (int64_t kb = 0; kb < nkb; ++kb) {
       const int64_t k0 = k * kb / nkb, kc = k * (kb + 1) / nkb - k0;
       const bool add = acc || kb > 0;
-      const int64_t ie = std::min(mp, ib + kMC / kMR);
-      const int64_t mlast = m - (mp - 1) * kMR;  // rows of the last row panel
-      if (AR && ie == mp && mlast < kMR)
-        for (int64_t kk = 0; kk < kc; ++kk) {
-          for (int64_t i = 0; i < mlast; ++i) aedge[kk * kMR + i] = ap[((mp - 1) * kMR + i) * lda + k0 + kk];
-          std::fill(aedge + kk * kMR + mlast, aedge + (kk + 1) * kMR, 0.0f);
-        }
+      const int64_t ie = std::min(mp, ib + MB);
       for (int64_t jp = 0; jp < np; ++jp) {
         const float* b = bp + (jp * k + k0) * kNR;
         const int64_t nv = std::min<int64_t>(kNR, n - jp * kNR);
         for (int64_t ip = ib; ip < ie; ++ip) {
-          const float* a = AR ? ap + ip * kMR * lda + k0 : ap + (ip * k + k0) * kMR;
-          const int64_t mv = std::min<int64_t>(kMR, m - ip * kMR);
-          float* ct = c + ip * kMR * ldc + jp * kNR;
+          const float* a = AR ? ap + ip * MR * lda + k0 : ap + (ip * k + k0) * MR;
+          const int64_t mv = std::min<int64_t>(MR, m - ip * MR);
+          float* ct = c + ip * MR * ldc + jp * kNR;
           // the next tile: the next row panel, or the block's first one in the next column panel
-          const float* cn = ip + 1 < ie ? ct + kMR * ldc : jp + 1 < np ? c + ib * kMR * ldc + (jp + 1) * kNR : ct;
-          if (mv == kMR && nv == kNR) {
-            tile<kMR, float, AR>(kc, a, b, kNR, ct, ldc, add, cn, lda);
+          const float* cn = ip + 1 < ie ? ct + MR * ldc : jp + 1 < np ? c + ib * MR * ldc + (jp + 1) * kNR : ct;
+          if (nv == kNR) {
+            if (mv == MR) tile<MR, float, AR>(kc, a, b, kNR, ct, ldc, add, cn, lda);
+            else shorts[mv - 1](kc, a, b, kNR, ct, ldc, add, cn, lda);
             continue;
           }
-          // A ragged tile runs on a full-size copy, then only its valid part goes back.
           if (add)
             for (int64_t i = 0; i < mv; ++i) std::memcpy(edge + i * kNR, ct + i * ldc, (size_t)nv * sizeof(float));
-          if (AR && mv < kMR) tile<kMR>(kc, aedge, b, kNR, edge, kNR, add, edge);
-          else tile<kMR, float, AR>(kc, a, b, kNR, edge, kNR, add, edge, lda);
+          if (mv == MR) tile<MR, float, AR>(kc, a, b, kNR, edge, kNR, add, edge, lda);
+          else shorts[mv - 1](kc, a, b, kNR, edge, kNR, add, edge, lda);
           for (int64_t i = 0; i < mv; ++i) std::memcpy(ct + i * ldc, edge + i * kNR, (size_t)nv * sizeof(float));
         }
       }
@@ -153,11 +160,14 @@ void run_t(const float* ap, int64_t lda, const float* bp, int64_t m, int64_t n, 
 }
 
 void run(const float* ap, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc, bool acc) {
-  run_t<false>(ap, 0, bp, m, n, k, c, ldc, acc);
+  run_t<kMR, false>(ap, 0, bp, m, n, k, c, ldc, acc);
 }
-void run_rows(const float* a, int64_t lda, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc,
-              bool acc) {
-  run_t<true>(a, lda, bp, m, n, k, c, ldc, acc);
+void run_mm(const float* ap, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc, bool acc) {
+  run_t<kMMR, false>(ap, 0, bp, m, n, k, c, ldc, acc);
+}
+void run_rows_mm(const float* a, int64_t lda, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc,
+                 bool acc) {
+  run_t<kMMR, true>(a, lda, bp, m, n, k, c, ldc, acc);
 }
 
 // Thin products (few rows): C[:, j0:j1] = A B with B (k x n, row stride ldb, unit column stride; float, f16 or
@@ -414,8 +424,10 @@ void round_out(const float* s, int64_t n, uint16_t* d, int code) {
 void EMBER_GCAT(register_gemm_, EMBER_ISA)(PackedGemm& g) {
   g.mr = kMR;
   g.nr = kNR;
+  g.mmr = kMMR;
   g.run = &run;
-  g.run_rows = &run_rows;
+  g.run_mm = &run_mm;
+  g.run_rows = &run_rows_mm;
   g.pack = &pack_lines;
   g.thin = &thin;
   g.thin_t = &thin_t;

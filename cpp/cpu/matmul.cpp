@@ -257,7 +257,7 @@ template <typename S>
 void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, const Layout& lb, float* c,
                    const AmxGemm* amx = nullptr, uint16_t* out16 = nullptr) {
   const PackedGemm& pg = packed_gemm();
-  const int mr = pg.mr, nr = pg.nr;
+  const int mr = pg.mmr, nr = pg.nr;
   Mat ma = split(la), mb = split(lb);
   const int64_t m = ma.rows, k = ma.cols, n = mb.cols;
   if (m == 0 || n == 0) return;
@@ -306,7 +306,7 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
       const int64_t nc = (n + cw - 1) / cw;
       parallel_for(G * nc, 1, [&](int64_t lo, int64_t hi) {
         static thread_local std::vector<float> scratch;
-        if (b_rows && scratch.size() < (size_t)((mr + nr) * k)) scratch.resize((size_t)((mr + nr) * k));
+        if (b_rows && scratch.size() < (size_t)((pg.mr + nr) * k)) scratch.resize((size_t)((pg.mr + nr) * k));
         for (int64_t u = lo; u < hi; ++u) {
           const int64_t g = u / nc, j0 = u % nc * cw, j1 = std::min(n, j0 + cw);
           const float* ag = a_direct ? reinterpret_cast<const float*>(a0) + oa[g] : acopy.data() + g * M * k;
@@ -460,7 +460,7 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
       if (a_rows)
         pg.run_rows(reinterpret_cast<const float*>(a0) + oa[fold ? 0 : g] + i0 * ma.rs, ma.rs, bg, rows, cols, k, cg,
                     n, false);
-      else pg.run(ap + (na == 1 ? 0 : g) * asz + i0 * k, bg, rows, cols, k, cg, n, false);
+      else pg.run_mm(ap + (na == 1 ? 0 : g) * asz + i0 * k, bg, rows, cols, k, cg, n, false);
       round_block(g * M * n + i0 * n + j0, rows, cols);
     }
   });

@@ -11,12 +11,17 @@ namespace ember::cpu {
 // run: C[r * ldc + c] = sum_kk A[r][kk] B[kk][c] for r < m, c < n, added to C's old value when `acc`.
 struct PackedGemm {
   int mr = 1, nr = 1;
+  // The general matmul's row panels (mmr rows, as tall as the registers allow): run_mm and run_rows take
+  // them; the convs keep mr, a multiple that channel counts usually are.
+  int mmr = 1;
   // Whether the float32 convs take this GEMM by default (EMBER_CONV_GEMM=packed|blas overrides): on
   // AVX2 OpenBLAS's own kernels with their packing were as fast, so only AVX-512 says yes.
   bool preferred = false;
   void (*run)(const float* ap, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc,
               bool acc) = nullptr;
-  // run with A (m x k, float, row stride lda, unit column stride) read where it lies instead of from panels:
+  void (*run_mm)(const float* ap, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc,
+                 bool acc) = nullptr;
+  // run_mm with A (m x k, float, row stride lda, unit column stride) read where it lies instead of from panels:
   // the same products in the same order (the same bits), without packing A first.
   void (*run_rows)(const float* a, int64_t lda, const float* bp, int64_t m, int64_t n, int64_t k, float* c,
                    int64_t ldc, bool acc) = nullptr;
