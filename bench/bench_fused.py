@@ -30,7 +30,9 @@ import numpy as np
 from timing import settle_and_warm
 
 import ember as em
+from ember import backprop
 from ember.nn import ops
+from ember.softmax import softmax_last_dim
 
 try:
     import torch
@@ -93,7 +95,8 @@ def best_ms(fn, reps):
 
 # ----------------------------------------------------------------------------- per-library runners
 def ember_case(op, x_np, dt, w_np, b_np, g_np):
-    """(fwd, bwd) closures running ember's fused op and its fused backward (what backward() calls)."""
+    """(fwd, bwd, kernel_bwd) closures: ember's fused op, its backward through autograd (x, weight and
+    bias variables, as torch's row), and the fused backward kernel called directly."""
     edt = {"float32": em.float32, "bfloat16": em.bfloat16}[dt]
     x, w, b, g = (em.tensor(a).to_dtype(edt) for a in (x_np, w_np, b_np, g_np))
     if op == "softmax_last_dim":
@@ -114,11 +117,19 @@ def ember_case(op, x_np, dt, w_np, b_np, g_np):
     def fwd():
         run(mk())
 
+    # backward through autograd, as torch's row: every input a variable, the walk seeded with g
+    xv, wv, bv = (em.Var(t) for t in (x, w, b))
+    yv = {"softmax_last_dim": lambda: softmax_last_dim(xv), "rms_norm": lambda: ops.rms_norm(xv, wv, 1e-5),
+          "layer_norm": lambda: ops.layer_norm(xv, wv, bv, 1e-5)}[op]()
+
     def bwd():
+        backprop.backward(yv, seed=g)
+
+    def kernel_bwd():  # the fused kernel alone (no variables: no weight/bias sums)
         with em.no_grad():
             back(o, y)
 
-    return fwd, bwd
+    return fwd, bwd, kernel_bwd
 
 
 def torch_case(op, x_np, dt, w_np, b_np, g_np):
@@ -345,7 +356,7 @@ def main():
             src = x if dt == "float32" else x.view(np.uint16)[:, ::2].copy()
             copy = functools.partial(np.copyto, np.empty_like(src), src)
             for op in ("softmax_last_dim", "rms_norm", "layer_norm"):
-                efwd, ebwd = ember_case(op, x, dt, w, b, g)
+                efwd, ebwd, _ = ember_case(op, x, dt, w, b, g)
                 if torch is not None:
                     tfwd, tbwd = torch_case(op, x, dt, w, b, g)
                     fwd_ms, copy_ms, tf_ms = best_ms_rounds((efwd, copy, tfwd), args.rounds)

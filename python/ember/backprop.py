@@ -8,7 +8,8 @@ from __future__ import annotations
 import threading
 import weakref
 
-from .creation import ones_like
+from . import _C
+from .creation import ones_like, zeros
 from .errors import (
     BackwardNotSupported,
     DeviceError,
@@ -490,14 +491,78 @@ def _inputs_used(node, out, used):
     return res
 
 
-def backward(root, create_graph=False):
+def _zeros_in_order(t, like):
+    """Zeros of t's shape whose strides run in t's order when t is dense (a permuted view), so that
+    the views' backward that follows hands a contiguous gradient on instead of copying."""
+    shape, stride = t.shape, t._layout.stride
+    n = len(shape)
+    order = sorted(range(n), key=lambda d: (-stride[d], d))
+    dense, step = order != list(range(n)), 1
+    for d in reversed(order):
+        if shape[d] != 1 and stride[d] != step:
+            dense = False
+        step *= shape[d]
+    if not dense:
+        return zeros(*shape, dtype=like._dtype, device=like._device)
+    z = zeros(*(shape[d] for d in order), dtype=like._dtype, device=like._device)
+    return z.permute([order.index(i) for i in range(n)])
+
+
+def _disjoint(i, j):
+    """Whether two basic indices surely select disjoint regions: different ints on the first dim
+    (q, k, v = qkv[0], qkv[1], qkv[2]), normalised by the dim's size."""
+    i0 = i[0] if isinstance(i, tuple) and i else i
+    j0 = j[0] if isinstance(j, tuple) and j else j
+    return type(i0) is int and type(j0) is int and i0 != j0 and (i0 < 0) == (j0 < 0)
+
+
+def _index_into(grads, owned, inp, g, idx):
+    """First-order backward of ``inp[idx]``: g is written into inp's gradient in place when the walk
+    owns that buffer (the second and third of q, k, v = qkv[0], qkv[1], qkv[2]), else into fresh zeros
+    laid out as inp is; instead of one zero-filled input-sized tensor per index and a sum of them."""
+    k = id(inp)
+    acc = grads.get(k)
+    if acc is not None and id(acc[1]._storage) in owned:
+        regions = owned[id(acc[1]._storage)]
+        view = acc[1][idx]
+        if regions is not None and all(_disjoint(idx, r) for r in regions):
+            _C.copy_into(g._storage, g._layout, view._storage, view._layout, "index")  # still zeros there
+            regions.append(idx)
+        else:
+            s = view + g
+            _C.copy_into(s._storage, s._layout, view._storage, view._layout, "index")
+        return
+    z = _zeros_in_order(inp, g)
+    view = z[idx]
+    _C.copy_into(g._storage, g._layout, z._storage, view._layout, "index")
+    if acc is None:
+        grads[k] = [inp, z]
+        owned[id(z._storage)] = [idx]
+    else:
+        _accumulate(acc, z, owned)
+
+
+def _accumulate(acc, gi, owned):
+    """acc[1] += gi as a fresh sum, which only this entry holds (the id of the replaced gradient is
+    forgotten: a later tensor may reuse it)."""
+    owned.pop(id(acc[1]._storage), None)
+    acc[1] = acc[1] + gi
+    owned[id(acc[1]._storage)] = None
+
+
+def backward(root, create_graph=False, seed=None):
     """Gradients of ``root`` (seeded with ones, any shape) with respect to every variable it depends
     on, and only those: rules compute no gradient for an input that leads to no variable (needs_grad).
     With ``create_graph`` the gradients keep their graph (second order); otherwise the walk records
-    nothing. Raises NoGradientPath when no variable is reachable."""
+    nothing. Raises NoGradientPath when no variable is reachable. ``seed``: the gradient of root
+    instead of ones (torch's ``y.backward(gradient)``), same shape, dtype and device."""
     store = GradStore()
     if not root._dtype.is_float:
         raise DTypeError(f"[backward] expected a float tensor, got {root._dtype.name}")
+    if seed is not None and (not hasattr(seed, "_storage") or seed.shape != root.shape
+                             or seed._dtype is not root._dtype or seed._device != root._device):
+        raise ShapeError(f"[backward] seed must be a tensor like the root ({root.shape}, {root._dtype.name}, "
+                         f"{root._device}), got {getattr(seed, 'shape', type(seed).__name__)}")
     nodes, leads = _walk(root)
     if not root.is_variable and not nodes:
         how = "under em.no_grad()" if root._op is None else "from constants only"
@@ -506,7 +571,7 @@ def backward(root, create_graph=False):
             "variable goes through an int or a non-differentiable op); wrap the inputs to differentiate "
             "in em.Var(t)")
     table, uses_of = RULES, USES
-    grads = {id(root): [root, ones_like(root)]}  # id -> [tensor, grad]
+    grads = {id(root): [root, ones_like(root) if seed is None else seed]}  # id -> [tensor, grad]
     pop, get = grads.pop, grads.get
     # a graph that reads a rebound tensor resolves its inputs and notes when each was read (_inputs_used)
     ids = _rebinds.ids
@@ -517,13 +582,20 @@ def backward(root, create_graph=False):
     _walk_state.leads = leads
     try:
         multi = None  # id(shared outputs) -> [outputs still to come in `nodes`, their gradients]
+        owned = {}  # id(storage) of a gradient only its grads entry holds -> regions maybe non-zero, or None
         for t in nodes:
             e = pop(id(t), None)
             if e is None and t._op.rule is not MULTI_OUTPUT:  # no gradient arrived: nothing to propagate
                 continue
             g = None if e is None else e[1]
+            if owned and g is not None:
+                owned.pop(id(g._storage), None)  # handed to a rule now, which may share it
             node = t._op
             rule = node.rule
+            if rule is None and node.name == "index" and not create_graph:
+                inp = node.inputs[0] if not rebound else _inputs_used(node, t, used)[0]
+                _index_into(grads, owned, inp, g, node.saved)
+                continue
             if rule is MULTI_OUTPUT:
                 if multi is None:
                     multi = _multi_counts(nodes)
@@ -551,7 +623,7 @@ def backward(root, create_graph=False):
                         if acc is None:
                             grads[k] = [inp, gi]
                         else:
-                            acc[1] = acc[1] + gi
+                            _accumulate(acc, gi, owned)
                 continue
             if rule is NO_BACKWARD:
                 n = len(node.inputs)
@@ -582,6 +654,8 @@ def backward(root, create_graph=False):
         _walk_state.leads = prev_leads
     m = store._map
     owners = set()  # storages already handed out: each stored gradient gets its own
+    if seed is not None:
+        owners.add(id(seed._storage))  # the caller's seed is never stored as a gradient itself
     for t, g in grads.values():
         if t.is_variable:  # only variables: constants got none, intermediates were popped (or pruned)
             if not create_graph and g._op is not None:

@@ -141,14 +141,29 @@ def _matmul_bwd(n, out, g):
         g = g.unsqueeze(-2)
     ga = gb = None
     if wanted(a):
-        ga = _sum_to(g.matmul(b2.transpose(-1, -2)), a2.shape)
+        if _col_major(a2) and g.ndim == 2:  # a is W.t(): (b @ g^T)^T lands in W's own row-major order
+            ga = b2.matmul(g.transpose(0, 1)).transpose(0, 1)
+        else:
+            ga = _sum_to(g.matmul(b2.transpose(-1, -2)), a2.shape)
         if a.ndim == 1:
             ga = ga.reshape(a.shape)
     if wanted(b):
-        gb = _sum_to(a2.transpose(-1, -2).matmul(g), b2.shape)
+        if _col_major(b2) and g.ndim == 2:  # Linear's x @ W.t(): W's gradient comes out contiguous, no copy
+            gb = g.transpose(0, 1).matmul(a2).transpose(0, 1)
+        else:
+            gb = _sum_to(a2.transpose(-1, -2).matmul(g), b2.shape)
         if b.ndim == 1:
             gb = gb.reshape(b.shape)
     return ga, gb
+
+
+def _col_major(t):
+    """A 2-D dense transposed view (``W.t()`` of a row-major W): its gradient is best computed
+    transposed, so that the transpose's backward hands W a contiguous gradient."""
+    if t.ndim != 2:
+        return False
+    (r, c), (sr, sc) = t.shape, t._layout.stride
+    return r > 1 and c > 1 and sr == 1 and sc == r
 
 
 METHODS = {  # bound onto Tensor by tensor_methods.py
