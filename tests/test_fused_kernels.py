@@ -373,6 +373,24 @@ def test_sdpa(dtype, D, causal):
         close(a, b, dtype, 4)
 
 
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_nonfinite_scores_on_whole_key_tiles(causal):
+    """Scores of +-inf and NaN inside full 64-key tiles (where AVX-512 runs the softmax in the Q·Kᵀ
+    registers): +inf rows and NaN rows come out NaN and -inf keys get weight 0, as in torch."""
+    torch.manual_seed(1)
+    B, H, Lq, Lk, D = 1, 2, 75, 192, 64
+    q, k, v = torch.randn(B, H, Lq, D), torch.randn(B, H, Lk, D), torch.randn(B, H, Lk, 48)
+    k[:, :, 70] = 0
+    k[:, :, 70, 0] = math.inf   # key 70 scores +inf (q[..., 0] > 0) or -inf (< 0)
+    q[:, 1, 40, 5] = math.nan   # a NaN query row
+    k[:, 0, 100, 3] = math.nan  # a NaN key (every row sees it): head 0 is NaN
+    out, lse = F.sdpa_fwd(*sto(q), *sto(k), *sto(v), None, None, None, causal)
+    got = tt(out, (B, H, Lq, 48), torch.float32).double()
+    ro, _ = sdpa_ref(q, k, v, None, None, causal)
+    assert got.isnan().any() and not got.isnan().all()
+    torch.testing.assert_close(got, ro.detach(), rtol=TOL[torch.float32][0], atol=TOL[torch.float32][1], equal_nan=True)
+
+
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("mask_kind", ["bool", "additive", "bool_full_row"])
 def test_sdpa_mask_and_layouts(dtype, mask_kind):
