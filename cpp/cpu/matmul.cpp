@@ -378,60 +378,6 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
   bool a_rows = std::is_same_v<S, float> && ma.cs == 1 && pg.run_rows && (n <= 512 || ma.rs % 1024 != 0);
   if (a_rows && fold)
     for (int64_t bi = 0; bi < nb && a_rows; ++bi) a_rows = oa[bi] == oa[0] + bi * m * ma.rs;
-  const int64_t asz = a_rows ? 0 : mp * mr * k, bsz = np * nr * k;
-  CpuStoragePtr buf = new_cpu(DType::F32, na * asz + nbb * bsz);
-  float* ap = buf->data<float>();
-  float* bp = ap + na * asz;
-  // Packing: one panel per item; float operands whose panel lines are consecutive elements (A^T's rows, a
-  // row-major B's columns) a group of panels per item, each k step read as one run of >= 128 floats: one
-  // panel's own 8 or 32 floats per step, ks apart (often 4 KiB), left half lines and no hardware prefetch.
-  const bool a_grp = std::is_same_v<S, float> && !a_rows && !fold && ma.rs == 1;
-  const bool b_grp = std::is_same_v<S, float> && mb.cs == 1;
-  const int64_t pga = a_grp ? std::max(1, 128 / mr) : 1, pgb = b_grp ? std::max(1, 128 / nr) : 1;
-  const int64_t ia = a_rows ? 0 : (mp + pga - 1) / pga, ib = (np + pgb - 1) / pgb;
-  // the group [q0, q0 + nq) of w-line panels of `lines` lines from src (k steps ks apart) into d (panel q0's)
-  auto pack_group = [&](const S* src, int64_t ks, int64_t lines, int w, int64_t nq, float* d) {
-    const float* fs = reinterpret_cast<const float*>(src);
-    for (int64_t kk = 0; kk < k; ++kk, fs += ks)
-      for (int64_t q = 0; q < nq; ++q) {
-        const int64_t nl = std::min<int64_t>(w, lines - q * w);
-        float* dq = d + (q * k + kk) * w;
-        const float* sq = fs + q * w;
-        int64_t r = 0;
-        for (; r + 8 <= nl; r += 8) std::memcpy(dq + r, sq + r, 8 * sizeof(float));
-        for (; r < nl; ++r) dq[r] = sq[r];
-        for (; r < w; ++r) dq[r] = 0.0f;
-      }
-  };
-  const int64_t pitems = na * ia + nbb * ib;
-  parallel_for(pitems, std::max<int64_t>(1, 16384 / (k * std::max(mr, nr))), [&](int64_t lo, int64_t hi) {
-    const void* lines[64];
-    for (int64_t u = lo; u < hi; ++u) {
-      if (u < na * ia) {
-        const int64_t g = u / ia, p0 = u % ia * pga;
-        if (a_grp) {
-          pack_group(a0 + oa[g] + p0 * mr, ma.cs, M - p0 * mr, mr, std::min(pga, mp - p0), ap + g * asz + p0 * mr * k);
-          continue;
-        }
-        const int64_t i0 = p0 * mr;
-        const int nl = (int)std::min<int64_t>(mr, M - i0);
-        for (int r = 0; r < nl; ++r) {
-          const int64_t row = i0 + r, bi = fold ? row / m : g, ri = fold ? row % m : row;
-          lines[r] = a0 + oa[bi] + ri * ma.rs;
-        }
-        pg.pack(lines, src_code<S>(), nl, ma.cs, k, mr, ap + g * asz + i0 * k);
-      } else {
-        const int64_t v = u - na * ia, g = v / ib, p0 = v % ib * pgb, j0 = p0 * nr;
-        if (b_grp) {
-          pack_group(b0 + ob[g] + j0, mb.rs, n - j0, nr, std::min(pgb, np - p0), bp + g * bsz + j0 * k);
-          continue;
-        }
-        const int nl = (int)std::min<int64_t>(nr, n - j0);
-        for (int r = 0; r < nl; ++r) lines[r] = b0 + ob[g] + (j0 + r) * mb.cs;
-        pg.pack(lines, src_code<S>(), nl, mb.rs, k, nr, bp + g * bsz + j0 * k);
-      }
-    }
-  });
   // Blocks of C: a few per thread, split along M when tall and along N when wide.
   const int64_t flops = M * n * k * G;
   const int64_t want = flops < (int64_t(1) << 18) ? 1 : std::max<int64_t>(1, 4 * nt / G);
@@ -450,17 +396,109 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
   const int64_t rbp = (mp + sm - 1) / sm, cbp = (np + sn - 1) / sn;
   sm = (mp + rbp - 1) / rbp;
   sn = (np + cbp - 1) / cbp;
+  // An operand's part that only one block reads (A's rows when the blocks split N alone, B's columns when
+  // they split M alone) is packed by that block into its thread's scratch just before it runs: the panels
+  // are then read back from L2 instead of written out to memory by an up-front pass and fetched again.
+  constexpr int64_t kJobPack = int64_t(3) << 17;  // floats (1.5 MiB) at most per operand part
+  const bool a_job = !a_rows && sn == 1 && na == G && rbp * mr * k <= kJobPack;
+  const bool b_job = sm == 1 && nbb == G && cbp * nr * k <= kJobPack;
+  const int64_t asz = a_rows || a_job ? 0 : mp * mr * k, bsz = b_job ? 0 : np * nr * k;
+  CpuStoragePtr buf = new_cpu(DType::F32, na * asz + nbb * bsz);
+  float* ap = buf->data<float>();
+  float* bp = ap + na * asz;
+  // Packing: one panel at a time; float operands whose panel lines are consecutive elements (A^T's rows, a
+  // row-major B's columns) a group of panels at a time, each k step read as one run of >= 128 floats: one
+  // panel's own 14 or 32 floats per step, ks apart (often 4 KiB), left half lines and no hardware prefetch.
+  const bool a_grp = std::is_same_v<S, float> && !a_rows && !fold && ma.rs == 1;
+  const bool b_grp = std::is_same_v<S, float> && mb.cs == 1;
+  const int64_t pga = a_grp ? std::max(1, 128 / mr) : 1, pgb = b_grp ? std::max(1, 128 / nr) : 1;
+  const int64_t ia = a_rows || a_job ? 0 : (mp + pga - 1) / pga, ib = b_job ? 0 : (np + pgb - 1) / pgb;
+  // the group [q0, q0 + nq) of w-line panels of `lines` lines from src (k steps ks apart) into d (panel q0's)
+  auto pack_group = [&](const S* src, int64_t ks, int64_t lines, int w, int64_t nq, float* d) {
+    const float* fs = reinterpret_cast<const float*>(src);
+    const int64_t run = std::min<int64_t>(lines, nq * w);
+    for (int64_t kk = 0; kk < k; ++kk, fs += ks) {
+      // k steps often lie a page or more apart, past the hardware prefetchers: fetch a few steps ahead
+      if (kk + 8 < k)
+        for (int64_t off = 0; off < run; off += 16) __builtin_prefetch(fs + 8 * ks + off);
+      for (int64_t q = 0; q < nq; ++q) {
+        const int64_t nl = std::min<int64_t>(w, lines - q * w);
+        float* dq = d + (q * k + kk) * w;
+        const float* sq = fs + q * w;
+        int64_t r = 0;
+        for (; r + 8 <= nl; r += 8) std::memcpy(dq + r, sq + r, 8 * sizeof(float));
+        for (; r < nl; ++r) dq[r] = sq[r];
+        for (; r < w; ++r) dq[r] = 0.0f;
+      }
+    }
+  };
+  // A's row panels [p0, p1) of batch g into d, B's column panels [q0, q1) likewise
+  // (one pass along k for the whole range, however wide)
+  auto pack_a_panels = [&](int64_t g, int64_t p0, int64_t p1, float* d) {
+    if (a_grp) {
+      pack_group(a0 + oa[g] + p0 * mr, ma.cs, M - p0 * mr, mr, p1 - p0, d);
+      return;
+    }
+    const void* lines[64];
+    for (int64_t p = p0; p < p1; ++p) {
+      const int64_t i0 = p * mr;
+      const int nl = (int)std::min<int64_t>(mr, M - i0);
+      for (int r = 0; r < nl; ++r) {
+        const int64_t row = i0 + r, bi = fold ? row / m : g, ri = fold ? row % m : row;
+        lines[r] = a0 + oa[bi] + ri * ma.rs;
+      }
+      pg.pack(lines, src_code<S>(), nl, ma.cs, k, mr, d + (p - p0) * mr * k);
+    }
+  };
+  auto pack_b_panels = [&](int64_t g, int64_t q0, int64_t q1, float* d) {
+    if (b_grp) {
+      pack_group(b0 + ob[g] + q0 * nr, mb.rs, n - q0 * nr, nr, q1 - q0, d);
+      return;
+    }
+    const void* lines[64];
+    for (int64_t q = q0; q < q1; ++q) {
+      const int64_t j0 = q * nr;
+      const int nl = (int)std::min<int64_t>(nr, n - j0);
+      for (int r = 0; r < nl; ++r) lines[r] = b0 + ob[g] + (j0 + r) * mb.cs;
+      pg.pack(lines, src_code<S>(), nl, mb.rs, k, nr, d + (q - q0) * nr * k);
+    }
+  };
+  const int64_t pitems = na * ia + nbb * ib;
+  parallel_for(pitems, std::max<int64_t>(1, 16384 / (k * std::max(mr, nr))), [&](int64_t lo, int64_t hi) {
+    for (int64_t u = lo; u < hi; ++u) {
+      if (u < na * ia) {
+        const int64_t g = u / ia, p0 = u % ia * pga;
+        pack_a_panels(g, p0, std::min(mp, p0 + pga), ap + g * asz + p0 * mr * k);
+      } else {
+        const int64_t v = u - na * ia, g = v / ib, q0 = v % ib * pgb;
+        pack_b_panels(g, q0, std::min(np, q0 + pgb), bp + g * bsz + q0 * nr * k);
+      }
+    }
+  });
   parallel_for(G * sm * sn, 1, [&](int64_t lo, int64_t hi) {
+    static thread_local std::vector<float> job;  // a_job / b_job panels, kept for the thread's next block
+    if ((a_job || b_job) && job.size() < (size_t)((a_job ? rbp * mr * k : 0) + (b_job ? cbp * nr * k : 0)))
+      job.resize((size_t)((a_job ? rbp * mr * k : 0) + (b_job ? cbp * nr * k : 0)));
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t g = u / (sm * sn), bi = u % (sm * sn) / sn, bj = u % sn;
       const int64_t i0 = bi * rbp * mr, j0 = bj * cbp * nr;
       const int64_t rows = std::min(rbp * mr, M - i0), cols = std::min(cbp * nr, n - j0);
+      const float* ag = ap + (na == 1 ? 0 : g) * asz + i0 * k;
       const float* bg = bp + (nbb == 1 ? 0 : g) * bsz + j0 * k;
+      if (a_job) {
+        pack_a_panels(g, bi * rbp, bi * rbp + panels(rows, mr), job.data());
+        ag = job.data();
+      }
+      if (b_job) {
+        float* d = job.data() + (a_job ? rbp * mr * k : 0);
+        pack_b_panels(g, bj * cbp, bj * cbp + panels(cols, nr), d);
+        bg = d;
+      }
       float* cg = c + g * M * n + i0 * n + j0;
       if (a_rows)
         pg.run_rows(reinterpret_cast<const float*>(a0) + oa[fold ? 0 : g] + i0 * ma.rs, ma.rs, bg, rows, cols, k, cg,
                     n, false);
-      else pg.run_mm(ap + (na == 1 ? 0 : g) * asz + i0 * k, bg, rows, cols, k, cg, n, false);
+      else pg.run_mm(ag, bg, rows, cols, k, cg, n, false);
       round_block(g * M * n + i0 * n + j0, rows, cols);
     }
   });
