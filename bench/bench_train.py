@@ -6,7 +6,8 @@ The model (issue 37's): token + position embeddings, 4 pre-norm blocks (LayerNor
 4 heads with one qkv projection, LayerNorm, a GELU MLP of width 1024), a final LayerNorm and a linear head;
 dim 256, context 128, batch 8, vocabulary 256. Both libraries start from the same weights and see the same
 batch. Each cell is the median of R steps, the libraries taking turns step by step (timing.py).
---profile prints ember's matmul calls of one step by shape and layout, and the step's time split.
+--profile prints ember's matmul calls of one step by shape and layout, the step's time split, and the
+other ops by self time.
 """
 import argparse
 import collections
@@ -176,6 +177,19 @@ def profile(step):
           f"{mm * 1e3:.1f} ms ({100 * mm / total:.0f}%)")
     for key, (n, t) in sorted(calls.items(), key=lambda kv: -kv[1][1]):
         print(f"  {n:3d} x {key}: {t * 1e3:.1f} ms")
+    prof_time = em.profiler.time
+    # the profiler reads time.perf_counter: hand it the clock this run uses (thread CPU time with --cpu-time)
+    em.profiler.time = type("Clock", (), {"perf_counter": staticmethod(clock)})
+    try:
+        with em.profiler.profile() as prof:  # the rest of the step, op by op
+            step()
+    finally:
+        em.profiler.time = prof_time
+    rows = [r for r in prof.key_averages() if r["name"] != "matmul"]
+    print(f"\nthe other ops of one step by self time (em.profiler, {'CPU time' if args.cpu_time else 'wall clock'}):")
+    for r in sorted(rows, key=lambda r: -r["self_time"])[:12]:
+        name = r["name"] if r["forward_op"] is None else f"{r['name']} (of {r['forward_op']})"
+        print(f"  {r['calls']:3d} x {name}: {r['self_time'] * 1e3:.1f} ms")
 
 
 main()

@@ -73,6 +73,12 @@ struct Rows {
 // calls body(r0, r1, chunk). Returns the number of chunks used.
 // Row chunks: a few per thread so the pool can balance them when a core is busy elsewhere.
 inline int64_t max_chunks() { return 4 * (int64_t)get_num_threads(); }
+// Chunks of a norm backward that also sums the parameters' gradients over rows: each chunk zeroes, then
+// the reduction reads, an n-long partial per parameter, which for a few long rows ((32, 65536): 4 rows
+// a chunk) cost a third of the pass. So 32 rows a chunk at least, beyond one chunk per thread.
+inline int64_t param_chunks(int64_t nrows) {
+  return std::min<int64_t>(max_chunks(), std::max<int64_t>(get_num_threads(), nrows / 32));
+}
 
 template <typename F> int64_t run_chunks(int64_t nrows, int64_t n, int64_t nchunks_max, F&& body) {
   const int64_t work = nrows * std::max<int64_t>(n, 1);
@@ -364,7 +370,7 @@ std::tuple<Sto, Sto> rms_norm_bwd(const BackendStorage& xs, const Layout& lx, co
   std::vector<char> wt;
   const void* wp = ln_param(w, lw, n, x.dtype(), 1.0, wt);
   auto dx = new_cpu(x.dtype(), lx.numel());
-  const int64_t maxc = max_chunks();
+  const int64_t maxc = want_params ? param_chunks(rx.nrows) : max_chunks();
   // Per-chunk dw partials from the caching allocator (a fresh std::vector of MBs is fresh pages to
   // fault in and zero on every call); each chunk zeroes its own slice, in its own cache. None (and no
   // sums in the kernel) when dw is not wanted.
@@ -435,7 +441,7 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const BackendStorage& xs, const Layout&
   std::vector<char> wt;
   const void* wp = ln_param(w, lw, n, x.dtype(), 1.0, wt);
   auto dx = new_cpu(x.dtype(), lx.numel());
-  const int64_t maxc = max_chunks();
+  const int64_t maxc = want_params ? param_chunks(rx.nrows) : max_chunks();
   decltype(new_cpu(sdt, 0)) pw_sto, pb_sto;  // see rms_norm_bwd
   if (want_params) pw_sto = new_cpu(sdt, maxc * n), pb_sto = new_cpu(sdt, maxc * n);
   char* pw = pw_sto ? (char*)pw_sto->raw() : nullptr;

@@ -14,6 +14,7 @@
 #include <exception>
 #include <mutex>
 #include <pthread.h>
+#include <sched.h>
 #include <system_error>
 #include <thread>
 #include <vector>
@@ -79,13 +80,34 @@ inline void cpu_relax() {
 #endif
 }
 
-// Spins until pred() holds or spin_time() has passed; returns pred().
+// A spinning thread that finds a gap this long between two of its clock reads (64 pauses, a few
+// microseconds) was descheduled: the cores are oversubscribed (other processes, or more threads than
+// cores), where spinning only takes time from the threads with work. It then sleeps at once, and this
+// thread skips spinning for kBackoff (a yield that let another thread run counts as such a gap).
+constexpr auto kPreempted = std::chrono::microseconds(200);
+constexpr auto kBackoff = std::chrono::milliseconds(50);
+thread_local std::chrono::steady_clock::time_point t_no_spin_until{};
+
+// Spins until pred() holds or spin_time() has passed; returns pred(). After the first ~4096 pauses it
+// yields the core between checks: free on an idle core, and on a busy one the thread with work runs.
 template <typename P> bool spin_until(P&& pred) {
-  const auto deadline = std::chrono::steady_clock::now() + spin_time();
+  using clock = std::chrono::steady_clock;
+  auto last = clock::now();
+  if (last < t_no_spin_until) return pred();
+  const auto deadline = last + spin_time();
   for (int i = 0;; ++i) {
     if (pred()) return true;
     cpu_relax();
-    if ((i & 63) == 63 && std::chrono::steady_clock::now() > deadline) return pred();
+    if ((i & 63) == 63) {
+      const auto now = clock::now();
+      if (now > deadline) return pred();
+      if (i > 4096) sched_yield();
+      if (now - last > kPreempted) {
+        t_no_spin_until = now + kBackoff;
+        return pred();
+      }
+      last = now;
+    }
   }
 }
 
