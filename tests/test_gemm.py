@@ -70,8 +70,8 @@ def gemm(request, monkeypatch):
     return request.param
 
 
-# (m, k, n): ragged against every ISA's tile (4x8, 6x16, 8x32), k in one and several 256-deep blocks
-# and against AMX's 16 x 16 tiles, 32 x 32 tile groups and 32-deep k blocks (odd k: a half k pair)
+# (m, k, n): ragged against every ISA's matmul tile (4x8, 6x16, 14x32) and the convs' AVX-512 8x32, k in one and
+# several 256-deep blocks, and against AMX's 16 x 16 tiles, 32 x 32 tile groups and 32-deep k blocks (odd k: a half k pair)
 SHAPES = [(1, 1, 1), (3, 5, 7), (8, 33, 32), (13, 40, 95), (37, 256, 49), (50, 257, 33), (70, 600, 65),
           (129, 70, 130), (17, 3, 16), (32, 32, 33), (48, 63, 31)]
 THIN = [(m, k, n) for m in (1, 2, 3, 5, 8, 11, 16) for k, n in ((7, 5), (64, 100), (300, 77))]
@@ -225,7 +225,7 @@ np.savez(sys.argv[1], **out)
 
 
 def test_gemm_every_isa(tmp_path):
-    # each SIMD level's register tile and packing (base 4x8, AVX2 6x16, AVX-512 8x32) the CPU can run
+    # each SIMD level's register tile and packing (base 4x8, AVX2 6x16, AVX-512 14x32) the CPU can run
     seen = set()
     for isa in ("base", "avx2", "avx512"):
         path = tmp_path / f"{isa}.npz"
