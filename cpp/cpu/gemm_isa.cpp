@@ -92,18 +92,24 @@ static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, 
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < kNV; ++j) r[i][j] = acc ? vld(c + i * ldc + j * kW) : V{};
-  // unrolled: the loop's own adds and branch otherwise take issue slots from the FMA ports
-#pragma GCC unroll 4
-  for (int64_t kk = 0; kk < kc; ++kk, a += AR ? 1 : AS, b += ldb) {
+  auto step = [&](const float* ak, const SB* bk) {
     V bv[kNV];
 #pragma GCC unroll 4
-    for (int j = 0; j < kNV; ++j) bv[j] = vlds(b + j * kW);
+    for (int j = 0; j < kNV; ++j) bv[j] = vlds(bk + j * kW);
 #pragma GCC unroll 32
     for (int i = 0; i < R; ++i) {
-      const V ai = (AR ? a[i * lda] : a[i]) - V{};
+      const V ai = (AR ? ak[i * lda] : ak[i]) - V{};
 #pragma GCC unroll 4
       for (int j = 0; j < kNV; ++j) r[i][j] = fma(ai, bv[j], r[i][j]);
     }
+  };
+  if constexpr (R > 4) {
+    // unrolled: the loop's own adds and branch otherwise take issue slots from the FMA ports (the short
+    // tiles of the thin products, bound by B's stream, ran slower so)
+#pragma GCC unroll 4
+    for (int64_t kk = 0; kk < kc; ++kk, a += AR ? 1 : AS, b += ldb) step(a, b);
+  } else {
+    for (int64_t kk = 0; kk < kc; ++kk, a += AR ? 1 : AS, b += ldb) step(a, b);
   }
 #pragma GCC unroll 32
   for (int i = 0; i < R; ++i)
