@@ -403,6 +403,7 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
   const bool a_job = !a_rows && sn == 1 && na == G && rbp * mr * k <= kJobPack;
   const bool b_job = sm == 1 && nbb == G && cbp * nr * k <= kJobPack;
   const int64_t asz = a_rows || a_job ? 0 : mp * mr * k, bsz = b_job ? 0 : np * nr * k;
+  const int64_t job_a = a_job ? rbp * mr * k : 0, job_b = b_job ? cbp * nr * k : 0;  // per-block scratch
   CpuStoragePtr buf = new_cpu(DType::F32, na * asz + nbb * bsz);
   float* ap = buf->data<float>();
   float* bp = ap + na * asz;
@@ -477,8 +478,7 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
   });
   parallel_for(G * sm * sn, 1, [&](int64_t lo, int64_t hi) {
     static thread_local std::vector<float> job;  // a_job / b_job panels, kept for the thread's next block
-    if ((a_job || b_job) && job.size() < (size_t)((a_job ? rbp * mr * k : 0) + (b_job ? cbp * nr * k : 0)))
-      job.resize((size_t)((a_job ? rbp * mr * k : 0) + (b_job ? cbp * nr * k : 0)));
+    if (job.size() < (size_t)(job_a + job_b)) job.resize((size_t)(job_a + job_b));
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t g = u / (sm * sn), bi = u % (sm * sn) / sn, bj = u % sn;
       const int64_t i0 = bi * rbp * mr, j0 = bj * cbp * nr;
@@ -490,7 +490,7 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
         ag = job.data();
       }
       if (b_job) {
-        float* d = job.data() + (a_job ? rbp * mr * k : 0);
+        float* d = job.data() + job_a;
         pack_b_panels(g, bj * cbp, bj * cbp + panels(cols, nr), d);
         bg = d;
       }
