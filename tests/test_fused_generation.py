@@ -96,6 +96,59 @@ def test_sdpa_decode_gradients_and_lq_longer_than_lk(rng):
     gradcheck(lambda a, b, c: ops.sdpa(a, b, c, causal=True), [eq, ek, ev])
 
 
+# 6..16 query rows per kv head (a KV-cache step, or a large head group) with no mask: on the CPU the
+# decode kernel holds the rows in vector lanes. Key counts off its 8/6-key tiles and 48-key blocks, and
+# caches long enough that few heads split the keys into chunks merged at the end.
+@pytest.mark.parametrize("dt", DTYPES, ids=lambda d: d.name)
+@pytest.mark.parametrize("B,H,Hkv,Lq,Lk,D,Dv", [(1, 6, 1, 1, 49, 16, 32), (2, 8, 2, 2, 333, 32, 40),
+                                                (1, 4, 4, 16, 1031, 64, 64), (1, 16, 2, 1, 47, 24, 17),
+                                                (1, 2, 1, 6, 5, 8, 8), (1, 12, 1, 1, 2000, 128, 128),
+                                                (1, 2, 2, 12, 3, 16, 16)])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_decode_query_rows_in_lanes(dt, B, H, Hkv, Lq, Lk, D, Dv, causal, rng):
+    q, k, v, eq, ek, ev = qkv(rng, B, H, Hkv, Lq, Lk, D, Dv, dt)
+    y = ops.sdpa(eq, ek, ev, causal=causal)
+    want = torch_sdpa(*(t.numpy().astype(np.float64) for t in (eq, ek, ev)), causal)
+    close(y, want, dt, 2)
+    if causal and Lq > Lk:  # the first Lq - Lk queries see no key
+        assert np.all(y.numpy()[:, :, :Lq - Lk] == 0)
+
+
+def test_sdpa_decode_lanes_strided_nonfinite_and_any_pool(rng):
+    """The lane kernel on strided k/v (packed per block), a NaN query row, a key scoring +inf for some
+    rows, a -inf key, and the same bits on 1, 2 and 3 threads."""
+    dt = em.float32
+    B, H, Hkv, Lq, Lk, D = 1, 8, 1, 2, 700, 32
+    q = rng.standard_normal((B, H, Lq, D))
+    k = rng.standard_normal((B, Lk, Hkv, D))
+    v = rng.standard_normal((B, Hkv, D + 8, Lk))
+    q[0, 3, 1, 5] = np.nan
+    k[0, 100, 0] = 0.0
+    k[0, 100, 0, 0] = np.inf  # +inf for rows with q[..., 0] > 0, -inf for the others
+    eq = em.tensor(q, dtype=dt)
+    ek = em.tensor(k, dtype=dt).transpose(1, 2)
+    ev = em.tensor(v, dtype=dt).transpose(-1, -2)[:, :, :, :D]
+    before = em.get_num_threads()
+    runs = []
+    try:
+        for nt in (1, 2, 3):
+            em.set_num_threads(nt)
+            runs.append(ops.sdpa(eq, ek, ev, causal=True).numpy())
+    finally:
+        em.set_num_threads(before)
+    for other in runs[1:]:
+        np.testing.assert_array_equal(runs[0], other)
+    kn, vn = np.swapaxes(k, 1, 2), np.swapaxes(v, -1, -2)[..., :D]
+    tq, tk, tv = (torch.from_numpy(np.asarray(a, dtype=np.float64)) for a in (q, kn, vn))
+    keep = torch.ones(Lq, Lk, dtype=torch.bool).tril(diagonal=Lk - Lq)
+    with np.errstate(invalid="ignore"):
+        want = torch.nn.functional.scaled_dot_product_attention(tq, tk, tv, attn_mask=keep).numpy()
+    nan_rows = np.isnan(want).any(-1)
+    assert nan_rows[0, 3, 1] and not nan_rows.all()
+    np.testing.assert_array_equal(np.isnan(runs[0]).any(-1), nan_rows)
+    np.testing.assert_allclose(runs[0][~nan_rows], want[~nan_rows], rtol=2e-5, atol=2e-5)
+
+
 def test_mha_kv_cache_uses_fused_causal(rng):
     """Generation one token at a time through a KVCache equals the full causal pass, and each cached
     step runs the fused sdpa with its own causal flag (no mask built)."""
