@@ -447,15 +447,28 @@ template <typename T> static void gelu_bwd_k(const void* a_, const void* g_, voi
 
 // gelu(x + b) and its backward over rows, b along each row. h = x + b is rounded to T first, as the unfused
 // add would store it, so the results are the composite's. The backward adds the dx it stores into db's
-// per-chunk sums in the same loop (the bias gradient without a second pass over dx).
+// per-chunk sums in the same loop (the bias gradient without a second pass over dx). The loops are long
+// per element (erfc's polynomial, a divide, exp), and without a prefetch their loads from memory were
+// not overlapped: each block of a row prefetches the same columns of the row ~8 KB on into L2.
+constexpr int64_t kBgBlock = 128, kBgAheadBytes = 8192;
+template <typename T> static inline int64_t bg_ahead(int64_t n) {
+  return std::max<int64_t>(1, kBgAheadBytes / std::max<int64_t>(n * (int64_t)sizeof(T), 1));
+}
 template <typename T>
 static void bias_gelu_fwd_rows(const void* x_, int64_t ldx, const void* b_, void* y_, int64_t rows, int64_t n) {
   using C = C_t<T>;
   const T* __restrict b = (const T*)b_;
+  const int64_t ahead = bg_ahead<T>(n);
   for (int64_t r = 0; r < rows; ++r) {
     const T* __restrict x = (const T*)x_ + r * ldx;
     T* __restrict y = (T*)y_ + r * n;
-    for (int64_t j = 0; j < n; ++j) y[j] = store<T>(fm_gelu<C>((C)load(store<T>((C)load(x[j]) + (C)load(b[j])))));
+    const T* pf = row_ahead<T>(x_, ldx, r, ahead, rows);
+    for (int64_t j0 = 0; j0 < n; j0 += kBgBlock) {
+      const int64_t j1 = std::min(n, j0 + kBgBlock);
+      for (int64_t p = j0; p < j1; p += 64 / (int64_t)sizeof(T)) prefetch_l2(pf, p);
+      for (int64_t j = j0; j < j1; ++j)
+        y[j] = store<T>(fm_gelu<C>((C)load(store<T>((C)load(x[j]) + (C)load(b[j])))));
+    }
   }
 }
 template <typename T>
@@ -464,19 +477,26 @@ static void bias_gelu_bwd_rows(const void* x_, int64_t ldx, const void* b_, cons
   using C = C_t<T>;
   const T* __restrict b = (const T*)b_;
   C* __restrict db = (C*)db_;
+  const int64_t ahead = bg_ahead<T>(n);
   for (int64_t r = 0; r < rows; ++r) {
     const T* __restrict x = (const T*)x_ + r * ldx;
     const T* __restrict g = (const T*)g_ + r * ldg;
     T* __restrict dx = (T*)dx_ + r * n;
-    if (db) {
-      for (int64_t j = 0; j < n; ++j) {
-        const T d = store<T>((C)load(g[j]) * fm_gelu_grad<C>((C)load(store<T>((C)load(x[j]) + (C)load(b[j])))));
-        dx[j] = d;
-        db[j] += (C)load(d);
+    const T* pfx = row_ahead<T>(x_, ldx, r, ahead, rows);
+    const T* pfg = row_ahead<T>(g_, ldg, r, ahead, rows);
+    for (int64_t j0 = 0; j0 < n; j0 += kBgBlock) {
+      const int64_t j1 = std::min(n, j0 + kBgBlock);
+      for (int64_t p = j0; p < j1; p += 64 / (int64_t)sizeof(T)) prefetch_l2(pfx, p), prefetch_l2(pfg, p);
+      if (db) {
+        for (int64_t j = j0; j < j1; ++j) {
+          const T d = store<T>((C)load(g[j]) * fm_gelu_grad<C>((C)load(store<T>((C)load(x[j]) + (C)load(b[j])))));
+          dx[j] = d;
+          db[j] += (C)load(d);
+        }
+      } else {
+        for (int64_t j = j0; j < j1; ++j)
+          dx[j] = store<T>((C)load(g[j]) * fm_gelu_grad<C>((C)load(store<T>((C)load(x[j]) + (C)load(b[j])))));
       }
-    } else {
-      for (int64_t j = 0; j < n; ++j)
-        dx[j] = store<T>((C)load(g[j]) * fm_gelu_grad<C>((C)load(store<T>((C)load(x[j]) + (C)load(b[j])))));
     }
   }
 }
