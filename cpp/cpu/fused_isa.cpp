@@ -6,6 +6,7 @@
 #include <cstring>
 #include <limits>
 #include <type_traits>
+#include <utility>
 
 #if defined(__x86_64__) || defined(_M_X64) || defined(__i386__)
 #include <immintrin.h>
@@ -444,6 +445,42 @@ template <typename T> static void gelu_bwd_k(const void* a_, const void* g_, voi
   for (int64_t i = 0; i < n; ++i) dx[i] = store<T>((C)load(g[i]) * fm_gelu_grad<C>((C)load(x[i])));
 }
 
+// gelu(x + b) and its backward over rows, b along each row. h = x + b is rounded to T first, as the unfused
+// add would store it, so the results are the composite's. The backward adds the dx it stores into db's
+// per-chunk sums in the same loop (the bias gradient without a second pass over dx).
+template <typename T>
+static void bias_gelu_fwd_rows(const void* x_, int64_t ldx, const void* b_, void* y_, int64_t rows, int64_t n) {
+  using C = C_t<T>;
+  const T* __restrict b = (const T*)b_;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* __restrict x = (const T*)x_ + r * ldx;
+    T* __restrict y = (T*)y_ + r * n;
+    for (int64_t j = 0; j < n; ++j) y[j] = store<T>(fm_gelu<C>((C)load(store<T>((C)load(x[j]) + (C)load(b[j])))));
+  }
+}
+template <typename T>
+static void bias_gelu_bwd_rows(const void* x_, int64_t ldx, const void* b_, const void* g_, int64_t ldg, void* dx_,
+                               void* db_, int64_t rows, int64_t n) {
+  using C = C_t<T>;
+  const T* __restrict b = (const T*)b_;
+  C* __restrict db = (C*)db_;
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* __restrict x = (const T*)x_ + r * ldx;
+    const T* __restrict g = (const T*)g_ + r * ldg;
+    T* __restrict dx = (T*)dx_ + r * n;
+    if (db) {
+      for (int64_t j = 0; j < n; ++j) {
+        const T d = store<T>((C)load(g[j]) * fm_gelu_grad<C>((C)load(store<T>((C)load(x[j]) + (C)load(b[j])))));
+        dx[j] = d;
+        db[j] += (C)load(d);
+      }
+    } else {
+      for (int64_t j = 0; j < n; ++j)
+        dx[j] = store<T>((C)load(g[j]) * fm_gelu_grad<C>((C)load(store<T>((C)load(x[j]) + (C)load(b[j])))));
+    }
+  }
+}
+
 // The activations with parameters (ActKind::Elu on): dx = g * f'(x), f' the `d` of the forward's own
 // functor (cpu/functors.h), so forward and backward share one definition; the loop vectorises.
 template <typename Op, typename T>
@@ -471,6 +508,8 @@ template <typename T> void register_dtype(FusedTable& t) {
   t.sigmoid_bwd[d] = &sigmoid_bwd_k<T>;
   t.silu_bwd[d] = &silu_bwd_k<T>;
   t.gelu_bwd[d] = &gelu_bwd_k<T>;
+  t.bias_gelu_fwd[d] = &bias_gelu_fwd_rows<T>;
+  t.bias_gelu_bwd[d] = &bias_gelu_bwd_rows<T>;
   t.act_bwd[(int)ActKind::Elu][d] = &act_bwd_k<UElu, T>;
   t.act_bwd[(int)ActKind::LeakyRelu][d] = &act_bwd_k<ULeakyRelu, T>;
   t.act_bwd[(int)ActKind::Softplus][d] = &act_bwd_k<USoftplus, T>;
