@@ -84,7 +84,7 @@ def fma_peak(threads):
 def shapes():
     """(name, batch, m, k, n, transpose A, transpose B)."""
     rows = [(f"{s}^3", (), s, s, s, False, False) for s in (256, 512, 1024, 2048, 4096)]
-    for m, k, n in ((1024, 256, 768), (1024, 256, 1024), (1024, 1024, 256), (2048, 2048, 2048)):
+    for m, k, n in ((1024, 256, 768), (1024, 256, 256), (1024, 256, 1024), (1024, 1024, 256), (2048, 2048, 2048)):
         rows.append((f"LM {m}x{k}x{n}", (), m, k, n, False, False))
         rows.append((f"LM dX {m}x{n}x{k} (B^T)", (), m, n, k, False, True))
         rows.append((f"LM dW {k}x{m}x{n} (A^T)", (), k, m, n, True, False))

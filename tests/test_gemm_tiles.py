@@ -54,18 +54,35 @@ for m, k, n in cases:
 x = rng.uniform(-1, 1, (3, 19, 260)).astype(np.float32)
 y = rng.uniform(-1, 1, (260, 47)).astype(np.float32)
 check("3x19x260 @ 260x47", (em.tensor(x) @ em.tensor(y)).numpy(), x.astype(np.float64), y.astype(np.float64), 260)
-# the same bits on any thread count, ragged shapes big enough to split into several blocks
+# A's rows 4 KiB apart and many columns: A packed by 16 x 16 transposes (AVX-512), not read in place
+x = rng.uniform(-1, 1, (45, 1024)).astype(np.float32)
+y = rng.uniform(-1, 1, (1024, 530)).astype(np.float32)
+check("45x1024x530", (em.tensor(x) @ em.tensor(y)).numpy(), x.astype(np.float64), y.astype(np.float64), 1024)
+# halves converted while packing: k around the 16-step transposes, A's rows and B^T's rows read along k
+for dt, ulp in ((em.float16, 2.0**-11), (em.bfloat16, 2.0**-8)):
+    for k in (15, 16, 17, 33, 64):
+        x = em.tensor(rng.uniform(-1, 1, (29, k)).astype(np.float32)).to(dt)
+        y = em.tensor(rng.uniform(-1, 1, (45, k)).astype(np.float32)).to(dt)
+        a, b = x.to(em.float32).numpy().astype(np.float64), y.to(em.float32).numpy().astype(np.float64).T
+        want = a @ b
+        got = (x @ y.t()).to(em.float32).numpy().astype(np.float64)
+        err = float((np.abs(got - want) / (np.abs(a) @ np.abs(b) + 1e-30)).max())
+        if err > (k + 2) * 2.0**-24 + ulp:
+            bad.append([f"{dt} 29x{k}x45 ct", [29, 45], err])
+# the same bits on any thread count, ragged shapes big enough to split into several blocks (of whole panels
+# spread evenly, so the blocks' edges move with the thread count)
 outs = []
-for nt in (1, 3):
+for nt in (1, 2, 3):
     em.set_num_threads(nt)
     r = np.random.default_rng(9)
     res = []
-    for m, k, n, t in ((299, 520, 203, False), (299, 520, 203, True), (143, 300, 700, True), (1000, 70, 33, False)):
+    for m, k, n, t in ((299, 520, 203, False), (299, 520, 203, True), (143, 300, 700, True), (1000, 70, 33, False),
+                       (1024, 40, 100, True), (50, 40, 2000, False)):
         a = r.standard_normal((k, m) if t else (m, k)).astype(np.float32)
         b = em.tensor(r.standard_normal((k, n)).astype(np.float32))
         res.append(((em.tensor(a).t() if t else em.tensor(a)) @ b).numpy())
     outs.append(res)
-same = all(np.array_equal(p, q) for p, q in zip(*outs))
+same = all(np.array_equal(p, q) for o in outs[1:] for p, q in zip(outs[0], o))
 print(json.dumps({"isa": em._C.isa(), "bad": bad[:10], "nbad": len(bad), "same": same}))
 """
 

@@ -13,6 +13,7 @@
 #include "cpu/nditer.h"
 #include "cpu/parallel.h"
 #include "families/act_bwd.h"
+#include "families/bias_gelu.h"
 #include "families/cross_entropy.h"
 #include "families/layer_norm.h"
 #include "families/optim.h"
@@ -539,6 +540,57 @@ Sto act_bwd(const BackendStorage& as_, const Layout& la, const BackendStorage& g
   return dx;
 }
 
+// ================================ bias_gelu =======================================================
+Sto bias_gelu_fwd(const BackendStorage& xs, const Layout& lx, const BackendStorage& bs, const Layout& lb) {
+  const CpuStorage& x = as_cpu(xs);
+  Rows rx(x, lx);
+  const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype());
+  std::vector<char> bt;
+  const void* bp = param_ptr(as_cpu(bs), lb, bt);
+  auto y = new_cpu(x.dtype(), lx.numel());
+  if (lx.numel() == 0) return y;
+  auto fn = fused_kernels().bias_gelu_fwd[fi(x.dtype())];
+  char* yb = (char*)y->raw();
+  run_chunks(rx.nrows, n, max_chunks(), [&](int64_t r0, int64_t r1, int64_t) {
+    if (rx.dense_rows()) return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), bp, yb + r0 * n * isz, r1 - r0, n);
+    std::vector<char> t;
+    for (int64_t r = r0; r < r1; ++r) fn(rx.row(r, t), n, bp, yb + r * n * isz, 1, n);
+  });
+  return y;
+}
+
+std::tuple<Sto, Sto> bias_gelu_bwd(const BackendStorage& xs, const Layout& lx, const BackendStorage& bs,
+                                   const Layout& lb, const BackendStorage& gs, const Layout& lg, bool want_bias) {
+  const CpuStorage &x = as_cpu(xs), &g = as_cpu(gs);
+  Rows rx(x, lx), rg(g, lg);
+  const DType sdt = stats_dtype(x.dtype());
+  const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype()), ssz = (int64_t)itemsize(sdt);
+  std::vector<char> bt;
+  const void* bp = param_ptr(as_cpu(bs), lb, bt);
+  auto dx = new_cpu(x.dtype(), lx.numel());
+  const int64_t maxc = want_bias ? param_chunks(rx.nrows) : max_chunks();
+  auto parts_sto = want_bias ? new_cpu(sdt, maxc * n) : nullptr;  // per-chunk db sums, as rms_norm_bwd's dw
+  char* parts = parts_sto ? (char*)parts_sto->raw() : nullptr;
+  auto fn = fused_kernels().bias_gelu_bwd[fi(x.dtype())];
+  char* ob = (char*)dx->raw();
+  int64_t nc = 0;
+  if (lx.numel() > 0)
+    nc = run_chunks(rx.nrows, n, maxc, [&](int64_t r0, int64_t r1, int64_t c) {
+      void* acc = parts ? parts + c * n * ssz : nullptr;
+      if (acc) std::memset(acc, 0, n * ssz);
+      if (rx.dense_rows() && rg.dense_rows())
+        return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), bp, rg.at(rg.off + r0 * rg.ld()), rg.ld(),
+                  ob + r0 * n * isz, acc, r1 - r0, n);
+      std::vector<char> t1, t2;
+      for (int64_t r = r0; r < r1; ++r) fn(rx.row(r, t1), n, bp, rg.row(r, t2), n, ob + r * n * isz, acc, 1, n);
+    });
+  if (!want_bias) return {dx, nullptr};
+  if (nc == 0) std::memset(parts, 0, n * ssz);
+  auto db = new_cpu(x.dtype(), n);
+  reduce_partials(parts, std::max<int64_t>(nc, 1), n, x.dtype(), db->raw());
+  return {dx, db};
+}
+
 // ================================ rope ===========================================================
 namespace {
 
@@ -666,6 +718,8 @@ void register_fused() {
   Kernels<LayerNormFwd>::set(DeviceKind::Cpu, &layer_norm_fwd);
   Kernels<LayerNormBwd>::set(DeviceKind::Cpu, &layer_norm_bwd);
   Kernels<ActBwd>::set(DeviceKind::Cpu, &act_bwd);
+  Kernels<BiasGeluFwd>::set(DeviceKind::Cpu, &bias_gelu_fwd);
+  Kernels<BiasGeluBwd>::set(DeviceKind::Cpu, &bias_gelu_bwd);
   Kernels<Rope>::set(DeviceKind::Cpu, &rope);
   Kernels<OptimStep>::set(DeviceKind::Cpu, &optim_step);
 }

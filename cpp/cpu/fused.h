@@ -34,6 +34,11 @@ using LnBwdFn = void (*)(const void* x, int64_t ldx, const void* w, const void* 
 using EltBwdFn = void (*)(const void* a, const void* g, void* dx, int64_t n);
 // The same for the activations with scalar parameters p0, p1 (ActKind::Elu on).
 using ActBwdFn = void (*)(const void* a, const void* g, void* dx, int64_t n, double p0, double p1);
+// gelu(x + b) over rows (b contiguous (n,)); the backward writes dx = g * gelu'(x + b) and, when db_acc
+// (stats type, n) is not null, adds dx's column sums into it.
+using BiasGeluFwdFn = void (*)(const void* x, int64_t ldx, const void* b, void* y, int64_t rows, int64_t n);
+using BiasGeluBwdFn = void (*)(const void* x, int64_t ldx, const void* b, const void* g, int64_t ldg, void* dx,
+                               void* db_acc, int64_t rows, int64_t n);
 
 // Per-thread scratch for the ISA kernels, one buffer per slot, 64-byte aligned, grown on demand and
 // valid until the same thread asks for the same slot again. It lives in the baseline object on
@@ -119,6 +124,8 @@ struct FusedTable {
   EltBwdFn sigmoid_bwd[4] = {};  // a = y (the forward output)
   EltBwdFn silu_bwd[4] = {};     // a = x
   EltBwdFn gelu_bwd[4] = {};     // a = x (exact erf gelu)
+  BiasGeluFwdFn bias_gelu_fwd[4] = {};
+  BiasGeluBwdFn bias_gelu_bwd[4] = {};
   ActBwdFn act_bwd[(int)ActKind::Count][4] = {};  // a = x; the kinds with parameters (elu on, see ActKind)
   SdpaFwdFn sdpa_fwd[4] = {};
   SdpaBwdFn sdpa_bwd[4] = {};

@@ -445,6 +445,62 @@ template <typename T> static void gelu_bwd_k(const void* a_, const void* g_, voi
   for (int64_t i = 0; i < n; ++i) dx[i] = store<T>((C)load(g[i]) * fm_gelu_grad<C>((C)load(x[i])));
 }
 
+// gelu(x + b) and its backward over rows, b along each row. h = x + b is rounded to T first, as the unfused
+// add would store it, so the results are the composite's. The backward adds the dx it stores into db's
+// per-chunk sums in the same loop (the bias gradient without a second pass over dx). The loops are long
+// per element (erfc's polynomial, a divide, exp), and without a prefetch their loads from memory were
+// not overlapped: each block of a row prefetches the same columns of the row ~8 KB on into L2.
+constexpr int64_t kBgBlock = 128, kBgAheadBytes = 8192;
+template <typename T> static inline int64_t bg_ahead(int64_t n) {
+  return std::max<int64_t>(1, kBgAheadBytes / std::max<int64_t>(n * (int64_t)sizeof(T), 1));
+}
+template <typename T>
+static void bias_gelu_fwd_rows(const void* x_, int64_t ldx, const void* b_, void* y_, int64_t rows, int64_t n) {
+  using C = C_t<T>;
+  const T* __restrict b = (const T*)b_;
+  const int64_t ahead = bg_ahead<T>(n);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* __restrict x = (const T*)x_ + r * ldx;
+    T* __restrict y = (T*)y_ + r * n;
+    const T* pf = row_ahead<T>(x_, ldx, r, ahead, rows);
+    for (int64_t j0 = 0; j0 < n; j0 += kBgBlock) {
+      const int64_t j1 = std::min(n, j0 + kBgBlock);
+      for (int64_t p = j0; p < j1; p += 64 / (int64_t)sizeof(T)) prefetch_l2(pf, p);
+      for (int64_t j = j0; j < j1; ++j)
+        y[j] = store<T>(fm_gelu<C>((C)load(store<T>((C)load(x[j]) + (C)load(b[j])))));
+    }
+  }
+}
+template <typename T>
+static void bias_gelu_bwd_rows(const void* x_, int64_t ldx, const void* b_, const void* g_, int64_t ldg, void* dx_,
+                               void* db_, int64_t rows, int64_t n) {
+  using C = C_t<T>;
+  const T* __restrict b = (const T*)b_;
+  C* __restrict db = (C*)db_;
+  const int64_t ahead = bg_ahead<T>(n);
+  for (int64_t r = 0; r < rows; ++r) {
+    const T* __restrict x = (const T*)x_ + r * ldx;
+    const T* __restrict g = (const T*)g_ + r * ldg;
+    T* __restrict dx = (T*)dx_ + r * n;
+    const T* pfx = row_ahead<T>(x_, ldx, r, ahead, rows);
+    const T* pfg = row_ahead<T>(g_, ldg, r, ahead, rows);
+    for (int64_t j0 = 0; j0 < n; j0 += kBgBlock) {
+      const int64_t j1 = std::min(n, j0 + kBgBlock);
+      for (int64_t p = j0; p < j1; p += 64 / (int64_t)sizeof(T)) prefetch_l2(pfx, p), prefetch_l2(pfg, p);
+      if (db) {
+        for (int64_t j = j0; j < j1; ++j) {
+          const T d = store<T>((C)load(g[j]) * fm_gelu_grad<C>((C)load(store<T>((C)load(x[j]) + (C)load(b[j])))));
+          dx[j] = d;
+          db[j] += (C)load(d);
+        }
+      } else {
+        for (int64_t j = j0; j < j1; ++j)
+          dx[j] = store<T>((C)load(g[j]) * fm_gelu_grad<C>((C)load(store<T>((C)load(x[j]) + (C)load(b[j])))));
+      }
+    }
+  }
+}
+
 // The activations with parameters (ActKind::Elu on): dx = g * f'(x), f' the `d` of the forward's own
 // functor (cpu/functors.h), so forward and backward share one definition; the loop vectorises.
 template <typename Op, typename T>
@@ -472,6 +528,8 @@ template <typename T> void register_dtype(FusedTable& t) {
   t.sigmoid_bwd[d] = &sigmoid_bwd_k<T>;
   t.silu_bwd[d] = &silu_bwd_k<T>;
   t.gelu_bwd[d] = &gelu_bwd_k<T>;
+  t.bias_gelu_fwd[d] = &bias_gelu_fwd_rows<T>;
+  t.bias_gelu_bwd[d] = &bias_gelu_bwd_rows<T>;
   t.act_bwd[(int)ActKind::Elu][d] = &act_bwd_k<UElu, T>;
   t.act_bwd[(int)ActKind::LeakyRelu][d] = &act_bwd_k<ULeakyRelu, T>;
   t.act_bwd[(int)ActKind::Softplus][d] = &act_bwd_k<USoftplus, T>;

@@ -315,6 +315,42 @@ EMBER_INLINE void transpose8(__m256* v) {
 }
 #endif
 
+#if defined(__AVX512F__)
+// 16 consecutive elements as floats (f16 converted, bf16 shifted into a float's high half).
+template <typename S> EMBER_INLINE __m512 ld16(const S* p) {
+  if constexpr (std::is_same_v<S, float>) return _mm512_loadu_ps(p);
+  else if constexpr (std::is_same_v<S, f16>) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
+  else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
+}
+// v[q] becomes column q of the 16 x 16 block whose rows were v[0..15]: rows interleaved in pairs, then in
+// fours (u[4g + j]: rows 4g..4g+3 of columns j, j + 4, j + 8, j + 12, one per 128-bit lane), then the lanes
+// gathered across the four groups in two steps.
+EMBER_INLINE void transpose16(__m512* v) {
+  __m512 t[16], u[16];
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(v[2 * i], v[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(v[2 * i], v[2 * i + 1]);
+  }
+  for (int g = 0; g < 4; ++g) {
+    const __m512d t0 = _mm512_castps_pd(t[4 * g]), t1 = _mm512_castps_pd(t[4 * g + 1]);
+    const __m512d t2 = _mm512_castps_pd(t[4 * g + 2]), t3 = _mm512_castps_pd(t[4 * g + 3]);
+    u[4 * g] = _mm512_castpd_ps(_mm512_unpacklo_pd(t0, t2));
+    u[4 * g + 1] = _mm512_castpd_ps(_mm512_unpackhi_pd(t0, t2));
+    u[4 * g + 2] = _mm512_castpd_ps(_mm512_unpacklo_pd(t1, t3));
+    u[4 * g + 3] = _mm512_castpd_ps(_mm512_unpackhi_pd(t1, t3));
+  }
+  for (int j = 0; j < 4; ++j) {
+    const __m512 a = _mm512_shuffle_f32x4(u[j], u[4 + j], 0x88), b = _mm512_shuffle_f32x4(u[j], u[4 + j], 0xdd);
+    const __m512 c = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0x88);
+    const __m512 e = _mm512_shuffle_f32x4(u[8 + j], u[12 + j], 0xdd);
+    v[j] = _mm512_shuffle_f32x4(a, c, 0x88);
+    v[j + 8] = _mm512_shuffle_f32x4(a, c, 0xdd);
+    v[j + 4] = _mm512_shuffle_f32x4(b, e, 0x88);
+    v[j + 12] = _mm512_shuffle_f32x4(b, e, 0xdd);
+  }
+}
+#endif
+
 // n consecutive source elements to floats.
 template <typename S> EMBER_INLINE void cvt_run(const S* src, int64_t n, float* d) {
   int64_t i = 0;
@@ -350,7 +386,19 @@ void pack_lines_t(const S* const* lines, int nl, int64_t ks, int64_t k, int w, f
     return;
   }
   int64_t k0 = 0;
-#if defined(__AVX2__)
+#if defined(__AVX512F__)
+  if (ks == 1) {  // each line runs along k: 16 x 16 blocks transposed in registers, each k step's w lanes stored
+    const __mmask16 full = 0xffff;
+    for (; k0 + 16 <= k; k0 += 16)
+      for (int r0 = 0; r0 < w; r0 += 16) {
+        __m512 v[16];
+        for (int q = 0; q < 16; ++q) v[q] = r0 + q < nl ? ld16(lines[r0 + q] + k0) : _mm512_setzero_ps();
+        transpose16(v);
+        const __mmask16 keep = w - r0 >= 16 ? full : (__mmask16)((1u << (w - r0)) - 1);
+        for (int q = 0; q < 16; ++q) _mm512_mask_storeu_ps(d + (k0 + q) * w + r0, keep, v[q]);
+      }
+  }
+#elif defined(__AVX2__)
   if (ks == 1) {  // each line runs along k: 8 x 8 blocks transposed in registers
     for (; k0 + 8 <= k; k0 += 8)
       for (int r0 = 0; r0 < w; r0 += 8) {

@@ -393,9 +393,7 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
   // and no block over about a millisecond: Ctrl-C is seen between blocks
   while (sm < mp && 2 * ((mp + sm - 1) / sm) * mr * std::min(n, (np + sn - 1) / sn * nr) * k > (int64_t(1) << 27))
     sm = std::min(mp, sm * 2);
-  const int64_t rbp = (mp + sm - 1) / sm, cbp = (np + sn - 1) / sn;
-  sm = (mp + rbp - 1) / rbp;
-  sn = (np + cbp - 1) / cbp;
+  const int64_t rbp = (mp + sm - 1) / sm, cbp = (np + sn - 1) / sn;  // panels in the largest block
   // An operand's part that only one block reads (A's rows when the blocks split N alone, B's columns when
   // they split M alone) is packed by that block into its thread's scratch just before it runs: the panels
   // are then read back from L2 instead of written out to memory by an up-front pass and fetched again.
@@ -481,17 +479,20 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
     if (job.size() < (size_t)(job_a + job_b)) job.resize((size_t)(job_a + job_b));
     for (int64_t u = lo; u < hi; ++u) {
       const int64_t g = u / (sm * sn), bi = u % (sm * sn) / sn, bj = u % sn;
-      const int64_t i0 = bi * rbp * mr, j0 = bj * cbp * nr;
-      const int64_t rows = std::min(rbp * mr, M - i0), cols = std::min(cbp * nr, n - j0);
+      // the panels spread evenly (each block rbp or rbp - 1 of them, likewise cbp): a ragged last block of a
+      // few panels left one thread idle at the end
+      const int64_t p0 = bi * mp / sm, p1 = (bi + 1) * mp / sm, q0 = bj * np / sn, q1 = (bj + 1) * np / sn;
+      const int64_t i0 = p0 * mr, j0 = q0 * nr;
+      const int64_t rows = std::min(p1 * mr, M) - i0, cols = std::min(q1 * nr, n) - j0;
       const float* ag = ap + (na == 1 ? 0 : g) * asz + i0 * k;
       const float* bg = bp + (nbb == 1 ? 0 : g) * bsz + j0 * k;
       if (a_job) {
-        pack_a_panels(g, bi * rbp, bi * rbp + panels(rows, mr), job.data());
+        pack_a_panels(g, p0, p1, job.data());
         ag = job.data();
       }
       if (b_job) {
         float* d = job.data() + job_a;
-        pack_b_panels(g, bj * cbp, bj * cbp + panels(cols, nr), d);
+        pack_b_panels(g, q0, q1, d);
         bg = d;
       }
       float* cg = c + g * M * n + i0 * n + j0;

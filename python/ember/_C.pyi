@@ -163,6 +163,11 @@ class fused:
     def rms_norm_bwd(x: Storage, lx: Layout, w: Optional[Storage], lw: Optional[Layout], rstd: Storage, g: Storage,
                      lg: Layout, want_params: bool = True) -> Tuple[Storage, Optional[Storage]]: ...  # dw None without w or want_params
     @staticmethod
+    def bias_gelu_fwd(x: Storage, lx: Layout, b: Storage, lb: Layout) -> Storage: ...
+    @staticmethod
+    def bias_gelu_bwd(x: Storage, lx: Layout, b: Storage, lb: Layout, g: Storage, lg: Layout,
+                      want_bias: bool = True) -> Tuple[Storage, Optional[Storage]]: ...  # db None without want_bias
+    @staticmethod
     def layer_norm_fwd(x: Storage, lx: Layout, w: Optional[Storage], lw: Optional[Layout], b: Optional[Storage],
                        lb: Optional[Layout], eps: float) -> Tuple[Storage, Storage, Storage]: ...
     @staticmethod

@@ -4,6 +4,7 @@
 #include <string>
 
 #include "common.h"
+#include "families/bias_gelu.h"
 #include "families/batch_norm.h"
 #include "families/group_norm.h"
 #include "families/layer_norm.h"
@@ -92,6 +93,9 @@ void bind_fused(py::module_& m) {
         py::arg("lw").none(true), py::arg("eps"), G());
   f.def("rms_norm_bwd", &ember::RmsNormBwd::run, py::arg("x"), py::arg("lx"), py::arg("w").none(true),
         py::arg("lw").none(true), py::arg("rstd"), py::arg("g"), py::arg("lg"), py::arg("want_params") = true, G());
+  f.def("bias_gelu_fwd", &ember::BiasGeluFwd::run, py::arg("x"), py::arg("lx"), py::arg("b"), py::arg("lb"), G());
+  f.def("bias_gelu_bwd", &ember::BiasGeluBwd::run, py::arg("x"), py::arg("lx"), py::arg("b"), py::arg("lb"),
+        py::arg("g"), py::arg("lg"), py::arg("want_bias") = true, G());
   f.def("layer_norm_fwd", &ember::LayerNormFwd::run, py::arg("x"), py::arg("lx"), py::arg("w").none(true),
         py::arg("lw").none(true), py::arg("b").none(true), py::arg("lb").none(true), py::arg("eps"), G());
   f.def("layer_norm_bwd", &ember::LayerNormBwd::run, py::arg("x"), py::arg("lx"), py::arg("w").none(true),

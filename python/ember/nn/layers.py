@@ -96,15 +96,18 @@ class Linear(Module):
         self.bias = _uniform((out_features,), bound, dtype, device) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        ops._check_tensor(x, "Linear")
-        if x.ndim == 0 or x.shape[-1] != self.in_features:
-            raise ShapeError(f"[Linear] expected input (..., {self.in_features}), got {x.shape}")
-        lead = x.shape[:-1]
-        # One 2-D GEMM over all leading dims instead of a broadcast batched matmul.
-        y = x.reshape(-1, self.in_features) @ self.weight.t()
+        y, lead = self._product(x)
         if self.bias is not None:
             y = y + self.bias
         return y.reshape(*lead, self.out_features)
+
+    def _product(self, x):
+        """(x @ weight.T as a 2-D (rows, out_features) tensor, x's leading shape): forward without the bias."""
+        ops._check_tensor(x, "Linear")
+        if x.ndim == 0 or x.shape[-1] != self.in_features:
+            raise ShapeError(f"[Linear] expected input (..., {self.in_features}), got {x.shape}")
+        # One 2-D GEMM over all leading dims instead of a broadcast batched matmul.
+        return x.reshape(-1, self.in_features) @ self.weight.t(), x.shape[:-1]
 
     def extra_repr(self):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
@@ -276,7 +279,12 @@ class MLP(Module):
         self.act = _ACTS[activation] if isinstance(activation, str) else activation
 
     def forward(self, x):
-        return self.proj(self.act(self.fc(x)))
+        fc = self.fc
+        if self.act is ops.gelu and type(fc) is Linear and fc.bias is not None:
+            # gelu(x W^T + b): the bias rides in gelu's pass (ops.bias_gelu), forward and backward
+            y, lead = fc._product(x)
+            return self.proj(ops.bias_gelu(y, fc.bias).reshape(*lead, fc.out_features))
+        return self.proj(self.act(fc(x)))
 
 
 def swiglu(gate, up):

@@ -96,6 +96,57 @@ def gelu(x: Tensor) -> Tensor:
     return x.apply_op1(Activation("gelu"))
 
 
+class _BiasGelu(FusedOp, CustomOp2):
+    """gelu(x + b) on the CPU: one pass forward; backward one pass giving dx and b's gradient (its column sums)."""
+
+    name = "bias_gelu"
+
+    def cpu_fwd(self, xs, xl, bs, bl):
+        return _F.bias_gelu_fwd(xs, xl, bs, bl), xl.shape
+
+    def bwd_kernel(self, x, b, y, g):
+        # a constant bias gets no gradient: the kernel then skips its sums
+        dx, db = _F.bias_gelu_bwd(x._storage, x._layout, b._storage, b._layout, g._storage, g._layout,
+                                  needs_grad(b))
+        return _out(dx, x.shape, x), None if db is None else _out(db, b.shape, b)
+
+    def composite(self, x, b):
+        return gelu(x + b)
+
+
+def bias_gelu(x: Tensor, bias: Tensor) -> Tensor:
+    """``gelu(x + bias)`` (the exact erf gelu), ``bias`` added along the last dim: ``nn.MLP``'s first
+    layer and activation after its matmul.
+
+    On the CPU it is one fused kernel each way: the forward writes gelu(x + bias) in one pass, and the
+    backward gives x's gradient and the bias' (its sum over every other dim) in one pass. The sum is
+    rounded to x's dtype before gelu, so the forward equals ``gelu(x + bias)`` exactly. On other
+    devices it runs as those two ops.
+
+    Args:
+        x: a float tensor (..., N); any strides and offset.
+        bias: the (N,) bias, the same dtype and device as ``x``.
+
+    Returns:
+        Tensor: same shape and dtype as ``x``; differentiable with respect to both.
+
+    Raises:
+        ShapeError: ``bias`` is not of shape (N,), or ``x`` is a scalar.
+        DTypeError: the dtypes differ or are not float.
+    """
+    _check_tensor(x, "bias_gelu")
+    if x.ndim == 0:
+        raise ShapeError("[bias_gelu] expected at least 1 dim, got a scalar")
+    _check_param(x, bias, "bias_gelu", "bias")
+    if not x.dtype.is_float:
+        raise DTypeError(f"[bias_gelu] expected a float input, got {x.dtype.name}")
+    if x._device != bias._device:
+        raise DeviceError(f"[bias_gelu] bias is on {bias.device}, input on {x.device}")
+    if x._device.type != "cpu":  # the fused kernel is the CPU's; elsewhere the add and the fused gelu
+        return gelu(x + bias)
+    return x.apply_op2(bias, _BiasGelu())
+
+
 # ----------------------------------------------------------------------------- rms_norm
 def _check_param(x, p, op, what):
     n = x.shape[-1] if x.ndim else None
