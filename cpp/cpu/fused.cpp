@@ -115,6 +115,32 @@ void reduce_partials(const void* parts, int64_t nc, int64_t n, DType dt, void* o
   else sum_partials<float>(parts, nc, n, dt, out);
 }
 
+// The per-chunk partial sums of one parameter's gradient (n values a chunk, in the stats dtype), from the
+// caching allocator (a fresh std::vector of MBs is fresh pages to fault in and zero on every call); each
+// chunk zeroes its own slice, in its own cache. Empty (chunk() gives null) when the gradient is not wanted.
+class ParamPartials {
+ public:
+  ParamPartials(bool want, int64_t maxc, int64_t n, DType sdt)
+      : sto_(want ? new_cpu(sdt, maxc * n) : nullptr), n_(n), bytes_(n * (int64_t)itemsize(sdt)) {}
+  void* chunk(int64_t c) const {
+    if (!sto_) return nullptr;
+    char* p = (char*)sto_->raw() + c * bytes_;
+    std::memset(p, 0, bytes_);
+    return p;
+  }
+  // The n sums over the nc chunks that ran (zeros when none did), as dt.
+  CpuStoragePtr sum(int64_t nc, DType dt) const {
+    if (nc == 0) std::memset(sto_->raw(), 0, bytes_);
+    auto out = new_cpu(dt, n_);
+    reduce_partials(sto_->raw(), std::max<int64_t>(nc, 1), n_, dt, out->raw());
+    return out;
+  }
+
+ private:
+  CpuStoragePtr sto_;
+  int64_t n_, bytes_;
+};
+
 int fi(DType dt) { return (int)dt; }
 
 // Outputs this big are written with streaming stores: they skip the read-for-ownership (a third of a
@@ -372,11 +398,7 @@ std::tuple<Sto, Sto> rms_norm_bwd(const BackendStorage& xs, const Layout& lx, co
   const void* wp = ln_param(w, lw, n, x.dtype(), 1.0, wt);
   auto dx = new_cpu(x.dtype(), lx.numel());
   const int64_t maxc = want_params ? param_chunks(rx.nrows) : max_chunks();
-  // Per-chunk dw partials from the caching allocator (a fresh std::vector of MBs is fresh pages to
-  // fault in and zero on every call); each chunk zeroes its own slice, in its own cache. None (and no
-  // sums in the kernel) when dw is not wanted.
-  auto parts_sto = want_params ? new_cpu(sdt, maxc * n) : nullptr;
-  char* parts = parts_sto ? (char*)parts_sto->raw() : nullptr;
+  const ParamPartials pw(want_params, maxc, n, sdt);  // none, and no sums in the kernel, when dw is not wanted
   auto fn = fused_kernels().rms_bwd[fi(x.dtype())];
   char* ob = (char*)dx->raw();
   const char* sb = (const char*)rstd.raw();
@@ -384,8 +406,7 @@ std::tuple<Sto, Sto> rms_norm_bwd(const BackendStorage& xs, const Layout& lx, co
   int64_t nc = 0;
   if (lx.numel() > 0)
     nc = run_chunks(rx.nrows, n, maxc, [&](int64_t r0, int64_t r1, int64_t c) {
-      void* acc = parts ? parts + c * n * ssz : nullptr;
-      if (acc) std::memset(acc, 0, n * ssz);
+      void* acc = pw.chunk(c);
       if (rx.dense_rows() && rg.dense_rows())
         return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, sb + r0 * ssz, rg.at(rg.off + r0 * rg.ld()), rg.ld(),
                   ob + r0 * n * isz, acc, r1 - r0, n, nt);
@@ -394,10 +415,7 @@ std::tuple<Sto, Sto> rms_norm_bwd(const BackendStorage& xs, const Layout& lx, co
         fn(rx.row(r, t1), n, wp, sb + r * ssz, rg.row(r, t2), n, ob + r * n * isz, acc, 1, n, nt);
     });
   if (!want_params) return {dx, nullptr};
-  if (nc == 0) std::memset(parts, 0, n * ssz);
-  auto dw = new_cpu(x.dtype(), n);
-  reduce_partials(parts, std::max<int64_t>(nc, 1), n, x.dtype(), dw->raw());
-  return {dx, dw};
+  return {dx, pw.sum(nc, x.dtype())};
 }
 
 // ================================ layer_norm =====================================================
@@ -443,10 +461,7 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const BackendStorage& xs, const Layout&
   const void* wp = ln_param(w, lw, n, x.dtype(), 1.0, wt);
   auto dx = new_cpu(x.dtype(), lx.numel());
   const int64_t maxc = want_params ? param_chunks(rx.nrows) : max_chunks();
-  decltype(new_cpu(sdt, 0)) pw_sto, pb_sto;  // see rms_norm_bwd
-  if (want_params) pw_sto = new_cpu(sdt, maxc * n), pb_sto = new_cpu(sdt, maxc * n);
-  char* pw = pw_sto ? (char*)pw_sto->raw() : nullptr;
-  char* pb = pb_sto ? (char*)pb_sto->raw() : nullptr;
+  const ParamPartials pw(want_params, maxc, n, sdt), pb(want_params, maxc, n, sdt);
   auto fn = fused_kernels().ln_bwd[fi(x.dtype())];
   char* ob = (char*)dx->raw();
   const char* mb = (const char*)mean.raw();
@@ -455,9 +470,8 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const BackendStorage& xs, const Layout&
   int64_t nc = 0;
   if (lx.numel() > 0)
     nc = run_chunks(rx.nrows, n, maxc, [&](int64_t r0, int64_t r1, int64_t c) {
-      void* aw = pw ? pw + c * n * ssz : nullptr;
-      void* ab = pb ? pb + c * n * ssz : nullptr;
-      if (aw) std::memset(aw, 0, n * ssz), std::memset(ab, 0, n * ssz);
+      void* aw = pw.chunk(c);
+      void* ab = pb.chunk(c);
       if (rx.dense_rows() && rg.dense_rows())
         return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, mb + r0 * ssz, sb + r0 * ssz,
                   rg.at(rg.off + r0 * rg.ld()), rg.ld(), ob + r0 * n * isz, aw, ab, r1 - r0, n, nt);
@@ -466,11 +480,7 @@ std::tuple<Sto, Sto, Sto> layer_norm_bwd(const BackendStorage& xs, const Layout&
         fn(rx.row(r, t1), n, wp, mb + r * ssz, sb + r * ssz, rg.row(r, t2), n, ob + r * n * isz, aw, ab, 1, n, nt);
     });
   if (!want_params) return {dx, nullptr, nullptr};
-  if (nc == 0) std::memset(pw, 0, n * ssz), std::memset(pb, 0, n * ssz);
-  auto dw = new_cpu(x.dtype(), n), db = new_cpu(x.dtype(), n);
-  reduce_partials(pw, std::max<int64_t>(nc, 1), n, x.dtype(), dw->raw());
-  reduce_partials(pb, std::max<int64_t>(nc, 1), n, x.dtype(), db->raw());
-  return {dx, dw, db};
+  return {dx, pw.sum(nc, x.dtype()), pb.sum(nc, x.dtype())};
 }
 
 // ================================ activations' backward ==========================================
@@ -564,20 +574,18 @@ std::tuple<Sto, Sto> bias_gelu_bwd(const BackendStorage& xs, const Layout& lx, c
   const CpuStorage &x = as_cpu(xs), &g = as_cpu(gs);
   Rows rx(x, lx), rg(g, lg);
   const DType sdt = stats_dtype(x.dtype());
-  const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype()), ssz = (int64_t)itemsize(sdt);
+  const int64_t n = rx.n, isz = (int64_t)itemsize(x.dtype());
   std::vector<char> bt;
   const void* bp = param_ptr(as_cpu(bs), lb, bt);
   auto dx = new_cpu(x.dtype(), lx.numel());
   const int64_t maxc = want_bias ? param_chunks(rx.nrows) : max_chunks();
-  auto parts_sto = want_bias ? new_cpu(sdt, maxc * n) : nullptr;  // per-chunk db sums, as rms_norm_bwd's dw
-  char* parts = parts_sto ? (char*)parts_sto->raw() : nullptr;
+  const ParamPartials pb(want_bias, maxc, n, sdt);
   auto fn = fused_kernels().bias_gelu_bwd[fi(x.dtype())];
   char* ob = (char*)dx->raw();
   int64_t nc = 0;
   if (lx.numel() > 0)
     nc = run_chunks(rx.nrows, n, maxc, [&](int64_t r0, int64_t r1, int64_t c) {
-      void* acc = parts ? parts + c * n * ssz : nullptr;
-      if (acc) std::memset(acc, 0, n * ssz);
+      void* acc = pb.chunk(c);
       if (rx.dense_rows() && rg.dense_rows())
         return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), bp, rg.at(rg.off + r0 * rg.ld()), rg.ld(),
                   ob + r0 * n * isz, acc, r1 - r0, n);
@@ -585,10 +593,7 @@ std::tuple<Sto, Sto> bias_gelu_bwd(const BackendStorage& xs, const Layout& lx, c
       for (int64_t r = r0; r < r1; ++r) fn(rx.row(r, t1), n, bp, rg.row(r, t2), n, ob + r * n * isz, acc, 1, n);
     });
   if (!want_bias) return {dx, nullptr};
-  if (nc == 0) std::memset(parts, 0, n * ssz);
-  auto db = new_cpu(x.dtype(), n);
-  reduce_partials(parts, std::max<int64_t>(nc, 1), n, x.dtype(), db->raw());
-  return {dx, db};
+  return {dx, pb.sum(nc, x.dtype())};
 }
 
 // ================================ rope ===========================================================
