@@ -316,12 +316,6 @@ EMBER_INLINE void transpose8(__m256* v) {
 #endif
 
 #if defined(__AVX512F__)
-// 16 consecutive elements as floats (f16 converted, bf16 shifted into a float's high half).
-template <typename S> EMBER_INLINE __m512 ld16(const S* p) {
-  if constexpr (std::is_same_v<S, float>) return _mm512_loadu_ps(p);
-  else if constexpr (std::is_same_v<S, f16>) return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i*)p));
-  else return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(_mm256_loadu_si256((const __m256i*)p)), 16));
-}
 // v[q] becomes column q of the 16 x 16 block whose rows were v[0..15]: rows interleaved in pairs, then in
 // fours (u[4g + j]: rows 4g..4g+3 of columns j, j + 4, j + 8, j + 12, one per 128-bit lane), then the lanes
 // gathered across the four groups in two steps.
@@ -392,7 +386,7 @@ void pack_lines_t(const S* const* lines, int nl, int64_t ks, int64_t k, int w, f
     for (; k0 + 16 <= k; k0 += 16)
       for (int r0 = 0; r0 < w; r0 += 16) {
         __m512 v[16];
-        for (int q = 0; q < 16; ++q) v[q] = r0 + q < nl ? ld16(lines[r0 + q] + k0) : _mm512_setzero_ps();
+        for (int q = 0; q < 16; ++q) v[q] = r0 + q < nl ? (__m512)vlds(lines[r0 + q] + k0) : _mm512_setzero_ps();
         transpose16(v);
         const __mmask16 keep = w - r0 >= 16 ? full : (__mmask16)((1u << (w - r0)) - 1);
         for (int q = 0; q < 16; ++q) _mm512_mask_storeu_ps(d + (k0 + q) * w + r0, keep, v[q]);
