@@ -20,7 +20,7 @@ from .errors import (
     NoGradientPath,
     ShapeError,
 )
-from .tensor_type import _SCALAR_LAYOUT
+from .tensor_type import _SCALAR_LAYOUT, _wrap
 
 __all__ = [
     "MULTI_OUTPUT", "NO_BACKWARD", "GradStore", "Node", "backward", "is_grad_enabled", "needs_grad", "no_grad", "record",
@@ -491,9 +491,10 @@ def _inputs_used(node, out, used):
     return res
 
 
-def _zeros_in_order(t, like):
+def _zeros_in_order(t, like, zeroed=True):
     """Zeros of t's shape whose strides run in t's order when t is dense (a permuted view), so that
-    the views' backward that follows hands a contiguous gradient on instead of copying."""
+    the views' backward that follows hands a contiguous gradient on instead of copying. With
+    ``zeroed`` False the memory is left as allocated (the caller writes or zeros every element)."""
     shape, stride = t.shape, t._layout.stride
     n = len(shape)
     order = sorted(range(n), key=lambda d: (-stride[d], d))
@@ -503,9 +504,51 @@ def _zeros_in_order(t, like):
             dense = False
         step *= shape[d]
     if not dense:
-        return zeros(*shape, dtype=like._dtype, device=like._device)
-    z = zeros(*(shape[d] for d in order), dtype=like._dtype, device=like._device)
+        return _new(shape, like, zeroed)
+    z = _new([shape[d] for d in order], like, zeroed)
     return z.permute([order.index(i) for i in range(n)])
+
+
+def _new(shape, like, zeroed):
+    if zeroed:
+        return zeros(*shape, dtype=like._dtype, device=like._device)
+    numel = 1
+    for d in shape:
+        numel *= d
+    dev = like._device
+    s = _C.alloc(dev.kind, dev.index, like._dtype.code, numel, False)
+    return _wrap(s, _C.Layout.contiguous(list(shape)), like._dtype, like._device)
+
+
+_ALL = slice(None)
+
+
+def _whole_row(idx):
+    """The int of an index that selects one whole slab of the first dim (``qkv[1]``, ``x[0, :]``), else None."""
+    if type(idx) is int:
+        return idx
+    if (isinstance(idx, tuple) and idx and type(idx[0]) is int
+            and all(i is Ellipsis or (type(i) is slice and i == _ALL) for i in idx[1:])):
+        return idx[0]
+    return None
+
+
+def _settle(g, owned, unfilled):
+    """Zeros what no index wrote of a gradient _index_into allocated unzeroed, before anything reads it or
+    writes part of a slab (q, k, v = qkv[0], qkv[1], qkv[2] cover all of qkv's gradient: nothing to zero).
+    Until then every region written is a whole slab (_whole_row)."""
+    k = id(g._storage)
+    z = unfilled.pop(k, None)
+    if z is None:
+        return
+    n = z.shape[0]
+    # one fill per run of unwritten slabs (x[5] of a 10^5-row tensor is two fills, not 10^5)
+    start = 0
+    for c in sorted({_whole_row(r) % n for r in owned[k]}) + [n]:
+        if c > start:
+            v = z[start:c]
+            _C.fill(v._storage, v._layout, 0.0)
+        start = c + 1
 
 
 def _disjoint(i, j):
@@ -516,35 +559,45 @@ def _disjoint(i, j):
     return type(i0) is int and type(j0) is int and i0 != j0 and (i0 < 0) == (j0 < 0)
 
 
-def _index_into(grads, owned, inp, g, idx):
+def _index_into(grads, owned, unfilled, inp, g, idx):
     """First-order backward of ``inp[idx]``: g is written into inp's gradient in place when the walk
-    owns that buffer (the second and third of q, k, v = qkv[0], qkv[1], qkv[2]), else into fresh zeros
-    laid out as inp is; instead of one zero-filled input-sized tensor per index and a sum of them."""
+    owns that buffer (the second and third of q, k, v = qkv[0], qkv[1], qkv[2]), else into a fresh
+    buffer laid out as inp is; instead of one zero-filled input-sized tensor per index and a sum of them.
+    A fresh buffer for a whole slab of the first dim is left unzeroed: _settle zeros the rest of it
+    before it is read."""
     k = id(inp)
     acc = grads.get(k)
     if acc is not None and id(acc[1]._storage) in owned:
         regions = owned[id(acc[1]._storage)]
         view = acc[1][idx]
         if regions is not None and all(_disjoint(idx, r) for r in regions):
+            if unfilled and _whole_row(idx) is None:
+                _settle(acc[1], owned, unfilled)
             _C.copy_into(g._storage, g._layout, view._storage, view._layout, "index")  # still zeros there
             regions.append(idx)
         else:
+            _settle(acc[1], owned, unfilled)
             s = view + g
             _C.copy_into(s._storage, s._layout, view._storage, view._layout, "index")
         return
-    z = _zeros_in_order(inp, g)
+    lazy = acc is None and inp.ndim > 0 and _whole_row(idx) is not None
+    z = _zeros_in_order(inp, g, zeroed=not lazy)
     view = z[idx]
     _C.copy_into(g._storage, g._layout, z._storage, view._layout, "index")
     if acc is None:
         grads[k] = [inp, z]
         owned[id(z._storage)] = [idx]
+        if lazy:
+            unfilled[id(z._storage)] = z
     else:
-        _accumulate(acc, z, owned)
+        _accumulate(acc, z, owned, unfilled)
 
 
-def _accumulate(acc, gi, owned):
+def _accumulate(acc, gi, owned, unfilled):
     """acc[1] += gi as a fresh sum, which only this entry holds (the id of the replaced gradient is
     forgotten: a later tensor may reuse it)."""
+    if unfilled:
+        _settle(acc[1], owned, unfilled)
     owned.pop(id(acc[1]._storage), None)
     acc[1] = acc[1] + gi
     owned[id(acc[1]._storage)] = None
@@ -583,18 +636,21 @@ def backward(root, create_graph=False, seed=None):
     try:
         multi = None  # id(shared outputs) -> [outputs still to come in `nodes`, their gradients]
         owned = {}  # id(storage) of a gradient only its grads entry holds -> regions maybe non-zero, or None
+        unfilled = {}  # id(storage) -> an owned gradient whose regions outside owned's are not zeroed yet
         for t in nodes:
             e = pop(id(t), None)
             if e is None and t._op.rule is not MULTI_OUTPUT:  # no gradient arrived: nothing to propagate
                 continue
             g = None if e is None else e[1]
             if owned and g is not None:
+                if unfilled:
+                    _settle(g, owned, unfilled)
                 owned.pop(id(g._storage), None)  # handed to a rule now, which may share it
             node = t._op
             rule = node.rule
             if rule is None and node.name == "index" and not create_graph:
                 inp = node.inputs[0] if not rebound else _inputs_used(node, t, used)[0]
-                _index_into(grads, owned, inp, g, node.saved)
+                _index_into(grads, owned, unfilled, inp, g, node.saved)
                 continue
             if rule is MULTI_OUTPUT:
                 if multi is None:
@@ -623,7 +679,7 @@ def backward(root, create_graph=False, seed=None):
                         if acc is None:
                             grads[k] = [inp, gi]
                         else:
-                            _accumulate(acc, gi, owned)
+                            _accumulate(acc, gi, owned, unfilled)
                 continue
             if rule is NO_BACKWARD:
                 n = len(node.inputs)
@@ -648,7 +704,9 @@ def backward(root, create_graph=False, seed=None):
                 if acc is None:
                     grads[k] = [inp, gi]
                 else:
-                    acc[1] = acc[1] + gi
+                    _accumulate(acc, gi, owned, unfilled)
+        for e in grads.values() if unfilled else ():
+            _settle(e[1], owned, unfilled)
     finally:
         _mode.enabled = prev
         _walk_state.leads = prev_leads
