@@ -148,7 +148,7 @@ def test_backward_seed_errors(rng, bad):
 
 
 @pytest.mark.parametrize("case", ["unused_part", "negative", "passthrough_after", "all_three", "whole_then_part",
-                                  "part_then_whole"])
+                                  "part_then_whole", "scattered"])
 def test_index_gradient_unwritten_regions_are_zero(rng, case):
     """A gradient buffer that int indices write is allocated unzeroed; what no index wrote is zeroed
     before it is read, even when the allocator hands back memory full of NaN."""
@@ -158,9 +158,11 @@ def test_index_gradient_unwritten_regions_are_zero(rng, case):
           "all_three": lambda x: x[0] * x[1] + x[2].exp(),
           # a whole slab, then part of another (or the reverse): the partial write zeros first
           "whole_then_part": lambda x: x[0].exp() + x[2, 1:].sum(0, keepdim=True),
-          "part_then_whole": lambda x: x[2, 1:].sum(0, keepdim=True) * x[0]}[case]
-    a = rng.standard_normal((3, 4, 5))
+          "part_then_whole": lambda x: x[2, 1:].sum(0, keepdim=True) * x[0],
+          # unwritten runs before, between and after the written slabs
+          "scattered": lambda x: x[2] * x[4] + x[-2].exp()}[case]
+    a = rng.standard_normal((7, 4, 5))
     for _ in range(3):
-        dirty = [em.full((3, 4, 5), float("nan"), dtype=WIDE, device=TEST_DEVICE) for _ in range(8)]
+        dirty = [em.full((7, 4, 5), float("nan"), dtype=WIDE, device=TEST_DEVICE) for _ in range(8)]
         del dirty  # the cache now holds NaN-filled blocks of the gradient's size
         check(fn, [a])

@@ -41,9 +41,10 @@ typedef float V __attribute__((vector_size(16)));
 static inline V fma(V a, V b, V c) { return a * b + c; }
 #endif
 constexpr int kNV = 2, kNR = kNV * kW;
-// k is split into blocks of about kKC and the rows into blocks of about 128 (whole row panels): a B
-// micro-panel (kKC x nr) fits L1 and an A block (128 x kKC) a quarter of a small L2.
-constexpr int64_t kKC = 256;
+// k is split into blocks of about kKC, the columns into chunks of kNCB and the rows into blocks of about 128
+// (whole row panels): a B micro-panel (kKC x nr) fits L1, an A block (128 x kKC) and a chunk's B for one k
+// block (kKC x kNCB) together a small L2.
+constexpr int64_t kKC = 256, kNCB = 512;
 
 static inline V vld(const float* p) {
   V v;
@@ -77,9 +78,13 @@ template <typename S> static inline V vlds(const S* p) {
 // products). Every element is one FMA chain over k in order, whatever the tile or block around it.
 // AR: A's rows read in place instead (row i's k-th element at a[i * lda + kk]: a row-major operand, no panel).
 // AS: the panel's width (floats per k step), R or more: the last rows of a taller panel run as a shorter tile.
-template <int R, typename SB = float, bool AR = false, int AS = R>
+// PF: the matmul's packed tiles also fetch the next tile's operands into L2 while they run: pfa (unless null),
+// the next A panel not yet in L2; pfb (unless null), the next B micro-panel. From L3 they otherwise arrive by
+// demand misses that the hardware prefetchers, stopping at each 4 KiB page, only partly hide.
+template <int R, typename SB = float, bool AR = false, int AS = R, bool PF = false>
 static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, int64_t ldb, float* __restrict c,
-                 int64_t ldc, bool acc, const float* cn, int64_t lda = 0) {
+                 int64_t ldc, bool acc, const float* cn, int64_t lda = 0, const float* pfa = nullptr,
+                 const float* pfb = nullptr) {
   V r[R][kNV];
 #if defined(__SSE__)
   // The next tile's C lines, so their misses overlap this tile's work (C often lies beyond L2).
@@ -92,7 +97,18 @@ static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, 
   for (int i = 0; i < R; ++i)
 #pragma GCC unroll 4
     for (int j = 0; j < kNV; ++j) r[i][j] = acc ? vld(c + i * ldc + j * kW) : V{};
-  auto step = [&](const float* ak, const SB* bk) {
+  auto step = [&](const float* ak, const SB* bk, int64_t kk) {
+#if defined(__SSE__)
+    if constexpr (PF) {
+      if (pfa) _mm_prefetch((const char*)(pfa + kk * AS), _MM_HINT_T1);
+      if (pfb) {
+        _mm_prefetch((const char*)(pfb + kk * kNR), _MM_HINT_T1);
+        _mm_prefetch((const char*)(pfb + kk * kNR + 16), _MM_HINT_T1);
+      }
+    }
+#else
+    (void)kk;
+#endif
     V bv[kNV];
 #pragma GCC unroll 4
     for (int j = 0; j < kNV; ++j) bv[j] = vlds(bk + j * kW);
@@ -107,9 +123,9 @@ static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, 
     // unrolled: the loop's own adds and branch otherwise take issue slots from the FMA ports (the short
     // tiles of the thin products, bound by B's stream, ran slower so)
 #pragma GCC unroll 4
-    for (int64_t kk = 0; kk < kc; ++kk, a += AR ? 1 : AS, b += ldb) step(a, b);
+    for (int64_t kk = 0; kk < kc; ++kk, a += AR ? 1 : AS, b += ldb) step(a, b, kk);
   } else {
-    for (int64_t kk = 0; kk < kc; ++kk, a += AR ? 1 : AS, b += ldb) step(a, b);
+    for (int64_t kk = 0; kk < kc; ++kk, a += AR ? 1 : AS, b += ldb) step(a, b, kk);
   }
 #pragma GCC unroll 32
   for (int i = 0; i < R; ++i)
@@ -118,7 +134,8 @@ static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, 
 }
 
 // The tile of the last r < MR rows of an MR-row panel (or of r rows read in place), r = 1 .. MR - 1.
-using TileFn = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, bool, const float*, int64_t);
+using TileFn = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, bool, const float*, int64_t,
+                        const float*, const float*);
 template <int MR, bool AR, size_t... I> constexpr std::array<TileFn, sizeof...(I)> short_tiles(std::index_sequence<I...>) {
   return {&tile<int(I) + 1, float, AR, MR>...};
 }
@@ -130,39 +147,58 @@ template <int MR, bool AR>
 void run_t(const float* ap, int64_t lda, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc,
            bool acc) {
   static constexpr auto shorts = short_tiles<MR, AR>(std::make_index_sequence<MR - 1>());
-  constexpr int64_t MB = std::max(1, 128 / MR);  // row panels per block
+  constexpr int64_t MB = std::max(1, 128 / MR);     // row panels per block
+  constexpr int64_t NB = std::max<int64_t>(1, kNCB / kNR);  // column panels per chunk
   const int64_t mp = panels(m, MR), np = panels(n, kNR);
   const int64_t nkb = std::max<int64_t>(1, (k + kKC - 1) / kKC);
   alignas(64) float edge[MR * kNR];
-  // Blocks of ~128 rows by kc: one block of A stays in L2 while each B micro-panel (kc x nr, in L1) passes
-  // over all of its row panels; A's micro-panels stream from L2, the narrower of the two streams.
-  for (int64_t ib = 0; ib < mp; ib += MB)
+  auto a_at = [&](int64_t ip, int64_t k0) { return AR ? ap + ip * MR * lda + k0 : ap + (ip * k + k0) * MR; };
+  // Chunks of <= kNCB columns; in each, k blocks outermost: the chunk's B for one k block (kc x kNCB) stays in
+  // L2 while blocks of ~128 rows of A pass over it, each B micro-panel (kc x nr, in L1) over all of a block's
+  // row panels. Every C element is still one FMA chain over k in order (k blocks in order, C carried between).
+  for (int64_t jc = 0; jc < np; jc += NB) {
+    const int64_t je = std::min(np, jc + NB);
     for (int64_t kb = 0; kb < nkb; ++kb) {
       const int64_t k0 = k * kb / nkb, kc = k * (kb + 1) / nkb - k0;
       const bool add = acc || kb > 0;
-      const int64_t ie = std::min(mp, ib + MB);
-      for (int64_t jp = 0; jp < np; ++jp) {
-        const float* b = bp + (jp * k + k0) * kNR;
-        const int64_t nv = std::min<int64_t>(kNR, n - jp * kNR);
-        for (int64_t ip = ib; ip < ie; ++ip) {
-          const float* a = AR ? ap + ip * MR * lda + k0 : ap + (ip * k + k0) * MR;
-          const int64_t mv = std::min<int64_t>(MR, m - ip * MR);
-          float* ct = c + ip * MR * ldc + jp * kNR;
-          // the next tile: the next row panel, or the block's first one in the next column panel
-          const float* cn = ip + 1 < ie ? ct + MR * ldc : jp + 1 < np ? c + ib * MR * ldc + (jp + 1) * kNR : ct;
-          if (nv == kNR) {
-            if (mv == MR) tile<MR, float, AR>(kc, a, b, kNR, ct, ldc, add, cn, lda);
-            else shorts[mv - 1](kc, a, b, kNR, ct, ldc, add, cn, lda);
-            continue;
+      for (int64_t ib = 0; ib < mp; ib += MB) {
+        const int64_t ie = std::min(mp, ib + MB);
+        for (int64_t jp = jc; jp < je; ++jp) {
+          const float* b = bp + (jp * k + k0) * kNR;
+          const int64_t nv = std::min<int64_t>(kNR, n - jp * kNR);
+          for (int64_t ip = ib; ip < ie; ++ip) {
+            const float* a = a_at(ip, k0);
+            const int64_t mv = std::min<int64_t>(MR, m - ip * MR);
+            float* ct = c + ip * MR * ldc + jp * kNR;
+            // the next tile: the next row panel, or the block's first one in the next column panel
+            const float* cn = ip + 1 < ie ? ct + MR * ldc : jp + 1 < je ? c + ib * MR * ldc + (jp + 1) * kNR : ct;
+            if (nv == kNR && mv == MR) {
+              // the next tile's A panel (the next block's first one after the block's last tile) and, when it
+              // starts a new column panel, its B micro-panel
+              const float* pfa = nullptr;
+              const float* pfb = nullptr;
+              if (ip + 1 < ie) pfa = jp == jc ? a_at(ip + 1, k0) : nullptr;
+              else if (jp + 1 < je) pfb = bp + ((jp + 1) * k + k0) * kNR;
+              else if (ie < mp) pfa = a_at(ie, k0);
+              else if (kb + 1 < nkb) pfa = a_at(0, k * (kb + 1) / nkb);
+              // (not when A is read in place: the row offsets already fill the integer registers)
+              tile<MR, float, AR, MR, !AR>(kc, a, b, kNR, ct, ldc, add, cn, lda, pfa, pfb);
+              continue;
+            }
+            if (nv == kNR) {
+              shorts[mv - 1](kc, a, b, kNR, ct, ldc, add, cn, lda, nullptr, nullptr);
+              continue;
+            }
+            if (add)
+              for (int64_t i = 0; i < mv; ++i) std::memcpy(edge + i * kNR, ct + i * ldc, (size_t)nv * sizeof(float));
+            if (mv == MR) tile<MR, float, AR>(kc, a, b, kNR, edge, kNR, add, edge, lda);
+            else shorts[mv - 1](kc, a, b, kNR, edge, kNR, add, edge, lda, nullptr, nullptr);
+            for (int64_t i = 0; i < mv; ++i) std::memcpy(ct + i * ldc, edge + i * kNR, (size_t)nv * sizeof(float));
           }
-          if (add)
-            for (int64_t i = 0; i < mv; ++i) std::memcpy(edge + i * kNR, ct + i * ldc, (size_t)nv * sizeof(float));
-          if (mv == MR) tile<MR, float, AR>(kc, a, b, kNR, edge, kNR, add, edge, lda);
-          else shorts[mv - 1](kc, a, b, kNR, edge, kNR, add, edge, lda);
-          for (int64_t i = 0; i < mv; ++i) std::memcpy(ct + i * ldc, edge + i * kNR, (size_t)nv * sizeof(float));
         }
       }
     }
+  }
 }
 
 void run(const float* ap, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc, bool acc) {
