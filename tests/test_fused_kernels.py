@@ -392,6 +392,36 @@ def test_sdpa_nonfinite_scores_on_whole_key_tiles(causal):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("causal", [False, True])
+@pytest.mark.parametrize("growth", ["small", "large", "mixed"])
+def test_sdpa_running_max_growth(dtype, causal, growth):
+    """Rows whose running max grows from key tile to key tile by less (the AVX-512 forward then keeps
+    its stale max: P up to 2^8) or by much more than 8 (base-2) units, on ragged lengths: out, lse and
+    the gradients (which use lse) match float64 torch."""
+    torch.manual_seed(7)
+    B, H, Lq, Lk, D = 2, 3, 75, 389, 64
+    q = torch.randn(B, H, Lq, D, dtype=torch.float64)
+    k = torch.randn(B, H, Lk, D, dtype=torch.float64)
+    v = torch.randn(B, H, Lk, 40, dtype=torch.float64)
+    ramp = torch.arange(Lk, dtype=torch.float64) / Lk  # later keys score higher
+    gain = {"small": 1 + 0.5 * ramp, "large": 1 + 20 * ramp, "mixed": 1 + 8 * (ramp * 7).frac()}[growth]
+    k = k * gain[:, None]
+    q, k, v = (t.to(dtype) for t in (q, k, v))
+    scale = D**-0.5
+    out, g, grads = run_sdpa(q, k, v, scale=scale, causal=causal)
+    ro, ins = sdpa_ref(q, k, v, None, scale, causal)
+    close(out, ro, dtype, 4)
+    _, lse = F.sdpa_fwd(*sto(q), *sto(k), *sto(v), None, None, scale, causal)
+    s = (ins[0] @ ins[1].transpose(-1, -2)) * scale
+    if causal:
+        s = s.masked_fill(~causal_keep(Lq, Lk), float("-inf"))
+    close(tt(lse, (B, H, Lq), torch.float64 if dtype == torch.float64 else torch.float32).double(),
+          torch.logsumexp(s, -1).detach(), dtype, 4)
+    for a, b in zip(grads, torch.autograd.grad(ro, ins, g.double())):
+        close(a, b, dtype, 50)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
 @pytest.mark.parametrize("mask_kind", ["bool", "additive", "bool_full_row"])
 def test_sdpa_mask_and_layouts(dtype, mask_kind):
     B, H, Lq, Lk, D, Dv = 2, 4, 37, 45, 24, 40
