@@ -43,6 +43,9 @@ for m in (1, 3, 5, 6, 7, 13, 14, 15, 17, 27, 28, 29, 41, 127, 129, 143):
 for k in (1, 2, 255, 256, 257, 511, 513, 700):  # one, two and three k blocks, ragged
     cases.append((45, k, 70))
     cases.append((29, k, 64))
+# several row blocks (~128 rows) by several k blocks by several column panels: the k blocks run outside the row
+# blocks, and the tiles fetch the next A panel and B micro-panel ahead (row and column ends, k block changes)
+cases += [(300, 700, 130), (143, 513, 97), (257, 520, 64)]
 for m, k, n in cases:
     x = rng.uniform(-1, 1, (m, k)).astype(np.float32)
     y = rng.uniform(-1, 1, (k, n)).astype(np.float32)

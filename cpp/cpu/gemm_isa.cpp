@@ -41,10 +41,9 @@ typedef float V __attribute__((vector_size(16)));
 static inline V fma(V a, V b, V c) { return a * b + c; }
 #endif
 constexpr int kNV = 2, kNR = kNV * kW;
-// k is split into blocks of about kKC, the columns into chunks of kNCB and the rows into blocks of about 128
-// (whole row panels): a B micro-panel (kKC x nr) fits L1, an A block (128 x kKC) and a chunk's B for one k
-// block (kKC x kNCB) together a small L2.
-constexpr int64_t kKC = 256, kNCB = 512;
+// k is split into blocks of about kKC and the rows into blocks of about 128 (whole row panels): a B
+// micro-panel (kKC x nr) fits L1, an A block (128 x kKC) and B's part for one k block (kKC x 512) an L2.
+constexpr int64_t kKC = 256;
 
 static inline V vld(const float* p) {
   V v;
@@ -147,54 +146,50 @@ template <int MR, bool AR>
 void run_t(const float* ap, int64_t lda, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc,
            bool acc) {
   static constexpr auto shorts = short_tiles<MR, AR>(std::make_index_sequence<MR - 1>());
-  constexpr int64_t MB = std::max(1, 128 / MR);     // row panels per block
-  constexpr int64_t NB = std::max<int64_t>(1, kNCB / kNR);  // column panels per chunk
+  constexpr int64_t MB = std::max(1, 128 / MR);  // row panels per block
   const int64_t mp = panels(m, MR), np = panels(n, kNR);
   const int64_t nkb = std::max<int64_t>(1, (k + kKC - 1) / kKC);
   alignas(64) float edge[MR * kNR];
   auto a_at = [&](int64_t ip, int64_t k0) { return AR ? ap + ip * MR * lda + k0 : ap + (ip * k + k0) * MR; };
-  // Chunks of <= kNCB columns; in each, k blocks outermost: the chunk's B for one k block (kc x kNCB) stays in
-  // L2 while blocks of ~128 rows of A pass over it, each B micro-panel (kc x nr, in L1) over all of a block's
+  // k blocks outermost: B's part for one k block (kc x n; the callers' blocks are <= 512 columns) stays in L2
+  // while blocks of ~128 rows of A pass over it, each B micro-panel (kc x nr, in L1) over all of a block's
   // row panels. Every C element is still one FMA chain over k in order (k blocks in order, C carried between).
-  for (int64_t jc = 0; jc < np; jc += NB) {
-    const int64_t je = std::min(np, jc + NB);
-    for (int64_t kb = 0; kb < nkb; ++kb) {
-      const int64_t k0 = k * kb / nkb, kc = k * (kb + 1) / nkb - k0;
-      const bool add = acc || kb > 0;
-      for (int64_t ib = 0; ib < mp; ib += MB) {
-        const int64_t ie = std::min(mp, ib + MB);
-        for (int64_t jp = jc; jp < je; ++jp) {
-          const float* b = bp + (jp * k + k0) * kNR;
-          const int64_t nv = std::min<int64_t>(kNR, n - jp * kNR);
-          for (int64_t ip = ib; ip < ie; ++ip) {
-            const float* a = a_at(ip, k0);
-            const int64_t mv = std::min<int64_t>(MR, m - ip * MR);
-            float* ct = c + ip * MR * ldc + jp * kNR;
-            // the next tile: the next row panel, or the block's first one in the next column panel
-            const float* cn = ip + 1 < ie ? ct + MR * ldc : jp + 1 < je ? c + ib * MR * ldc + (jp + 1) * kNR : ct;
-            if (nv == kNR && mv == MR) {
-              // the next tile's A panel (the next block's first one after the block's last tile) and, when it
-              // starts a new column panel, its B micro-panel
-              const float* pfa = nullptr;
-              const float* pfb = nullptr;
-              if (ip + 1 < ie) pfa = jp == jc ? a_at(ip + 1, k0) : nullptr;
-              else if (jp + 1 < je) pfb = bp + ((jp + 1) * k + k0) * kNR;
-              else if (ie < mp) pfa = a_at(ie, k0);
-              else if (kb + 1 < nkb) pfa = a_at(0, k * (kb + 1) / nkb);
-              // (not when A is read in place: the row offsets already fill the integer registers)
-              tile<MR, float, AR, MR, !AR>(kc, a, b, kNR, ct, ldc, add, cn, lda, pfa, pfb);
-              continue;
-            }
-            if (nv == kNR) {
-              shorts[mv - 1](kc, a, b, kNR, ct, ldc, add, cn, lda, nullptr, nullptr);
-              continue;
-            }
-            if (add)
-              for (int64_t i = 0; i < mv; ++i) std::memcpy(edge + i * kNR, ct + i * ldc, (size_t)nv * sizeof(float));
-            if (mv == MR) tile<MR, float, AR>(kc, a, b, kNR, edge, kNR, add, edge, lda);
-            else shorts[mv - 1](kc, a, b, kNR, edge, kNR, add, edge, lda, nullptr, nullptr);
-            for (int64_t i = 0; i < mv; ++i) std::memcpy(ct + i * ldc, edge + i * kNR, (size_t)nv * sizeof(float));
+  for (int64_t kb = 0; kb < nkb; ++kb) {
+    const int64_t k0 = k * kb / nkb, kc = k * (kb + 1) / nkb - k0;
+    const bool add = acc || kb > 0;
+    for (int64_t ib = 0; ib < mp; ib += MB) {
+      const int64_t ie = std::min(mp, ib + MB);
+      for (int64_t jp = 0; jp < np; ++jp) {
+        const float* b = bp + (jp * k + k0) * kNR;
+        const int64_t nv = std::min<int64_t>(kNR, n - jp * kNR);
+        for (int64_t ip = ib; ip < ie; ++ip) {
+          const float* a = a_at(ip, k0);
+          const int64_t mv = std::min<int64_t>(MR, m - ip * MR);
+          float* ct = c + ip * MR * ldc + jp * kNR;
+          // the next tile: the next row panel, or the block's first one in the next column panel
+          const float* cn = ip + 1 < ie ? ct + MR * ldc : jp + 1 < np ? c + ib * MR * ldc + (jp + 1) * kNR : ct;
+          if (nv == kNR && mv == MR) {
+            // the next tile's A panel (the next block's first one after the block's last tile) and, when it
+            // starts a new column panel, its B micro-panel
+            const float* pfa = nullptr;
+            const float* pfb = nullptr;
+            if (ip + 1 < ie) pfa = jp == 0 ? a_at(ip + 1, k0) : nullptr;
+            else if (jp + 1 < np) pfb = bp + ((jp + 1) * k + k0) * kNR;
+            else if (ie < mp) pfa = a_at(ie, k0);
+            else if (kb + 1 < nkb) pfa = a_at(0, k * (kb + 1) / nkb);
+            // (not when A is read in place: the row offsets already fill the integer registers)
+            tile<MR, float, AR, MR, !AR>(kc, a, b, kNR, ct, ldc, add, cn, lda, pfa, pfb);
+            continue;
           }
+          if (nv == kNR) {
+            shorts[mv - 1](kc, a, b, kNR, ct, ldc, add, cn, lda, nullptr, nullptr);
+            continue;
+          }
+          if (add)
+            for (int64_t i = 0; i < mv; ++i) std::memcpy(edge + i * kNR, ct + i * ldc, (size_t)nv * sizeof(float));
+          if (mv == MR) tile<MR, float, AR>(kc, a, b, kNR, edge, kNR, add, edge, lda);
+          else shorts[mv - 1](kc, a, b, kNR, edge, kNR, add, edge, lda, nullptr, nullptr);
+          for (int64_t i = 0; i < mv; ++i) std::memcpy(ct + i * ldc, edge + i * kNR, (size_t)nv * sizeof(float));
         }
       }
     }

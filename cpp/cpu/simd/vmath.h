@@ -114,20 +114,25 @@ static inline float vm_erf(float x) {
   return ax <= 1.0f ? small : big;  // a NaN x fails the test and comes out of `big` as NaN
 }
 
-// The normal CDF Phi(x) and density phi(x) = e^(-x^2/2) / sqrt(2 pi) in one branch, for gelu = x * Phi(x)
-// and its derivative Phi + x * phi. Through erfc: with y = x / sqrt(2), z = |y| and t = 1 / (1 + z / 2),
-// erfc(z) = t * Q(t) * e^(-z^2), Q our own fit (relative error 4.3e-8 up to z = 10), and Phi(x) is
-// 1 - erfc(z) / 2 above 0, erfc(z) / 2 below. So negative x keep their relative accuracy (0.5 * (1 + erf(y))
-// loses every digit from x = -5 on), erf's two branches are not both evaluated, and phi shares e^(-z^2).
-// z^2 = x^2 / 2 is split exactly with an FMA (base x86-64: not split, a few ulp more far left), since
-// the error of exp's argument is its result's relative error. exp below -87.33 (|x| > 13.2) flushes to
-// 0, where Phi and phi are under FLT_MIN: no overflow or subnormal paths. Special values: Phi(inf) = 1,
-// Phi(-inf) = 0, so gelu(inf) = inf, gelu(-inf) = -inf * 0 = NaN (as torch); NaN stays NaN.
-static inline float vm_normal_cdf(float x, float& pdf) {
+// gelu = x * Phi(x) and its derivative Phi + x * phi(x) in one branch, phi(x) = e^(-x^2/2) / sqrt(2 pi).
+// Through erfc: with y = x / sqrt(2), z = |y| and t = 1 / (1 + z / 2), erfc(z) / 2 = t * Q(t) * e^(-z^2),
+// Q our own fit (relative error 4.3e-8 up to z = 10, its coefficients halved here); Phi(x) is
+// 1 - erfc(z) / 2 above 0, erfc(z) / 2 below. So negative x keep their relative accuracy
+// (0.5 * (1 + erf(y)) loses every digit from x = -5 on), erf's two branches are not both evaluated, and
+// phi shares e^(-z^2). z^2 = x^2 / 2 is split exactly with an FMA (base x86-64: not split, a few ulp more
+// far left), since the error of exp's argument is its result's relative error. e^(-z^2) multiplies last
+// (x * tQ first): every intermediate stays normal, as a subnormal operand or result takes a microcode
+// assist (gelu was ~15x slower around |x| = 13). Past z^2 = 86.41 (|x| > 13.146, where |gelu| < FLT_MIN)
+// e^(-z^2) is taken as 0. Special values: gelu(inf) = inf, gelu(-inf) = -inf * 0 = NaN (as torch), and
+// the derivative's x * phi is inf * 0 = NaN at both; NaN stays NaN.
+struct VmGeluParts {
+  float tq, e;  // erfc(z) / 2 = tq * e
+};
+static inline VmGeluParts vm_gelu_parts(float x) {
   const float y = x * 0.70710678118654752f, z = std::fabs(y);
   const float t = 1.0f / (1.0f + 0.5f * z);
-  const float q = vm_horner(t, {-5.906911567e-02f, 2.845837176e-01f, -4.872074425e-01f, 2.780393660e-01f,
-      -2.657250501e-02f, 2.026508600e-01f, 2.431147397e-01f, 2.823738754e-01f, 2.820864916e-01f});
+  const float q = vm_horner(t, {-2.953455783e-02f, 1.422918588e-01f, -2.436037213e-01f, 1.390196830e-01f,
+      -1.328625251e-02f, 1.013254300e-01f, 1.215573698e-01f, 1.411869377e-01f, 1.410432458e-01f});
   const float xx = x * x, zz = 0.5f * xx;  // z^2 = x^2 / 2 from x itself: y's rounding would cost ~10 ulp
 #if defined(__FMA__)
   const float lo = 0.5f * std::fma(x, x, -xx);  // z^2 = zz + lo exactly
@@ -137,21 +142,28 @@ static inline float vm_normal_cdf(float x, float& pdf) {
   float n;
   // !(zz <= ...): a NaN x takes the far branch too, so n stays a small integer (no NaN to int); the
   // result is still NaN, from t.
-  const bool far = !(zz <= 87.33f);
-  const float p = vm_exp_reduced(far ? -87.33f : -zz, n);  // 2^n a normal power of two: one factor
-  const float e = far ? 0.0f : p * vm_bits_to_f((int32_t)((uint32_t)((int32_t)n + 127) << 23)) * (1.0f - lo);  // e^(-z^2)
-  pdf = e * 0.39894228040143267794f;
-  const float half_erfc = 0.5f * (t * q * e);
-  return y > 0 ? 1.0f - half_erfc : half_erfc;
+  const bool far = !(zz <= 86.41f);
+  const float p = vm_exp_reduced(far ? -86.41f : -zz, n);  // 2^n a normal power of two: one factor
+  const float e = far ? 0.0f : p * vm_bits_to_f((int32_t)((uint32_t)((int32_t)n + 127) << 23)) * (1.0f - lo);
+  return {t * q, e};
 }
 static inline float vm_gelu(float x) {
-  float pdf;
-  return x * vm_normal_cdf(x, pdf);
+  const VmGeluParts g = vm_gelu_parts(x);
+  const float xc = x > 14.0f ? 14.0f : x;  // +inf: its tail term is 14 * 0, not inf * 0
+  const float tail = (xc * g.tq) * g.e;     // x * erfc(z) / 2, normal down to FLT_MIN
+  return x * 0.70710678118654752f > 0 ? x - tail : tail;
 }
 static inline float vm_gelu_grad(float x) {
-  float pdf;
-  const float cdf = vm_normal_cdf(x, pdf);
-  return cdf + x * pdf;
+  const VmGeluParts g = vm_gelu_parts(x);
+  const float c = 0.39894228040143267794f;  // x * phi(x) = x * c * e
+  // explicit FMAs where there is one: left to the compiler, contraction differed between a loop's
+  // vector body and its tail, and the fused bias_gelu must match gelu bit for bit
+#if defined(__FMA__)
+  const float right = std::fma(std::fma(x, c, -g.tq), g.e, 1.0f), left = std::fma(x, c, g.tq) * g.e;
+#else
+  const float right = 1.0f + (x * c - g.tq) * g.e, left = (g.tq + x * c) * g.e;
+#endif
+  return x * 0.70710678118654752f > 0 ? right : left;
 }
 
 // sin (shift 0) or cos (shift 1) from x = j * pi/2 + r, |r| <= pi/4: float polynomials for sin and cos
