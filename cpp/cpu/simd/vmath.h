@@ -119,8 +119,7 @@ static inline float vm_erf(float x) {
 // Q our own fit (relative error 4.3e-8 up to z = 10, its coefficients halved here); Phi(x) is
 // 1 - erfc(z) / 2 above 0, erfc(z) / 2 below. So negative x keep their relative accuracy
 // (0.5 * (1 + erf(y)) loses every digit from x = -5 on), erf's two branches are not both evaluated, and
-// phi shares e^(-z^2). z^2 = x^2 / 2 is split exactly with an FMA (base x86-64: not split, a few ulp more
-// far left), since the error of exp's argument is its result's relative error. e^(-z^2) multiplies last
+// phi shares e^(-z^2). z^2 = x^2 / 2 is split exactly with an FMA (base x86-64: Dekker's product), since the error of exp's argument is its result's relative error. e^(-z^2) multiplies last
 // (x * tQ first): every intermediate stays normal, as a subnormal operand or result takes a microcode
 // assist (gelu was ~15x slower around |x| = 13). Past z^2 = 86.41 (|x| > 13.146, where |gelu| < FLT_MIN)
 // e^(-z^2) is taken as 0. Special values: gelu(inf) = inf, gelu(-inf) = -inf * 0 = NaN (as torch), and
@@ -137,7 +136,9 @@ static inline VmGeluParts vm_gelu_parts(float x) {
 #if defined(__FMA__)
   const float lo = 0.5f * std::fma(x, x, -xx);  // z^2 = zz + lo exactly
 #else
-  const float lo = 0.0f;
+  // no FMA: Dekker's product (x split into 12-bit halves), exact as well; |x| < 13.2 wherever it is used
+  const float sp = 4097.0f * x, xh = sp - (sp - x), xl = x - xh;
+  const float lo = 0.5f * (((xh * xh - xx) + 2.0f * xh * xl) + xl * xl);
 #endif
   float n;
   // !(zz <= ...): a NaN x takes the far branch too, so n stays a small integer (no NaN to int); the
