@@ -119,9 +119,10 @@ static inline float vm_erf(float x) {
 // Q our own fit (relative error 4.3e-8 up to z = 10, its coefficients halved here); Phi(x) is
 // 1 - erfc(z) / 2 above 0, erfc(z) / 2 below. So negative x keep their relative accuracy
 // (0.5 * (1 + erf(y)) loses every digit from x = -5 on), erf's two branches are not both evaluated, and
-// phi shares e^(-z^2). z^2 = x^2 / 2 is split exactly with an FMA (base x86-64: Dekker's product), since the error of exp's argument is its result's relative error. e^(-z^2) multiplies last
-// (x * tQ first): every intermediate stays normal, as a subnormal operand or result takes a microcode
-// assist (gelu was ~15x slower around |x| = 13). Past z^2 = 86.41 (|x| > 13.146, where |gelu| < FLT_MIN)
+// phi shares e^(-z^2). z^2 = x^2 / 2 is split exactly with an FMA (base x86-64: Dekker's product), since
+// the error of exp's argument is its result's relative error. e^(-z^2) multiplies last (x * tQ first):
+// every intermediate stays normal, as a subnormal operand or result takes a microcode assist (gelu was
+// ~15x slower around |x| = 13). Past z^2 = 86.41 (|x| > 13.146, where |gelu| < FLT_MIN)
 // e^(-z^2) is taken as 0. Special values: gelu(inf) = inf, gelu(-inf) = -inf * 0 = NaN (as torch), and
 // the derivative's x * phi is inf * 0 = NaN at both; NaN stays NaN.
 struct VmGeluParts {
