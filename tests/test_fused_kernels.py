@@ -490,6 +490,37 @@ def test_sdpa_backward_split_over_key_tiles(dtype, case):
 
 
 
+# The backward's rowsum(dO * O) reads O and dO through their own strides (a vector path for unit column
+# stride, a scalar one otherwise, and a tail past the vectors), and a whole-head item prefetches the
+# next head's rows: O and dO given as strided views, grouped heads, Dv with a tail, several heads.
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("o_kind", ["dense", "rows_strided", "cols_strided"])
+@pytest.mark.parametrize("causal", [False, True])
+def test_sdpa_backward_strided_output_and_grad(dtype, o_kind, causal):
+    B, H, Hkv, Lq, Lk, D, Dv = 3, 4, 2, 75, 140, 24, 41
+    q = torch.randn(B, H, Lq, D, dtype=torch.float64).to(dtype)
+    k = torch.randn(B, Hkv, Lk, D, dtype=torch.float64).to(dtype)
+    v = torch.randn(B, Hkv, Lk, Dv, dtype=torch.float64).to(dtype)
+    o, lse = F.sdpa_fwd(*sto(q), *sto(k), *sto(v), None, None, 0.25, causal)
+    out = tt(o, (B, H, Lq, Dv), dtype)
+    g = torch.randn(B, H, Lq, Dv, dtype=torch.float64).to(dtype)
+
+    def relayout(t):
+        if o_kind == "rows_strided":  # (B, L, H, Dv) storage, padded rows
+            return torch.zeros(B, Lq, H, Dv + 3, dtype=dtype)[..., 1:Dv + 1].copy_(t.transpose(1, 2)).transpose(1, 2)
+        if o_kind == "cols_strided":  # last dim strided
+            return t.transpose(-1, -2).contiguous().transpose(-1, -2)
+        return t
+
+    out_v, g_v = relayout(out), relayout(g)
+    assert torch.equal(out_v, out) and (o_kind == "dense" or not out_v.is_contiguous())
+    dq, dk, dv = F.sdpa_bwd(*sto(q), *sto(k), *sto(v), *sto(out_v), lse, *sto(g_v), None, None, 0.25, causal)
+    ro, ins = sdpa_ref(q, k, v, None, 0.25, causal)
+    close(out, ro, dtype)
+    grads = (tt(dq, q.shape, dtype), tt(dk, k.shape, dtype), tt(dv, v.shape, dtype))
+    for a, b in zip(grads, torch.autograd.grad(ro, ins, g.double())):
+        close(a, b, dtype, 4)
+
 # Grouped-query attention: k/v with fewer heads than q (torch's enable_gqa, MLX's implicit broadcast).
 @pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
 @pytest.mark.parametrize("H,Hkv,Lk,case", [(6, 2, 45, "plain"), (4, 1, 70, "causal"), (6, 3, 37, "additive_mask"),
