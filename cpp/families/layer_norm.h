@@ -30,7 +30,9 @@ struct LayerNormFwd {
 };
 
 // Backward, g: y's gradient. Returns (dx, dw, db); dw and db are null when w is absent or `want_params` is
-// false (no gradient is wanted for them: the kernel then skips their sums).
+// false (no gradient is wanted for them: the kernel then skips their sums). `add` (x's shape, dtype and
+// device; optional): dx + add is returned instead of dx, rounded as the separate add would round it (the
+// gradient x already has from a residual path, summed in the same pass).
 struct LayerNormBwd {
   static constexpr const char* kName = "layer_norm_bwd";
   // The entry point: checks every argument, then calls the kernel of x's device (kernels re-check nothing).
@@ -38,7 +40,8 @@ struct LayerNormBwd {
                                                             const BackendStorage* w, const Layout* lw,
                                                             const BackendStorage& mean, const BackendStorage& rstd,
                                                             const BackendStorage& g, const Layout& lg,
-                                                            bool want_params) {
+                                                            bool want_params, const BackendStorage* add = nullptr,
+                                                            const Layout* ladd = nullptr) {
     const char* op = "layer_norm_bwd";
     checks::float_input(x, op, "input");
     if (w) checks::like(x, *w, op, "weight");
@@ -50,7 +53,15 @@ struct LayerNormBwd {
     checks::stats(x, mean, checks::rows_of(l), op, "mean and rstd", "row");
     checks::stats(x, rstd, checks::rows_of(l), op, "mean and rstd", "row");
     checks::opt_param(x, w, lw, checks::last_dim(l), op, "weight");
-    return Kernels<LayerNormBwd>::of(x)(x, l, w, w ? lw : nullptr, mean, rstd, g, lg, want_params && w);
+    if (add) {
+      EMBER_CHECK(ladd, Value, "[layer_norm_bwd] add given without a layout");
+      checks::like(x, *add, op, "add");
+      EMBER_CHECK(ladd->shape() == l.shape(), Shape, "[layer_norm_bwd] add has shape ", shape_str(ladd->shape()),
+                  ", expected the input's ", shape_str(l.shape()));
+      checks::in_bounds(*add, *ladd, op);
+    }
+    return Kernels<LayerNormBwd>::of(x)(x, l, w, w ? lw : nullptr, mean, rstd, g, lg, want_params && w, add,
+                                        add ? ladd : nullptr);
   }
   using Fn = decltype(&run);
 };

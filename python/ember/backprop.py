@@ -603,6 +603,27 @@ def _accumulate(acc, gi, owned, unfilled):
     owned[id(acc[1]._storage)] = None
 
 
+def _fold(node, get, owned, unfilled):
+    """For an op whose fused backward can return its first input's gradient plus another tensor
+    (``folds_dx``: layer_norm), when that input already holds a gradient (the residual's, in a pre-norm
+    block): hands that gradient to the op (``dx_add``) and returns its grads entry, so the sum is made in
+    the kernel's pass instead of a separate add. On the CPU only, for a dense gradient like the input."""
+    op = node.saved
+    if not getattr(op, "folds_dx", False) or not node.inputs:
+        return None
+    x = node.inputs[0]
+    acc = get(id(x)) if x is not None else None
+    if acc is None or x._device.type != "cpu":
+        return None
+    a = acc[1]
+    if a._dtype is not x._dtype or a._device != x._device or a.shape != x.shape or not a._layout.is_contiguous():
+        return None
+    if unfilled:
+        _settle(a, owned, unfilled)
+    op.dx_add = a
+    return acc
+
+
 def backward(root, create_graph=False, seed=None):
     """Gradients of ``root`` (seeded with ones, any shape) with respect to every variable it depends
     on, and only those: rules compute no gradient for an input that leads to no variable (needs_grad).
@@ -693,8 +714,15 @@ def backward(root, create_graph=False, seed=None):
                 rule = _multi_rule
             else:
                 _check_versions(node, t, (None, True))
-            for inp, gi in zip(node.inputs if not rebound else _inputs_used(node, t, used),
-                               _custom_grads(node, t, g, rule)):
+            fold = _fold(node, get, owned, unfilled) if not (create_graph or rebound) else None
+            try:
+                res = _custom_grads(node, t, g, rule)
+            finally:
+                if fold is not None and node.saved.dx_add is not None:  # the op did not add it: add below
+                    node.saved.dx_add = fold = None
+            first = True
+            for inp, gi in zip(node.inputs if not rebound else _inputs_used(node, t, used), res):
+                folded, first = first and fold is not None, False
                 if gi is None or not wanted(inp):
                     continue
                 if not create_graph and gi._op is not None:
@@ -703,6 +731,10 @@ def backward(root, create_graph=False, seed=None):
                 acc = get(k)
                 if acc is None:
                     grads[k] = [inp, gi]
+                elif folded and acc is fold:  # gi is dx + the gradient acc held: a fresh sum, as _accumulate's
+                    owned.pop(id(acc[1]._storage), None)
+                    acc[1] = gi
+                    owned[id(gi._storage)] = None
                 else:
                     _accumulate(acc, gi, owned, unfilled)
         for e in grads.values() if unfilled else ():

@@ -100,7 +100,8 @@ void bind_fused(py::module_& m) {
         py::arg("lw").none(true), py::arg("b").none(true), py::arg("lb").none(true), py::arg("eps"), G());
   f.def("layer_norm_bwd", &ember::LayerNormBwd::run, py::arg("x"), py::arg("lx"), py::arg("w").none(true),
         py::arg("lw").none(true), py::arg("mean"), py::arg("rstd"), py::arg("g"), py::arg("lg"),
-        py::arg("want_params") = true, G());
+        py::arg("want_params") = true, py::arg("add").none(true) = nullptr, py::arg("ladd").none(true) = nullptr,
+        G());
   f.def("group_norm_fwd", &ember::GroupNormFwd::run, py::arg("x"), py::arg("lx"), py::arg("groups"),
         py::arg("w").none(true), py::arg("lw").none(true), py::arg("b").none(true), py::arg("lb").none(true),
         py::arg("eps"), G());

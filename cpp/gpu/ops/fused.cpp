@@ -348,7 +348,8 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStora
                                                               const BackendStorage* w, const Layout* lw,
                                                               const BackendStorage& mean, const BackendStorage& rstd,
                                                               const BackendStorage& g, const Layout& lg,
-                                                              bool want_params) {
+                                                              bool want_params, const BackendStorage* add,
+                                                              const Layout* ladd) {
   const char* op = "layer_norm_bwd";
   const GpuStorage& x = as_gpu(xs);
   GpuDevice& dev = x.gpu_device();
@@ -367,6 +368,7 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> layer_norm_bwd(const BackendStora
     norm_rows(dev, "layer_norm_bwd_dx_", op, x.dtype(), a,
               {rx.s, w ? &as_gpu(*w) : rx.s, &as_gpu(mean), &as_gpu(rstd), rg.s}, {dx.get()});
   if (dw) norm_params(dev, op, rx, rg, &as_gpu(mean), as_gpu(rstd), a, *dw, db.get());
+  if (add) return {dx->binary(BinaryOp::Add, Layout::contiguous(l.shape()), *add, *ladd), dw, db};  // not fused here
   return {dx, dw, db};
   });
 }

@@ -229,6 +229,11 @@ class _LayerNormBase(FusedOp):
 
     name = "layer_norm"
     saved = "rstd"
+    # backprop's walk may set dx_add to the gradient x already holds (a residual's): the kernel returns
+    # dx + dx_add in one pass and sets dx_add back to None to say it did (bwd_kernel only; the composite
+    # backward leaves it set, and the walk then adds as usual).
+    folds_dx = True
+    dx_add = None
 
     def __init__(self, eps, has_w=True, has_b=True):
         self.eps = float_arg(eps, self.name, "eps")
@@ -254,9 +259,12 @@ class _LayerNormBase(FusedOp):
     def _grads(self, x, w, g, want_w, want_b):
         """(dx, dw or None, db or None) from the fused kernel: dw only when want_w, db only when want_b
         (the kernel skips the parameters' sums when neither is wanted, e.g. a frozen norm)."""
+        add = self.dx_add
         dx, dw, db = _F.layer_norm_bwd(x._storage, x._layout, None if w is None else w._storage,
                                        None if w is None else w._layout, self.mean, self.rstd,
-                                       g._storage, g._layout, want_w or want_b)
+                                       g._storage, g._layout, want_w or want_b,
+                                       None if add is None else add._storage, None if add is None else add._layout)
+        self.dx_add = None
         dx = _out(dx, x.shape, x)
         dw = None if dw is None or not want_w else _out(dw, w.shape, w)
         if not (self.has_b and want_b):
