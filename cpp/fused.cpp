@@ -206,10 +206,13 @@ StoragePtr rope(const BackendStorage& x, const Layout& lx, const RopeArgs& a) {
   return Kernels<Rope>::of(x)(x, lx, a);
 }
 
-void optim_step(OptimKind kind, uint32_t flags, const std::vector<double>& scalars, BackendStorage& p,
-                const Layout& lp, const BackendStorage& g, const Layout& lg, BackendStorage* const st[3],
-                const Layout* const lst[3]) {
-  const char* op = "optim_step";
+namespace {
+// Checks one step's operands (see optim_step in fused.h) and fills its OptimArgs; `written` gets the
+// buffers the step writes (p first, then the states).
+OptimArgs optim_args(const char* op, OptimKind kind, uint32_t flags, const std::vector<double>& scalars,
+                     BackendStorage& p, const Layout& lp, const BackendStorage& g, const Layout& lg,
+                     BackendStorage* const st[3], const Layout* const lst[3],
+                     std::vector<const BackendStorage*>& written) {
   EMBER_CHECK(kind < OptimKind::Count, Value, "[", op, "] unknown optimizer kind ", (int)kind);
   EMBER_CHECK(p.dtype() == DType::F32 || p.dtype() == DType::F64, DType, "[", op,
               "] fused updates take float32 or float64 parameters, got ", dtype_name(p.dtype()));
@@ -241,7 +244,7 @@ void optim_step(OptimKind kind, uint32_t flags, const std::vector<double>& scala
   dense(g, lg, "grad");
   a.p = &p, a.g = &g;
   a.off_p = lp.offset(), a.off_g = lg.offset();
-  std::vector<const BackendStorage*> written = {&p};
+  written.assign({&p});
   for (int i = 0; i < 3; ++i) {
     if (!need[i]) continue;
     EMBER_CHECK(st[i] && lst[i], Value, "[", op, "] state buffer ", i, " is missing");
@@ -253,10 +256,47 @@ void optim_step(OptimKind kind, uint32_t flags, const std::vector<double>& scala
   }
   for (const BackendStorage* w : written)
     EMBER_CHECK(!g.same_buffer(*w), Value, "[", op, "] the gradient must not share memory with what the step writes");
+  return a;
+}
+
+void bump(const std::vector<const BackendStorage*>& written) {
+  for (const BackendStorage* w : written) const_cast<BackendStorage*>(w)->bump_version();
+}
+}  // namespace
+
+void optim_step(OptimKind kind, uint32_t flags, const std::vector<double>& scalars, BackendStorage& p,
+                const Layout& lp, const BackendStorage& g, const Layout& lg, BackendStorage* const st[3],
+                const Layout* const lst[3]) {
+  std::vector<const BackendStorage*> written;
+  const OptimArgs a = optim_args("optim_step", kind, flags, scalars, p, lp, g, lg, st, lst, written);
   const OptimStep::Fn step = Kernels<OptimStep>::of(p);
-  for (const BackendStorage* w : written) const_cast<BackendStorage*>(w)->bump_version();
+  bump(written);
   if (a.n) step(a);
-  for (const BackendStorage* w : written) const_cast<BackendStorage*>(w)->bump_version();
+  bump(written);
+}
+
+void optim_step_multi(const std::vector<OptimItem>& items) {
+  const char* op = "optim_step_multi";
+  std::vector<OptimArgs> args;
+  std::vector<const BackendStorage*> written, all_written;
+  args.reserve(items.size());
+  for (const OptimItem& it : items) {
+    EMBER_CHECK(it.p && it.g && it.lp && it.lg, Value, "[", op, "] every step needs a parameter and a gradient");
+    args.push_back(optim_args(op, it.kind, it.flags, it.scalars, *it.p, *it.lp, *it.g, *it.lg, it.st, it.lst, written));
+    EMBER_CHECK(it.p->device() == items[0].p->device(), Device, "[", op, "] every parameter must be on one device, got ",
+                items[0].p->device().str(), " and ", it.p->device().str());
+    all_written.insert(all_written.end(), written.begin(), written.end());
+  }
+  if (args.empty()) return;
+  const BackendStorage& dev = *items[0].p;
+  const bool multi = Kernels<OptimStepMulti>::has(dev.device().kind);
+  const OptimStep::Fn step = multi ? nullptr : Kernels<OptimStep>::of(dev);
+  bump(all_written);
+  if (multi) Kernels<OptimStepMulti>::of(dev)(args);
+  else  // one step after another, as separate optim_step calls would run
+    for (const OptimArgs& a : args)
+      if (a.n) step(a);
+  bump(all_written);
 }
 
 }  // namespace ember::fused

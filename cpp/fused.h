@@ -4,6 +4,7 @@
 // ones here build arguments the kernels share (sdpa's geometry, argument structs).
 #pragma once
 #include <tuple>
+#include <vector>
 
 #include "backend.h"
 #include "families/cross_entropy.h"
@@ -41,6 +42,23 @@ StoragePtr rope(const BackendStorage& x, const Layout& lx, const RopeArgs& a);
 void optim_step(OptimKind kind, uint32_t flags, const std::vector<double>& scalars, BackendStorage& p,
                 const Layout& lp, const BackendStorage& g, const Layout& lg, BackendStorage* const st[3],
                 const Layout* const lst[3]);
+
+// One item of optim_step_multi: optim_step's arguments (states and their layouts null where unused).
+struct OptimItem {
+  OptimKind kind = OptimKind::Sgd;
+  uint32_t flags = 0;
+  std::vector<double> scalars;
+  BackendStorage* p = nullptr;
+  const Layout* lp = nullptr;
+  const BackendStorage* g = nullptr;
+  const Layout* lg = nullptr;
+  BackendStorage* st[3] = {};
+  const Layout* lst[3] = {};
+};
+// Many optim_step calls in one (torch's multi-tensor "foreach" step): each item is checked as optim_step
+// checks it, every parameter on one device; the CPU runs them all in one parallel pass over the
+// elements (items sharing memory run one after another, in order), other devices one after another.
+void optim_step_multi(const std::vector<OptimItem>& items);
 
 // Recurrent cells (cpp/fused_rnn.cpp): xg = x W_ih^T + b_ih and hg = h W_hh^T, (N, gates * H), rows
 // with unit column stride; b = b_hh (gates * H,) optional; s = c (LSTM, needed), h (GRU, needed), null

@@ -167,6 +167,92 @@ def test_large_tensor_split_across_threads(name, kw, device):
     np.testing.assert_array_equal(got[0], want[0])
 
 
+@pytest.mark.parametrize("threads", [1, 2])
+@pytest.mark.parametrize("name,kw", [CASES[3], CASES[9], CASES[11], CASES[15]], ids=["SGD", "Adam", "AdamW", "RMSprop"])
+def test_many_tensors_in_one_multi_tensor_step(name, kw, threads, device):
+    """One step call runs every parameter's update as one multi-tensor pass (blocks of 16384 elements of
+    all tensors shared among the threads): tensors of many sizes, an empty one, both float dtypes in one
+    optimizer, every element and state equal torch's."""
+    shapes = [(40_001,), (256,), (0,), (3, 5), (16_384,), (2, 16_385), ()]
+    dts = [d for d in (em.float32, em.float64) if d in FLOATS]
+    inits, grads = _data(shapes, 3, dts[0], seed=11)
+    if len(dts) == 2:  # every other tensor in float64: one batch holds both dtypes
+        inits = [a.astype(np.float64) if i % 2 else a for i, a in enumerate(inits)]
+        grads = [[g.astype(np.float64) if i % 2 else g for i, g in enumerate(gs)] for gs in grads]
+    prev = em.get_num_threads()
+    em.set_num_threads(threads)
+    try:
+        got, opt = _ember_run(name, kw, inits, grads, device=device)
+    finally:
+        em.set_num_threads(prev)
+    want, topt = _torch_run(name, kw, inits, grads)
+    for e, w in zip(got, want):
+        assert e.dtype == w.dtype
+        np.testing.assert_array_equal(e, w)
+    _assert_state_equal(opt, topt)
+
+
+def _multi_step(p, g, m, v, lr):
+    """An Adam step tuple for optim_step_multi (t = 1, no weight decay)."""
+    return (1, 0, [0.0, 0.1, 0.999, 0.001, 0.001 ** 0.5, 1e-8, -lr / 0.1], p._storage, p._layout, g._storage,
+            g._layout, m._storage, m._layout, v._storage, v._layout, None, None)
+
+
+def test_multi_step_equals_single_steps_in_order_even_when_they_share_memory(device):
+    """Steps whose buffers overlap (here the second step's gradient is the first step's parameter) run one
+    after another, as separate optim_step calls would; disjoint ones give the same bits as those too."""
+    rng = np.random.default_rng(12)
+    n = 50_000
+    vals = [rng.standard_normal(n).astype(WIDE_NP) for _ in range(3)]
+
+    def run(multi, shared):
+        p1, g1, p2 = (em.tensor(a.copy(), device=device) for a in vals)
+        g2 = p1 if shared else em.tensor(vals[0].copy(), device=device)
+        states = [em.zeros((n,), dtype=WIDE, device=device) for _ in range(4)]
+        steps = [_multi_step(p1, g1, states[0], states[1], 0.1), _multi_step(p2, g2, states[2], states[3], 0.2)]
+        if multi:
+            em._C.fused.optim_step_multi(steps)
+        else:
+            for st in steps:
+                em._C.fused.optim_step(*st)
+        return [t.numpy() for t in (p1, p2, *states)]
+
+    prev = em.get_num_threads()
+    em.set_num_threads(2)  # two threads would run the two steps' blocks at once
+    try:
+        for shared in (False, True):
+            for a, b in zip(run(True, shared), run(False, shared)):
+                np.testing.assert_array_equal(a, b)
+        assert not np.array_equal(run(True, True)[1], run(True, False)[1])  # the shared case read the updated p1
+    finally:
+        em.set_num_threads(prev)
+
+
+def test_multi_step_entry_point_errors(device):
+    f = em._C.fused.optim_step_multi
+    p, lp = _parts(device=device)
+    g, lg = _parts(device=device)
+    f([])  # nothing to do
+    with pytest.raises(em.EmberError, match=r"^\[optim_step_multi\] each step must be a tuple of optim_step's 13"):
+        f([(0, 0, [0.0, 0.0, 1.0, -0.1], p, lp, g, lg)])
+    with pytest.raises(em.EmberError, match=r"^\[optim_step_multi\] unknown optimizer kind 9"):
+        f([(9, 0, [], p, lp, g, lg) + (None,) * 6])
+    with pytest.raises(em.EmberError, match=r"^\[optim_step_multi\] state buffer 0 is missing"):
+        f([(0, 0, [0.0, 0.0, 1.0, -0.1], p, lp, g, lg) + (None,) * 6, (1, 0, [0.0] * 7, p, lp, g, lg) + (None,) * 6])
+    with pytest.raises(em.ShapeError, match=r"^\[optim_step_multi\] grad must be contiguous with 4 elements"):
+        f([(0, 0, [0.0, 0.0, 1.0, -0.1], p, lp, *_parts(n=3, device=device)) + (None,) * 6])
+    before = p.version
+    with pytest.raises(em.EmberError, match=r"^\[optim_step_multi\] the gradient must not share memory"):
+        f([(0, 0, [0.0, 0.0, 1.0, -0.1], p, lp, g, lg) + (None,) * 6, (0, 0, [0.0, 0.0, 1.0, -0.1], g, lg, g, lg) + (None,) * 6])
+    assert p.version == before  # a refused batch writes nothing, not even its valid first step
+    if device.type != "cpu":  # parameters on two devices are refused
+        pc, lpc = _parts(device="cpu")
+        gc, lgc = _parts(device="cpu")
+        with pytest.raises(em.DeviceError, match=r"^\[optim_step_multi\] every parameter must be on one device"):
+            f([(0, 0, [0.0, 0.0, 1.0, -0.1], p, lp, g, lg) + (None,) * 6,
+               (0, 0, [0.0, 0.0, 1.0, -0.1], pc, lpc, gc, lgc) + (None,) * 6])
+
+
 def test_strided_gradient_and_parameter():
     """A transposed gradient, and a parameter that is a transposed view of its storage, give torch's bits."""
     rng = np.random.default_rng(9)

@@ -203,4 +203,38 @@ void bind_fused(py::module_& m) {
       py::arg("s0").none(true) = nullptr, py::arg("l0").none(true) = nullptr, py::arg("s1").none(true) = nullptr,
       py::arg("l1").none(true) = nullptr, py::arg("s2").none(true) = nullptr, py::arg("l2").none(true) = nullptr,
       G());
+  f.def(
+      "optim_step_multi",
+      [](const py::list& steps) {
+        // Each entry: optim_step's arguments as a tuple (kind, flags, scalars, p, lp, g, lg, s0, l0, s1, l1, s2,
+        // l2); the list keeps every storage and layout alive while the GIL is released.
+        std::vector<fz::OptimItem> items;
+        items.reserve(steps.size());
+        for (py::handle h : steps) {
+          EMBER_CHECK(py::isinstance<py::tuple>(h) && py::len(h) == 13, Type,
+                      "[optim_step_multi] each step must be a tuple of optim_step's 13 arguments");
+          const auto t = py::reinterpret_borrow<py::tuple>(h);
+          fz::OptimItem it;
+          const int kind = t[0].cast<int>();
+          EMBER_CHECK(kind >= 0 && kind < (int)ember::OptimKind::Count, Value,
+                      "[optim_step_multi] unknown optimizer kind ", kind);
+          it.kind = (ember::OptimKind)kind;
+          it.flags = t[1].cast<uint32_t>();
+          it.scalars = t[2].cast<std::vector<double>>();
+          it.p = t[3].cast<BackendStorage*>();
+          it.lp = t[4].cast<const Layout*>();
+          it.g = t[5].cast<const BackendStorage*>();
+          it.lg = t[6].cast<const Layout*>();
+          for (int k = 0; k < 3; ++k) {
+            it.st[k] = t[7 + 2 * k].is_none() ? nullptr : t[7 + 2 * k].cast<BackendStorage*>();
+            it.lst[k] = t[8 + 2 * k].is_none() ? nullptr : t[8 + 2 * k].cast<const Layout*>();
+          }
+          items.push_back(std::move(it));
+        }
+        ember::bind::Interruptible intr;
+        py::gil_scoped_release nogil;
+        fz::optim_step_multi(items);
+      },
+      "Many optim_step calls in one pass (torch's foreach step): a list of tuples of optim_step's arguments.",
+      py::arg("steps"));
 }

@@ -1,6 +1,7 @@
 """The Optimizer base class: param groups, the step loop over a GradStore, state_dict / load_state_dict."""
 from __future__ import annotations
 
+from .. import _C
 from ..args import float_arg
 from ..backprop import no_grad
 from ..errors import DTypeError, EmberTypeError, EmberValueError, GradientsInStore, ShapeError
@@ -148,30 +149,45 @@ class Optimizer:
         if not callable(getattr(grads, "get", None)):
             raise EmberTypeError(f"[{self.name}] step expects the GradStore from backward(), got "
                                  f"{type(grads).__name__}")
-        with no_grad():  # updates are never part of a graph
-            for group in self.param_groups:
-                for p in group["params"]:
-                    if not p.is_variable:
-                        continue
-                    g = grads.get(p)
-                    if g is None:
-                        continue
-                    if not isinstance(g, Tensor):
-                        raise EmberTypeError(f"[{self.name}] gradient of a parameter is a {type(g).__name__}, "
-                                             "not a Tensor")
-                    if g.shape != p.shape:
-                        raise ShapeError(f"[{self.name}] gradient shape {g.shape} does not match parameter {p.shape}")
-                    g = g.detach()
-                    if g.dtype is not p.dtype:
-                        g = g.to_dtype(p.dtype)
-                    if g.device != p.device:
-                        g = g.to_device(p.device)
-                    st = self.state.get(id(p), {})
-                    new = self._update(p.detach(), g, st, group)
-                    if new is not None:  # the composed path's result; the fused kernels write p in place
-                        p.set(new)
-                    if st:  # as torch: no entry for a parameter whose rule keeps no state (plain SGD)
-                        self.state[id(p)] = st
+        # The fused float32/float64 steps of contiguous parameters are gathered here, by device, and run as
+        # one multi-tensor call per device at the end (torch's foreach step): one pass, threaded across
+        # tensors, instead of a call per parameter.
+        self._batch = batches = {}
+        try:
+            with no_grad():  # updates are never part of a graph
+                self._step_all(grads)
+                for steps in batches.values():
+                    _C.fused.optim_step_multi(steps)
+        finally:
+            self._batch = None
+
+    _batch = None  # during step: the pending fused steps by device (see step), passed to _update's kernels
+
+    def _step_all(self, grads):
+        """The per-parameter loop of step (its checks and _update calls)."""
+        for group in self.param_groups:
+            for p in group["params"]:
+                if not p.is_variable:
+                    continue
+                g = grads.get(p)
+                if g is None:
+                    continue
+                if not isinstance(g, Tensor):
+                    raise EmberTypeError(f"[{self.name}] gradient of a parameter is a {type(g).__name__}, "
+                                         "not a Tensor")
+                if g.shape != p.shape:
+                    raise ShapeError(f"[{self.name}] gradient shape {g.shape} does not match parameter {p.shape}")
+                g = g.detach()
+                if g.dtype is not p.dtype:
+                    g = g.to_dtype(p.dtype)
+                if g.device != p.device:
+                    g = g.to_device(p.device)
+                st = self.state.get(id(p), {})
+                new = self._update(p.detach(), g, st, group)
+                if new is not None:  # the composed path's result; the fused kernels write p in place
+                    p.set(new)
+                if st:  # as torch: no entry for a parameter whose rule keeps no state (plain SGD)
+                    self.state[id(p)] = st
 
     def state_dict(self) -> dict:
         """The optimizer's state, in torch's layout.

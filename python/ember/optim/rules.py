@@ -28,9 +28,10 @@ def _fusable(p):
     return p.dtype is float32 or p.dtype is float64
 
 
-def _fused(kind, flags, scalars, p, g, states):
+def _fused(kind, flags, scalars, p, g, states, batch=None):
     """Runs one fused step writing p (when contiguous) and the states in place; returns None, or the
-    updated copy of a non-contiguous p for the caller to write back."""
+    updated copy of a non-contiguous p for the caller to write back. ``batch``: Optimizer.step's pending
+    steps by device; a contiguous p's step joins them (one multi-tensor call at the end of step)."""
     target = p if p._layout.is_contiguous() else p.copy()
     written = [target] + [t for t in states if t is not None]
     if not g._layout.is_contiguous() or any(g._storage.same_buffer(t._storage) for t in written):
@@ -38,6 +39,10 @@ def _fused(kind, flags, scalars, p, g, states):
     args = []
     for t in list(states) + [None] * (3 - len(states)):
         args += [None, None] if t is None else [t._storage, t._layout]
+    if batch is not None and target is p:
+        batch.setdefault(p._device, []).append(
+            (kind, flags, scalars, p._storage, p._layout, g._storage, g._layout, *args))
+        return None
     _C.fused.optim_step(kind, flags, scalars, target._storage, target._layout, g._storage, g._layout, *args)
     return None if target is p else target
 
@@ -107,7 +112,7 @@ class SGD(Optimizer):
                     state["momentum_buffer"] = zeros_like(p)
                     flags |= _FIRST
                 states = [state["momentum_buffer"]]
-            return _fused(_SGD, flags, [wd, mom, 1.0 - group["dampening"], -lr], p, g, states)
+            return _fused(_SGD, flags, [wd, mom, 1.0 - group["dampening"], -lr], p, g, states, self._batch)
         if group["maximize"]:
             g = -g
         if wd:
@@ -177,7 +182,8 @@ class Adam(Optimizer):
             scalars = [1.0 - lr * wd if self._decoupled else wd, 1.0 - b1, b2, 1.0 - b2, bc2 ** 0.5,
                        group["eps"], -(lr / bc1)]
             return _fused(_ADAM, flags, scalars, p, g,
-                          [state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq") if group["amsgrad"] else None])
+                          [state["exp_avg"], state["exp_avg_sq"], state.get("max_exp_avg_sq") if group["amsgrad"] else None],
+                          self._batch)
         if group["maximize"]:
             g = -g
         if wd:
@@ -272,7 +278,7 @@ class RMSprop(Optimizer):
                 state["momentum_buffer"] = zeros_like(p)
             states = [state["square_avg"], state["grad_avg"] if group["centered"] else None,
                       state["momentum_buffer"] if mom > 0 else None]
-            return _fused(_RMSPROP, flags, [wd, alpha, 1.0 - alpha, group["eps"], mom, -lr], p, g, states)
+            return _fused(_RMSPROP, flags, [wd, alpha, 1.0 - alpha, group["eps"], mom, -lr], p, g, states, self._batch)
         if group["maximize"]:
             g = -g
         if wd:
