@@ -411,6 +411,29 @@ def test_errors(make, match):
         make(em.Var([1.0, 2.0]))
 
 
+@pytest.mark.parametrize("name", ["Adam", "AdamW", "SGD", "RMSprop"])
+def test_step_error_keeps_values_and_state_together(name):
+    # A bad gradient for the second parameter raises; the first parameter's step (gathered for the
+    # multi-tensor call) still runs, so its value and state are exactly one plain step's.
+    kw = {"lr": 0.1, "momentum": 0.9} if name in ("SGD", "RMSprop") else {"lr": 0.1}
+    a0, b0 = np.array([1.0, -2.0, 0.5], WIDE_NP), np.array([3.0, 4.0], WIDE_NP)
+    ga = np.array([0.3, -0.1, 0.7], WIDE_NP)
+    a, b = em.Var(a0), em.Var(b0)
+    opt = getattr(em.optim, name)([a, b], **kw)
+    with pytest.raises(em.ShapeError, match=rf"^\[{name}\] gradient shape"):
+        opt.step(_store([(a, ga), (b, np.ones(3, WIDE_NP))]))
+    ref, ref_opt = _ember_run(name, kw, [a0], [[ga]])
+    np.testing.assert_array_equal(a.numpy(), ref[0])
+    np.testing.assert_array_equal(b.numpy(), b0)
+    assert id(b) not in opt.state
+    for k, v in ref_opt.state[id(ref_opt.param_groups[0]["params"][0])].items():
+        got = opt.state[id(a)][k]
+        if isinstance(v, em.Tensor):
+            np.testing.assert_array_equal(got.numpy(), v.numpy())
+        else:
+            assert got == v
+
+
 def test_step_and_load_errors():
     v = em.Var([1.0, 2.0])
     opt = em.optim.Adam([v])

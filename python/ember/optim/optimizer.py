@@ -151,13 +151,17 @@ class Optimizer:
                                  f"{type(grads).__name__}")
         # The fused float32/float64 steps of contiguous parameters are gathered here, by device, and run as
         # one multi-tensor call per device at the end (torch's foreach step): one pass, threaded across
-        # tensors, instead of a call per parameter.
+        # tensors, instead of a call per parameter. When a later parameter raises, the steps gathered before
+        # it still run, so every parameter's value matches its state (its step count) as before batching.
         self._batch = batches = {}
         try:
             with no_grad():  # updates are never part of a graph
-                self._step_all(grads)
-                for steps in batches.values():
-                    _C.fused.optim_step_multi(steps)
+                try:
+                    self._step_all(grads)
+                finally:
+                    self._batch = None
+                    for steps in batches.values():
+                        _C.fused.optim_step_multi(steps)
         finally:
             self._batch = None
 
