@@ -5,7 +5,8 @@ namespace ember::cpu {
 
 void register_group_norm();      // cpu/group_norm.cpp
 void register_batch_norm();      // cpu/batch_norm.cpp
-void register_fused();           // cpu/fused.cpp: softmax, cross_entropy, rms_norm, layer_norm, act_bwd, rope, optim_step
+void register_fused();           // cpu/fused.cpp: softmax, cross_entropy, rms_norm, layer_norm, act_bwd, rope
+void register_optim();           // cpu/optim.cpp: optim_step, optim_step_multi
 void register_sdpa();            // cpu/sdpa.cpp
 void register_rnn_cell();        // cpu/rnn_cell.cpp
 void register_sort();            // cpu/sort.cpp
@@ -21,6 +22,7 @@ void register_kernels() {
   register_group_norm();
   register_batch_norm();
   register_fused();
+  register_optim();
   register_sdpa();
   register_rnn_cell();
   register_sort();
