@@ -387,9 +387,20 @@ std::tuple<Sto, Sto> rms_norm_fwd(const BackendStorage& xs, const Layout& lx, co
   return {y, rstd};
 }
 
+// out rows [r0, r1) (dense, n each) += a's rows, each sum rounded to the dtype as the binary add rounds it.
+static void add_rows(const Rows& a, DType dt, int64_t r0, int64_t r1, char* out) {
+  const int64_t n = a.n, isz = (int64_t)a.isz;
+  const AddIntoFn fn = fused_kernels().add_into[fi(dt)];
+  if (a.dense_rows() && (a.ld() == n || r1 - r0 == 1))
+    return fn(a.at(a.off + r0 * a.ld()), out + r0 * n * isz, (r1 - r0) * n);
+  std::vector<char> tmp;
+  for (int64_t r = r0; r < r1; ++r) fn(a.row(r, tmp), out + r * n * isz, n);
+}
+
 std::tuple<Sto, Sto> rms_norm_bwd(const BackendStorage& xs, const Layout& lx, const BackendStorage* w,
                                   const Layout* lw, const BackendStorage& rstds, const BackendStorage& gs,
-                                  const Layout& lg, bool want_params) {
+                                  const Layout& lg, bool want_params, const BackendStorage* adds,
+                                  const Layout* ladd) {
   const CpuStorage &x = as_cpu(xs), &rstd = as_cpu(rstds), &g = as_cpu(gs);
   Rows rx(x, lx), rg(g, lg);
   const DType sdt = stats_dtype(x.dtype());
@@ -402,30 +413,26 @@ std::tuple<Sto, Sto> rms_norm_bwd(const BackendStorage& xs, const Layout& lx, co
   auto fn = fused_kernels().rms_bwd[fi(x.dtype())];
   char* ob = (char*)dx->raw();
   const char* sb = (const char*)rstd.raw();
-  const bool nt = stream_output(dx);
+  // With `add`, each chunk's dx rows get add's rows summed in while they are still in cache (no streaming).
+  const bool nt = !adds && stream_output(dx);
+  std::optional<Rows> ra;
+  if (adds) ra.emplace(as_cpu(*adds), *ladd);
   int64_t nc = 0;
   if (lx.numel() > 0)
     nc = run_chunks(rx.nrows, n, maxc, [&](int64_t r0, int64_t r1, int64_t c) {
       void* acc = pw.chunk(c);
-      if (rx.dense_rows() && rg.dense_rows())
-        return fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, sb + r0 * ssz, rg.at(rg.off + r0 * rg.ld()), rg.ld(),
-                  ob + r0 * n * isz, acc, r1 - r0, n, nt);
-      std::vector<char> t1, t2;
-      for (int64_t r = r0; r < r1; ++r)
-        fn(rx.row(r, t1), n, wp, sb + r * ssz, rg.row(r, t2), n, ob + r * n * isz, acc, 1, n, nt);
+      if (rx.dense_rows() && rg.dense_rows()) {
+        fn(rx.at(rx.off + r0 * rx.ld()), rx.ld(), wp, sb + r0 * ssz, rg.at(rg.off + r0 * rg.ld()), rg.ld(),
+           ob + r0 * n * isz, acc, r1 - r0, n, nt);
+      } else {
+        std::vector<char> t1, t2;
+        for (int64_t r = r0; r < r1; ++r)
+          fn(rx.row(r, t1), n, wp, sb + r * ssz, rg.row(r, t2), n, ob + r * n * isz, acc, 1, n, nt);
+      }
+      if (ra) add_rows(*ra, x.dtype(), r0, r1, ob);
     });
   if (!want_params) return {dx, nullptr};
   return {dx, pw.sum(nc, x.dtype())};
-}
-
-// out rows [r0, r1) (dense, n each) += a's rows, each sum rounded to the dtype as the binary add rounds it.
-static void add_rows(const Rows& a, DType dt, int64_t r0, int64_t r1, char* out) {
-  const int64_t n = a.n, isz = (int64_t)a.isz;
-  const AddIntoFn fn = fused_kernels().add_into[fi(dt)];
-  if (a.dense_rows() && (a.ld() == n || r1 - r0 == 1))
-    return fn(a.at(a.off + r0 * a.ld()), out + r0 * n * isz, (r1 - r0) * n);
-  std::vector<char> tmp;
-  for (int64_t r = r0; r < r1; ++r) fn(a.row(r, tmp), out + r * n * isz, n);
 }
 
 // ================================ layer_norm =====================================================

@@ -137,7 +137,7 @@ struct FusedTable {
   OptimFn optim[4] = {};  // f32 and f64 only
   RnnRowFwdFn rnn_fwd[4] = {};
   RnnRowBwdFn rnn_bwd[4] = {};
-  AddIntoFn add_into[4] = {};  // layer_norm_bwd's `add`
+  AddIntoFn add_into[4] = {};  // the norm backwards' `add`
 };
 const FusedTable& fused_kernels();
 void register_fused_base(FusedTable& t);

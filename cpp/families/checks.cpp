@@ -27,6 +27,14 @@ void grad_shape(const Layout& l, const Layout& lg, const char* op) {
               shape_str(l.shape()));
 }
 
+void dx_add(const BackendStorage& x, const Layout& l, const BackendStorage& add, const Layout* ladd, const char* op) {
+  EMBER_CHECK(ladd, Value, "[", op, "] add given without a layout");
+  like(x, add, op, "add");
+  EMBER_CHECK(ladd->shape() == l.shape(), Shape, "[", op, "] add has shape ", shape_str(ladd->shape()),
+              ", expected the input's ", shape_str(l.shape()));
+  in_bounds(add, *ladd, op);
+}
+
 int64_t last_dim(const Layout& l) { return l.ndim() ? l.shape().back() : 1; }
 
 int64_t rows_of(const Layout& l) {

@@ -15,6 +15,9 @@ void like(const BackendStorage& a, const BackendStorage& b, const char* op, cons
 void in_bounds(const BackendStorage& s, const Layout& l, const char* op);
 // A gradient lg of the shape of l.
 void grad_shape(const Layout& l, const Layout& lg, const char* op);
+// A norm backward's optional `add` (the gradient x already holds): ladd given, x's shape, device and dtype,
+// inside its storage.
+void dx_add(const BackendStorage& x, const Layout& l, const BackendStorage& add, const Layout* ladd, const char* op);
 // The size of l's last dim (1 for a scalar), and the product of the others (saturating at INT64_MAX).
 int64_t last_dim(const Layout& l);
 int64_t rows_of(const Layout& l);

@@ -53,13 +53,7 @@ struct LayerNormBwd {
     checks::stats(x, mean, checks::rows_of(l), op, "mean and rstd", "row");
     checks::stats(x, rstd, checks::rows_of(l), op, "mean and rstd", "row");
     checks::opt_param(x, w, lw, checks::last_dim(l), op, "weight");
-    if (add) {
-      EMBER_CHECK(ladd, Value, "[layer_norm_bwd] add given without a layout");
-      checks::like(x, *add, op, "add");
-      EMBER_CHECK(ladd->shape() == l.shape(), Shape, "[layer_norm_bwd] add has shape ", shape_str(ladd->shape()),
-                  ", expected the input's ", shape_str(l.shape()));
-      checks::in_bounds(*add, *ladd, op);
-    }
+    if (add) checks::dx_add(x, l, *add, ladd, op);
     return Kernels<LayerNormBwd>::of(x)(x, l, w, w ? lw : nullptr, mean, rstd, g, lg, want_params && w, add,
                                         add ? ladd : nullptr);
   }

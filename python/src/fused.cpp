@@ -92,7 +92,8 @@ void bind_fused(py::module_& m) {
   f.def("rms_norm_fwd", &ember::RmsNormFwd::run, py::arg("x"), py::arg("lx"), py::arg("w").none(true),
         py::arg("lw").none(true), py::arg("eps"), G());
   f.def("rms_norm_bwd", &ember::RmsNormBwd::run, py::arg("x"), py::arg("lx"), py::arg("w").none(true),
-        py::arg("lw").none(true), py::arg("rstd"), py::arg("g"), py::arg("lg"), py::arg("want_params") = true, G());
+        py::arg("lw").none(true), py::arg("rstd"), py::arg("g"), py::arg("lg"), py::arg("want_params") = true,
+        py::arg("add").none(true) = nullptr, py::arg("ladd").none(true) = nullptr, G());
   f.def("bias_gelu_fwd", &ember::BiasGeluFwd::run, py::arg("x"), py::arg("lx"), py::arg("b"), py::arg("lb"), G());
   f.def("bias_gelu_bwd", &ember::BiasGeluBwd::run, py::arg("x"), py::arg("lx"), py::arg("b"), py::arg("lb"),
         py::arg("g"), py::arg("lg"), py::arg("want_bias") = true, G());

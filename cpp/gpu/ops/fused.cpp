@@ -303,7 +303,8 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_fwd(const BackendStorage& xs, const 
 
 std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& xs, const Layout& l, const BackendStorage* w,
                                                 const Layout* lw, const BackendStorage& rstd, const BackendStorage& g,
-                                                const Layout& lg, bool want_params) {
+                                                const Layout& lg, bool want_params, const BackendStorage* add,
+                                                const Layout* ladd) {
   const char* op = "rms_norm_bwd";
   const GpuStorage& x = as_gpu(xs);
   GpuDevice& dev = x.gpu_device();
@@ -318,6 +319,7 @@ std::tuple<StoragePtr, StoragePtr> rms_norm_bwd(const BackendStorage& xs, const 
     norm_rows(dev, "rms_norm_bwd_dx_", op, x.dtype(), a, {rx.s, w ? &as_gpu(*w) : rx.s, &as_gpu(rstd), rg.s},
               {dx.get()});
   if (dw) norm_params(dev, op, rx, rg, nullptr, as_gpu(rstd), a, *dw, nullptr);
+  if (add) return {dx->binary(BinaryOp::Add, Layout::contiguous(l.shape()), *add, *ladd), dw};  // not fused here
   return {dx, dw};
   });
 }

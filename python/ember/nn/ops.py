@@ -162,10 +162,17 @@ class _RmsNormBase(FusedOp):
 
     name = "rms_norm"
     saved = "rstd"
+    folds_dx = True  # backprop may set dx_add: see _LayerNormBase
+    dx_add = None
 
     def __init__(self, eps):
         self.eps = float_arg(eps, self.name, "eps")
         self.rstd = None
+
+    def _dx_add(self):
+        """The (storage, layout) of the gradient backprop handed over to sum into dx (or Nones); taken once."""
+        add, self.dx_add = self.dx_add, None
+        return (None, None) if add is None else (add._storage, add._layout)
 
     def composite(self, x, w=None):
         y = x / ((x * x).mean(-1, keepdim=True) + self.eps).sqrt()
@@ -180,7 +187,7 @@ class _RmsNorm(_RmsNormBase, CustomOp2):
     def bwd_kernel(self, x, w, y, g):
         # a constant weight (a frozen norm) gets no gradient: the kernel then skips dw's sums
         dx, dw = _F.rms_norm_bwd(x._storage, x._layout, w._storage, w._layout, self.rstd, g._storage,
-                                 g._layout, needs_grad(w))
+                                 g._layout, needs_grad(w), *self._dx_add())
         return _out(dx, x.shape, x), None if dw is None else _out(dw, w.shape, w)
 
 
@@ -192,7 +199,8 @@ class _RmsNormNoWeight(_RmsNormBase, CustomOp1):
         return y, xl.shape
 
     def bwd_kernel(self, x, y, g):
-        dx, _ = _F.rms_norm_bwd(x._storage, x._layout, None, None, self.rstd, g._storage, g._layout)
+        dx, _ = _F.rms_norm_bwd(x._storage, x._layout, None, None, self.rstd, g._storage, g._layout, True,
+                                *self._dx_add())
         return _out(dx, x.shape, x)
 
 
