@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "cpu/dispatch.h"
 #include "cpu/nditer.h"
 #include "cpu/parallel.h"
 #include "families/act_bwd.h"
@@ -387,14 +388,17 @@ std::tuple<Sto, Sto> rms_norm_fwd(const BackendStorage& xs, const Layout& lx, co
   return {y, rstd};
 }
 
-// out rows [r0, r1) (dense, n each) += a's rows, each sum rounded to the dtype as the binary add rounds it.
+// out rows [r0, r1) (dense, n each) += a's rows, in place through the elementwise add's own kernel (the
+// binary kernels allow out == an operand), so each sum is bit for bit the separate add's.
 static void add_rows(const Rows& a, DType dt, int64_t r0, int64_t r1, char* out) {
   const int64_t n = a.n, isz = (int64_t)a.isz;
-  const AddIntoFn fn = fused_kernels().add_into[fi(dt)];
-  if (a.dense_rows() && (a.ld() == n || r1 - r0 == 1))
-    return fn(a.at(a.off + r0 * a.ld()), out + r0 * n * isz, (r1 - r0) * n);
+  const BinaryFn add = kernels().binary[(int)BinaryOp::Add][(int)dt];
+  if (a.dense_rows() && (a.ld() == n || r1 - r0 == 1)) {
+    char* o = out + r0 * n * isz;
+    return add(o, 1, a.at(a.off + r0 * a.ld()), 1, o, (r1 - r0) * n);
+  }
   std::vector<char> tmp;
-  for (int64_t r = r0; r < r1; ++r) fn(a.row(r, tmp), out + r * n * isz, n);
+  for (int64_t r = r0; r < r1; ++r) add(out + r * n * isz, 1, a.row(r, tmp), 1, out + r * n * isz, n);
 }
 
 std::tuple<Sto, Sto> rms_norm_bwd(const BackendStorage& xs, const Layout& lx, const BackendStorage* w,

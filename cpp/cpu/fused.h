@@ -113,9 +113,6 @@ inline int64_t sdpa_dq_ld(int64_t D) { return (D + 31) / 32 * 32; }
 using OptimFn = void (*)(OptimKind kind, uint32_t flags, const double* s, void* p, const void* g, void* s0, void* s1,
                          void* s2, int64_t n);
 
-// o[i] += a[i] for n elements, each sum rounded to the dtype as the binary add rounds it.
-using AddIntoFn = void (*)(const void* a, void* o, int64_t n);
-
 // Filled per ISA by fused_isa.cpp (optim by optim_isa.cpp); indexed by (int)DType for the four float dtypes.
 struct FusedTable {
   SoftmaxFwdFn softmax_fwd[4] = {};
@@ -137,7 +134,6 @@ struct FusedTable {
   OptimFn optim[4] = {};  // f32 and f64 only
   RnnRowFwdFn rnn_fwd[4] = {};
   RnnRowBwdFn rnn_bwd[4] = {};
-  AddIntoFn add_into[4] = {};  // the norm backwards' `add`
 };
 const FusedTable& fused_kernels();
 void register_fused_base(FusedTable& t);

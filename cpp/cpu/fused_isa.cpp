@@ -501,14 +501,6 @@ static void bias_gelu_bwd_rows(const void* x_, int64_t ldx, const void* b_, cons
   }
 }
 
-// A residual's gradient summed into a dx just written (still in cache): one vector loop per ISA.
-template <typename T> static void add_into_k(const void* a_, void* o_, int64_t n) {
-  using C = C_t<T>;
-  const T* __restrict a = (const T*)a_;
-  T* __restrict o = (T*)o_;
-  for (int64_t i = 0; i < n; ++i) o[i] = store<T>((C)load(o[i]) + (C)load(a[i]));
-}
-
 // The activations with parameters (ActKind::Elu on): dx = g * f'(x), f' the `d` of the forward's own
 // functor (cpu/functors.h), so forward and backward share one definition; the loop vectorises.
 template <typename Op, typename T>
@@ -551,7 +543,6 @@ template <typename T> void register_dtype(FusedTable& t) {
   t.rope_row[d] = &rope_row_k<T>;
   t.rnn_fwd[d] = &rnn_fwd_row<T>;
   t.rnn_bwd[d] = &rnn_bwd_row<T>;
-  t.add_into[d] = &add_into_k<T>;
 }
 
 }  // namespace
