@@ -605,9 +605,10 @@ def _accumulate(acc, gi, owned, unfilled):
 
 def _fold(node, get, owned, unfilled):
     """For an op whose fused backward can return its first input's gradient plus another tensor
-    (``folds_dx``: layer_norm), when that input already holds a gradient (the residual's, in a pre-norm
-    block): hands that gradient to the op (``dx_add``) and returns its grads entry, so the sum is made in
-    the kernel's pass instead of a separate add. On the CPU only, for a dense gradient like the input."""
+    (``folds_dx``: layer_norm, rms_norm), when that input already holds a gradient (the residual's, in a
+    pre-norm block): hands that gradient to the op (``dx_add``) and returns its grads entry, so the sum is
+    made in the kernel's pass instead of a separate add. On the CPU only, for a dense gradient like the
+    input."""
     op = node.saved
     if not getattr(op, "folds_dx", False) or not node.inputs:
         return None

@@ -157,22 +157,29 @@ def _check_param(x, p, op, what):
         raise DTypeError(f"[{op}] {what} has dtype {p.dtype.name}, expected {x.dtype.name}")
 
 
-class _RmsNormBase(FusedOp):
+class _FoldsDx:
+    """A norm whose fused backward can return dx plus the gradient x already holds (a residual's).
+    backprop's walk sets dx_add to that gradient; the kernel call takes it (``_dx_add``), which sets dx_add
+    back to None to say it was summed. The composite backward leaves it set, and the walk then adds as usual."""
+
+    folds_dx = True
+    dx_add = None
+
+    def _dx_add(self):
+        """The (storage, layout) of the gradient to sum into dx, or (None, None); taken once."""
+        add, self.dx_add = self.dx_add, None
+        return (None, None) if add is None else (add._storage, add._layout)
+
+
+class _RmsNormBase(_FoldsDx, FusedOp):
     """rms_norm's declaration: the composite form (also ``rms_norm_slow``) and what the forward saves."""
 
     name = "rms_norm"
     saved = "rstd"
-    folds_dx = True  # backprop may set dx_add: see _LayerNormBase
-    dx_add = None
 
     def __init__(self, eps):
         self.eps = float_arg(eps, self.name, "eps")
         self.rstd = None
-
-    def _dx_add(self):
-        """The (storage, layout) of the gradient backprop handed over to sum into dx (or Nones); taken once."""
-        add, self.dx_add = self.dx_add, None
-        return (None, None) if add is None else (add._storage, add._layout)
 
     def composite(self, x, w=None):
         y = x / ((x * x).mean(-1, keepdim=True) + self.eps).sqrt()
@@ -230,18 +237,13 @@ def rms_norm(x: Tensor, weight: Tensor | None = None, eps: float = 1e-5) -> Tens
 
 
 # ----------------------------------------------------------------------------- layer_norm
-class _LayerNormBase(FusedOp):
+class _LayerNormBase(_FoldsDx, FusedOp):
     """layer_norm's declaration. A missing weight or bias is no input (the kernels take null pointers, no
     ones/zeros tensor is built, and it gets no gradient): the op's inputs are x followed by the given
     parameters, ``has_w`` / ``has_b`` say which."""
 
     name = "layer_norm"
     saved = "rstd"
-    # backprop's walk may set dx_add to the gradient x already holds (a residual's): the kernel returns
-    # dx + dx_add in one pass and sets dx_add back to None to say it did (bwd_kernel only; the composite
-    # backward leaves it set, and the walk then adds as usual).
-    folds_dx = True
-    dx_add = None
 
     def __init__(self, eps, has_w=True, has_b=True):
         self.eps = float_arg(eps, self.name, "eps")
@@ -267,12 +269,9 @@ class _LayerNormBase(FusedOp):
     def _grads(self, x, w, g, want_w, want_b):
         """(dx, dw or None, db or None) from the fused kernel: dw only when want_w, db only when want_b
         (the kernel skips the parameters' sums when neither is wanted, e.g. a frozen norm)."""
-        add = self.dx_add
         dx, dw, db = _F.layer_norm_bwd(x._storage, x._layout, None if w is None else w._storage,
                                        None if w is None else w._layout, self.mean, self.rstd,
-                                       g._storage, g._layout, want_w or want_b,
-                                       None if add is None else add._storage, None if add is None else add._layout)
-        self.dx_add = None
+                                       g._storage, g._layout, want_w or want_b, *self._dx_add())
         dx = _out(dx, x.shape, x)
         dw = None if dw is None or not want_w else _out(dw, w.shape, w)
         if not (self.has_b and want_b):
