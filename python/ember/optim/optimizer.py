@@ -153,17 +153,14 @@ class Optimizer:
         # one multi-tensor call per device at the end (torch's foreach step): one pass, threaded across
         # tensors, instead of a call per parameter. When a later parameter raises, the steps gathered before
         # it still run, so every parameter's value matches its state (its step count) as before batching.
-        self._batch = batches = {}
-        try:
-            with no_grad():  # updates are never part of a graph
-                try:
-                    self._step_all(grads)
-                finally:
-                    self._batch = None
-                    for steps in batches.values():
-                        _C.fused.optim_step_multi(steps)
-        finally:
-            self._batch = None
+        with no_grad():  # updates are never part of a graph
+            self._batch = batches = {}
+            try:
+                self._step_all(grads)
+            finally:
+                self._batch = None
+                for steps in batches.values():
+                    _C.fused.optim_step_multi(steps)
 
     _batch = None  # during step: the pending fused steps by device (see step), passed to _update's kernels
 
