@@ -721,9 +721,7 @@ def backward(root, create_graph=False, seed=None):
             finally:
                 if fold is not None and node.saved.dx_add is not None:  # the op did not add it: add below
                     node.saved.dx_add = fold = None
-            first = True
-            for inp, gi in zip(node.inputs if not rebound else _inputs_used(node, t, used), res):
-                folded, first = first and fold is not None, False
+            for i, (inp, gi) in enumerate(zip(node.inputs if not rebound else _inputs_used(node, t, used), res)):
                 if gi is None or not wanted(inp):
                     continue
                 if not create_graph and gi._op is not None:
@@ -732,7 +730,7 @@ def backward(root, create_graph=False, seed=None):
                 acc = get(k)
                 if acc is None:
                     grads[k] = [inp, gi]
-                elif folded and acc is fold:  # gi is dx + the gradient acc held: a fresh sum, as _accumulate's
+                elif i == 0 and acc is fold:  # gi is dx + the gradient acc held: a fresh sum, as _accumulate's
                     owned.pop(id(acc[1]._storage), None)
                     acc[1] = gi
                     owned[id(gi._storage)] = None
