@@ -98,6 +98,22 @@ def test_an_endless_kernel_is_stopped_by_the_watchdog(barrier):
     """, timeout=90, EMBER_METAL_EMU_WATCHDOG=1)
 
 
+def test_back_to_back_short_launches_are_never_taken_for_a_timeout():
+    # The watchdog reads the clock, then each worker's launch start: a launch that begins in between starts
+    # after that reading, and must count as just begun, not as one 2^64 ns old. Many launches on both workers
+    # for a few seconds met that window within the first second or two before it was handled.
+    _python("""
+        import time
+        a = em.tensor(np.arange(144, dtype=np.float32).reshape(12, 12) / 100, device='metal')
+        want = a.numpy() @ a.numpy()
+        n, end = 0, time.time() + 6
+        while time.time() < end:
+            np.testing.assert_allclose((a @ a).numpy(), want, rtol=1e-5)
+            n += 1
+        assert n > 1000, n
+    """, EMBER_METAL="emulate")
+
+
 def test_ctrl_c_stops_an_endless_kernel():
     code = PRELUDE + textwrap.dedent(f"""
         x = np.zeros(65, np.float32)

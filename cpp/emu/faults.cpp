@@ -180,8 +180,11 @@ void watchdog_loop() {
       if (!start) continue;
       int r = s.reason.load();
       if (!r && ints != s.since.load()) r = 2;
-      if (!r && limit > 0 && (double)(now - start) > limit * 1e9) r = 1;
+      // A launch may begin after `now` was read: its start is later, and unsigned now - start would wrap.
+      if (!r && limit > 0 && start < now && (double)(now - start) > limit * 1e9) r = 1;
       if (!r) continue;
+      // Only for the launch whose start was read: a new launch clears reason and must not inherit it.
+      if (s.start.load(std::memory_order_acquire) != start) continue;
       s.reason.store(r);
       if (s.start.load(std::memory_order_acquire) == start) pthread_kill(s.tid, g_wd_signal);
     }
