@@ -101,6 +101,11 @@ struct SdpaArgs {
   // Gemma 2's logit soft-capping: each scaled score s becomes softcap * tanh(s / softcap) before the
   // mask and the softmax; 0 = off (checked finite and >= 0 by the entry point).
   double softcap = 0.0;
+  // Optional destinations, CPU only (the entry point checks them): the forward writes out, the backward
+  // dq / dk / dv, into these views (shaped as the result, unit last stride; they must not overlap one
+  // another or an operand) instead of new dense storages, and returns null for them.
+  BackendStorage *out = nullptr, *dq = nullptr, *dk = nullptr, *dv = nullptr;
+  Layout lout, ldq, ldk, ldv;
 };
 // The geometry of one attention call, computed once by the seam (cpp/fused.cpp, which has checked the
 // shapes) and passed to every backend: each operand seen as 4-D (B, H, L, D) (a 3-D one with H = 1 and
@@ -110,6 +115,7 @@ struct SdpaGeom {
   int64_t B = 0, H = 0, Hkv = 0, Lq = 0, Lk = 0, D = 0, Dv = 0;
   int64_t sq[4] = {}, sk[4] = {}, sv[4] = {}, sm[4] = {};
   int64_t so[4] = {}, sg[4] = {};  // the backward's out and its gradient (B, H, Lq, Dv); zeros in the forward
+  int64_t sout[4] = {}, sdq[4] = {}, sdk[4] = {}, sdv[4] = {};  // SdpaArgs' destinations' strides, when given
 };
 
 // One optimizer step, in place (cpp/fused.h optim_step): torch.optim's single-tensor update rules fused

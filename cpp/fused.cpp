@@ -75,6 +75,24 @@ SdpaGeom check_sdpa(const SdpaArgs& a) {
   return geo;
 }
 
+// A destination the caller gave (SdpaArgs::out, dq, dk, dv): on the CPU, q's dtype, in bounds, shaped
+// (B, H, L, n) as q's rank says, with unit last stride; its strides go to st.
+void check_dest(const SdpaArgs& a, const BackendStorage* d, const Layout& l, const int64_t want[4], const char* op,
+                const char* what, int64_t st[4]) {
+  if (!d) return;
+  EMBER_CHECK(d->device().kind == DeviceKind::Cpu && a.q->device().kind == DeviceKind::Cpu, Device, "[", op, "] ",
+              what, " destinations are supported on the CPU only");
+  checks::like(*a.q, *d, op, what);
+  check_in_bounds(*d, l, op);
+  int64_t sh[4];
+  dims4(l, what, sh, st);
+  EMBER_CHECK(l.ndim() == a.lq.ndim() && sh[0] == want[0] && sh[1] == want[1] && sh[2] == want[2] &&
+                  sh[3] == want[3] && (st[3] == 1 || sh[3] <= 1),
+              Shape, "[", op, "] ", what, " destination ", shape_str(l.shape()), " (strides ",
+              shape_str(l.stride()), ") must have the result's shape and unit last stride");
+  st[3] = 1;
+}
+
 }  // namespace
 
 namespace {
@@ -134,7 +152,9 @@ StoragePtr act_bwd(ActKind kind, const BackendStorage& a, const Layout& la, cons
 void sdpa_check(const SdpaArgs& a) { check_sdpa(a); }
 
 std::tuple<StoragePtr, StoragePtr> sdpa_fwd(const SdpaArgs& a) {
-  const SdpaGeom geo = check_sdpa(a);
+  SdpaGeom geo = check_sdpa(a);
+  const int64_t want[4] = {geo.B, geo.H, geo.Lq, geo.Dv};
+  check_dest(a, a.out, a.lout, want, "sdpa", "out", geo.sout);
   return Kernels<SdpaFwd>::of(*a.q)(a, geo);
 }
 
@@ -155,6 +175,11 @@ std::tuple<StoragePtr, StoragePtr, StoragePtr> sdpa_bwd(const SdpaArgs& a, const
     EMBER_CHECK(sho[i] == want[i] && shg[i] == want[i], Shape, "[sdpa_bwd] out/grad shapes ", shape_str(lo.shape()),
                 ", ", shape_str(lg.shape()), " do not match the attention output");
   checks::stats(q, lse, want[0] * want[1] * want[2], "sdpa_bwd", "lse", "query row");
+  const int64_t wq[4] = {geo.B, geo.H, geo.Lq, geo.D}, wk[4] = {geo.B, geo.Hkv, geo.Lk, geo.D},
+                wv[4] = {geo.B, geo.Hkv, geo.Lk, geo.Dv};
+  check_dest(a, a.dq, a.ldq, wq, "sdpa_bwd", "dq", geo.sdq);
+  check_dest(a, a.dk, a.ldk, wk, "sdpa_bwd", "dk", geo.sdk);
+  check_dest(a, a.dv, a.ldv, wv, "sdpa_bwd", "dv", geo.sdv);
   return Kernels<SdpaBwd>::of(q)(a, geo, o, lo, lse, g, lg);
 }
 

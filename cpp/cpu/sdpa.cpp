@@ -66,7 +66,6 @@ void sdpa_decode(const SdpaParams& p, DType dt) {
     using C = decltype(zero);
     const C* pp = (const C*)parts.get();
     EMBER_DISPATCH_FLOAT(dt, {
-      T* out = (T*)p.out;
       C* lse = (C*)p.lse;
       parallel_for(BHkv * R, 16, [&](int64_t a, int64_t e) {
         std::vector<double> o((size_t)p.Dv);
@@ -91,7 +90,9 @@ void sdpa_decode(const SdpaParams& p, DType dt) {
             }
           if (mx != mx) sum = mx;  // the NaN row: NaN output and lse
           const double inv = sum > 0 ? 1.0 / sum : (sum == sum ? 0.0 : sum);  // fully masked rows give 0
-          for (int64_t d = 0; d < p.Dv; ++d) out[row * p.Dv + d] = store<T>((typename Acc<T>::type)(o[d] * inv));
+          int64_t ld;
+          T* out = sdpa_out_rows<T>(p.out, p.st_out, b, h, p.H, p.Lq, p.Dv, ld) + i * ld;
+          for (int64_t d = 0; d < p.Dv; ++d) out[d] = store<T>((typename Acc<T>::type)(o[d] * inv));
           lse[row] = sum > 0 ? (C)((mx + std::log2(sum)) * 0.69314718055994530942) : (C)(sum == sum ? -INFINITY : sum);
         }
       });
@@ -118,17 +119,17 @@ int64_t sdpa_bwd_parts(int64_t BH, int64_t Lq, int64_t Lk, int64_t D, DType stat
   return std::max<int64_t>(1, std::min({(kBwdItems + BH - 1) / BH, tiles / kMinTilesPerPart, cap}));
 }
 
-// The backward's partial sums, in one layout: out[(o * inner + i) * n + d] =
+// The backward's partial sums, in one layout: out row (o, i)[d] =
 // scale * sum over s < nsum (in order) of parts[((o * nsum + s) * inner + i) * ld + d]. dQ: o = bh,
 // s = part, i = query row; grouped dK/dV: o = (b, kv head), s = query head of the group, i = key.
+// Out's rows are at the strides st of an output of `heads` heads (SdpaParams' st_*).
 void sum_row_parts(const void* parts_, int64_t outer, int64_t nsum, int64_t inner, int64_t ld, int64_t n,
-                   double scale, DType dt, void* out_) {
+                   double scale, DType dt, void* out_, const int64_t* st, int64_t heads) {
   const auto run = [&](auto zero) {
     using C = decltype(zero);
     const C* parts = (const C*)parts_;
     const C sc = (C)scale;
     EMBER_DISPATCH_FLOAT(dt, {
-      T* out = (T*)out_;
       parallel_for(outer * inner, 64, [&](int64_t r0, int64_t r1) {
         std::vector<C> acc((size_t)n);
         for (int64_t r = r0; r < r1; ++r) {
@@ -138,7 +139,9 @@ void sum_row_parts(const void* parts_, int64_t outer, int64_t nsum, int64_t inne
             const C* src = parts + ((o * nsum + s) * inner + i) * ld;
             for (int64_t d = 0; d < n; ++d) acc[d] += src[d];
           }
-          for (int64_t d = 0; d < n; ++d) out[r * n + d] = store<T>((typename Acc<T>::type)(acc[d] * sc));
+          int64_t lo;
+          T* out = sdpa_out_rows<T>(out_, st, o / heads, o % heads, heads, inner, n, lo) + i * lo;
+          for (int64_t d = 0; d < n; ++d) out[d] = store<T>((typename Acc<T>::type)(acc[d] * sc));
         }
       });
     });
@@ -154,9 +157,16 @@ std::tuple<Sto, Sto> sdpa_fwd(const SdpaArgs& a, const SdpaGeom& geo) {
   SdpaParams p;
   setup_sdpa(a, geo, p);
   const int64_t BH = p.B * p.H;
-  auto out = new_cpu(q.dtype(), BH * p.Lq * p.Dv);
+  const size_t isz = itemsize(q.dtype());
+  CpuStoragePtr out;  // null when the caller gave the destination (a.out, checked by the seam)
+  if (a.out) {
+    p.out = (char*)as_cpu(*a.out).raw() + a.lout.offset() * isz;
+    std::copy(geo.sout, geo.sout + 3, p.st_out);
+  } else {
+    out = new_cpu(q.dtype(), BH * p.Lq * p.Dv);
+    p.out = out->raw();
+  }
   auto lse = new_cpu(fused::stats_dtype(q.dtype()), BH * p.Lq);
-  p.out = out->raw();
   p.lse = lse->raw();
   if (BH * p.Lq == 0) return {out, lse};
   if ((p.H / p.Hkv) * p.Lq <= kDecodeRows && p.Lk > 0) {
@@ -195,17 +205,34 @@ std::tuple<Sto, Sto, Sto> sdpa_bwd(const SdpaArgs& a, const SdpaGeom& geo, const
   p.o = (const char*)o.raw() + lo.offset() * isz;
   p.g = (const char*)g.raw() + lg.offset() * isz;
   p.lse_in = lse.raw();
-  auto dq = new_cpu(q.dtype(), BH * p.Lq * p.D);
-  auto dk = new_cpu(q.dtype(), p.B * p.Hkv * p.Lk * p.D);
-  auto dv = new_cpu(q.dtype(), p.B * p.Hkv * p.Lk * p.Dv);
-  p.dq = dq->raw();
-  p.dk = dk->raw();
-  p.dv = dv->raw();
+  // Each gradient goes to the caller's destination when given (null returned), else to a new dense one.
+  const auto dest = [&](const BackendStorage* to, const Layout& l, const int64_t* gst, int64_t n, void*& ptr,
+                        int64_t* st) -> CpuStoragePtr {
+    if (to) {
+      ptr = (char*)as_cpu(*to).raw() + l.offset() * isz;
+      std::copy(gst, gst + 3, st);
+      return nullptr;
+    }
+    auto s = new_cpu(q.dtype(), n);
+    ptr = s->raw();
+    return s;
+  };
+  auto dq = dest(a.dq, a.ldq, geo.sdq, BH * p.Lq * p.D, p.dq, p.st_dq);
+  auto dk = dest(a.dk, a.ldk, geo.sdk, p.B * p.Hkv * p.Lk * p.D, p.dk, p.st_dk);
+  auto dv = dest(a.dv, a.ldv, geo.sdv, p.B * p.Hkv * p.Lk * p.Dv, p.dv, p.st_dv);
   if (BH == 0) return {dq, dk, dv};
   if (p.Lq == 0 || p.Lk == 0) {  // nothing attends: all gradients are zero
-    std::memset(dq->raw(), 0, dq->nbytes());
-    std::memset(dk->raw(), 0, dk->nbytes());
-    std::memset(dv->raw(), 0, dv->nbytes());
+    const auto zero = [&](void* base, const int64_t* st, int64_t H, int64_t L, int64_t n) {
+      const bool dense = !st[0] && !st[1] && !st[2];
+      for (int64_t b = 0; b < p.B; ++b)
+        for (int64_t h = 0; h < H; ++h) {
+          const int64_t off = dense ? (b * H + h) * L * n : b * st[0] + h * st[1], ld = dense ? n : st[2];
+          for (int64_t i = 0; i < L; ++i) std::memset((char*)base + (off + i * ld) * isz, 0, (size_t)n * isz);
+        }
+    };
+    zero(p.dq, p.st_dq, p.H, p.Lq, p.D);
+    zero(p.dk, p.st_dk, p.Hkv, p.Lk, p.D);
+    zero(p.dv, p.st_dv, p.Hkv, p.Lk, p.Dv);
     return {dq, dk, dv};
   }
   auto fn = fused_kernels().sdpa_bwd[fi(q.dtype())];
@@ -222,8 +249,8 @@ std::tuple<Sto, Sto, Sto> sdpa_bwd(const SdpaArgs& a, const SdpaGeom& geo, const
   const auto finish = [&] {
     if (p.H == p.Hkv) return;
     const int64_t group = p.H / p.Hkv;
-    sum_row_parts(p.dk_part, p.B * p.Hkv, group, p.Lk, ldk, p.D, 1.0, q.dtype(), p.dk);
-    sum_row_parts(p.dv_part, p.B * p.Hkv, group, p.Lk, ldv, p.Dv, 1.0, q.dtype(), p.dv);
+    sum_row_parts(p.dk_part, p.B * p.Hkv, group, p.Lk, ldk, p.D, 1.0, q.dtype(), p.dk, p.st_dk, p.Hkv);
+    sum_row_parts(p.dv_part, p.B * p.Hkv, group, p.Lk, ldv, p.Dv, 1.0, q.dtype(), p.dv, p.st_dv, p.Hkv);
   };
   const int64_t nparts = sdpa_bwd_parts(BH, p.Lq, p.Lk, p.D, fused::stats_dtype(q.dtype()));
   if (nparts == 1) {
@@ -241,7 +268,7 @@ std::tuple<Sto, Sto, Sto> sdpa_bwd(const SdpaArgs& a, const SdpaGeom& geo, const
     for (int64_t it = a; it < e; ++it)
       fn(p, it / nparts, it % nparts, nparts, parts.get() + (size_t)(it * p.Lq * ldk * csz));
   });
-  sum_row_parts(parts.get(), BH, nparts, p.Lq, ldk, p.D, p.scale, q.dtype(), p.dq);
+  sum_row_parts(parts.get(), BH, nparts, p.Lq, ldk, p.D, p.scale, q.dtype(), p.dq, p.st_dq, p.H);
   finish();
   return {dq, dk, dv};
 }

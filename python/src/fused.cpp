@@ -42,6 +42,12 @@ SdpaArgs sdpa_args(const BackendStorage& q, const Layout& lq, const BackendStora
   a.softcap = softcap;
   return a;
 }
+// An optional sdpa destination (SdpaArgs::out, dq, ...): the storage and its layout, or neither.
+void set_dest(BackendStorage*& d, Layout& ld, BackendStorage* s, const Layout* l, const char* op, const char* what) {
+  if (!s) return;
+  EMBER_CHECK(l, Value, "[", op, "] ", what, " given without a layout");
+  d = s, ld = *l;
+}
 // Cross-entropy's operands: the weight's storage and layout both given, or neither.
 ember::CeArgs ce_args(const BackendStorage& x, const Layout& lx, const BackendStorage& t, const Layout& lt,
                       const BackendStorage* w, const Layout* lw, int64_t ignore_index, double label_smoothing) {
@@ -125,12 +131,15 @@ void bind_fused(py::module_& m) {
   f.def(
       "sdpa_fwd",
       [](S q, L lq, S k, L lk, S v, L lv, SP mask, const Layout* lmask, std::optional<double> scale, bool causal,
-         double softcap) {
-        return fz::sdpa_fwd(sdpa_args(q, lq, k, lk, v, lv, mask, lmask, scale, causal, softcap));
+         double softcap, BackendStorage* out, const Layout* lout) {
+        auto a = sdpa_args(q, lq, k, lk, v, lv, mask, lmask, scale, causal, softcap);
+        set_dest(a.out, a.lout, out, lout, "sdpa", "out");
+        return fz::sdpa_fwd(a);
       },
       py::arg("q"), py::arg("lq"), py::arg("k"), py::arg("lk"), py::arg("v"), py::arg("lv"),
       py::arg("mask").none(true) = nullptr, py::arg("lmask").none(true) = nullptr,
-      py::arg("scale").none(true) = py::none(), py::arg("causal") = false, py::arg("softcap") = 0.0, G());
+      py::arg("scale").none(true) = py::none(), py::arg("causal") = false, py::arg("softcap") = 0.0,
+      py::arg("out").none(true) = nullptr, py::arg("lout").none(true) = nullptr, G());
   f.def(
       "rope",
       [](S x, L lx, int64_t dims, bool traditional, double base, double scale, int64_t offset, SP offsets,
@@ -182,13 +191,20 @@ void bind_fused(py::module_& m) {
   f.def(
       "sdpa_bwd",
       [](S q, L lq, S k, L lk, S v, L lv, S o, L lo, S lse, S g, L lg, SP mask, const Layout* lmask,
-         std::optional<double> scale, bool causal, double softcap) {
-        return fz::sdpa_bwd(sdpa_args(q, lq, k, lk, v, lv, mask, lmask, scale, causal, softcap), o, lo, lse, g, lg);
+         std::optional<double> scale, bool causal, double softcap, BackendStorage* dq, const Layout* ldq,
+         BackendStorage* dk, const Layout* ldk, BackendStorage* dv, const Layout* ldv) {
+        auto a = sdpa_args(q, lq, k, lk, v, lv, mask, lmask, scale, causal, softcap);
+        set_dest(a.dq, a.ldq, dq, ldq, "sdpa_bwd", "dq");
+        set_dest(a.dk, a.ldk, dk, ldk, "sdpa_bwd", "dk");
+        set_dest(a.dv, a.ldv, dv, ldv, "sdpa_bwd", "dv");
+        return fz::sdpa_bwd(a, o, lo, lse, g, lg);
       },
       py::arg("q"), py::arg("lq"), py::arg("k"), py::arg("lk"), py::arg("v"), py::arg("lv"), py::arg("o"),
       py::arg("lo"), py::arg("lse"), py::arg("g"), py::arg("lg"), py::arg("mask").none(true) = nullptr,
       py::arg("lmask").none(true) = nullptr, py::arg("scale").none(true) = py::none(), py::arg("causal") = false,
-      py::arg("softcap") = 0.0, G());
+      py::arg("softcap") = 0.0, py::arg("dq").none(true) = nullptr, py::arg("ldq").none(true) = nullptr,
+      py::arg("dk").none(true) = nullptr, py::arg("ldk").none(true) = nullptr, py::arg("dv").none(true) = nullptr,
+      py::arg("ldv").none(true) = nullptr, G());
   f.def(
       "optim_step",
       [](int kind, uint32_t flags, const std::vector<double>& scalars, BackendStorage& p, L lp, S g, L lg,

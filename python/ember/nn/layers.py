@@ -233,11 +233,8 @@ class CausalSelfAttention(Module):
         ops._check_tensor(x, "CausalSelfAttention")
         if x.ndim != 3 or x.shape[-1] != self.dim:
             raise ShapeError(f"[CausalSelfAttention] expected input (batch, seq, {self.dim}), got {x.shape}")
-        b, t, _ = x.shape
-        qkv = self.qkv(x).reshape(b, t, 3, self.n_heads, self.head_dim).permute(2, 0, 3, 1, 4)
-        q, k, v = qkv[0], qkv[1], qkv[2]  # each (b, heads, t, head_dim), strided views
-        y = ops.sdpa(q, k, v, causal=True)
-        return self.proj(y.transpose(1, 2).reshape(b, t, self.dim))
+        # sdpa of the packed projection's (b, heads, t, head_dim) views, back to (b, t, dim) (in place on the CPU)
+        return self.proj(ops.sdpa_qkv(self.qkv(x), self.n_heads, causal=True))
 
     def extra_repr(self):
         return f"dim={self.dim}, n_heads={self.n_heads}"

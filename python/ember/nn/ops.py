@@ -430,6 +430,73 @@ class _Sdpa(FusedOp, CustomOp3):
         return _attn_probs(q, _repeat_kv(k, q), self.scale, self.causal, self.mask, self.softcap) @ _repeat_kv(v, q)
 
 
+class _SdpaQkv(FusedOp, CustomOp1):
+    """Self-attention of a packed projection (B, L, 3 * E) (q, k, v side by side, ``heads`` heads each) to
+    (B, L, E), heads side by side: the kernels read q, k, v as strided views of it and write the output
+    and the packed gradient in place, instead of copies to and from (B, H, L, D) tensors. CPU only
+    (the kernels' destinations are; other devices run ``sdpa`` on the views)."""
+
+    name = "sdpa"
+    saved = "lse"
+
+    def __init__(self, heads, causal, like):
+        self.heads, self.causal, self.device, self.code = heads, causal, like._device, like._dtype.code
+        self.lse = None
+
+    def _heads(self, layout, i, n):
+        """Part i (of n side by side) of a (B, L, n * E) layout as (B, H, L, E / H)."""
+        b, t, w = layout.shape
+        s0, s1, s2 = layout.stride
+        d = w // n // self.heads
+        return _C.Layout([b, self.heads, t, d], [s0, d * s2, s1, s2], layout.start_offset + i * (w // n) * s2)
+
+    def _alloc(self, shape):
+        n = math.prod(shape)
+        return _C.alloc(self.device.kind, self.device.index, self.code, n, False), _C.Layout.contiguous(list(shape))
+
+    def cpu_fwd(self, s, l):
+        b, t, e3 = l.shape
+        out, lo = self._alloc((b, t, e3 // 3))
+        scale = 1.0 / math.sqrt(max(e3 // 3 // self.heads, 1))
+        _, self.lse = _F.sdpa_fwd(s, self._heads(l, 0, 3), s, self._heads(l, 1, 3), s, self._heads(l, 2, 3), None,
+                                  None, scale, self.causal, 0.0, out, self._heads(lo, 0, 1))
+        return out, (b, t, e3 // 3)
+
+    def bwd_kernel(self, x, out, g):
+        l = x._layout
+        ds, dl = self._alloc(x.shape)  # every element is written: q, k and v parts
+        scale = 1.0 / math.sqrt(max(x.shape[2] // 3 // self.heads, 1))
+        q, k, v = (self._heads(l, i, 3) for i in range(3))
+        dq, dk, dv = (self._heads(dl, i, 3) for i in range(3))
+        _F.sdpa_bwd(x._storage, q, x._storage, k, x._storage, v, out._storage, self._heads(out._layout, 0, 1),
+                    self.lse, g._storage, self._heads(g._layout, 0, 1), None, None, scale, self.causal, 0.0,
+                    ds, dq, ds, dk, ds, dv)
+        return _out(ds, x.shape, x)
+
+    def composite(self, qkv):
+        b, t, e3 = qkv.shape
+        d = e3 // 3 // self.heads
+        y = qkv.reshape(b, t, 3, self.heads, d).permute(2, 0, 3, 1, 4)
+        o = _attn_probs(y[0], y[1], 1.0 / math.sqrt(max(d, 1)), self.causal, None) @ y[2]
+        return o.transpose(1, 2).reshape(b, t, e3 // 3)
+
+
+def sdpa_qkv(qkv: Tensor, heads: int, causal: bool = True) -> Tensor:
+    """Self-attention of a packed (B, L, 3 * E) projection, q, k, v side by side with ``heads`` heads each
+    (torch's and nn.CausalSelfAttention's layout), to (B, L, E) with the heads side by side: the same
+    values as ``sdpa`` on the (B, H, L, D) views, transposed back. On the CPU the kernels read the views
+    and write the output and gradient in place; elsewhere it runs ``sdpa`` on the views."""
+    _check_tensor(qkv, "sdpa", "query")
+    if qkv.ndim != 3 or qkv.shape[2] % (3 * heads):
+        raise ShapeError(f"[sdpa] expected a packed projection (B, L, 3 * E) with E divisible by {heads} heads, "
+                         f"got {qkv.shape}")
+    b, t, e3 = qkv.shape
+    if qkv.device.type != "cpu" or not qkv.dtype.is_float:
+        y = qkv.reshape(b, t, 3, heads, e3 // 3 // heads).permute(2, 0, 3, 1, 4)
+        return sdpa(y[0], y[1], y[2], causal=causal).transpose(1, 2).reshape(b, t, e3 // 3)
+    return qkv.apply_op1(_SdpaQkv(heads, bool(causal), qkv))
+
+
 def _softcap_arg(softcap):
     """None (no capping) or a positive, finite float."""
     if softcap is None:
