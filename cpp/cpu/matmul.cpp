@@ -406,9 +406,8 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
   float* ap = buf->data<float>();
   float* bp = ap + na * asz;
   // Packing: one panel at a time; float operands whose panel lines are consecutive elements (A^T's rows, a
-  // row-major B's columns) a group of panels at a time (one work item), A's each k step read as one run of
-  // >= 128 floats: a 14-float panel row alone, ks apart (often 4 KiB), left half lines and no hardware
-  // prefetch. B's panels rows are whole lines, copied one panel after another (pack_group).
+  // row-major B's columns) a group of panels at a time, each k step read as one run of >= 128 floats: one
+  // panel's own 14 or 32 floats per step, ks apart (often 4 KiB), left half lines and no hardware prefetch.
   const bool a_grp = std::is_same_v<S, float> && !a_rows && !fold && ma.rs == 1;
   const bool b_grp = std::is_same_v<S, float> && mb.cs == 1;
   const int64_t pga = a_grp ? std::max(1, 128 / mr) : 1, pgb = b_grp ? std::max(1, 128 / nr) : 1;
@@ -416,24 +415,6 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
   // the group [q0, q0 + nq) of w-line panels of `lines` lines from src (k steps ks apart) into d (panel q0's)
   auto pack_group = [&](const S* src, int64_t ks, int64_t lines, int w, int64_t nq, float* d) {
     const float* fs = reinterpret_cast<const float*>(src);
-    if (w % 16 == 0) {
-      // panels of whole 64-byte lines (B's): one panel at a time, one read and one write stream, was
-      // faster than the group's nq write streams
-      for (int64_t q = 0; q < nq; ++q) {
-        const int64_t nl = std::min<int64_t>(w, lines - q * w);
-        const float* sq = fs + q * w;
-        float* dq = d + q * k * w;
-        for (int64_t kk = 0; kk < k; ++kk, sq += ks, dq += w) {
-          if (kk + 8 < k)
-            for (int64_t off = 0; off < nl; off += 16) __builtin_prefetch(sq + 8 * ks + off);
-          int64_t r = 0;
-          for (; r + 8 <= nl; r += 8) std::memcpy(dq + r, sq + r, 8 * sizeof(float));
-          for (; r < nl; ++r) dq[r] = sq[r];
-          for (; r < w; ++r) dq[r] = 0.0f;
-        }
-      }
-      return;
-    }
     const int64_t run = std::min<int64_t>(lines, nq * w);
     for (int64_t kk = 0; kk < k; ++kk, fs += ks) {
       // k steps often lie a page or more apart, past the hardware prefetchers: fetch a few steps ahead
