@@ -182,3 +182,37 @@ def test_destination_off_cpu():
     s, l = q._storage, q._layout
     with pytest.raises(EmberError, match=r"^\[sdpa\] out destinations are supported on the CPU only"):
         F.sdpa_fwd(s, l, s, l, s, l, out=s, lout=l)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("form", ["batch_first", "seq_first", "unbatched"])
+def test_multihead_self_attention_packed(causal, form):
+    """MultiHeadAttention's self-attention without masks (the packed path on the CPU) gives what the
+    attention-matrix path (need_weights) gives, values and gradients, and torch's."""
+    rng = np.random.default_rng(7)
+    em.manual_seed(1)
+    f64 = "float64" if TEST_DEVICE.type != "metal" else "float32"  # Metal has no float64
+    tight = 1.0 if f64 == "float64" else 1e6
+    m = em.nn.MultiHeadAttention(24, 3, batch_first=form != "seq_first", dtype=f64, device=TEST_DEVICE)
+    m.in_proj_bias.set(em.tensor(rng.standard_normal(72), dtype=f64, device=TEST_DEVICE))
+    shape = {"batch_first": (2, 11, 24), "seq_first": (11, 2, 24), "unbatched": (11, 24)}[form]
+    x = em.Var(em.tensor(rng.standard_normal(shape), dtype=f64, device=TEST_DEVICE))
+    y, w = m(x, is_causal=causal)
+    assert w is None
+    y2, _ = m(x, is_causal=causal, need_weights=True)
+    np.testing.assert_allclose(y.numpy(), y2.numpy(), rtol=1e-11 * tight, atol=1e-12 * tight)
+    params = [x, m.in_proj_weight, m.in_proj_bias, m.out_proj.weight]
+    g1, g2 = (y * y).sum().backward(), (y2 * y2).sum().backward()
+    for p in params:
+        np.testing.assert_allclose(g1[p].numpy(), g2[p].numpy(), rtol=1e-10 * tight, atol=1e-11 * tight)
+    tm = torch.nn.MultiheadAttention(24, 3, batch_first=form != "seq_first", dtype=torch.float64)
+    with torch.no_grad():
+        tm.in_proj_weight.copy_(torch.tensor(np.float64(1) * m.in_proj_weight.numpy()))
+        tm.in_proj_bias.copy_(torch.tensor(np.float64(1) * m.in_proj_bias.numpy()))
+        tm.out_proj.weight.copy_(torch.tensor(np.float64(1) * m.out_proj.weight.numpy()))
+        tm.out_proj.bias.copy_(torch.tensor(np.float64(1) * m.out_proj.bias.numpy()))
+    tx = torch.tensor(np.asarray(x.numpy(), np.float64))
+    n = shape[0] if form == "seq_first" else shape[-2]
+    mask = torch.ones(n, n, dtype=torch.bool).triu(1) if causal else None
+    ty, _ = tm(tx, tx, tx, attn_mask=mask, need_weights=False)
+    np.testing.assert_allclose(y.numpy(), ty.detach().numpy(), rtol=1e-10 * tight, atol=1e-12 * tight)

@@ -162,12 +162,15 @@ class MultiHeadAttention(Module):
             y = y + b
         return y.reshape(bsz, n, self.num_heads, self.head_dim).transpose(1, 2)
 
-    def _project_qkv(self, x):
-        """Self-attention with the packed weight: one GEMM for q, k and v."""
+    def _project_qkv(self, x, packed=False):
+        """Self-attention with the packed weight: one GEMM for q, k and v; with ``packed`` the (B, L, 3E)
+        projection itself."""
         bsz, n, e = x.shape
         y = x.reshape(-1, e) @ self.in_proj_weight.t()
         if self.in_proj_bias is not None:
             y = y + self.in_proj_bias
+        if packed:
+            return y.reshape(bsz, n, 3 * e)
         y = y.reshape(bsz, n, 3, self.num_heads, self.head_dim).permute(2, 0, 3, 1, 4)
         return y[0], y[1], y[2]
 
@@ -268,6 +271,16 @@ class MultiHeadAttention(Module):
             raise ShapeError(f"[{op}] key {key.shape} and value {value.shape} must share (B, S) with batch {bsz}")
         if cache is not None and not isinstance(cache, KVCache):
             raise EmberTypeError(f"[{op}] cache must be a KVCache or None, got {type(cache).__name__}")
+        drop = self.dropout if self.training else 0.0
+        if (self._same_dims and self_attn and cache is None and attn_mask is None and key_padding_mask is None
+                and not need_weights and drop == 0.0 and query.device.type == "cpu"):
+            # the fused kernels read q, k, v from the packed projection and write (B, L, E) in place
+            y = ops.sdpa_qkv(self._project_qkv(query, packed=True), self.num_heads,
+                             bool_arg(is_causal, op, "is_causal"))
+            out = self.out_proj(y)
+            if unbatched:
+                return out.squeeze(0), None
+            return (out if self.batch_first else out.transpose(0, 1)), None
         if self._same_dims and self_attn:
             q, k, v = self._project_qkv(query)
         else:
