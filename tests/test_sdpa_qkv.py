@@ -176,9 +176,9 @@ def test_causal_self_attention_layer():
         np.testing.assert_allclose(grads[p].numpy(), tp.grad.numpy(), rtol=rtol, atol=rtol * np.abs(tp.grad.numpy()).max())
 
 
-@pytest.mark.skipif(TEST_DEVICE.type == "cpu", reason="the destinations' device check: off the CPU")
-def test_destination_off_cpu():
-    q = em.randn(1, 2, 4, 8, device=TEST_DEVICE)
+def test_destination_off_cpu(cuda):
+    # the device under test when it is a GPU, else the (emulated) CUDA device: never skipped
+    q = em.randn(1, 2, 4, 8, device=TEST_DEVICE if TEST_DEVICE.type != "cpu" else cuda)
     s, l = q._storage, q._layout
     with pytest.raises(EmberError, match=r"^\[sdpa\] out destinations are supported on the CPU only"):
         F.sdpa_fwd(s, l, s, l, s, l, out=s, lout=l)

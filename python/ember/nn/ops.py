@@ -31,7 +31,7 @@ _F = _C.fused
 
 __all__ = [  # noqa: RUF022  (grouped: fused ops, then the composite references)
     "sigmoid", "silu", "gelu", "softmax", "softmax_last_dim", "log_softmax", "rms_norm", "layer_norm",
-    "sdpa", "rope", "rope_i", "rope_thd", "rope_tables", "softmax_slow", "log_softmax_slow", "rms_norm_slow", "layer_norm_slow", "sdpa_slow",
+    "sdpa", "sdpa_qkv", "rope", "rope_i", "rope_thd", "rope_tables", "softmax_slow", "log_softmax_slow", "rms_norm_slow", "layer_norm_slow", "sdpa_slow",
     "rope_slow",
 ]
 
@@ -482,10 +482,11 @@ class _SdpaQkv(FusedOp, CustomOp1):
 
 
 def sdpa_qkv(qkv: Tensor, heads: int, causal: bool = True) -> Tensor:
-    """Self-attention of a packed (B, L, 3 * E) projection, q, k, v side by side with ``heads`` heads each
-    (torch's and nn.CausalSelfAttention's layout), to (B, L, E) with the heads side by side: the same
-    values as ``sdpa`` on the (B, H, L, D) views, transposed back. On the CPU the kernels read the views
-    and write the output and gradient in place; elsewhere it runs ``sdpa`` on the views."""
+    """Self-attention of ``qkv``, a packed (B, L, 3 * E) projection, q, k, v side by side with ``heads``
+    heads each (torch's and nn.CausalSelfAttention's layout), to (B, L, E) with the heads side by side:
+    the same values as ``sdpa(q, k, v, causal=causal)`` on the (B, H, L, D) views, transposed back. On
+    the CPU the kernels read the views and write the output and gradient in place; elsewhere it runs
+    ``sdpa`` on the views."""
     _check_tensor(qkv, "sdpa", "query")
     if qkv.ndim != 3 or qkv.shape[2] % (3 * heads):
         raise ShapeError(f"[sdpa] expected a packed projection (B, L, 3 * E) with E divisible by {heads} heads, "
