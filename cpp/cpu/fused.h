@@ -84,17 +84,22 @@ struct SdpaParams {
   // (B, H, L, n), as allocated. Set when the caller hands strided destinations (a packed qkv gradient).
   int64_t st_out[3] = {}, st_dq[3] = {}, st_dk[3] = {}, st_dv[3] = {};
 };
-// The first of the L rows (n wide) of (b, h) of H heads in an output with strides st (see SdpaParams); ld:
-// the rows' stride.
+// Where the first of the L rows (n wide) of (b, h) of H heads lies in an output with strides st (see
+// SdpaParams), in elements; ld: the rows' stride.
+static inline int64_t sdpa_out_offset(const int64_t* st, int64_t b, int64_t h, int64_t H, int64_t L, int64_t n,
+                                      int64_t& ld) {
+  if (st[0] == 0 && st[1] == 0 && st[2] == 0) {
+    ld = n;
+    return (b * H + h) * L * n;
+  }
+  ld = st[2];
+  return b * st[0] + h * st[1];
+}
+// That first row itself, in an output of T at base.
 template <typename T>
 static inline T* sdpa_out_rows(void* base, const int64_t* st, int64_t b, int64_t h, int64_t H, int64_t L, int64_t n,
                                int64_t& ld) {
-  if (st[0] == 0 && st[1] == 0 && st[2] == 0) {
-    ld = n;
-    return (T*)base + (b * H + h) * L * n;
-  }
-  ld = st[2];
-  return (T*)base + b * st[0] + h * st[1];
+  return (T*)base + sdpa_out_offset(st, b, h, H, L, n, ld);
 }
 // Forward for one (batch*head) index bh and query rows [i0, i1). Backward for one bh and the key tiles
 // t (of kSdpaKeyTile keys) with t % nparts == part: it writes those keys' dK/dV rows, and dQ either

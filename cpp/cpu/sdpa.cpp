@@ -150,6 +150,20 @@ void sum_row_parts(const void* parts_, int64_t outer, int64_t nsum, int64_t inne
   else run(0.0f);
 }
 
+// An output of n elements: the caller's destination `to` when given (its strides gst go to st; null is
+// returned, as the seam's contract says), else a new dense storage (returned). ptr: where it starts.
+CpuStoragePtr dest(DType dt, const BackendStorage* to, const Layout& l, const int64_t* gst, int64_t n, void*& ptr,
+                   int64_t* st) {
+  if (to) {
+    ptr = (char*)as_cpu(*to).raw() + l.offset() * itemsize(dt);
+    std::copy(gst, gst + 3, st);
+    return nullptr;
+  }
+  auto s = new_cpu(dt, n);
+  ptr = s->raw();
+  return s;
+}
+
 }  // namespace
 
 std::tuple<Sto, Sto> sdpa_fwd(const SdpaArgs& a, const SdpaGeom& geo) {
@@ -157,15 +171,7 @@ std::tuple<Sto, Sto> sdpa_fwd(const SdpaArgs& a, const SdpaGeom& geo) {
   SdpaParams p;
   setup_sdpa(a, geo, p);
   const int64_t BH = p.B * p.H;
-  const size_t isz = itemsize(q.dtype());
-  CpuStoragePtr out;  // null when the caller gave the destination (a.out, checked by the seam)
-  if (a.out) {
-    p.out = (char*)as_cpu(*a.out).raw() + a.lout.offset() * isz;
-    std::copy(geo.sout, geo.sout + 3, p.st_out);
-  } else {
-    out = new_cpu(q.dtype(), BH * p.Lq * p.Dv);
-    p.out = out->raw();
-  }
+  auto out = dest(q.dtype(), a.out, a.lout, geo.sout, BH * p.Lq * p.Dv, p.out, p.st_out);
   auto lse = new_cpu(fused::stats_dtype(q.dtype()), BH * p.Lq);
   p.lse = lse->raw();
   if (BH * p.Lq == 0) return {out, lse};
@@ -205,28 +211,16 @@ std::tuple<Sto, Sto, Sto> sdpa_bwd(const SdpaArgs& a, const SdpaGeom& geo, const
   p.o = (const char*)o.raw() + lo.offset() * isz;
   p.g = (const char*)g.raw() + lg.offset() * isz;
   p.lse_in = lse.raw();
-  // Each gradient goes to the caller's destination when given (null returned), else to a new dense one.
-  const auto dest = [&](const BackendStorage* to, const Layout& l, const int64_t* gst, int64_t n, void*& ptr,
-                        int64_t* st) -> CpuStoragePtr {
-    if (to) {
-      ptr = (char*)as_cpu(*to).raw() + l.offset() * isz;
-      std::copy(gst, gst + 3, st);
-      return nullptr;
-    }
-    auto s = new_cpu(q.dtype(), n);
-    ptr = s->raw();
-    return s;
-  };
-  auto dq = dest(a.dq, a.ldq, geo.sdq, BH * p.Lq * p.D, p.dq, p.st_dq);
-  auto dk = dest(a.dk, a.ldk, geo.sdk, p.B * p.Hkv * p.Lk * p.D, p.dk, p.st_dk);
-  auto dv = dest(a.dv, a.ldv, geo.sdv, p.B * p.Hkv * p.Lk * p.Dv, p.dv, p.st_dv);
+  auto dq = dest(q.dtype(), a.dq, a.ldq, geo.sdq, BH * p.Lq * p.D, p.dq, p.st_dq);
+  auto dk = dest(q.dtype(), a.dk, a.ldk, geo.sdk, p.B * p.Hkv * p.Lk * p.D, p.dk, p.st_dk);
+  auto dv = dest(q.dtype(), a.dv, a.ldv, geo.sdv, p.B * p.Hkv * p.Lk * p.Dv, p.dv, p.st_dv);
   if (BH == 0) return {dq, dk, dv};
   if (p.Lq == 0 || p.Lk == 0) {  // nothing attends: all gradients are zero
     const auto zero = [&](void* base, const int64_t* st, int64_t H, int64_t L, int64_t n) {
-      const bool dense = !st[0] && !st[1] && !st[2];
       for (int64_t b = 0; b < p.B; ++b)
         for (int64_t h = 0; h < H; ++h) {
-          const int64_t off = dense ? (b * H + h) * L * n : b * st[0] + h * st[1], ld = dense ? n : st[2];
+          int64_t ld;
+          const int64_t off = sdpa_out_offset(st, b, h, H, L, n, ld);
           for (int64_t i = 0; i < L; ++i) std::memset((char*)base + (off + i * ld) * isz, 0, (size_t)n * isz);
         }
     };

@@ -441,6 +441,7 @@ class _SdpaQkv(FusedOp, CustomOp1):
 
     def __init__(self, heads, causal, like):
         self.heads, self.causal, self.device, self.code = heads, causal, like._device, like._dtype.code
+        self.scale = 1.0 / math.sqrt(max(like.shape[2] // 3 // heads, 1))  # sdpa's default, 1 / sqrt(head dim)
         self.lse = None
 
     def _heads(self, layout, i, n):
@@ -457,19 +458,17 @@ class _SdpaQkv(FusedOp, CustomOp1):
     def cpu_fwd(self, s, l):
         b, t, e3 = l.shape
         out, lo = self._alloc((b, t, e3 // 3))
-        scale = 1.0 / math.sqrt(max(e3 // 3 // self.heads, 1))
         _, self.lse = _F.sdpa_fwd(s, self._heads(l, 0, 3), s, self._heads(l, 1, 3), s, self._heads(l, 2, 3), None,
-                                  None, scale, self.causal, 0.0, out, self._heads(lo, 0, 1))
+                                  None, self.scale, self.causal, 0.0, out, self._heads(lo, 0, 1))
         return out, (b, t, e3 // 3)
 
     def bwd_kernel(self, x, out, g):
         l = x._layout
         ds, dl = self._alloc(x.shape)  # every element is written: q, k and v parts
-        scale = 1.0 / math.sqrt(max(x.shape[2] // 3 // self.heads, 1))
         q, k, v = (self._heads(l, i, 3) for i in range(3))
         dq, dk, dv = (self._heads(dl, i, 3) for i in range(3))
         _F.sdpa_bwd(x._storage, q, x._storage, k, x._storage, v, out._storage, self._heads(out._layout, 0, 1),
-                    self.lse, g._storage, self._heads(g._layout, 0, 1), None, None, scale, self.causal, 0.0,
+                    self.lse, g._storage, self._heads(g._layout, 0, 1), None, None, self.scale, self.causal, 0.0,
                     ds, dq, ds, dk, ds, dv)
         return _out(ds, x.shape, x)
 
@@ -477,7 +476,7 @@ class _SdpaQkv(FusedOp, CustomOp1):
         b, t, e3 = qkv.shape
         d = e3 // 3 // self.heads
         y = qkv.reshape(b, t, 3, self.heads, d).permute(2, 0, 3, 1, 4)
-        o = _attn_probs(y[0], y[1], 1.0 / math.sqrt(max(d, 1)), self.causal, None) @ y[2]
+        o = _attn_probs(y[0], y[1], self.scale, self.causal, None) @ y[2]
         return o.transpose(1, 2).reshape(b, t, e3 // 3)
 
 
