@@ -5,6 +5,7 @@
 
 #include "common.h"
 #include "families/bias_gelu.h"
+#include "families/bias_residual.h"
 #include "families/batch_norm.h"
 #include "families/group_norm.h"
 #include "families/layer_norm.h"
@@ -100,6 +101,8 @@ void bind_fused(py::module_& m) {
   f.def("rms_norm_bwd", &ember::RmsNormBwd::run, py::arg("x"), py::arg("lx"), py::arg("w").none(true),
         py::arg("lw").none(true), py::arg("rstd"), py::arg("g"), py::arg("lg"), py::arg("want_params") = true,
         py::arg("add").none(true) = nullptr, py::arg("ladd").none(true) = nullptr, G());
+  f.def("bias_residual", &ember::BiasResidual::run, py::arg("y"), py::arg("ly"), py::arg("b"), py::arg("lb"),
+        py::arg("r"), py::arg("lr"), G());
   f.def("bias_gelu_fwd", &ember::BiasGeluFwd::run, py::arg("x"), py::arg("lx"), py::arg("b"), py::arg("lb"), G());
   f.def("bias_gelu_bwd", &ember::BiasGeluBwd::run, py::arg("x"), py::arg("lx"), py::arg("b"), py::arg("lb"),
         py::arg("g"), py::arg("lg"), py::arg("want_bias") = true, G());

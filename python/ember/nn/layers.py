@@ -96,10 +96,7 @@ class Linear(Module):
         self.bias = _uniform((out_features,), bound, dtype, device) if bias else None
 
     def forward(self, x: Tensor) -> Tensor:
-        y, lead = self._product(x)
-        if self.bias is not None:
-            y = y + self.bias
-        return y.reshape(*lead, self.out_features)
+        return self._finish(*self._product(x))
 
     def _product(self, x):
         """(x @ weight.T as a 2-D (rows, out_features) tensor, x's leading shape): forward without the bias."""
@@ -108,6 +105,23 @@ class Linear(Module):
             raise ShapeError(f"[Linear] expected input (..., {self.in_features}), got {x.shape}")
         # One 2-D GEMM over all leading dims instead of a broadcast batched matmul.
         return x.reshape(-1, self.in_features) @ self.weight.t(), x.shape[:-1]
+
+    def _residual(self, x, r):
+        """r + self(x), r of the output's shape: with a bias, the bias and residual adds are one pass
+        (ops.bias_residual) instead of two."""
+        y, lead = self._product(x)
+        shape = (*lead, self.out_features)
+        b = self.bias
+        if b is None or not isinstance(r, Tensor) or r.shape != shape or not r.dtype == b.dtype == y.dtype \
+                or not r.device == b.device == y.device:
+            return r + self._finish(y, lead)
+        # r as it is (not a reshaped view): the walk then folds its gradient into the norm's backward that reads r
+        return ops.bias_residual(y.reshape(*shape), b, r)
+
+    def _finish(self, y, lead):
+        if self.bias is not None:
+            y = y + self.bias
+        return y.reshape(*lead, self.out_features)
 
     def extra_repr(self):
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
@@ -276,12 +290,20 @@ class MLP(Module):
         self.act = _ACTS[activation] if isinstance(activation, str) else activation
 
     def forward(self, x):
+        return self.proj(self._hidden(x))
+
+    def _hidden(self, x):
         fc = self.fc
         if self.act is ops.gelu and type(fc) is Linear and fc.bias is not None:
             # gelu(x W^T + b): the bias rides in gelu's pass (ops.bias_gelu), forward and backward
             y, lead = fc._product(x)
-            return self.proj(ops.bias_gelu(y, fc.bias).reshape(*lead, fc.out_features))
-        return self.proj(self.act(fc(x)))
+            return ops.bias_gelu(y, fc.bias).reshape(*lead, fc.out_features)
+        return self.act(fc(x))
+
+    def _residual(self, x, r):
+        """r + self(x), the residual add (and proj's bias) folded into the output projection (Linear._residual)."""
+        h = self._hidden(x)
+        return self.proj._residual(h, r) if type(self.proj) is Linear else r + self.proj(h)
 
 
 def swiglu(gate, up):
@@ -348,4 +370,6 @@ class TransformerBlock(Module):
 
     def _block(self, x):
         x = x + self.attn(self.norm1(x))
-        return x + self.mlp(self.norm2(x))
+        mlp = self.mlp
+        # the stock MLP adds its output bias and the residual in one pass (MLP._residual)
+        return mlp._residual(self.norm2(x), x) if type(mlp) is MLP else x + mlp(self.norm2(x))
