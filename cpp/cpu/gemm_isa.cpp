@@ -101,7 +101,9 @@ EMBER_INLINE void copy_part(const float* s, int nl, int nw, float* d) {
 // PA: likewise for A, whose R rows lie consecutively in each k step (A^T's rows), k steps lda apart: each step's
 // R floats stored into the panel at bw (R apart); pfs (unless null): the next panel's k steps, fetched into L2.
 constexpr int64_t kPBAhead = 16;
-template <int R, typename SB = float, bool AR = false, int AS = R, bool PF = false, bool PB = false, bool PA = false>
+// PS: pfs (B's rows for a later PB tile) is fetched too (a template flag: the other tiles' k loop keeps no test).
+template <int R, typename SB = float, bool AR = false, int AS = R, bool PF = false, bool PB = false, bool PA = false,
+          bool PS = false>
 static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, int64_t ldb, float* __restrict c,
                  int64_t ldc, bool acc, const float* cn, int64_t lda = 0, const float* pfa = nullptr,
                  const float* pfb = nullptr, float* __restrict bw = nullptr, const float* pfs = nullptr,
@@ -127,7 +129,7 @@ static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, 
         _mm_prefetch((const char*)(pfb + kk * kNR + 16), _MM_HINT_T1);
       }
     }
-    if constexpr (PF || PB) {
+    if constexpr (PS || PB) {
       // pfs: B rows that a later PB tile reads, one row every 4 k steps, into L2 (spread over the tiles before it)
       if (pfs && (kk & 3) == 0 && (kk >> 2) < pfs_n) {
         _mm_prefetch((const char*)(pfs + (kk >> 2) * pfs_ld), _MM_HINT_T1);
@@ -269,7 +271,10 @@ void run_t(const float* ap, int64_t lda, const float* bp, int64_t m, int64_t n, 
             else if (kb + 1 < nkb) pfa = a_at(0, k * (kb + 1) / nkb);
             if (asrc) pfa = nullptr;  // (those panels are not packed yet)
             // (not when A is read in place: the row offsets already fill the integer registers)
-            tile<MR, float, AR, MR, !AR>(kc, a, b, kNR, ct, ldc, add, cn, lda, pfa, pfb, nullptr, pfs, ldbs, pfs_n);
+            if (pfs)
+              tile<MR, float, AR, MR, !AR, false, false, true>(kc, a, b, kNR, ct, ldc, add, cn, lda, pfa, pfb, nullptr,
+                                                               pfs, ldbs, pfs_n);
+            else tile<MR, float, AR, MR, !AR>(kc, a, b, kNR, ct, ldc, add, cn, lda, pfa, pfb);
             continue;
           }
           if (nv == kNR) {
