@@ -1,7 +1,8 @@
 """The packed GEMM's register tiles at their edges, under every ISA the CPU runs (EMBER_ISA): row counts around
 the matmul's panel heights (AVX-512 14, AVX2 6, base 4) and the convs' (8), columns around the 32 / 16 / 8-wide
 panels, k across the 256-deep k blocks, A read in place, packed from A^T and from strided views (up front, or
-by the block that alone reads them), against a float64 reference, and the same bits on 1 and 3 threads."""
+by the block that alone reads them), B or A^T packed by the tiles that first read them (wide or tall products),
+against a float64 reference, and the same bits on 1 and 3 threads."""
 import json
 import os
 import subprocess
@@ -53,6 +54,37 @@ for m, k, n in cases:
         ta, a = view(x, ka)
         tb, b = view(y, kb)
         check(f"{m}x{k}x{n} {ka}{kb}", (ta @ tb).numpy(), a, b, k)
+# wide products (one row block, B's columns split): each block's row-major float B read in place and packed by
+# its first row panel's tiles; ragged last column panel, ragged rows, several k blocks, A in place / A^T / strided
+for m, k, n in ((30, 600, 700), (17, 257, 1001), (143, 513, 999), (20, 1030, 2050), (60, 40, 4100)):
+    x = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    y = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+    for ka in ("c", "t", "s"):
+        ta, a = view(x, ka)
+        check(f"wide {m}x{k}x{n} {ka}c", (ta @ em.tensor(y)).numpy(), a, y.astype(np.float64), k)
+    # B a row-major view with a longer row stride, and batched B (one per batch, A's batches too)
+    yb = rng.uniform(-1, 1, (k, n + 40)).astype(np.float32)
+    check(f"wide {m}x{k}x{n} B[:, :n]", (em.tensor(x) @ em.tensor(yb)[:, :n]).numpy(), x.astype(np.float64),
+          yb[:, :n].astype(np.float64), k)
+    xb = rng.uniform(-1, 1, (2, m, k)).astype(np.float32)
+    y2 = rng.uniform(-1, 1, (2, k, n)).astype(np.float32)
+    got = (em.tensor(xb) @ em.tensor(y2)).numpy()
+    for g in range(2):
+        check(f"wide batched {m}x{k}x{n} [{g}]", got[g], xb[g].astype(np.float64), y2[g].astype(np.float64), k)
+# tall products from A^T (one column block, A's rows split): each block's A^T rows read in place and packed by
+# its first column panel's tiles; ragged last row panel, n below one panel, several k blocks, batched
+for m, k, n in ((300, 600, 64), (143, 1030, 33), (1000, 300, 40), (45, 257, 20), (160, 513, 150)):
+    x = rng.uniform(-1, 1, (m, k)).astype(np.float32)
+    y = rng.uniform(-1, 1, (k, n)).astype(np.float32)
+    for kb in ("c", "t"):
+        ta, a = view(x, "t")
+        tb, b = view(y, kb)
+        check(f"tall {m}x{k}x{n} t{kb}", (ta @ tb).numpy(), a, b, k)
+    xb = rng.uniform(-1, 1, (2, k, m)).astype(np.float32)
+    y2 = rng.uniform(-1, 1, (2, k, n)).astype(np.float32)
+    got = (em.tensor(xb).transpose(1, 2) @ em.tensor(y2)).numpy()
+    for g in range(2):
+        check(f"tall batched {m}x{k}x{n} [{g}]", got[g], xb[g].T.astype(np.float64), y2[g].astype(np.float64), k)
 # batches stacked into one product against a shared B: ragged panels cross the batch boundaries
 x = rng.uniform(-1, 1, (3, 19, 260)).astype(np.float32)
 y = rng.uniform(-1, 1, (260, 47)).astype(np.float32)
@@ -80,7 +112,7 @@ for nt in (1, 2, 3):
     r = np.random.default_rng(9)
     res = []
     for m, k, n, t in ((299, 520, 203, False), (299, 520, 203, True), (143, 300, 700, True), (1000, 70, 33, False),
-                       (1024, 40, 100, True), (50, 40, 2000, False)):
+                       (1024, 40, 100, True), (50, 40, 2000, False), (30, 600, 1100, True), (45, 300, 3000, False)):
         a = r.standard_normal((k, m) if t else (m, k)).astype(np.float32)
         b = em.tensor(r.standard_normal((k, n)).astype(np.float32))
         res.append(((em.tensor(a).t() if t else em.tensor(a)) @ b).numpy())

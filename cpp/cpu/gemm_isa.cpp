@@ -72,6 +72,22 @@ template <typename S> static inline V vlds(const S* p) {
   }
 }
 
+// Up to kW floats of one panel's k step: the first `nl` (0 .. kW) from s, zeros after; `nw` (1 .. kW) stored.
+EMBER_INLINE void copy_part(const float* s, int nl, int nw, float* d) {
+#if defined(__AVX512F__)
+  const __m512 v = _mm512_maskz_loadu_ps((__mmask16)((1u << nl) - 1), s);
+  if (nw == 16) _mm512_storeu_ps(d, v);
+  else _mm512_mask_storeu_ps(d, (__mmask16)((1u << nw) - 1), v);
+#elif defined(__AVX2__)
+  const __m256i lane = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+  const __m256 v = nl == 8 ? _mm256_loadu_ps(s) : _mm256_maskload_ps(s, _mm256_cmpgt_epi32(_mm256_set1_epi32(nl), lane));
+  if (nw == 8) _mm256_storeu_ps(d, v);
+  else _mm256_maskstore_ps(d, _mm256_cmpgt_epi32(_mm256_set1_epi32(nw), lane), v);
+#else
+  for (int r = 0; r < nw; ++r) d[r] = r < nl ? s[r] : 0.0f;
+#endif
+}
+
 // c (row stride ldc) = [c +] a_panel . b over kc steps, a whole R x nr tile: a is an R-row panel (R floats
 // per k), b's rows (nr floats each) lie ldb apart (nr when packed; a row-major B read in place for thin
 // products). Every element is one FMA chain over k in order, whatever the tile or block around it.
@@ -80,10 +96,18 @@ template <typename S> static inline V vlds(const S* p) {
 // PF: the matmul's packed tiles also fetch the next tile's operands into L2 while they run: pfa (unless null),
 // the next A panel not yet in L2; pfb (unless null), the next B micro-panel. From L3 they otherwise arrive by
 // demand misses that the hardware prefetchers, stopping at each 4 KiB page, only partly hide.
-template <int R, typename SB = float, bool AR = false, int AS = R, bool PF = false>
+// PB: b is B's unpacked rows (ldb apart), each k step's nr floats also stored into the micro-panel at bw (kNR
+// apart) as they pass, so packing B costs no pass of its own; the rows are fetched kPBAhead steps ahead.
+// PA: likewise for A, whose R rows lie consecutively in each k step (A^T's rows), k steps lda apart: each step's
+// R floats stored into the panel at bw (R apart); pfs (unless null): the next panel's k steps, fetched into L2.
+constexpr int64_t kPBAhead = 16;
+// PS: pfs (B's rows for a later PB tile) is fetched too (a template flag: the other tiles' k loop keeps no test).
+template <int R, typename SB = float, bool AR = false, int AS = R, bool PF = false, bool PB = false, bool PA = false,
+          bool PS = false>
 static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, int64_t ldb, float* __restrict c,
                  int64_t ldc, bool acc, const float* cn, int64_t lda = 0, const float* pfa = nullptr,
-                 const float* pfb = nullptr) {
+                 const float* pfb = nullptr, float* __restrict bw = nullptr, const float* pfs = nullptr,
+                 int64_t pfs_ld = 0, int64_t pfs_n = 0) {
   V r[R][kNV];
 #if defined(__SSE__)
   // The next tile's C lines, so their misses overlap this tile's work (C often lies beyond L2).
@@ -105,12 +129,39 @@ static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, 
         _mm_prefetch((const char*)(pfb + kk * kNR + 16), _MM_HINT_T1);
       }
     }
+    if constexpr (PS || PB) {
+      // pfs: B rows that a later PB tile reads, one row every 4 k steps, into L2 (spread over the tiles before it)
+      if (pfs && (kk & 3) == 0 && (kk >> 2) < pfs_n) {
+        _mm_prefetch((const char*)(pfs + (kk >> 2) * pfs_ld), _MM_HINT_T1);
+        _mm_prefetch((const char*)(pfs + (kk >> 2) * pfs_ld + kNR - 1), _MM_HINT_T1);
+      }
+    }
+    if constexpr (PA) {
+      _mm_prefetch((const char*)(ak + kPBAhead * lda), _MM_HINT_T0);
+      _mm_prefetch((const char*)(ak + kPBAhead * lda + R - 1), _MM_HINT_T0);
+      if (pfs && kk < pfs_n) {
+        _mm_prefetch((const char*)(pfs + kk * pfs_ld), _MM_HINT_T1);
+        _mm_prefetch((const char*)(pfs + kk * pfs_ld + R - 1), _MM_HINT_T1);
+      }
+    }
+    if constexpr (PB) {
+      _mm_prefetch((const char*)(bk + kPBAhead * ldb), _MM_HINT_T0);
+      _mm_prefetch((const char*)(bk + kPBAhead * ldb + kNR - 1), _MM_HINT_T0);
+    }
 #else
     (void)kk;
 #endif
     V bv[kNV];
 #pragma GCC unroll 4
     for (int j = 0; j < kNV; ++j) bv[j] = vlds(bk + j * kW);
+    if constexpr (PB) {
+#pragma GCC unroll 4
+      for (int j = 0; j < kNV; ++j) vst(bw + kk * kNR + j * kW, bv[j]);
+    }
+    if constexpr (PA) {
+      static_assert(R <= kW, "an A panel's k step is one vector");
+      copy_part(ak, R, R, bw + kk * R);
+    }
 #pragma GCC unroll 32
     for (int i = 0; i < R; ++i) {
       const V ai = (AR ? ak[i * lda] : ak[i]) - V{};
@@ -122,9 +173,9 @@ static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, 
     // unrolled: the loop's own adds and branch otherwise take issue slots from the FMA ports (the short
     // tiles of the thin products, bound by B's stream, ran slower so)
 #pragma GCC unroll 4
-    for (int64_t kk = 0; kk < kc; ++kk, a += AR ? 1 : AS, b += ldb) step(a, b, kk);
+    for (int64_t kk = 0; kk < kc; ++kk, a += AR ? 1 : PA ? lda : AS, b += ldb) step(a, b, kk);
   } else {
-    for (int64_t kk = 0; kk < kc; ++kk, a += AR ? 1 : AS, b += ldb) step(a, b, kk);
+    for (int64_t kk = 0; kk < kc; ++kk, a += AR ? 1 : PA ? lda : AS, b += ldb) step(a, b, kk);
   }
 #pragma GCC unroll 32
   for (int i = 0; i < R; ++i)
@@ -134,7 +185,7 @@ static void tile(int64_t kc, const float* __restrict a, const SB* __restrict b, 
 
 // The tile of the last r < MR rows of an MR-row panel (or of r rows read in place), r = 1 .. MR - 1.
 using TileFn = void (*)(int64_t, const float*, const float*, int64_t, float*, int64_t, bool, const float*, int64_t,
-                        const float*, const float*);
+                        const float*, const float*, float*, const float*, int64_t, int64_t);
 template <int MR, bool AR, size_t... I> constexpr std::array<TileFn, sizeof...(I)> short_tiles(std::index_sequence<I...>) {
   return {&tile<int(I) + 1, float, AR, MR>...};
 }
@@ -142,15 +193,36 @@ template <int MR, bool AR, size_t... I> constexpr std::array<TileFn, sizeof...(I
 // C = [C +] A B over whole MR-row panels of A and nr-column panels of B. AR: A (m x k, row stride lda) read
 // where it lies, not from panels. A ragged last row panel runs as a shorter tile (no wasted rows); a ragged
 // last column panel runs on a full-width copy of its C part.
+void pack_runs(const float* src, int64_t ks, int64_t lines, int w, int64_t nq, int64_t k, float* d);
+
+// bsrc (unless null): B (k x n, float) read from its rows ldbs apart and packed into bp (then writable) on the
+// way: each k block's first row panel runs its tiles from those rows and stores B's micro-panels as it reads
+// them, the other row panels use the micro-panels. Same products in the same order as from packed panels.
+// asrc (unless null, not with AR or bsrc): A with its rows consecutive in each k step (A[i][kk] at
+// asrc[kk * ldas + i]) read there and packed into ap (then writable) by the first column panel's tiles.
 template <int MR, bool AR>
 void run_t(const float* ap, int64_t lda, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc,
-           bool acc) {
+           bool acc, const float* bsrc = nullptr, int64_t ldbs = 0, const float* asrc = nullptr, int64_t ldas = 0) {
   static constexpr auto shorts = short_tiles<MR, AR>(std::make_index_sequence<MR - 1>());
   constexpr int64_t MB = std::max(1, 128 / MR);  // row panels per block
   const int64_t mp = panels(m, MR), np = panels(n, kNR);
   const int64_t nkb = std::max<int64_t>(1, (k + kKC - 1) / kKC);
   alignas(64) float edge[MR * kNR];
   auto a_at = [&](int64_t ip, int64_t k0) { return AR ? ap + ip * MR * lda + k0 : ap + (ip * k + k0) * MR; };
+  float* bw = const_cast<float*>(bp);
+  if (bsrc) {
+    // the ragged last column panel, and all of B when the first row panel is short, packed first
+    const int64_t full = m < MR ? 0 : n / kNR;
+    if (full < np) pack_runs(bsrc + full * kNR, ldbs, n - full * kNR, kNR, np - full, k, bw + full * kNR * k);
+    if (full == 0) bsrc = nullptr;
+  }
+  float* aw = const_cast<float*>(ap);
+  if (asrc) {
+    // the ragged last row panel, and all of A when the first column panel is ragged, packed first
+    const int64_t full = n < kNR ? 0 : m / MR;
+    if (full < mp) pack_runs(asrc + full * MR, ldas, m - full * MR, MR, mp - full, k, aw + full * MR * k);
+    if (full == 0) asrc = nullptr;
+  }
   // k blocks outermost: B's part for one k block (kc x n; the callers' blocks are <= 512 columns) stays in L2
   // while blocks of ~128 rows of A pass over it, each B micro-panel (kc x nr, in L1) over all of a block's
   // row panels. Every C element is still one FMA chain over k in order (k blocks in order, C carried between).
@@ -168,27 +240,51 @@ void run_t(const float* ap, int64_t lda, const float* bp, int64_t m, int64_t n, 
           float* ct = c + ip * MR * ldc + jp * kNR;
           // the next tile: the next row panel, or the block's first one in the next column panel
           const float* cn = ip + 1 < ie ? ct + MR * ldc : jp + 1 < np ? c + ib * MR * ldc + (jp + 1) * kNR : ct;
+          // while the first row panels run, the next column panel's B rows are fetched into L2, a quarter of
+          // the k block's rows per tile
+          const float* pfs = nullptr;
+          int64_t pfs_n = 0;
+          if (bsrc && ib == 0 && jp + 1 < np && ip * (kKC / 4) < kc) {
+            pfs = bsrc + (k0 + ip * (kKC / 4)) * ldbs + (jp + 1) * kNR;
+            pfs_n = std::min<int64_t>(kKC / 4, kc - ip * (kKC / 4));
+          }
+          if (bsrc && ip == 0 && nv == kNR) {  // (mv == MR: bsrc is null when the first panel is short)
+            tile<MR, float, AR, MR, false, true>(kc, a, bsrc + k0 * ldbs + jp * kNR, ldbs, ct, ldc, add, cn, lda,
+                                                 nullptr, nullptr, bw + (jp * k + k0) * kNR, pfs, ldbs, pfs_n);
+            continue;
+          }
+          if (asrc && jp == 0 && mv == MR) {  // (nv == kNR: asrc is null when the first column panel is ragged)
+            const float* pfs = ip + 1 < m / MR ? asrc + k0 * ldas + (ip + 1) * MR : nullptr;
+            tile<MR, float, false, MR, false, false, true>(kc, asrc + k0 * ldas + ip * MR, b, kNR, ct, ldc, add, cn,
+                                                           ldas, nullptr, nullptr, aw + (ip * k + k0) * MR, pfs, ldas,
+                                                           kc);
+            continue;
+          }
           if (nv == kNR && mv == MR) {
             // the next tile's A panel (the next block's first one after the block's last tile) and, when it
             // starts a new column panel, its B micro-panel
             const float* pfa = nullptr;
             const float* pfb = nullptr;
             if (ip + 1 < ie) pfa = jp == 0 ? a_at(ip + 1, k0) : nullptr;
-            else if (jp + 1 < np) pfb = bp + ((jp + 1) * k + k0) * kNR;
+            else if (jp + 1 < np) pfb = bsrc && ib == 0 ? nullptr : bp + ((jp + 1) * k + k0) * kNR;
             else if (ie < mp) pfa = a_at(ie, k0);
             else if (kb + 1 < nkb) pfa = a_at(0, k * (kb + 1) / nkb);
+            if (asrc) pfa = nullptr;  // (those panels are not packed yet)
             // (not when A is read in place: the row offsets already fill the integer registers)
-            tile<MR, float, AR, MR, !AR>(kc, a, b, kNR, ct, ldc, add, cn, lda, pfa, pfb);
+            if (pfs)
+              tile<MR, float, AR, MR, !AR, false, false, true>(kc, a, b, kNR, ct, ldc, add, cn, lda, pfa, pfb, nullptr,
+                                                               pfs, ldbs, pfs_n);
+            else tile<MR, float, AR, MR, !AR>(kc, a, b, kNR, ct, ldc, add, cn, lda, pfa, pfb);
             continue;
           }
           if (nv == kNR) {
-            shorts[mv - 1](kc, a, b, kNR, ct, ldc, add, cn, lda, nullptr, nullptr);
+            shorts[mv - 1](kc, a, b, kNR, ct, ldc, add, cn, lda, nullptr, nullptr, nullptr, nullptr, 0, 0);
             continue;
           }
           if (add)
             for (int64_t i = 0; i < mv; ++i) std::memcpy(edge + i * kNR, ct + i * ldc, (size_t)nv * sizeof(float));
           if (mv == MR) tile<MR, float, AR>(kc, a, b, kNR, edge, kNR, add, edge, lda);
-          else shorts[mv - 1](kc, a, b, kNR, edge, kNR, add, edge, lda, nullptr, nullptr);
+          else shorts[mv - 1](kc, a, b, kNR, edge, kNR, add, edge, lda, nullptr, nullptr, nullptr, nullptr, 0, 0);
           for (int64_t i = 0; i < mv; ++i) std::memcpy(ct + i * ldc, edge + i * kNR, (size_t)nv * sizeof(float));
         }
       }
@@ -205,6 +301,15 @@ void run_mm(const float* ap, const float* bp, int64_t m, int64_t n, int64_t k, f
 void run_rows_mm(const float* a, int64_t lda, const float* bp, int64_t m, int64_t n, int64_t k, float* c, int64_t ldc,
                  bool acc) {
   run_t<kMMR, true>(a, lda, bp, m, n, k, c, ldc, acc);
+}
+void run_pack_a(const float* asrc, int64_t ldas, float* aw, const float* bp, int64_t m, int64_t n, int64_t k, float* c,
+                int64_t ldc, bool acc) {
+  run_t<kMMR, false>(aw, 0, bp, m, n, k, c, ldc, acc, nullptr, 0, asrc, ldas);
+}
+void run_pack_b(const float* a, int64_t lda, bool a_rows, const float* bsrc, int64_t ldbs, float* bw, int64_t m,
+                int64_t n, int64_t k, float* c, int64_t ldc, bool acc) {
+  if (a_rows) run_t<kMMR, true>(a, lda, bw, m, n, k, c, ldc, acc, bsrc, ldbs);
+  else run_t<kMMR, false>(a, 0, bw, m, n, k, c, ldc, acc, bsrc, ldbs);
 }
 
 // Thin products (few rows): C[:, j0:j1] = A B with B (k x n, row stride ldb, unit column stride; float, f16 or
@@ -449,6 +554,22 @@ void pack_lines_t(const S* const* lines, int nl, int64_t ks, int64_t k, int w, f
   }
 }
 
+void pack_runs(const float* src, int64_t ks, int64_t lines, int w, int64_t nq, int64_t k, float* d) {
+  const int64_t run = std::min<int64_t>(lines, nq * w);
+  for (int64_t kk = 0; kk < k; ++kk, src += ks) {
+    // k steps often lie a page or more apart, past the hardware prefetchers: fetch a few steps ahead
+    if (kk + kPackAhead < k)
+      for (int64_t off = 0; off < run; off += 16) __builtin_prefetch(src + kPackAhead * ks + off);
+    for (int64_t q = 0; q < nq; ++q) {
+      const int64_t nl = std::min<int64_t>(w, lines - q * w);
+      float* dq = d + (q * k + kk) * w;
+      const float* sq = src + q * w;
+      for (int r = 0; r < w; r += kW)
+        copy_part(sq + r, (int)std::clamp<int64_t>(nl - r, 0, kW), std::min(kW, w - r), dq + r);
+    }
+  }
+}
+
 void pack_lines(const void* const* lines, int src, int nl, int64_t ks, int64_t k, int w, float* d) {
   switch (src) {
     case 1: pack_lines_t((const f16* const*)lines, nl, ks, k, w, d); break;
@@ -508,6 +629,9 @@ void EMBER_GCAT(register_gemm_, EMBER_ISA)(PackedGemm& g) {
   g.run_mm = &run_mm;
   g.run_rows = &run_rows_mm;
   g.pack = &pack_lines;
+  g.pack_runs = &pack_runs;
+  g.run_pack_b = &run_pack_b;
+  g.run_pack_a = &run_pack_a;
   g.thin = &thin;
   g.thin_t = &thin_t;
   g.round_out = &round_out;

@@ -412,30 +412,11 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
   const bool b_grp = std::is_same_v<S, float> && mb.cs == 1;
   const int64_t pga = a_grp ? std::max(1, 128 / mr) : 1, pgb = b_grp ? std::max(1, 128 / nr) : 1;
   const int64_t ia = a_rows || a_job ? 0 : (mp + pga - 1) / pga, ib = b_job ? 0 : (np + pgb - 1) / pgb;
-  // the group [q0, q0 + nq) of w-line panels of `lines` lines from src (k steps ks apart) into d (panel q0's)
-  auto pack_group = [&](const S* src, int64_t ks, int64_t lines, int w, int64_t nq, float* d) {
-    const float* fs = reinterpret_cast<const float*>(src);
-    const int64_t run = std::min<int64_t>(lines, nq * w);
-    for (int64_t kk = 0; kk < k; ++kk, fs += ks) {
-      // k steps often lie a page or more apart, past the hardware prefetchers: fetch a few steps ahead
-      if (kk + 8 < k)
-        for (int64_t off = 0; off < run; off += 16) __builtin_prefetch(fs + 8 * ks + off);
-      for (int64_t q = 0; q < nq; ++q) {
-        const int64_t nl = std::min<int64_t>(w, lines - q * w);
-        float* dq = d + (q * k + kk) * w;
-        const float* sq = fs + q * w;
-        int64_t r = 0;
-        for (; r + 8 <= nl; r += 8) std::memcpy(dq + r, sq + r, 8 * sizeof(float));
-        for (; r < nl; ++r) dq[r] = sq[r];
-        for (; r < w; ++r) dq[r] = 0.0f;
-      }
-    }
-  };
   // A's row panels [p0, p1) of batch g into d, B's column panels [q0, q1) likewise
   // (one pass along k for the whole range, however wide)
   auto pack_a_panels = [&](int64_t g, int64_t p0, int64_t p1, float* d) {
     if (a_grp) {
-      pack_group(a0 + oa[g] + p0 * mr, ma.cs, M - p0 * mr, mr, p1 - p0, d);
+      pg.pack_runs(reinterpret_cast<const float*>(a0 + oa[g] + p0 * mr), ma.cs, M - p0 * mr, mr, p1 - p0, k, d);
       return;
     }
     const void* lines[64];
@@ -451,7 +432,7 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
   };
   auto pack_b_panels = [&](int64_t g, int64_t q0, int64_t q1, float* d) {
     if (b_grp) {
-      pack_group(b0 + ob[g] + q0 * nr, mb.rs, n - q0 * nr, nr, q1 - q0, d);
+      pg.pack_runs(reinterpret_cast<const float*>(b0 + ob[g] + q0 * nr), mb.rs, n - q0 * nr, nr, q1 - q0, k, d);
       return;
     }
     const void* lines[64];
@@ -486,17 +467,26 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
       const int64_t rows = std::min(p1 * mr, M) - i0, cols = std::min(q1 * nr, n) - j0;
       const float* ag = ap + (na == 1 ? 0 : g) * asz + i0 * k;
       const float* bg = bp + (nbb == 1 ? 0 : g) * bsz + j0 * k;
-      if (a_job) {
+      // A^T's rows (a_grp) packed by the first column panel's tiles instead, unless B is packed so
+      const bool a_fused = a_job && a_grp && !(b_job && b_grp);
+      if (a_job && !a_fused) {
         pack_a_panels(g, p0, p1, job.data());
         ag = job.data();
       }
-      if (b_job) {
+      if (b_job && !b_grp) {
         float* d = job.data() + job_a;
         pack_b_panels(g, q0, q1, d);
         bg = d;
       }
       float* cg = c + g * M * n + i0 * n + j0;
-      if (a_rows)
+      if (b_job && b_grp) {  // B's columns for this block packed by its first row panel's tiles
+        pg.run_pack_b(a_rows ? reinterpret_cast<const float*>(a0) + oa[fold ? 0 : g] + i0 * ma.rs : ag,
+                      ma.rs, a_rows, reinterpret_cast<const float*>(b0 + ob[g]) + j0, mb.rs, job.data() + job_a,
+                      rows, cols, k, cg, n, false);
+      } else if (a_fused) {
+        pg.run_pack_a(reinterpret_cast<const float*>(a0 + oa[g]) + p0 * mr, ma.cs, job.data(), bg, rows, cols, k, cg, n,
+                      false);
+      } else if (a_rows)
         pg.run_rows(reinterpret_cast<const float*>(a0) + oa[fold ? 0 : g] + i0 * ma.rs, ma.rs, bg, rows, cols, k, cg,
                     n, false);
       else pg.run_mm(ag, bg, rows, cols, k, cg, n, false);

@@ -25,10 +25,22 @@ struct PackedGemm {
   // the same products in the same order (the same bits), without packing A first.
   void (*run_rows)(const float* a, int64_t lda, const float* bp, int64_t m, int64_t n, int64_t k, float* c,
                    int64_t ldc, bool acc) = nullptr;
+  // run_mm (or run_rows when a_rows) with B (k x n, float, row stride ldbs, unit column stride) read from where
+  // it lies and packed into bw (panels(n, nr) * nr * k floats) while the tiles run: the same bits.
+  void (*run_pack_b)(const float* a, int64_t lda, bool a_rows, const float* bsrc, int64_t ldbs, float* bw, int64_t m,
+                     int64_t n, int64_t k, float* c, int64_t ldc, bool acc) = nullptr;
+  // run_mm with A (m x k, float) read where A^T's rows hold it (A[i][kk] at asrc[kk * ldas + i]) and packed into
+  // aw (panels(m, mmr) * mmr * k floats) while the tiles run: the same bits.
+  void (*run_pack_a)(const float* asrc, int64_t ldas, float* aw, const float* bp, int64_t m, int64_t n, int64_t k,
+                     float* c, int64_t ldc, bool acc) = nullptr;
   // Packs one panel of w (mr or nr) lines, k-major: d[kk * w + r] = lines[r][kk * ks] as float for r < nl,
   // 0 for nl <= r < w. src: 0 float, 1 f16, 2 bf16 (converted while packing). A's lines are its rows,
   // B's its columns; a transposed or strided operand is read where it lies, without a copy.
   void (*pack)(const void* const* lines, int src, int nl, int64_t ks, int64_t k, int w, float* d) = nullptr;
+  // nq panels of w lines each from float lines that lie consecutively (A^T's rows, a row-major B's columns):
+  // line r's element kk at src[kk * ks + r], r < lines; panel q at d + q * k * w as `pack` lays it out, lines
+  // past `lines` zero. Each k step is read as one run of up to nq * w floats, with vector moves.
+  void (*pack_runs)(const float* src, int64_t ks, int64_t lines, int w, int64_t nq, int64_t k, float* d) = nullptr;
   // Thin products (m of a few rows), columns [j0, j1) of C = A B, A float row-major (lda), B float, f16 or bf16
   // (src as in pack, converted in registers), nothing packed but A's rows: `thin` reads B (k x n) in place by
   // rows ldb apart (j0 a multiple of nr; scratch holds (mr + nr) * k floats); `thin_t` reads B^T (n x k) in
