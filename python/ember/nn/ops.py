@@ -114,6 +114,19 @@ class _BiasGelu(FusedOp, CustomOp2):
         return gelu(x + b)
 
 
+def _check_biased(x, bias, op):
+    """The checks bias_gelu and bias_residual share: a float tensor of at least 1 dim, an (N,) bias of its
+    dtype on its device."""
+    _check_tensor(x, op)
+    if x.ndim == 0:
+        raise ShapeError(f"[{op}] expected at least 1 dim, got a scalar")
+    _check_param(x, bias, op, "bias")
+    if not x.dtype.is_float:
+        raise DTypeError(f"[{op}] expected a float input, got {x.dtype.name}")
+    if x._device != bias._device:
+        raise DeviceError(f"[{op}] bias is on {bias.device}, input on {x.device}")
+
+
 def bias_gelu(x: Tensor, bias: Tensor) -> Tensor:
     """``gelu(x + bias)`` (the exact erf gelu), ``bias`` added along the last dim: ``nn.MLP``'s first
     layer and activation after its matmul.
@@ -134,14 +147,7 @@ def bias_gelu(x: Tensor, bias: Tensor) -> Tensor:
         ShapeError: ``bias`` is not of shape (N,), or ``x`` is a scalar.
         DTypeError: the dtypes differ or are not float.
     """
-    _check_tensor(x, "bias_gelu")
-    if x.ndim == 0:
-        raise ShapeError("[bias_gelu] expected at least 1 dim, got a scalar")
-    _check_param(x, bias, "bias_gelu", "bias")
-    if not x.dtype.is_float:
-        raise DTypeError(f"[bias_gelu] expected a float input, got {x.dtype.name}")
-    if x._device != bias._device:
-        raise DeviceError(f"[bias_gelu] bias is on {bias.device}, input on {x.device}")
+    _check_biased(x, bias, "bias_gelu")
     if x._device.type != "cpu":  # the fused kernel is the CPU's; elsewhere the add and the fused gelu
         return gelu(x + bias)
     return x.apply_op2(bias, _BiasGelu())
@@ -182,20 +188,14 @@ def bias_residual(y: Tensor, bias: Tensor, residual: Tensor) -> Tensor:
         DTypeError: the dtypes differ or are not float.
         DeviceError: the operands are on different devices.
     """
-    _check_tensor(y, "bias_residual")
+    _check_biased(y, bias, "bias_residual")
     _check_tensor(residual, "bias_residual", "residual")
-    if y.ndim == 0:
-        raise ShapeError("[bias_residual] expected at least 1 dim, got a scalar")
-    _check_param(y, bias, "bias_residual", "bias")
-    if not y.dtype.is_float:
-        raise DTypeError(f"[bias_residual] expected a float input, got {y.dtype.name}")
     if residual.shape != y.shape:
         raise ShapeError(f"[bias_residual] the residual's shape {residual.shape} differs from the input's {y.shape}")
     if residual.dtype != y.dtype:
         raise DTypeError(f"[bias_residual] residual has dtype {residual.dtype.name}, expected {y.dtype.name}")
-    for t, what in ((bias, "bias"), (residual, "residual")):
-        if t._device != y._device:
-            raise DeviceError(f"[bias_residual] {what} is on {t.device}, input on {y.device}")
+    if residual._device != y._device:
+        raise DeviceError(f"[bias_residual] residual is on {residual.device}, input on {y.device}")
     if y._device.type != "cpu":  # the fused kernel is the CPU's; elsewhere the two adds
         return residual + (y + bias)
     return y.apply_op3(bias, residual, _BiasResidual())
