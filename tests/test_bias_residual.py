@@ -152,7 +152,8 @@ class _TorchLMBlock(torch.nn.Module):
 def test_transformer_block_with_mlp_equals_the_unfused_block_and_torch(device):
     em.manual_seed(4)
     dt = em.float32
-    block = nn.TransformerBlock(16, 4, mlp=nn.MLP(16, 24, "gelu"), norm="layer", dtype=dt, device=device)
+    block = nn.TransformerBlock(16, 4, mlp=nn.MLP(16, 24, "gelu", dtype=dt, device=device), norm="layer",
+                                dtype=dt, device=device)
     xn = np.random.default_rng(4).standard_normal((2, 7, 16)).astype(np.float32)
     wn = np.random.default_rng(5).standard_normal((2, 7, 16)).astype(np.float32)
     x, w = em.Var(em.tensor(xn, device=device)), em.tensor(wn, device=device)
