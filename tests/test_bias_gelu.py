@@ -1,4 +1,6 @@
 """nn.ops.bias_gelu (gelu(x + b), fused on the CPU) and nn.MLP's use of it: values, gradients, errors, devices."""
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -191,3 +193,33 @@ def test_every_isa_matches_the_unfused_ops():
         r = subprocess.run([sys.executable, "-c", ISA_SCRIPT], env=env, capture_output=True, text=True, timeout=300,
                            check=False)
         assert r.returncode == 0 and "ok" in r.stdout, f"{isa}: {r.stderr[-3000:]}"
+
+
+def test_float32_special_and_clamp_edges():
+    # the float kernels clamp x^2 / 2 at 86.41 and x at 14 with integer mins of the bits: NaN of either sign
+    # stays NaN, +-inf as torch (inf, NaN; gradient NaN), and the values around both clamps match the double
+    # reference (within 8 ulp; the gradient within 6 ulp of its size), forward and backward
+    nan_neg = np.array([0xFFC00000], np.uint32).view(np.float32)[0]
+    edge = np.float32(np.sqrt(2 * 86.41))
+    xs = np.concatenate([np.array([np.inf, -np.inf, np.nan, nan_neg, 0.0, -0.0], np.float32),
+                         np.nextafter(edge, np.float32(np.inf)) * np.array([1, -1], np.float32),
+                         np.linspace(-14.5, 14.5, 2901, dtype=np.float32), [edge, -edge, 14, -14, 1e30, -1e30]])
+    xs = xs.astype(np.float32)
+    x = em.Var(em.tensor(xs.reshape(1, -1), device="cpu"))
+    b = em.tensor(np.zeros(xs.size, np.float32), device="cpu")
+    y = nn.ops.bias_gelu(x, b)
+    dx = y.sum().backward()[x].numpy().ravel()
+    y = y.numpy().ravel()
+    assert y[0] == np.inf and np.isnan(y[1:4]).all() and y[4] == 0 and y[5] == 0
+    assert np.isnan(dx[:4]).all()
+    f, xd = slice(4, None), xs[4:].astype(np.float64)
+    ref = 0.5 * xd * np.array([math.erfc(-v / math.sqrt(2)) for v in xd])
+    tiny = 2 * np.finfo(np.float32).tiny  # from |x| = 13.146 on, results near FLT_MIN or below are 0
+    assert (np.abs(y[f] - ref) <= np.maximum(8 * np.spacing(np.abs(ref).astype(np.float32)), tiny)).all()
+    cdf = 0.5 * np.array([math.erfc(-v / math.sqrt(2)) for v in xd])
+    pdf = xd * np.exp(-0.5 * xd * xd) / math.sqrt(2 * math.pi)
+    scale = np.maximum(cdf, np.abs(pdf)).astype(np.float32)
+    near = np.abs(xd) <= 13.1  # beyond, e^(-x^2/2) is taken as 0: the gradient is 1 or 0 within 2e-37
+    assert (np.abs(dx[f] - (cdf + pdf)) <= 6 * np.spacing(scale))[near].all()
+    assert (np.abs(dx[f] - (cdf + pdf)) <= 2e-37)[~near].all()
+    np.testing.assert_array_equal(y, em.tensor(xs, device="cpu").gelu().numpy())  # the unfused gelu, bit for bit

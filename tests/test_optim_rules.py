@@ -253,6 +253,44 @@ def test_multi_step_entry_point_errors(device):
                (0, 0, [0.0, 0.0, 1.0, -0.1], pc, lpc, gc, lgc) + (None,) * 6])
 
 
+@pytest.mark.parametrize("i, bad, want", [
+    (0, 1.5, "kind .argument 0. must be an optimizer kind"), (0, 2 ** 40, "kind .argument 0."),
+    (1, -1, r"flags .argument 1. must be an int in \[0, 2\*\*32\), got int"), (1, "x", "flags .argument 1."),
+    (2, "abc", "scalars .argument 2. must be a sequence of floats, got str"), (2, [1.0, "x"], "scalars .argument 2."),
+    (2, 3.0, "scalars .argument 2."), (3, 1, "p .argument 3. must be a storage or None, got int"),
+    (4, "STORAGE", "lp .argument 4. must be a Layout or None, got "), (5, "LAYOUT", "g .argument 5. must be a storage"),
+    (6, 3, "lg .argument 6. must be a Layout"), (7, "s", "s0 .argument 7. must be a storage"),
+    (8, 1.0, "l0 .argument 8. must be a Layout"), (9, [], "s1 .argument 9."), (10, 0, "l1 .argument 10."),
+    (11, {}, "s2 .argument 11."), (12, b"", "l2 .argument 12."),
+])
+def test_multi_step_argument_types(device, i, bad, want):
+    """A step argument of the wrong Python type is an EmberTypeError naming the step and the argument (not
+    pybind11's cast error), raised before any step of the batch runs."""
+    f = em._C.fused.optim_step_multi
+    p, lp = _parts(device=device)
+    g, lg = _parts(device=device)
+    ok = (0, 0, [0.0, 0.0, 1.0, -0.1], p, lp, g, lg) + (None,) * 6
+    t = list(ok)
+    t[i] = {"STORAGE": p, "LAYOUT": lg}.get(bad, bad) if isinstance(bad, str) else bad
+    before = p.version
+    with pytest.raises(em.EmberTypeError, match=r"^\[optim_step_multi\] step 1: " + want):
+        f([ok, tuple(t)])
+    assert p.version == before  # the valid first step did not run either
+
+
+def test_multi_step_takes_a_list_or_tuple(device):
+    f = em._C.fused.optim_step_multi
+    p, lp = _parts(device=device)
+    g, lg = _parts(device=device)
+    ok = (0, 0, [0.0, 0.0, 1.0, -0.1], p, lp, g, lg) + (None,) * 6
+    for bad in (5, None, "steps", {0: ok}):
+        with pytest.raises(em.EmberTypeError, match=r"^\[optim_step_multi\] steps must be a list of tuples, got "):
+            f(bad)
+    before = p.version
+    f((ok,))  # a tuple of steps runs as a list does
+    assert p.version != before
+
+
 def test_strided_gradient_and_parameter():
     """A transposed gradient, and a parameter that is a transposed view of its storage, give torch's bits."""
     rng = np.random.default_rng(9)

@@ -71,6 +71,21 @@ ember::RnnCell rnn_kind(const std::string& k) {
               "'");
   return ember::RnnCell::RnnRelu;
 }
+// Argument i of optim_step_multi's step `step`, converted as optim_step's binding converts it (None for a
+// storage or layout is null, caught by the entry point's checks): a wrong type is an EmberTypeError naming the
+// step and the argument, not pybind11's generic cast error.
+template <class T> T step_arg(const py::tuple& t, size_t step, int i) {
+  static const char* const names[13] = {"kind", "flags", "scalars", "p", "lp", "g", "lg",
+                                        "s0",   "l0",    "s1",      "l1", "s2", "l2"};
+  static const char* const wants[13] = {"an optimizer kind (0 SGD, 1 Adam, 2 RMSprop)", "an int in [0, 2**32)", "a sequence of floats", "a storage or None",
+                                        "a Layout or None"};
+  const int w = i < 3 ? i : (i % 2 ? 3 : 4);
+  const py::handle h = t[i];
+  py::detail::make_caster<T> c;
+  EMBER_CHECK(c.load(h, true), Type, "[optim_step_multi] step ", step, ": ", names[i], " (argument ", i,
+              ") must be ", wants[w], ", got ", Py_TYPE(h.ptr())->tp_name);
+  return py::detail::cast_op<T>(std::move(c));
+}
 }  // namespace
 
 void bind_fused(py::module_& m) {
@@ -226,29 +241,34 @@ void bind_fused(py::module_& m) {
       G());
   f.def(
       "optim_step_multi",
-      [](const py::list& steps) {
+      [](py::handle steps) {
         // Each entry: optim_step's arguments as a tuple (kind, flags, scalars, p, lp, g, lg, s0, l0, s1, l1, s2,
-        // l2); the list keeps every storage and layout alive while the GIL is released.
+        // l2). `keep` (a tuple of those tuples) holds every storage and layout while the GIL is released, even if
+        // the caller's list changes meanwhile.
+        EMBER_CHECK(py::isinstance<py::list>(steps) || py::isinstance<py::tuple>(steps), Type,
+                    "[optim_step_multi] steps must be a list of tuples, got ", Py_TYPE(steps.ptr())->tp_name);
+        const py::tuple keep(py::reinterpret_borrow<py::object>(steps));
         std::vector<fz::OptimItem> items;
-        items.reserve(steps.size());
-        for (py::handle h : steps) {
+        items.reserve(keep.size());
+        for (size_t i = 0; i < keep.size(); ++i) {
+          const py::handle h = keep[i];
           EMBER_CHECK(py::isinstance<py::tuple>(h) && py::len(h) == 13, Type,
                       "[optim_step_multi] each step must be a tuple of optim_step's 13 arguments");
           const auto t = py::reinterpret_borrow<py::tuple>(h);
           fz::OptimItem it;
-          const int kind = t[0].cast<int>();
+          const int kind = step_arg<int>(t, i, 0);
           EMBER_CHECK(kind >= 0 && kind < (int)ember::OptimKind::Count, Value,
                       "[optim_step_multi] unknown optimizer kind ", kind);
           it.kind = (ember::OptimKind)kind;
-          it.flags = t[1].cast<uint32_t>();
-          it.scalars = t[2].cast<std::vector<double>>();
-          it.p = t[3].cast<BackendStorage*>();
-          it.lp = t[4].cast<const Layout*>();
-          it.g = t[5].cast<const BackendStorage*>();
-          it.lg = t[6].cast<const Layout*>();
+          it.flags = step_arg<uint32_t>(t, i, 1);
+          it.scalars = step_arg<std::vector<double>>(t, i, 2);
+          it.p = step_arg<BackendStorage*>(t, i, 3);
+          it.lp = step_arg<const Layout*>(t, i, 4);
+          it.g = step_arg<const BackendStorage*>(t, i, 5);
+          it.lg = step_arg<const Layout*>(t, i, 6);
           for (int k = 0; k < 3; ++k) {
-            it.st[k] = t[7 + 2 * k].is_none() ? nullptr : t[7 + 2 * k].cast<BackendStorage*>();
-            it.lst[k] = t[8 + 2 * k].is_none() ? nullptr : t[8 + 2 * k].cast<const Layout*>();
+            it.st[k] = step_arg<BackendStorage*>(t, i, 7 + 2 * k);
+            it.lst[k] = step_arg<const Layout*>(t, i, 8 + 2 * k);
           }
           items.push_back(std::move(it));
         }

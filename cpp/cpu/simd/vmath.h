@@ -125,6 +125,9 @@ static inline float vm_erf(float x) {
 // ~15x slower around |x| = 13). Past z^2 = 86.41 (|x| > 13.146, where |gelu| < FLT_MIN)
 // e^(-z^2) is taken as 0. Special values: gelu(inf) = inf, gelu(-inf) = -inf * 0 = NaN (as torch), and
 // the derivative's x * phi is inf * 0 = NaN at both; NaN stays NaN.
+// 86.41f's bits, a variable: as a constant, GCC folded exp of the clamped branch and put the select
+// back as two blends after the exp (it is never written).
+inline uint32_t vm_gelu_far_bits = 0x42acd1ecu;
 struct VmGeluParts {
   float tq, e;  // erfc(z) / 2 = tq * e
 };
@@ -143,15 +146,21 @@ static inline VmGeluParts vm_gelu_parts(float x) {
 #endif
   float n;
   // !(zz <= ...): a NaN x takes the far branch too, so n stays a small integer (no NaN to int); the
-  // result is still NaN, from t.
+  // result is still NaN, from t. The clamp is an unsigned min of zz's bits (zz >= +0; a NaN of either
+  // sign is above 86.41's bits): one integer min, where the float select cost two AVX2 blends.
   const bool far = !(zz <= 86.41f);
-  const float p = vm_exp_reduced(far ? -86.41f : -zz, n);  // 2^n a normal power of two: one factor
+  const uint32_t zb = (uint32_t)vm_f_to_bits(zz), cb = vm_gelu_far_bits;
+  const float zc = vm_bits_to_f((int32_t)(zb < cb ? zb : cb));
+  const float p = vm_exp_reduced(-zc, n);  // 2^n a normal power of two: one factor
   const float e = far ? 0.0f : p * vm_bits_to_f((int32_t)((uint32_t)((int32_t)n + 127) << 23)) * (1.0f - lo);
   return {t * q, e};
 }
 static inline float vm_gelu(float x) {
   const VmGeluParts g = vm_gelu_parts(x);
-  const float xc = x > 14.0f ? 14.0f : x;  // +inf: its tail term is 14 * 0, not inf * 0
+  // +inf: its tail term is 14 * 0, not inf * 0. A signed min of x's bits (an AVX2 integer min, not a
+  // blend): negative x and -NaN stay, above 14 gives 14 (+NaN too: tq is NaN, so the tail stays NaN).
+  const int32_t xb = vm_f_to_bits(x), fb = 0x41600000;  // 14.0f
+  const float xc = vm_bits_to_f(xb < fb ? xb : fb);
   const float tail = (xc * g.tq) * g.e;     // x * erfc(z) / 2, normal down to FLT_MIN
   return x * 0.70710678118654752f > 0 ? x - tail : tail;
 }
