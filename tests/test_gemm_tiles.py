@@ -71,6 +71,15 @@ for m, k, n in ((30, 600, 700), (17, 257, 1001), (143, 513, 999), (20, 1030, 205
     got = (em.tensor(xb) @ em.tensor(y2)).numpy()
     for g in range(2):
         check(f"wide batched {m}x{k}x{n} [{g}]", got[g], xb[g].astype(np.float64), y2[g].astype(np.float64), k)
+# the LM step's dW (A^T, 256x1024x1024) on one thread: a row block of a ragged last panel that just fits the
+# ~1 ms block size limit, so one block per column range, B packed by its tiles
+nt0 = em.get_num_threads()
+em.set_num_threads(1)
+x = rng.uniform(-1, 1, (256, 1024)).astype(np.float32)
+y = rng.uniform(-1, 1, (1024, 1024)).astype(np.float32)
+ta, a = view(x, "t")
+check("1 thread 256x1024x1024 tc", (ta @ em.tensor(y)).numpy(), a, y.astype(np.float64), 1024)
+em.set_num_threads(nt0)
 # tall products from A^T (one column block, A's rows split): each block's A^T rows read in place and packed by
 # its first column panel's tiles; ragged last row panel, n below one panel, several k blocks, batched
 for m, k, n in ((300, 600, 64), (143, 1030, 33), (1000, 300, 40), (45, 257, 20), (160, 513, 150)):
@@ -112,7 +121,8 @@ for nt in (1, 2, 3):
     r = np.random.default_rng(9)
     res = []
     for m, k, n, t in ((299, 520, 203, False), (299, 520, 203, True), (143, 300, 700, True), (1000, 70, 33, False),
-                       (1024, 40, 100, True), (50, 40, 2000, False), (30, 600, 1100, True), (45, 300, 3000, False)):
+                       (1024, 40, 100, True), (50, 40, 2000, False), (30, 600, 1100, True), (45, 300, 3000, False),
+                       (256, 1024, 1024, True)):
         a = r.standard_normal((k, m) if t else (m, k)).astype(np.float32)
         b = em.tensor(r.standard_normal((k, n)).astype(np.float32))
         res.append(((em.tensor(a).t() if t else em.tensor(a)) @ b).numpy())

@@ -155,6 +155,80 @@ def test_destination_checks():
     assert np.all(big.numpy()[..., 0] == 0)
 
 
+def test_destinations_must_not_overlap():
+    """A destination that shares an element with an operand (read while it is written) or with another
+    destination is refused with an [sdpa] error and left as it was; views of one buffer that interleave
+    without sharing an element (sdpa_qkv's layout) are accepted and give the dense result."""
+    rng = np.random.default_rng(3)
+    buf = em.tensor(rng.standard_normal((2, 10, 4, 3, 8)).astype(np.float32), device="cpu")  # q, k, v, out parts
+    s = buf._storage
+    parts = [buf[:, :, i].transpose(1, 2) for i in range(4)]  # (B, H, L, D) views, interleaved in buf
+    (q, lq), (k, lk), (v, lv), (o, lo) = ((t._storage, t._layout) for t in parts)
+    dense, lse = F.sdpa_fwd(q, lq, k, lk, v, lv)
+    shifted = _C.Layout(list(lv.shape), list(lv.stride), lv.start_offset + 4)  # half in v, half beyond
+    before = buf.numpy().copy()
+    for lout, what in ((lq, "query"), (lk, "key"), (lv, "value"), (shifted, "value")):
+        with pytest.raises(EmberError, match=r"^\[sdpa\] out destination overlaps " + what + r" \(destinations must"):
+            F.sdpa_fwd(q, lq, k, lk, v, lv, out=s, lout=lout)
+    m = em.zeros(2, 3, 10, 10, device="cpu")  # an additive mask whose first 8 columns are the destination
+    with pytest.raises(EmberError, match=r"^\[sdpa\] out destination overlaps mask"):
+        F.sdpa_fwd(q, lq, k, lk, v, lv, m._storage, m._layout, out=m._storage, lout=m[:, :, :, :8]._layout)
+    assert np.array_equal(buf.numpy(), before)  # nothing written
+    assert F.sdpa_fwd(q, lq, k, lk, v, lv, out=s, lout=lo)[0] is None  # the free quarter of the same buffer
+    assert np.array_equal(parts[3].numpy(), np.asarray(dense.as_numpy(_C.Layout.contiguous([2, 3, 10, 8]))))
+    assert np.array_equal(buf.numpy()[:, :, :3], before[:, :, :3])
+    # q and out in one buffer, their blocks alternating with no common period: exact, either way
+    flat = em.tensor(rng.standard_normal(1200).astype(np.float32), device="cpu")
+    lq2 = _C.Layout([2, 3, 10, 8], [480, 80, 8, 1], 0)  # elements [0, 240) and [480, 720)
+    kv = em.tensor(rng.standard_normal((2, 3, 10, 8)).astype(np.float32), device="cpu")
+    args = (flat._storage, lq2, kv._storage, kv._layout, kv._storage, kv._layout)
+    with pytest.raises(EmberError, match=r"^\[sdpa\] out destination overlaps query"):
+        F.sdpa_fwd(*args, out=flat._storage, lout=_C.Layout([2, 3, 10, 8], [720, 80, 8, 1], 200))
+    F.sdpa_fwd(*args, out=flat._storage, lout=_C.Layout([2, 3, 10, 8], [720, 80, 8, 1], 240))  # [240, 480), [960, 1200)
+    want = np.asarray(F.sdpa_fwd(*args)[0].as_numpy(_C.Layout.contiguous([2, 3, 10, 8])))
+    got = flat.numpy()
+    assert np.array_equal(np.stack([got[240:480], got[960:1200]]).reshape(2, 3, 10, 8), want)
+
+    # two storages over one borrowed buffer: their offsets are not comparable, so any overlap of the
+    # memory is refused
+    a = np.zeros(488, np.float32)
+    b1, b2 = (em.from_dlpack(a[i:i + 480]).reshape(2, 3, 10, 8) for i in (0, 8))
+    assert b1._storage is not b2._storage
+    x = em.tensor(rng.standard_normal((2, 3, 10, 8)).astype(np.float32), device="cpu")
+    with pytest.raises(EmberError, match=r"^\[sdpa\] out destination overlaps query"):
+        F.sdpa_fwd(b2._storage, b2._layout, x._storage, x._layout, x._storage, x._layout, out=b1._storage,
+                   lout=b1._layout)
+
+    # the backward: dq, dk, dv against every operand (o, grad and lse too) and against each other
+    g = em.tensor(rng.standard_normal((2, 3, 10, 8)).astype(np.float32), device="cpu")
+    out = em.tensor(np.asarray(dense.as_numpy(_C.Layout.contiguous([2, 3, 10, 8]))), device="cpu")
+    common = (q, lq, k, lk, v, lv, out._storage, out._layout, lse, g._storage, g._layout)
+    d = em.zeros(2, 3, 10, 8, device="cpu")
+    d2 = em.zeros(2, 3, 10, 8, device="cpu")
+    for kw, what in (
+        ({"dq": s, "ldq": lk}, "dq destination overlaps key"),
+        ({"dk": s, "ldk": lo}, None),  # a free part of the operands' buffer: accepted
+        ({"dv": out._storage, "ldv": out._layout}, "dv destination overlaps out"),
+        ({"dq": g._storage, "ldq": _C.Layout([2, 3, 10, 8], [240, 8, 24, 1], 0)}, "dq destination overlaps grad"),
+        ({"dq": d._storage, "ldq": d._layout, "dk": d._storage, "ldk": d._layout}, "dq destination overlaps dk"),
+        ({"dk": d._storage, "ldk": d._layout, "dv": d._storage, "ldv": d._layout}, "dk destination overlaps dv"),
+        ({"dq": d._storage, "ldq": d._layout, "dv": d2._storage, "ldv": d2._layout}, None),
+    ):
+        if what is None:
+            F.sdpa_bwd(*common, **kw)
+            continue
+        with pytest.raises(EmberError, match=r"^\[sdpa_bwd\] " + what):
+            F.sdpa_bwd(*common, **kw)
+    # lse passed in a storage a destination also views: its first B*H*Lq values are read
+    lse_np = np.asarray(lse.as_numpy(_C.Layout.contiguous([60])))
+    both = em.tensor(np.concatenate([lse_np, np.zeros(480, np.float32)]), device="cpu")
+    tail = both[60:].reshape(2, 3, 10, 8)
+    F.sdpa_bwd(*common[:8], both._storage, *common[9:], dq=both._storage, ldq=tail._layout)  # disjoint: accepted
+    over = both[40:520].reshape(2, 3, 10, 8)
+    with pytest.raises(EmberError, match=r"^\[sdpa_bwd\] dq destination overlaps lse"):
+        F.sdpa_bwd(*common[:8], both._storage, *common[9:], dq=both._storage, ldq=over._layout)
+
+
 def test_causal_self_attention_layer():
     """nn.CausalSelfAttention (on sdpa_qkv) against torch's same computation, gradients included."""
     rng = np.random.default_rng(6)

@@ -391,7 +391,9 @@ void matmul_packed(const CpuStorage& A, const Layout& la, const CpuStorage& B, c
   }
   sn = std::max(sn, std::min(np, (n + 511) / 512));  // a block's B (k x <= 512 columns) stays in L2 per k block
   // and no block over about a millisecond: Ctrl-C is seen between blocks
-  while (sm < mp && 2 * ((mp + sm - 1) / sm) * mr * std::min(n, (np + sn - 1) / sn * nr) * k > (int64_t(1) << 27))
+  // (counting the block's real rows: a ragged last panel's padding is no work)
+  while (sm < mp && 2 * std::min(M, (mp + sm - 1) / sm * mr) * std::min(n, (np + sn - 1) / sn * nr) * k >
+                        (int64_t(1) << 27))
     sm = std::min(mp, sm * 2);
   const int64_t rbp = (mp + sm - 1) / sm, cbp = (np + sn - 1) / sn;  // panels in the largest block
   // An operand's part that only one block reads (A's rows when the blocks split N alone, B's columns when
