@@ -40,7 +40,34 @@ class ReLU(Module):
         return x.relu()
 
 
-class GELU(Module):
+class _Pointwise(Module):
+    """A module around one activation function (of ``act_fns`` or ``ops``) with fixed keyword arguments:
+    its one ``forward``, documented once, serves every activation module below."""
+
+    _fn = None
+
+    def _kwargs(self):
+        return {}
+
+    def forward(self, x):
+        """Applies the activation to ``x`` and returns a new differentiable tensor of its shape and
+        dtype; a non-float ``x`` raises DTypeError.
+
+        Args:
+            x: the input, a float tensor.
+        """
+        return type(self)._fn(x, **self._kwargs())
+
+    def extra_repr(self):
+        return ", ".join(f"{k}={v}" for k, v in self._kwargs().items())
+
+
+def _tanh(x):
+    ops._check_tensor(x, "Tanh")
+    return x.tanh()
+
+
+class GELU(_Pointwise):
     """GELU as ``torch.nn.GELU``: the exact (erf) x * Phi(x), one fused kernel, or its tanh form.
 
     Args:
@@ -50,83 +77,37 @@ class GELU(Module):
         EmberValueError: for another ``approximate``.
     """
 
+    _fn = staticmethod(act_fns.gelu)
+
     def __init__(self, approximate="none"):
         super().__init__()
         if approximate not in ("none", "tanh"):
             raise EmberValueError(f"[GELU] approximate must be 'none' or 'tanh', got {approximate!r}")
         self.approximate = approximate
 
-    def forward(self, x):
-        """Applies the activation.
-
-        Args:
-            x: a float tensor.
-
-        Returns:
-            A new tensor of x's shape and dtype, differentiable.
-
-        Raises:
-            DTypeError: for a non-float tensor.
-        """
-        return act_fns.gelu(x, self.approximate)
+    def _kwargs(self):
+        return {"approximate": self.approximate}
 
     def extra_repr(self):
         return f"approximate={self.approximate!r}"
 
 
-class SiLU(Module):
+class SiLU(_Pointwise):
     """x * sigmoid(x), as ``torch.nn.SiLU``; one fused kernel."""
 
-    def forward(self, x):
-        """Applies the activation.
-
-        Args:
-            x: a float tensor.
-
-        Returns:
-            A new tensor of x's shape and dtype, differentiable.
-
-        Raises:
-            DTypeError: for a non-float tensor.
-        """
-        return ops.silu(x)
+    _fn = staticmethod(ops.silu)
 
 
-class Tanh(Module):
+class Tanh(_Pointwise):
     """tanh elementwise, as ``torch.nn.Tanh``."""
 
-    def forward(self, x):
-        """Applies the activation.
-
-        Args:
-            x: a float tensor.
-
-        Returns:
-            A new tensor of x's shape and dtype, differentiable.
-
-        Raises:
-            DTypeError: for a non-float tensor.
-        """
-        ops._check_tensor(x, "Tanh")
-        return x.tanh()
+    _fn = staticmethod(_tanh)
 
 
-class Sigmoid(Module):
+class Sigmoid(_Pointwise):
     """1 / (1 + exp(-x)) elementwise, as ``torch.nn.Sigmoid``; one fused kernel."""
 
-    def forward(self, x):
-        """Applies the activation.
-
-        Args:
-            x: a float tensor.
-
-        Returns:
-            A new tensor of x's shape and dtype, differentiable.
-
-        Raises:
-            DTypeError: for a non-float tensor.
-        """
-        return ops.sigmoid(x)
+    _fn = staticmethod(ops.sigmoid)
 
 
 class Identity(Module):
@@ -210,32 +191,6 @@ class Dropout2d(Dropout):
             ShapeError: for another rank.
         """
         return F.dropout2d(x, self.p, self.training)
-
-
-class _Pointwise(Module):
-    """A module around one function of ``act_fns`` with fixed keyword arguments."""
-
-    _fn = None
-
-    def _kwargs(self):
-        return {}
-
-    def forward(self, x):
-        """Applies the activation.
-
-        Args:
-            x: a float tensor.
-
-        Returns:
-            A new tensor of x's shape and dtype, differentiable.
-
-        Raises:
-            DTypeError: for a non-float tensor.
-        """
-        return type(self)._fn(x, **self._kwargs())
-
-    def extra_repr(self):
-        return ", ".join(f"{k}={v}" for k, v in self._kwargs().items())
 
 
 class ELU(_Pointwise):
