@@ -3,11 +3,9 @@
 // shared geometry (SdpaGeom) is computed here once.
 #include "fused.h"
 
-#include <algorithm>
 #include <climits>
 #include <cmath>
 #include <initializer_list>
-#include <numeric>
 #include <string>
 #include <vector>
 
@@ -97,83 +95,11 @@ void check_dest(const SdpaArgs& a, const BackendStorage* d, const Layout& l, con
   st[3] = 1;
 }
 
-// The lowest and highest element offsets a layout reaches (lo > hi when it is empty).
-std::pair<int64_t, int64_t> reach(const Layout& l) {
-  int64_t lo = l.offset(), hi = l.offset();
-  for (int64_t i = 0; i < (int64_t)l.ndim(); ++i) {
-    if (l.shape()[i] == 0) return {1, 0};
-    const int64_t e = (l.shape()[i] - 1) * l.stride()[i];
-    (e < 0 ? lo : hi) += e;
-  }
-  return {lo, hi};
-}
-// A view as runs of consecutive elements (its dims of size > 1 taken by stride, the order of a set of
-// offsets not mattering): the smallest strides merged while contiguous (1, then each next stride the run
-// so far), the rest as outer dims. Heads side by side (stride D, below the rows') merge into one run.
-struct Runs {
-  int64_t run = 1;
-  std::vector<int64_t> shape, stride;
-  explicit Runs(const Layout& l) {
-    std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
-    for (int64_t i = 0; i < (int64_t)l.ndim(); ++i)
-      if (l.shape()[i] != 1) dims.push_back({l.stride()[i], l.shape()[i]});
-    std::sort(dims.begin(), dims.end(), [](auto x, auto y) { return std::abs(x.first) < std::abs(y.first); });
-    size_t i = 0;
-    for (; i < dims.size() && dims[i].first == run; ++i) run *= dims[i].second;
-    for (size_t j = dims.size(); j-- > i;) stride.push_back(dims[j].first), shape.push_back(dims[j].second);
-  }
-  // Calls f(first, count) for each run, from offset off.
-  template <class F> void each(int64_t off, F&& f) const {
-    const int outer = (int)shape.size();
-    std::vector<int64_t> idx(outer, 0);
-    for (int d = 0; d >= 0;) {
-      f(off, run);
-      for (d = outer - 1; d >= 0; --d) {
-        off += stride[d];
-        if (++idx[d] < shape[d]) break;
-        off -= idx[d] * stride[d];
-        idx[d] = 0;
-      }
-    }
-  }
-};
 // Whether two views share an element: exact for views of one storage, true for two storages over one
-// buffer (offsets not comparable). Disjoint ranges, or runs in disjoint places of a period every outer
-// stride divides (heads side by side in a packed projection), answer at once; else a bitmap of a's
-// elements over the range both reach is tested with b's.
+// buffer (their offsets are not comparable).
 bool views_overlap(const BackendStorage& a, const Layout& la, const BackendStorage& b, const Layout& lb) {
   if (!a.same_buffer(b)) return false;
-  if (&a != &b) return true;
-  const auto [alo, ahi] = reach(la);
-  const auto [blo, bhi] = reach(lb);
-  const int64_t lo = std::max(alo, blo), hi = std::min(ahi, bhi);
-  if (lo > hi) return false;
-  const Runs ra(la), rb(lb);
-  int64_t period = 0;
-  for (const Runs* r : {&ra, &rb})
-    for (int64_t st : r->stride) period = std::gcd(period, st < 0 ? -st : st);
-  if (period > 0 && ra.run + rb.run <= period) {
-    const auto mod = [&](int64_t x) { return ((x % period) + period) % period; };
-    if (mod(lb.offset() - la.offset()) >= ra.run && mod(la.offset() - lb.offset()) >= rb.run) return false;
-  }
-  std::vector<uint64_t> bits((hi - lo) / 64 + 1, 0);
-  // Visits the words of bits [s, s + n) clipped to [lo, hi]; stops when f returns true.
-  const auto words = [&](int64_t s, int64_t n, auto&& f) {
-    int64_t x = std::max(s, lo) - lo, e = std::min(s + n - 1, hi) - lo + 1;
-    while (x < e) {
-      const int64_t w = x / 64, y = std::min(e, (w + 1) * 64);
-      const uint64_t m = (y - x == 64 ? ~0ull : ((1ull << (y - x)) - 1)) << (x % 64);
-      if (f(bits[w], m)) return true;
-      x = y;
-    }
-    return false;
-  };
-  ra.each(la.offset(), [&](int64_t s, int64_t n) { words(s, n, [](uint64_t& w, uint64_t m) { return w |= m, false; }); });
-  bool hit = false;
-  rb.each(lb.offset(), [&](int64_t s, int64_t n) {
-    hit = hit || words(s, n, [](uint64_t& w, uint64_t m) { return (w & m) != 0; });
-  });
-  return hit;
+  return &a != &b || la.shares_element_with(lb);
 }
 // A view the kernel reads or writes, named for the error.
 struct Operand {

@@ -2,6 +2,8 @@
 #include "layout.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <numeric>
 #include <sstream>
 
 namespace ember {
@@ -91,6 +93,74 @@ std::pair<int64_t, int64_t> Layout::extent() const {
     return (int64_t)std::min<__int128>(std::max<__int128>(v, INT64_MIN), INT64_MAX);
   };
   return {sat(lo), sat(hi + 1)};
+}
+
+namespace {
+// A view's elements as runs of consecutive offsets: its dims of size > 1 sorted by stride, the smallest merged
+// while contiguous (1, then each next stride the run so far), the rest kept as outer dims.
+struct Runs {
+  int64_t run = 1;
+  Shape shape, stride;
+  explicit Runs(const Layout& l) {
+    std::vector<std::pair<int64_t, int64_t>> dims;  // (stride, size)
+    for (int64_t i = 0; i < l.ndim(); ++i)
+      if (l.shape()[i] != 1) dims.push_back({l.stride()[i], l.shape()[i]});
+    std::sort(dims.begin(), dims.end(), [](auto x, auto y) { return std::abs(x.first) < std::abs(y.first); });
+    size_t i = 0;
+    for (; i < dims.size() && dims[i].first == run; ++i) run *= dims[i].second;
+    for (size_t j = dims.size(); j-- > i;) stride.push_back(dims[j].first), shape.push_back(dims[j].second);
+  }
+  // Calls f(first, count) for each run, from offset off.
+  template <class F> void each(int64_t off, F&& f) const {
+    const int outer = (int)shape.size();
+    std::vector<int64_t> idx(outer, 0);
+    for (int d = 0; d >= 0;) {
+      f(off, run);
+      for (d = outer - 1; d >= 0; --d) {
+        off += stride[d];
+        if (++idx[d] < shape[d]) break;
+        off -= idx[d] * stride[d];
+        idx[d] = 0;
+      }
+    }
+  }
+};
+}  // namespace
+
+bool Layout::shares_element_with(const Layout& other) const {
+  if (numel() == 0 || other.numel() == 0) return false;
+  const auto [alo, aend] = extent();
+  const auto [blo, bend] = other.extent();
+  const int64_t lo = std::max(alo, blo), hi = std::min(aend, bend) - 1;
+  if (lo > hi) return false;
+  const Runs ra(*this), rb(other);
+  // Runs that sit in disjoint places of a period every outer stride divides never meet.
+  int64_t period = 0;
+  for (const Runs* r : {&ra, &rb})
+    for (int64_t st : r->stride) period = std::gcd(period, st < 0 ? -st : st);
+  if (period > 0 && ra.run + rb.run <= period) {
+    const auto mod = [&](int64_t x) { return ((x % period) + period) % period; };
+    if (mod(other.offset_ - offset_) >= ra.run && mod(offset_ - other.offset_) >= rb.run) return false;
+  }
+  // Else a bitmap of this view's elements over the common range, tested with the other's.
+  std::vector<uint64_t> bits((hi - lo) / 64 + 1, 0);
+  // Visits the words of bits [s, s + n) clipped to [lo, hi]; stops when f returns true.
+  const auto words = [&](int64_t s, int64_t n, auto&& f) {
+    int64_t x = std::max(s, lo) - lo, e = std::min(s + n - 1, hi) - lo + 1;
+    while (x < e) {
+      const int64_t w = x / 64, y = std::min(e, (w + 1) * 64);
+      const uint64_t m = (y - x == 64 ? ~0ull : ((1ull << (y - x)) - 1)) << (x % 64);
+      if (f(bits[w], m)) return true;
+      x = y;
+    }
+    return false;
+  };
+  ra.each(offset_, [&](int64_t s, int64_t n) { words(s, n, [](uint64_t& w, uint64_t m) { return w |= m, false; }); });
+  bool hit = false;
+  rb.each(other.offset_, [&](int64_t s, int64_t n) {
+    hit = hit || words(s, n, [](uint64_t& w, uint64_t m) { return (w & m) != 0; });
+  });
+  return hit;
 }
 
 Layout Layout::transpose(int64_t d0, int64_t d1) const {

@@ -46,6 +46,9 @@ class Layout {
   std::optional<std::pair<int64_t, int64_t>> contiguous_offsets() const;
   // Smallest and one-past-largest element offsets touched (for bounds checks); (offset, offset) if empty.
   std::pair<int64_t, int64_t> extent() const;
+  // Whether this layout and another over the same buffer reach a common element offset (exact: views that
+  // interleave without touching, such as heads side by side in a packed projection, do not share).
+  bool shares_element_with(const Layout& other) const;
 
   // Views: each returns a new layout over the same storage, never touching data.
   Layout transpose(int64_t d0, int64_t d1) const;
