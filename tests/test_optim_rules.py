@@ -487,3 +487,26 @@ def test_step_and_load_errors():
         opt.load_state_dict(em.optim.Adam([v, em.Var([1.0])]).state_dict())
     with pytest.raises(em.EmberError, match=r"^\[Adam\] load_state_dict: no parameter 7"):
         opt.load_state_dict({"state": {7: {}}, "param_groups": opt.state_dict()["param_groups"]})
+
+
+@pytest.mark.parametrize("dt", [em.float32, em.float64], ids=lambda d: d.name)
+def test_adam_quotient_by_the_bias_correction_is_exact(dt):
+    """The CPU Adam kernels divide sqrt(v) by sqrt(1 - beta2^t) as a product with its reciprocal plus an FMA
+    correction: bit for bit torch's divide over many magnitudes, bias corrections (beta2, steps) and an
+    overflowing v (sqrt(v) = inf stays inf)."""
+    rng = np.random.default_rng(11)
+    n, npd = 20_011, NPD[dt.name]
+    big = 1e20 if dt == em.float32 else 1e160  # its square overflows
+
+    def arr():
+        a = rng.standard_normal(n) * 10.0 ** rng.uniform(-30, 15, n)
+        a[:5] = [0.0, -0.0, big, -big, 1.0]
+        return a.astype(npd)
+
+    for beta2 in (0.999, 0.95, 0.5, 0.123456, 0.99999):
+        for name, kw in (("Adam", dict(lr=3e-2, betas=(0.8, beta2))),
+                         ("AdamW", dict(lr=1e-3, betas=(0.9, beta2), weight_decay=0.01, eps=1e-12))):
+            inits, grads = [arr()], [[arr()] for _ in range(3)]
+            got, _ = _ember_run(name, kw, inits, grads, device=em.cpu)
+            want, _ = _torch_run(name, kw, inits, grads)
+            np.testing.assert_array_equal(got[0], want[0])

@@ -50,6 +50,7 @@ void adam_k(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restri
   constexpr bool MX = K & 1, WD = K & 2, DEC = K & 4, AMS = K & 8, SMALL = K & 16;
   const T wd = (T)s[0], w = (T)s[1], b2 = (T)s[2], omb2 = (T)s[3], bc2 = (T)s[4], eps = (T)s[5], nss = (T)s[6];
   const T wc = SMALL ? w : w - T(1);
+  const T rbc2 = T(1) / bc2;  // rounded to nearest: Markstein's correction below makes sqrt(v) / bc2 exact
   for (int64_t i = 0; i < n; ++i) {
     T gi = MX ? -g[i] : g[i];
     T pi = p[i];
@@ -65,7 +66,18 @@ void adam_k(T* __restrict p, const T* __restrict g, T* __restrict m, T* __restri
       vi = nan_max(vmax[i], vi);                   // torch.maximum(max_exp_avg_sq, exp_avg_sq, out=...)
       vmax[i] = vi;
     }
-    const T den = std::sqrt(vi) / bc2 + eps;       // (sqrt(v) / bc2_sqrt).add_(eps)
+    // (sqrt(v) / bc2_sqrt).add_(eps). The divide by the step's constant is q = s * (1 / bc2) plus the
+    // FMA residual times 1 / bc2 (Markstein): the correctly rounded quotient, as the divide gives it, for one
+    // divider op less per element (the step was divider-bound: sqrt and two divides). inf stays inf.
+    // Base x86-64 has no FMA instruction (std::fma would be a call per element): it keeps the divide.
+    const T sv = std::sqrt(vi);
+#if defined(__FMA__)
+    const T q0 = sv * rbc2, q = std::fma(std::fma(-q0, bc2, sv), rbc2, q0);
+    const T den = (sv == T(INFINITY) ? sv : q) + eps;
+#else
+    const T den = sv / bc2 + eps;
+    (void)rbc2;
+#endif
     p[i] = pi + (nss * mi) / den;                  // param.addcdiv_(exp_avg, denom, value=-step_size)
   }
 }
