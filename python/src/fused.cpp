@@ -77,8 +77,9 @@ ember::RnnCell rnn_kind(const std::string& k) {
 template <class T> T step_arg(const py::tuple& t, size_t step, int i) {
   static const char* const names[13] = {"kind", "flags", "scalars", "p", "lp", "g", "lg",
                                         "s0",   "l0",    "s1",      "l1", "s2", "l2"};
-  static const char* const wants[13] = {"an optimizer kind (0 SGD, 1 Adam, 2 RMSprop)", "an int in [0, 2**32)", "a sequence of floats", "a storage or None",
-                                        "a Layout or None"};
+  // kind, flags and scalars each have their own; then storages (odd i) and layouts (even i) alternate
+  static const char* const wants[5] = {"an optimizer kind (0 SGD, 1 Adam, 2 RMSprop)", "an int in [0, 2**32)",
+                                       "a sequence of floats", "a storage or None", "a Layout or None"};
   const int w = i < 3 ? i : (i % 2 ? 3 : 4);
   const py::handle h = t[i];
   py::detail::make_caster<T> c;
