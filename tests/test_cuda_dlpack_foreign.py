@@ -14,6 +14,15 @@ import ember as em
 from ember import interop
 
 
+@pytest.fixture(autouse=True)
+def _collections_scan_this_test_only():
+    """released_after_gc's full collections look at the objects this test makes, not at the whole suite's heap
+    (about a second each late in a worker): what exists before the test is frozen (gc.freeze) until it ends."""
+    gc.freeze()
+    yield
+    gc.unfreeze()
+
+
 @pytest.fixture
 def emulated(monkeypatch):
     # Host memory handed to ember as CUDA memory: only the emulator's device memory is host memory. On a real GPU
