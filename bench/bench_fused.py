@@ -319,7 +319,7 @@ def rope_rows(rounds, reps):
     efwd = lambda: ex.apply_op1(ops._Rope(D, False, 10000.0, 1.0, 0, None, None))
     res = {}
     if torch is None:
-        res["ember"] = best_ms_rounds((efwd,), rounds), best_ms_rounds((ebwd,), rounds)
+        res["ember"] = best_ms_rounds((efwd,), rounds)[0], best_ms_rounds((ebwd,), rounds)[0]
     else:
         inv = 10000.0 ** (-torch.arange(0, D, 2, dtype=torch.float32) / D)
         ang = torch.outer(torch.arange(L, dtype=torch.float32), inv)
@@ -403,9 +403,10 @@ def main():
     for r in sdpa_rows(args.rounds, max(3, args.reps - 1)) + rope_rows(args.rounds, max(3, args.reps - 1)):
         rows.append(r)
         print_row(r, header=False)
-    worst = min(res["torch"][i] / res["ember"][i] for _, _, _, res, _ in rows if "torch" in res for i in (0, 1)
-                if res["ember"][i] is not None)
-    print(f"# worst ember/torch speed ratio over all rows: {worst:.2f}x")
+    worst = min((res["torch"][i] / res["ember"][i] for _, _, _, res, _ in rows if "torch" in res for i in (0, 1)
+                 if res["ember"][i] is not None), default=None)
+    print(f"# worst ember/torch speed ratio over all rows: {worst:.2f}x" if worst is not None
+          else "# no torch rows (torch is not installed)")
     print("# copy on the sdpa decode / kv-step rows: the read floor, a plain read of their K and V (the "
           f"faster of numpy's and ember's sums, {nt} threads) after the same cache flush")
 

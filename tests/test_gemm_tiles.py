@@ -1,6 +1,6 @@
 """The packed GEMM's register tiles at their edges, under every ISA the CPU runs (EMBER_ISA): row counts around
 the matmul's panel heights (AVX-512 14, AVX2 6, base 4) and the convs' (8), columns around the 32 / 16 / 8-wide
-panels, k across the 256-deep k blocks, A read in place, packed from A^T and from strided views (up front, or
+panels, k across the 256- and 512-deep k blocks, A read in place, packed from A^T and from strided views (up front, or
 by the block that alone reads them), B or A^T packed by the tiles that first read them (wide or tall products),
 against a float64 reference, and the same bits on 1 and 3 threads."""
 import json
@@ -41,7 +41,8 @@ cases = []
 for m in (1, 3, 5, 6, 7, 13, 14, 15, 17, 27, 28, 29, 41, 127, 129, 143):
     for n in (31, 32, 33, 100):
         cases.append((m, 37 if m < 40 else 300, n))
-for k in (1, 2, 255, 256, 257, 511, 513, 700):  # one, two and three k blocks, ragged
+# one, two and three k blocks, ragged (256 deep; the AVX-512 matmul's 512)
+for k in (1, 2, 255, 256, 257, 511, 512, 513, 700, 1023, 1025, 1537):
     cases.append((45, k, 70))
     cases.append((29, k, 64))
 # several row blocks (~128 rows) by several k blocks by several column panels: the k blocks run outside the row

@@ -253,7 +253,9 @@ def test_multi_step_entry_point_errors(device):
                (0, 0, [0.0, 0.0, 1.0, -0.1], pc, lpc, gc, lgc) + (None,) * 6])
 
 
-@pytest.mark.parametrize("i, bad, want", [
+# (argument index, a value of the wrong type, what the EmberTypeError says after its prefix); "STORAGE" and
+# "LAYOUT" stand for a real storage or layout in the wrong place. optim_step and optim_step_multi share them.
+BAD_ARGS = [
     (0, 1.5, "kind .argument 0. must be an optimizer kind"), (0, 2 ** 40, "kind .argument 0."),
     (1, -1, r"flags .argument 1. must be an int in \[0, 2\*\*32\), got int"), (1, "x", "flags .argument 1."),
     (2, "abc", "scalars .argument 2. must be a sequence of floats, got str"), (2, [1.0, "x"], "scalars .argument 2."),
@@ -262,20 +264,64 @@ def test_multi_step_entry_point_errors(device):
     (6, 3, "lg .argument 6. must be a Layout"), (7, "s", "s0 .argument 7. must be a storage"),
     (8, 1.0, "l0 .argument 8. must be a Layout"), (9, [], "s1 .argument 9."), (10, 0, "l1 .argument 10."),
     (11, {}, "s2 .argument 11."), (12, b"", "l2 .argument 12."),
-])
-def test_multi_step_argument_types(device, i, bad, want):
-    """A step argument of the wrong Python type is an EmberTypeError naming the step and the argument (not
-    pybind11's cast error), raised before any step of the batch runs."""
-    f = em._C.fused.optim_step_multi
+]
+OPTIM_ARG_NAMES = ["kind", "flags", "scalars", "p", "lp", "g", "lg", "s0", "l0", "s1", "l1", "s2", "l2"]
+
+
+def _bad_step(device, i, bad):
+    """(p, a valid SGD step's 13 arguments, the same with argument i replaced by `bad`)."""
     p, lp = _parts(device=device)
     g, lg = _parts(device=device)
     ok = (0, 0, [0.0, 0.0, 1.0, -0.1], p, lp, g, lg) + (None,) * 6
     t = list(ok)
     t[i] = {"STORAGE": p, "LAYOUT": lg}.get(bad, bad) if isinstance(bad, str) else bad
+    return p, ok, tuple(t)
+
+
+@pytest.mark.parametrize("i, bad, want", BAD_ARGS)
+def test_multi_step_argument_types(device, i, bad, want):
+    """A step argument of the wrong Python type is an EmberTypeError naming the step and the argument (not
+    pybind11's cast error), raised before any step of the batch runs."""
+    f = em._C.fused.optim_step_multi
+    p, ok, bad_step = _bad_step(device, i, bad)
     before = p.version
     with pytest.raises(em.EmberTypeError, match=r"^\[optim_step_multi\] step 1: " + want):
-        f([ok, tuple(t)])
+        f([ok, bad_step])
     assert p.version == before  # the valid first step did not run either
+
+
+@pytest.mark.parametrize("i, bad, want", BAD_ARGS)
+def test_single_step_argument_types(device, i, bad, want):
+    """optim_step's arguments are converted by optim_step_multi's code: a wrong Python type, passed by position
+    or by keyword, is an EmberTypeError naming the argument (not pybind11's cast error), and nothing is written."""
+    f = em._C.fused.optim_step
+    p, ok, args = _bad_step(device, i, bad)
+    want = want.replace(" or None", "") if 3 <= i <= 6 else want  # p, lp, g and lg are required here
+    before = p.version
+    with pytest.raises(em.EmberTypeError, match=r"^\[optim_step\] " + want):
+        f(*args)
+    with pytest.raises(em.EmberTypeError, match=r"^\[optim_step\] " + want):
+        f(**dict(zip(OPTIM_ARG_NAMES, args)))
+    assert p.version == before
+    f(*ok)  # the valid arguments run
+    assert p.version != before
+
+
+@pytest.mark.parametrize("i", range(3, 13))
+def test_none_operands(device, i):
+    """None for a state or its layout is null (refused by the entry point only where the step needs it); for
+    p, lp, g or lg optim_step says it is the wrong type, and optim_step_multi's entry point refuses it."""
+    p, ok, args = _bad_step(device, i, None)
+    name = OPTIM_ARG_NAMES[i]
+    if i >= 7:  # SGD without momentum uses no state
+        em._C.fused.optim_step(*args)
+        em._C.fused.optim_step_multi([args])
+        return
+    want = f"{name} .argument {i}. must be a {'storage' if i % 2 else 'Layout'}, got NoneType"
+    with pytest.raises(em.EmberTypeError, match=r"^\[optim_step\] " + want):
+        em._C.fused.optim_step(*args)
+    with pytest.raises(em.EmberError, match=r"^\[optim_step_multi\] every step needs a parameter and a gradient"):
+        em._C.fused.optim_step_multi([ok, args])
 
 
 def test_multi_step_takes_a_list_or_tuple(device):
@@ -379,8 +425,9 @@ def test_fused_entry_point_errors(device):
     p, lp = _parts()
     g, lg = _parts()
     s0, l0 = _parts()
-    with pytest.raises(em.EmberError, match=r"^\[optim_step\] unknown optimizer kind 7"):
-        f(7, 0, [], p, lp, g, lg)
+    for kind in (7, -1):
+        with pytest.raises(em.EmberError, match=rf"^\[optim_step\] unknown optimizer kind {kind}$"):
+            f(kind, 0, [], p, lp, g, lg)
     ip, ilp = _parts(em.int32)
     with pytest.raises(em.DTypeError, match=r"^\[optim_step\] fused updates take float32 or float64"):
         f(0, 0, [0.0, 0.0, 1.0, -0.1], ip, ilp, ip, ilp)

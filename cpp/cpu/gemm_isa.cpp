@@ -43,7 +43,9 @@ static inline V fma(V a, V b, V c) { return a * b + c; }
 constexpr int kNV = 2, kNR = kNV * kW;
 // k is split into blocks of about kKC and the rows into blocks of about 128 (whole row panels): a B
 // micro-panel (kKC x nr) fits L1, an A block (128 x kKC) and B's part for one k block (kKC x 512) an L2.
-constexpr int64_t kKC = 256;
+// The AVX-512 matmul's 14-row tiles take k blocks of about kKCMM: half as many passes over C and tile set-ups,
+// its B micro-panel (64 KiB) then read from L2, which kept up.
+constexpr int64_t kKC = 256, kKCMM = 512;
 
 static inline V vld(const float* p) {
   V v;
@@ -206,7 +208,8 @@ void run_t(const float* ap, int64_t lda, const float* bp, int64_t m, int64_t n, 
   static constexpr auto shorts = short_tiles<MR, AR>(std::make_index_sequence<MR - 1>());
   constexpr int64_t MB = std::max(1, 128 / MR);  // row panels per block
   const int64_t mp = panels(m, MR), np = panels(n, kNR);
-  const int64_t nkb = std::max<int64_t>(1, (k + kKC - 1) / kKC);
+  constexpr int64_t KC = MR == kMMR && kW == 16 ? kKCMM : kKC;
+  const int64_t nkb = std::max<int64_t>(1, (k + KC - 1) / KC);
   alignas(64) float edge[MR * kNR];
   auto a_at = [&](int64_t ip, int64_t k0) { return AR ? ap + ip * MR * lda + k0 : ap + (ip * k + k0) * MR; };
   float* bw = const_cast<float*>(bp);
@@ -244,9 +247,10 @@ void run_t(const float* ap, int64_t lda, const float* bp, int64_t m, int64_t n, 
           // the k block's rows per tile
           const float* pfs = nullptr;
           int64_t pfs_n = 0;
-          if (bsrc && ib == 0 && jp + 1 < np && ip * (kKC / 4) < kc) {
-            pfs = bsrc + (k0 + ip * (kKC / 4)) * ldbs + (jp + 1) * kNR;
-            pfs_n = std::min<int64_t>(kKC / 4, kc - ip * (kKC / 4));
+          const int64_t kq = (kc + 3) / 4;
+          if (bsrc && ib == 0 && jp + 1 < np && ip * kq < kc) {
+            pfs = bsrc + (k0 + ip * kq) * ldbs + (jp + 1) * kNR;
+            pfs_n = std::min<int64_t>(kq, kc - ip * kq);
           }
           if (bsrc && ip == 0 && nv == kNR) {  // (mv == MR: bsrc is null when the first panel is short)
             tile<MR, float, AR, MR, false, true>(kc, a, bsrc + k0 * ldbs + jp * kNR, ldbs, ct, ldc, add, cn, lda,
@@ -556,11 +560,16 @@ void pack_lines_t(const S* const* lines, int nl, int64_t ks, int64_t k, int w, f
 
 void pack_runs(const float* src, int64_t ks, int64_t lines, int w, int64_t nq, int64_t k, float* d) {
   const int64_t run = std::min<int64_t>(lines, nq * w);
+  // panels with all w lines (w a whole number of vectors) copied without masks: the masks' set-up per vector
+  // was a good part of packing B
+  const int64_t nfull = w % kW == 0 ? std::min<int64_t>(nq, lines / w) : 0;
   for (int64_t kk = 0; kk < k; ++kk, src += ks) {
     // k steps often lie a page or more apart, past the hardware prefetchers: fetch a few steps ahead
     if (kk + kPackAhead < k)
       for (int64_t off = 0; off < run; off += 16) __builtin_prefetch(src + kPackAhead * ks + off);
-    for (int64_t q = 0; q < nq; ++q) {
+    for (int64_t q = 0; q < nfull; ++q)
+      for (int r = 0; r < w; r += kW) vst(d + (q * k + kk) * w + r, vld(src + q * w + r));
+    for (int64_t q = nfull; q < nq; ++q) {
       const int64_t nl = std::min<int64_t>(w, lines - q * w);
       float* dq = d + (q * k + kk) * w;
       const float* sq = src + q * w;

@@ -71,22 +71,48 @@ ember::RnnCell rnn_kind(const std::string& k) {
               "'");
   return ember::RnnCell::RnnRelu;
 }
-// Argument i of optim_step_multi's step `step`, converted as optim_step's binding converts it (None for a
-// storage or layout is null, caught by the entry point's checks): a wrong type is an EmberTypeError naming the
-// step and the argument, not pybind11's generic cast error.
-template <class T> T step_arg(const py::tuple& t, size_t step, int i) {
-  static const char* const names[13] = {"kind", "flags", "scalars", "p", "lp", "g", "lg",
-                                        "s0",   "l0",    "s1",      "l1", "s2", "l2"};
-  // kind, flags and scalars each have their own; then storages (odd i) and layouts (even i) alternate
-  static const char* const wants[5] = {"an optimizer kind (0 SGD, 1 Adam, 2 RMSprop)", "an int in [0, 2**32)",
-                                       "a sequence of floats", "a storage or None", "a Layout or None"};
-  const int w = i < 3 ? i : (i % 2 ? 3 : 4);
-  const py::handle h = t[i];
-  py::detail::make_caster<T> c;
-  EMBER_CHECK(c.load(h, true), Type, "[optim_step_multi] step ", step, ": ", names[i], " (argument ", i,
-              ") must be ", wants[w], ", got ", Py_TYPE(h.ptr())->tp_name);
-  return py::detail::cast_op<T>(std::move(c));
-}
+// optim_step's 13 arguments (kind, flags, scalars, p, lp, g, lg, s0, l0, s1, l1, s2, l2), converted for
+// optim_step and for each step of optim_step_multi: a wrong Python type is an EmberTypeError naming the argument
+// (and the step, where `step` >= 0), not pybind11's generic cast error. None is null for a state or its layout,
+// and for p, lp, g and lg where `operands_none` (optim_step_multi's entry point refuses those nulls itself).
+struct OptimStepArgs {
+  py::handle a[13];
+  const char* op;
+  int64_t step = -1;
+  bool operands_none = false;
+
+  template <class T> T get(int i) const {
+    const bool none_ok = i >= 7 || operands_none;
+    py::detail::make_caster<T> c;
+    const bool ok = (none_ok || !a[i].is_none()) && c.load(a[i], true);
+    static const char* const names[13] = {"kind", "flags", "scalars", "p", "lp", "g", "lg",
+                                          "s0",   "l0",    "s1",      "l1", "s2", "l2"};
+    // kind, flags and scalars each have their own; then storages (odd i) and layouts (even i) alternate
+    static const char* const wants[5] = {"an optimizer kind (0 SGD, 1 Adam, 2 RMSprop)", "an int in [0, 2**32)",
+                                         "a sequence of floats", "a storage", "a Layout"};
+    EMBER_CHECK(ok, Type, "[", op, "] ", step >= 0 ? "step " + std::to_string(step) + ": " : "", names[i],
+                " (argument ", i, ") must be ", wants[i < 3 ? i : 4 - i % 2], i >= 3 && none_ok ? " or None" : "",
+                ", got ", Py_TYPE(a[i].ptr())->tp_name);
+    return py::detail::cast_op<T>(std::move(c));
+  }
+  fz::OptimItem item() const {
+    fz::OptimItem it;
+    const int kind = get<int>(0);
+    EMBER_CHECK(kind >= 0 && kind < (int)ember::OptimKind::Count, Value, "[", op, "] unknown optimizer kind ", kind);
+    it.kind = (ember::OptimKind)kind;
+    it.flags = get<uint32_t>(1);
+    it.scalars = get<std::vector<double>>(2);
+    it.p = get<BackendStorage*>(3);
+    it.lp = get<const Layout*>(4);
+    it.g = get<const BackendStorage*>(5);
+    it.lg = get<const Layout*>(6);
+    for (int k = 0; k < 3; ++k) {
+      it.st[k] = get<BackendStorage*>(7 + 2 * k);
+      it.lst[k] = get<const Layout*>(8 + 2 * k);
+    }
+    return it;
+  }
+};
 }  // namespace
 
 void bind_fused(py::module_& m) {
@@ -226,20 +252,18 @@ void bind_fused(py::module_& m) {
       py::arg("ldv").none(true) = nullptr, G());
   f.def(
       "optim_step",
-      [](int kind, uint32_t flags, const std::vector<double>& scalars, BackendStorage& p, L lp, S g, L lg,
-         BackendStorage* s0, const Layout* l0, BackendStorage* s1, const Layout* l1, BackendStorage* s2,
-         const Layout* l2) {
-        EMBER_CHECK(kind >= 0 && kind < (int)ember::OptimKind::Count, Value, "[optim_step] unknown optimizer kind ",
-                    kind);
-        BackendStorage* const st[3] = {s0, s1, s2};
-        const Layout* const lst[3] = {l0, l1, l2};
-        fz::optim_step((ember::OptimKind)kind, flags, scalars, p, lp, g, lg, st, lst);
+      [](py::handle kind, py::handle flags, py::handle scalars, py::handle p, py::handle lp, py::handle g,
+         py::handle lg, py::handle s0, py::handle l0, py::handle s1, py::handle l1, py::handle s2, py::handle l2) {
+        const fz::OptimItem it =
+            OptimStepArgs{{kind, flags, scalars, p, lp, g, lg, s0, l0, s1, l1, s2, l2}, "optim_step"}.item();
+        ember::bind::Interruptible intr;
+        py::gil_scoped_release nogil;
+        fz::optim_step(it.kind, it.flags, it.scalars, *it.p, *it.lp, *it.g, *it.lg, it.st, it.lst);
       },
       "One fused optimizer step in place (kind 0 SGD, 1 Adam/AdamW, 2 RMSprop; OptimArgs in cpp/backend.h).",
       py::arg("kind"), py::arg("flags"), py::arg("scalars"), py::arg("p"), py::arg("lp"), py::arg("g"), py::arg("lg"),
-      py::arg("s0").none(true) = nullptr, py::arg("l0").none(true) = nullptr, py::arg("s1").none(true) = nullptr,
-      py::arg("l1").none(true) = nullptr, py::arg("s2").none(true) = nullptr, py::arg("l2").none(true) = nullptr,
-      G());
+      py::arg("s0") = py::none(), py::arg("l0") = py::none(), py::arg("s1") = py::none(), py::arg("l1") = py::none(),
+      py::arg("s2") = py::none(), py::arg("l2") = py::none());
   f.def(
       "optim_step_multi",
       [](py::handle steps) {
@@ -255,23 +279,9 @@ void bind_fused(py::module_& m) {
           const py::handle h = keep[i];
           EMBER_CHECK(py::isinstance<py::tuple>(h) && py::len(h) == 13, Type,
                       "[optim_step_multi] each step must be a tuple of optim_step's 13 arguments");
-          const auto t = py::reinterpret_borrow<py::tuple>(h);
-          fz::OptimItem it;
-          const int kind = step_arg<int>(t, i, 0);
-          EMBER_CHECK(kind >= 0 && kind < (int)ember::OptimKind::Count, Value,
-                      "[optim_step_multi] unknown optimizer kind ", kind);
-          it.kind = (ember::OptimKind)kind;
-          it.flags = step_arg<uint32_t>(t, i, 1);
-          it.scalars = step_arg<std::vector<double>>(t, i, 2);
-          it.p = step_arg<BackendStorage*>(t, i, 3);
-          it.lp = step_arg<const Layout*>(t, i, 4);
-          it.g = step_arg<const BackendStorage*>(t, i, 5);
-          it.lg = step_arg<const Layout*>(t, i, 6);
-          for (int k = 0; k < 3; ++k) {
-            it.st[k] = step_arg<BackendStorage*>(t, i, 7 + 2 * k);
-            it.lst[k] = step_arg<const Layout*>(t, i, 8 + 2 * k);
-          }
-          items.push_back(std::move(it));
+          OptimStepArgs a{{}, "optim_step_multi", (int64_t)i, true};
+          for (int k = 0; k < 13; ++k) a.a[k] = PyTuple_GET_ITEM(h.ptr(), k);
+          items.push_back(a.item());
         }
         ember::bind::Interruptible intr;
         py::gil_scoped_release nogil;

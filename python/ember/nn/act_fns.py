@@ -101,52 +101,33 @@ def softplus_stable(x):
     return x.apply_op1(Activation("softplus", 1.0, math.inf))
 
 
-def mish(x):
-    """``x * tanh(softplus(x))``, as ``torch.nn.functional.mish``.
+def _plain(kind, what, grad=""):
+    """The activation function ``kind`` without parameters: one kernel of a float tensor. ``what`` opens its
+    docstring (its formula and torch's name); ``grad`` notes its gradient."""
+
+    def fn(x):
+        _float_input(x, kind)
+        return x.apply_op1(Activation(kind))
+
+    fn.__name__ = fn.__qualname__ = kind
+    fn.__doc__ = f"""{what}
 
     Args:
         x: a float tensor.
 
     Returns:
-        A new tensor of x's shape and dtype, differentiable.
+        A new tensor of x's shape and dtype, differentiable{grad}.
 
     Raises:
         DTypeError: for a non-float tensor.
     """
-    _float_input(x, "mish")
-    return x.apply_op1(Activation("mish"))
+    return fn
 
 
-def hardsigmoid(x):
-    """``clamp(x + 3, 0, 6) / 6``, as ``torch.nn.functional.hardsigmoid``.
-
-    Args:
-        x: a float tensor.
-
-    Returns:
-        A new tensor of x's shape and dtype, differentiable (0 outside [-3, 3]).
-
-    Raises:
-        DTypeError: for a non-float tensor.
-    """
-    _float_input(x, "hardsigmoid")
-    return x.apply_op1(Activation("hardsigmoid"))
-
-
-def hardswish(x):
-    """``x * clamp(x + 3, 0, 6) / 6``, as ``torch.nn.functional.hardswish`` (MobileNetV3).
-
-    Args:
-        x: a float tensor.
-
-    Returns:
-        A new tensor of x's shape and dtype, differentiable.
-
-    Raises:
-        DTypeError: for a non-float tensor.
-    """
-    _float_input(x, "hardswish")
-    return x.apply_op1(Activation("hardswish"))
+mish = _plain("mish", "``x * tanh(softplus(x))``, as ``torch.nn.functional.mish``.")
+hardsigmoid = _plain("hardsigmoid", "``clamp(x + 3, 0, 6) / 6``, as ``torch.nn.functional.hardsigmoid``.",
+                     " (0 outside [-3, 3])")
+hardswish = _plain("hardswish", "``x * clamp(x + 3, 0, 6) / 6``, as ``torch.nn.functional.hardswish`` (MobileNetV3).")
 
 
 def gelu(x, approximate="none"):

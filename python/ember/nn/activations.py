@@ -193,7 +193,23 @@ class Dropout2d(Dropout):
         return F.dropout2d(x, self.p, self.training)
 
 
-class ELU(_Pointwise):
+class _FloatParams(_Pointwise):
+    """A _Pointwise module whose function takes float parameters: the module holds them as attributes named
+    in ``_floats`` (torch's names), passed to ``_fn`` as keyword arguments on each call."""
+
+    _floats = ()
+
+    def _init_floats(self, op, *values):
+        """Module.__init__, then each of ``_floats`` from ``values`` in order, checked by float_arg under [op]."""
+        super().__init__()
+        for name, v in zip(self._floats, values):
+            setattr(self, name, float_arg(v, op, name))
+
+    def _kwargs(self):
+        return {name: getattr(self, name) for name in self._floats}
+
+
+class ELU(_FloatParams):
     """``x`` for x > 0, ``alpha * (exp(x) - 1)`` otherwise, as ``torch.nn.ELU``.
 
     Args:
@@ -201,16 +217,13 @@ class ELU(_Pointwise):
     """
 
     _fn = staticmethod(act_fns.elu)
+    _floats = ("alpha",)
 
     def __init__(self, alpha=1.0):
-        super().__init__()
-        self.alpha = float_arg(alpha, "ELU", "alpha")
-
-    def _kwargs(self):
-        return {"alpha": self.alpha}
+        self._init_floats("ELU", alpha)
 
 
-class LeakyReLU(_Pointwise):
+class LeakyReLU(_FloatParams):
     """``x`` for x > 0, ``negative_slope * x`` otherwise, as ``torch.nn.LeakyReLU``.
 
     Args:
@@ -218,16 +231,13 @@ class LeakyReLU(_Pointwise):
     """
 
     _fn = staticmethod(act_fns.leaky_relu)
+    _floats = ("negative_slope",)
 
     def __init__(self, negative_slope=0.01):
-        super().__init__()
-        self.negative_slope = float_arg(negative_slope, "LeakyReLU", "negative_slope")
-
-    def _kwargs(self):
-        return {"negative_slope": self.negative_slope}
+        self._init_floats("LeakyReLU", negative_slope)
 
 
-class Softplus(_Pointwise):
+class Softplus(_FloatParams):
     """``log(1 + exp(beta x)) / beta``, linear above ``threshold``, as ``torch.nn.Softplus``.
 
     Args:
@@ -239,16 +249,12 @@ class Softplus(_Pointwise):
     """
 
     _fn = staticmethod(act_fns.softplus)
+    _floats = ("beta", "threshold")
 
     def __init__(self, beta=1.0, threshold=20.0):
-        super().__init__()
-        self.beta = float_arg(beta, "Softplus", "beta")
-        self.threshold = float_arg(threshold, "Softplus", "threshold")
+        self._init_floats("Softplus", beta, threshold)
         if self.beta == 0.0:
             raise EmberValueError("[Softplus] beta must not be 0")
-
-    def _kwargs(self):
-        return {"beta": self.beta, "threshold": self.threshold}
 
 
 class Mish(_Pointwise):
