@@ -191,9 +191,14 @@ def test_every_isa_matches_the_unfused_ops():
     procs = {isa: subprocess.Popen([sys.executable, "-c", ISA_SCRIPT], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                    text=True, env=dict(os.environ, EMBER_ISA=isa, PYTHONPATH=os.pathsep.join(sys.path)))
              for isa in ("base", "avx2", "avx512")}  # side by side: each is one process's start-up and a few ops
-    for isa, p in procs.items():
-        out, err = p.communicate(timeout=300)
-        assert p.returncode == 0 and "ok" in out, f"{isa}: {err[-3000:]}"
+    try:
+        for isa, p in procs.items():
+            out, err = p.communicate(timeout=300)
+            assert p.returncode == 0 and "ok" in out, f"{isa}: {err[-3000:]}"
+    finally:  # a failed or timed-out check leaves no child running (as subprocess.run's timeout did)
+        for p in procs.values():
+            p.kill()
+            p.wait()
 
 
 def test_float32_special_and_clamp_edges():
